@@ -1,0 +1,26 @@
+"""pytest-inferscope: performance regression testing of PyTorch inference, as a pytest plugin.
+
+Outside pytest: `scope(name)`, `mark_event(name, **attrs)`, `profile(name)` and
+`measure(fn, *args, rounds=..., warmup=...)`. They load on first use, so importing the
+package (as pytest does for every session) stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .session import InferscopeWarning
+
+if TYPE_CHECKING:
+    from .api import mark_event, measure, profile, scope
+
+__all__ = ["InferscopeWarning", "mark_event", "measure", "profile", "scope"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("scope", "mark_event", "profile", "measure"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'pytest_inferscope' has no attribute {name!r}")

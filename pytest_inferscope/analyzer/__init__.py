@@ -1,0 +1,83 @@
+"""The analyzer: rules turn a timeline into findings; the classification comes from the findings.
+
+`BottleneckAnalyzer(timeline).analyze()` (the seeds' interface) and `analyze(timeline)`
+return an `Analysis`. The analyzer never prints and never writes files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..merger import Timeline
+from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
+from .context import Context
+from .rules import DEFAULT_RULES, Rule
+
+__all__ = ["DEFAULT_RULES", "Analysis", "BottleneckAnalyzer", "Context", "Rule", "analyze", "classify"]
+
+#: A class needs a finding explaining at least this share of the time to be named.
+MIN_SHARE = 0.3
+
+
+def classify(findings: Iterable[Finding]) -> tuple[str, float]:
+    """The bottleneck class with the largest explained share, and a confidence in [0, 1].
+
+    Confidence is the winning finding's own confidence, reduced when another class
+    explains nearly as much of the time (a close call is not a confident verdict).
+    """
+    best: dict[str, Finding] = {}
+    for f in findings:
+        if f.cause is not None and (f.cause not in best or f.share > best[f.cause].share):
+            best[f.cause] = f
+    ranked = sorted(best.values(), key=lambda f: (f.share, f.confidence), reverse=True)
+    if not ranked or ranked[0].share < MIN_SHARE:
+        top = ranked[0].share if ranked else 0.0
+        return UNCLASSIFIED, round(max(0.0, 1.0 - top), 3)
+    win = ranked[0]
+    runner = ranked[1].share if len(ranked) > 1 else 0.0
+    margin = (win.share - runner) / win.share if win.share else 0.0
+    return win.cause or UNCLASSIFIED, round(max(0.0, min(1.0, win.confidence * (0.5 + 0.5 * margin))), 3)
+
+
+def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
+    """All suggestions, largest estimated saving first, without duplicates."""
+    seen: set[str] = set()
+    out = []
+    for s in sorted((s for f in findings for s in f.suggestions), key=lambda s: s.saving_ms, reverse=True):
+        if s.action not in seen:
+            seen.add(s.action)
+            out.append(s)
+    return out
+
+
+def analyze(timeline: Timeline, rules: Iterable[Rule] = DEFAULT_RULES, gpu_reason: str = "") -> Analysis:
+    """Run every rule over the timeline and derive the verdict from what they found."""
+    ctx = Context(timeline, gpu_reason=gpu_reason or "no GPU data was collected")
+    ctx.metrics = ctx.compute_metrics()
+    findings: list[Finding] = []
+    for rule in rules:
+        findings.extend(rule(ctx))
+    findings.sort(key=lambda f: f.share, reverse=True)
+    bottleneck, confidence = classify(findings)
+    return Analysis(
+        bottleneck=bottleneck,
+        confidence=confidence,
+        findings=findings,
+        suggestions=rank_suggestions(findings),
+        breakdown=ctx.breakdown(),
+        hotspots=ctx.hotspots[:20],
+        scopes=ctx.scopes,
+        metrics=ctx.metrics,
+    )
+
+
+class BottleneckAnalyzer:
+    """The seeds' interface: `BottleneckAnalyzer(timeline).analyze() -> Analysis`."""
+
+    def __init__(self, timeline: Timeline, rules: Iterable[Rule] = DEFAULT_RULES, gpu_reason: str = "") -> None:
+        self.timeline = timeline
+        self.rules = list(rules)
+        self.gpu_reason = gpu_reason
+
+    def analyze(self) -> Analysis:
+        return analyze(self.timeline, self.rules, self.gpu_reason)

@@ -1,0 +1,334 @@
+"""What every rule reads: the measured rounds, their counters, and aggregates computed once.
+
+Pure functions of a `Timeline`; nothing here prints or writes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from ..events import GPU_KINDS, WARMUP_FLAG, CopyKind, Kind, MemoryKind, unpack_copy_flags
+from ..merger import Timeline
+from ..results import BreakdownPart, EventRef, Hotspot, LatencyStats, ScopeStat
+
+_MS = 1e6
+_MB = 1024 * 1024
+#: Python files that are the framework rather than the user's code, for "framework overhead".
+FRAMEWORK_MARKERS = ("/torch/", "/site-packages/torch", "/transformers/", "/accelerate/")
+
+
+def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total length of the union of [start, end) intervals."""
+    if len(starts) == 0:
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    # A new run begins where a start lies past everything before it.
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    run_ends = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return int(np.sum(run_ends - s[idx]))
+
+
+@dataclass
+class Context:
+    """A timeline seen through its measured (non-warm-up) rounds."""
+
+    timeline: Timeline
+    gpu_reason: str = "no GPU data was collected"
+    metrics: dict[str, float | None] = field(default_factory=dict)
+
+    # -- rounds ----------------------------------------------------------------
+
+    @cached_property
+    def round_idx(self) -> np.ndarray:
+        """Indices of the measured rounds (all rounds when every round was a warm-up)."""
+        ev = self.timeline.events
+        rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
+        measured = rounds[(ev["flags"][rounds] & WARMUP_FLAG) == 0]
+        return measured if len(measured) else rounds
+
+    @cached_property
+    def round_ms(self) -> np.ndarray:
+        ev = self.timeline.events[self.round_idx]
+        return (ev["end"] - ev["start"]) / _MS
+
+    @cached_property
+    def latency(self) -> LatencyStats:
+        ev = self.timeline.events
+        rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
+        warm = rounds[(ev["flags"][rounds] & WARMUP_FLAG) != 0]
+        return LatencyStats.from_samples(list(self.round_ms), list((ev["end"][warm] - ev["start"][warm]) / _MS))
+
+    @property
+    def n_rounds(self) -> int:
+        return max(1, len(self.round_idx))
+
+    @cached_property
+    def wall_ns(self) -> int:
+        """Measured wall time: the sum of the measured rounds (or the whole test without rounds)."""
+        if len(self.round_idx):
+            ev = self.timeline.events[self.round_idx]
+            return int(np.sum(ev["end"] - ev["start"]))
+        tests = self.timeline.events[self.timeline.events["kind"] == Kind.TEST]
+        return int(np.sum(tests["end"] - tests["start"])) if len(tests) else 1
+
+    @cached_property
+    def in_rounds(self) -> np.ndarray:
+        """Mask of events that happen inside a measured round (a sample happens when it was taken: its end)."""
+        ev = self.timeline.events
+        if not len(self.round_idx):
+            return np.ones(len(ev), dtype=bool)
+        at = np.where(ev["kind"] == Kind.SAMPLE, ev["end"] - 1, ev["start"])
+        r = ev[self.round_idx]
+        order = np.argsort(r["start"])
+        rs, re = r["start"][order], r["end"][order]
+        k = np.searchsorted(rs, at, side="right") - 1
+        ok = k >= 0
+        return ok & (at < re[np.maximum(k, 0)])
+
+    @cached_property
+    def counters(self) -> dict[str, float]:
+        """Sums of the per-round process counters over the measured rounds."""
+        rows: list[dict[str, Any]] = list(self.timeline.meta.get("rounds", []))
+        measured = [r for r in rows if not r.get("warmup")] or rows
+        keys = ("wall_ns", "thread_cpu_ns", "user_ns", "sys_ns", "minflt", "majflt", "nvcsw", "nivcsw")
+        out = {k: float(sum(r.get(k, 0) for r in measured)) for k in keys}
+        out["rounds"] = float(len(measured))
+        if measured:
+            out["rss_first"] = float(measured[0].get("rss_start", 0))
+            out["rss_last"] = float(measured[-1].get("rss_end", 0))
+        return out
+
+    @cached_property
+    def rss_per_round(self) -> np.ndarray:
+        rows = [r for r in self.timeline.meta.get("rounds", []) if not r.get("warmup")]
+        return np.array([r.get("rss_end", 0) for r in rows], dtype=float)
+
+    # -- CPU samples ------------------------------------------------------------
+
+    @cached_property
+    def sample_weights(self) -> dict[int, float]:
+        """Sampled ns per folded-stack name id, inside measured rounds."""
+        ev = self.timeline.events
+        sel = (ev["kind"] == Kind.SAMPLE) & self.in_rounds
+        names, dur = ev["name"][sel], (ev["end"][sel] - ev["start"][sel]).astype(float)
+        if not len(names):
+            return {}
+        weights = np.bincount(names, weights=dur)
+        nz = np.flatnonzero(weights)
+        return {int(i): float(weights[i]) for i in nz}
+
+    @cached_property
+    def hotspots(self) -> list[Hotspot]:
+        self_ns: dict[str, float] = {}
+        total_ns: dict[str, float] = {}
+        for name, w in self.sample_weights.items():
+            frames = self.timeline.strings[name].split(";")
+            if frames == ["<harness>"]:
+                continue
+            self_ns[frames[-1]] = self_ns.get(frames[-1], 0.0) + w
+            for f in set(frames):
+                total_ns[f] = total_ns.get(f, 0.0) + w
+        n, wall = self.n_rounds, max(1, self.wall_ns)
+        spots = [
+            Hotspot(
+                function=f,
+                self_ms=self_ns.get(f, 0.0) / _MS / n,
+                total_ms=t / _MS / n,
+                share=self_ns.get(f, 0.0) / wall,
+            )
+            for f, t in total_ns.items()
+        ]
+        spots.sort(key=lambda h: (h.self_ms, h.total_ms), reverse=True)
+        return spots
+
+    @cached_property
+    def framework_ns(self) -> float:
+        """Sampled time whose innermost frame is in the framework's Python code."""
+        total = 0.0
+        for name, w in self.sample_weights.items():
+            leaf = self.timeline.strings[name].rsplit(";", 1)[-1]
+            if any(m in leaf for m in FRAMEWORK_MARKERS):
+                total += w
+        return total
+
+    # -- scopes -----------------------------------------------------------------
+
+    def path(self, i: int) -> str:
+        """Scope path of a span: the names of its enclosing scopes and modules."""
+        tl = self.timeline
+        parts = [tl.name(i)]
+        p = int(tl.parent[i])
+        while p >= 0 and tl.events["kind"][p] in (Kind.SCOPE, Kind.MODULE):
+            parts.append(tl.name(p))
+            p = int(tl.parent[p])
+        return "/".join(reversed(parts))
+
+    @cached_property
+    def scopes(self) -> list[ScopeStat]:
+        ev = self.timeline.events
+        idx = np.flatnonzero(np.isin(ev["kind"], [Kind.SCOPE, Kind.MODULE]) & self.in_rounds)
+        agg: dict[tuple[str, str], list[float]] = {}
+        for i in idx.tolist():
+            key = (self.path(i), "scope" if ev["kind"][i] == Kind.SCOPE else "module")
+            agg.setdefault(key, []).append(float(ev["end"][i] - ev["start"][i]))
+        wall, n = max(1, self.wall_ns), self.n_rounds
+        out = [
+            ScopeStat(
+                path=p,
+                kind=k,
+                count=len(d),
+                total_ms=sum(d) / _MS / n,
+                mean_ms=sum(d) / len(d) / _MS,
+                share=sum(d) / wall,
+            )
+            for (p, k), d in agg.items()
+        ]
+        out.sort(key=lambda s: s.total_ms, reverse=True)
+        return out
+
+    # -- GPU --------------------------------------------------------------------
+
+    @cached_property
+    def gpu(self) -> np.ndarray:
+        """GPU work records inside measured rounds."""
+        ev = self.timeline.events
+        return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.in_rounds]
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.timeline.has_gpu
+
+    @cached_property
+    def copies(self) -> dict[str, np.ndarray]:
+        cp = self.gpu[self.gpu["kind"] == Kind.MEMCPY]
+        kind, src, dst = unpack_copy_flags(cp["flags"])
+        return {
+            "all": cp,
+            "h2d": cp[kind == CopyKind.HTOD],
+            "d2h": cp[kind == CopyKind.DTOH],
+            "pageable": cp[(src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)],
+        }
+
+    # -- helpers for rules ---------------------------------------------------------
+
+    def per_round_ms(self, ns: float) -> float:
+        return ns / _MS / self.n_rounds
+
+    def refs(self, idx: np.ndarray | list[int], limit: int = 5) -> list[EventRef]:
+        """The longest of the given events, as report references."""
+        ev = self.timeline.events
+        idx = np.asarray(idx, dtype=np.int64)
+        if not len(idx):
+            return []
+        dur = ev["end"][idx] - ev["start"][idx]
+        top = idx[np.argsort(-dur, kind="stable")[:limit]]
+        return [
+            EventRef(
+                kind=Kind(int(ev["kind"][i])).name.lower(),
+                name=self.timeline.name(int(i)),
+                start_ms=float(ev["start"][i]) / _MS,
+                duration_ms=float(ev["end"][i] - ev["start"][i]) / _MS,
+            )
+            for i in top
+        ]
+
+    def breakdown(self) -> list[BreakdownPart]:
+        """The report's Timeline Breakdown, per measured round (parts may overlap)."""
+        wall = max(1, self.wall_ns)
+        c = self.counters
+        cpu_ns = c.get("thread_cpu_ns", 0.0)
+        parts = [
+            BreakdownPart("CPU (test thread on CPU)", self.per_round_ms(cpu_ns), cpu_ns / wall),
+            BreakdownPart(
+                "CPU wait (test thread off CPU)",
+                self.per_round_ms(max(0.0, wall - cpu_ns)),
+                max(0.0, wall - cpu_ns) / wall,
+            ),
+        ]
+        if self.has_gpu:
+            kernels = self.gpu[np.isin(self.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
+            k_ns = union_ns(kernels["start"], kernels["end"])
+            cp = self.copies["all"]
+            c_ns = union_ns(cp["start"], cp["end"])
+            parts.append(BreakdownPart("GPU compute", self.per_round_ms(k_ns), k_ns / wall))
+            parts.append(BreakdownPart("Transfers (host/device copies)", self.per_round_ms(c_ns), c_ns / wall))
+        else:
+            parts.append(BreakdownPart("GPU compute", None, None, collected=False, reason=self.gpu_reason))
+            parts.append(
+                BreakdownPart("Transfers (host/device copies)", None, None, collected=False, reason=self.gpu_reason)
+            )
+        if self.sample_weights:
+            fw = self.framework_ns
+            parts.append(
+                BreakdownPart("Framework overhead (torch Python code, sampled)", self.per_round_ms(fw), fw / wall)
+            )
+        else:
+            parts.append(
+                BreakdownPart(
+                    "Framework overhead (torch Python code, sampled)",
+                    None,
+                    None,
+                    collected=False,
+                    reason="no CPU stack samples (sampling off or rounds too short)",
+                )
+            )
+        return parts
+
+    def compute_metrics(self) -> dict[str, float | None]:
+        """Flat, dotted metric names: what checks, custom rules and reports read."""
+        lat, c, wall = self.latency, self.counters, max(1, self.wall_ns)
+        m: dict[str, float | None] = {
+            f"latency_ms.{k}": getattr(lat, k) for k in ("median", "mean", "p90", "p99", "min", "max", "iqr", "stdev")
+        }
+        m["rounds"] = float(len(self.round_idx))
+        cpu = c.get("thread_cpu_ns", 0.0)
+        m["cpu.test_thread_busy"] = cpu / wall
+        # The kernel share of the process's CPU time, applied to the test thread: user-mode busy time.
+        proc_cpu = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
+        m["cpu.test_thread_user_busy"] = cpu / wall * (c.get("user_ns", 0.0) / proc_cpu if proc_cpu else 1.0)
+        m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
+        proc = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
+        m["cpu.kernel_fraction"] = c.get("sys_ns", 0.0) / proc if proc else 0.0
+        m["cpu.cores"] = float(os.cpu_count() or 1)
+        m["cpu.involuntary_switches_per_round"] = c.get("nivcsw", 0.0) / self.n_rounds
+        m["cpu.samples"] = float(np.count_nonzero((self.timeline.events["kind"] == Kind.SAMPLE) & self.in_rounds))
+        mem = self.timeline.meta.get("memory", {})
+        m["mem.rss_peak_mb"] = mem.get("rss_peak", 0) / _MB if mem else None
+        m["mem.rss_growth_mb"] = (c.get("rss_last", 0.0) - c.get("rss_first", 0.0)) / _MB if "rss_first" in c else None
+        m["mem.minor_faults_per_round"] = c.get("minflt", 0.0) / self.n_rounds
+        m["mem.major_faults"] = c.get("majflt", 0.0)
+        m["gpu.memory_peak_mb"] = mem.get("gpu_allocated_peak") / _MB if mem.get("gpu_allocated_peak") else None
+        if self.has_gpu:
+            busy = union_ns(self.gpu["start"], self.gpu["end"])
+            cp = self.copies
+            compute = self.gpu[np.isin(self.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
+            m["gpu.busy_fraction"] = busy / wall
+            m["gpu.compute_fraction"] = union_ns(compute["start"], compute["end"]) / wall
+            m["gpu.idle_fraction"] = 1.0 - busy / wall
+            m["gpu.kernel_launches_per_round"] = np.count_nonzero(self.gpu["kind"] == Kind.KERNEL) / self.n_rounds
+            m["gpu.transfer_fraction"] = union_ns(cp["all"]["start"], cp["all"]["end"]) / wall
+            m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / self.n_rounds
+            m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / self.n_rounds
+        else:
+            for k in (
+                "busy_fraction",
+                "compute_fraction",
+                "idle_fraction",
+                "kernel_launches_per_round",
+                "transfer_fraction",
+                "h2d_bytes_per_round",
+                "d2h_bytes_per_round",
+            ):
+                m[f"gpu.{k}"] = None
+        m["trace.dropped_events"] = float(self.timeline.dropped)
+        return m

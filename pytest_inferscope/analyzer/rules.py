@@ -1,0 +1,356 @@
+"""The rules: each a small pure function from a `Context` to findings with evidence.
+
+A rule returns the findings it can support with numbers, or none. `share` is the fraction
+of the measured wall time the finding explains; `confidence` says how sure the rule is
+that the share is right (how much data backs it). Suggestions carry the time they are
+expected to save per round, computed from the evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..events import Kind
+from ..results import Finding, Suggestion
+from .context import Context, union_ns
+
+Rule = Callable[[Context], list[Finding]]
+
+#: The test thread must be on CPU at least this share of the time to call it CPU-bound.
+CPU_BUSY_MIN = 0.5
+#: Samples needed for full confidence in sampled attributions.
+SAMPLES_FOR_CONFIDENCE = 30
+#: RSS growth per measured round that counts as memory pressure.
+RSS_GROWTH_MB_PER_ROUND = 1.0
+GPU_BUSY_MIN = 0.6
+TRANSFER_MIN = 0.2
+_MB = 1024 * 1024
+
+
+def _sample_confidence(ctx: Context, floor: float = 0.6) -> float:
+    """How much to trust a sampled attribution: grows with the number of samples behind it."""
+    n = ctx.metrics.get("cpu.samples") or 0.0
+    return floor + (1.0 - floor) * min(1.0, n / SAMPLES_FOR_CONFIDENCE)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def cpu_saturation(ctx: Context) -> list[Finding]:
+    """The test thread was on CPU, in user mode, most of the time: the body is CPU-bound; the hotspots say where.
+
+    The share and confidence rest on the thread's CPU-time counters, which are exact;
+    the sampled hotspots only say where the time went, so they weigh in lightly.
+    Kernel time (page faults, syscalls) is left to the memory and wait rules.
+    """
+    busy = ctx.metrics.get("cpu.test_thread_busy") or 0.0
+    user_busy = ctx.metrics.get("cpu.test_thread_user_busy") or 0.0
+    if user_busy < CPU_BUSY_MIN:
+        return []
+    if ctx.has_gpu and (ctx.metrics.get("gpu.compute_fraction") or 0.0) >= busy:
+        return []  # the GPU, not the CPU, is the longer pole
+    spots = [h for h in ctx.hotspots if h.self_ms > 0][:5]
+    round_ms = ctx.per_round_ms(ctx.wall_ns)
+    evidence: dict[str, object] = {
+        "test thread CPU per round (ms)": round(ctx.per_round_ms(ctx.counters.get("thread_cpu_ns", 0.0)), 3),
+        "wall per round (ms)": round(round_ms, 3),
+        "test thread on CPU": _pct(busy),
+        "of it in user mode": _pct(user_busy),
+        "process CPU / wall": f"{ctx.metrics.get('cpu.process_utilisation') or 0.0:.2f}",
+    }
+    for i, h in enumerate(spots[:3], 1):
+        evidence[f"hotspot {i}"] = f"{h.function}: {h.self_ms:.2f} ms/round self ({_pct(h.share)})"
+    suggestions = [
+        Suggestion(
+            action=f"Speed up or take off the critical path: {h.function.split(' (')[0]}",
+            rationale=f"{h.self_ms:.2f} ms per round ({_pct(h.share)} of the round) is spent in this function itself",
+            saving_ms=h.self_ms,
+            rule="cpu_saturation",
+        )
+        for h in spots[:2]
+    ]
+    if ctx.has_gpu:
+        suggestions.append(
+            Suggestion(
+                action="Overlap host work with the GPU: prepare the next batch in a DataLoader worker or a thread",
+                rationale=f"the test thread is busy {_pct(busy)} of the round while GPU work waits for it",
+                saving_ms=round_ms * busy * 0.5,
+                rule="cpu_saturation",
+            )
+        )
+    else:
+        suggestions.append(
+            Suggestion(
+                action="Batch or vectorise the per-item Python work (tensor ops instead of Python loops)",
+                rationale=f"the test thread is on CPU {_pct(busy)} of every round running Python and native code",
+                saving_ms=sum(h.self_ms for h in spots[:3]) * 0.5,
+                rule="cpu_saturation",
+            )
+        )
+    top = f"; hottest: {spots[0].function.split(' (')[0]} ({spots[0].self_ms:.2f} ms/round)" if spots else ""
+    rounds = ctx.round_idx
+    return [
+        Finding(
+            rule="cpu_saturation",
+            title="CPU-bound: the test thread is busy on the CPU",
+            summary=f"The test thread was on CPU for {_pct(busy)} of the measured time ({round_ms:.2f} ms/round){top}.",
+            cause="cpu_bound",
+            share=min(1.0, user_busy),
+            confidence=min(1.0, user_busy / 0.8) * _sample_confidence(ctx, floor=0.85),
+            evidence=evidence,
+            events=ctx.refs(rounds, 3),
+            suggestions=suggestions,
+        )
+    ]
+
+
+def off_cpu_wait(ctx: Context) -> list[Finding]:
+    """The test thread spent much of the round off CPU (sleeping, I/O, locks, waiting on other threads)."""
+    busy = ctx.metrics.get("cpu.test_thread_busy") or 0.0
+    waiting = 1.0 - busy
+    if waiting < 0.3 or ctx.has_gpu:
+        return []  # with a GPU, waiting is the sync and idle rules' business
+    spots = [h for h in ctx.hotspots if h.self_ms > 0][:3]
+    wait_ms = ctx.per_round_ms(ctx.wall_ns) * waiting
+    return [
+        Finding(
+            rule="off_cpu_wait",
+            title="The test thread waits off CPU",
+            summary=(
+                f"The test thread was off CPU for {_pct(waiting)} of the measured time ({wait_ms:.2f} ms per "
+                "round): sleeping, blocked on I/O or a lock, or waiting for worker threads."
+            ),
+            cause=None,
+            share=waiting,
+            confidence=_sample_confidence(ctx),
+            evidence={
+                "off CPU per round (ms)": round(wait_ms, 3),
+                **{f"where it waited {i}": f"{h.function}: {h.self_ms:.2f} ms/round" for i, h in enumerate(spots, 1)},
+            },
+            suggestions=[
+                Suggestion(
+                    action=f"Remove or overlap the wait in {spots[0].function.split(' (')[0]}"
+                    if spots
+                    else "Find what the thread waits on (I/O, locks, sleeps) and overlap or remove it",
+                    rationale=f"{wait_ms:.2f} ms per round is spent waiting rather than computing",
+                    saving_ms=spots[0].self_ms if spots else wait_ms * 0.5,
+                    rule="off_cpu_wait",
+                )
+            ],
+        )
+    ]
+
+
+def memory_pressure(ctx: Context) -> list[Finding]:
+    """Host memory grows round over round, or the kernel spends the time faulting pages in."""
+    c = ctx.counters
+    rss = ctx.rss_per_round
+    n = len(rss)
+    growth_per_round = float(np.polyfit(np.arange(n), rss, 1)[0]) / _MB if n >= 3 else 0.0
+    wall = max(1, ctx.wall_ns)
+    sys_share = c.get("sys_ns", 0.0) / wall
+    faults = ctx.metrics.get("mem.minor_faults_per_round") or 0.0
+    major = c.get("majflt", 0.0)
+    growing = growth_per_round >= RSS_GROWTH_MB_PER_ROUND
+    faulting = (sys_share >= 0.2 and faults >= 100) or major > 0
+    if not (growing or faulting):
+        return []
+    # Time the pressure costs: kernel time (page faults, zeroing new pages) plus major-fault I/O.
+    share = min(1.0, sys_share)
+    if growing and n >= 3:
+        fit = np.polyfit(np.arange(n), rss, 1)
+        resid = rss - np.polyval(fit, np.arange(n))
+        ss = float(np.sum((rss - rss.mean()) ** 2))
+        r2 = 1.0 - float(np.sum(resid**2)) / ss if ss > 0 else 0.0
+        share = max(share, min(1.0, 0.5 + 0.5 * r2) if sys_share >= 0.1 else share)
+    else:
+        r2 = 0.0
+    confidence = min(1.0, 0.5 + 0.25 * growing + 0.25 * (faulting and sys_share >= 0.3) + 0.2 * (r2 > 0.9))
+    evidence = {
+        "RSS growth per round (MB)": round(growth_per_round, 2),
+        "RSS growth over measured rounds (MB)": round(ctx.metrics.get("mem.rss_growth_mb") or 0.0, 2),
+        "minor page faults per round": round(faults),
+        "major page faults": int(major),
+        "kernel (system) CPU time / wall": _pct(sys_share),
+    }
+    round_ms = ctx.per_round_ms(wall)
+    suggestions = []
+    if growing:
+        suggestions.append(
+            Suggestion(
+                action="Stop the growth: release per-call results, bound caches, avoid appending to long-lived lists",
+                rationale=f"RSS grows {growth_per_round:.1f} MB every round (fit R² {r2:.2f}); the new pages cost "
+                f"kernel time now and memory later",
+                saving_ms=round_ms * sys_share,
+                rule="memory_pressure",
+            )
+        )
+    suggestions.append(
+        Suggestion(
+            action="Reuse buffers instead of allocating per call (preallocate tensors, use out=, keep allocators warm)",
+            rationale=f"{round(faults)} page faults per round; the kernel spends {_pct(sys_share)} of the wall time",
+            saving_ms=round_ms * sys_share * 0.8,
+            rule="memory_pressure",
+        )
+    )
+    return [
+        Finding(
+            rule="memory_pressure",
+            title="Memory pressure: host memory grows and pages fault in",
+            summary=(
+                f"RSS grew {growth_per_round:.1f} MB per round with {round(faults)} page faults per round; the kernel "
+                f"took {_pct(sys_share)} of the wall time."
+            ),
+            cause="memory_bound",
+            share=share,
+            confidence=confidence,
+            evidence=evidence,
+            suggestions=suggestions,
+            events=ctx.refs(ctx.round_idx, 3),
+        )
+    ]
+
+
+def gpu_saturation(ctx: Context) -> list[Finding]:
+    """GPU kernels ran most of the round: the body is GPU-bound (copies are the transfers rule's)."""
+    if not ctx.has_gpu:
+        return []
+    busy = ctx.metrics.get("gpu.compute_fraction") or 0.0
+    if busy < GPU_BUSY_MIN:
+        return []
+    k = ctx.gpu[ctx.gpu["kind"] == Kind.KERNEL]
+    names = k["name"]
+    dur = (k["end"] - k["start"]).astype(float)
+    top: list[int] = np.argsort(-np.bincount(names, weights=dur))[:3].tolist() if len(k) else []
+    total = float(dur.sum()) or 1.0
+    evidence: dict[str, object] = {"GPU computing": _pct(busy), "kernels per round": round(len(k) / ctx.n_rounds)}
+    for i, n in enumerate(top, 1):
+        t = float(dur[names == n].sum())
+        evidence[f"kernel {i}"] = (
+            f"{ctx.timeline.strings[int(n)]}: {ctx.per_round_ms(t):.3f} ms/round ({_pct(t / total)})"
+        )
+    round_ms = ctx.per_round_ms(ctx.wall_ns)
+    kernel_ms = ctx.per_round_ms(total)
+    return [
+        Finding(
+            rule="gpu_saturation",
+            title="GPU-bound: the GPU is busy most of the round",
+            summary=f"GPU kernels covered {_pct(busy)} of the measured time; they took {kernel_ms:.2f} ms per round.",
+            cause="gpu_bound",
+            share=busy,
+            confidence=min(1.0, 0.7 + 0.3 * busy),
+            evidence=evidence,
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_rounds), 5),
+            suggestions=[
+                Suggestion(
+                    "Use lower precision (bf16/fp16 autocast) or TF32 for matrix work",
+                    f"kernels take {kernel_ms:.2f} ms per round; tensor-core paths are typically ~2x faster",
+                    kernel_ms * 0.4,
+                    "gpu_saturation",
+                ),
+                Suggestion(
+                    "Compile the model (torch.compile) to fuse elementwise kernels",
+                    f"{len(k) / ctx.n_rounds:.0f} kernels per round; fusion cuts memory traffic between them",
+                    kernel_ms * 0.15,
+                    "gpu_saturation",
+                ),
+            ]
+            if round_ms
+            else [],
+        )
+    ]
+
+
+def gpu_idle_host(ctx: Context) -> list[Finding]:
+    """The GPU sat idle while the test thread was busy on the CPU: the host is the bottleneck."""
+    if not ctx.has_gpu:
+        return []
+    idle = ctx.metrics.get("gpu.idle_fraction") or 0.0
+    busy = ctx.metrics.get("cpu.test_thread_busy") or 0.0
+    if idle < 0.3 or busy < 0.5:
+        return []
+    share = min(idle, busy)
+    spots = [h for h in ctx.hotspots if h.self_ms > 0][:3]
+    return [
+        Finding(
+            rule="gpu_idle_host",
+            title="The GPU waits for the host",
+            summary=f"The GPU was idle {_pct(idle)} of the measured time; the test thread was on CPU {_pct(busy)}.",
+            cause="cpu_bound",
+            share=share,
+            confidence=0.6 + 0.4 * min(1.0, share / 0.6),
+            evidence={
+                "GPU idle": _pct(idle),
+                "test thread on CPU": _pct(busy),
+                **{f"hotspot {i}": f"{h.function}: {h.self_ms:.2f} ms/round" for i, h in enumerate(spots, 1)},
+            },
+            suggestions=[
+                Suggestion(
+                    action=f"Move {h.function.split(' (')[0]} off the critical path or make it cheaper",
+                    rationale=f"{h.self_ms:.2f} ms per round of host time while the GPU is idle",
+                    saving_ms=h.self_ms,
+                    rule="gpu_idle_host",
+                )
+                for h in spots[:2]
+            ],
+        )
+    ]
+
+
+def transfers(ctx: Context) -> list[Finding]:
+    """Host/device copies take a large share of the round."""
+    if not ctx.has_gpu:
+        return []
+    cp = ctx.copies
+    frac = ctx.metrics.get("gpu.transfer_fraction") or 0.0
+    if frac < TRANSFER_MIN or not len(cp["all"]):
+        return []
+    copy_ns = union_ns(cp["all"]["start"], cp["all"]["end"])
+    pageable = cp["pageable"]
+    pg_ns = float(np.sum(pageable["end"] - pageable["start"]))
+    total_bytes = float(np.sum(cp["all"]["value"]))
+    bw = total_bytes / max(1.0, float(np.sum(cp["all"]["end"] - cp["all"]["start"])))  # bytes per ns = GB/s
+    suggestions = []
+    if len(pageable):
+        suggestions.append(
+            Suggestion(
+                "Pin host memory (tensor.pin_memory(), DataLoader(pin_memory=True)) and copy with non_blocking=True",
+                f"{len(pageable)} copies from pageable memory took {ctx.per_round_ms(pg_ns):.2f} ms per round; pinned "
+                "copies run at full link speed and can overlap compute",
+                ctx.per_round_ms(pg_ns) * 0.5,
+                "transfers",
+            )
+        )
+    suggestions.append(
+        Suggestion(
+            "Copy less: keep tensors on the device between calls, or send compact dtypes and convert on the GPU",
+            f"{total_bytes / ctx.n_rounds / _MB:.1f} MB copied per round",
+            ctx.per_round_ms(copy_ns) * 0.5,
+            "transfers",
+        )
+    )
+    return [
+        Finding(
+            rule="transfers",
+            title="Transfer-bound: host/device copies dominate",
+            summary=f"Copies covered {_pct(frac)} of the measured time ({total_bytes / ctx.n_rounds / _MB:.1f} MB per "
+            f"round at {bw:.1f} GB/s).",
+            cause="transfer_bound",
+            share=frac,
+            confidence=min(1.0, 0.7 + frac),
+            evidence={
+                "copy time per round (ms)": round(ctx.per_round_ms(copy_ns), 3),
+                "bytes per round": int(total_bytes / ctx.n_rounds),
+                "achieved bandwidth (GB/s)": round(bw, 2),
+                "pageable copies": len(pageable),
+            },
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.MEMCPY) & ctx.in_rounds), 5),
+            suggestions=suggestions,
+        )
+    ]
+
+
+DEFAULT_RULES: list[Rule] = [cpu_saturation, off_cpu_wait, memory_pressure, gpu_saturation, gpu_idle_host, transfers]

@@ -1,0 +1,164 @@
+"""The public API, inside pytest and out: `scope`, `mark_event`, `profile`, `measure`, and the fixture's handle."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .collectors import Collection, CollectionOptions, active, mark_event, scope
+from .collectors.gpu import Choice, select_backend
+from .config import Settings, resolve
+from .environment import collect_environment
+from .merger import Timeline
+from .postprocess import Plan, process
+from .reporters.files import check_report_dir
+from .results import TestResult
+
+__all__ = ["InferscopeFixture", "Profile", "mark_event", "measure", "profile", "scope"]
+
+
+@cache
+def _standalone_settings() -> Settings:
+    """Settings outside pytest: environment variables and the config file of the working directory."""
+    return resolve(cli={}, ini={}, env=os.environ, rootdir=Path.cwd())
+
+
+@cache
+def _gpu_choice(gpu: str) -> Choice:
+    return select_backend(gpu, forced=os.environ.get("INFERSCOPE_COLLECTOR") or None)
+
+
+class Profile:
+    """What `profile()` yields: the result is filled in when the block exits."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.result: TestResult | None = None
+        self.timeline: Timeline | None = None
+
+
+def _options(settings: Settings, cpu: str | None) -> CollectionOptions:
+    return CollectionOptions(
+        cpu=cpu or settings.cpu,
+        sample_interval_ms=settings.sample_interval_ms,
+        trace_size_mb=settings.trace_size_mb,
+        trace_spill=str(settings.trace_spill) if settings.trace_spill else None,
+        gpu_required=settings.gpu == "required",
+    )
+
+
+@contextmanager
+def _collecting(
+    name: str,
+    sink: Profile,
+    *,
+    rounds: int,
+    warmup: int,
+    report_dir: str | os.PathLike[str] | None,
+    thresholds: dict[str, Any] | None,
+    cpu: str | None,
+) -> Iterator[Collection]:
+    """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result."""
+    settings = _standalone_settings()
+    out = Path(report_dir) if report_dir is not None else settings.report
+    if out is not None:
+        check_report_dir(Path(out))
+    coll = Collection(_options(settings, cpu), _gpu_choice(settings.gpu), name=name)
+    coll.start()
+    partial = ""
+    try:
+        yield coll
+    except BaseException as exc:
+        partial = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        raise
+    finally:
+        raw = coll.stop()
+        plan = Plan(
+            nodeid=name,
+            rounds=rounds,
+            warmup=warmup,
+            thresholds=dict(thresholds or {}),
+            latency_stat=settings.latency_stat,
+        )
+        sink.result, sink.timeline = process(
+            raw,
+            plan,
+            coll.collectors_info(),
+            outcome="failed" if partial else "passed",
+            partial_reason=partial,
+            gpu_required=settings.gpu == "required",
+            report_dir=Path(out) if out is not None else None,
+            environment=collect_environment(),
+        )
+
+
+@contextmanager
+def profile(
+    name: str = "profile",
+    *,
+    report_dir: str | os.PathLike[str] | None = None,
+    thresholds: dict[str, Any] | None = None,
+    cpu: str | None = None,
+) -> Iterator[Profile]:
+    """Profile a block as one round; `.result` (a TestResult) is set when the block exits.
+
+    Reports are written to `report_dir` (or INFERSCOPE_REPORT) when given. An exception in
+    the block still produces a (partial) result, then propagates.
+    """
+    sink = Profile(name)
+    collecting = _collecting(name, sink, rounds=1, warmup=0, report_dir=report_dir, thresholds=thresholds, cpu=cpu)
+    with collecting as coll, coll.round(0, warmup=False):
+        yield sink
+
+
+def measure(
+    fn: Callable[..., Any],
+    *args: Any,
+    rounds: int = 10,
+    warmup: int = 2,
+    name: str | None = None,
+    report_dir: str | os.PathLike[str] | None = None,
+    thresholds: dict[str, Any] | None = None,
+    cpu: str | None = None,
+    **kwargs: Any,
+) -> TestResult:
+    """Call `fn(*args, **kwargs)` warmup + rounds times under collection and return the analysed result."""
+    sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
+    with _collecting(
+        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=thresholds, cpu=cpu
+    ) as coll:
+        coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
+    assert sink.result is not None
+    return sink.result
+
+
+class InferscopeFixture:
+    """The `inferscope` fixture: scopes and events inside the body, and the result after it."""
+
+    def __init__(self, nodeid: str, profiled: bool) -> None:
+        self.nodeid = nodeid
+        self.profiled = profiled  # the plugin profiles this test's body
+        self.result: TestResult | None = None  # set after the call phase of a profiled test
+
+    def scope(self, name: str) -> AbstractContextManager[Any]:
+        """A named scope; shows in the report with its time."""
+        return scope(name)
+
+    def mark_event(self, name: str, **attrs: Any) -> None:
+        """An instant event with attributes; shows in the report's Marks."""
+        mark_event(name, **attrs)
+
+    def profile(self, name: str | None = None, **kwargs: Any) -> AbstractContextManager[Profile]:
+        """Profile a block inside an unprofiled test, to assert on its result yourself."""
+        if active() is not None:
+            raise RuntimeError(
+                f"{self.nodeid} is already profiled by @pytest.mark.inferscope or --inferscope-all; "
+                "inferscope.profile() cannot nest inside it — use inferscope.scope() instead, "
+                "and read inferscope.result in a fixture's teardown."
+            )
+        return profile(name or self.nodeid, **kwargs)

@@ -1,0 +1,214 @@
+"""The trace buffer: fixed-size numpy rings, one per writing thread, no lock on the hot path.
+
+Collectors write here and nowhere else. A ring that fills either wraps (the oldest
+events are overwritten and counted as dropped) or, when a spill directory is given,
+writes its full contents to disk and starts again, losing nothing. The dropped count
+always reaches the report.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .events import EVENT_DTYPE, Domain, Kind, StringTable
+
+DEFAULT_SIZE_MB = 100
+_MB = 1024 * 1024
+
+
+class _Ring:
+    """One thread's ring. Only its owning thread writes to it."""
+
+    __slots__ = ("data", "dropped", "label", "pos", "spilled", "wrapped")
+
+    def __init__(self, capacity: int, label: str) -> None:
+        # np.empty leaves pages untouched, so an unused ring costs address space only.
+        self.data = np.empty(capacity, dtype=EVENT_DTYPE)
+        self.pos = 0
+        self.wrapped = False
+        self.dropped = 0
+        self.spilled: list[Path] = []
+        self.label = label
+
+    def ordered(self) -> np.ndarray:
+        if not self.wrapped:
+            return self.data[: self.pos]
+        return np.concatenate((self.data[self.pos :], self.data[: self.pos]))
+
+
+class TraceBuffer:
+    """Per-thread event rings of `size_mb` megabytes each.
+
+    The seeds' interface (`enqueue(dict) -> bool`, `read_all() -> list[dict]`) is kept
+    for convenience; collectors use the fast `record()` and the bulk `extend()`.
+    `enqueue`/`record` return False when the event overwrote an older one.
+    """
+
+    def __init__(
+        self,
+        size_mb: float = DEFAULT_SIZE_MB,
+        strings: StringTable | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if size_mb <= 0:
+            raise ValueError(f"trace buffer size must be positive, got {size_mb} MB")
+        self.capacity = max(16, int(size_mb * _MB) // EVENT_DTYPE.itemsize)
+        self.strings = strings if strings is not None else StringTable()
+        self.attrs: list[dict[str, Any]] = []
+        self.spill_dir = Path(spill_dir) if spill_dir is not None else None
+        self._local = threading.local()
+        self._rings: list[_Ring] = []
+        self._lock = threading.Lock()  # taken once per new thread, never per event
+
+    # -- writing ---------------------------------------------------------------
+
+    def _ring(self, label: str | None = None) -> _Ring:
+        ring: _Ring | None = getattr(self._local, "ring", None)
+        if ring is None:
+            ring = _Ring(self.capacity, label or threading.current_thread().name)
+            with self._lock:
+                self._rings.append(ring)
+            self._local.ring = ring
+        return ring
+
+    def _spill(self, ring: _Ring) -> None:
+        self.spill_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        fd, name = tempfile.mkstemp(prefix="inferscope-spill-", suffix=".npy", dir=self.spill_dir)
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, ring.ordered())
+        ring.spilled.append(Path(name))
+        ring.pos = 0
+        ring.wrapped = False
+
+    def record(
+        self,
+        kind: int,
+        name: int,
+        start: int,
+        end: int,
+        value: int = 0,
+        flags: int = 0,
+        tid: int = -1,
+        corr: int = 0,
+        stream: int = -1,
+        device: int = -1,
+        domain: int = Domain.HOST,
+    ) -> bool:
+        """Append one event to the calling thread's ring (the hot path)."""
+        ring = self._ring()
+        if ring.pos >= self.capacity:
+            if self.spill_dir is not None:
+                self._spill(ring)
+            else:
+                ring.pos = 0
+                ring.wrapped = True
+        if ring.wrapped:
+            ring.dropped += 1  # this write overwrites the oldest kept event
+        ring.data[ring.pos] = (start, end, value, corr, name, tid, stream, device, kind, domain, flags)
+        ring.pos += 1
+        return not ring.wrapped
+
+    def enqueue(self, event: Mapping[str, Any]) -> bool:
+        """Seeds' interface: a dict with at least type/kind, name and start (ns)."""
+        kind = event.get("kind", event.get("type"))
+        if isinstance(kind, str):
+            kind = Kind[kind.upper()]
+        start = int(event.get("start", event.get("start_ns", 0)))
+        end = int(event.get("end", event.get("end_ns", start)))
+        attrs = event.get("attrs")
+        value = int(event.get("value", 0))
+        if attrs is not None:
+            value = len(self.attrs)
+            self.attrs.append(dict(attrs))
+        return self.record(
+            int(kind),
+            self.strings.intern(str(event.get("name", ""))),
+            start,
+            end,
+            value=value,
+            flags=int(event.get("flags", 0)),
+            tid=int(event.get("tid", -1)),
+            corr=int(event.get("corr", 0)),
+            stream=int(event.get("stream", -1)),
+            device=int(event.get("device", -1)),
+            domain=int(event.get("domain", Domain.HOST)),
+        )
+
+    def add_attrs(self, attrs: Mapping[str, Any]) -> int:
+        """Store free-form attributes; the index goes into a record's value."""
+        self.attrs.append(dict(attrs))  # list.append is atomic under the GIL
+        return len(self.attrs) - 1
+
+    def extend(self, records: np.ndarray) -> int:
+        """Append an array of EVENT_DTYPE records (a GPU drain); returns how many older events it overwrote."""
+        if records.dtype != EVENT_DTYPE:
+            raise TypeError(f"extend() takes EVENT_DTYPE records, got {records.dtype}")
+        ring = self._ring()
+        lost = done = 0
+        n = len(records)
+        while done < n:
+            if ring.pos >= self.capacity:
+                if self.spill_dir is not None:
+                    self._spill(ring)
+                else:
+                    ring.pos = 0
+                    ring.wrapped = True
+            take = min(n - done, self.capacity - ring.pos)
+            if ring.wrapped:
+                lost += take
+            ring.data[ring.pos : ring.pos + take] = records[done : done + take]
+            ring.pos += take
+            done += take
+        ring.dropped += lost
+        return lost
+
+    # -- reading (after collection, from one thread) -----------------------------
+
+    @property
+    def dropped(self) -> int:
+        return sum(r.dropped for r in self._rings)
+
+    def __len__(self) -> int:
+        n = 0
+        for ring in self._rings:
+            n += self.capacity if ring.wrapped else ring.pos
+            n += sum(int(np.load(p, mmap_mode="r").shape[0]) for p in ring.spilled)
+        return n
+
+    def to_array(self) -> np.ndarray:
+        """Every kept event, each ring in insertion order, rings one after another."""
+        parts: list[np.ndarray] = []
+        for ring in list(self._rings):
+            parts.extend(np.load(p) for p in ring.spilled)
+            parts.append(ring.ordered())
+        if not parts:
+            return np.zeros(0, dtype=EVENT_DTYPE)
+        return np.concatenate(parts)
+
+    def read_all(self) -> list[dict[str, Any]]:
+        """Seeds' interface: every kept event as a dict (slow; for tests and small traces)."""
+        out = []
+        for row in self.to_array():
+            d = {field: row[field].item() for field in EVENT_DTYPE.names or ()}
+            d["type"] = Kind(d["kind"]).name.lower()
+            d["name"] = self.strings[d["name"]]
+            out.append(d)
+        return out
+
+    def clear(self) -> None:
+        """Forget every event (rings stay allocated for the next test); delete spill files."""
+        for ring in self._rings:
+            for p in ring.spilled:
+                p.unlink(missing_ok=True)
+            ring.spilled.clear()
+            ring.pos = 0
+            ring.wrapped = False
+            ring.dropped = 0
+        self.attrs = []

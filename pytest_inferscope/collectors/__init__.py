@@ -1,0 +1,281 @@
+"""Collection: starts the CPU, GPU and memory collectors around a body, runs its rounds, and
+hands the merger a `RawTrace`.
+
+The one piece of process-wide state is the active collection, so that
+`pytest_inferscope.scope()` and `mark_event()` can be called from anywhere (the test
+body, a library, another thread) without a handle. Outside a collection they cost a
+function call and record nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from ..buffer import TraceBuffer
+from ..events import WARMUP_FLAG, Kind, MemoryFlag, RawTrace, host_clock_ns
+from ..results import CollectorInfo
+from .cpu import Sampler, Tracer
+from .gpu import Choice, GpuBackendError, synchronize_device
+from .memory import Counters, MemoryCollector
+
+R = TypeVar("R")
+RAISED_FLAG = 2  # a span whose body raised
+
+_active: Collection | None = None
+
+
+def active() -> Collection | None:
+    """The collection currently running in this process, if any."""
+    return _active
+
+
+@dataclass(frozen=True)
+class CollectionOptions:
+    """How to collect; resolved from the settings and the marker by the caller."""
+
+    cpu: str = "sample"  # sample | trace | off
+    sample_interval_ms: float = 1.0
+    trace_size_mb: float = 100.0
+    trace_spill: str | None = None
+    gpu_required: bool = False
+
+
+class _Scope:
+    """A user scope; records one SCOPE span when it exits (also when the body raises)."""
+
+    __slots__ = ("_coll", "_name", "_start")
+
+    def __init__(self, coll: Collection, name: str) -> None:
+        self._coll = coll
+        self._name = coll.buffer.strings.intern(name)
+        self._start = 0
+
+    def __enter__(self) -> _Scope:
+        self._start = host_clock_ns()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._coll.buffer.record(
+            Kind.SCOPE,
+            self._name,
+            self._start,
+            host_clock_ns(),
+            flags=RAISED_FLAG if exc_type is not None else 0,
+            tid=threading.get_native_id(),
+        )
+
+
+class Collection:
+    """One profiled body: `start()`, then `round()`s, `scope()`s and `mark()`s, then `stop()`."""
+
+    def __init__(self, options: CollectionOptions, gpu: Choice | None = None, name: str = "test") -> None:
+        self.options = options
+        self.name = name
+        self.buffer = TraceBuffer(size_mb=options.trace_size_mb, spill_dir=options.trace_spill)
+        self.gpu_choice = gpu
+        self.gpu = gpu.collector if gpu is not None else None
+        self.gpu_error = ""
+        self.memory = MemoryCollector()
+        self.sampler: Sampler | None = None
+        self.tracer: Tracer | None = None
+        self.rounds: list[dict[str, Any]] = []
+        self.clock_pairs: list[tuple[int, int]] = []
+        self.t0 = 0
+        self.t_end = 0
+        self._running = False
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        global _active
+        if _active is not None:
+            raise RuntimeError(
+                f"a collection ({_active.name!r}) is already running in this process; "
+                "profiles cannot nest (use scope() inside the running one)"
+            )
+        tid = threading.get_native_id()
+        self.memory.start()
+        if self.gpu is not None:
+            try:
+                self.gpu.start()
+                self._clock_pair()
+            except Exception as exc:
+                self.gpu_error = f"{self.gpu.name} could not start: {exc}"
+                self.gpu = None
+                if self.options.gpu_required:
+                    self.memory.stop(0)
+                    raise GpuBackendError(
+                        f"GPU collection is required but {self.gpu_error}. Close the other profiler "
+                        "(torch.profiler, Nsight) or run without INFERSCOPE_GPU=required."
+                    ) from exc
+        if self.options.cpu == "sample":
+            self.sampler = Sampler(self.buffer, self.options.sample_interval_ms, threading.get_ident(), tid)
+        elif self.options.cpu == "trace":
+            self.tracer = Tracer(self.buffer, tid)
+        _active = self
+        self._running = True
+        self.t0 = host_clock_ns()
+        if self.sampler is not None:
+            self.sampler.start()
+        if self.tracer is not None:
+            self.tracer.start()
+
+    def stop(self) -> RawTrace:
+        """Stop every collector (idempotent) and return what was collected."""
+        global _active
+        if self._running:
+            self.t_end = host_clock_ns()
+            if self.tracer is not None:
+                self.tracer.stop()
+            if self.sampler is not None:
+                self.sampler.stop()
+            self.buffer.record(
+                Kind.TEST, self.buffer.strings.intern(self.name), self.t0, self.t_end, tid=threading.get_native_id()
+            )
+            if self.gpu is not None:
+                try:
+                    self.gpu.synchronize()
+                    self._clock_pair()
+                    self.gpu.stop()
+                    records, names = self.gpu.drain()
+                    if len(records):
+                        records = records.copy()
+                        records["name"] = self.buffer.strings.remap(names)[records["name"]]
+                        self.buffer.extend(records)
+                except Exception as exc:
+                    self.gpu_error = f"{self.gpu.name} failed while stopping: {exc}"
+            _active = None
+            self._running = False
+        return RawTrace(
+            events=self.buffer.to_array(),
+            strings=list(self.buffer.strings.strings),
+            attrs=list(self.buffer.attrs),
+            clock_pairs=self.clock_pairs,
+            dropped=self.buffer.dropped + (self.gpu.dropped() if self.gpu is not None else 0),
+            t0_ns=self.t0,
+            meta={
+                "rounds": self.rounds,
+                "memory": self.memory.stop(self.sampler.rss_peak if self.sampler else 0),
+                "wall_ns": self.t_end - self.t0,
+                "sampler": self._sampler_meta(),
+            },
+        )
+
+    def _clock_pair(self) -> None:
+        """The tightest of three back-to-back (host, device) readings."""
+        assert self.gpu is not None
+        best: tuple[int, int, int] | None = None
+        for _ in range(3):
+            h0 = host_clock_ns()
+            d = self.gpu.timestamp()
+            h1 = host_clock_ns()
+            if best is None or h1 - h0 < best[0]:
+                best = (h1 - h0, (h0 + h1) // 2, d)
+        assert best is not None
+        self.clock_pairs.append((best[1], best[2]))
+
+    def _sampler_meta(self) -> dict[str, Any]:
+        if self.sampler is not None:
+            return {"samples": self.sampler.samples, "cost_ns": self.sampler.cost_ns}
+        if self.tracer is not None:
+            return {"calls": self.tracer.calls, "per_call_ns": Tracer.per_call_ns()}
+        return {}
+
+    # -- inside the body -------------------------------------------------------
+
+    @contextmanager
+    def round(self, index: int, warmup: bool) -> Iterator[None]:
+        """One call of the body: a ROUND span, the device synchronised before it ends, counters kept."""
+        before = Counters.now()
+        start = host_clock_ns()
+        raised = False
+        try:
+            yield
+        except BaseException:
+            raised = True
+            raise
+        finally:
+            if self.gpu is not None:
+                self.gpu.synchronize()
+            else:
+                synchronize_device()  # CUDA work must not leak into the next round
+            end = host_clock_ns()
+            after = Counters.now()
+            flags = (WARMUP_FLAG if warmup else 0) | (RAISED_FLAG if raised else 0)
+            tid = threading.get_native_id()
+            self.buffer.record(
+                Kind.ROUND, self.buffer.strings.intern(f"round {index}"), start, end, value=index, flags=flags, tid=tid
+            )
+            self.buffer.record(Kind.MEMORY, 0, end, end, value=after.rss, flags=MemoryFlag.BOUNDARY, tid=tid)
+            row = before.delta(after)
+            row.update(index=index, warmup=warmup, raised=raised, start_ns=start - self.t0, wall_ns=end - start)
+            self.rounds.append(row)
+
+    def run_rounds(self, body: Callable[[], R], rounds: int, warmup: int) -> R:
+        """Call `body` warmup + rounds times; returns the last result."""
+        result: R | None = None
+        for i in range(warmup + rounds):
+            with self.round(i, warmup=i < warmup):
+                result = body()
+        return result  # type: ignore[return-value]
+
+    def scope(self, name: str) -> _Scope:
+        return _Scope(self, name)
+
+    def mark(self, name: str, attrs: dict[str, Any]) -> None:
+        t = host_clock_ns()
+        value = self.buffer.add_attrs(attrs) if attrs else -1
+        self.buffer.record(
+            Kind.MARK, self.buffer.strings.intern(name), t, t, value=value, tid=threading.get_native_id()
+        )
+
+    # -- description -------------------------------------------------------------
+
+    def collectors_info(self) -> list[CollectorInfo]:
+        wall = max(1, self.t_end - self.t0)
+        cpu: CollectorInfo
+        if self.sampler is not None:
+            cpu = CollectorInfo(
+                "cpu",
+                True,
+                f"stack sampling every {self.options.sample_interval_ms:g} ms",
+                overhead=self.sampler.cost_ns / wall,
+            )
+        elif self.tracer is not None:
+            cpu = CollectorInfo(
+                "cpu",
+                True,
+                "full call tracing (sys.setprofile)",
+                overhead=self.tracer.calls * Tracer.per_call_ns() / wall,
+            )
+        else:
+            cpu = CollectorInfo(
+                "cpu", True, "scopes and rounds only", reason="sampling off (--inferscope-cpu=off)", overhead=0.0
+            )
+        if self.gpu is not None:
+            gpu = CollectorInfo("gpu", True, f"{self.gpu.name} CUPTI ({self.gpu.version()})")
+        else:
+            reason = self.gpu_error or (self.gpu_choice.describe() if self.gpu_choice else "GPU collection not set up")
+            gpu = CollectorInfo("gpu", False, "none", reason=reason.removeprefix("not collected (").removesuffix(")"))
+        mem = CollectorInfo("memory", True, self.memory.mode())
+        return [cpu, gpu, mem]
+
+
+def scope(name: str) -> AbstractContextManager[Any]:
+    """A named scope in the running collection; a no-op outside one."""
+    coll = _active
+    return coll.scope(name) if coll is not None else nullcontext()
+
+
+def mark_event(name: str, **attrs: Any) -> None:
+    """An instant event with attributes in the running collection; a no-op outside one."""
+    coll = _active
+    if coll is not None:
+        coll.mark(name, attrs)

@@ -1,0 +1,169 @@
+"""The CPU collector: explicit scopes and marks, and where the Python time went.
+
+Two ways to see Python time:
+
+* `sample` (default): a daemon thread reads the test thread's stack every interval via
+  `sys._current_frames()` and records it as a folded stack weighted by the time since
+  the previous sample. It takes the GIL briefly once per interval; its own cost is
+  measured and reported as the overhead estimate. While the test thread is inside a
+  C call that released the GIL (a torch op), sampling costs the test thread nothing.
+* `trace` (opt-in): `sys.setprofile` records every Python call as a CALL span. Exact
+  but expensive; the overhead is estimated from a calibration and reported.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any
+
+from ..buffer import TraceBuffer
+from ..events import Kind, MemoryFlag, host_clock_ns
+from .memory import read_rss
+
+#: Frames from these files are the harness, not the user's code.
+_HARNESS_MARKERS = ("/_pytest/", "/pluggy/", "/pytest_inferscope/")
+MEMORY_SAMPLE_NS = 10_000_000
+
+
+def _label(code: CodeType) -> str:
+    module = code.co_filename.rsplit("/", 1)[-1].removesuffix(".py")
+    return f"{module}:{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+
+class Sampler:
+    """A thread that samples one thread's Python stack at a fixed interval."""
+
+    def __init__(self, buffer: TraceBuffer, interval_ms: float, target_ident: int, target_tid: int) -> None:
+        self.buffer = buffer
+        self.interval_s = interval_ms / 1000.0
+        self.target_ident = target_ident
+        self.target_tid = target_tid
+        self.samples = 0
+        self.cost_ns = 0  # time the sampler spent holding the GIL
+        self.rss_peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stacks: dict[tuple[CodeType, ...], int] = {}
+        self._labels: dict[CodeType, str | None] = {}
+
+    def start(self) -> None:
+        self._last = host_clock_ns()
+        self._last_mem = 0
+        self._thread = threading.Thread(target=self._run, name="inferscope-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self._thread = None
+
+    def _stack_name(self, frame: FrameType | None) -> int:
+        codes: list[CodeType] = []
+        while frame is not None:
+            codes.append(frame.f_code)
+            frame = frame.f_back
+        key = tuple(codes)
+        name = self._stacks.get(key)
+        if name is None:
+            labels = []
+            for code in reversed(codes):
+                label = self._labels.get(code, "")
+                if label == "":
+                    harness = any(m in code.co_filename for m in _HARNESS_MARKERS)
+                    label = self._labels[code] = None if harness else _label(code)
+                if label is not None:
+                    labels.append(label)
+            name = self._stacks[key] = self.buffer.strings.intern(";".join(labels) or "<harness>")
+        return name
+
+    def _run(self) -> None:
+        wait, stopped, frames = self._stop.wait, self._stop.is_set, sys._current_frames
+        record = self.buffer.record
+        while not wait(self.interval_s):
+            t0 = host_clock_ns()
+            frame = frames().get(self.target_ident)
+            if frame is None:  # the test thread is gone
+                break
+            name = self._stack_name(frame)
+            del frame
+            now = host_clock_ns()
+            record(Kind.SAMPLE, name, self._last, now, tid=self.target_tid)
+            self._last = now
+            self.samples += 1
+            # Only the GIL-held part above costs the test thread anything; the procfs read
+            # below releases the GIL, and waiting to get it back is not the test's time.
+            self.cost_ns += host_clock_ns() - t0
+            if now - self._last_mem >= MEMORY_SAMPLE_NS:
+                rss = read_rss()
+                self.rss_peak = max(self.rss_peak, rss)
+                record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
+                self._last_mem = now
+            if stopped():
+                break
+
+
+class Tracer:
+    """Full call tracing through sys.setprofile on the calling thread (opt-in)."""
+
+    _per_call_ns: float | None = None  # calibrated once per process
+
+    def __init__(self, buffer: TraceBuffer, tid: int) -> None:
+        self.buffer = buffer
+        self.tid = tid
+        self.calls = 0
+        self._stack: list[tuple[int, int]] = []
+        self._names: dict[CodeType, int] = {}
+        self._previous: Callable[..., Any] | None = None
+
+    def _hook(self, frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            code = frame.f_code
+            name = self._names.get(code)
+            if name is None:
+                name = self._names[code] = self.buffer.strings.intern(_label(code))
+            self._stack.append((name, host_clock_ns()))
+        elif event == "return" and self._stack:
+            name, start = self._stack.pop()
+            self.buffer.record(Kind.CALL, name, start, host_clock_ns(), tid=self.tid)
+            self.calls += 1
+
+    def start(self) -> None:
+        self._previous = sys.getprofile()
+        sys.setprofile(self._hook)
+
+    def stop(self) -> None:
+        sys.setprofile(self._previous)
+        now = host_clock_ns()
+        while self._stack:  # calls still open (the collection stopped inside them)
+            name, start = self._stack.pop()
+            self.buffer.record(Kind.CALL, name, start, now, tid=self.tid)
+
+    @classmethod
+    def per_call_ns(cls) -> float:
+        """Added cost of one traced call, measured once by timing a small function with and without the hook."""
+        if cls._per_call_ns is None:
+
+            def f() -> None:
+                pass
+
+            def loop(n: int) -> int:
+                t = time.perf_counter_ns()
+                for _ in range(n):
+                    f()
+                return time.perf_counter_ns() - t
+
+            n = 20_000
+            plain = loop(n)
+            tracer = cls(TraceBuffer(size_mb=4), tid=0)
+            tracer.start()
+            try:
+                traced = loop(n)
+            finally:
+                tracer.stop()
+            cls._per_call_ns = max(0.0, (traced - plain) / n)
+        return cls._per_call_ns

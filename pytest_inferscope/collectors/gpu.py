@@ -1,0 +1,139 @@
+"""The one place that picks a GPU backend (native CUPTI, cupti-python, or none) and says why.
+
+Every rejected choice keeps its reason; the chosen one (or "none") goes into the report
+header and the pytest header. `INFERSCOPE_COLLECTOR=native|cupti-python` forces a
+backend and fails loudly when it cannot run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+BACKENDS = ("native", "cupti-python")
+
+
+class GpuBackendError(RuntimeError):
+    """A GPU backend was required (INFERSCOPE_GPU=required or INFERSCOPE_COLLECTOR) and none can run."""
+
+
+class GpuCollector(Protocol):
+    """What a GPU backend offers. Records come back in EVENT_DTYPE, device clock domain."""
+
+    name: str
+
+    def start(self) -> None:
+        """Enable activity collection (kernels, copies, memsets, runtime, sync, memory)."""
+
+    def stop(self) -> None:
+        """Synchronise the device, flush (forced too) and disable collection. Never finalize."""
+
+    def drain(self) -> tuple[np.ndarray, list[str]]:
+        """Records collected since the last drain, and the names their `name` field indexes."""
+        ...
+
+    def dropped(self) -> int:
+        """Records CUPTI or the backend could not keep, since start."""
+        ...
+
+    def timestamp(self) -> int:
+        """CUPTI's clock now, in its own units (ns unless another client replaced it)."""
+        ...
+
+    def synchronize(self) -> None:
+        """Wait for all GPU work (end of a round)."""
+
+    def version(self) -> str:
+        """Backend and CUPTI version, for the report header."""
+        ...
+
+
+@dataclass
+class Choice:
+    """The outcome of `select_backend`: a collector or None, and why each option was or wasn't taken."""
+
+    collector: GpuCollector | None
+    reasons: dict[str, str] = field(default_factory=dict)  # backend -> why rejected
+
+    @property
+    def name(self) -> str:
+        return self.collector.name if self.collector is not None else "none"
+
+    def describe(self) -> str:
+        if self.collector is not None:
+            return f"{self.collector.name} ({self.collector.version()})"
+        return "not collected (" + "; ".join(v if k == "gpu" else f"{k}: {v}" for k, v in self.reasons.items()) + ")"
+
+
+def _cuda_device_present() -> str | None:
+    """None when a CUDA device looks usable, else the reason it doesn't."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return "CUDA_VISIBLE_DEVICES hides every GPU"
+    if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/proc/driver/nvidia/version")):
+        return "no NVIDIA GPU or driver on this machine"
+    return None
+
+
+def _load(backend: str) -> GpuCollector:
+    """Import and construct one backend; raises with the reason when it can't."""
+    module = {"native": ".gpu_native", "cupti-python": ".gpu_cuptipy"}[backend]
+    try:
+        mod = importlib.import_module(module, __package__)
+    except ImportError as exc:
+        raise RuntimeError(f"not available ({exc})") from exc
+    collector: GpuCollector = mod.create()  # raises RuntimeError with its reason
+    return collector
+
+
+def select_backend(gpu: str = "auto", forced: str | None = None) -> Choice:
+    """Pick the GPU backend for `gpu` = auto | off | required.
+
+    `forced` (from INFERSCOPE_COLLECTOR) names one backend; it is then the only candidate
+    and a failure is an error rather than a fallback.
+    """
+    if gpu == "off":
+        return Choice(None, {"gpu": "switched off (--inferscope-gpu=off)"})
+    if forced is not None and forced not in BACKENDS:
+        raise GpuBackendError(
+            f"INFERSCOPE_COLLECTOR={forced!r} is not a GPU backend; choose one of {', '.join(BACKENDS)}."
+        )
+    reasons: dict[str, str] = {}
+    missing = _cuda_device_present()
+    if missing is not None:
+        reasons["gpu"] = missing
+    else:
+        for backend in (forced,) if forced else BACKENDS:
+            try:
+                return Choice(_load(backend), reasons)
+            except RuntimeError as exc:
+                reasons[backend] = str(exc)
+    choice = Choice(None, reasons)
+    if forced is not None:
+        raise GpuBackendError(
+            f"INFERSCOPE_COLLECTOR={forced} was asked for but cannot run: {choice.describe()}. "
+            "Unset INFERSCOPE_COLLECTOR to fall back to CPU-only collection."
+        )
+    if gpu == "required":
+        raise GpuBackendError(
+            f"GPU collection is required (--inferscope-gpu=required or INFERSCOPE_GPU=required) "
+            f"but no backend can run: {choice.describe()}."
+        )
+    return choice
+
+
+def synchronize_device() -> None:
+    """Wait for CUDA work queued through torch, when torch has initialised CUDA (no GPU backend running)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:
+        pass

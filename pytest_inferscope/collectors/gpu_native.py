@@ -1,0 +1,193 @@
+"""The native GPU backend: the `_cupti` C extension behind the `GpuCollector` protocol.
+
+The extension decodes CUPTI's activity buffers in C into EVENT_DTYPE records (no Python object
+per record), which is why it is the fast path; this module holds the policy around it: whether
+it can run here, the record cap, refusing to start under another profiler, and synchronising
+the device whichever framework queued the work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ..events import EVENT_DTYPE
+
+DEFAULT_BUFFER_MB = 8  # per CUPTI buffer; CUPTI asks for more buffers as it fills them
+DEFAULT_TRACE_SIZE_MB = 100.0  # INFERSCOPE_TRACE_SIZE_MB: also caps the GPU records kept between drains
+
+
+def _trace_size_mb() -> float:
+    try:
+        size = float(os.environ.get("INFERSCOPE_TRACE_SIZE_MB", DEFAULT_TRACE_SIZE_MB))
+    except ValueError:  # config.py reports a bad value to the user; here the default keeps collection going
+        return DEFAULT_TRACE_SIZE_MB
+    return size if size > 0 else DEFAULT_TRACE_SIZE_MB
+
+
+def _foreign_profiler() -> str | None:
+    """Why CUPTI looks held by torch.profiler in this process, or None.
+
+    With the same libcupti as Kineto, CUPTI would accept our callbacks and silently take
+    Kineto's records (and Kineto ours), so an active torch.profiler is refused here rather than
+    left to CUPTI, which reports only clients outside the process's copy (Nsight).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if getattr(torch.autograd.profiler, "_is_profiler_enabled", False) or torch._C._autograd._profiler_enabled():
+            return "torch.profiler (Kineto) is active in this process"
+    except (AttributeError, RuntimeError):  # a torch without these internals: let CUPTI decide
+        return None
+    return None
+
+
+class DeviceSync:
+    """Waits for all GPU work in the process, whichever framework (torch, JAX, CuPy) queued it.
+
+    Through the driver API: every active primary context (the one torch, JAX and CuPy share per
+    device) and the calling thread's current context are synchronised, without creating a
+    context and without calling cuInit (a process that never initialised CUDA has no work to wait
+    for, and stays safe to fork). torch.cuda.synchronize() would wait on one device only, and on
+    nothing for JAX or CuPy work when torch's CUDA is not initialised. If the driver calls are
+    unusable, torch's synchronize is the fallback.
+    """
+
+    def __init__(self) -> None:
+        self._cuda: Any = None
+        self._error: str | None = None
+
+    def _driver(self) -> Any:
+        if self._cuda is None and self._error is None:
+            try:  # RTLD_NOLOAD: only the libcuda a framework already loaded; never the first to load it
+                self._cuda = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            except OSError:
+                return None  # not loaded yet: look again next time
+            for name in ("cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuDevicePrimaryCtxRelease_v2"):
+                if not hasattr(self._cuda, name):
+                    self._error, self._cuda = f"libcuda lacks {name}", None
+        return self._cuda
+
+    def __call__(self) -> None:
+        cuda = self._driver()
+        if cuda is None:
+            torch = sys.modules.get("torch")
+            if self._error is not None and torch is not None and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            return
+        count = ctypes.c_int(0)
+        if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return  # the driver is not initialised (no cuInit yet, never ours): no work to wait for
+        for ordinal in range(count.value):
+            dev, flags, active = ctypes.c_int(0), ctypes.c_uint(0), ctypes.c_int(0)
+            self._check(cuda.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+            self._check(cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)), "state")
+            if not active.value:
+                continue
+            ctx, old = ctypes.c_void_p(), ctypes.c_void_p()
+            self._check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+            try:
+                self._check(cuda.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+                try:
+                    self._check(cuda.cuCtxSynchronize(), f"cuCtxSynchronize (device {ordinal})")
+                finally:
+                    cuda.cuCtxPopCurrent_v2(ctypes.byref(old))
+            finally:
+                cuda.cuDevicePrimaryCtxRelease_v2(dev)
+        current = ctypes.c_void_p()
+        if cuda.cuCtxGetCurrent(ctypes.byref(current)) == 0 and current.value:
+            self._check(cuda.cuCtxSynchronize(), "cuCtxSynchronize (current context)")
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            name = ctypes.c_char_p()
+            self._cuda.cuGetErrorName(rc, ctypes.byref(name))
+            raise RuntimeError(f"{what} failed: {(name.value or b'CUDA error').decode()} ({rc})")
+
+
+class NativeGpuCollector:
+    """`GpuCollector` over `_cupti.Collector`: records come back as EVENT_DTYPE arrays, device clock domain."""
+
+    name = "native"
+
+    def __init__(self, module: ModuleType, collector: Any) -> None:
+        self._mod = module
+        self._c = collector
+        self._sync = DeviceSync()
+
+    def start(self) -> None:
+        reason = _foreign_profiler()
+        if reason is not None:
+            raise self._mod.CuptiBusyError(
+                f"CUPTI is in use by another profiler: {reason}. Collect GPU activity with one of the two at a time."
+            )
+        self._c.start()
+
+    def stop(self) -> None:
+        try:
+            self.synchronize()
+        finally:  # a faulted device must not leave CUPTI collecting
+            self._c.stop()
+
+    def drain(self) -> tuple[np.ndarray, list[str]]:
+        buf, names = self._c.drain()
+        return np.frombuffer(buf, dtype=EVENT_DTYPE), names
+
+    def synchronize(self) -> None:
+        self._sync()
+
+    def dropped(self) -> int:
+        return int(self._c.dropped())
+
+    def incomplete(self) -> int:
+        """Records still running at the forced flush (end = 0): emitted, and counted here."""
+        return int(self._c.incomplete())
+
+    def timestamp(self) -> int:
+        return int(self._c.timestamp())
+
+    def enabled(self) -> list[str]:
+        """CUPTI activity kinds the last start enabled."""
+        return list(self._c.enabled())
+
+    def version(self) -> str:
+        return str(self._mod.version())
+
+
+def create(
+    buffer_mb: int = DEFAULT_BUFFER_MB, max_records: int | None = None, driver: bool = True
+) -> NativeGpuCollector:
+    """The native collector, or RuntimeError with the reason it cannot run here.
+
+    `max_records` defaults to INFERSCOPE_TRACE_SIZE_MB worth of records; beyond it, records are
+    counted in `dropped()`. `driver` also records driver API calls, which JAX and Triton launch
+    through (torch's launches come as runtime calls either way).
+    """
+    try:
+        _cupti = importlib.import_module("pytest_inferscope._cupti")
+    except ImportError as exc:
+        raise RuntimeError(
+            f"native extension not built ({exc}); reinstall where the CUDA toolkit headers are "
+            "(INFERSCOPE_FORCE_NATIVE_BUILD=1 shows why a build fails)"
+        ) from exc
+    try:
+        _cupti.load()
+    except _cupti.CuptiError as exc:
+        raise RuntimeError(str(exc)) from exc
+    try:  # loading libcuda initialises nothing, unlike cuInit; RTLD_LOCAL keeps its symbols to itself
+        ctypes.CDLL("libcuda.so.1", mode=os.RTLD_LOCAL | os.RTLD_LAZY)
+    except OSError as exc:
+        raise RuntimeError(
+            f"NVIDIA driver library libcuda.so.1 cannot be loaded ({exc}): no usable GPU driver"
+        ) from exc
+    if max_records is None:
+        max_records = int(_trace_size_mb() * (1 << 20)) // EVENT_DTYPE.itemsize
+    collector = _cupti.Collector(buffer_mb << 20, max_records, driver=driver)
+    return NativeGpuCollector(_cupti, collector)

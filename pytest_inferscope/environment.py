@@ -1,0 +1,59 @@
+"""The machine a run happened on: what baselines are keyed by and reports show."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _plugin_version() -> str:
+    try:
+        return metadata.version("pytest-inferscope")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@cache
+def _static() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "plugin_version": _plugin_version(),
+    }
+
+
+def collect_environment() -> dict[str, Any]:
+    """Python, CPU, plugin version, and torch/CUDA/GPU facts when torch is already imported.
+
+    Never imports torch itself: a test session that doesn't use torch must not pay for it.
+    """
+    env = dict(_static())
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env["torch"] = getattr(torch, "__version__", "unknown")
+        env["torch_threads"] = torch.get_num_threads()
+        try:
+            if torch.cuda.is_available():
+                env["cuda"] = torch.version.cuda
+                env["gpu_model"] = torch.cuda.get_device_name(torch.cuda.current_device())
+                env["gpu_count"] = torch.cuda.device_count()
+        except Exception as exc:
+            env["cuda_error"] = str(exc)
+    return env

@@ -1,0 +1,214 @@
+"""The event record every collector writes and every later stage reads.
+
+One fixed-layout numpy record per event, so a million events are one array, not a
+million Python objects. Names are interned into a `StringTable`; free-form attributes
+(from `mark_event`) live in a side list indexed by the record's `value` field.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+#: The host clock every host-side event uses (CLOCK_MONOTONIC on Linux).
+host_clock_ns = time.perf_counter_ns
+
+
+class Kind(enum.IntEnum):
+    """What a record describes. Spans have start < end; instants have start == end."""
+
+    TEST = 1  # the profiled test body, all rounds
+    ROUND = 2  # one call of the test body; value = round index, flags bit 0 = warm-up
+    SCOPE = 3  # a user scope (`scope()` / fixture)
+    MODULE = 4  # a torch.nn.Module forward
+    MARK = 5  # `mark_event`; value = index into the attrs list
+    SAMPLE = 6  # CPU stack sample; name = folded stack, [start, end) = time it stands for
+    MEMORY = 7  # host memory counter; value = RSS bytes, flags = MemoryFlag
+    CALL = 8  # a Python function call (full call tracing mode)
+    KERNEL = 10  # GPU kernel
+    MEMCPY = 11  # GPU copy; value = bytes, flags = copy kind | src << 8 | dst << 16
+    MEMSET = 12  # GPU memset; value = bytes
+    RUNTIME = 13  # CUDA runtime/driver API call on the host (CPU side of a launch)
+    SYNC = 14  # synchronisation record; flags = SyncType
+    GPU_MEMORY = 15  # GPU allocation (value > 0) or free (value < 0), bytes
+    OVERHEAD = 16  # profiler overhead record (CUPTI buffer flush, ...)
+
+
+SPAN_KINDS = (Kind.TEST, Kind.ROUND, Kind.SCOPE, Kind.MODULE, Kind.CALL)
+GPU_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+
+
+class Domain(enum.IntEnum):
+    """Which clock a record's timestamps are in, until the merger puts it on the host's."""
+
+    HOST = 0
+    DEVICE = 1  # CUPTI timestamps
+
+
+class CopyKind(enum.IntEnum):
+    """CUPTI_ACTIVITY_MEMCPY_KIND_* (low byte of a MEMCPY record's flags)."""
+
+    UNKNOWN = 0
+    HTOD = 1
+    DTOH = 2
+    HTOA = 3
+    ATOH = 4
+    ATOA = 5
+    ATOD = 6
+    DTOA = 7
+    DTOD = 8
+    HTOH = 9
+    PTOP = 10
+
+
+class MemoryKind(enum.IntEnum):
+    """CUPTI_ACTIVITY_MEMORY_KIND_* (source byte and destination byte of a copy's flags)."""
+
+    UNKNOWN = 0
+    PAGEABLE = 1
+    PINNED = 2
+    DEVICE = 3
+    ARRAY = 4
+    MANAGED = 5
+    DEVICE_STATIC = 6
+    MANAGED_STATIC = 7
+
+
+class SyncType(enum.IntEnum):
+    """CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_*."""
+
+    UNKNOWN = 0
+    EVENT_SYNCHRONIZE = 1
+    STREAM_WAIT_EVENT = 2
+    STREAM_SYNCHRONIZE = 3
+    CONTEXT_SYNCHRONIZE = 4
+
+
+class MemoryFlag(enum.IntFlag):
+    """Flags of a MEMORY record."""
+
+    RSS = 0
+    BOUNDARY = 1  # read at a round boundary (the others are periodic samples)
+
+
+WARMUP_FLAG = 1
+
+EVENT_DTYPE = np.dtype(
+    [
+        ("start", "<i8"),  # ns in the record's clock domain
+        ("end", "<i8"),  # ns; equal to start for instants
+        ("value", "<i8"),  # kind-specific (bytes, RSS, round index, attrs index)
+        ("corr", "<u4"),  # CUPTI correlation id; 0 when none
+        ("name", "<i4"),  # index into the StringTable
+        ("tid", "<i4"),  # host thread (native id), or -1
+        ("stream", "<i4"),  # CUDA stream id, or -1 for host records
+        ("device", "<i2"),  # CUDA device, or -1 for host records
+        ("kind", "u1"),  # Kind
+        ("domain", "u1"),  # Domain
+        ("flags", "<u4"),  # kind-specific
+    ]
+)
+
+
+def copy_flags(copy: int, src: int, dst: int) -> int:
+    """Pack a copy's direction and its source and destination memory kinds."""
+    return (copy & 0xFF) | (src & 0xFF) << 8 | (dst & 0xFF) << 16
+
+
+def unpack_copy_flags(flags: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Inverse of `copy_flags`, vectorised: (copy kind, source kind, destination kind)."""
+    f = np.asarray(flags, dtype=np.uint32)
+    return f & 0xFF, (f >> 8) & 0xFF, (f >> 16) & 0xFF
+
+
+class StringTable:
+    """Interns names so records carry an int32, not a str."""
+
+    def __init__(self, strings: Iterable[str] = ()) -> None:
+        self._index: dict[str, int] = {}
+        self.strings: list[str] = []
+        for s in strings:
+            self.intern(s)
+
+    def intern(self, s: str) -> int:
+        i = self._index.get(s)
+        if i is None:
+            i = self._index[s] = len(self.strings)
+            self.strings.append(s)
+        return i
+
+    def __getitem__(self, i: int) -> str:
+        return self.strings[i]
+
+    def __len__(self) -> int:
+        return len(self.strings)
+
+    def remap(self, other: list[str]) -> np.ndarray:
+        """Map indices of another table (e.g. the native extension's) into this one."""
+        return np.fromiter((self.intern(s) for s in other), dtype=np.int32, count=len(other))
+
+
+def empty_events(n: int = 0) -> np.ndarray:
+    return np.zeros(n, dtype=EVENT_DTYPE)
+
+
+class RawTrace:
+    """What one collection leaves for the merger: events in their own clocks, plus clock pairs.
+
+    `clock_pairs` are (host_ns, device_ns) readings taken back to back at the start and
+    end of the collection; the merger fits one clock to the other from them.
+    """
+
+    def __init__(
+        self,
+        events: np.ndarray,
+        strings: list[str],
+        attrs: list[dict[str, object]] | None = None,
+        clock_pairs: list[tuple[int, int]] | None = None,
+        dropped: int = 0,
+        t0_ns: int = 0,
+        meta: dict[str, object] | None = None,
+    ) -> None:
+        self.events = events
+        self.strings = strings
+        self.attrs = attrs or []
+        self.clock_pairs = clock_pairs or []
+        self.dropped = dropped
+        self.t0_ns = t0_ns
+        #: Collection facts that are not events: per-round counters, memory peaks, collectors.
+        self.meta: dict[str, object] = meta or {}
+
+    def save(self, path: str) -> None:
+        """Write to a .npz file that `load` (and `inferscope analyze`) read back."""
+        import json
+
+        np.savez_compressed(
+            path,
+            events=self.events,
+            strings=np.array(json.dumps(self.strings)),
+            attrs=np.array(json.dumps(self.attrs, default=str)),
+            clock_pairs=np.array(self.clock_pairs, dtype=np.int64).reshape(-1, 2),
+            meta=np.array([self.dropped, self.t0_ns], dtype=np.int64),
+            info=np.array(json.dumps(self.meta, default=str)),
+        )
+
+    @classmethod
+    def load(cls, path: str) -> RawTrace:
+        import json
+
+        with np.load(path, allow_pickle=False) as z:
+            if z["events"].dtype != EVENT_DTYPE:
+                raise ValueError(f"{path}: events have layout {z['events'].dtype}, expected {EVENT_DTYPE}")
+            dropped, t0 = (int(x) for x in z["meta"])
+            return cls(
+                events=z["events"],
+                strings=json.loads(str(z["strings"])),
+                attrs=json.loads(str(z["attrs"])),
+                clock_pairs=[(int(h), int(d)) for h, d in z["clock_pairs"]],
+                dropped=dropped,
+                t0_ns=t0,
+                meta=json.loads(str(z["info"])) if "info" in z else {},
+            )

@@ -1,0 +1,252 @@
+"""The timeline merger: one clock, one order, one scope hierarchy.
+
+`merge(raw)` is a pure function from a `RawTrace` to a `Timeline`:
+
+1. fit host time = rate * device time + offset from the paired clock readings (measured
+   every collection, never assumed: a process-wide CUPTI timestamp callback, such as the
+   one torch.profiler installs, changes the device clock's rate);
+2. put every device record on the host clock and drop records that never finished;
+3. check causality: no GPU record may start before the runtime call that issued it;
+4. sort by start (longer spans first on ties) and make times relative to the test's start;
+5. build the span hierarchy (test > round > user scope > module) per thread, and give
+   every other event its innermost enclosing span (GPU work: the span of its launch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .events import EVENT_DTYPE, GPU_KINDS, SPAN_KINDS, Domain, Kind, RawTrace
+from .results import ClockFit
+
+#: A fit whose paired readings miss it by more than this is not trusted for GPU times.
+MAX_RESIDUAL_NS = 50_000
+#: A device clock whose rate differs from the host's by more than this is reported.
+RATE_TOLERANCE = 1e-3
+
+
+@dataclass
+class Timeline:
+    """Every event on the host clock in ns from the collection's start, sorted by start."""
+
+    events: np.ndarray
+    parent: np.ndarray  # int32: index of the innermost enclosing span, -1 for none
+    strings: list[str]
+    attrs: list[dict[str, Any]] = field(default_factory=list)
+    clock: ClockFit = field(default_factory=ClockFit)
+    dropped: int = 0
+    incomplete: int = 0  # device records with no end (still running at the forced flush)
+    t0_ns: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)  # per-round counters, memory, sampler (from the collection)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def mask(self, *kinds: int) -> np.ndarray:
+        return np.isin(self.events["kind"], np.asarray(kinds, dtype=np.uint8))
+
+    def name(self, i: int) -> str:
+        return self.strings[int(self.events["name"][i])]
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.mask(*GPU_KINDS).any())
+
+
+def fit_clock(pairs: list[tuple[int, int]], has_device_events: bool) -> ClockFit:
+    """Least-squares fit of host_ns against device_ns, with the worst residual."""
+    if not has_device_events:
+        return ClockFit(pairs=len(pairs))
+    if not pairs:
+        return ClockFit(ok=False, note="device events but no clock readings: GPU times cannot be placed")
+    h = np.array([p[0] for p in pairs], dtype=np.float64)
+    d = np.array([p[1] for p in pairs], dtype=np.float64)
+    if len(pairs) == 1 or np.ptp(d) == 0:
+        offset = float(np.mean(h - d))
+        return ClockFit(
+            rate=1.0,
+            offset_ns=offset,
+            residual_ns=float(np.max(np.abs(h - d - offset))),
+            pairs=len(pairs),
+            note="one clock reading: offset only, rate assumed 1",
+        )
+    # Centre before fitting: raw timestamps are ~1e18 and would lose precision.
+    d0, h0 = d.mean(), h.mean()
+    rate = float(np.sum((d - d0) * (h - h0)) / np.sum((d - d0) ** 2))
+    offset = float(h0 - rate * d0)
+    residual = float(np.max(np.abs(h - (rate * d + offset))))
+    ok = residual <= MAX_RESIDUAL_NS
+    notes = []
+    if abs(rate - 1.0) > RATE_TOLERANCE:
+        notes.append(
+            f"device clock runs at {rate:.6f}x the host's (another CUPTI client, such as "
+            "torch.profiler, may have replaced CUPTI's timestamps); corrected by the fit"
+        )
+    if not ok:
+        notes.append(
+            f"fit residual {residual / 1e3:.1f} us exceeds {MAX_RESIDUAL_NS / 1e3:.0f} us: GPU times not trusted"
+        )
+    return ClockFit(
+        rate=rate,
+        offset_ns=offset,
+        residual_ns=residual,
+        pairs=len(pairs),
+        ok=ok,
+        note="; ".join(notes) or "fitted from paired readings",
+    )
+
+
+def _to_host(ev: np.ndarray, fit: ClockFit) -> None:
+    dev = ev["domain"] == Domain.DEVICE
+    if not dev.any():
+        return
+    for col in ("start", "end"):
+        # Subtract the first device timestamp before scaling to keep float64 exact.
+        raw = ev[col][dev]
+        base = int(raw.min())
+        ev[col][dev] = np.rint((raw - base).astype(np.float64) * fit.rate + (fit.rate * base + fit.offset_ns)).astype(
+            np.int64
+        )
+    ev["domain"][dev] = Domain.HOST
+
+
+def causality_violations(ev: np.ndarray) -> int:
+    """GPU records that start before the runtime call with their correlation id."""
+    rt = ev[(ev["kind"] == Kind.RUNTIME) & (ev["corr"] != 0)]
+    gpu = ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & (ev["corr"] != 0)]
+    if len(rt) == 0 or len(gpu) == 0:
+        return 0
+    order = np.argsort(rt["corr"], kind="stable")
+    corr, starts = rt["corr"][order], rt["start"][order]
+    pos = np.searchsorted(corr, gpu["corr"])
+    pos = np.minimum(pos, len(corr) - 1)
+    found = corr[pos] == gpu["corr"]
+    return int(np.count_nonzero(found & (gpu["start"] < starts[pos])))
+
+
+def _hierarchy(ev: np.ndarray) -> np.ndarray:
+    """Parent index of every event (see the module docstring, step 5)."""
+    n = len(ev)
+    parent = np.full(n, -1, dtype=np.int32)
+    kind = ev["kind"]
+    is_span = np.isin(kind, np.asarray(SPAN_KINDS, dtype=np.uint8))
+    span_idx = np.flatnonzero(is_span)
+    starts, ends, tids = ev["start"], ev["end"], ev["tid"]
+
+    # Per thread: walk the spans in order with a stack; record where the innermost
+    # active span changes, as a step function of time.
+    steps: dict[int, tuple[list[int], list[int]]] = {}
+    stacks: dict[int, list[int]] = {}
+    for i in span_idx.tolist():
+        tid = int(tids[i])
+        stack = stacks.setdefault(tid, [])
+        times, active = steps.setdefault(tid, ([], []))
+        s = int(starts[i])
+        while stack and int(ends[stack[-1]]) <= s:
+            top = stack.pop()
+            times.append(int(ends[top]))
+            active.append(stack[-1] if stack else -1)
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+        times.append(s)
+        active.append(i)
+    for tid, stack in stacks.items():
+        times, active = steps[tid]
+        while stack:
+            top = stack.pop()
+            times.append(int(ends[top]))
+            active.append(stack[-1] if stack else -1)
+
+    # Top-level spans of other threads hang under the test thread's span at that time.
+    rounds = np.flatnonzero(kind == Kind.ROUND)
+    test_tid = int(tids[rounds[0]]) if len(rounds) else None
+    if test_tid is not None and test_tid in steps and len(steps) > 1:
+        t_times = np.asarray(steps[test_tid][0], dtype=np.int64)
+        t_active = np.asarray(steps[test_tid][1], dtype=np.int32)
+        orphans = span_idx[(parent[span_idx] == -1) & (tids[span_idx] != test_tid)]
+        if len(orphans):
+            k = np.searchsorted(t_times, starts[orphans], side="right") - 1
+            parent[orphans] = np.where(k >= 0, t_active[np.maximum(k, 0)], -1)
+
+    # Host leaves (samples, marks, memory, runtime calls): innermost span of their thread.
+    leaves = np.flatnonzero(~is_span & (ev["device"] < 0))
+    if len(leaves):
+        leaf_tids = tids[leaves]
+        for tid in np.unique(leaf_tids).tolist():
+            sel = leaves[leaf_tids == tid]
+            key = tid if tid in steps else test_tid
+            if key is None or key not in steps:
+                continue
+            times_a = np.asarray(steps[key][0], dtype=np.int64)
+            active_a = np.asarray(steps[key][1], dtype=np.int32)
+            # A sample's stack was seen when it was taken, at its end.
+            at = np.where(kind[sel] == Kind.SAMPLE, ends[sel] - 1, starts[sel])
+            k = np.searchsorted(times_a, at, side="right") - 1
+            parent[sel] = np.where(k >= 0, active_a[np.maximum(k, 0)], -1)
+
+    # Device work: the span its runtime call ran in.
+    dev = np.flatnonzero(ev["device"] >= 0)
+    dev = dev[kind[dev] != Kind.RUNTIME]
+    if len(dev):
+        rt = np.flatnonzero((kind == Kind.RUNTIME) & (ev["corr"] != 0))
+        if len(rt):
+            order = rt[np.argsort(ev["corr"][rt], kind="stable")]
+            corr = ev["corr"][order]
+            pos = np.minimum(np.searchsorted(corr, ev["corr"][dev]), len(corr) - 1)
+            found = (corr[pos] == ev["corr"][dev]) & (ev["corr"][dev] != 0)
+            parent[dev[found]] = parent[order[pos[found]]]
+    return parent
+
+
+def merge(raw: RawTrace) -> Timeline:
+    """Put a raw collection on one clock, in one order, with its hierarchy."""
+    ev = np.array(raw.events, dtype=EVENT_DTYPE, copy=True)
+    has_device = bool((ev["domain"] == Domain.DEVICE).any())
+    fit = fit_clock(raw.clock_pairs, has_device)
+    incomplete_mask = ev["end"] < ev["start"]  # e.g. end == 0 from a forced flush
+    incomplete = int(np.count_nonzero(incomplete_mask))
+    if incomplete:
+        ev = ev[~incomplete_mask]
+    if has_device:
+        if fit.ok:
+            _to_host(ev, fit)
+            fit.causality_violations = causality_violations(ev)
+            if fit.causality_violations:
+                fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
+        else:
+            # Keep the CPU-side results rather than report GPU times on a wrong clock.
+            ev = ev[ev["domain"] != Domain.DEVICE]
+    ev["start"] -= raw.t0_ns
+    ev["end"] -= raw.t0_ns
+    order = np.lexsort((-(ev["end"] - ev["start"]), ev["start"]))
+    ev = ev[order]
+    return Timeline(
+        events=ev,
+        parent=_hierarchy(ev),
+        strings=list(raw.strings),
+        attrs=list(raw.attrs),
+        clock=fit,
+        dropped=raw.dropped,
+        incomplete=incomplete,
+        t0_ns=raw.t0_ns,
+        meta=dict(raw.meta),
+    )
+
+
+class TimelineMerger:
+    """The seeds' interface over `merge`, for callers that hold CPU and GPU events apart."""
+
+    def __init__(self, raw: RawTrace) -> None:
+        self.raw = raw
+        self._timeline: Timeline | None = None
+
+    def synchronize_clocks(self) -> ClockFit:
+        return self.get_unified_timeline().clock
+
+    def get_unified_timeline(self) -> Timeline:
+        if self._timeline is None:
+            self._timeline = merge(self.raw)
+        return self._timeline

@@ -1,0 +1,93 @@
+"""The reporters: the only code in the plugin that writes files or terminal output.
+
+Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.json` and, when a
+timeline is given, `trace.json` (Perfetto / chrome://tracing). Per session, `write_index` writes
+`index.md` and `index.json`. Every file is written atomically, so an interrupted run leaves the
+previous file or the new one, and nothing else in the folder is touched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..merger import Timeline
+from ..results import SCHEMA_VERSION, TestResult
+from .files import ReportDirError, atomic_write_text, check_report_dir, slugify
+from .jsonreport import ReportFormatError, dumps, load_report, to_json
+from .markdown import render_index, render_report, verdict_label
+from .trace import write_chrome_trace
+
+__all__ = [
+    "ReportDirError",
+    "ReportFormatError",
+    "check_report_dir",
+    "load_report",
+    "slugify",
+    "to_json",
+    "write_index",
+    "write_test_reports",
+]
+
+_SAFE_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def write_test_reports(result: TestResult, timeline: Timeline | None, report_dir: Path) -> dict[str, str]:
+    """Write one test's report files; return {"md", "json"[, "trace"]} -> path relative to report_dir.
+
+    The same dict is stored in `result.files` (and so in report.json). A partial result (the test
+    raised) is written the same way; its report says so at the top.
+    """
+    if not _SAFE_SLUG.fullmatch(result.slug or ""):
+        raise ValueError(f"{result.nodeid}: slug {result.slug!r} is not a safe folder name; use slugify(nodeid)")
+    folder = Path(report_dir) / result.slug
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"md": f"{result.slug}/report.md", "json": f"{result.slug}/report.json"}
+    if timeline is not None:
+        # The trace first: if the disk fills up, report.json does not point to a missing trace.
+        write_chrome_trace(timeline, folder / "trace.json", title=result.nodeid)
+        files["trace"] = f"{result.slug}/trace.json"
+    result.files = dict(files)
+    atomic_write_text(folder / "report.json", to_json(result))
+    atomic_write_text(folder / "report.md", render_report(result))
+    return files
+
+
+def write_index(results: list[TestResult], report_dir: Path, session: dict[str, Any]) -> Path:
+    """Write index.md and index.json for a session's profiled tests; return the path of index.md."""
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    index = {
+        "schema_version": SCHEMA_VERSION,
+        "session": session,
+        "tests": [index_entry(r) for r in sorted(results, key=lambda r: r.nodeid)],
+    }
+    atomic_write_text(report_dir / "index.json", dumps(index))
+    md = report_dir / "index.md"
+    atomic_write_text(md, render_index(results, session))
+    return md
+
+
+def index_entry(result: TestResult) -> dict[str, Any]:
+    """One test's line of index.json: the figures CI dashboards read, and where its files are."""
+    lat = result.latency
+    return {
+        "nodeid": result.nodeid,
+        "slug": result.slug,
+        "verdict": result.verdict,
+        "verdict_label": verdict_label(result),
+        "outcome": result.outcome,
+        "rounds": result.rounds,
+        "measured_rounds": len(lat.samples_ms),
+        "warmup": result.warmup,
+        "latency_ms": {k: getattr(lat, k) for k in ("median", "iqr", "mean", "p90", "p99", "min", "max")}
+        | {"rel_spread": lat.rel_spread},
+        "bottleneck": result.analysis.bottleneck,
+        "confidence": result.analysis.confidence,
+        "failed_checks": [c.key for c in result.failed_checks],
+        "checks": {c.key: c.status for c in result.checks},
+        "dropped_events": result.dropped_events,
+        "partial_reason": result.partial_reason,
+        "files": dict(result.files),
+    }

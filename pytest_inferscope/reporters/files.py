@@ -1,0 +1,144 @@
+"""Safe file output for the reporters: atomic writes, report folder names, the report directory check.
+
+Every report file is written to a temporary file in its final folder and moved into place with
+`os.replace`, so a reader (or a crash half-way) sees the old file or the new one, never half of
+one; and nothing here deletes a file it did not create.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+#: Longest readable part of a slug; the rest of the uniqueness comes from the hash.
+SLUG_MAX = 80
+_HASH_LEN = 10
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_LOOKS_HASHED = re.compile(rf"-[0-9a-f]{{{_HASH_LEN}}}$")
+# Names Windows refuses whatever the extension; a report folder may be copied there by CI.
+_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+
+
+class ReportDirError(Exception):
+    """The report directory cannot be used; the message says which path and why."""
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], *, durable: bool = False) -> Iterator[BinaryIO]:
+    """Open a binary file that replaces `path` only when the block finishes without an exception.
+
+    The temporary file lives in the same folder (so `os.replace` is a rename, atomic on POSIX and
+    Windows) and is created with O_EXCL under a random name, so it can never be someone else's
+    file; on failure it is removed, and `path` is left as it was. `durable` also syncs the file
+    and the folder to disk (for baselines; reports can be written again by re-running the tests,
+    and a sync of a large trace costs more than writing it).
+    """
+    target = Path(path)
+    folder = target.parent
+    for _ in range(100):
+        tmp = folder / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            # 0o666 lets the umask decide the final permissions, as for any ordinary file.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        except FileExistsError:
+            continue
+        break
+    else:  # pragma: no cover - 100 collisions of 32 random bits
+        raise FileExistsError(errno.EEXIST, "could not create a unique temporary file", str(folder))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable and hasattr(os, "O_DIRECTORY"):  # make the rename itself durable (POSIX only)
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = False) -> None:
+    """Write `data` to `path` atomically (see `atomic_open`)."""
+    with atomic_open(path, durable=durable) as f:
+        f.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, durable: bool = False) -> None:
+    """Write `text` to `path` atomically as UTF-8 with '\\n' line ends on every platform."""
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+
+
+def slugify(nodeid: str) -> str:
+    """A folder name for a test's reports: readable, filesystem-safe, distinct for distinct ids.
+
+    The readable part keeps letters, digits, '.', '_' and '-' and turns everything else
+    ('/', '::', brackets, spaces, unicode) into '_'. When that changed anything, or the id is too
+    long, or it would clash on a case-insensitive filesystem, a hash of the full node id is
+    appended: two ids can then only share a slug if they share the hash.
+    """
+    readable = _UNSAFE.sub("_", nodeid.replace("::", "__")).strip("._-") or "test"
+    altered = (
+        readable != nodeid
+        or len(readable) > SLUG_MAX
+        or nodeid.lower() != nodeid  # Test_A and test_a must not share a folder on macOS/Windows
+        or readable.split(".")[0].upper() in _RESERVED
+        or _LOOKS_HASHED.search(readable) is not None  # could equal another id's hashed slug
+    )
+    if not altered:
+        return readable
+    digest = hashlib.sha1(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
+    return f"{readable[:SLUG_MAX].rstrip('._-')}-{digest}"
+
+
+def check_report_dir(path: str | os.PathLike[str]) -> None:
+    """Make sure reports can be written under `path`, creating it if needed; never deletes anything.
+
+    Raises `ReportDirError` with one paragraph that names the path, what is wrong and what to do.
+    """
+    p = Path(path)
+    other = "or pass another folder with --inferscope-report=DIR."
+    if p.exists() and not p.is_dir():
+        raise ReportDirError(
+            f"The inferscope report directory {str(p)!r} exists but is a file, not a folder; reports are "
+            f"written as one folder per test inside it. Move or rename that file, {other}"
+        )
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ReportDirError(
+            f"The inferscope report directory {str(p)!r} cannot be created: {_why(e)}. Check that each "
+            f"parent of it is a folder this user can write to, {other}"
+        ) from e
+    # os.access ignores read-only mounts and ACLs and is always true for root: try a write instead,
+    # with a file of our own (O_EXCL, random name) so the clean-up can only remove what we made.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".inferscope-write-check-", dir=p)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ReportDirError(
+            f"The inferscope report directory {str(p)!r} exists but is not writable: {_why(e)}. Give this "
+            f"user write permission on it, {other}"
+        ) from e
+
+
+def _why(e: OSError) -> str:
+    reason = e.strerror or str(e)
+    if e.filename and os.fspath(e.filename) not in reason:
+        return f"{reason} ({os.fspath(e.filename)})"
+    return reason

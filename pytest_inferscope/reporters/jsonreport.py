@@ -1,0 +1,161 @@
+"""report.json: a test's `TestResult` as versioned JSON, and reading it back for `inferscope analyze/compare`.
+
+The file is `TestResult.to_dict()` with sorted keys; `schema_version` says which layout it has.
+Reading checks the layout against the dataclasses before building them, so a hand-edited or
+truncated file fails with the file name and the key that is wrong, not with a TypeError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..results import SCHEMA_VERSION, TestResult
+
+
+class ReportFormatError(ValueError):
+    """A report file that cannot be read back; the message names the file and what is wrong."""
+
+
+def to_json(result: TestResult) -> str:
+    """The report.json text of a result: sorted keys, indented, strict JSON (no NaN)."""
+    return dumps(result.to_dict())
+
+
+def dumps(data: Any) -> str:
+    """The JSON text of every report file: sorted keys, one-space indent, strict (NaN -> null)."""
+    return json.dumps(json_safe(data), sort_keys=True, indent=1, default=_default, allow_nan=False) + "\n"
+
+
+def load_report(path: str | os.PathLike[str]) -> TestResult:
+    """Read a report.json back into a `TestResult`; raises `ReportFormatError` for anything wrong."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportFormatError(f"{p}: cannot read the inferscope report: {e}") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReportFormatError(
+            f"{p}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}. "
+            "Was the file truncated or edited by hand? Re-run the tests to write it again."
+        ) from e
+    return result_from_dict(data, str(p))
+
+
+def result_from_dict(data: Any, source: str) -> TestResult:
+    """Check `data` (a parsed report.json) against the TestResult layout and build it.
+
+    `source` names where the data came from in error messages (a file name, or a worker).
+    """
+    if not isinstance(data, dict):
+        raise ReportFormatError(f"{source}: expected a JSON object at the top, found {_json_type(data)}")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ReportFormatError(f"{source}: missing or invalid 'schema_version'; this is not an inferscope report.json")
+    if version > SCHEMA_VERSION:
+        raise ReportFormatError(
+            f"{source}: written with report schema {version}, but this pytest-inferscope reads schema "
+            f"{SCHEMA_VERSION} and older. Upgrade pytest-inferscope to read it."
+        )
+    _check(TestResult, data, source, "")
+    try:
+        return TestResult.from_dict(data)
+    except (TypeError, ValueError, KeyError) as e:  # the check above should have caught it
+        raise ReportFormatError(f"{source}: cannot build the test result: {e}") from e
+
+
+def _check(tp: Any, value: Any, source: str, where: str) -> None:
+    """Raise ReportFormatError if `value` does not fit type `tp` (a results dataclass or a hint)."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                _check(arg, value, source, where)
+                return
+            except ReportFormatError as e:
+                errors.append(e)
+        raise errors[0]
+    if value is None and tp is float:
+        return  # NaN and infinities are written as null
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, dict):
+            raise _wrong(source, where, "an object", value)
+        hints = typing.get_type_hints(tp)
+        for f in dataclasses.fields(tp):
+            inner = f"{where}.{f.name}" if where else f.name
+            if f.name not in value:
+                required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                if required:
+                    raise ReportFormatError(f"{source}: missing key {inner!r}")
+                continue
+            _check(hints[f.name], value[f.name], source, inner)
+        return
+    if origin is list:
+        if not isinstance(value, list):
+            raise _wrong(source, where, "a list", value)
+        (arg,) = typing.get_args(tp)
+        for i, v in enumerate(value):
+            _check(arg, v, source, f"{where}[{i}]")
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _wrong(source, where, "an object", value)
+        _, arg = typing.get_args(tp)
+        for k, v in value.items():
+            _check(arg, v, source, f"{where}[{k!r}]")
+        return
+    expected = {float: (int, float), int: (int,), str: (str,), bool: (bool,)}.get(tp)
+    if expected is None:
+        return
+    if not isinstance(value, expected) or (tp is not bool and isinstance(value, bool)):
+        raise _wrong(source, where, tp.__name__, value)
+
+
+def _wrong(source: str, where: str, expected: str, value: Any) -> ReportFormatError:
+    return ReportFormatError(f"{source}: {where or 'the top'} should be {expected}, found {_json_type(value)}")
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    for t, name in names.items():
+        if isinstance(value, t):
+            return f"{name} ({json.dumps(value)[:40]})" if t in (str, bool) else name
+    return f"a number ({value!r})" if isinstance(value, int | float) else type(value).__name__
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with NaN and infinities anywhere (evidence is free-form) turned into null, as to_dict does."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _default(value: Any) -> Any:
+    """JSON for what a rule may leave in free-form evidence: numpy arrays, paths, sets."""
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    return str(value)

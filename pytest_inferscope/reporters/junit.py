@@ -1,0 +1,45 @@
+"""JUnit XML properties: a test's key figures as (name, value) pairs for `item.user_properties`.
+
+CI systems read these from the JUnit report to gate on or chart them; the names are part of
+the plugin's interface, so they only ever gain entries.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..results import TestResult
+
+
+def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[str, str]]:
+    """The inferscope.* properties of one test, in a stable order."""
+    lat = result.latency
+    props = [
+        ("inferscope.latency_ms.median", _num(lat.median)),
+        ("inferscope.latency_ms.p90", _num(lat.p90)),
+        ("inferscope.latency_ms.p99", _num(lat.p99)),
+        ("inferscope.latency_ms.iqr", _num(lat.iqr)),
+        ("inferscope.latency_ms.min", _num(lat.min)),
+        ("inferscope.latency_ms.max", _num(lat.max)),
+        ("inferscope.rounds", str(len(lat.samples_ms))),
+        ("inferscope.bottleneck", result.analysis.bottleneck),
+        ("inferscope.confidence", _num(result.analysis.confidence)),
+        ("inferscope.verdict", result.verdict),
+        ("inferscope.dropped_events", str(result.dropped_events)),
+    ]
+    if result.partial_reason:
+        props.append(("inferscope.partial_reason", result.partial_reason))
+    if report_dir is not None and "md" in result.files:
+        props.append(("inferscope.report", str(Path(report_dir) / result.files["md"])))
+    if report_dir is not None and "trace" in result.files:
+        props.append(("inferscope.trace", str(Path(report_dir) / result.files["trace"])))
+    props += [(f"inferscope.check.{c.key}", c.status) for c in result.checks]
+    return props
+
+
+def _num(v: float | None) -> str:
+    """A number as CI tools parse it: up to 6 significant digits, 'nan' when not measured."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "nan"
+    return f"{v:.6g}"

@@ -1,0 +1,86 @@
+"""The inferscope section of pytest's terminal summary: one row per profiled test.
+
+`summary_lines` is the pure formatting (unit-tested without pytest); `write_terminal_summary`
+only hands its lines to the TerminalReporter, coloured by verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..results import TestResult
+from .markdown import fmt_conf, fmt_ms, fmt_pct, verdict_label
+
+if TYPE_CHECKING:
+    from pytest import TerminalReporter
+
+#: Longest test id shown; longer ones keep their start and end around an ellipsis.
+MAX_ID = 60
+_HEADER = ("test", "median ms", "± IQR", "spread", "rounds", "bottleneck", "verdict")
+
+
+def write_terminal_summary(
+    tr: TerminalReporter, results: list[TestResult], report_dir: Path | None, header_lines: list[str]
+) -> None:
+    """Write the inferscope section through `tr`, pytest's TerminalReporter."""
+    if not results and not header_lines and report_dir is None:
+        return
+    tr.write_sep("=", "inferscope")
+    lines = summary_lines(results)
+    ordered = sorted(results, key=lambda r: r.nodeid)
+    for i, line in enumerate(lines):
+        r = ordered[i - 1] if 0 < i <= len(ordered) else None
+        markup: dict[str, bool] = {}
+        if r is not None and r.verdict == "partial":
+            markup = {"yellow": True}
+        elif r is not None and verdict_label(r).startswith("FAIL"):
+            markup = {"red": True, "bold": True}
+        tr.write_line(line, **markup)
+    for line in header_lines:
+        tr.write_line(line)
+    if report_dir is not None:
+        tr.write_line(f"inferscope reports: {Path(report_dir) / 'index.md'}")
+
+
+def summary_lines(results: list[TestResult]) -> list[str]:
+    """A header and one aligned row per test, sorted by id; with no results, one line saying so."""
+    if not results:
+        return ["no tests were profiled"]
+    ordered = sorted(results, key=lambda r: r.nodeid)
+    ids = short_ids([r.nodeid for r in ordered])
+    rows = [_HEADER]
+    for r, short in zip(ordered, ids, strict=True):
+        lat = r.latency
+        median, iqr = (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}") if lat.samples_ms else ("n/a", "")
+        spread = fmt_pct(lat.rel_spread) if lat.samples_ms and not math.isnan(lat.rel_spread) else "n/a"
+        bottleneck = f"{r.analysis.bottleneck} ({fmt_conf(r.analysis.confidence)})"
+        rows.append((short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, verdict_label(r)))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(_HEADER))]
+    right = {1, 3, 4}  # numbers line up on the right
+    return [
+        "  ".join(
+            cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def short_ids(nodeids: list[str]) -> list[str]:
+    """Test ids without their folders (unless that makes two alike), ellipsised past MAX_ID."""
+
+    def strip(nodeid: str) -> str:
+        path, sep, rest = nodeid.partition("::")
+        return path.rsplit("/", 1)[-1] + sep + rest
+
+    short = [strip(n) for n in nodeids]
+    clash = {s for s in short if short.count(s) > 1}
+    out = []
+    for full, s in zip(nodeids, short, strict=True):
+        s = full if s in clash else s
+        if len(s) > MAX_ID:
+            head = (MAX_ID - 1) // 2
+            s = s[:head] + "…" + s[-(MAX_ID - 1 - head) :]
+        out.append(s)
+    return out

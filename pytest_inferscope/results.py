@@ -1,0 +1,272 @@
+"""The plain data that joins analyzer, checks and reporters, and that travels through xdist.
+
+Every class here serialises to JSON with `to_dict()` and back with `from_dict()`, so any
+later stage can be re-run from a saved `report.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+BOTTLENECKS = (
+    "cpu_bound",
+    "gpu_bound",
+    "transfer_bound",
+    "launch_bound",
+    "sync_bound",
+    "memory_bound",
+)
+#: When no finding explains enough of the time to name a class.
+UNCLASSIFIED = "unclassified"
+
+LATENCY_STATS = ("median", "mean", "p90", "p99", "min", "max")
+
+T = TypeVar("T")
+
+
+class _Serial:
+    """to_dict / from_dict for the dataclasses below (nested, lists, optionals)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        return typing.cast(T, _build(cls, data))
+
+
+def _plain(value: Any) -> Any:
+    """Make a value JSON-safe: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _build(tp: Any, data: Any) -> Any:
+    if data is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _build(args[0], data) if len(args) == 1 else data
+    if origin is list:
+        (arg,) = typing.get_args(tp)
+        return [_build(arg, v) for v in data]
+    if origin is dict:
+        _, arg = typing.get_args(tp)
+        return {k: _build(arg, v) for k, v in data.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = typing.get_type_hints(tp)
+        kwargs = {f.name: _build(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data}
+        return tp(**kwargs)
+    if tp is float and data is not None:
+        return float(data)
+    return data
+
+
+@dataclass
+class LatencyStats(_Serial):
+    """Per-round wall-clock latency of the test body, warm-up rounds kept apart."""
+
+    samples_ms: list[float]
+    warmup_ms: list[float] = field(default_factory=list)
+    median: float = math.nan
+    mean: float = math.nan
+    p90: float = math.nan
+    p99: float = math.nan
+    min: float = math.nan
+    max: float = math.nan
+    iqr: float = math.nan
+    stdev: float = math.nan
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float], warmup_ms: list[float] | None = None) -> LatencyStats:
+        s = np.asarray(samples_ms, dtype=float)
+        if s.size == 0:
+            return cls([], list(warmup_ms or []))
+        q25, q50, q75, q90, q99 = np.percentile(s, [25, 50, 75, 90, 99])
+        return cls(
+            samples_ms=[float(x) for x in s],
+            warmup_ms=[float(x) for x in (warmup_ms or [])],
+            median=float(q50),
+            mean=float(s.mean()),
+            p90=float(q90),
+            p99=float(q99),
+            min=float(s.min()),
+            max=float(s.max()),
+            iqr=float(q75 - q25),
+            stdev=float(s.std(ddof=1)) if s.size > 1 else 0.0,
+        )
+
+    def get(self, stat: str) -> float:
+        if stat not in LATENCY_STATS:
+            raise ValueError(f"unknown latency statistic {stat!r}; choose one of {', '.join(LATENCY_STATS)}")
+        return float(getattr(self, stat))
+
+    @property
+    def rel_spread(self) -> float:
+        """IQR over median: the spread the terminal summary shows."""
+        return self.iqr / self.median if self.median else math.nan
+
+
+@dataclass
+class Suggestion(_Serial):
+    """One thing to try, with the time it is expected to save per round."""
+
+    action: str
+    rationale: str
+    saving_ms: float
+    rule: str = ""
+
+
+@dataclass
+class EventRef(_Serial):
+    """An event behind a finding, in report form (times in ms from the test's start)."""
+
+    kind: str
+    name: str
+    start_ms: float
+    duration_ms: float
+
+
+@dataclass
+class Finding(_Serial):
+    """What one rule saw, with the numbers and events that show it."""
+
+    rule: str
+    title: str
+    summary: str
+    cause: str | None  # the bottleneck class this supports, or None for information
+    share: float  # fraction of the measured time this explains, 0..1
+    confidence: float  # 0..1
+    evidence: dict[str, Any] = field(default_factory=dict)
+    events: list[EventRef] = field(default_factory=list)
+    suggestions: list[Suggestion] = field(default_factory=list)
+
+
+@dataclass
+class BreakdownPart(_Serial):
+    """One line of the report's Timeline Breakdown."""
+
+    name: str  # "CPU", "GPU compute", "Transfers", "Framework overhead", ...
+    ms: float | None  # per round; None when not collected
+    share: float | None
+    collected: bool = True
+    reason: str = ""  # why not collected
+
+
+@dataclass
+class Hotspot(_Serial):
+    """A Python function by sampled CPU time (self and total, per round)."""
+
+    function: str  # "module:qualname (file:line)"
+    self_ms: float
+    total_ms: float
+    share: float  # self time over measured round time
+
+
+@dataclass
+class ScopeStat(_Serial):
+    """A user scope (or module) aggregated over the measured rounds."""
+
+    path: str  # "forward/attention"
+    kind: str  # "scope" | "module" | "round"
+    count: int
+    total_ms: float
+    mean_ms: float
+    share: float
+
+
+@dataclass
+class Analysis(_Serial):
+    """The analyzer's verdict: a class chosen from the findings, never the other way round."""
+
+    bottleneck: str
+    confidence: float
+    findings: list[Finding] = field(default_factory=list)
+    suggestions: list[Suggestion] = field(default_factory=list)
+    breakdown: list[BreakdownPart] = field(default_factory=list)
+    hotspots: list[Hotspot] = field(default_factory=list)
+    scopes: list[ScopeStat] = field(default_factory=list)
+    metrics: dict[str, float | None] = field(default_factory=dict)  # flat, dotted names
+
+
+@dataclass
+class CheckResult(_Serial):
+    """One marker threshold against what was measured."""
+
+    key: str
+    status: str  # "passed" | "failed" | "not_evaluated"
+    limit: Any
+    measured: Any
+    message: str
+
+
+@dataclass
+class CollectorInfo(_Serial):
+    """Which collector ran, how, and why not when it didn't."""
+
+    name: str  # "cpu" | "gpu" | "memory"
+    active: bool
+    mode: str  # e.g. "sampling 1.0 ms", "native CUPTI", "procfs"
+    reason: str = ""
+    overhead: float | None = None  # estimated fraction of wall time
+
+
+@dataclass
+class ClockFit(_Serial):
+    """host_ns = rate * device_ns + offset, fitted from paired readings."""
+
+    rate: float = 1.0
+    offset_ns: float = 0.0
+    residual_ns: float = 0.0
+    pairs: int = 0
+    causality_violations: int = 0
+    ok: bool = True
+    note: str = "no device clock (CPU-only collection)"
+
+
+@dataclass
+class TestResult(_Serial):
+    """Everything about one profiled test; what reporters render and xdist ships."""
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    slug: str
+    outcome: str  # "passed" | "failed" (the test's own outcome, before checks)
+    verdict: str  # "pass" | "fail" | "partial"
+    rounds: int
+    warmup: int
+    latency: LatencyStats
+    analysis: Analysis
+    checks: list[CheckResult] = field(default_factory=list)
+    collectors: list[CollectorInfo] = field(default_factory=list)
+    clock: ClockFit = field(default_factory=ClockFit)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    dropped_events: int = 0
+    event_count: int = 0
+    partial_reason: str = ""  # the exception that cut the body short
+    marks: list[dict[str, Any]] = field(default_factory=list)  # mark_event()s: name, t_ms, attrs
+    environment: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # "md" -> path, relative to the report dir
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def failed_checks(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == "failed"]

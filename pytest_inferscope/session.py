@@ -1,0 +1,278 @@
+"""The plugin's one stateful object: plans which tests to profile, runs their rounds, and
+turns each collection into a result, a report, JUnit properties and maybe a failure.
+
+Registered by `plugin.py` as "inferscope-session"; everything heavy (numpy, the collectors, the
+reporters) is imported when the first test is profiled, so a session that profiles
+nothing pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import traceback
+import warnings
+from collections.abc import Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .checks import validate_marker
+from .config import Settings
+
+if TYPE_CHECKING:
+    from .api import InferscopeFixture
+    from .collectors import Collection
+    from .collectors.gpu import Choice
+    from .events import RawTrace
+    from .postprocess import Plan
+    from .results import TestResult
+
+log = logging.getLogger("pytest_inferscope")
+
+#: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
+MARKED_ROUNDS, MARKED_WARMUP = 5, 1
+
+
+class InferscopeWarning(UserWarning):
+    """Something the plugin could not do, that did not fail the test."""
+
+
+@dataclass
+class _Pending:
+    """A collection between the call phase and its report."""
+
+    collection: Collection
+    raw: RawTrace | None = None
+    partial: str = ""
+    skipped: bool = False
+
+
+class InferscopeSession:
+    """State for one pytest session (or one xdist worker)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.report_dir: Path | None = (
+            (config.invocation_params.dir / settings.report).resolve() if settings.report is not None else None
+        )
+        self.plans: dict[str, Plan] = {}
+        self.results: list[TestResult] = []
+        self.fixtures: dict[str, InferscopeFixture] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._gpu: Choice | None = None
+        self._environment: dict[str, Any] | None = None
+        logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
+
+    # -- setup ---------------------------------------------------------------------
+
+    def gpu_choice(self) -> Choice:
+        """The GPU backend, chosen once per session (raises GpuBackendError when required and absent)."""
+        if self._gpu is None:
+            from .collectors.gpu import select_backend
+
+            self._gpu = select_backend(self.settings.gpu, forced=os.environ.get("INFERSCOPE_COLLECTOR") or None)
+            log.info("inferscope GPU collection: %s", self._gpu.describe())
+        return self._gpu
+
+    def environment(self) -> dict[str, Any]:
+        if self._environment is None:
+            from .environment import collect_environment
+
+            env = collect_environment()
+            for extra in self.config.hook.pytest_inferscope_machine_info(config=self.config):
+                env.update(extra or {})
+            self._environment = env
+        return self._environment
+
+    def _plan(self, item: pytest.Item) -> Plan | None:
+        from .postprocess import Plan
+
+        kwargs: dict[str, Any] = {}
+        marked = False
+        for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
+            marked = True
+            kwargs.update(marker.kwargs)
+        if not marked and not self.settings.all:
+            return None
+        s = self.settings
+        default_rounds, default_warmup = (MARKED_ROUNDS, MARKED_WARMUP) if marked else (1, 0)
+        return Plan(
+            nodeid=item.nodeid,
+            rounds=int(kwargs.get("rounds", s.rounds if s.rounds is not None else default_rounds)),
+            warmup=int(kwargs.get("warmup", s.warmup if s.warmup is not None else default_warmup)),
+            thresholds=kwargs,
+            latency_stat=str(kwargs.get("latency_stat", s.latency_stat)),
+            cpu=str(kwargs.get("cpu", s.cpu)),
+        )
+
+    # -- hooks ---------------------------------------------------------------------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.settings.gpu == "required":
+            from .collectors.gpu import GpuBackendError
+
+            try:
+                self.gpu_choice()
+            except GpuBackendError as exc:
+                raise pytest.UsageError(str(exc)) from exc
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return self.header_lines()
+
+    def header_lines(self) -> list[str]:
+        s = self.settings
+        cpu = {
+            "sample": f"stack sampling every {s.sample_interval_ms:g} ms",
+            "trace": "full call tracing",
+            "off": "scopes and rounds only",
+        }[s.cpu]
+        lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_choice().describe()}"]
+        if self.report_dir is not None:
+            lines.append(f"inferscope: reports in {self.report_dir}")
+        return lines
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        problems: list[str] = []
+        for item in items:
+            for marker in item.iter_markers("inferscope"):
+                problems.extend(validate_marker(item.nodeid, marker.args, marker.kwargs))
+        if problems:
+            raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))
+        for item in items:
+            if isinstance(item, pytest.Function):
+                plan = self._plan(item)
+                if plan is not None:
+                    self.plans[item.nodeid] = plan
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+        plan = self.plans.get(pyfuncitem.nodeid)
+        original = pyfuncitem.obj
+        if plan is None or inspect.iscoroutinefunction(original):
+            return (yield)
+        from .collectors import Collection, CollectionOptions
+
+        s = self.settings
+        options = CollectionOptions(
+            cpu=plan.cpu,
+            sample_interval_ms=s.sample_interval_ms,
+            trace_size_mb=s.trace_size_mb,
+            trace_spill=str(s.trace_spill) if s.trace_spill else None,
+            gpu_required=s.gpu == "required",
+        )
+        coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
+        pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)
+
+        @functools.wraps(original)
+        def profiled(*args: Any, **kwargs: Any) -> Any:
+            return coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup)
+
+        pyfuncitem.obj = profiled
+        coll.start()
+        try:
+            return (yield)
+        except pytest.skip.Exception:
+            pending.skipped = True
+            raise
+        except (KeyboardInterrupt, SystemExit):
+            pending.skipped = True  # stop collecting, report nothing, let pytest stop
+            raise
+        except BaseException as exc:
+            pending.partial = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            raise
+        finally:
+            pyfuncitem.obj = original
+            pending.raw = coll.stop()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        rep = yield
+        if call.when != "call":
+            return rep
+        pending = self._pending.pop(item.nodeid, None)
+        if pending is None or pending.raw is None or pending.skipped or rep.skipped:
+            return rep
+        try:
+            result = self._finish(item, pending)
+        except Exception as exc:
+            warnings.warn(
+                InferscopeWarning(f"inferscope could not analyse {item.nodeid}: {exc}\n{traceback.format_exc()}"),
+                stacklevel=1,
+            )
+            return rep
+        from .reporters.junit import junit_properties
+
+        props = junit_properties(result, self.report_dir)
+        rep.user_properties.extend(props)
+        item.user_properties.extend(props)
+        failed = result.failed_checks
+        if failed:
+            text = "\n".join(c.message for c in failed)
+            if rep.passed:
+                rep.outcome = "failed"
+                rep.longrepr = f"inferscope: {len(failed)} threshold(s) crossed\n{text}"
+            else:
+                rep.sections.append(("inferscope thresholds", text))
+        return rep
+
+    def _finish(self, item: pytest.Item, pending: _Pending) -> TestResult:
+        from .postprocess import process
+
+        assert pending.raw is not None
+        plan = self.plans[item.nodeid]
+        rules = [r for extra in self.config.hook.pytest_inferscope_rules(config=self.config) for r in extra or ()]
+        from .analyzer import DEFAULT_RULES
+
+        result, _ = process(
+            pending.raw,
+            plan,
+            pending.collection.collectors_info(),
+            outcome="failed" if pending.partial else "passed",
+            partial_reason=pending.partial,
+            gpu_required=self.settings.gpu == "required",
+            report_dir=self.report_dir,
+            environment=self.environment(),
+            rules=[*DEFAULT_RULES, *rules],
+        )
+        self.results.append(result)
+        handle = self.fixtures.get(item.nodeid)
+        if handle is not None:
+            handle.result = result
+        self.config.hook.pytest_inferscope_result(config=self.config, result=result)
+        return result
+
+    def fixture(self, request: pytest.FixtureRequest) -> InferscopeFixture:
+        from .api import InferscopeFixture
+
+        handle = InferscopeFixture(request.node.nodeid, request.node.nodeid in self.plans)
+        self.fixtures[request.node.nodeid] = handle
+        return handle
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.results or hasattr(self.config, "workerinput"):
+            return
+        from .reporters.terminal import write_terminal_summary
+
+        write_terminal_summary(terminalreporter, self.results, self.report_dir, self.header_lines()[:1])
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index
+            self.config.workeroutput["inferscope_results"] = [r.to_dict() for r in self.results]  # type: ignore[attr-defined]
+            return
+        if self.report_dir is not None and self.results:
+            from .reporters import write_index
+
+            write_index(
+                self.results, self.report_dir, {"environment": self.environment(), "collectors": self.header_lines()}
+            )

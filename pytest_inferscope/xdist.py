@@ -1,0 +1,25 @@
+"""xdist support: workers profile their own tests; the controller gathers their results as plain data.
+
+Registered only when pytest-xdist is present. Workers put `TestResult.to_dict()`s in
+`workeroutput`; the controller rebuilds them here and writes the one summary and index.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .session import InferscopeSession
+
+
+class XdistHooks:
+    """Controller-side hooks of pytest-xdist."""
+
+    def __init__(self, session: InferscopeSession) -> None:
+        self.session = session
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from .results import TestResult
+
+        data = getattr(node, "workeroutput", {}).get("inferscope_results", [])
+        self.session.results.extend(TestResult.from_dict(d) for d in data)

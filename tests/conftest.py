@@ -1,0 +1,31 @@
+"""Shared test setup: GPU tests skip without a GPU unless INFERSCOPE_GPU=required, which makes them fail."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def gpu_unavailable() -> str | None:
+    """Why GPU tests can't run here, or None when they can."""
+    if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/proc/driver/nvidia/version")):
+        return "no NVIDIA GPU on this machine"
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no CUDA device"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is None:
+        return
+    reason = gpu_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("INFERSCOPE_GPU") == "required":
+        pytest.fail(f"INFERSCOPE_GPU=required but the GPU tests cannot run: {reason}", pytrace=False)
+    pytest.skip(f"GPU test: {reason} (set INFERSCOPE_GPU=required to make this a failure)")

@@ -1,0 +1,298 @@
+"""What a user sees: markers, options, exit codes, the summary, reports and JUnit properties."""
+
+from __future__ import annotations
+
+import json
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+COUNTING = """
+import itertools, time
+import pytest
+
+CALLS = []
+_ids = itertools.count()
+
+@pytest.fixture
+def token():
+    return next(_ids)
+
+@pytest.mark.inferscope(max_latency_ms=5000, rounds=4, warmup=2)
+def test_counted(token):
+    CALLS.append(token)
+    sum(i * i for i in range(20000))
+
+def test_after():
+    # the fixture value is the same object in every round; the body ran warmup + rounds times
+    assert len(CALLS) == 6 and len(set(CALLS)) == 1
+"""
+
+
+def slug_dirs(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if p.is_dir())
+
+
+def test_rounds_reuse_fixture_values_and_reports_are_written(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(COUNTING)
+    result = pytester.runpytest("--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*= inferscope =*", "*test_counted*pass*"])
+    out = pytester.path / "out"
+    index = (out / "index.md").read_text()
+    assert "test_counted" in index and "test_after" not in index
+    (d,) = slug_dirs(out)
+    md = (d / "report.md").read_text()
+    for heading in (
+        "End-to-end latency",
+        "Timeline Breakdown",
+        "not collected",
+        "Findings",
+        "Suggestions",
+        "Checks",
+        "dropped",
+    ):
+        assert heading in md, heading
+    data = json.loads((d / "report.json").read_text())
+    assert data["rounds"] == 4 and data["warmup"] == 2 and len(data["latency"]["samples_ms"]) == 4
+    assert data["schema_version"] == 1
+
+
+def test_crossed_threshold_fails_the_test_with_evidence(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import time, pytest
+
+        @pytest.mark.inferscope(max_latency_ms=1, rounds=3, warmup=0)
+        def test_slow():
+            time.sleep(0.01)
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*max_latency_ms: median latency * ms exceeds limit 1.000 ms*Evidence: 3 rounds*",
+            "*FAIL*max_latency_ms*",
+        ]
+    )
+    assert "report.md" in result.stdout.str()
+    case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase")
+    assert case is not None and case.find("failure") is not None
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert float(props["inferscope.latency_ms.median"]) >= 10
+    assert props["inferscope.check.max_latency_ms"] == "failed"
+    assert props["inferscope.verdict"] == "fail"
+    assert props["inferscope.report"].endswith("report.md")
+    assert {"inferscope.bottleneck", "inferscope.confidence"} <= set(props)
+
+
+def test_unknown_marker_key_is_a_usage_error_naming_test_key_and_closest(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(max_latency=5)
+        def test_typo():
+            pass
+
+        @pytest.mark.inferscope(max_gpu_idle=2)
+        def test_range():
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*test_typo*unknown @pytest.mark.inferscope key 'max_latency'*did you mean 'max_latency_ms'*",
+            "*test_range*max_gpu_idle*out of range*<= 1*",
+        ]
+    )
+
+
+def test_inferscope_all_profiles_unmarked_tests_and_disable_turns_everything_off(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        RUNS = []
+
+        def test_plain():
+            RUNS.append(1)
+
+        @pytest.mark.inferscope(rounds=3, warmup=0)
+        def test_marked():
+            RUNS.append(2)
+
+        def test_zcount():
+            print("RUNS", RUNS)
+        """
+    )
+    plain = pytester.runpytest("-s")
+    assert "RUNS [1, 2, 2, 2]" in plain.stdout.str() and "= inferscope =" in plain.stdout.str()
+    assert "test_plain" not in plain.stdout.str().split("= inferscope =")[1]
+
+    every = pytester.runpytest("-s", "--inferscope-all")
+    assert "RUNS [1, 2, 2, 2]" in every.stdout.str()
+    summary = every.stdout.str().split("= inferscope =")[1]
+    assert "test_plain" in summary and "test_zcount" in summary
+
+    off = pytester.runpytest("-s", "--inferscope-disable")
+    assert "RUNS [1, 2]\n" in off.stdout.str()
+    assert "= inferscope =" not in off.stdout.str()
+
+
+def test_fixture_scopes_and_marks_reach_the_report(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import time, pytest
+
+        @pytest.fixture
+        def check_result(inferscope):
+            yield
+            assert inferscope.result is not None and inferscope.result.rounds == 2
+            print("RESULT", inferscope.result.verdict)
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_pipeline(check_result, inferscope):
+            with inferscope.scope("tokenize"):
+                time.sleep(0.002)
+            inferscope.mark_event("batch_ready", size=32)
+            with inferscope.scope("forward"):
+                with inferscope.scope("attention"):
+                    time.sleep(0.003)
+
+        def test_unprofiled(inferscope):
+            with inferscope.scope("nothing"):
+                pass
+            with inferscope.profile("block") as p:
+                time.sleep(0.001)
+            assert p.result.latency.median >= 1.0
+        """
+    )
+    result = pytester.runpytest("-s", "--inferscope-report=out")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*RESULT pass"])
+    (d,) = slug_dirs(pytester.path / "out")
+    md = (d / "report.md").read_text()
+    assert "tokenize" in md and "forward/attention" in md and "batch_ready" in md
+    data = json.loads((d / "report.json").read_text())
+    assert {s["path"] for s in data["analysis"]["scopes"]} == {"tokenize", "forward", "forward/attention"}
+    assert data["marks"][0]["attrs"] == {"size": 32}
+
+
+def test_a_test_raising_inside_a_scope_fails_with_its_own_error_and_gets_a_partial_report(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3, warmup=0)
+        def test_boom(inferscope):
+            with inferscope.scope("stage"):
+                raise ValueError("tokenizer exploded")
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ValueError: tokenizer exploded*", "*test_boom*partial*"])
+    (d,) = slug_dirs(pytester.path / "out")
+    md = (d / "report.md").read_text()
+    assert "partial" in md.lower() and "tokenizer exploded" in md
+    assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
+
+
+def test_keyboard_interrupt_stops_collection_without_leftover_threads(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3)
+        def test_interrupted():
+            raise KeyboardInterrupt
+        """
+    )
+    # In a subprocess: an inline run would deliver the interrupt to this session too.
+    result = pytester.runpytest_subprocess("--inferscope-report=out", "-p", "no:xdist")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "KeyboardInterrupt" in result.stdout.str()
+    # the interrupted run ended promptly and wrote no report for the interrupted test
+    assert not list((pytester.path / "out").glob("*/report.md"))
+
+
+def test_report_path_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    (pytester.path / "taken").write_text("mine")
+    result = pytester.runpytest("--inferscope-report=taken")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "taken" in result.stderr.str()
+    assert (pytester.path / "taken").read_text() == "mine"
+
+
+def test_files_already_in_the_report_folder_are_kept(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(COUNTING)
+    out = pytester.mkdir("out")
+    (out / "notes.txt").write_text("keep me")
+    (out / "old-run").mkdir()
+    (out / "old-run" / "report.md").write_text("an older report")
+    pytester.runpytest("--inferscope-report=out").assert_outcomes(passed=2)
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert (out / "old-run" / "report.md").read_text() == "an older report"
+
+
+def test_bad_env_value_is_a_usage_error_naming_the_variable(pytester: pytest.Pytester, monkeypatch) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    monkeypatch.setenv("INFERSCOPE_TRACE_SIZE_MB", "abc")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "INFERSCOPE_TRACE_SIZE_MB" in result.stderr.str() and "abc" in result.stderr.str()
+
+
+def test_gpu_thresholds_are_not_evaluated_on_a_cpu_only_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(max_gpu_idle=0.1, max_transfer_fraction=0.2, rounds=2, warmup=0)
+        def test_gpu_thresholds():
+            sum(range(1000))
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "--inferscope-gpu=off")
+    result.assert_outcomes(passed=1)
+    (d,) = slug_dirs(pytester.path / "out")
+    checks = {c["key"]: c for c in json.loads((d / "report.json").read_text())["checks"]}
+    assert checks["max_gpu_idle"]["status"] == "not_evaluated"
+    assert "switched off" in checks["max_gpu_idle"]["message"]
+
+
+@pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="checks the error on a machine without a GPU")
+def test_gpu_required_without_a_gpu_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--inferscope-gpu=required")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*GPU collection is required*no NVIDIA GPU*"])
+
+
+def test_header_says_which_collectors_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-v", "--inferscope-report=out")
+    result.stdout.fnmatch_lines(
+        ["inferscope: cpu stack sampling every 1 ms; memory procfs; gpu *", "inferscope: reports in *out"]
+    )
+
+
+def test_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(rounds=1)
+        def test_x():
+            pass
+        """
+    )
+    pytester.runpytest("--strict-markers", "--inferscope-disable").assert_outcomes(passed=1)

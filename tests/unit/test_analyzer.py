@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import numpy as np
+
+from pytest_inferscope.analyzer import BottleneckAnalyzer, analyze, classify
+from pytest_inferscope.analyzer.context import union_ns
+from pytest_inferscope.events import EVENT_DTYPE, WARMUP_FLAG, Domain, Kind, MemoryKind, RawTrace, copy_flags
+from pytest_inferscope.merger import merge
+from pytest_inferscope.results import UNCLASSIFIED, Finding
+
+MS = 1_000_000
+_MB = 1024 * 1024
+
+
+def build(
+    n_rounds: int = 10,
+    round_ms: float = 10.0,
+    *,
+    cpu_busy: float,
+    sys_share: float = 0.0,
+    rss_growth_mb: float = 0.0,
+    faults: int = 0,
+    samples: list[tuple[str, float]] | None = None,
+    gpu: list[tuple[int, float, float, int, int]] | None = None,
+    warmup: int = 1,
+) -> RawTrace:
+    """A collection with `n_rounds` measured rounds and the given per-round counters and events.
+
+    `samples`: (folded stack, fraction of each round); `gpu`: (kind, start_frac, dur_frac, bytes, flags) per round.
+    """
+    strings = ["test", "round"]
+    rows, meta_rounds = [], []
+    t = 0
+    dur = int(round_ms * MS)
+    rss = 500 * _MB
+    total = n_rounds + warmup
+    corr = 1
+    for i in range(total):
+        w = i < warmup
+        rows.append((t, t + dur, i, 0, 1, 1, -1, -1, Kind.ROUND, Domain.HOST, WARMUP_FLAG if w else 0))
+        for stack, frac in samples or []:
+            if stack not in strings:
+                strings.append(stack)
+            rows.append(
+                (t + 10, t + 10 + int(dur * frac), 0, 0, strings.index(stack), 1, -1, -1, Kind.SAMPLE, Domain.HOST, 0)
+            )
+        for kind, s_frac, d_frac, nbytes, flags in gpu or []:
+            s = t + int(dur * s_frac)
+            rows.append((s - 5000, s - 4000, 0, corr, 0, 1, -1, -1, Kind.RUNTIME, Domain.DEVICE, 0))
+            rows.append((s, s + int(dur * d_frac), nbytes, corr, 0, 1, 7, 0, kind, Domain.DEVICE, flags))
+            corr += 1
+        new_rss = rss + int(rss_growth_mb * _MB)
+        meta_rounds.append(
+            {
+                "index": i,
+                "warmup": w,
+                "wall_ns": dur,
+                "thread_cpu_ns": int(dur * cpu_busy),
+                "user_ns": int(dur * cpu_busy * (1 - sys_share)),
+                "sys_ns": int(dur * cpu_busy * sys_share),
+                "minflt": faults,
+                "majflt": 0,
+                "nvcsw": 0,
+                "nivcsw": 0,
+                "rss_start": rss,
+                "rss_end": new_rss,
+            }
+        )
+        rss = new_rss
+        t += dur + 1000
+    rows.append((0, t, 0, 0, 0, 1, -1, -1, Kind.TEST, Domain.HOST, 0))
+    return RawTrace(
+        np.array(rows, dtype=EVENT_DTYPE),
+        strings,
+        clock_pairs=[(0, 0), (t, t)],
+        meta={"rounds": meta_rounds, "memory": {"rss_peak": rss}},
+    )
+
+
+def test_cpu_bound_names_the_hot_function_with_evidence() -> None:
+    raw = build(
+        cpu_busy=0.97,
+        samples=[("test_x:test_body (t.py:1);tok:encode (tok.py:10)", 0.8), ("test_x:test_body (t.py:1)", 0.15)],
+    )
+    a = BottleneckAnalyzer(merge(raw)).analyze()
+    assert a.bottleneck == "cpu_bound" and a.confidence >= 0.8
+    top = a.findings[0]
+    assert top.rule == "cpu_saturation" and "tok:encode" in top.summary
+    assert a.hotspots[0].function.startswith("tok:encode") and abs(a.hotspots[0].self_ms - 8.0) < 0.01
+    assert len(a.suggestions) >= 2 and "tok:encode" in a.suggestions[0].action
+    assert a.suggestions == sorted(a.suggestions, key=lambda s: s.saving_ms, reverse=True)
+
+
+def test_warmup_rounds_are_kept_apart() -> None:
+    raw = build(n_rounds=4, warmup=2, cpu_busy=0.9)
+    a = analyze(merge(raw))
+    assert a.metrics["rounds"] == 4
+
+
+def test_memory_growth_is_memory_bound() -> None:
+    raw = build(cpu_busy=0.9, sys_share=0.6, rss_growth_mb=40, faults=10_000)
+    a = analyze(merge(raw))
+    assert a.bottleneck == "memory_bound", [(f.rule, f.share) for f in a.findings]
+    f = next(f for f in a.findings if f.rule == "memory_pressure")
+    assert f.evidence["RSS growth per round (MB)"] == 40.0
+    assert len(f.suggestions) >= 2
+
+
+def test_a_thread_that_mostly_sleeps_is_not_called_cpu_bound() -> None:
+    raw = build(cpu_busy=0.1, samples=[("t:body (t.py:1)", 0.9)])
+    a = analyze(merge(raw))
+    assert a.bottleneck == UNCLASSIFIED
+    assert a.findings[0].rule == "off_cpu_wait"
+
+
+def test_gpu_bound_when_kernels_cover_the_round() -> None:
+    raw = build(cpu_busy=0.2, gpu=[(Kind.KERNEL, 0.05, 0.9, 0, 0)])
+    a = analyze(merge(raw))
+    assert a.bottleneck == "gpu_bound"
+    assert a.metrics["gpu.busy_fraction"] > 0.85
+    parts = {p.name: p for p in a.breakdown}
+    assert parts["GPU compute"].collected and parts["GPU compute"].share > 0.85
+
+
+def test_transfer_bound_flags_pageable_copies() -> None:
+    pageable = copy_flags(1, MemoryKind.PAGEABLE, MemoryKind.DEVICE)
+    raw = build(cpu_busy=0.2, gpu=[(Kind.MEMCPY, 0.05, 0.6, 64 * _MB, pageable), (Kind.KERNEL, 0.7, 0.1, 0, 0)])
+    a = analyze(merge(raw))
+    assert a.bottleneck == "transfer_bound"
+    assert "pin_memory" in a.suggestions[0].action
+
+
+def test_gpu_parts_say_not_collected_on_cpu_only_runs() -> None:
+    a = analyze(merge(build(cpu_busy=0.9)), gpu_reason="no NVIDIA GPU on this machine")
+    gpu = next(p for p in a.breakdown if p.name == "GPU compute")
+    assert not gpu.collected and gpu.ms is None and "no NVIDIA GPU" in gpu.reason
+    assert a.metrics["gpu.idle_fraction"] is None
+
+
+def test_classification_confidence_drops_on_a_close_call() -> None:
+    def f(cause: str, share: float) -> Finding:
+        return Finding(rule=cause, title="", summary="", cause=cause, share=share, confidence=1.0)
+
+    clear, conf_clear = classify([f("cpu_bound", 0.9), f("memory_bound", 0.1)])
+    close, conf_close = classify([f("cpu_bound", 0.5), f("memory_bound", 0.48)])
+    assert clear == close == "cpu_bound" and conf_clear > 0.9 and conf_close < 0.6
+    assert classify([f("cpu_bound", 0.1)])[0] == UNCLASSIFIED
+
+
+def test_union_of_overlapping_intervals() -> None:
+    s = np.array([0, 5, 20, 22, 40])
+    e = np.array([10, 12, 25, 23, 41])
+    assert union_ns(s, e) == 12 + 5 + 1
+    assert union_ns(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == 0

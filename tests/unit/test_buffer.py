@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from pytest_inferscope.buffer import TraceBuffer
+from pytest_inferscope.events import EVENT_DTYPE, Kind, empty_events
+
+
+def test_seeds_interface_round_trips_an_event() -> None:
+    buf = TraceBuffer(size_mb=1)
+    assert buf.enqueue({"type": "scope", "name": "tokenize", "start": 1000, "end": 31200})
+    assert buf.enqueue({"type": "mark", "name": "ready", "start": 40000, "attrs": {"size": 32}})
+    events = buf.read_all()
+    assert [e["name"] for e in events] == ["tokenize", "ready"]
+    assert events[0]["type"] == "scope" and events[0]["end"] - events[0]["start"] == 30200
+    assert buf.attrs[events[1]["value"]] == {"size": 32}
+
+
+def test_record_layout_is_48_bytes() -> None:
+    assert EVENT_DTYPE.itemsize == 48
+
+
+def test_overflow_wraps_keeps_newest_and_counts_dropped() -> None:
+    buf = TraceBuffer(size_mb=0.001)  # 21 records
+    cap = buf.capacity
+    results = [buf.record(Kind.MARK, 0, i, i) for i in range(cap + 9)]
+    assert all(results[:cap]) and not any(results[cap:])
+    kept = buf.to_array()["start"]
+    assert list(kept) == list(range(9, cap + 9))
+    assert buf.dropped == 9 and len(buf) == cap
+
+
+def test_extend_across_the_wrap_counts_what_it_overwrote() -> None:
+    buf = TraceBuffer(size_mb=0.001)
+    cap = buf.capacity
+    recs = empty_events(cap + 5)
+    recs["start"] = np.arange(cap + 5)
+    lost = buf.extend(recs)
+    assert lost == 5 and buf.dropped == 5
+    assert sorted(buf.to_array()["start"]) == list(range(5, cap + 5))
+    with pytest.raises(TypeError):
+        buf.extend(np.zeros(3))
+
+
+def test_spill_to_disk_loses_nothing_and_clear_removes_spills(tmp_path) -> None:
+    buf = TraceBuffer(size_mb=0.001, spill_dir=tmp_path)
+    n = buf.capacity * 3 + 4
+    for i in range(n):
+        buf.record(Kind.MARK, 0, i, i)
+    assert buf.dropped == 0
+    assert list(buf.to_array()["start"]) == list(range(n))
+    assert len(list(tmp_path.iterdir())) == 3
+    buf.clear()
+    assert list(tmp_path.iterdir()) == [] and len(buf) == 0
+
+
+def test_threads_write_to_their_own_rings_without_loss() -> None:
+    buf = TraceBuffer(size_mb=1)
+
+    def work(tid: int) -> None:
+        for i in range(2000):
+            buf.record(Kind.MARK, 0, i, i, tid=tid)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    arr = buf.to_array()
+    assert len(arr) == 8000 and buf.dropped == 0
+    for tid in range(4):
+        assert list(arr["start"][arr["tid"] == tid]) == list(range(2000))
+
+
+def test_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        TraceBuffer(size_mb=0)

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from pytest_inferscope.checks import MARKER_KEYS, evaluate, validate_marker
+from pytest_inferscope.results import Analysis, Finding, LatencyStats
+
+NODE = "tests/test_x.py::test_forward"
+
+
+def test_unknown_key_names_test_key_and_closest_valid_key() -> None:
+    (msg,) = validate_marker(NODE, (), {"max_latancy_ms": 10})
+    assert NODE in msg and "'max_latancy_ms'" in msg and "did you mean 'max_latency_ms'" in msg
+
+
+def test_bad_values_name_the_valid_range() -> None:
+    problems = validate_marker(
+        NODE,
+        (),
+        {"max_gpu_idle": 1.5, "rounds": 2.5, "warmup": True, "expect_bottleneck": "slow", "max_latency_ms": -1},
+    )
+    text = "\n".join(problems)
+    assert len(problems) == 5
+    assert "max_gpu_idle" in text and "<= 1" in text
+    assert "rounds" in text and "an integer" in text
+    assert "'slow' is not one of" in text and "'cpu_bound'" in text
+
+
+def test_positional_arguments_are_rejected() -> None:
+    (msg,) = validate_marker(NODE, (50,), {})
+    assert "keyword arguments only" in msg
+
+
+def test_every_key_documents_itself() -> None:
+    assert all(k.help and k.valid() for k in MARKER_KEYS.values())
+
+
+def _analysis(**metrics: float | None) -> Analysis:
+    finding = Finding(
+        rule="cpu_saturation",
+        title="CPU-bound",
+        summary="The test thread was on CPU 97%.",
+        cause="cpu_bound",
+        share=0.97,
+        confidence=0.95,
+    )
+    return Analysis(bottleneck="cpu_bound", confidence=0.93, findings=[finding], metrics=dict(metrics))
+
+
+LAT = LatencyStats.from_samples([10.0, 11.0, 12.0, 30.0])
+
+
+def test_latency_failure_explains_with_evidence_and_report_path() -> None:
+    (check,) = evaluate({"max_latency_ms": 5}, _analysis(), LAT, gpu_collected=False, report="out/x/report.md")
+    assert check.status == "failed" and check.measured == LAT.median
+    assert "median latency 11.500 ms exceeds limit 5.000 ms" in check.message
+    assert "cpu_bound" in check.message and "on CPU 97%" in check.message and "out/x/report.md" in check.message
+
+
+def test_latency_stat_from_the_marker_wins() -> None:
+    (check,) = evaluate({"max_latency_ms": 20, "latency_stat": "max"}, _analysis(), LAT, gpu_collected=False)
+    assert check.status == "failed" and check.measured == 30.0
+
+
+def test_passing_thresholds_pass() -> None:
+    checks = evaluate(
+        {"max_latency_ms": 50, "expect_bottleneck": "cpu_bound", "max_host_memory_mb": 1000},
+        _analysis(**{"mem.rss_peak_mb": 300.0}),
+        LAT,
+        gpu_collected=False,
+    )
+    assert [c.status for c in checks] == ["passed"] * 3
+
+
+def test_wrong_bottleneck_fails() -> None:
+    (check,) = evaluate({"expect_bottleneck": "gpu_bound"}, _analysis(), LAT, gpu_collected=False)
+    assert check.status == "failed" and "classified cpu_bound" in check.message
+
+
+def test_gpu_thresholds_without_gpu_data_are_not_evaluated_with_the_reason() -> None:
+    (check,) = evaluate({"max_gpu_idle": 0.1}, _analysis(), LAT, gpu_collected=False, gpu_reason="no NVIDIA GPU")
+    assert check.status == "not_evaluated" and "no NVIDIA GPU" in check.message
+
+
+def test_gpu_thresholds_fail_when_gpu_is_required() -> None:
+    (check,) = evaluate(
+        {"max_transfer_fraction": 0.2},
+        _analysis(),
+        LAT,
+        gpu_collected=False,
+        gpu_reason="no NVIDIA GPU",
+        gpu_required=True,
+    )
+    assert check.status == "failed" and "required" in check.message
+
+
+def test_gpu_thresholds_are_evaluated_with_gpu_data() -> None:
+    checks = evaluate(
+        {"max_gpu_idle": 0.1, "max_transfer_fraction": 0.5},
+        _analysis(**{"gpu.idle_fraction": 0.3, "gpu.transfer_fraction": 0.1}),
+        LAT,
+        gpu_collected=True,
+    )
+    assert {c.key: c.status for c in checks} == {"max_gpu_idle": "failed", "max_transfer_fraction": "passed"}
+
+
+def test_overhead_threshold_uses_the_collector_estimate() -> None:
+    (check,) = evaluate({"max_overhead": 0.01}, _analysis(), LAT, gpu_collected=False, overhead=0.05)
+    assert check.status == "failed" and "5.00%" in check.message

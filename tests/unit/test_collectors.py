@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pytest_inferscope.collectors import RAISED_FLAG, Collection, CollectionOptions, active, mark_event, scope
+from pytest_inferscope.events import WARMUP_FLAG, Kind
+
+
+def busy_python(n: int = 200_000) -> int:
+    total = 0
+    for i in range(n):
+        total += i % 7
+    return total
+
+
+def run(body, rounds: int = 3, warmup: int = 1, **opts):
+    coll = Collection(CollectionOptions(**opts))
+    coll.start()
+    try:
+        coll.run_rounds(body, rounds, warmup)
+    finally:
+        raw = coll.stop()
+    return coll, raw
+
+
+def test_rounds_scopes_and_marks_are_recorded() -> None:
+    def body() -> None:
+        with scope("tokenize"):
+            busy_python(10_000)
+        mark_event("batch_ready", size=32)
+
+    _, raw = run(body, rounds=3, warmup=1)
+    ev = raw.events
+    rounds = ev[ev["kind"] == Kind.ROUND]
+    assert len(rounds) == 4 and list(rounds["flags"] & WARMUP_FLAG) == [1, 0, 0, 0]
+    assert (ev["kind"] == Kind.SCOPE).sum() == 4 and (ev["kind"] == Kind.TEST).sum() == 1
+    marks = ev[ev["kind"] == Kind.MARK]
+    assert raw.attrs[marks["value"][0]] == {"size": 32}
+    assert len(raw.meta["rounds"]) == 4 and raw.meta["rounds"][1]["thread_cpu_ns"] > 0
+    assert active() is None
+
+
+def test_sampler_attributes_time_to_the_busy_function() -> None:
+    coll, raw = run(lambda: busy_python(300_000), rounds=3, warmup=0, sample_interval_ms=1.0)
+    ev = raw.events
+    samples = ev[ev["kind"] == Kind.SAMPLE]
+    assert len(samples) >= 5
+    stacks = [raw.strings[n] for n in samples["name"]]
+    assert sum("busy_python" in s for s in stacks) >= len(stacks) // 2
+    assert not any("/_pytest/" in s or "pluggy" in s for s in stacks)
+    info = coll.collectors_info()[0]
+    assert info.active and "sampling" in info.mode and 0 <= info.overhead < 0.5
+
+
+def test_trace_mode_records_calls_and_estimates_overhead() -> None:
+    coll, raw = run(lambda: [busy_python(10) for _ in range(50)], rounds=1, warmup=0, cpu="trace")
+    calls = raw.events[raw.events["kind"] == Kind.CALL]
+    names = {raw.strings[n] for n in calls["name"]}
+    assert any("busy_python" in n for n in names) and len(calls) >= 50
+    assert coll.collectors_info()[0].overhead > 0
+
+
+def test_a_raising_scope_is_recorded_and_flagged() -> None:
+    def body() -> None:
+        with scope("explodes"):
+            raise ValueError("boom")
+
+    coll = Collection(CollectionOptions())
+    coll.start()
+    with pytest.raises(ValueError, match="boom"):
+        coll.run_rounds(body, 2, 0)
+    raw = coll.stop()
+    ev = raw.events
+    assert ev[ev["kind"] == Kind.SCOPE]["flags"][0] & RAISED_FLAG
+    assert ev[ev["kind"] == Kind.ROUND]["flags"][0] & RAISED_FLAG
+    assert active() is None
+
+
+def test_no_sampler_thread_survives_stop() -> None:
+    run(lambda: time.sleep(0.01), rounds=2)
+    assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
+
+
+def test_collections_do_not_nest() -> None:
+    outer = Collection(CollectionOptions(cpu="off"))
+    outer.start()
+    try:
+        with pytest.raises(RuntimeError, match="already running"):
+            Collection(CollectionOptions(cpu="off")).start()
+    finally:
+        outer.stop()
+
+
+def test_scope_outside_a_collection_is_a_no_op() -> None:
+    with scope("nothing"):
+        mark_event("nothing", x=1)
+    assert active() is None
+
+
+def test_gpu_reason_is_reported_when_no_backend_runs() -> None:
+    coll, _ = run(lambda: None, rounds=1)
+    gpu = coll.collectors_info()[1]
+    assert not gpu.active and gpu.reason

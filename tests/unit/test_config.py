@@ -1,0 +1,428 @@
+"""Tests for pytest_inferscope.config: the option table, layer precedence, error messages, pytest glue."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_inferscope.config import (
+    OPTIONS,
+    OPTIONS_BY_NAME,
+    ConfigError,
+    Settings,
+    default_settings,
+    describe,
+    resolve,
+)
+
+
+def run(
+    rootdir: Path,
+    *,
+    cli: dict[str, Any] | None = None,
+    ini: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> Settings:
+    return resolve(cli=cli or {}, ini=ini or {}, env=env or {}, rootdir=rootdir)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error(rootdir: Path, **layers: Any) -> str:
+    with pytest.raises(ConfigError) as info:
+        run(rootdir, **layers)
+    message = str(info.value)
+    assert "\n" not in message, "a ConfigError is one paragraph"
+    return message
+
+
+# --- the table ---
+
+
+def test_settings_has_one_field_per_option() -> None:
+    names = [f.name for f in dataclasses.fields(Settings) if f.name != "sources"]
+    assert names == [spec.name for spec in OPTIONS]
+
+
+def test_names_are_derived_from_the_option_name() -> None:
+    spec = OPTIONS_BY_NAME["trace_size_mb"]
+    assert (spec.flag, spec.env, spec.ini, spec.dest) == (
+        "--inferscope-trace-size-mb",
+        "INFERSCOPE_TRACE_SIZE_MB",
+        "inferscope_trace_size_mb",
+        "inferscope_trace_size_mb",
+    )
+    enable = OPTIONS_BY_NAME["enable"]
+    assert (enable.flag, enable.action, enable.env) == ("--inferscope-disable", "store_false", "INFERSCOPE_ENABLE")
+
+
+@pytest.mark.parametrize("spec", OPTIONS, ids=lambda spec: spec.name)
+def test_default_and_example_are_valid(spec: Any) -> None:
+    assert spec.parse(spec.default) == spec.default
+    spec.parse(spec.example)  # raises if an error message would suggest an invalid value
+    for option in spec.choices or ():
+        assert spec.parse(option) == option  # help, docs and the parser agree on the choices
+
+
+def test_defaults(tmp_path: Path) -> None:
+    settings = run(tmp_path)
+    assert settings == default_settings()
+    assert (settings.enable, settings.gpu, settings.trace_size_mb, settings.rounds) == (True, "auto", 100.0, None)
+    assert set(settings.sources.values()) == {"default"}
+
+
+def test_settings_are_frozen_and_pickle(tmp_path: Path) -> None:
+    settings = run(tmp_path, env={"INFERSCOPE_GPU": "off"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.gpu = "auto"  # type: ignore[misc]  # the point is that assignment fails
+    with pytest.raises(TypeError):
+        settings.sources["gpu"] = "x"  # type: ignore[index]  # the point is that sources are read-only
+    copy = pickle.loads(pickle.dumps(settings))
+    assert copy == settings and copy.sources["gpu"] == "env INFERSCOPE_GPU"
+    assert hash(copy) == hash(settings)
+
+
+# --- precedence: one test per adjacent pair of layers, value AND source ---
+
+
+def test_cli_beats_env(tmp_path: Path) -> None:
+    settings = run(tmp_path, cli={"rounds": 5}, env={"INFERSCOPE_ROUNDS": "7"})
+    assert (settings.rounds, settings.sources["rounds"]) == (5, "cli --inferscope-rounds")
+
+
+def test_env_beats_ini(tmp_path: Path) -> None:
+    settings = run(tmp_path, env={"INFERSCOPE_GPU": "required"}, ini={"gpu": "off"})
+    assert (settings.gpu, settings.sources["gpu"]) == ("required", "env INFERSCOPE_GPU")
+
+
+def test_ini_beats_config_file(tmp_path: Path) -> None:
+    write(tmp_path / ".inferscope.yaml", "rounds: 3\n")
+    settings = run(tmp_path, ini={"rounds": "9"})
+    assert (settings.rounds, settings.sources["rounds"]) == (9, "ini inferscope_rounds")
+
+
+def test_config_file_beats_default(tmp_path: Path) -> None:
+    path = write(tmp_path / ".inferscope.yaml", "# tuned for CI\n\ntrace_size_mb: 250\n")
+    settings = run(tmp_path)
+    assert (settings.trace_size_mb, settings.sources["trace_size_mb"]) == (250.0, f"file {path}:3")
+    assert settings.sources["rounds"] == "default"
+
+
+def test_not_given_values_fall_through(tmp_path: Path) -> None:
+    settings = run(tmp_path, cli={"rounds": None}, ini={"rounds": ""}, env={"INFERSCOPE_ROUNDS": ""})
+    assert (settings.rounds, settings.sources["rounds"]) == (None, "default")
+
+
+def test_store_false_flag_and_source(tmp_path: Path) -> None:
+    settings = run(tmp_path, cli={"enable": False}, env={"INFERSCOPE_ENABLE": "yes"})
+    assert (settings.enable, settings.sources["enable"]) == (False, "cli --inferscope-disable")
+
+
+BOOLEANS = {"1": True, "0": False, "true": True, "False": False, "yes": True, "NO": False, "on": True, "off": False}
+
+
+@pytest.mark.parametrize(("text", "expected"), BOOLEANS.items())
+def test_booleans_from_env(tmp_path: Path, text: str, expected: bool) -> None:
+    settings = run(tmp_path, env={"INFERSCOPE_ALL": text})
+    assert settings.all is expected
+    assert settings.sources["all"] == "env INFERSCOPE_ALL"
+
+
+def test_a_bad_lower_layer_is_reported_even_when_hidden(tmp_path: Path) -> None:
+    write(tmp_path / ".inferscope.yaml", "rounds: 0\n")
+    assert "rounds: 0 is out of range" in error(tmp_path, cli={"rounds": 4})
+
+
+# --- the config file ---
+
+
+def test_yaml_keys_accept_dashes_and_yaml_off_is_a_choice(tmp_path: Path) -> None:
+    write(tmp_path / ".inferscope.yml", "sample-interval-ms: 2.5\ngpu: off\ncpu: trace\nrounds: null\n")
+    settings = run(tmp_path)
+    assert (settings.sample_interval_ms, settings.gpu, settings.cpu, settings.rounds) == (2.5, "off", "trace", None)
+
+
+def test_relative_paths_from_files_are_under_rootdir(tmp_path: Path) -> None:
+    write(tmp_path / ".inferscope.yaml", "report: out/reports\n")
+    settings = run(tmp_path, env={"INFERSCOPE_TRACE_SPILL": "spill"})
+    assert settings.report == tmp_path / "out" / "reports"
+    assert settings.trace_spill == Path("spill")  # typed by the user in the working directory
+
+
+def test_empty_yaml_file_is_no_settings(tmp_path: Path) -> None:
+    write(tmp_path / ".inferscope.yaml", "# nothing yet\n")
+    assert run(tmp_path) == default_settings()
+
+
+def test_pyproject_table(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "pyproject.toml",
+        '[project]\nname = "x"\n\n[tool.inferscope]\nrounds = 12\n"latency-stat" = "p99"\n\n'
+        "[tool.ruff]\nline-length = 1\n",
+    )
+    settings = run(tmp_path)
+    assert (settings.rounds, settings.sources["rounds"]) == (12, f"file {path}:5")
+    assert (settings.latency_stat, settings.sources["latency_stat"]) == ("p99", f"file {path}:6")
+
+
+def test_pyproject_dotted_keys_under_tool(tmp_path: Path) -> None:
+    path = write(tmp_path / "pyproject.toml", "[tool]\ninferscope.warmup = 2\n")
+    settings = run(tmp_path)
+    assert (settings.warmup, settings.sources["warmup"]) == (2, f"file {path}:2")
+
+
+def test_pyproject_without_our_table_is_ignored(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n')
+    assert run(tmp_path) == default_settings()
+
+
+def test_yaml_wins_over_pyproject(tmp_path: Path) -> None:
+    path = write(tmp_path / ".inferscope.yaml", "rounds: 4\n")
+    write(tmp_path / "pyproject.toml", "[tool.inferscope]\nrounds = 40\nwarmup = 2\n")
+    settings = run(tmp_path)
+    assert (settings.rounds, settings.sources["rounds"]) == (4, f"file {path}:1")
+    assert settings.warmup is None  # pyproject is not read at all when a YAML file exists
+
+
+def test_both_yaml_spellings_is_an_error(tmp_path: Path) -> None:
+    write(tmp_path / ".inferscope.yaml", "rounds: 4\n")
+    write(tmp_path / ".inferscope.yml", "rounds: 5\n")
+    message = error(tmp_path)
+    assert ".inferscope.yaml and .inferscope.yml" in message and "delete the other" in message
+
+
+# --- errors: each names the input, where it is, the value and what is valid ---
+
+
+def test_env_not_a_number(tmp_path: Path) -> None:
+    assert error(tmp_path, env={"INFERSCOPE_TRACE_SIZE_MB": "abc"}) == (
+        "INFERSCOPE_TRACE_SIZE_MB='abc' is not a number: give the trace buffer size in megabytes, "
+        "more than 0 and at most 65536, e.g. INFERSCOPE_TRACE_SIZE_MB=200."
+    )
+
+
+def test_env_bad_boolean(tmp_path: Path) -> None:
+    message = error(tmp_path, env={"INFERSCOPE_ENABLE": "maybe"})
+    assert message.startswith("INFERSCOPE_ENABLE='maybe' is not a yes/no value: use 1/0, true/false")
+
+
+def test_ini_bad_value(tmp_path: Path) -> None:
+    assert error(tmp_path, ini={"sample_interval_ms": "0.01"}) == (
+        "pytest ini option inferscope_sample_interval_ms = '0.01' is out of range: give the sampling interval "
+        "in milliseconds, from 0.1 to 1000, e.g. inferscope_sample_interval_ms = 5."
+    )
+
+
+def test_cli_bad_value(tmp_path: Path) -> None:
+    message = error(tmp_path, cli={"gpu": "maybe"})
+    assert message == (
+        "--inferscope-gpu='maybe' is not one of the choices: set the GPU collection mode to auto, off or required, "
+        "e.g. --inferscope-gpu=required."
+    )
+
+
+def test_yaml_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
+    path = write(tmp_path / ".inferscope.yaml", "rounds: 3\ngpu: [auto\ncpu: trace\n")
+    message = error(tmp_path)
+    assert message.startswith(f"{path}:3:")
+    assert "not valid YAML" in message and "starts at line 2" in message  # where the bracket was opened
+
+
+def test_yaml_unknown_key_suggests_the_closest(tmp_path: Path) -> None:
+    path = write(tmp_path / ".inferscope.yaml", "rounds: 3\n\ntrace-size: 200\n")
+    message = error(tmp_path)
+    assert message.startswith(f"{path}:3: unknown setting 'trace-size'")
+    assert "did you mean 'trace_size_mb'?" in message
+
+
+def test_unknown_key_with_nothing_close_lists_the_settings(tmp_path: Path) -> None:
+    write(tmp_path / ".inferscope.yaml", "zzz: 1\n")
+    message = error(tmp_path)
+    assert "did you mean" not in message and "enable, report, all, rounds" in message
+
+
+def test_yaml_bad_value_names_file_line_key_value_and_choices(tmp_path: Path) -> None:
+    path = write(tmp_path / ".inferscope.yaml", "rounds: 3\nwarmup: 1\nlatency_stat: p95\n")
+    assert error(tmp_path) == (
+        f"{path}:3: latency_stat: 'p95' is not one of the choices: set the latency statistic to "
+        "median, mean, p90, p99, min or max, e.g. latency_stat: p90."
+    )
+
+
+def test_yaml_bool_is_not_a_number(tmp_path: Path) -> None:
+    path = write(tmp_path / ".inferscope.yaml", "rounds: yes\n")
+    assert error(tmp_path).startswith(f"{path}:1: rounds: True is not a whole number: give the number of measured")
+
+
+def test_yaml_duplicate_spellings(tmp_path: Path) -> None:
+    path = write(tmp_path / ".inferscope.yaml", "trace_size_mb: 1\ntrace-size-mb: 2\n")
+    assert error(tmp_path) == f"{path}:2: setting 'trace-size-mb' is given twice ({path}:1); keep one."
+
+
+@pytest.mark.parametrize(("text", "kind"), [("- rounds: 3\n", "a list"), ("rounds\n", "the single value 'rounds'")])
+def test_yaml_top_level_not_a_mapping(tmp_path: Path, text: str, kind: str) -> None:
+    path = write(tmp_path / ".inferscope.yaml", text)
+    message = error(tmp_path)
+    assert message.startswith(f"{path}: the inferscope config file must map setting names to values")
+    assert message.endswith(f"but its top level is {kind}.")
+
+
+def test_toml_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
+    path = write(tmp_path / "pyproject.toml", "[tool.inferscope]\nrounds = 3\ngpu = \n")
+    message = error(tmp_path)
+    assert message.startswith(f"{path}:3:7: pyproject.toml is not valid TOML (")
+    assert "(at line" not in message
+
+
+def test_toml_unknown_key_line_and_closest(tmp_path: Path) -> None:
+    text = "[tool.black]\nwarmup = 1\n\n[tool.inferscope]\nrounds = 3\nwarmup = 1\nwarm_up = 2\n"
+    path = write(tmp_path / "pyproject.toml", text)
+    message = error(tmp_path)
+    assert message.startswith(f"{path}:7: unknown setting 'warm_up'")
+    assert "did you mean 'warmup'?" in message
+
+
+def test_toml_bad_value_quotes_string_examples(tmp_path: Path) -> None:
+    path = write(tmp_path / "pyproject.toml", '[tool.inferscope]\ncpu = "fast"\n')
+    assert error(tmp_path) == (
+        f"{path}:2: cpu = 'fast' is not one of the choices: set the CPU collector mode to sample, trace or off, "
+        'e.g. cpu = "trace".'
+    )
+
+
+def test_toml_table_not_a_table(tmp_path: Path) -> None:
+    path = write(tmp_path / "pyproject.toml", "[tool]\ninferscope = 3\n")
+    message = error(tmp_path)
+    assert message.startswith(f"{path}:2: tool.inferscope must be a table of settings")
+    assert message.endswith("but it is 3.")
+
+
+# --- describe ---
+
+
+def test_describe(tmp_path: Path) -> None:
+    write(tmp_path / ".inferscope.yaml", "report: out\n")
+    rows = describe(run(tmp_path, cli={"all": True}, env={"INFERSCOPE_TRACE_SIZE_MB": "64"}))
+    assert [row[0] for row in rows] == [spec.name for spec in OPTIONS]
+    by_name = {name: (value, source) for name, value, source in rows}
+    assert by_name["all"] == ("true", "cli --inferscope-all")
+    assert by_name["trace_size_mb"] == ("64.0", "env INFERSCOPE_TRACE_SIZE_MB")
+    assert by_name["report"] == (str(tmp_path / "out"), f"file {tmp_path / '.inferscope.yaml'}:1")
+    assert by_name["rounds"] == ("not set", "default")
+    assert by_name["gpu"] == ("auto", "default")
+
+
+def test_to_json_is_plain_data(tmp_path: Path) -> None:
+    data = run(tmp_path, cli={"report": Path("out")}).to_json()
+    assert data["report"] == "out" and data["sources"]["report"] == "cli --inferscope-report"
+
+
+# --- pytest glue, through a real pytest run ---
+
+CONFTEST = """
+import pytest
+from pytest_inferscope.config import add_options, describe, settings_from_pytest
+
+KEY = pytest.StashKey()
+
+def pytest_addoption(parser):
+    add_options(parser)
+
+def pytest_configure(config):
+    config.stash[KEY] = settings_from_pytest(config)
+
+def pytest_report_header(config):
+    return [f"setting {name}={value} from {source}" for name, value, source in describe(config.stash[KEY])]
+"""
+
+
+def run_pytest(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    # The installed plugin (entry point "inferscope") would register the same options a second time.
+    return project.runpytest("-p", "no:inferscope", *args)
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    for spec in OPTIONS:  # the developer's own INFERSCOPE_* variables must not leak in
+        monkeypatch.delenv(spec.env, raising=False)
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    return pytester
+
+
+def test_pytest_layers_reach_settings(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    project.makeini("[pytest]\ninferscope_rounds = 7\ninferscope_gpu = off\n")
+    monkeypatch.setenv("INFERSCOPE_GPU", "required")
+    result = run_pytest(project, "--inferscope-disable", "--inferscope-warmup=2")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "setting enable=false from cli --inferscope-disable",
+            "setting rounds=7 from ini inferscope_rounds",
+            "setting warmup=2 from cli --inferscope-warmup",
+            "setting gpu=required from env INFERSCOPE_GPU",
+            "setting cpu=sample from default",
+        ],
+        consecutive=False,
+    )
+
+
+def test_cli_rounds_zero_is_a_usage_error(project: pytest.Pytester) -> None:
+    result = run_pytest(project, "--inferscope-rounds=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --inferscope-rounds='0' is out of range: give the number of measured rounds per test, "
+         "a whole number of at least 1, e.g. --inferscope-rounds=20."]
+    )  # fmt: skip
+
+
+def test_cli_gpu_maybe_is_a_usage_error(project: pytest.Pytester) -> None:
+    result = run_pytest(project, "--inferscope-gpu=maybe")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --inferscope-gpu='maybe' is not one of the choices: *auto, off or required*"])
+
+
+def test_bad_env_and_ini_are_usage_errors(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSCOPE_TRACE_SIZE_MB", "abc")
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: INFERSCOPE_TRACE_SIZE_MB='abc' is not a number: *"])
+    monkeypatch.delenv("INFERSCOPE_TRACE_SIZE_MB")
+    project.makeini("[pytest]\ninferscope_log_level = loud\n")
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest ini option inferscope_log_level = 'loud' is not one of the choices: *"])
+
+
+def test_native_toml_ini_values(project: pytest.Pytester) -> None:
+    project.makepyprojecttoml('[tool.pytest]\ninferscope_rounds = "6"\n')
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["setting rounds=6 from ini inferscope_rounds"])
+    project.makepyprojecttoml("[tool.pytest]\ninferscope_all = true\n")
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *pyproject.toml: *'inferscope_all'*take quoted strings*[tool.inferscope]*"])
+
+
+def test_bad_config_file_is_a_usage_error(project: pytest.Pytester) -> None:
+    project.makefile(".yaml", **{".inferscope": "rounds: 3\nwarmpu: 1\n"})
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *.inferscope.yaml:2: unknown setting 'warmpu'*did you mean 'warmup'?*"])
+
+
+def test_help_lists_every_option_with_env_and_ini(project: pytest.Pytester) -> None:
+    result = run_pytest(project, "--help")
+    assert result.ret == pytest.ExitCode.OK
+    text = result.stdout.str()
+    assert "performance profiling of inference (pytest-inferscope)" in text
+    for spec in OPTIONS:
+        assert spec.flag in text and spec.env in text and spec.ini in text, spec.name

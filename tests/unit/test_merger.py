@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import numpy as np
+
+from pytest_inferscope.events import EVENT_DTYPE, Domain, Kind, RawTrace
+from pytest_inferscope.merger import MAX_RESIDUAL_NS, fit_clock, merge
+
+HOST0 = 10**12
+
+
+def ev(
+    kind: int,
+    start: int,
+    end: int,
+    *,
+    tid: int = 1,
+    corr: int = 0,
+    device: int = -1,
+    domain: int = Domain.HOST,
+    name: int = 0,
+    flags: int = 0,
+) -> tuple:
+    return (start, end, 0, corr, name, tid, -1 if device < 0 else 7, device, kind, domain, flags)
+
+
+def raw(rows: list[tuple], pairs=None, t0: int = HOST0) -> RawTrace:
+    return RawTrace(np.array(rows, dtype=EVENT_DTYPE), ["n0", "n1", "n2"], clock_pairs=pairs or [], t0_ns=t0)
+
+
+def test_cpu_only_fit_is_identity_and_times_are_relative_to_t0() -> None:
+    tl = merge(raw([ev(Kind.ROUND, HOST0 + 100, HOST0 + 900)]))
+    assert tl.clock.ok and tl.clock.rate == 1.0 and "CPU-only" in tl.clock.note
+    assert (tl.events["start"][0], tl.events["end"][0]) == (100, 900)
+
+
+def test_fit_recovers_a_device_clock_running_at_another_rate() -> None:
+    # torch.profiler's timestamp callback makes CUPTI return TSC ticks (~2.1x ns): the fit must undo it.
+    rate_dev = 2.1
+    dev = lambda h: int(5_000 + (h - HOST0) * rate_dev)  # noqa: E731
+    pairs = [(HOST0, dev(HOST0)), (HOST0 + 1_000_000_000, dev(HOST0 + 1_000_000_000))]
+    launch = HOST0 + 10_000
+    rows = [
+        ev(Kind.ROUND, HOST0, HOST0 + 2_000_000),
+        ev(Kind.RUNTIME, dev(launch), dev(launch + 3_000), corr=5, domain=Domain.DEVICE),
+        ev(Kind.KERNEL, dev(launch + 15_000), dev(launch + 1_015_000), corr=5, device=0, domain=Domain.DEVICE),
+    ]
+    tl = merge(raw(rows, pairs))
+    assert abs(tl.clock.rate - 1 / rate_dev) < 1e-9
+    assert "runs at" in tl.clock.note and tl.clock.causality_violations == 0
+    k = tl.events[tl.events["kind"] == Kind.KERNEL][0]
+    assert abs(int(k["start"]) - 25_000) <= 2 and abs(int(k["end"] - k["start"]) - 1_000_000) <= 2
+
+
+def test_causality_violations_are_counted() -> None:
+    pairs = [(HOST0, HOST0), (HOST0 + 10**9, HOST0 + 10**9)]
+    rows = [
+        ev(Kind.RUNTIME, HOST0 + 5_000, HOST0 + 6_000, corr=1, domain=Domain.DEVICE),
+        ev(Kind.KERNEL, HOST0 + 4_000, HOST0 + 9_000, corr=1, device=0, domain=Domain.DEVICE),  # before its launch
+        ev(Kind.RUNTIME, HOST0 + 7_000, HOST0 + 8_000, corr=2, domain=Domain.DEVICE),
+        ev(Kind.KERNEL, HOST0 + 20_000, HOST0 + 30_000, corr=2, device=0, domain=Domain.DEVICE),
+    ]
+    tl = merge(raw(rows, pairs))
+    assert tl.clock.causality_violations == 1
+    assert "before their launch" in tl.clock.note
+
+
+def test_a_bad_fit_drops_gpu_times_but_keeps_cpu_results() -> None:
+    pairs = [
+        (HOST0, HOST0),
+        (HOST0 + 10**6, HOST0 + 10**6),
+        (HOST0 + 2 * 10**6, HOST0 + 2 * 10**6 + 5 * MAX_RESIDUAL_NS),
+    ]
+    rows = [ev(Kind.ROUND, HOST0, HOST0 + 100), ev(Kind.KERNEL, HOST0, HOST0 + 50, device=0, domain=Domain.DEVICE)]
+    tl = merge(raw(rows, pairs))
+    assert not tl.clock.ok and "not trusted" in tl.clock.note
+    assert list(tl.events["kind"]) == [Kind.ROUND]
+
+
+def test_device_events_without_clock_readings_are_not_placed() -> None:
+    fit = fit_clock([], has_device_events=True)
+    assert not fit.ok and "cannot be placed" in fit.note
+
+
+def test_incomplete_records_are_counted_and_dropped() -> None:
+    pairs = [(HOST0, HOST0), (HOST0 + 10**6, HOST0 + 10**6)]
+    rows = [ev(Kind.KERNEL, HOST0 + 10, 0, device=0, domain=Domain.DEVICE)]
+    tl = merge(raw(rows, pairs))
+    assert tl.incomplete == 1 and len(tl) == 0
+
+
+def test_hierarchy_test_round_scope_and_leaves() -> None:
+    pairs = [(HOST0, HOST0), (HOST0 + 10**9, HOST0 + 10**9)]
+    rows = [
+        ev(Kind.TEST, HOST0, HOST0 + 1000),
+        ev(Kind.ROUND, HOST0 + 10, HOST0 + 500),
+        ev(Kind.SCOPE, HOST0 + 20, HOST0 + 300, name=1),
+        ev(Kind.SCOPE, HOST0 + 30, HOST0 + 100, name=2),
+        ev(Kind.SAMPLE, HOST0 + 40, HOST0 + 50),
+        ev(Kind.RUNTIME, HOST0 + 60, HOST0 + 70, corr=9, domain=Domain.DEVICE),
+        ev(Kind.KERNEL, HOST0 + 400, HOST0 + 450, corr=9, device=0, domain=Domain.DEVICE),
+        ev(Kind.SCOPE, HOST0 + 200, HOST0 + 250, tid=2),  # another thread, top level there
+        ev(Kind.ROUND, HOST0 + 600, HOST0 + 900),
+    ]
+    tl = merge(raw(rows, pairs))
+    kinds = tl.events["kind"]
+    idx = {k: np.flatnonzero(kinds == k) for k in (Kind.TEST, Kind.ROUND, Kind.SCOPE, Kind.SAMPLE, Kind.KERNEL)}
+    test, (r1, r2) = idx[Kind.TEST][0], idx[Kind.ROUND]
+    outer, inner, other = idx[Kind.SCOPE]
+    assert tl.parent[test] == -1 and tl.parent[r1] == test and tl.parent[r2] == test
+    assert tl.parent[outer] == r1 and tl.parent[inner] == outer
+    assert tl.parent[idx[Kind.SAMPLE][0]] == inner
+    assert tl.parent[other] == outer  # the test thread's innermost span at t=200
+    assert tl.parent[idx[Kind.KERNEL][0]] == inner  # where its launch ran, not where it executed
+    assert list(tl.events["start"]) == sorted(tl.events["start"])
