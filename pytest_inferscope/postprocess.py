@@ -95,5 +95,5 @@ def process(
         environment=dict(environment or {}),
     )
     if report_dir is not None:
-        write_test_reports(result, timeline, report_dir)
+        write_test_reports(result, timeline, report_dir, raw=raw)
     return result, timeline

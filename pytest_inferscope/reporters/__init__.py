@@ -12,9 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..events import RawTrace
 from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
-from .files import ReportDirError, atomic_write_text, check_report_dir, slugify
+from .files import ReportDirError, atomic_open, atomic_write_text, check_report_dir, slugify
 from .jsonreport import ReportFormatError, dumps, load_report, to_json
 from .markdown import render_index, render_report, verdict_label
 from .trace import write_chrome_trace
@@ -33,8 +34,13 @@ __all__ = [
 _SAFE_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def write_test_reports(result: TestResult, timeline: Timeline | None, report_dir: Path) -> dict[str, str]:
-    """Write one test's report files; return {"md", "json"[, "trace"]} -> path relative to report_dir.
+def write_test_reports(
+    result: TestResult, timeline: Timeline | None, report_dir: Path, raw: RawTrace | None = None
+) -> dict[str, str]:
+    """Write one test's report files; return {"md", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
+
+    `raw` (the collection before merging) is kept as `raw.npz`, so `inferscope analyze` can
+    re-run merger, analyzer and reporters from disk.
 
     The same dict is stored in `result.files` (and so in report.json). A partial result (the test
     raised) is written the same way; its report says so at the top.
@@ -44,6 +50,10 @@ def write_test_reports(result: TestResult, timeline: Timeline | None, report_dir
     folder = Path(report_dir) / result.slug
     folder.mkdir(parents=True, exist_ok=True)
     files = {"md": f"{result.slug}/report.md", "json": f"{result.slug}/report.json"}
+    if raw is not None:
+        with atomic_open(folder / "raw.npz") as f:
+            raw.save(f, compress=False)
+        files["raw"] = f"{result.slug}/raw.npz"
     if timeline is not None:
         # The trace first: if the disk fills up, report.json does not point to a missing trace.
         write_chrome_trace(timeline, folder / "trace.json", title=result.nodeid)

@@ -58,6 +58,13 @@ def test_rounds_reuse_fixture_values_and_reports_are_written(pytester: pytest.Py
     data = json.loads((d / "report.json").read_text())
     assert data["rounds"] == 4 and data["warmup"] == 2 and len(data["latency"]["samples_ms"]) == 4
     assert data["schema_version"] == 1
+    # the raw collection is kept, so the analysis can be re-run from disk
+    from pytest_inferscope.analyzer import analyze
+    from pytest_inferscope.events import RawTrace
+    from pytest_inferscope.merger import merge
+
+    again = analyze(merge(RawTrace.load(str(d / "raw.npz"))))
+    assert again.metrics["rounds"] == 4 and again.bottleneck == data["analysis"]["bottleneck"]
 
 
 def test_crossed_threshold_fails_the_test_with_evidence(pytester: pytest.Pytester) -> None:
