@@ -36,9 +36,10 @@ class Kind(enum.IntEnum):
     SYNC = 14  # synchronisation record; flags = SyncType
     GPU_MEMORY = 15  # GPU allocation (value > 0) or free (value < 0), bytes
     OVERHEAD = 16  # profiler overhead record (CUPTI buffer flush, ...)
+    WAIT = 17  # the host blocked waiting for the device (the plugin's own end-of-round synchronize)
 
 
-SPAN_KINDS = (Kind.TEST, Kind.ROUND, Kind.SCOPE, Kind.MODULE, Kind.CALL)
+SPAN_KINDS = (Kind.TEST, Kind.ROUND, Kind.SCOPE, Kind.MODULE, Kind.CALL, Kind.WAIT)
 GPU_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 
 

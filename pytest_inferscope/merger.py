@@ -62,18 +62,21 @@ def fit_clock(pairs: list[tuple[int, int]], has_device_events: bool) -> ClockFit
         return ClockFit(pairs=len(pairs))
     if not pairs:
         return ClockFit(ok=False, note="device events but no clock readings: GPU times cannot be placed")
-    h = np.array([p[0] for p in pairs], dtype=np.float64)
-    d = np.array([p[1] for p in pairs], dtype=np.float64)
+    # Subtract integer references first: raw timestamps are ~1e18 and float64 would lose 256 ns.
+    h_ref, d_ref = int(pairs[0][0]), int(pairs[0][1])
+    h = np.array([p[0] - h_ref for p in pairs], dtype=np.float64)
+    d = np.array([p[1] - d_ref for p in pairs], dtype=np.float64)
     if len(pairs) == 1 or np.ptp(d) == 0:
         offset = float(np.mean(h - d))
         return ClockFit(
             rate=1.0,
             offset_ns=offset,
+            host_ref_ns=h_ref,
+            device_ref_ns=d_ref,
             residual_ns=float(np.max(np.abs(h - d - offset))),
             pairs=len(pairs),
             note="one clock reading: offset only, rate assumed 1",
         )
-    # Centre before fitting: raw timestamps are ~1e18 and would lose precision.
     d0, h0 = d.mean(), h.mean()
     rate = float(np.sum((d - d0) * (h - h0)) / np.sum((d - d0) ** 2))
     offset = float(h0 - rate * d0)
@@ -92,6 +95,8 @@ def fit_clock(pairs: list[tuple[int, int]], has_device_events: bool) -> ClockFit
     return ClockFit(
         rate=rate,
         offset_ns=offset,
+        host_ref_ns=h_ref,
+        device_ref_ns=d_ref,
         residual_ns=residual,
         pairs=len(pairs),
         ok=ok,
@@ -104,12 +109,9 @@ def _to_host(ev: np.ndarray, fit: ClockFit) -> None:
     if not dev.any():
         return
     for col in ("start", "end"):
-        # Subtract the first device timestamp before scaling to keep float64 exact.
-        raw = ev[col][dev]
-        base = int(raw.min())
-        ev[col][dev] = np.rint((raw - base).astype(np.float64) * fit.rate + (fit.rate * base + fit.offset_ns)).astype(
-            np.int64
-        )
+        # Integer differences from the reference are small enough for float64 to hold exactly.
+        rel = (ev[col][dev] - fit.device_ref_ns).astype(np.float64)
+        ev[col][dev] = np.rint(rel * fit.rate + fit.offset_ns).astype(np.int64) + fit.host_ref_ns
     ev["domain"][dev] = Domain.HOST
 
 

@@ -230,10 +230,16 @@ class CollectorInfo(_Serial):
 
 @dataclass
 class ClockFit(_Serial):
-    """host_ns = rate * device_ns + offset, fitted from paired readings."""
+    """host_ns = host_ref_ns + rate * (device_ns - device_ref_ns) + offset_ns, fitted from paired readings.
+
+    The integer reference points keep the arithmetic exact: raw CUPTI timestamps (~1e18 ns)
+    cannot be held in a float64 to better than 256 ns.
+    """
 
     rate: float = 1.0
     offset_ns: float = 0.0
+    host_ref_ns: int = 0
+    device_ref_ns: int = 0
     residual_ns: float = 0.0
     pairs: int = 0
     causality_violations: int = 0

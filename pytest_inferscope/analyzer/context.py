@@ -6,6 +6,7 @@ Pure functions of a `Timeline`; nothing here prints or writes.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -20,6 +21,10 @@ _MS = 1e6
 _MB = 1024 * 1024
 #: Python files that are the framework rather than the user's code, for "framework overhead".
 FRAMEWORK_MARKERS = ("/torch/", "/site-packages/torch", "/transformers/", "/accelerate/")
+#: Runtime/driver calls that block the calling thread until the device catches up.
+SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy(2D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?$|^cudaMemcpy(To|From)Symbol$")
+#: Host time per kernel launch below which the host is busy launching rather than computing.
+LAUNCH_HOST_NS = 50_000
 
 
 def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
@@ -219,6 +224,60 @@ class Context:
             "pageable": cp[(src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)],
         }
 
+    @cached_property
+    def test_tid(self) -> int | None:
+        ev = self.timeline.events
+        return int(ev["tid"][self.round_idx[0]]) if len(self.round_idx) else None
+
+    @cached_property
+    def sync_calls(self) -> np.ndarray:
+        """Indices of the test's blocking runtime calls (synchronisations, blocking copies) in measured rounds."""
+        tl = self.timeline
+        ev = tl.events
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
+        if not len(rt):
+            return rt
+        names = np.array([bool(SYNC_CALL.search(tl.strings[int(n)])) for n in ev["name"][rt]], dtype=bool)
+        own = ev["kind"][np.maximum(tl.parent[rt], 0)] == Kind.WAIT  # our end-of-round synchronize
+        return rt[names & ~(own & (tl.parent[rt] >= 0))]
+
+    @cached_property
+    def wait_ns(self) -> dict[str, int]:
+        """Time the test thread was blocked on the device: the user's syncs, ours, and both together."""
+        ev = self.timeline.events
+        own = ev[(ev["kind"] == Kind.WAIT) & self.in_rounds]
+        user = ev[self.sync_calls]
+        both = np.concatenate((own, user))
+        return {
+            "user": union_ns(user["start"], user["end"]),
+            "round_end": union_ns(own["start"], own["end"]),
+            "all": union_ns(both["start"], both["end"]),
+        }
+
+    @cached_property
+    def launches(self) -> dict[str, float]:
+        """Kernel launch statistics over the measured rounds."""
+        k = self.gpu[self.gpu["kind"] == Kind.KERNEL]
+        n = len(k)
+        busy = self.counters.get("thread_cpu_ns", 0.0)
+        return {
+            "count": float(n),
+            "per_round": n / self.n_rounds,
+            "mean_kernel_ns": float(np.mean(k["end"] - k["start"])) if n else 0.0,
+            "host_ns_per_launch": busy / n if n else float("inf"),
+        }
+
+    @property
+    def launch_dominated(self) -> bool:
+        """Many tiny kernels, each costing the host more than it costs the GPU: the host is busy launching."""
+        lz = self.launches
+        return (
+            self.has_gpu
+            and lz["per_round"] >= 100
+            and lz["host_ns_per_launch"] < LAUNCH_HOST_NS
+            and lz["mean_kernel_ns"] < lz["host_ns_per_launch"]
+        )
+
     # -- helpers for rules ---------------------------------------------------------
 
     def per_round_ms(self, ns: float) -> float:
@@ -292,10 +351,18 @@ class Context:
         }
         m["rounds"] = float(len(self.round_idx))
         cpu = c.get("thread_cpu_ns", 0.0)
+        waits = self.wait_ns
         m["cpu.test_thread_busy"] = cpu / wall
-        # The kernel share of the process's CPU time, applied to the test thread: user-mode busy time.
+        # A thread spinning in a CUDA sync burns CPU time while it waits: busy time outside the
+        # waits is what the host really spent working.
+        working = min(cpu, max(0.0, wall - waits["all"]))
+        m["cpu.test_thread_working"] = working / wall
+        # The kernel share of the process's CPU time, applied to the test thread: user-mode work.
         proc_cpu = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
-        m["cpu.test_thread_user_busy"] = cpu / wall * (c.get("user_ns", 0.0) / proc_cpu if proc_cpu else 1.0)
+        m["cpu.test_thread_user_busy"] = working / wall * (c.get("user_ns", 0.0) / proc_cpu if proc_cpu else 1.0)
+        m["host.wait_fraction"] = waits["all"] / wall
+        m["host.sync_fraction"] = waits["user"] / wall
+        m["host.syncs_per_round"] = len(self.sync_calls) / self.n_rounds
         m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
         proc = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
         m["cpu.kernel_fraction"] = c.get("sys_ns", 0.0) / proc if proc else 0.0

@@ -25,6 +25,8 @@ SAMPLES_FOR_CONFIDENCE = 30
 #: RSS growth per measured round that counts as memory pressure.
 RSS_GROWTH_MB_PER_ROUND = 1.0
 GPU_BUSY_MIN = 0.6
+#: Share of the round the host spends blocked in syncs it asked for, to call it sync-bound.
+SYNC_MIN = 0.15
 TRANSFER_MIN = 0.2
 _MB = 1024 * 1024
 
@@ -46,10 +48,10 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     the sampled hotspots only say where the time went, so they weigh in lightly.
     Kernel time (page faults, syscalls) is left to the memory and wait rules.
     """
-    busy = ctx.metrics.get("cpu.test_thread_busy") or 0.0
+    busy = ctx.metrics.get("cpu.test_thread_working") or 0.0
     user_busy = ctx.metrics.get("cpu.test_thread_user_busy") or 0.0
-    if user_busy < CPU_BUSY_MIN:
-        return []
+    if user_busy < CPU_BUSY_MIN or ctx.launch_dominated:
+        return []  # (a host busy launching tiny kernels is the launch rule's finding)
     if ctx.has_gpu and (ctx.metrics.get("gpu.compute_fraction") or 0.0) >= busy:
         return []  # the GPU, not the CPU, is the longer pole
     spots = [h for h in ctx.hotspots if h.self_ms > 0][:5]
@@ -57,7 +59,7 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     evidence: dict[str, object] = {
         "test thread CPU per round (ms)": round(ctx.per_round_ms(ctx.counters.get("thread_cpu_ns", 0.0)), 3),
         "wall per round (ms)": round(round_ms, 3),
-        "test thread on CPU": _pct(busy),
+        "test thread on CPU, outside device waits": _pct(busy),
         "of it in user mode": _pct(user_busy),
         "process CPU / wall": f"{ctx.metrics.get('cpu.process_utilisation') or 0.0:.2f}",
     }
@@ -269,8 +271,8 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
     if not ctx.has_gpu:
         return []
     idle = ctx.metrics.get("gpu.idle_fraction") or 0.0
-    busy = ctx.metrics.get("cpu.test_thread_busy") or 0.0
-    if idle < 0.3 or busy < 0.5:
+    busy = ctx.metrics.get("cpu.test_thread_working") or 0.0
+    if idle < 0.3 or busy < 0.5 or ctx.launch_dominated:
         return []
     share = min(idle, busy)
     spots = [h for h in ctx.hotspots if h.self_ms > 0][:3]
@@ -353,4 +355,132 @@ def transfers(ctx: Context) -> list[Finding]:
     ]
 
 
-DEFAULT_RULES: list[Rule] = [cpu_saturation, off_cpu_wait, memory_pressure, gpu_saturation, gpu_idle_host, transfers]
+def sync_stall(ctx: Context) -> list[Finding]:
+    """The test thread blocked in synchronisations it asked for (`.item()`, `.cpu()`, blocking copies)."""
+    if not ctx.has_gpu or not len(ctx.sync_calls):
+        return []
+    frac = ctx.metrics.get("host.sync_fraction") or 0.0
+    if frac < SYNC_MIN:
+        return []
+    tl, ev = ctx.timeline, ctx.timeline.events
+    calls = ev[ctx.sync_calls]
+    dur = (calls["end"] - calls["start"]).astype(float)
+    by_name: dict[str, list[float]] = {}
+    for n, d in zip(calls["name"].tolist(), dur.tolist(), strict=True):
+        by_name.setdefault(tl.strings[n], []).append(d)
+    # Where in the user's code the syncs were issued: the stacks sampled while the thread was blocked in them.
+    lines = _samples_inside(ctx, calls["start"], calls["end"])
+    evidence: dict[str, object] = {
+        "blocked in syncs per round (ms)": round(ctx.per_round_ms(ctx.wait_ns["user"]), 3),
+        "share of the round": _pct(frac),
+        "sync calls per round": round(len(calls) / ctx.n_rounds, 1),
+    }
+    for name, ds in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:3]:
+        evidence[name] = f"{len(ds) / ctx.n_rounds:.1f} per round, {ctx.per_round_ms(sum(ds)):.3f} ms per round"
+    for i, (where, ms) in enumerate(lines[:3], 1):
+        evidence[f"issued from {i}"] = f"{where} ({ms:.2f} ms/round sampled)"
+    sync_ms = ctx.per_round_ms(ctx.wait_ns["user"])
+    first = lines[0][0].split(" (")[0] if lines else "the test body"
+    return [
+        Finding(
+            rule="sync_stall",
+            title="Sync-bound: the host blocks waiting for the GPU",
+            summary=f"The test thread was blocked in {len(calls) / ctx.n_rounds:.0f} synchronisations per round "
+            f"({sync_ms:.2f} ms, {_pct(frac)} of the round), most from {first}.",
+            cause="sync_bound",
+            share=frac,
+            confidence=min(1.0, 0.7 + frac),
+            evidence=evidence,
+            events=ctx.refs(ctx.sync_calls, 5),
+            suggestions=[
+                Suggestion(
+                    f"Remove per-step synchronisations in {first}: keep values on the GPU instead of "
+                    ".item() / .cpu() / printing CUDA tensors, and read results once at the end",
+                    f"{len(calls) / ctx.n_rounds:.0f} blocking calls per round hold the host for {sync_ms:.2f} ms",
+                    sync_ms * 0.8,
+                    "sync_stall",
+                ),
+                Suggestion(
+                    "Copy results with non_blocking=True into pinned memory and wait on a CUDA event only "
+                    "where the value is needed (torch.cuda.set_sync_debug_mode('warn') finds the hidden syncs)",
+                    "a blocking copy waits for every kernel queued before it",
+                    sync_ms * 0.5,
+                    "sync_stall",
+                ),
+            ],
+        )
+    ]
+
+
+def launch_overhead(ctx: Context) -> list[Finding]:
+    """Many tiny kernels, each cheaper on the GPU than its launch on the host: the body is launch-bound."""
+    if not ctx.launch_dominated:
+        return []
+    lz = ctx.launches
+    compute = ctx.metrics.get("gpu.compute_fraction") or 0.0
+    share = max(0.0, 1.0 - compute)
+    host_us, kernel_us = lz["host_ns_per_launch"] / 1e3, lz["mean_kernel_ns"] / 1e3
+    wall_ms = ctx.per_round_ms(ctx.wall_ns)
+    return [
+        Finding(
+            rule="launch_overhead",
+            title="Launch-bound: the host spends longer launching kernels than the GPU spends running them",
+            summary=f"{lz['per_round']:.0f} kernels per round averaging {kernel_us:.1f} µs on the GPU, while the "
+            f"host spends {host_us:.1f} µs of CPU per launch; the GPU computes only {_pct(compute)} of the round.",
+            cause="launch_bound",
+            share=share,
+            confidence=min(1.0, 0.6 + 0.4 * min(1.0, host_us / max(kernel_us, 1e-3) / 3)),
+            evidence={
+                "kernels per round": round(lz["per_round"]),
+                "mean kernel duration (µs)": round(kernel_us, 2),
+                "host CPU per launch (µs)": round(host_us, 2),
+                "GPU computing": _pct(compute),
+            },
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_rounds), 5),
+            suggestions=[
+                Suggestion(
+                    "Capture the step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead'))",
+                    f"replaying {lz['per_round']:.0f} launches as one graph removes most of the {host_us:.0f} µs "
+                    "host cost of each",
+                    wall_ms * share * 0.7,
+                    "launch_overhead",
+                ),
+                Suggestion(
+                    "Fuse the small kernels (torch.compile) or batch more work per kernel (larger batch, fewer steps)",
+                    f"each kernel runs {kernel_us:.1f} µs: fusing several into one amortises the launch",
+                    wall_ms * share * 0.5,
+                    "launch_overhead",
+                ),
+            ],
+        )
+    ]
+
+
+def _samples_inside(ctx: Context, starts: np.ndarray, ends: np.ndarray) -> list[tuple[str, float]]:
+    """User frames (innermost) of the samples taken inside the given intervals, by sampled ms per round."""
+    ev = ctx.timeline.events
+    sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & ctx.in_rounds)
+    if not len(sel) or not len(starts):
+        return []
+    order = np.argsort(starts)
+    s, e = starts[order], ends[order]
+    at = ev["end"][sel] - 1
+    k = np.searchsorted(s, at, side="right") - 1
+    inside = (k >= 0) & (at < e[np.maximum(k, 0)])
+    tally: dict[str, float] = {}
+    for i in sel[inside].tolist():
+        leaf = ctx.timeline.name(i).rsplit(";", 1)[-1]
+        tally[leaf] = tally.get(leaf, 0.0) + float(ev["end"][i] - ev["start"][i])
+    return sorted(((k_, ctx.per_round_ms(v)) for k_, v in tally.items()), key=lambda kv: -kv[1])
+
+
+DEFAULT_RULES: list[Rule] = [
+    cpu_saturation,
+    off_cpu_wait,
+    memory_pressure,
+    gpu_saturation,
+    gpu_idle_host,
+    transfers,
+    sync_stall,
+    launch_overhead,
+]

@@ -10,8 +10,8 @@ function call and record nothing.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -70,6 +70,27 @@ class _Scope:
             flags=RAISED_FLAG if exc_type is not None else 0,
             tid=threading.get_native_id(),
         )
+
+
+class _Round:
+    """The context of one round (a class, not a generator, so its frames count as the harness's)."""
+
+    __slots__ = ("_before", "_coll", "_index", "_start", "_warmup")
+
+    def __init__(self, coll: Collection, index: int, warmup: bool) -> None:
+        self._coll, self._index, self._warmup = coll, index, warmup
+        self._start = 0
+        self._before: Counters | None = None
+
+    def __enter__(self) -> None:
+        self._before = Counters.now()
+        self._start = host_clock_ns()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._before is not None
+        self._coll._end_round(self._index, self._warmup, exc_type is not None, self._start, self._before)
 
 
 class Collection:
@@ -190,33 +211,37 @@ class Collection:
 
     # -- inside the body -------------------------------------------------------
 
-    @contextmanager
-    def round(self, index: int, warmup: bool) -> Iterator[None]:
+    def round(self, index: int, warmup: bool) -> _Round:
         """One call of the body: a ROUND span, the device synchronised before it ends, counters kept."""
-        before = Counters.now()
-        start = host_clock_ns()
-        raised = False
-        try:
-            yield
-        except BaseException:
-            raised = True
-            raise
-        finally:
-            if self.gpu is not None:
-                self.gpu.synchronize()
-            else:
-                synchronize_device()  # CUDA work must not leak into the next round
-            end = host_clock_ns()
-            after = Counters.now()
-            flags = (WARMUP_FLAG if warmup else 0) | (RAISED_FLAG if raised else 0)
-            tid = threading.get_native_id()
-            self.buffer.record(
-                Kind.ROUND, self.buffer.strings.intern(f"round {index}"), start, end, value=index, flags=flags, tid=tid
-            )
-            self.buffer.record(Kind.MEMORY, 0, end, end, value=after.rss, flags=MemoryFlag.BOUNDARY, tid=tid)
-            row = before.delta(after)
-            row.update(index=index, warmup=warmup, raised=raised, start_ns=start - self.t0, wall_ns=end - start)
-            self.rounds.append(row)
+        return _Round(self, index, warmup)
+
+    def _end_round(self, index: int, warmup: bool, raised: bool, start: int, before: Counters) -> None:
+        # Wait for the round's GPU work (it must not leak into the next round) and record the
+        # wait, so the analyzer can tell a host spinning in a sync from a host doing work.
+        wait0 = host_clock_ns()
+        if self.gpu is not None:
+            self.gpu.synchronize()
+        else:
+            synchronize_device()
+        end = host_clock_ns()
+        after = Counters.now()
+        tid = threading.get_native_id()
+        strings = self.buffer.strings
+        if end - wait0 > 1_000:
+            self.buffer.record(Kind.WAIT, strings.intern("device synchronize (end of round)"), wait0, end, tid=tid)
+        flags = (WARMUP_FLAG if warmup else 0) | (RAISED_FLAG if raised else 0)
+        self.buffer.record(Kind.ROUND, strings.intern(f"round {index}"), start, end, value=index, flags=flags, tid=tid)
+        self.buffer.record(Kind.MEMORY, 0, end, end, value=after.rss, flags=MemoryFlag.BOUNDARY, tid=tid)
+        row = before.delta(after)
+        row.update(
+            index=index,
+            warmup=warmup,
+            raised=raised,
+            start_ns=start - self.t0,
+            wall_ns=end - start,
+            sync_ns=end - wait0,
+        )
+        self.rounds.append(row)
 
     def run_rounds(self, body: Callable[[], R], rounds: int, warmup: int) -> R:
         """Call `body` warmup + rounds times; returns the last result."""

@@ -90,9 +90,10 @@ def test_collectors_write_to_buffer() -> None:
     assert len(kernels) == 4  # one per round's synchronize, one from stop()'s final synchronize
     durations = timeline.events["end"][kernels] - timeline.events["start"][kernels]
     assert np.allclose(durations, 500_000, atol=5_000)  # 1,000,000 device ticks at 2 ticks/ns
-    # each round's kernel was launched in that round, so that is its parent; the last one after the test ended
+    # the fake launches inside each round's end-of-round wait, so that is its parent; the last one after the test
     parents = timeline.parent[kernels]
-    assert list(timeline.events["kind"][parents[:3]]) == [Kind.ROUND] * 3 and parents[3] == -1
+    assert list(timeline.events["kind"][parents[:3]]) == [Kind.WAIT] * 3 and parents[3] == -1
+    assert list(timeline.events["kind"][timeline.parent[parents[:3]]]) == [Kind.ROUND] * 3
     info = {c.name: c for c in coll.collectors_info()}
     assert info["gpu"].active and "fake" in info["gpu"].mode
 

@@ -23,12 +23,17 @@ def build(
     samples: list[tuple[str, float]] | None = None,
     gpu: list[tuple[int, float, float, int, int]] | None = None,
     warmup: int = 1,
+    host: list[tuple[int, str, float, float]] | None = None,
+    repeat_gpu: int = 1,
 ) -> RawTrace:
     """A collection with `n_rounds` measured rounds and the given per-round counters and events.
 
-    `samples`: (folded stack, fraction of each round); `gpu`: (kind, start_frac, dur_frac, bytes, flags) per round.
+    `samples`: (folded stack, fraction of each round); `gpu`: (kind, start_frac, dur_frac, bytes, flags) per round,
+    each launched by a cudaLaunchKernel runtime record 5 µs before it (`repeat_gpu` evenly spaced copies per round);
+    `host`: (kind, name, start_frac, dur_frac) host records on the test thread (WAIT spans, RUNTIME sync calls).
     """
-    strings = ["test", "round"]
+    strings = ["test", "round", "cudaLaunchKernel"]
+    launch = 2
     rows, meta_rounds = [], []
     t = 0
     dur = int(round_ms * MS)
@@ -45,10 +50,16 @@ def build(
                 (t + 10, t + 10 + int(dur * frac), 0, 0, strings.index(stack), 1, -1, -1, Kind.SAMPLE, Domain.HOST, 0)
             )
         for kind, s_frac, d_frac, nbytes, flags in gpu or []:
+            for r in range(repeat_gpu):
+                s = t + int(dur * (s_frac + r / repeat_gpu))
+                rows.append((s - 5000, s - 4000, 0, corr, launch, 1, -1, -1, Kind.RUNTIME, Domain.DEVICE, 0))
+                rows.append((s, s + int(dur * d_frac), nbytes, corr, 0, 1, 7, 0, kind, Domain.DEVICE, flags))
+                corr += 1
+        for kind, name, s_frac, d_frac in host or []:
+            if name not in strings:
+                strings.append(name)
             s = t + int(dur * s_frac)
-            rows.append((s - 5000, s - 4000, 0, corr, 0, 1, -1, -1, Kind.RUNTIME, Domain.DEVICE, 0))
-            rows.append((s, s + int(dur * d_frac), nbytes, corr, 0, 1, 7, 0, kind, Domain.DEVICE, flags))
-            corr += 1
+            rows.append((s, s + int(dur * d_frac), 0, 0, strings.index(name), 1, -1, -1, kind, Domain.HOST, 0))
         new_rss = rss + int(rss_growth_mb * _MB)
         meta_rounds.append(
             {
@@ -152,3 +163,40 @@ def test_union_of_overlapping_intervals() -> None:
     e = np.array([10, 12, 25, 23, 41])
     assert union_ns(s, e) == 12 + 5 + 1
     assert union_ns(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == 0
+
+
+def test_a_host_spinning_in_the_round_end_sync_is_gpu_bound_not_cpu_bound() -> None:
+    # On the H200 a GPU-bound test spins in cudaDeviceSynchronize: its thread burns CPU while it waits.
+    raw = build(
+        cpu_busy=0.98,
+        gpu=[(Kind.KERNEL, 0.05, 0.9, 0, 0)],
+        host=[(Kind.WAIT, "device synchronize (end of round)", 0.08, 0.92)],
+    )
+    a = analyze(merge(raw))
+    assert a.bottleneck == "gpu_bound" and a.confidence >= 0.8
+    assert a.metrics["cpu.test_thread_working"] < 0.15
+    assert not any(f.rule == "cpu_saturation" for f in a.findings)
+
+
+def test_blocking_syncs_in_the_body_are_sync_bound() -> None:
+    raw = build(
+        cpu_busy=0.95,
+        gpu=[(Kind.KERNEL, 0.02, 0.6, 0, 0)],
+        host=[(Kind.RUNTIME, "cudaStreamSynchronize", 0.05, 0.75)],
+        samples=[("t:step (t.py:3);t:read_loss (t.py:9)", 0.5)],
+    )
+    a = analyze(merge(raw))
+    assert a.bottleneck == "sync_bound", [(f.rule, f.share) for f in a.findings]
+    f = a.findings[0]
+    assert f.evidence["cudaStreamSynchronize"].startswith("1.0 per round")
+    assert "t:read_loss" in f.evidence["issued from 1"]
+    assert len(f.suggestions) >= 2
+
+
+def test_many_tiny_kernels_are_launch_bound() -> None:
+    raw = build(cpu_busy=0.95, gpu=[(Kind.KERNEL, 0.0, 0.0003, 0, 0)], repeat_gpu=200)
+    a = analyze(merge(raw))
+    assert a.bottleneck == "launch_bound", [(f.rule, f.share) for f in a.findings]
+    f = a.findings[0]
+    assert f.evidence["kernels per round"] == 200 and f.evidence["mean kernel duration (µs)"] < 5
+    assert "CUDA graph" in a.suggestions[0].action

@@ -112,3 +112,17 @@ def test_hierarchy_test_round_scope_and_leaves() -> None:
     assert tl.parent[other] == outer  # the test thread's innermost span at t=200
     assert tl.parent[idx[Kind.KERNEL][0]] == inner  # where its launch ran, not where it executed
     assert list(tl.events["start"]) == sorted(tl.events["start"])
+
+
+def test_fit_is_exact_at_cupti_magnitudes() -> None:
+    # CUPTI timestamps are ~1.8e18 ns; float64 steps there are 256 ns, so the fit must work on differences.
+    dev0 = 1_760_000_000_123_456_789
+    pairs = [(HOST0, dev0), (HOST0 + 2_000_000_000, dev0 + 2_000_000_000)]
+    rows = [
+        ev(Kind.RUNTIME, dev0 + 1_001, dev0 + 2_003, corr=1, domain=Domain.DEVICE),
+        ev(Kind.KERNEL, dev0 + 10_007, dev0 + 10_019, corr=1, device=0, domain=Domain.DEVICE),
+    ]
+    tl = merge(raw(rows, pairs))
+    assert tl.clock.rate == 1.0 and tl.clock.residual_ns == 0.0
+    k = tl.events[tl.events["kind"] == Kind.KERNEL][0]
+    assert (int(k["start"]), int(k["end"])) == (10_007, 10_019)  # to the nanosecond
