@@ -273,6 +273,9 @@ class InferscopeSession:
         if self.report_dir is not None and self.results:
             from .reporters import write_index
 
-            write_index(
-                self.results, self.report_dir, {"environment": self.environment(), "collectors": self.header_lines()}
-            )
+            env = self.environment()
+            info = {
+                "collectors": self.header_lines()[0].removeprefix("inferscope: "),
+                "environment": ", ".join(f"{k} {v}" for k, v in sorted(env.items())),
+            }
+            write_index(self.results, self.report_dir, info)

@@ -20,7 +20,7 @@ from ..results import BreakdownPart, EventRef, Hotspot, LatencyStats, ScopeStat
 _MS = 1e6
 _MB = 1024 * 1024
 #: Python files that are the framework rather than the user's code, for "framework overhead".
-FRAMEWORK_MARKERS = ("/torch/", "/site-packages/torch", "/transformers/", "/accelerate/")
+FRAMEWORK_MARKERS = ("(torch/", "(transformers/", "(accelerate/", "/torch/", "/transformers/")
 #: Runtime/driver calls that block the calling thread until the device catches up.
 SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy(2D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?$|^cudaMemcpy(To|From)Symbol$")
 #: Host time per kernel launch below which the host is busy launching rather than computing.
@@ -105,7 +105,7 @@ class Context:
         """Sums of the per-round process counters over the measured rounds."""
         rows: list[dict[str, Any]] = list(self.timeline.meta.get("rounds", []))
         measured = [r for r in rows if not r.get("warmup")] or rows
-        keys = ("wall_ns", "thread_cpu_ns", "user_ns", "sys_ns", "minflt", "majflt", "nvcsw", "nivcsw")
+        keys = ("wall_ns", "thread_cpu_ns", "user_ns", "sys_ns", "minflt", "majflt", "nvcsw", "nivcsw", "runqueue_ns")
         out = {k: float(sum(r.get(k, 0) for r in measured)) for k in keys}
         out["rounds"] = float(len(measured))
         if measured:
@@ -329,12 +329,14 @@ class Context:
         if self.sample_weights:
             fw = self.framework_ns
             parts.append(
-                BreakdownPart("Framework overhead (torch Python code, sampled)", self.per_round_ms(fw), fw / wall)
+                BreakdownPart(
+                    "Framework (torch modules and the native ops they call, sampled)", self.per_round_ms(fw), fw / wall
+                )
             )
         else:
             parts.append(
                 BreakdownPart(
-                    "Framework overhead (torch Python code, sampled)",
+                    "Framework (torch modules and the native ops they call, sampled)",
                     None,
                     None,
                     collected=False,
@@ -355,11 +357,16 @@ class Context:
         m["cpu.test_thread_busy"] = cpu / wall
         # A thread spinning in a CUDA sync burns CPU time while it waits: busy time outside the
         # waits is what the host really spent working.
-        working = min(cpu, max(0.0, wall - waits["all"]))
+        # Time runnable but waiting for a core (other processes, too many threads) is demand for
+        # CPU the machine did not meet: the body is still CPU-bound, on a crowded machine.
+        runq = c.get("runqueue_ns", 0.0)
+        m["cpu.test_thread_runqueue"] = runq / wall
+        working = min(cpu + runq, max(0.0, wall - waits["all"]))
         m["cpu.test_thread_working"] = working / wall
         # The kernel share of the process's CPU time, applied to the test thread: user-mode work.
         proc_cpu = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
         m["cpu.test_thread_user_busy"] = working / wall * (c.get("user_ns", 0.0) / proc_cpu if proc_cpu else 1.0)
+        m["cpu.torch_threads"] = float(self.timeline.meta.get("torch_threads") or 0) or None
         m["host.wait_fraction"] = waits["all"] / wall
         m["host.sync_fraction"] = waits["user"] / wall
         m["host.syncs_per_round"] = len(self.sync_calls) / self.n_rounds

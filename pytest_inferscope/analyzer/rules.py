@@ -27,6 +27,8 @@ RSS_GROWTH_MB_PER_ROUND = 1.0
 GPU_BUSY_MIN = 0.6
 #: Share of the round the host spends blocked in syncs it asked for, to call it sync-bound.
 SYNC_MIN = 0.15
+#: Share of the round the test thread waits for a core before contention is reported.
+CONTENTION_MIN = 0.1
 TRANSFER_MIN = 0.2
 _MB = 1024 * 1024
 
@@ -59,7 +61,8 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     evidence: dict[str, object] = {
         "test thread CPU per round (ms)": round(ctx.per_round_ms(ctx.counters.get("thread_cpu_ns", 0.0)), 3),
         "wall per round (ms)": round(round_ms, 3),
-        "test thread on CPU, outside device waits": _pct(busy),
+        "test thread on CPU or waiting for a core, outside device waits": _pct(busy),
+        "waiting for a core (CPU contention)": _pct(ctx.metrics.get("cpu.test_thread_runqueue") or 0.0),
         "of it in user mode": _pct(user_busy),
         "process CPU / wall": f"{ctx.metrics.get('cpu.process_utilisation') or 0.0:.2f}",
     }
@@ -111,7 +114,7 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
 
 def off_cpu_wait(ctx: Context) -> list[Finding]:
     """The test thread spent much of the round off CPU (sleeping, I/O, locks, waiting on other threads)."""
-    busy = ctx.metrics.get("cpu.test_thread_busy") or 0.0
+    busy = ctx.metrics.get("cpu.test_thread_working") or 0.0
     waiting = 1.0 - busy
     if waiting < 0.3 or ctx.has_gpu:
         return []  # with a GPU, waiting is the sync and idle rules' business
@@ -156,21 +159,19 @@ def memory_pressure(ctx: Context) -> list[Finding]:
     sys_share = c.get("sys_ns", 0.0) / wall
     faults = ctx.metrics.get("mem.minor_faults_per_round") or 0.0
     major = c.get("majflt", 0.0)
-    growing = growth_per_round >= RSS_GROWTH_MB_PER_ROUND
-    faulting = (sys_share >= 0.2 and faults >= 100) or major > 0
+    r2 = 0.0
+    if n >= 3:
+        fit = np.polyfit(np.arange(n), rss, 1)
+        ss = float(np.sum((rss - rss.mean()) ** 2))
+        r2 = 1.0 - float(np.sum((rss - np.polyval(fit, np.arange(n))) ** 2)) / ss if ss > 0 else 0.0
+    # Growth counts only when it is steady (a line fits the per-round RSS), not one noisy jump.
+    growing = growth_per_round >= RSS_GROWTH_MB_PER_ROUND and r2 >= 0.6
+    faulting = (sys_share >= 0.1 and faults >= 100) or major > 0
     if not (growing or faulting):
         return []
-    # Time the pressure costs: kernel time (page faults, zeroing new pages) plus major-fault I/O.
+    # What the pressure costs in time is the kernel's share: faulting pages in, zeroing them.
     share = min(1.0, sys_share)
-    if growing and n >= 3:
-        fit = np.polyfit(np.arange(n), rss, 1)
-        resid = rss - np.polyval(fit, np.arange(n))
-        ss = float(np.sum((rss - rss.mean()) ** 2))
-        r2 = 1.0 - float(np.sum(resid**2)) / ss if ss > 0 else 0.0
-        share = max(share, min(1.0, 0.5 + 0.5 * r2) if sys_share >= 0.1 else share)
-    else:
-        r2 = 0.0
-    confidence = min(1.0, 0.5 + 0.25 * growing + 0.25 * (faulting and sys_share >= 0.3) + 0.2 * (r2 > 0.9))
+    confidence = min(1.0, 0.5 + 0.25 * growing + 0.25 * (sys_share >= 0.3) + 0.1 * (major > 0))
     evidence = {
         "RSS growth per round (MB)": round(growth_per_round, 2),
         "RSS growth over measured rounds (MB)": round(ctx.metrics.get("mem.rss_growth_mb") or 0.0, 2),
@@ -355,6 +356,58 @@ def transfers(ctx: Context) -> list[Finding]:
     ]
 
 
+def cpu_contention(ctx: Context) -> list[Finding]:
+    """The test thread was runnable but waited for a CPU core: the machine is oversubscribed."""
+    runq = ctx.metrics.get("cpu.test_thread_runqueue") or 0.0
+    if runq < CONTENTION_MIN:
+        return []
+    cores = int(ctx.metrics.get("cpu.cores") or 1)
+    threads = ctx.metrics.get("cpu.torch_threads")
+    proc = ctx.metrics.get("cpu.process_utilisation") or 0.0
+    wait_ms = ctx.per_round_ms(ctx.wall_ns) * runq
+    evidence: dict[str, object] = {
+        "waiting for a core per round (ms)": round(wait_ms, 3),
+        "share of the round": _pct(runq),
+        "involuntary context switches per round": round(ctx.metrics.get("cpu.involuntary_switches_per_round") or 0),
+        "cores": cores,
+        "process CPU / wall": f"{proc:.2f}",
+    }
+    suggestions = [
+        Suggestion(
+            "Measure on a machine (or CPU set) this test has to itself: other processes took the cores it was "
+            "ready to use, so its latency here includes their load",
+            f"the test thread waited {wait_ms:.2f} ms per round for a core",
+            wait_ms,
+            "cpu_contention",
+        )
+    ]
+    if threads is not None:
+        evidence["torch intra-op threads"] = int(threads)
+        if threads >= cores:
+            suggestions.append(
+                Suggestion(
+                    f"Use fewer torch threads than cores (torch.set_num_threads({max(1, cores - 1)})), so torch's "
+                    "own workers don't crowd out the thread that feeds them",
+                    f"{int(threads)} intra-op threads on {cores} cores",
+                    wait_ms * 0.5,
+                    "cpu_contention",
+                )
+            )
+    return [
+        Finding(
+            rule="cpu_contention",
+            title="CPU contention: the test thread waits for a core",
+            summary=f"The test thread was ready to run but waited for a CPU core {_pct(runq)} of the measured time "
+            f"({wait_ms:.2f} ms per round).",
+            cause=None,
+            share=runq,
+            confidence=0.9,
+            evidence=evidence,
+            suggestions=suggestions,
+        )
+    ]
+
+
 def sync_stall(ctx: Context) -> list[Finding]:
     """The test thread blocked in synchronisations it asked for (`.item()`, `.cpu()`, blocking copies)."""
     if not ctx.has_gpu or not len(ctx.sync_calls):
@@ -483,4 +536,5 @@ DEFAULT_RULES: list[Rule] = [
     transfers,
     sync_stall,
     launch_overhead,
+    cpu_contention,
 ]

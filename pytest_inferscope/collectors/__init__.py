@@ -9,6 +9,7 @@ function call and record nothing.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -186,6 +187,7 @@ class Collection:
                 "memory": self.memory.stop(self.sampler.rss_peak if self.sampler else 0),
                 "wall_ns": self.t_end - self.t0,
                 "sampler": self._sampler_meta(),
+                "torch_threads": _torch_threads(),
             },
         )
 
@@ -291,6 +293,12 @@ class Collection:
             gpu = CollectorInfo("gpu", False, "none", reason=reason.removeprefix("not collected (").removesuffix(")"))
         mem = CollectorInfo("memory", True, self.memory.mode())
         return [cpu, gpu, mem]
+
+
+def _torch_threads() -> int | None:
+    """torch's intra-op thread count, when the body uses torch (never imports it)."""
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else None
 
 
 def scope(name: str) -> AbstractContextManager[Any]:

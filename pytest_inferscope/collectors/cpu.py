@@ -13,6 +13,7 @@ Two ways to see Python time:
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -25,13 +26,25 @@ from ..events import Kind, MemoryFlag, host_clock_ns
 from .memory import read_rss
 
 #: Frames from these files are the harness, not the user's code.
-_HARNESS_MARKERS = ("/_pytest/", "/pluggy/", "/pytest_inferscope/")
+_HARNESS_MARKERS = ("/_pytest/", "/pluggy/", "/pytest_inferscope/", "/site-packages/pytest/", "/xdist/")
 MEMORY_SAMPLE_NS = 10_000_000
+
+
+def _short_path(filename: str) -> str:
+    """A file name as a reader knows it: relative to site-packages or the working directory."""
+    if "/site-packages/" in filename:
+        return filename.rsplit("/site-packages/", 1)[1]
+    cwd = os.getcwd() + "/"
+    return filename.removeprefix(cwd)
 
 
 def _label(code: CodeType) -> str:
     module = code.co_filename.rsplit("/", 1)[-1].removesuffix(".py")
-    return f"{module}:{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+    return f"{module}:{code.co_qualname} ({_short_path(code.co_filename)}:{code.co_firstlineno})"
+
+
+def _is_harness(code: CodeType) -> bool:
+    return any(m in code.co_filename for m in _HARNESS_MARKERS)
 
 
 class Sampler:
@@ -47,8 +60,8 @@ class Sampler:
         self.rss_peak = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._stacks: dict[tuple[CodeType, ...], int] = {}
-        self._labels: dict[CodeType, str | None] = {}
+        self._stacks: dict[tuple[int, ...], int] = {}
+        self._harness: dict[int, tuple[bool, CodeType]] = {}
 
     def start(self) -> None:
         self._last = host_clock_ns()
@@ -63,29 +76,40 @@ class Sampler:
         self._thread = None
 
     def _stack_name(self, frame: FrameType | None) -> int:
-        codes: list[CodeType] = []
+        """Interned folded stack of the user's frames: those inside the innermost harness frame.
+
+        Walking stops at the first harness frame (pytest, pluggy, this plugin) from the leaf,
+        so the walk is as short as the user's stack and pytest's own frames never show.
+        A sample taken in the harness itself (e.g. the end-of-round synchronize) is "<harness>".
+        """
+        # Keyed by id(): a code object hashes its whole contents, which made a sample cost ~40 µs.
+        # `_harness` keeps every code object seen alive, so an id is never reused for another.
+        ids: list[int] = []
+        harness = self._harness
         while frame is not None:
-            codes.append(frame.f_code)
+            code = frame.f_code
+            entry = harness.get(id(code))
+            if entry is None:
+                entry = harness[id(code)] = (_is_harness(code), code)
+            if entry[0]:
+                break
+            ids.append(id(code))
             frame = frame.f_back
-        key = tuple(codes)
+        key = tuple(ids)
         name = self._stacks.get(key)
         if name is None:
-            labels = []
-            for code in reversed(codes):
-                label = self._labels.get(code, "")
-                if label == "":
-                    harness = any(m in code.co_filename for m in _HARNESS_MARKERS)
-                    label = self._labels[code] = None if harness else _label(code)
-                if label is not None:
-                    labels.append(label)
+            labels = [_label(harness[i][1]) for i in reversed(ids)]
             name = self._stacks[key] = self.buffer.strings.intern(";".join(labels) or "<harness>")
         return name
 
     def _run(self) -> None:
         wait, stopped, frames = self._stop.wait, self._stop.is_set, sys._current_frames
         record = self.buffer.record
+        cpu_clock = time.thread_time_ns
         while not wait(self.interval_s):
-            t0 = host_clock_ns()
+            # The cost is the sampler's own CPU time: wall time would count its waits for the GIL
+            # and for a core, during which the test thread runs.
+            t0 = cpu_clock()
             frame = frames().get(self.target_ident)
             if frame is None:  # the test thread is gone
                 break
@@ -97,7 +121,7 @@ class Sampler:
             self.samples += 1
             # Only the GIL-held part above costs the test thread anything; the procfs read
             # below releases the GIL, and waiting to get it back is not the test's time.
-            self.cost_ns += host_clock_ns() - t0
+            self.cost_ns += cpu_clock() - t0
             if now - self._last_mem >= MEMORY_SAMPLE_NS:
                 rss = read_rss()
                 self.rss_peak = max(self.rss_peak, rss)

@@ -26,6 +26,16 @@ def read_rss() -> int:
         return 0
 
 
+def read_schedstat() -> tuple[int, int]:
+    """The calling thread's (ns on a CPU, ns runnable but waiting for a CPU); zeros where the kernel hides them."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            on_cpu, waiting, _ = f.read().split()
+        return int(on_cpu), int(waiting)
+    except (OSError, ValueError):
+        return 0, 0
+
+
 def _read_hwm() -> int | None:
     try:
         with open("/proc/self/status") as f:
@@ -59,12 +69,14 @@ class Counters:
     majflt: int
     nvcsw: int
     nivcsw: int
+    runqueue_ns: int  # the calling thread's time runnable but waiting for a core (contention)
     rss: int
 
     @classmethod
     def now(cls) -> Counters:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return cls(
+            runqueue_ns=read_schedstat()[1],
             wall_ns=time.perf_counter_ns(),
             thread_cpu_ns=time.thread_time_ns(),
             user_ns=int(ru.ru_utime * 1e9),

@@ -25,6 +25,7 @@ def build(
     warmup: int = 1,
     host: list[tuple[int, str, float, float]] | None = None,
     repeat_gpu: int = 1,
+    runqueue: float = 0.0,
 ) -> RawTrace:
     """A collection with `n_rounds` measured rounds and the given per-round counters and events.
 
@@ -73,6 +74,7 @@ def build(
                 "majflt": 0,
                 "nvcsw": 0,
                 "nivcsw": 0,
+                "runqueue_ns": int(dur * runqueue),
                 "rss_start": rss,
                 "rss_end": new_rss,
             }
@@ -200,3 +202,13 @@ def test_many_tiny_kernels_are_launch_bound() -> None:
     f = a.findings[0]
     assert f.evidence["kernels per round"] == 200 and f.evidence["mean kernel duration (µs)"] < 5
     assert "CUDA graph" in a.suggestions[0].action
+
+
+def test_waiting_for_a_core_is_cpu_demand_and_reported_as_contention() -> None:
+    # On a crowded 2-core machine the tokenizer got a core only half the time: still CPU-bound.
+    raw = build(cpu_busy=0.5, runqueue=0.45, samples=[("tok:encode (tok.py:10)", 0.5)])
+    a = analyze(merge(raw))
+    assert a.bottleneck == "cpu_bound", [(f.rule, f.share) for f in a.findings]
+    contention = next(f for f in a.findings if f.rule == "cpu_contention")
+    assert contention.cause is None and abs(contention.share - 0.45) < 1e-6
+    assert contention.evidence["share of the round"] == "45.0%"
