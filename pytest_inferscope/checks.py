@@ -23,8 +23,9 @@ class MarkerKey:
     name: str
     kind: str  # "number" | "fraction" | "int" | "choice"
     help: str
-    low: float | None = None  # inclusive
+    low: float | None = None  # inclusive, unless low_open
     high: float | None = None  # inclusive
+    low_open: bool = False  # values must be > low
     choices: tuple[str, ...] = ()
     gpu: bool = False  # needs GPU data to evaluate
     threshold: bool = True  # False for settings (rounds, warmup, cpu, latency_stat)
@@ -33,7 +34,7 @@ class MarkerKey:
         if self.kind == "choice":
             return "one of " + ", ".join(repr(c) for c in self.choices)
         what = {"number": "a number", "fraction": "a fraction", "int": "an integer"}[self.kind]
-        lo = "" if self.low is None else f" >= {self.low:g}"
+        lo = "" if self.low is None else f" {'>' if self.low_open else '>='} {self.low:g}"
         hi = "" if self.high is None else f" <= {self.high:g}"
         return f"{what}{lo}{' and' if lo and hi else ''}{hi}"
 
@@ -45,11 +46,8 @@ class MarkerKey:
             return f"{value!r} is not {self.valid()}"
         if self.kind == "int" and not isinstance(value, int):
             return f"{value!r} is not {self.valid()}"
-        if (
-            not math.isfinite(value)
-            or (self.low is not None and value < self.low)
-            or (self.high is not None and value > self.high)
-        ):
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        if not math.isfinite(value) or too_low or (self.high is not None and value > self.high):
             return f"{value!r} is out of range: give {self.valid()}"
         return None
 
@@ -58,7 +56,11 @@ MARKER_KEYS: dict[str, MarkerKey] = {
     k.name: k
     for k in (
         MarkerKey(
-            "max_latency_ms", "number", "fail when the round latency statistic (latency_stat) exceeds this", low=1e-6
+            "max_latency_ms",
+            "number",
+            "fail when the round latency statistic (latency_stat) exceeds this",
+            low=0,
+            low_open=True,
         ),
         MarkerKey(
             "latency_stat",
@@ -80,7 +82,7 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             "fail unless the analyzer classifies the test as this",
             choices=(*BOTTLENECKS, UNCLASSIFIED),
         ),
-        MarkerKey("max_host_memory_mb", "number", "fail when peak host RSS exceeds this many MB", low=1e-6),
+        MarkerKey("max_host_memory_mb", "number", "fail when peak host RSS exceeds this many MB", low=0, low_open=True),
         MarkerKey(
             "max_overhead",
             "fraction",
@@ -100,7 +102,8 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             "max_gpu_memory_mb",
             "number",
             "fail when peak GPU memory allocated exceeds this many MB",
-            low=1e-6,
+            low=0,
+            low_open=True,
             gpu=True,
         ),
         MarkerKey(

@@ -303,3 +303,66 @@ def test_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) -> N
         """
     )
     pytester.runpytest("--strict-markers", "--inferscope-disable").assert_outcomes(passed=1)
+
+
+def test_xdist_workers_profile_and_the_controller_writes_one_summary_and_index(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(4))
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_param(n):
+            sum(range(10000 * (n + 1)))
+        """
+    )
+    result = pytester.runpytest("-n", "2", "--inferscope-report=out", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=4)
+    summary = result.stdout.str().split("= inferscope =")[1]
+    assert all(f"test_param[{n}]" in summary for n in range(4))
+    index = (pytester.path / "out" / "index.md").read_text()
+    assert index.count("| pass |") == 4 and "4 profiled tests" in index
+    props = [p.get("name") for p in ET.parse(pytester.path / "junit.xml").getroot().iter("property")]
+    assert props.count("inferscope.latency_ms.median") == 4
+
+
+def test_dropped_events_reach_the_report_when_the_buffer_overflows(pytester: pytest.Pytester, monkeypatch) -> None:
+    monkeypatch.setenv("INFERSCOPE_TRACE_SIZE_MB", "0.002")  # ~40 events per thread
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(rounds=1, warmup=0)
+        def test_many_scopes(inferscope):
+            for i in range(500):
+                with inferscope.scope("step"):
+                    pass
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1)
+    (d,) = slug_dirs(pytester.path / "out")
+    data = json.loads((d / "report.json").read_text())
+    assert data["dropped_events"] >= 400
+    assert f"{data['dropped_events']:,} dropped" in (d / "report.md").read_text()
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").getroot().iter("property")}
+    assert int(props["inferscope.dropped_events"]) == data["dropped_events"]
+
+
+def test_public_api_works_outside_pytest(tmp_path: Path) -> None:
+    from pytest_inferscope import mark_event, measure, profile, scope
+
+    def work(n: int) -> int:
+        with scope("inner"):
+            mark_event("tick", n=n)
+            return sum(i * i for i in range(n))
+
+    result = measure(work, 20_000, rounds=4, warmup=1, name="work", report_dir=tmp_path)
+    assert len(result.latency.samples_ms) == 4 and len(result.latency.warmup_ms) == 1
+    assert [s.path for s in result.analysis.scopes] == ["inner"]
+    assert (tmp_path / result.files["md"]).exists()
+
+    with pytest.raises(ZeroDivisionError), profile("broken") as p:
+        1 / 0  # noqa: B018 - the point is the exception
+    assert p.result is not None and "ZeroDivisionError" in p.result.partial_reason
