@@ -366,3 +366,11 @@ def test_public_api_works_outside_pytest(tmp_path: Path) -> None:
     with pytest.raises(ZeroDivisionError), profile("broken") as p:
         1 / 0  # noqa: B018 - the point is the exception
     assert p.result is not None and "ZeroDivisionError" in p.result.partial_reason
+
+
+def test_report_path_that_cannot_be_created_is_a_usage_error_before_any_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    raise AssertionError('must not run')\n")
+    result = pytester.runpytest("--inferscope-report=/proc/inferscope-cannot-exist/out")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "/proc/inferscope-cannot-exist/out" in result.stderr.str()
+    assert "must not run" not in result.stdout.str()
