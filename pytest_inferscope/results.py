@@ -204,6 +204,7 @@ class Analysis(_Serial):
     hotspots: list[Hotspot] = field(default_factory=list)
     scopes: list[ScopeStat] = field(default_factory=list)
     metrics: dict[str, float | None] = field(default_factory=dict)  # flat, dotted names
+    gpu: dict[str, Any] = field(default_factory=dict)  # streams, idle gaps, copies, syncs; empty without GPU data
 
 
 @dataclass

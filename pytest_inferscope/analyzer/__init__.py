@@ -68,6 +68,7 @@ def analyze(timeline: Timeline, rules: Iterable[Rule] = DEFAULT_RULES, gpu_reaso
         hotspots=ctx.hotspots[:20],
         scopes=ctx.scopes,
         metrics=ctx.metrics,
+        gpu=ctx.gpu_summary(),
     )
 
 

@@ -301,6 +301,89 @@ class Context:
             for i in top
         ]
 
+    def merged_busy(self) -> tuple[np.ndarray, np.ndarray]:
+        """The GPU's busy intervals (kernels, copies, memsets on any stream), merged."""
+        g = self.gpu
+        if not len(g):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        order = np.argsort(g["start"], kind="stable")
+        s, e = g["start"][order], g["end"][order]
+        run_end = np.maximum.accumulate(e)
+        new = np.ones(len(s), dtype=bool)
+        new[1:] = s[1:] > run_end[:-1]
+        idx = np.flatnonzero(new)
+        return s[idx], np.append(run_end[idx[1:] - 1], run_end[-1])
+
+    def gpu_summary(self) -> dict[str, Any]:
+        """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round)."""
+        if not self.has_gpu:
+            return {}
+        tl, g, n = self.timeline, self.gpu, self.n_rounds
+        streams = []
+        for dev, stream in sorted({(int(d), int(s)) for d, s in zip(g["device"], g["stream"], strict=True)}):
+            sel = g[(g["device"] == dev) & (g["stream"] == stream)]
+            busy = union_ns(sel["start"], sel["end"])
+            streams.append(
+                {
+                    "device": dev,
+                    "stream": stream,
+                    "kernels_per_round": float(np.count_nonzero(sel["kind"] == Kind.KERNEL)) / n,
+                    "copies_per_round": float(np.count_nonzero(sel["kind"] == Kind.MEMCPY)) / n,
+                    "busy_ms_per_round": self.per_round_ms(busy),
+                    "busy_share": busy / max(1, self.wall_ns),
+                }
+            )
+        # Idle gaps: between merged busy intervals inside the same round.
+        s, e = self.merged_busy()
+        gaps = s[1:] - e[:-1]
+        if len(self.round_idx) and len(gaps):
+            r = tl.events[self.round_idx]
+            rid = np.searchsorted(np.sort(r["start"]), s, side="right") - 1
+            gaps = gaps[rid[1:] == rid[:-1]]
+        gaps = gaps[gaps > 0]
+        idle = {
+            "gaps_per_round": len(gaps) / n,
+            "total_ms_per_round": self.per_round_ms(float(gaps.sum())),
+            "longest_ms": float(gaps.max()) / _MS if len(gaps) else 0.0,
+            "median_us": float(np.median(gaps)) / 1e3 if len(gaps) else 0.0,
+        }
+        copies = {}
+        cp = self.copies["all"]
+        kind, src, dst = unpack_copy_flags(cp["flags"])
+        for label, mask in (
+            ("HtoD", kind == CopyKind.HTOD),
+            ("DtoH", kind == CopyKind.DTOH),
+            ("DtoD", kind == CopyKind.DTOD),
+            ("other", ~np.isin(kind, [1, 2, 8])),
+        ):
+            sel = cp[mask]
+            if not len(sel):
+                continue
+            host_side = np.where(kind[mask] == CopyKind.DTOH, dst[mask], src[mask])
+            dur = float(np.sum(sel["end"] - sel["start"]))
+            copies[label] = {
+                "count_per_round": len(sel) / n,
+                "mb_per_round": float(np.sum(sel["value"])) / _MB / n,
+                "ms_per_round": self.per_round_ms(dur),
+                "gb_per_s": float(np.sum(sel["value"])) / dur if dur else 0.0,
+                "pageable_per_round": np.count_nonzero(host_side == MemoryKind.PAGEABLE) / n,
+                "pinned_per_round": np.count_nonzero(host_side == MemoryKind.PINNED) / n,
+            }
+        syncs: dict[str, dict[str, float]] = {}
+        ev = tl.events
+        for i in self.sync_calls.tolist():
+            entry = syncs.setdefault(tl.name(i), {"count_per_round": 0.0, "blocked_ms_per_round": 0.0})
+            entry["count_per_round"] += 1 / n
+            entry["blocked_ms_per_round"] += float(ev["end"][i] - ev["start"][i]) / _MS / n
+        return {
+            "streams": streams,
+            "idle_gaps": idle,
+            "copies": copies,
+            "syncs": syncs,
+            "round_end_wait_ms_per_round": self.per_round_ms(self.wait_ns["round_end"]),
+            "memory_peak_mb": self.metrics.get("gpu.memory_peak_mb"),
+        }
+
     def breakdown(self) -> list[BreakdownPart]:
         """The report's Timeline Breakdown, per measured round (parts may overlap)."""
         wall = max(1, self.wall_ns)

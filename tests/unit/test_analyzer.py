@@ -212,3 +212,21 @@ def test_waiting_for_a_core_is_cpu_demand_and_reported_as_contention() -> None:
     contention = next(f for f in a.findings if f.rule == "cpu_contention")
     assert contention.cause is None and abs(contention.share - 0.45) < 1e-6
     assert contention.evidence["share of the round"] == "45.0%"
+
+
+def test_gpu_summary_per_stream_gaps_copies_and_syncs() -> None:
+    pageable = copy_flags(1, MemoryKind.PAGEABLE, MemoryKind.DEVICE)
+    raw = build(
+        cpu_busy=0.3,
+        gpu=[(Kind.MEMCPY, 0.05, 0.2, 64 * _MB, pageable), (Kind.KERNEL, 0.3, 0.5, 0, 0)],
+        host=[(Kind.RUNTIME, "cudaStreamSynchronize", 0.3, 0.6)],
+    )
+    g = analyze(merge(raw)).gpu
+    (stream,) = g["streams"]
+    assert stream["kernels_per_round"] == 1.0 and stream["copies_per_round"] == 1.0
+    assert abs(stream["busy_ms_per_round"] - 7.0) < 1e-6
+    assert g["idle_gaps"]["gaps_per_round"] == 1.0 and abs(g["idle_gaps"]["longest_ms"] - 0.5) < 1e-6
+    h2d = g["copies"]["HtoD"]
+    assert h2d["mb_per_round"] == 64.0 and h2d["pageable_per_round"] == 1.0 and h2d["pinned_per_round"] == 0.0
+    assert abs(g["syncs"]["cudaStreamSynchronize"]["blocked_ms_per_round"] - 6.0) < 1e-6
+    assert analyze(merge(build(cpu_busy=0.9))).gpu == {}
