@@ -22,9 +22,8 @@ from .results import TestResult
 __all__ = ["InferscopeFixture", "Profile", "mark_event", "measure", "profile", "scope"]
 
 
-@cache
-def _standalone_settings() -> Settings:
-    """Settings outside pytest: environment variables and the config file of the working directory."""
+def standalone_settings() -> Settings:
+    """Settings outside pytest: environment variables and the config file of the working directory (read now)."""
     return resolve(cli={}, ini={}, env=os.environ, rootdir=Path.cwd())
 
 
@@ -53,7 +52,7 @@ def _options(settings: Settings, cpu: str | None) -> CollectionOptions:
 
 
 @contextmanager
-def _collecting(
+def collecting(
     name: str,
     sink: Profile,
     *,
@@ -63,8 +62,11 @@ def _collecting(
     thresholds: dict[str, Any] | None,
     cpu: str | None,
 ) -> Iterator[Collection]:
-    """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result."""
-    settings = _standalone_settings()
+    """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result.
+
+    The building block of `profile`, `measure` and `inferscope run`.
+    """
+    settings = standalone_settings()
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
         check_report_dir(Path(out))
@@ -111,8 +113,8 @@ def profile(
     the block still produces a (partial) result, then propagates.
     """
     sink = Profile(name)
-    collecting = _collecting(name, sink, rounds=1, warmup=0, report_dir=report_dir, thresholds=thresholds, cpu=cpu)
-    with collecting as coll, coll.round(0, warmup=False):
+    block = collecting(name, sink, rounds=1, warmup=0, report_dir=report_dir, thresholds=thresholds, cpu=cpu)
+    with block as coll, coll.round(0, warmup=False):
         yield sink
 
 
@@ -129,7 +131,7 @@ def measure(
 ) -> TestResult:
     """Call `fn(*args, **kwargs)` warmup + rounds times under collection and return the analysed result."""
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
-    with _collecting(
+    with collecting(
         sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=thresholds, cpu=cpu
     ) as coll:
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)

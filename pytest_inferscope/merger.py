@@ -221,6 +221,12 @@ def merge(raw: RawTrace) -> Timeline:
         else:
             # Keep the CPU-side results rather than report GPU times on a wrong clock.
             ev = ev[ev["domain"] != Domain.DEVICE]
+    elif "clock_note" in raw.meta:
+        # GPU records already on the host clock (an imported trace): say who aligned them, and check them.
+        fit.note = str(raw.meta["clock_note"])
+        fit.causality_violations = causality_violations(ev)
+        if fit.causality_violations:
+            fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
     ev["start"] -= raw.t0_ns
     ev["end"] -= raw.t0_ns
     order = np.lexsort((-(ev["end"] - ev["start"]), ev["start"]))

@@ -100,6 +100,11 @@ class Context:
         ok = k >= 0
         return ok & (at < re[np.maximum(k, 0)])
 
+    @property
+    def has_counters(self) -> bool:
+        """Whether the collection kept per-round process counters (an imported trace has none)."""
+        return bool(self.timeline.meta.get("rounds"))
+
     @cached_property
     def counters(self) -> dict[str, float]:
         """Sums of the per-round process counters over the measured rounds."""
@@ -264,7 +269,7 @@ class Context:
             "count": float(n),
             "per_round": n / self.n_rounds,
             "mean_kernel_ns": float(np.mean(k["end"] - k["start"])) if n else 0.0,
-            "host_ns_per_launch": busy / n if n else float("inf"),
+            "host_ns_per_launch": busy / n if n and self.has_counters else float("inf"),
         }
 
     @property
@@ -389,14 +394,21 @@ class Context:
         wall = max(1, self.wall_ns)
         c = self.counters
         cpu_ns = c.get("thread_cpu_ns", 0.0)
-        parts = [
-            BreakdownPart("CPU (test thread on CPU)", self.per_round_ms(cpu_ns), cpu_ns / wall),
-            BreakdownPart(
-                "CPU wait (test thread off CPU)",
-                self.per_round_ms(max(0.0, wall - cpu_ns)),
-                max(0.0, wall - cpu_ns) / wall,
-            ),
-        ]
+        if self.has_counters:
+            parts = [
+                BreakdownPart("CPU (test thread on CPU)", self.per_round_ms(cpu_ns), cpu_ns / wall),
+                BreakdownPart(
+                    "CPU wait (test thread off CPU)",
+                    self.per_round_ms(max(0.0, wall - cpu_ns)),
+                    max(0.0, wall - cpu_ns) / wall,
+                ),
+            ]
+        else:
+            why = "the collection kept no per-round CPU counters (e.g. an imported torch.profiler trace)"
+            parts = [
+                BreakdownPart("CPU (test thread on CPU)", None, None, collected=False, reason=why),
+                BreakdownPart("CPU wait (test thread off CPU)", None, None, collected=False, reason=why),
+            ]
         if self.has_gpu:
             kernels = self.gpu[np.isin(self.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
             k_ns = union_ns(kernels["start"], kernels["end"])
@@ -488,4 +500,9 @@ class Context:
             ):
                 m[f"gpu.{k}"] = None
         m["trace.dropped_events"] = float(self.timeline.dropped)
+        if not self.has_counters:
+            # Absent is not zero: without per-round counters the CPU and host-memory metrics are unknown.
+            for key in m:
+                if key.startswith(("cpu.", "mem.")) and key != "cpu.samples":
+                    m[key] = None
         return m

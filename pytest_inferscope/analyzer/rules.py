@@ -114,6 +114,8 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
 
 def off_cpu_wait(ctx: Context) -> list[Finding]:
     """The test thread spent much of the round off CPU (sleeping, I/O, locks, waiting on other threads)."""
+    if ctx.metrics.get("cpu.test_thread_working") is None:
+        return []  # no CPU counters: nothing to say about waiting
     busy = ctx.metrics.get("cpu.test_thread_working") or 0.0
     waiting = 1.0 - busy
     if waiting < 0.3 or ctx.has_gpu:
@@ -227,7 +229,8 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     k = ctx.gpu[ctx.gpu["kind"] == Kind.KERNEL]
     names = k["name"]
     dur = (k["end"] - k["start"]).astype(float)
-    top: list[int] = np.argsort(-np.bincount(names, weights=dur))[:3].tolist() if len(k) else []
+    weights = np.bincount(names, weights=dur) if len(k) else np.zeros(0)
+    top: list[int] = [int(i) for i in np.argsort(-weights)[:3] if weights[i] > 0]
     total = float(dur.sum()) or 1.0
     evidence: dict[str, object] = {"GPU computing": _pct(busy), "kernels per round": round(len(k) / ctx.n_rounds)}
     for i, n in enumerate(top, 1):

@@ -26,7 +26,15 @@ from ..events import Kind, MemoryFlag, host_clock_ns
 from .memory import read_rss
 
 #: Frames from these files are the harness, not the user's code.
-_HARNESS_MARKERS = ("/_pytest/", "/pluggy/", "/pytest_inferscope/", "/site-packages/pytest/", "/xdist/")
+_HARNESS_MARKERS = (
+    "/_pytest/",
+    "/pluggy/",
+    "/pytest_inferscope/",
+    "/site-packages/pytest/",
+    "/xdist/",
+    "<frozen runpy>",
+    "/runpy.py",
+)
 MEMORY_SAMPLE_NS = 10_000_000
 
 
