@@ -1,0 +1,474 @@
+"""Stored baselines: per-test round samples and metrics under a name, and the verdict of a new run against them.
+
+One JSON file per name in the baseline folder (`.inferscope/baselines/<name>.json` by default):
+
+    {"format": "pytest-inferscope-baseline", "schema_version": 1, "name": "main",
+     "tests": {"<node id>": [<entry>, <entry>, ...]}}     # oldest first
+
+An entry is one saved run of one test: its round samples, the deterministic metrics, the
+bottleneck class, the environment fingerprint, a timestamp and the result schema version.
+Saving appends entries and never drops or edits earlier ones; the whole file is rewritten
+atomically and durably, after the old one has been read and validated, so a failed or
+interrupted run leaves the previous file exactly as it was. A file that cannot be read, is not
+JSON, is someone else's JSON or comes from a newer version is an error and is never written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .reporters.files import atomic_write_text
+from .results import TestResult
+from .stats import Comparison, MetricChange, compare_metric, compare_samples, noise_warnings
+
+FORMAT = "pytest-inferscope-baseline"
+BASELINE_SCHEMA_VERSION = 1
+DEFAULT_DIR = Path(".inferscope") / "baselines"
+#: Environment key → how a difference is named. Missing keys are recorded as "none".
+FINGERPRINT_KEYS = {
+    "gpu_model": "GPU model",
+    "driver": "GPU driver",
+    "cuda": "CUDA version",
+    "torch": "torch version",
+    "python": "Python version",
+    "cpu_model": "CPU model",
+    "plugin_version": "pytest-inferscope version",
+}
+#: Per-round counts that do not depend on timing noise: compared exactly unless given a tolerance.
+DETERMINISTIC_METRICS = ("gpu.kernel_launches_per_round", "gpu.h2d_bytes_per_round", "gpu.d2h_bytes_per_round")
+_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # no leading dot: no hidden files, '.' or '..'
+
+
+class BaselineError(Exception):
+    """A baseline cannot be saved or loaded; the message names the file or name and what is wrong."""
+
+
+def validate_name(name: str) -> str:
+    """Return `name` if it can name a baseline file, else raise BaselineError saying what is allowed."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise BaselineError(
+            f"Invalid baseline name {name!r}: use 1 to 100 letters, digits, '.', '-' and '_', not starting "
+            "with '.', and no path separators (the name becomes <name>.json in the baseline folder; choose "
+            "the folder with --inferscope-baseline-dir). Examples: 'main', 'release-1.2', 'pr_123'."
+        )
+    return name
+
+
+def fingerprint(environment: Mapping[str, Any]) -> dict[str, str]:
+    """The environment facts a comparison is only fair under (see FINGERPRINT_KEYS), as strings."""
+    env = {"driver": environment.get("gpu_driver"), **{k: v for k, v in environment.items() if v is not None}}
+    return {k: "none" if env.get(k) in (None, "") else str(env[k]) for k in FINGERPRINT_KEYS}
+
+
+def fingerprint_diff(a: Mapping[str, str], b: Mapping[str, str], ignore: Collection[str] = ()) -> list[str]:
+    """One sentence per fingerprint key that differs between a (the baseline) and b (this run)."""
+    keys = [k for k in dict.fromkeys([*FINGERPRINT_KEYS, *a, *b]) if k not in ignore]
+    pairs = [(FINGERPRINT_KEYS.get(k, k), a.get(k, "none"), b.get(k, "none")) for k in keys]
+    return [f"{what} differs: baseline {va!r}, this run {vb!r}." for what, va, vb in pairs if va != vb]
+
+
+@dataclass
+class BaselineEntry:
+    """One saved run of one test."""
+
+    nodeid: str
+    samples_ms: list[float]
+    metrics: dict[str, float] = field(default_factory=dict)
+    bottleneck: str = ""
+    confidence: float = 0.0
+    fingerprint: dict[str, str] = field(default_factory=dict)
+    timestamp: str = ""
+    schema_version: int = 0  # of the result the entry was taken from (results.SCHEMA_VERSION)
+    rounds: int = 0
+    warmup: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        del d["nodeid"]  # the key it is stored under
+        return d
+
+    @classmethod
+    def from_dict(cls, nodeid: str, data: Mapping[str, Any]) -> BaselineEntry:
+        """From a validated file entry (see _structure_problem); keys it doesn't know are ignored."""
+        known = {"bottleneck", "confidence", "timestamp", "schema_version", "rounds", "warmup"}
+        kw = {k: v for k, v in data.items() if k in known}
+        fp = {str(k): str(v) for k, v in data.get("fingerprint", {}).items()}
+        return cls(nodeid, [float(x) for x in data["samples_ms"]], dict(data.get("metrics", {})), fingerprint=fp, **kw)
+
+    @classmethod
+    def from_result(cls, result: TestResult, fp: dict[str, str], timestamp: str) -> BaselineEntry:
+        m = result.analysis.metrics
+        metrics = {k: float(v) for k in DETERMINISTIC_METRICS if (v := m.get(k)) is not None and math.isfinite(v)}
+        confidence = float(result.analysis.confidence)
+        return cls(
+            result.nodeid,
+            [float(x) for x in result.latency.samples_ms],
+            metrics,
+            result.analysis.bottleneck,
+            confidence if math.isfinite(confidence) else 0.0,
+            dict(fp),
+            timestamp,
+            int(result.schema_version),
+            int(result.rounds),
+            int(result.warmup),
+        )
+
+
+@dataclass
+class Baseline:
+    """A loaded baseline file: the latest entry per test id, and every entry in `history`."""
+
+    name: str
+    path: Path
+    history: dict[str, list[BaselineEntry]]  # oldest first
+    schema_version: int = BASELINE_SCHEMA_VERSION
+
+    @property
+    def tests(self) -> dict[str, BaselineEntry]:
+        return {nodeid: runs[-1] for nodeid, runs in self.history.items() if runs}
+
+    def get(self, nodeid: str) -> BaselineEntry | None:
+        runs = self.history.get(nodeid)
+        return runs[-1] if runs else None
+
+
+class BaselineStore:
+    """The baseline folder: save a run under a name, load it back, list the names."""
+
+    def __init__(self, root: str | os.PathLike[str] = DEFAULT_DIR) -> None:
+        self.root = Path(root)
+
+    def path(self, name: str) -> Path:
+        return self.root / f"{validate_name(name)}.json"
+
+    def names(self) -> list[str]:
+        """The baselines in the folder (none when the folder does not exist)."""
+        try:
+            files = list(self.root.iterdir())
+        except OSError:
+            return []
+        return sorted(p.stem for p in files if p.suffix == ".json" and _NAME.fullmatch(p.stem) and p.is_file())
+
+    def save(self, name: str, results: Iterable[TestResult], environment: Mapping[str, Any]) -> Path:
+        """Append one entry per test that completed its rounds to `<name>.json`; return the file's path.
+
+        Tests whose body failed or that measured no round are not recorded (a partial run is no
+        baseline); if none is left, nothing is written and BaselineError says why.
+        """
+        path = self.path(name)
+        fp = fingerprint(environment)
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        results = list(results)
+        entries = [
+            BaselineEntry.from_result(r, fp, stamp)
+            for r in results
+            if r.outcome == "passed"
+            and not r.partial_reason
+            and r.latency.samples_ms
+            and all(math.isfinite(x) for x in r.latency.samples_ms)
+        ]
+        if not entries:
+            raise BaselineError(
+                f"Nothing was saved to baseline {name!r} ({path}): none of the {len(results)} profiled test(s) "
+                "completed its rounds (a test whose body failed is not recorded). The file was not touched."
+            )
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BaselineError(
+                f"The baseline folder {str(self.root)!r} cannot be created: {e.strerror or e}. Check that its "
+                "parents are folders this user can write to, or choose another with --inferscope-baseline-dir."
+            ) from e
+        with self._locked():
+            empty: dict[str, Any] = {
+                "format": FORMAT,
+                "schema_version": BASELINE_SCHEMA_VERSION,
+                "name": name,
+                "tests": {},
+            }
+            doc = self._read(path, name, missing_ok=True) or empty
+            for entry in entries:
+                doc["tests"].setdefault(entry.nodeid, []).append(entry.to_dict())
+            text = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+            try:
+                atomic_write_text(path, text, durable=True)
+            except OSError as e:
+                raise BaselineError(
+                    f"Baseline {name!r} could not be written to {str(path)!r}: {e.strerror or e}. The previous "
+                    "file, if any, was left as it was; check free space and write permission on the folder."
+                ) from e
+        return path
+
+    def load(self, name: str) -> Baseline:
+        """Read `<name>.json`; a missing, unreadable, corrupt, foreign or newer file raises BaselineError."""
+        path = self.path(name)
+        doc = self._read(path, name, missing_ok=False)
+        assert doc is not None  # missing_ok=False raises instead
+        history = {nodeid: [BaselineEntry.from_dict(nodeid, e) for e in runs] for nodeid, runs in doc["tests"].items()}
+        return Baseline(name, path, history, int(doc["schema_version"]))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Lock the folder (flock on its descriptor: no lock file) so concurrent saves lose no entries.
+
+        Where locking is unavailable the save goes ahead unlocked."""
+        try:
+            import fcntl
+
+            fd = os.open(self.root, os.O_RDONLY)
+        except (ImportError, OSError):
+            yield
+            return
+        try:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _read(self, path: Path, name: str, *, missing_ok: bool) -> dict[str, Any] | None:
+        """The validated contents of a baseline file; never modifies it."""
+        file = f"Baseline file {str(path)!r}"
+        left = (
+            "The file was left untouched; restore it from version control, or move it aside and record the "
+            f"baseline again with --inferscope-save-baseline={name}."
+        )
+        try:
+            doc = json.loads(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            if missing_ok:
+                return None
+            raise BaselineError(self._missing(name, path)) from None
+        except OSError as e:
+            raise BaselineError(f"{file} cannot be read: {e.strerror or e}. Check that it is a readable file.") from e
+        except UnicodeDecodeError as e:
+            raise BaselineError(f"{file} is corrupt: it is not UTF-8 text (byte {e.start}). {left}") from e
+        except json.JSONDecodeError as e:
+            raise BaselineError(
+                f"{file} is corrupt: not valid JSON at line {e.lineno}, column {e.colno} ({e.msg}); it may have "
+                f"been cut short or edited by hand. {left}"
+            ) from e
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise BaselineError(
+                f'{file} is JSON but not a pytest-inferscope baseline (it has no "format": "{FORMAT}" marker), '
+                "perhaps another tool's file. It was left untouched; use another baseline name, or another "
+                "folder with --inferscope-baseline-dir."
+            )
+        version = doc.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise BaselineError(
+                f"{file} has an unknown schema version {version!r} (this pytest-inferscope reads versions 1 to "
+                f"{BASELINE_SCHEMA_VERSION}). {left}"
+            )
+        if version > BASELINE_SCHEMA_VERSION:
+            raise BaselineError(
+                f"{file} was written by a newer pytest-inferscope (baseline schema version {version}; this version "
+                f"reads up to {BASELINE_SCHEMA_VERSION}). Upgrade pytest-inferscope to compare against it or add "
+                "to it; the file was left untouched."
+            )
+        problem = _structure_problem(doc.get("tests"))
+        if problem:
+            raise BaselineError(f"{file} is corrupt: {problem}. {left}")
+        return doc
+
+    def _missing(self, name: str, path: Path) -> str:
+        folder, names = str(self.root), self.names()
+        if not self.root.is_dir():
+            where = f"the baseline folder {folder!r} does not exist"
+        elif names:
+            where = f"the baselines in {folder!r} are: {', '.join(names)}"
+        else:
+            where = f"the baseline folder {folder!r} has no baselines"
+        return (
+            f"No baseline named {name!r} ({str(path)!r} does not exist); {where}. Record one with "
+            f"--inferscope-save-baseline={name}, compare against an existing name, or check --inferscope-baseline-dir."
+        )
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: Optional entry keys and whether a value is acceptable (samples_ms is required).
+_ENTRY_CHECKS: dict[str, tuple[str, Any]] = {
+    "metrics": ("an object of finite numbers", lambda v: isinstance(v, dict) and all(map(_is_number, v.values()))),
+    "fingerprint": ("an object", lambda v: isinstance(v, dict)),
+    **dict.fromkeys(("bottleneck", "timestamp"), ("a string", lambda v: isinstance(v, str))),
+    "confidence": ("a number", _is_number),
+    **dict.fromkeys(("schema_version", "rounds", "warmup"), ("an integer", _is_int)),
+}
+
+
+def _structure_problem(tests: Any) -> str:
+    """What is malformed in a baseline's "tests" object, or '' when it is sound."""
+    if not isinstance(tests, dict):
+        return '"tests" is missing or not an object'
+    for nodeid, runs in tests.items():
+        if not isinstance(runs, list):
+            return f"the entries of {nodeid!r} are not a list"
+        for i, e in enumerate(runs):
+            where = f"entry {i} of {nodeid!r}"
+            if not isinstance(e, dict):
+                return f"{where} is not an object"
+            samples = e.get("samples_ms")
+            if not isinstance(samples, list) or not all(map(_is_number, samples)):
+                return f"{where}: samples_ms is not a list of finite numbers"
+            for key, (want, ok) in _ENTRY_CHECKS.items():
+                if key in e and not ok(e[key]):
+                    return f"{where}: {key} is not {want}"
+    return ""
+
+
+@dataclass
+class RegressionVerdict:
+    """One test against its baseline entry: the verdict, the latency comparison and everything else that moved."""
+
+    nodeid: str
+    verdict: str  # "regressed" | "improved" | "unchanged" | "inconclusive"
+    reason: str
+    latency: Comparison
+    metric_changes: list[MetricChange] = field(default_factory=list)
+    bottleneck_before: str = ""
+    bottleneck_after: str = ""
+    fingerprint_differences: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    baseline_name: str = ""
+    baseline_timestamp: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "regressed"
+
+    @property
+    def bottleneck_changed(self) -> bool:
+        return self.bottleneck_before != self.bottleneck_after
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for report.json and xdist's workeroutput)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["latency"] = self.latency.to_dict()
+        d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
+        d["bottleneck_changed"] = self.bottleneck_changed
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RegressionVerdict:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        kw["latency"] = Comparison.from_dict(data["latency"])
+        kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes", [])]
+        return cls(**kw)
+
+    def message(self) -> str:
+        """The explanation for a test failure (or a report line): the verdict and the evidence behind it."""
+        c = self.latency
+        against = f"baseline {self.baseline_name!r}" if self.baseline_name else "the baseline"
+        if self.baseline_timestamp:
+            against += f" (recorded {self.baseline_timestamp})"
+        head = {
+            "regressed": "Performance regression against",
+            "improved": "Faster than",
+            "unchanged": "No significant change against",
+            "inconclusive": "Inconclusive comparison with",
+        }[self.verdict]
+        lines = [f"{head} {against}: {self.reason}"]
+        if math.isfinite(c.ratio):
+            lines.append(
+                f"  latency: median {c.base_median:.4g} ms ({c.base_n} rounds) → {c.new_median:.4g} ms "
+                f"({c.new_n} rounds), {100 * (c.ratio - 1):+.1f}% (ratio {c.ratio:.3f}, "
+                f"{100 * c.confidence:.0f}% CI {c.ci_low:.3f}–{c.ci_high:.3f}); one-sided Mann–Whitney "
+                f"p={c.p_value:.2g} (alpha {c.alpha:g}); allowed regression {100 * c.max_regression:.3g}%."
+            )
+        lines += [f"  metric: {m.message}" for m in self.metric_changes]
+        if self.bottleneck_changed:
+            lines.append(f"  bottleneck: {self.bottleneck_before or 'none'} → {self.bottleneck_after or 'none'}.")
+        lines += [f"  environment: {d}" for d in self.fingerprint_differences]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def compare_to_baseline(
+    baseline_entry: BaselineEntry,
+    result: TestResult,
+    *,
+    max_regression: float,
+    alpha: float = 0.01,
+    metric_tolerance: float | Mapping[str, float] = 0.0,
+    min_samples: int = 5,
+    max_spread: float = 0.5,
+    environment: Mapping[str, Any] | None = None,
+    ignore_fingerprint: Collection[str] = (),
+    baseline_name: str = "",
+) -> RegressionVerdict:
+    """Judge `result` against a baseline entry: latency (compare_samples), deterministic metrics, bottleneck.
+
+    A fingerprint difference (`environment`, default `result.environment`, against the entry's;
+    keys in `ignore_fingerprint` skipped) makes the verdict inconclusive, with the differences
+    as the reason: the numbers are still shown, never silently compared. Otherwise a regressed
+    latency or any regressed deterministic metric makes it "regressed"; `metric_tolerance` is
+    one relative tolerance for all metrics or one per metric name (missing names: 0, exact).
+    """
+    latency = compare_samples(
+        baseline_entry.samples_ms,
+        result.latency.samples_ms,
+        max_regression=max_regression,
+        alpha=alpha,
+        min_samples=min_samples,
+        max_spread=max_spread,
+    )
+    new_metrics = result.analysis.metrics
+    changes = []
+    for name in DETERMINISTIC_METRICS:
+        tol = metric_tolerance.get(name, 0.0) if isinstance(metric_tolerance, Mapping) else metric_tolerance
+        change = compare_metric(name, baseline_entry.metrics.get(name), new_metrics.get(name), tol)
+        if change is not None:
+            changes.append(change)
+    now_fp = fingerprint(result.environment if environment is None else environment)
+    differences = fingerprint_diff(baseline_entry.fingerprint, now_fp, ignore_fingerprint)
+    warnings = [
+        f"{label}: {w}"
+        for label, samples in (("this run", result.latency.samples_ms), ("baseline", baseline_entry.samples_ms))
+        for w in noise_warnings(samples, max_regression=max_regression, alpha=alpha)
+    ]
+    regressed_metrics = [m for m in changes if m.regressed]
+    if differences:
+        verdict = "inconclusive"
+        reason = (
+            f"the environment differs from the baseline's ({len(differences)} difference(s), listed below), so the "
+            f"latency comparison is not a fair one; it would have been {latency.verdict!r}. Record a baseline "
+            "on this environment to gate on it."
+        )
+    elif latency.verdict == "regressed" or regressed_metrics:
+        verdict = "regressed"
+        parts = [latency.reason] if latency.verdict == "regressed" else []
+        parts += [m.message for m in regressed_metrics]
+        reason = " ".join(parts)
+    else:
+        verdict, reason = latency.verdict, latency.reason
+    return RegressionVerdict(
+        nodeid=result.nodeid,
+        verdict=verdict,
+        reason=reason,
+        latency=latency,
+        metric_changes=changes,
+        bottleneck_before=baseline_entry.bottleneck,
+        bottleneck_after=result.analysis.bottleneck,
+        fingerprint_differences=differences,
+        warnings=warnings,
+        baseline_name=baseline_name,
+        baseline_timestamp=baseline_entry.timestamp,
+    )
