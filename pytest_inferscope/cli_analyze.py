@@ -1,0 +1,166 @@
+"""`inferscope analyze FILE`: re-run merger, analyzer and reporters on a saved trace.
+
+FILE is an inferscope `raw.npz` (with the plan, collectors and environment from the report.json
+beside it, when there is one), a report folder or its report.json or trace.json (the raw.npz
+beside it is used), or a torch.profiler / Kineto Chrome trace, imported by `kineto.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .cli import (
+    DEFAULT_REPORT,
+    EXIT_FAILED,
+    EXIT_OK,
+    CliError,
+    check_report_folder,
+    echo,
+    summary_lines,
+    write_index_with,
+)
+
+if TYPE_CHECKING:
+    from .events import RawTrace
+    from .results import CollectorInfo
+
+
+@dataclass
+class _Input:
+    """What `analyze` re-runs: a raw collection and what is known about how it was collected."""
+
+    raw: RawTrace
+    nodeid: str
+    collectors: list[CollectorInfo]
+    environment: dict[str, Any] = field(default_factory=dict)
+    rounds: int = 1
+    warmup: int = 0
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    outcome: str = "passed"
+    partial: str = ""
+    kineto: bool = False
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """`inferscope analyze`: re-run merger, analyzer, checks and reporters on FILE; exit 1 if a check fails."""
+    from . import kineto
+    from .postprocess import Plan, process
+
+    src = load_input(Path(args.file))
+    report = Path(args.report) if args.report else DEFAULT_REPORT
+    check_report_folder(report)
+    plan = Plan(
+        nodeid=src.nodeid, rounds=src.rounds, warmup=src.warmup, thresholds=src.thresholds,
+        latency_stat=str(src.thresholds.get("latency_stat", "median")),
+    )  # fmt: skip
+    common: dict[str, Any] = {"outcome": src.outcome, "partial_reason": src.partial, "environment": src.environment}
+    if src.kineto:
+        result, _ = process(src.raw, plan, src.collectors, rules=kineto.RULES, report_dir=report, **common)
+    else:
+        result, _ = process(src.raw, plan, src.collectors, report_dir=report, **common)
+    write_index_with(report, result, "inferscope analyze")
+    echo("\n".join(summary_lines(result, report)))
+    return EXIT_FAILED if result.failed_checks else EXIT_OK
+
+
+def load_input(path: Path) -> _Input:
+    """Find and read what `analyze` was given (see `inferscope analyze --help`); CliError when it can't."""
+    from . import kineto
+
+    if path.is_dir():
+        if (path / "raw.npz").is_file():
+            return _from_npz(path / "raw.npz")
+        if (path / "report.json").is_file():
+            return _beside(path / "report.json")
+        tests = sorted(p.parent.name for p in path.glob("*/raw.npz"))
+        if not tests:
+            raise CliError(f"inferscope analyze: {path} is a folder without a raw.npz or report.json.")
+        more = f" (and {len(tests) - 5} more)" if len(tests) > 5 else ""
+        raise CliError(
+            f"inferscope analyze: {path} holds the reports of {len(tests)} tests; give one test's folder, e.g. "
+            f"{path / tests[0]} (its tests: {', '.join(tests[:5])}{more})."
+        )
+    if not path.is_file():
+        raise CliError(f"inferscope analyze: {path}: no such file or folder.")
+    with path.open("rb") as f:
+        magic = f.read(2)
+    if magic == b"PK":  # a zip archive: numpy's .npz
+        return _from_npz(path)
+    try:
+        data = kineto.read_json(path)
+    except kineto.TraceFormatError as e:
+        raise CliError(f"inferscope analyze: {e}") from None
+    if isinstance(data, dict) and "traceEvents" in data:
+        other = data.get("otherData")
+        if isinstance(other, dict) and other.get("generator") == "pytest-inferscope":
+            return _beside(path)  # our own trace.json: the raw collection beside it has more
+        try:
+            imported = kineto.import_events(data, str(path))
+        except kineto.TraceFormatError as e:
+            raise CliError(f"inferscope analyze: {e}") from None
+        return _Input(imported.raw, path.name, imported.collectors, imported.environment, rounds=imported.steps or 1,
+                      kineto=True)  # fmt: skip
+    if isinstance(data, dict) and "nodeid" in data and "schema_version" in data:
+        return _beside(path)
+    keys = ", ".join(sorted(map(str, data))[:6]) if isinstance(data, dict) else type(data).__name__
+    raise CliError(
+        f"inferscope analyze: {path} is JSON but neither an inferscope report.json nor a Chrome trace "
+        f'({{"traceEvents": [...]}} from torch.profiler); found: {keys}.'
+    )
+
+
+def _beside(path: Path) -> _Input:
+    raw = path.parent / "raw.npz"
+    if not raw.is_file():
+        raise CliError(
+            f"inferscope analyze: {path} has no raw.npz beside it, so there is nothing to re-analyse; it was "
+            "written before raw traces were kept, or the file was removed. Re-run the test to record one."
+        )
+    return _from_npz(raw)
+
+
+def _from_npz(path: Path) -> _Input:
+    """Our raw.npz, with the plan, collectors and environment from the report.json beside it when there is one."""
+    import zipfile
+
+    import numpy as np
+
+    from .events import GPU_KINDS, WARMUP_FLAG, Kind, RawTrace
+    from .reporters import ReportFormatError, load_report
+    from .results import CollectorInfo
+
+    try:
+        raw = RawTrace.load(str(path))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+        raise CliError(
+            f"inferscope analyze: {path} is not a readable inferscope raw trace (.npz): {e}. It may be truncated; "
+            "re-run the test to record it again."
+        ) from None
+    if (path.parent / "report.json").is_file():
+        try:
+            r = load_report(path.parent / "report.json")
+        except ReportFormatError as e:
+            raise CliError(f"inferscope analyze: {e}") from None
+        return _Input(raw, r.nodeid, r.collectors, r.environment, r.rounds, r.warmup, r.thresholds, r.outcome,
+                      r.partial_reason)  # fmt: skip
+    ev = raw.events
+    tests = ev[ev["kind"] == Kind.TEST]
+    nodeid = raw.strings[int(tests["name"][0])] if len(tests) else path.parent.name
+    rounds = ev[ev["kind"] == Kind.ROUND]
+    warm = int(np.count_nonzero(rounds["flags"] & WARMUP_FLAG))
+    has_gpu = bool(np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)).any())
+    sampler = raw.meta.get("sampler")
+    sampler = sampler if isinstance(sampler, dict) else {}
+    mode = "stack sampling" if "samples" in sampler else "full call tracing" if "calls" in sampler else "scopes only"
+    why = "no report.json beside the trace"
+    collectors = [
+        CollectorInfo("cpu", True, mode),
+        CollectorInfo("gpu", True, "recorded GPU activity")
+        if has_gpu
+        else CollectorInfo("gpu", False, "none", reason=f"no GPU records in the trace ({why})"),
+        CollectorInfo("memory", bool(raw.meta.get("memory")), "recorded" if raw.meta.get("memory") else "none"),
+    ]
+    return _Input(raw, nodeid, collectors, rounds=max(1, len(rounds) - warm), warmup=warm)

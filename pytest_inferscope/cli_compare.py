@@ -1,0 +1,175 @@
+"""`inferscope compare A B`: the latency regression table between two runs, tests matched by id.
+
+A side is a report.json, a report folder, an index.json or a report root (every test listed in
+it), or a baseline file (`.inferscope/baselines/<name>.json`, its latest entry per test). The
+verdict per test is `stats.compare_samples` on the per-round samples: regressed only when B is
+significantly slower *and* its median is more than the allowed fraction slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .baseline import FORMAT as BASELINE_FORMAT
+from .baseline import BaselineError, BaselineStore, fingerprint, fingerprint_diff
+from .cli import EXIT_FAILED, EXIT_OK, CliError, echo
+from .reporters import ReportFormatError, load_report
+from .stats import Comparison, compare_samples
+
+#: Longest test id in the table; longer ones keep their start and end around an ellipsis.
+MAX_ID = 60
+
+
+@dataclass
+class Measured:
+    """One test on one side: its measured round latencies and the environment they were measured in."""
+
+    samples_ms: list[float]
+    fingerprint: dict[str, str]
+
+
+def _fail(label: str, path: Path, what: str) -> CliError:
+    return CliError(f"inferscope compare: {label} ({path}) {what}")
+
+
+def _read_json(path: Path, label: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise _fail(label, path, f"cannot be read: {e.strerror or e}.") from None
+    except UnicodeDecodeError:
+        raise _fail(label, path, "is not a UTF-8 text file; expected a report.json, index.json or baseline.") from None
+    except json.JSONDecodeError as e:
+        raise CliError(
+            f"inferscope compare: {label} {path}:{e.lineno}:{e.colno}: not valid JSON ({e.msg}). "
+            "Was the file truncated? Re-run the tests to write it again."
+        ) from None
+
+
+def _from_reports(paths: list[Path], label: str) -> dict[str, Measured]:
+    out: dict[str, Measured] = {}
+    for p in paths:
+        if not p.is_file():
+            raise _fail(label, p, "is listed in the run's index.json but missing; was its folder deleted?")
+        try:
+            r = load_report(p)
+        except ReportFormatError as e:
+            raise CliError(f"inferscope compare: {label}: {e}") from None
+        out.setdefault(r.nodeid, Measured(list(r.latency.samples_ms), fingerprint(r.environment)))
+    return out
+
+
+def _index_reports(index: Path, data: Any, label: str) -> list[Path]:
+    tests = data.get("tests") if isinstance(data, dict) else None
+    if not isinstance(tests, list):
+        raise _fail(label, index, "has no 'tests' list; it is not an inferscope index.json.")
+    paths = []
+    for i, t in enumerate(tests):
+        rel = (t.get("files") or {}).get("json") if isinstance(t, dict) else None
+        slug = t.get("slug") if isinstance(t, dict) else None
+        if not isinstance(rel, str) and not isinstance(slug, str):
+            raise _fail(label, index, f"tests[{i}] names no report file ('files.json' or 'slug').")
+        paths.append(index.parent / (rel if isinstance(rel, str) else f"{slug}/report.json"))
+    return paths
+
+
+def load_side(path: Path, label: str) -> dict[str, Measured]:
+    """Test id -> measurements of one side of the comparison (see the module docstring)."""
+    if path.is_dir():
+        if (path / "report.json").is_file():
+            return _from_reports([path / "report.json"], label)
+        if (path / "index.json").is_file():
+            index = path / "index.json"
+            return _from_reports(_index_reports(index, _read_json(index, label), label), label)
+        found = sorted(path.glob("*/report.json"))
+        if not found:
+            raise _fail(
+                label, path, "holds no report.json, index.json or test folders with a report.json; give a report "
+                "folder written by `pytest --inferscope-report=DIR` or `inferscope run`.",
+            )  # fmt: skip
+        return _from_reports(found, label)
+    if not path.is_file():
+        raise _fail(label, path, "does not exist.")
+    data = _read_json(path, label)
+    if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
+        try:
+            baseline = BaselineStore(path.parent).load(path.stem)
+        except BaselineError as e:
+            raise CliError(f"inferscope compare: {label}: {e}") from None
+        return {nodeid: Measured(e.samples_ms, e.fingerprint) for nodeid, e in baseline.tests.items()}
+    if isinstance(data, dict) and "tests" in data and "schema_version" in data:
+        return _from_reports(_index_reports(path, data, label), label)
+    if isinstance(data, dict) and "nodeid" in data:
+        return _from_reports([path], label)
+    raise _fail(label, path, "is JSON but not an inferscope report.json, index.json or baseline file.")
+
+
+def _short(nodeid: str) -> str:
+    if len(nodeid) <= MAX_ID:
+        return nodeid
+    keep = (MAX_ID - 1) // 2
+    return f"{nodeid[:keep]}…{nodeid[-(MAX_ID - 1 - keep) :]}"
+
+
+def _num(x: float, fmt: str) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def _row(nodeid: str, c: Comparison) -> list[str]:
+    ratio = "n/a"
+    if math.isfinite(c.ratio):
+        ratio = f"{c.ratio:.3f} ({100 * (c.ratio - 1):+.1f}%)"
+    ci = f"[{_num(c.ci_low, '.3f')}, {_num(c.ci_high, '.3f')}]" if math.isfinite(c.ci_low) else ""
+    medians = f"{_num(c.base_median, '.3f')} → {_num(c.new_median, '.3f')}"
+    return [_short(nodeid), medians, ratio, ci, _num(c.p_value, ".2g"), c.verdict]
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    """Rows as aligned text columns (the first row is the header)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """`inferscope compare`: print the regression table of A against B; exit 1 if a test regressed."""
+    a = load_side(Path(args.a), "A")
+    b = load_side(Path(args.b), "B")
+    common = [t for t in sorted(a) if t in b]
+    if not common:
+        raise CliError(
+            f"inferscope compare: A ({args.a}, {len(a)} tests) and B ({args.b}, {len(b)} tests) have no test id in "
+            "common, so nothing can be compared; check that both come from the same test suite."
+        )
+    rows = [["test", "median ms before → after", "ratio", f"{100 * (1 - args.alpha):g}% CI", "p", "verdict"]]
+    notes: list[str] = []
+    verdicts: dict[str, int] = {}
+    for nodeid in sorted({*a, *b}):
+        if nodeid not in b or nodeid not in a:
+            rows.append([_short(nodeid), f"only in {'A' if nodeid in a else 'B'}", "", "", "", ""])
+            continue
+        c = compare_samples(a[nodeid].samples_ms, b[nodeid].samples_ms, max_regression=args.max_regression,
+                            alpha=args.alpha)  # fmt: skip
+        rows.append(_row(nodeid, c))
+        verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
+        if c.verdict != "unchanged" or c.ratio > 1 + args.max_regression:  # a slowdown short of significance too
+            notes.append(f"  {_short(nodeid)}: {c.reason}")
+    diffs = sorted({d for t in common for d in fingerprint_diff(a[t].fingerprint, b[t].fingerprint)})
+    if diffs:
+        print(
+            "warning: A (the baseline) and B (this run) were measured in different environments, so a latency "
+            "change may come from that: " + " ".join(diffs),
+            file=sys.stderr,
+        )
+    echo("\n".join(table(rows)))
+    if notes:
+        echo("\n".join(["", *notes]))
+    counts = ", ".join(f"{verdicts.get(v, 0)} {v}" for v in ("regressed", "improved", "unchanged", "inconclusive"))
+    only = f"{len(set(a) - set(b))} only in A, {len(set(b) - set(a))} only in B"
+    echo(f"\n{counts}; {only} (max regression {100 * args.max_regression:g}%, alpha {args.alpha:g})")
+    return EXIT_FAILED if verdicts.get("regressed") else EXIT_OK

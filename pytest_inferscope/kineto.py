@@ -1,0 +1,317 @@
+"""Import a torch.profiler (Kineto) Chrome trace as a `RawTrace`, so `inferscope analyze` can run the pipeline on it.
+
+A Kineto trace is `{"traceEvents": [...]}` (optionally gzipped) with complete ("X") events whose
+`ts` and `dur` are µs on one clock, already aligned between CPU and GPU by Kineto. So every record
+here is in the HOST domain and there are no clock pairs to fit. Mapping, by `cat`:
+
+| cat | record |
+| --- | --- |
+| user_annotation `ProfilerStep#N` | ROUND (value N) |
+| user_annotation (other) | SCOPE |
+| cpu_op, python_function | CALL (python_function `nn.Module: X` is a MODULE named X) |
+| kernel | KERNEL: stream, device and correlation from args |
+| gpu_memcpy | MEMCPY: bytes from args; direction and pageable/pinned from the name |
+| gpu_memset | MEMSET |
+| cuda_runtime, cuda_driver | RUNTIME (the CPU side of a launch, linked by correlation) |
+
+Everything else (flows, metadata, instant events, GPU-side annotations) is counted and ignored.
+
+What a Kineto trace does not have: the test thread's CPU time, page faults, context switches and
+RSS per round. The analysis says so rather than reading the missing counters as zeros: `RULES`
+leaves out the rules that need them and adds one that states what is missing, and `mark_unmeasured`
+marks the breakdown lines and metrics that would rest on them as not measured.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .analyzer import DEFAULT_RULES, Context, Rule
+from .events import EVENT_DTYPE, GPU_KINDS, CopyKind, Domain, Kind, MemoryKind, RawTrace, StringTable, copy_flags
+from .results import CollectorInfo, Finding
+
+__all__ = ["RULES", "KinetoTrace", "TraceFormatError", "import_events", "load", "read_json"]
+
+#: What a Kineto trace lacks, in one sentence (report, collectors table, CLI).
+MISSING = (
+    "a torch.profiler (Kineto) trace records no per-round CPU time, page faults, context switches or RSS, "
+    "so the rules that need them (CPU-bound, off-CPU, memory, contention, launch overhead, GPU waits for host) "
+    "skip themselves"
+)
+_STEP = re.compile(r"ProfilerStep#(\d+)$")
+_MEMCPY = re.compile(r"Memcpy\s+(\w+)\s*\(\s*([\w ]+?)\s*->\s*([\w ]+?)\s*\)")
+_COPY_KINDS = {k.name.lower(): k for k in CopyKind}  # "htod" (from "HtoD") -> HTOD
+_MEMORY_KINDS = {k.name.lower().replace("_", ""): k for k in MemoryKind}  # "pageable", "devicestatic"
+# Older torch versions (1.8-1.10) wrote capitalised or shorter category names.
+_ALIASES = {"operator": "cpu_op", "runtime": "cuda_runtime", "driver": "cuda_driver", "memcpy": "gpu_memcpy",
+            "memset": "gpu_memset"}  # fmt: skip
+_LABELS = {k: k.name.lower() for k in Kind}
+_HOST = int(Domain.HOST)
+_HOST_SPANS = {"cpu_op", "python_function", "user_annotation"}
+_GPU_CATS = {"kernel": Kind.KERNEL, "gpu_memcpy": Kind.MEMCPY, "gpu_memset": Kind.MEMSET}
+_RUNTIME_CATS = {"cuda_runtime", "cuda_driver"}
+
+
+class TraceFormatError(ValueError):
+    """A trace file that cannot be imported; str() is one paragraph naming the file, the position and the problem."""
+
+
+@dataclass
+class KinetoTrace:
+    """An imported Kineto trace: the raw collection, and what the report says about how it was collected."""
+
+    raw: RawTrace
+    collectors: list[CollectorInfo]
+    environment: dict[str, Any]
+    counts: dict[str, int] = field(default_factory=dict)  # records per kind ("kernel", ...) and "ignored"
+    steps: int = 0  # ProfilerStep annotations found (0: the whole trace is one round)
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file, gunzipping it when it is gzipped; errors name the file and the line and column."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(f"{path}: cannot read the trace file: {e.strerror or e}.") from None
+    gz = data[:2] == b"\x1f\x8b"
+    if gz:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise TraceFormatError(f"{path}: starts like a gzip file but cannot be decompressed ({e}).") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"{path}: not a UTF-8 text file (byte {e.start}); expected a JSON trace.") from None
+    try:
+        # Decimals stay text, so µs timestamps such as 4365343910568.049 convert to ns exactly (`_ns`).
+        return json.loads(text, parse_float=str)
+    except json.JSONDecodeError as e:
+        inner = " of the decompressed JSON" if gz else ""
+        raise TraceFormatError(
+            f"{path}:{e.lineno}:{e.colno}: not valid JSON (line {e.lineno}, column {e.colno}{inner}: {e.msg}). "
+            "Was the file truncated while it was written? Export the trace again."
+        ) from None
+
+
+def load(path: Path) -> KinetoTrace:
+    """Read a torch.profiler / Kineto Chrome trace (.json or .json.gz) into a `KinetoTrace`."""
+    return import_events(read_json(path), str(path))
+
+
+_SCALE = (1000, 100, 10, 1)  # ns per unit of the last digit, by the number of decimals (0 to 3)
+
+
+def _ns(value: Any) -> int:
+    """µs (an int, or a decimal number as text, as `read_json` leaves it) to integer ns, rounded half to even."""
+    if type(value) is int:
+        return value * 1000
+    if type(value) is str:
+        dot = value.find(".")
+        decimals = len(value) - dot - 1 if dot >= 0 else 0
+        if decimals <= 3:  # the usual case, fast: "4365343910568.049" -> 4365343910568049
+            try:
+                return int(value[:dot] + value[dot + 1 :] if dot >= 0 else value) * _SCALE[decimals]
+            except ValueError:
+                pass  # an exponent, a sign after the dot, ...: the exact path below says what is wrong
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        raise ValueError(f"{value!r} is not a number")
+    try:
+        return int(
+            (Decimal(value if isinstance(value, str) else repr(value)) * 1000).to_integral_value(ROUND_HALF_EVEN)
+        )
+    except InvalidOperation:
+        raise ValueError(f"{value!r} is not a number") from None
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else default
+    except (TypeError, ValueError):
+        return default
+
+
+def _copy_flags(name: str) -> int:
+    """Direction and memory kinds of a copy from its Kineto name, e.g. 'Memcpy HtoD (Pageable -> Device)'."""
+    m = _MEMCPY.search(name)
+    if m is None:
+        return copy_flags(CopyKind.UNKNOWN, MemoryKind.UNKNOWN, MemoryKind.UNKNOWN)
+    kind = _COPY_KINDS.get(m[1].lower(), CopyKind.UNKNOWN)
+    src, dst = (_MEMORY_KINDS.get(x.lower().replace(" ", ""), MemoryKind.UNKNOWN) for x in (m[2], m[3]))
+    return copy_flags(kind, src, dst)
+
+
+def _describe(event: Any) -> str:
+    if not isinstance(event, dict):
+        return f"a JSON {type(event).__name__}"
+    parts = [f"{k} {event[k]!r}" for k in ("ph", "cat", "name") if k in event]
+    return ", ".join(parts)[:160] or "no ph, cat or name"
+
+
+def import_events(data: Any, source: str) -> KinetoTrace:
+    """Turn a parsed Chrome trace (`{"traceEvents": [...]}`) into a `KinetoTrace`; `source` names it in errors."""
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        found = "a JSON object without a 'traceEvents' list" if isinstance(data, dict) else "not a JSON object"
+        raise TraceFormatError(
+            f'{source}: not a Chrome trace: expected {{"traceEvents": [...]}} as torch.profiler\'s '
+            f"export_chrome_trace() writes, but the top level is {found}."
+        )
+    strings = StringTable()
+    tids: dict[Any, int] = {}
+    rows: list[tuple[int, ...]] = []
+    counts: dict[str, int] = {"ignored": 0}
+    steps: list[int] = []  # row indices of ProfilerStep rounds
+
+    def tid_of(raw_tid: Any) -> int:
+        if isinstance(raw_tid, int) and not isinstance(raw_tid, bool) and 0 <= raw_tid < 2**31:
+            return raw_tid
+        # String or out-of-range ids (GPU rows, 64-bit thread handles) get small numbers of their own.
+        return tids.setdefault(raw_tid, 2**30 + len(tids))
+
+    for i, ev in enumerate(data["traceEvents"]):
+        if not isinstance(ev, dict):
+            raise TraceFormatError(f"{source}: traceEvents[{i}] is {_describe(ev)}, not an event object.")
+        cat = str(ev.get("cat", "")).lower()
+        cat = _ALIASES.get(cat, cat)
+        if ev.get("ph") != "X" or not (cat in _HOST_SPANS or cat in _GPU_CATS or cat in _RUNTIME_CATS):
+            counts["ignored"] += 1
+            continue
+        for key in ("ts", "dur"):
+            if key not in ev:
+                raise TraceFormatError(
+                    f"{source}: traceEvents[{i}] ({_describe(ev)}) has no '{key}'; every complete ('X') event "
+                    "needs its start 'ts' and duration 'dur' in µs. Was the trace edited or cut short?"
+                )
+        try:
+            start, dur = _ns(ev["ts"]), _ns(ev["dur"])
+        except ValueError as e:
+            raise TraceFormatError(f"{source}: traceEvents[{i}] ({_describe(ev)}): 'ts' or 'dur' {e}.") from None
+        if dur < 0:
+            raise TraceFormatError(f"{source}: traceEvents[{i}] ({_describe(ev)}) has a negative 'dur'.")
+        args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
+        name = str(ev.get("name", ""))
+        corr = _int(args.get("correlation"), 0) & 0xFFFFFFFF
+        tid, value, flags, stream, device = tid_of(ev.get("tid")), 0, 0, -1, -1
+        if cat in _GPU_CATS:
+            kind = _GPU_CATS[cat]
+            stream = _int(args.get("stream"), _int(ev.get("tid"), 0))
+            device = max(0, _int(args.get("device"), _int(ev.get("pid"), 0)))
+            tid = -1
+            if kind != Kind.KERNEL:
+                value = _int(args.get("bytes"), 0)
+            if kind == Kind.MEMCPY:
+                flags = _copy_flags(name)
+        elif cat in _RUNTIME_CATS:
+            kind = Kind.RUNTIME
+        elif cat == "user_annotation" and (step := _STEP.match(name)):
+            kind, value = Kind.ROUND, int(step[1])
+            steps.append(len(rows))
+        elif cat == "user_annotation":
+            kind = Kind.SCOPE
+        elif cat == "python_function" and name.startswith("nn.Module: "):
+            kind, name = Kind.MODULE, name.removeprefix("nn.Module: ")
+        else:
+            kind = Kind.CALL
+        label = _LABELS[kind]
+        counts[label] = counts.get(label, 0) + 1
+        if kind != Kind.RUNTIME and kind not in GPU_KINDS:
+            corr = 0
+        rows.append((start, start + dur, value, corr, strings.intern(name), tid, stream, device, kind, _HOST, flags))
+    if not rows:
+        raise TraceFormatError(
+            f"{source}: the trace has no CPU operator, annotation, kernel, copy, memset or CUDA API events "
+            f"({counts['ignored']} other events); was it recorded with torch.profiler activities enabled?"
+        )
+    events = np.array(rows, dtype=EVENT_DTYPE)
+    return _finish(events, strings, counts, steps, data, source)
+
+
+def _main_tid(events: np.ndarray, steps: list[int]) -> int:
+    """The thread that ran the steps, or else the one with the most host span time."""
+    if steps:
+        return int(events["tid"][steps[0]])
+    host = events[events["tid"] >= 0]
+    if not len(host):
+        return 0
+    tids, inv = np.unique(host["tid"], return_inverse=True)
+    return int(tids[np.argmax(np.bincount(inv, weights=(host["end"] - host["start"]).astype(float)))])
+
+
+def _finish(
+    events: np.ndarray, strings: StringTable, counts: dict[str, int], steps: list[int], data: dict[str, Any], src: str
+) -> KinetoTrace:
+    """Add the TEST span and the rounds, and describe the collection."""
+    main = _main_tid(events, steps)
+    t0, t_end = int(events["start"].min()), int(events["end"].max())
+    extra: list[tuple[int, ...]] = [(t0, t_end, 0, 0, strings.intern(Path(src).name), main, -1, -1, Kind.TEST,
+                                     Domain.HOST, 0)]  # fmt: skip
+    if steps:
+        # Kineto's steps run back to back on the host; GPU work launched in the last one may finish after
+        # it, so that round ends when its work does (earlier rounds' stragglers fall in the next round).
+        last = max(steps, key=lambda i: int(events["start"][i]))
+        s, e = int(events["start"][last]), int(events["end"][last])
+        rt = events[(events["kind"] == Kind.RUNTIME) & (events["corr"] != 0)]
+        launched = rt["corr"][(rt["start"] >= s) & (rt["start"] < e)]
+        gpu = events[np.isin(events["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & np.isin(events["corr"], launched)]
+        if len(gpu):
+            events["end"][last] = max(e, int(gpu["end"].max()))
+    else:
+        extra.append((t0, t_end, 0, 0, strings.intern("profiled window"), main, -1, -1, Kind.ROUND, Domain.HOST, 0))
+    events = np.concatenate([events, np.array(extra, dtype=EVENT_DTYPE)])
+    n_kernels = counts.get("kernel", 0) + counts.get("memcpy", 0) + counts.get("memset", 0)
+    device_names = [str(d.get("name")) for d in data.get("deviceProperties") or [] if isinstance(d, dict)]
+    rounds = f"{len(steps)} ProfilerStep rounds" if steps else "no ProfilerStep: the whole trace is one round"
+    collectors = [
+        CollectorInfo("cpu", True, f"torch.profiler CPU ops and annotations ({rounds})", reason=MISSING),
+        CollectorInfo("gpu", True, "torch.profiler (Kineto, CUPTI)")
+        if n_kernels
+        else CollectorInfo("gpu", False, "none", reason="the torch.profiler trace has no GPU activity"),
+        CollectorInfo("memory", False, "none", reason="not in a torch.profiler trace"),
+    ]
+    environment: dict[str, Any] = {"source": f"torch.profiler trace {src}"}
+    if device_names:
+        environment["gpu_model"] = device_names[0]
+    for key in ("cuda_runtime_version", "cuda_driver_version", "host_name"):
+        if key in data:
+            environment[key] = str(data[key])
+    meta: dict[str, object] = {
+        "kineto": {"source": src, "steps": len(steps), "counts": dict(counts)},
+        "clock_note": "torch.profiler trace: CPU and GPU times were put on one clock by Kineto, not re-measured here",
+    }
+    raw = RawTrace(events=events, strings=strings.strings, t0_ns=t0, meta=meta)
+    return KinetoTrace(raw=raw, collectors=collectors, environment=environment, counts=counts, steps=len(steps))
+
+
+def kineto_limits(ctx: Context) -> list[Finding]:
+    """Say what an imported torch.profiler trace cannot tell, so a missing number is never read as zero."""
+    info = ctx.timeline.meta.get("kineto")
+    if not isinstance(info, dict):
+        return []
+    counts = info.get("counts", {})
+    evidence: dict[str, object] = {"source": info.get("source", "?"), "ProfilerStep rounds": info.get("steps", 0)}
+    evidence.update({f"{k} records": v for k, v in sorted(counts.items()) if k != "ignored"})
+    evidence["other events ignored"] = counts.get("ignored", 0)
+    return [
+        Finding(
+            rule="kineto_import",
+            title="Imported from a torch.profiler trace: no CPU or memory counters",
+            summary=f"Not measured: {MISSING}. The GPU rules use the trace's kernel, copy and memset records.",
+            cause=None,
+            share=0.0,
+            confidence=1.0,
+            evidence=evidence,
+        )
+    ]
+
+
+#: The built-in rules (those that need CPU counters skip themselves) plus the one that says what is missing.
+RULES: list[Rule] = [*DEFAULT_RULES, kineto_limits]

@@ -1,0 +1,469 @@
+"""The `inferscope` command: run, analyze, compare and config show, in-process and as the installed executable."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pytest_inferscope
+from pytest_inferscope import kineto
+from pytest_inferscope.cli import _split_run, main, parse_fraction
+from pytest_inferscope.events import CopyKind, Kind, MemoryKind, unpack_copy_flags
+from pytest_inferscope.reporters import load_report, write_index, write_test_reports
+from pytest_inferscope.reporters.files import slugify
+from pytest_inferscope.results import Analysis, LatencyStats, TestResult
+
+KINETO = Path(__file__).parent.parent / "data" / "kineto"
+EXE = Path(sys.executable).with_name("inferscope")
+
+SCOPED = """
+import sys
+from pathlib import Path
+from pytest_inferscope import mark_event, scope
+
+Path(sys.argv[0]).with_name("argv.txt").write_text(" ".join(sys.argv[1:]))
+with Path(sys.argv[0]).with_name("calls.txt").open("a") as f:
+    f.write("x")
+with scope("tokenize"):
+    data = [i * i for i in range(20000)]
+mark_event("batch_ready", size=len(data))
+with scope("forward"):
+    total = sum(data)
+print("script output", total)
+"""
+
+RAISING = """
+from pytest_inferscope import scope
+
+def helper():
+    raise ValueError("boom in helper")
+
+with scope("before_failure"):
+    sum(range(10000))
+with scope("failing_part"):
+    helper()
+"""
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty working folder with no INFERSCOPE_* settings from the environment."""
+    for key in list(os.environ):
+        if key.startswith("INFERSCOPE_") or key == "PYTEST_ADDOPTS":
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def script(folder: Path, text: str, name: str = "job.py") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def only_report(out: Path) -> Path:
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    return folder
+
+
+def make_result(nodeid: str, samples: list[float], **env: str) -> TestResult:
+    return TestResult(
+        nodeid=nodeid, slug=slugify(nodeid), outcome="passed", verdict="pass", rounds=len(samples), warmup=0,
+        latency=LatencyStats.from_samples(samples), analysis=Analysis(bottleneck="cpu_bound", confidence=0.9),
+        environment={"python": "3.11.7", "torch": "2.13.0", **env},
+    )  # fmt: skip
+
+
+def write_run(folder: Path, results: list[TestResult]) -> Path:
+    for r in results:
+        write_test_reports(r, None, folder)
+    write_index(results, folder, {})
+    return folder
+
+
+BASE = [10.0, 10.2, 9.9, 10.1, 9.8, 10.05, 9.95, 10.15]
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+
+def test_run_writes_reports_with_the_scripts_scopes(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = script(work, SCOPED)
+    rc = main(["run", str(job), "--report", "out", "--size", "8", "--", "--rounds", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert (work / "argv.txt").read_text() == "--size 8 --rounds 2"  # ours taken out, the rest passed on
+    folder = only_report(work / "out")
+    md = (folder / "report.md").read_text()
+    assert "| tokenize | scope | 1 |" in md and "| forward | scope | 1 |" in md
+    assert "batch_ready" in md
+    assert {"report.md", "report.json", "raw.npz", "trace.json"} <= {p.name for p in folder.iterdir()}
+    index = json.loads((work / "out" / "index.json").read_text())
+    assert [t["nodeid"] for t in index["tests"]] == [str(job)]
+    assert "script output" in out and "latency:" in out and "bottleneck:" in out
+    assert f"report:         {Path('out') / folder.name / 'report.md'}" in out
+
+
+def test_run_rounds_and_warmup_run_the_script_again(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = script(work, SCOPED)
+    assert main(["run", "--rounds", "3", "--warmup", "1", "--cpu", "off", str(job), "--report", "out"]) == 0
+    assert (work / "calls.txt").read_text() == "xxxx"
+    result = load_report(only_report(work / "out") / "report.json")
+    assert (result.rounds, result.warmup, len(result.latency.samples_ms)) == (3, 1, 3)
+    assert "median (3 rounds, warm-up 1)" in capsys.readouterr().out
+
+
+def test_a_raising_script_gets_a_partial_report_and_exit_1(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = script(work, RAISING)
+    assert main(["run", str(job), "--report", "out"]) == 1
+    captured = capsys.readouterr()
+    assert 'raise ValueError("boom in helper")' in captured.err and "ValueError: boom in helper" in captured.err
+    assert "runpy" not in captured.err and "cli.py" not in captured.err  # only the script's frames
+    assert "report is partial" in captured.err and "PARTIAL" in captured.out
+    folder = only_report(work / "out")
+    result = load_report(folder / "report.json")
+    assert result.verdict == "partial" and result.partial_reason == "ValueError: boom in helper"
+    md = (folder / "report.md").read_text()
+    assert "Partial report" in md and "before_failure" in md and "failing_part" in md
+
+
+@pytest.mark.parametrize(("code", "rc"), [("0", 0), ("None", 0), ("3", 1), ("'fatal: no model'", 1)])
+def test_system_exit_zero_is_normal(work: Path, capsys: pytest.CaptureFixture[str], code: str, rc: int) -> None:
+    job = script(work, f"import sys\nsys.exit({code})\n")
+    assert main(["run", str(job), "--report", "out"]) == rc
+    err = capsys.readouterr().err
+    assert ("fatal: no model" in err) == (code == "'fatal: no model'")
+    assert (load_report(only_report(work / "out") / "report.json").verdict == "partial") == (rc == 1)
+
+
+def test_run_usage_errors_are_one_paragraph(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (work / "afile").write_text("")
+    job = script(work, "pass\n")
+    cases = [
+        (["run", "missing.py"], "missing.py is not found"),
+        (["run"], "no SCRIPT given"),
+        (["run", "--rounds", "0", str(job)], "argument --rounds: 0 is less than 1"),
+        (["run", str(job), "--report", "afile"], "'afile' exists but is a file"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_required_gpu_that_cannot_run_is_a_usage_error(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if any(os.path.exists(p) for p in ("/dev/nvidia0", "/proc/driver/nvidia/version")):
+        pytest.skip("an NVIDIA GPU is present, so INFERSCOPE_GPU=required may be satisfied")
+    monkeypatch.setenv("INFERSCOPE_GPU", "required")
+    job = script(work, SCOPED)
+    assert main(["run", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("inferscope run: GPU collection is required") and err.count("\n") == 1, err
+    assert not (work / "calls.txt").exists()  # the script never ran
+
+
+def test_split_run_keeps_the_scripts_arguments() -> None:
+    assert _split_run(["--cpu", "off", "s.py", "-v", "--report=o", "x", "--", "--report", "y"]) == (
+        ["--cpu", "off", "--report=o"], "s.py", ["-v", "x", "--report", "y"],
+    )  # fmt: skip
+    assert _split_run(["--help"]) == (["--help"], None, [])
+
+
+# --- analyze -----------------------------------------------------------------------------------
+
+
+def test_analyze_our_raw_trace_and_report_folder(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(script(work, SCOPED)), "--rounds", "2", "--report", "first"]) == 0
+    folder = only_report(work / "first")
+    original = load_report(folder / "report.json")
+    for i, given in enumerate([folder / "raw.npz", folder, folder / "report.json", folder / "trace.json"]):
+        capsys.readouterr()
+        assert main(["analyze", str(given), "--report", f"again{i}"]) == 0, given
+        again = load_report(only_report(work / f"again{i}") / "report.json")
+        assert again.nodeid == original.nodeid and again.rounds == 2
+        assert again.latency.samples_ms == original.latency.samples_ms  # the same rounds, re-analysed
+        assert [s.path for s in again.analysis.scopes] == [s.path for s in original.analysis.scopes]
+        assert f"again{i}" in capsys.readouterr().out
+    assert main(["analyze", str(work / "first"), "--report", "x"]) == 2
+    assert f"holds the reports of 1 tests; give one test's folder, e.g. {folder}" in capsys.readouterr().err
+
+
+def test_analyze_a_raw_trace_alone(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(script(work, SCOPED)), "--rounds", "2", "--warmup", "1", "--report", "first"]) == 0
+    (work / "copy").mkdir()
+    (only_report(work / "first") / "raw.npz").rename(work / "copy" / "raw.npz")  # no report.json beside it
+    assert main(["analyze", str(work / "copy" / "raw.npz"), "--report", "again"]) == 0
+    result = load_report(only_report(work / "again") / "report.json")
+    assert result.nodeid == str(work / "job.py")  # from the trace's test span
+    assert (result.rounds, result.warmup, len(result.latency.samples_ms)) == (2, 1, 2)
+    assert {s.path for s in result.analysis.scopes} == {"tokenize", "forward"}
+    (work / "copy" / "raw.npz").write_bytes(b"PK\x03\x04 truncated")
+    assert main(["analyze", str(work / "copy" / "raw.npz")]) == 2
+    assert "is not a readable inferscope raw trace (.npz)" in capsys.readouterr().err
+
+
+def test_analyze_rechecks_the_recorded_thresholds(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(script(work, SCOPED)), "--report", "first"]) == 0
+    report_json = only_report(work / "first") / "report.json"
+    data = json.loads(report_json.read_text())
+    data["thresholds"] = {"max_latency_ms": 1e-6}  # as if the test had been marked with it
+    report_json.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["analyze", str(report_json), "--report", "again"]) == 1
+    assert "FAILED check:   max_latency_ms: median latency" in capsys.readouterr().out
+
+
+def test_analyze_gpu_shaped_kineto_trace(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(KINETO / "gpu_steps.json"), "--report", "out"]) == 0
+    folder = only_report(work / "out")
+    result = load_report(folder / "report.json")
+    m = result.analysis.metrics
+    assert result.rounds == 2 and len(result.latency.samples_ms) == 2
+    assert m["gpu.kernel_launches_per_round"] == 2.0  # one runtime and one driver launch per step
+    assert m["gpu.h2d_bytes_per_round"] == 4194304
+    assert m["gpu.compute_fraction"] == pytest.approx(0.65)  # kernels + memset, per 1 ms step
+    assert result.analysis.bottleneck == "gpu_bound"
+    rules = {f.rule for f in result.analysis.findings}
+    assert {"gpu_saturation", "transfers", "kineto_import"} <= rules and "off_cpu_wait" not in rules
+    assert m["cpu.test_thread_busy"] is None  # not measured, not zero
+    assert result.environment["gpu_model"] == "NVIDIA H200"
+    md = (folder / "report.md").read_text()
+    assert "CPU (test thread on CPU): not collected (the collection kept no per-round CPU counters" in md
+    assert "Not measured: a torch.profiler (Kineto) trace records no per-round CPU time" in md
+    assert "ampere_sgemm_128x64_tn" in md and "put on one clock by Kineto" in md
+    assert "bottleneck:     gpu_bound" in capsys.readouterr().out
+
+
+def test_analyze_recorded_cpu_kineto_trace(work: Path) -> None:
+    assert main(["analyze", str(KINETO / "cpu_steps.json.gz"), "--report", "out"]) == 0
+    folder = only_report(work / "out")
+    result = load_report(folder / "report.json")
+    assert len(result.latency.samples_ms) == 3  # ProfilerStep#1..#3
+    assert {"forward", "preprocess"} <= {s.path for s in result.analysis.scopes}
+    assert result.analysis.bottleneck and result.analysis.metrics["gpu.busy_fraction"] is None
+    assert not [f for f in result.analysis.findings if f.cause is not None]  # nothing invented from zeros
+    assert (folder / "trace.json").stat().st_size > 0 and (folder / "raw.npz").is_file()
+    gpu = next(c for c in result.collectors if c.name == "gpu")
+    assert not gpu.active and "no GPU activity" in gpu.reason
+
+
+def test_kineto_records_map_to_our_kinds() -> None:
+    trace = kineto.load(KINETO / "gpu_steps.json")
+    ev, names = trace.raw.events, trace.raw.strings
+    (copy,) = ev[(ev["kind"] == Kind.MEMCPY) & (ev["start"] == ev["start"][ev["kind"] == Kind.MEMCPY].min())]
+    kind, src, dst = unpack_copy_flags(int(copy["flags"]))
+    assert (int(kind), int(src), int(dst)) == (CopyKind.HTOD, MemoryKind.PAGEABLE, MemoryKind.DEVICE)
+    assert (int(copy["value"]), int(copy["stream"]), int(copy["device"]), int(copy["corr"])) == (4194304, 7, 0, 101)
+    assert int(copy["end"] - copy["start"]) == 200_000  # µs -> ns
+    # Timestamps are converted from their decimal text: exact to the ns where a float would not be.
+    assert kineto._ns("1718012345678901.123") == 1718012345678901123 and kineto._ns("2.5e-3") == 2
+    rounds = ev[ev["kind"] == Kind.ROUND]
+    assert sorted(names[int(n)] for n in rounds["name"]) == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert trace.counts["runtime"] == 10 and trace.counts["ignored"] == 10  # flows, metadata, GPU annotations
+    assert "Linear_0" in {names[int(n)] for n in ev["name"][ev["kind"] == Kind.MODULE]}
+    # Without ProfilerStep annotations the whole trace is one round.
+    one = kineto.import_events(
+        {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.5, "dur": 2, "tid": 1}]}, "t"
+    )
+    (only,) = one.raw.events[one.raw.events["kind"] == Kind.ROUND]
+    assert (int(only["start"]), int(only["end"])) == (1500, 3500) and one.steps == 0
+
+
+def test_malformed_traces_are_exit_2_naming_the_position(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (work / "cut.json").write_text('{"traceEvents": [\n  {"ph": "X", "ts": 1,\n')
+    with gzip.open(work / "bad.json.gz", "wt") as f:
+        f.write('{"traceEvents": [\n\n  {"ph": "X" "ts": 1}]}')
+    (work / "nots.json").write_text(
+        json.dumps({"traceEvents": [{"ph": "M", "name": "x"}, {"ph": "X", "cat": "kernel", "name": "k", "dur": 3}]})
+    )
+    (work / "nolist.json").write_text('{"events": []}')
+    cases = [
+        ("cut.json", f"{work / 'cut.json'}:3:1: not valid JSON"),
+        ("bad.json.gz", f"{work / 'bad.json.gz'}:3:14: not valid JSON (line 3, column 14 of the decompressed JSON"),
+        ("nots.json", "traceEvents[1] (ph 'X', cat 'kernel', name 'k') has no 'ts'"),
+        ("nolist.json", "neither an inferscope report.json nor a Chrome trace"),
+    ]
+    for name, message in cases:
+        assert main(["analyze", str(work / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (work / "inferscope-report").exists() or not any((work / "inferscope-report").iterdir())
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+
+def test_compare_two_runs_prints_a_table(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = script(work, SCOPED)
+    for run in ("a", "b"):
+        assert main(["run", "./" + job.name, "--rounds", "5", "--report", run]) == 0
+    capsys.readouterr()
+    rc = main(["compare", "a", "b"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["test", "median", "ms", "before", "→", "after", "ratio", "99%", "CI", "p", "verdict"]
+    (row,) = [line for line in lines if line.startswith("job.py ")]
+    verdict = row.split()[-1]
+    assert verdict in ("regressed", "improved", "unchanged", "inconclusive")
+    assert rc == (1 if verdict == "regressed" else 0)
+    # The same run on both sides is unchanged, whichever way it is given.
+    assert main(["compare", "a", str(work / "a" / "index.json")]) == 0
+    assert "1.000 (+0.0%)" in capsys.readouterr().out
+
+
+def test_compare_finds_an_injected_slowdown(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_run(work / "base", [make_result("t.py::test_a", BASE), make_result("t.py::test_old", BASE)])
+    slow = [x * 1.5 for x in BASE]
+    write_run(work / "new", [make_result("t.py::test_a", slow), make_result("t.py::test_new", BASE)])
+    assert main(["compare", "base", "new", "--max-regression", "5%"]) == 1
+    out = capsys.readouterr().out
+    assert "1.500 (+50.0%)" in out and "regressed" in out
+    assert "t.py::test_old  only in A" in out and "t.py::test_new  only in B" in out
+    assert "1 regressed, 0 improved, 0 unchanged, 0 inconclusive; 1 only in A, 1 only in B" in out
+    # Allowing 60% makes the same slowdown acceptable.
+    assert main(["compare", str(work / "base" / "index.json"), "new", "--max-regression", "0.6"]) == 0
+
+
+def test_compare_reads_baseline_files(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_inferscope.baseline import BaselineStore
+
+    path = BaselineStore(work / "baselines").save("main", [make_result("t.py::test_a", BASE)], {"python": "3.11.7"})
+    write_run(work / "new", [make_result("t.py::test_a", [x * 1.5 for x in BASE])])
+    assert main(["compare", str(path), "new"]) == 1
+    assert "regressed" in capsys.readouterr().out
+
+
+def test_compare_warns_about_different_environments(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = work / "a" / "report.json"
+    b = work / "b" / "report.json"
+    for path, torch in ((a, "2.13.0"), (b, "2.14.0")):
+        path.parent.mkdir()
+        r = make_result("t.py::test_a", BASE, torch=torch)
+        write_test_reports(r, None, path.parent)
+        (path.parent / r.slug / "report.json").rename(path)
+    assert main(["compare", str(a), str(b)]) == 0
+    err = capsys.readouterr().err
+    assert "different environments" in err and "'2.13.0'" in err and "'2.14.0'" in err
+
+
+def test_compare_input_errors(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_run(work / "a", [make_result("t.py::test_a", BASE)])
+    write_run(work / "b", [make_result("t.py::test_b", BASE)])
+    (work / "broken.json").write_text('{"nodeid": ')
+    (work / "empty").mkdir()
+    cases = [
+        (["compare", "a", "b"], "have no test id in common"),
+        (["compare", "a", "nope"], "B (nope) does not exist"),
+        (["compare", "a", "broken.json"], "broken.json:1:12: not valid JSON"),
+        (["compare", "a", "empty"], "holds no report.json, index.json"),
+        (["compare", "a", "a", "--max-regression", "5"], "'5' is ambiguous: write 5% for a percentage"),
+        (["compare", "a", "a", "--alpha", "2"], "not a significance level"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+
+def test_parse_fraction() -> None:
+    assert parse_fraction("5%") == pytest.approx(0.05) and parse_fraction("0.05") == 0.05
+    assert parse_fraction("150%") == pytest.approx(1.5)
+
+
+# --- config show -------------------------------------------------------------------------------
+
+
+def test_config_show_prints_each_value_and_its_source(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (work / ".inferscope.yaml").write_text("rounds: 7\ncpu: trace\n")
+    (work / "pytest.ini").write_text("[pytest]\naddopts = -q --inferscope-warmup=4\ninferscope_gpu = off\n")
+    monkeypatch.setenv("INFERSCOPE_TRACE_SIZE_MB", "50")
+    monkeypatch.setenv("INFERSCOPE_CPU", "off")  # env beats the config file
+    (work / "sub").mkdir()
+    monkeypatch.chdir(work / "sub")  # pytest would find the ini file above and make its folder the rootdir
+    assert main(["config", "show", "--inferscope-all"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split(None, 2)[1:] for line in out.splitlines()[5:] if line.strip()}
+    assert f"rootdir: {work}" in out and f"pytest ini file: {work / 'pytest.ini'} [pytest]" in out
+    assert f"inferscope config file: {work / '.inferscope.yaml'}" in out
+    assert rows["rounds"] == ["7", f"file {work / '.inferscope.yaml'}:1"]
+    assert rows["cpu"] == ["off", "env INFERSCOPE_CPU"]
+    assert rows["trace_size_mb"] == ["50.0", "env INFERSCOPE_TRACE_SIZE_MB"]
+    assert rows["gpu"] == ["off", "ini inferscope_gpu"]
+    assert rows["warmup"] == ["4", "cli --inferscope-warmup (from addopts in pytest.ini)"]
+    assert rows["all"] == ["true", "cli --inferscope-all"]
+    assert rows["latency_stat"] == ["median", "default"]
+
+
+def test_config_show_finds_pyproject_ini_options(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (work / "pyproject.toml").write_text('[tool.pytest.ini_options]\ninferscope_rounds = "9"\ninferscope_rund = "1"\n')
+    (work / "deep" / "er").mkdir(parents=True)
+    assert main(["config", "show", "--rootdir", str(work / "deep" / "er")]) == 0
+    captured = capsys.readouterr()
+    assert f"pytest ini file: {work / 'pyproject.toml'} [tool.pytest.ini_options]" in captured.out
+    assert "9" in captured.out and "ini inferscope_rounds" in captured.out
+    assert "unknown ini key 'inferscope_rund' (did you mean 'inferscope_rounds'?)" in captured.err
+
+
+def test_config_errors_are_exit_2(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFERSCOPE_ROUNDS", "abc")
+    assert main(["config", "show"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("INFERSCOPE_ROUNDS='abc' is not a whole number") and "Traceback" not in err
+    monkeypatch.delenv("INFERSCOPE_ROUNDS")
+    (work / ".inferscope.yaml").write_text("trace-size: 3\n")
+    assert main(["config", "show"]) == 2
+    assert "unknown setting 'trace-size'" in capsys.readouterr().err
+
+
+# --- help and the installed executable -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expect"),
+    [
+        ([], "run       profile a Python script"),
+        (["run"], "1  the script raised or exited with a non-zero status"),
+        (["analyze"], "torch.profiler / Kineto Chrome trace"),
+        (["compare"], "1  a test regressed"),
+        (["config", "show"], "--inferscope-gpu {auto,off,required}"),
+    ],
+)
+def test_help(argv: list[str], expect: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*argv, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert expect in out and "exit codes:\n  0  ok" in out and "2  usage or input error" in out
+
+
+def run_exe(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    assert EXE.is_file(), f"the console script is not installed next to {sys.executable}: pip install -e ."
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERSCOPE_")}
+    # The installed entry point, importing the package under test (not whichever checkout was installed).
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(pytest_inferscope.__file__).parents[1]), env.get("PYTHONPATH", "")])
+    return subprocess.run([str(EXE), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_executable_smoke(work: Path) -> None:
+    job = script(work, SCOPED)
+    ran = run_exe("run", str(job), "--rounds", "2", cwd=work)
+    assert ran.returncode == 0, ran.stderr
+    assert "| tokenize | scope |" in (only_report(work / "inferscope-report") / "report.md").read_text()
+    analyzed = run_exe("analyze", str(KINETO / "gpu_steps.json"), "--report", "k", cwd=work)
+    assert analyzed.returncode == 0 and "gpu_bound" in analyzed.stdout, analyzed.stderr
+    compared = run_exe("compare", "inferscope-report", "inferscope-report", cwd=work)
+    assert compared.returncode == 0 and "unchanged" in compared.stdout, compared.stderr
+    shown = run_exe("config", "show", cwd=work)
+    assert shown.returncode == 0 and "sample_interval_ms" in shown.stdout, shown.stderr
+    bad = run_exe("analyze", "missing.json", cwd=work)
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("missing.json: no such file or folder.")
