@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .session import InferscopeWarning
+from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
     from .api import mark_event, measure, profile, scope

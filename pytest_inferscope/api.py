@@ -27,9 +27,14 @@ def standalone_settings() -> Settings:
     return resolve(cli={}, ini={}, env=os.environ, rootdir=Path.cwd())
 
 
-@cache
 def _gpu_choice(gpu: str) -> Choice:
-    return select_backend(gpu, forced=os.environ.get("INFERSCOPE_COLLECTOR") or None)
+    return _cached_choice(gpu, os.environ.get("INFERSCOPE_COLLECTOR") or None)
+
+
+@cache
+def _cached_choice(gpu: str, forced: str | None) -> Choice:
+    """One backend choice per (mode, forced backend) per process: choosing loads libraries."""
+    return select_backend(gpu, forced=forced)
 
 
 class Profile:

@@ -23,6 +23,7 @@ import pytest
 
 from .checks import validate_marker
 from .config import Settings
+from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
@@ -36,10 +37,6 @@ log = logging.getLogger("pytest_inferscope")
 
 #: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
 MARKED_ROUNDS, MARKED_WARMUP = 5, 1
-
-
-class InferscopeWarning(UserWarning):
-    """Something the plugin could not do, that did not fail the test."""
 
 
 @dataclass

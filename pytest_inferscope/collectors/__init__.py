@@ -9,6 +9,7 @@ function call and record nothing.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 from ..buffer import TraceBuffer
 from ..events import WARMUP_FLAG, Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
+from ..warning import warn_once
 from .cpu import Sampler, Tracer
 from .gpu import Choice, GpuBackendError, synchronize_device
 from .memory import Counters, MemoryCollector
@@ -128,9 +130,15 @@ class Collection:
             try:
                 self.gpu.start()
                 self._clock_pair()
-            except Exception as exc:
+            except Exception as exc:  # any backend failure degrades to CPU-only, said once
                 self.gpu_error = f"{self.gpu.name} could not start: {exc}"
                 self.gpu = None
+                if not self.options.gpu_required:
+                    warn_once(
+                        f"gpu-start:{exc}",
+                        f"inferscope: {self.gpu_error}; GPU activity is not collected for this test (CPU and "
+                        "memory collection continue, and the report says why).",
+                    )
                 if self.options.gpu_required:
                     self.memory.stop(0)
                     raise GpuBackendError(
@@ -226,6 +234,11 @@ class Collection:
         else:
             synchronize_device()
         end = host_clock_ns()
+        if self.gpu is not None:
+            # A reading every round: with only the start and stop pairs the fit's residual is
+            # always 0 and proves nothing; with these it shows how well the clocks agree.
+            with contextlib.suppress(Exception):  # the start and stop pairs remain
+                self._clock_pair()
         after = Counters.now()
         tid = threading.get_native_id()
         strings = self.buffer.strings

@@ -53,29 +53,13 @@ KINDS = (
 )
 
 COPY_NAMES = (
-    "Memcpy",
-    "Memcpy HtoD",
-    "Memcpy DtoH",
-    "Memcpy HtoA",
-    "Memcpy AtoH",
-    "Memcpy AtoA",
-    "Memcpy AtoD",
-    "Memcpy DtoA",
-    "Memcpy DtoD",
-    "Memcpy HtoH",
-    "Memcpy PtoP",
-)
+    "Memcpy", "Memcpy HtoD", "Memcpy DtoH", "Memcpy HtoA", "Memcpy AtoH", "Memcpy AtoA", "Memcpy AtoD",
+    "Memcpy DtoA", "Memcpy DtoD", "Memcpy HtoH", "Memcpy PtoP",
+)  # fmt: skip
 OVERHEAD_NAMES = (
-    "CUPTI overhead",
-    "CUPTI buffer flush",
-    "CUPTI instrumentation",
-    "CUPTI resource",
-    "Runtime module loading",
-    "Lazy function loading",
-    "Command buffer full",
-    "Activity buffer request",
-    "UVM activity init",
-)
+    "CUPTI overhead", "CUPTI buffer flush", "CUPTI instrumentation", "CUPTI resource", "Runtime module loading",
+    "Lazy function loading", "Command buffer full", "Activity buffer request", "UVM activity init",
+)  # fmt: skip
 
 Row = tuple[int, int, int, int, int, int, int, int, int, int, int]  # EVENT_DTYPE's fields, in order
 DEV = int(Domain.DEVICE)  # every row's clock domain

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The GPU check, on a machine with an NVIDIA GPU: installs the project (cupti-python from the
+# wheels in .whl/ when there), runs the GPU tests with INFERSCOPE_GPU=required (so nothing falls
+# back to CPU-only unnoticed), runs the GPU overhead benchmark and the example project under the
+# plugin with --inferscope-report, and prints a short table last. Full logs go to $OUT when set
+# (else ./gpu-check-logs): install.log, gpu-tests.log, bench.log, bench.json, example.log,
+# reports.tgz (the example's and the tests' report.json/report.md files), summary.txt.
+#
+#   bash tests/gpu/run_on_gpu.sh
+#   GPU_TESTS="tests/gpu/test_gpu_backends.py" BENCH_REPS=8 COMMIT=abc1234 bash tests/gpu/run_on_gpu.sh
+#
+# GPU_TESTS: pytest paths (default: tests/gpu and the backends' unit tests); BENCH_REPS (12);
+# SKIP_BENCH=1, SKIP_EXAMPLE=1; TOTAL_S: the time the whole check may take (570 s, under the GPU
+# machine's 600 s per command); COMMIT: the commit to record (default: git rev-parse, when .git is
+# there). Exit status: non-zero when any stage failed.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+LOGS="${OUT:-$PWD/gpu-check-logs}"
+WORK="$(mktemp -d)"
+mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1 INFERSCOPE_GPU=required
+START=$(date +%s)
+TOTAL_S="${TOTAL_S:-570}"
+FAILED=()
+
+left() { echo $((TOTAL_S - ($(date +%s) - START))); }
+budget() { # budget MAX RESERVE: seconds for a stage, at most MAX, leaving RESERVE for the later ones
+    local b=$(($(left) - $2))
+    ((b > $1)) && b=$1
+    ((b < 10)) && b=10
+    echo "$b"
+}
+stage() { # stage NAME LOG SECONDS CMD...: runs CMD under a time limit, output to LOG
+    local name=$1 log=$2 secs=$3 rc
+    shift 3
+    echo "== $name (up to ${secs}s) -> $log"
+    timeout --kill-after=10 "$secs" "$@" >"$log" 2>&1
+    rc=$?
+    ((rc == 124)) && echo "   $name: stopped at its ${secs}s limit"
+    ((rc != 0)) && FAILED+=("$name (exit $rc)")
+    echo "   $name: exit $rc after $(($(date +%s) - START))s in total"
+    return $rc
+}
+
+# -- install ---------------------------------------------------------------------------------------
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >"$LOGS/install.log" 2>&1 &&
+        export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+# A native build that fails is fatal here: this machine must run the fast path.
+stage install "$WORK/pip-e.log" "$(budget 120 400)" \
+    env INFERSCOPE_FORCE_NATIVE_BUILD=1 python3 -m pip install --no-build-isolation --no-deps -e .
+cat "$WORK/pip-e.log" >>"$LOGS/install.log"
+COMMIT="${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "commit: $COMMIT"
+    echo "gpu, driver: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+    python3 - <<'EOF' 2>&1
+import importlib.metadata as md, platform
+import torch
+print(f"python {platform.python_version()}; torch {torch.__version__}; CUDA {torch.version.cuda}")
+for dist in ("cupti-python", "cuda-bindings", "jax", "cupy-cuda13x", "pytest"):
+    try:
+        print(f"{dist} {md.version(dist)}")
+    except md.PackageNotFoundError:
+        print(f"{dist}: not installed")
+from pytest_inferscope.collectors.gpu import select_backend
+for backend in ("native", "cupti-python"):
+    try:
+        print(f"{backend}: {select_backend('required', forced=backend).describe()}")
+    except Exception as exc:
+        print(f"{backend}: cannot run: {exc}")
+EOF
+} >"$WORK/env.txt"
+cat "$WORK/env.txt"
+
+# -- the GPU tests -----------------------------------------------------------------------------------
+GPU_TESTS="${GPU_TESTS:-tests/gpu tests/unit/test_gpu_cuptipy.py tests/unit/test_native.py}"
+# shellcheck disable=SC2086 # GPU_TESTS is a list of paths
+stage "GPU tests" "$LOGS/gpu-tests.log" "$(budget 420 200)" \
+    python3 -m pytest $GPU_TESTS -v -s -p no:cacheprovider --junitxml="$WORK/gpu-tests.xml" --basetemp="$WORK/pt"
+
+# -- the benchmark -----------------------------------------------------------------------------------
+if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
+    stage benchmark "$LOGS/bench.log" "$(budget 240 70)" env COMMIT="$COMMIT" \
+        python3 benchmarks/bench_gpu_overhead.py --reps "${BENCH_REPS:-12}" --json "$LOGS/bench.json"
+fi
+
+# -- the example project under the plugin ---------------------------------------------------------------
+if [[ "${SKIP_EXAMPLE:-0}" != 1 && -d example_project/tests ]] && grep -rqs cuda example_project/tests; then
+    stage example "$LOGS/example.log" "$(budget 180 15)" \
+        python3 -m pytest example_project -v -p no:cacheprovider --inferscope-gpu=required \
+        --inferscope-report="$WORK/example-report"
+fi
+
+# -- what is left behind, and the table ----------------------------------------------------------------
+APPS="$(nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>&1)"
+(cd "$WORK" && find . \( -name report.json -o -name report.md -o -name index.json \) -print0 |
+    tar -czf "$LOGS/reports.tgz" --null -T - 2>/dev/null)
+{
+    cat "$WORK/env.txt"
+    echo "GPU processes left at the end: ${APPS:-none}"
+    echo
+    python3 - "$WORK" "$LOGS" <<'EOF'
+import json, re, sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+work, logs = Path(sys.argv[1]), Path(sys.argv[2])
+junit = work / "gpu-tests.xml"
+if junit.exists():
+    cases = ET.parse(junit).getroot().iter("testcase")
+    outcome = {}
+    for c in cases:
+        kind = next((x.tag for x in c if x.tag in ("failure", "error", "skipped")), "passed")
+        outcome.setdefault(kind, []).append(f"{c.get('classname', '').split('.')[-1]}::{c.get('name')}")
+    print("GPU tests: " + ", ".join(f"{len(v)} {k}" for k, v in outcome.items()))
+    for kind in ("failure", "error", "skipped"):
+        for name in outcome.get(kind, []):
+            print(f"  {kind}: {name}")
+log = logs / "gpu-tests.log"
+if log.exists():
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.search(r"INFERSCOPE-GPU .*", line)
+        if m:
+            print("  " + m.group(0)[:240])
+index = work / "example-report" / "index.json"
+if index.exists():
+    print("\nexample project under the plugin:")
+    for t in json.loads(index.read_text())["tests"]:
+        lat = t["latency_ms"]["median"]
+        print(f"  {t['nodeid']}: {t['verdict']}, {t['bottleneck']}, median {lat if lat is None else round(lat, 2)} ms")
+bench = logs / "bench.log"
+if bench.exists():
+    text = bench.read_text(errors="replace")
+    mark = text.rfind("\nBENCH ")
+    print("\nGPU overhead benchmark:\n" + (text[text.find("\n", mark + 1) :] if mark >= 0 else text[-2000:]).strip())
+EOF
+    echo
+    echo "stages failed: ${FAILED[*]:-none}"
+} 2>&1 | tee "$LOGS/summary.txt"
+rm -rf "$WORK"
+((${#FAILED[@]} == 0))

@@ -1,0 +1,362 @@
+"""The cupti-python backend without a GPU: record conversion, the collector's lifecycle, and why it cannot run.
+
+cupti-python hands every activity record to Python as an object with snake_case attributes;
+here they are `SimpleNamespace` fakes with the same attributes. Where the native extension
+and libcupti load, the same records also go through the native decoder (as ctypes structs
+from tests/unit/test_native.py) and the two outputs must be identical, names included.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_inferscope.collectors import Collection, CollectionOptions, gpu, gpu_cuptipy
+from pytest_inferscope.collectors.gpu_cuptipy import (
+    A_CONCURRENT_KERNEL,
+    A_DRIVER,
+    A_KERNEL,
+    A_MEMCPY,
+    A_MEMORY2,
+    A_MEMSET,
+    A_OVERHEAD,
+    A_RUNTIME,
+    A_SYNCHRONIZATION,
+    CuptiBusyError,
+    CuptiPythonCollector,
+    Demangler,
+    RecordConverter,
+    strip_version,
+)
+from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Domain, Kind, MemoryKind, SyncType, unpack_copy_flags
+
+INVALID = 0xFFFFFFFF
+API_NAMES = {(2, 211): "cudaLaunchKernel_v7000", (1, 307): "cuLaunchKernel", (2, 165): "cudaDeviceSynchronize_v3020"}
+
+
+def _callback_name(domain: int, cbid: int) -> str:
+    return API_NAMES[(domain, cbid)]
+
+
+def _converter(max_records: int = 0) -> RecordConverter:
+    return RecordConverter(_callback_name, Demangler(), max_records)
+
+
+# -- fake cupti-python activity objects (the attribute names cupti-python 13.0 uses) ------------------
+
+
+def kernel(name: str | None, start: int, end: int, corr: int, stream: int = 7, device: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(
+        kind=A_CONCURRENT_KERNEL, name=name, start=start, end=end, correlation_id=corr, stream_id=stream,
+        device_id=device,
+    )  # fmt: skip
+
+
+def api(cbid: int, start: int, end: int, corr: int, tid: int, kind: int = A_RUNTIME) -> SimpleNamespace:
+    return SimpleNamespace(
+        kind=kind, cbid=cbid, start=start, end=end, process_id=99, thread_id=tid, correlation_id=corr, return_value=0
+    )
+
+
+def every_kind() -> list[SimpleNamespace]:
+    """One record of each kind, as tests/unit/test_native.py's test_decode_every_record_kind builds them."""
+    return [
+        api(211, 100, 110, corr=5, tid=4242),
+        kernel("_Z6squarePfi", 120, 220, corr=5, stream=7, device=1),
+        SimpleNamespace(kind=A_MEMCPY, copy_kind=CopyKind.HTOD, src_kind=MemoryKind.PAGEABLE,
+                        dst_kind=MemoryKind.DEVICE, bytes=4 << 20, start=300, end=400, device_id=1, stream_id=7,
+                        correlation_id=6, runtime_correlation_id=6),
+        SimpleNamespace(kind=A_MEMSET, value=0, bytes=1024, start=410, end=420, device_id=1, stream_id=8,
+                        correlation_id=9, memory_kind=MemoryKind.DEVICE),
+        SimpleNamespace(kind=A_SYNCHRONIZATION, type=SyncType.STREAM_SYNCHRONIZE, start=430, end=440,
+                        correlation_id=10, context_id=1, stream_id=7, cuda_event_id=INVALID),
+        SimpleNamespace(kind=A_SYNCHRONIZATION, type=SyncType.CONTEXT_SYNCHRONIZE, start=450, end=460,
+                        correlation_id=11, context_id=1, stream_id=INVALID, cuda_event_id=INVALID),
+        SimpleNamespace(kind=A_MEMORY2, memory_operation_type=1, memory_kind=MemoryKind.DEVICE, correlation_id=12,
+                        bytes=1 << 20, timestamp=500, device_id=1, stream_id=INVALID),
+        SimpleNamespace(kind=A_MEMORY2, memory_operation_type=2, memory_kind=MemoryKind.DEVICE, correlation_id=13,
+                        bytes=1 << 20, timestamp=600, device_id=1, stream_id=INVALID),
+        SimpleNamespace(kind=A_OVERHEAD, overhead_kind=1 << 16, object_kind=2, correlation_id=0, start=900, end=950,
+                        object_id=SimpleNamespace(pt=SimpleNamespace(process_id=99, thread_id=4242))),
+        api(307, 700, 705, corr=14, tid=4243, kind=A_DRIVER),
+        kernel("my_triton_kernel", 710, 0, corr=14),  # still running at a forced flush
+    ]  # fmt: skip
+
+
+def test_every_record_kind_converts_as_the_native_decoder_does() -> None:
+    conv = _converter()
+    assert conv.add(every_kind()) == 11
+    ev, names = conv.take()
+    assert ev.dtype == EVENT_DTYPE and len(ev) == 11
+    assert (ev["domain"] == Domain.DEVICE).all()
+    name = [names[i] for i in ev["name"]]
+
+    launch, kern, copy, memset, ssync, csync, alloc, free, ovh, drv, running = ev
+    assert (launch["kind"], name[0], launch["start"], launch["end"]) == (Kind.RUNTIME, "cudaLaunchKernel", 100, 110)
+    assert (launch["corr"], launch["tid"], launch["device"], launch["stream"]) == (5, 4242, -1, -1)
+    assert (launch["flags"], launch["value"]) == (2, 0)
+    assert (kern["kind"], name[1], kern["start"], kern["end"]) == (Kind.KERNEL, "square(float*, int)", 120, 220)
+    assert (kern["corr"], kern["stream"], kern["device"], kern["tid"]) == (5, 7, 1, -1)
+    assert (copy["kind"], name[2], copy["value"], copy["corr"]) == (Kind.MEMCPY, "Memcpy HtoD", 4 << 20, 6)
+    assert [int(x) for x in unpack_copy_flags(copy["flags"])] == [CopyKind.HTOD, MemoryKind.PAGEABLE, MemoryKind.DEVICE]
+    assert (memset["kind"], name[3], memset["value"], memset["flags"]) == (Kind.MEMSET, "Memset", 1024, 3)
+    assert (ssync["kind"], ssync["flags"], ssync["stream"], ssync["corr"]) == (Kind.SYNC, 3, 7, 10)
+    assert (csync["flags"], csync["stream"], csync["value"], csync["start"], csync["end"]) == (4, -1, -1, 450, 460)
+    assert (alloc["kind"], name[6], alloc["value"], alloc["start"], alloc["end"]) == (
+        Kind.GPU_MEMORY, "Memory alloc", 1 << 20, 500, 500)  # fmt: skip
+    assert (free["value"], name[7], free["corr"], free["device"]) == (-(1 << 20), "Memory free", 13, 1)
+    assert free["stream"] == -1
+    assert (ovh["kind"], name[8], ovh["tid"], ovh["flags"]) == (Kind.OVERHEAD, "CUPTI buffer flush", 4242, 1 << 16)
+    assert (drv["kind"], name[9], drv["flags"], drv["tid"]) == (Kind.RUNTIME, "cuLaunchKernel", 1, 4243)
+    assert drv["corr"] == 14
+    assert (running["end"], name[10]) == (0, "my_triton_kernel")
+    assert conv.incomplete == 1 and conv.dropped == 0
+
+
+def _native_test_module() -> ModuleType:
+    """tests/unit/test_native.py, for its ctypes mirrors of the CUPTI record structs."""
+    path = Path(__file__).with_name("test_native.py")
+    spec = importlib.util.spec_from_file_location("_inferscope_native_mirrors", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _as_struct(m: ModuleType, a: SimpleNamespace, keep: list[bytes]) -> ctypes.Structure:
+    """The C record a fake activity stands for (`keep` holds the names its pointers point to)."""
+    if a.kind in (A_KERNEL, A_CONCURRENT_KERNEL):
+        keep.append(a.name.encode())
+        return m._kernel(keep[-1], a.start, a.end, a.correlation_id, a.stream_id, a.device_id)
+    if a.kind in (A_RUNTIME, A_DRIVER):
+        return m._runtime(a.cbid, a.start, a.end, a.correlation_id, a.thread_id, kind=a.kind)
+    if a.kind == A_MEMCPY:
+        return m.Memcpy6(kind=a.kind, copyKind=a.copy_kind, srcKind=a.src_kind, dstKind=a.dst_kind, bytes=a.bytes,
+                         start=a.start, end=a.end, deviceId=a.device_id, streamId=a.stream_id,
+                         correlationId=a.correlation_id, runtimeCorrelationId=a.runtime_correlation_id)  # fmt: skip
+    if a.kind == A_MEMSET:
+        return m.Memset4(kind=a.kind, value=a.value, bytes=a.bytes, start=a.start, end=a.end, deviceId=a.device_id,
+                         streamId=a.stream_id, correlationId=a.correlation_id, memoryKind=a.memory_kind)  # fmt: skip
+    if a.kind == A_SYNCHRONIZATION:
+        return m.Synchronization2(kind=a.kind, type=a.type, start=a.start, end=a.end, correlationId=a.correlation_id,
+                                  contextId=a.context_id, streamId=a.stream_id,
+                                  cudaEventId=a.cuda_event_id)  # fmt: skip
+    if a.kind == A_MEMORY2:
+        return m.Memory4(kind=a.kind, memoryOperationType=a.memory_operation_type, memoryKind=a.memory_kind,
+                         correlationId=a.correlation_id, bytes=a.bytes, timestamp=a.timestamp, deviceId=a.device_id,
+                         streamId=a.stream_id)  # fmt: skip
+    assert a.kind == A_OVERHEAD
+    o = m.Overhead3(kind=a.kind, overheadKind=a.overhead_kind, objectKind=a.object_kind, start=a.start, end=a.end)
+    o.objectId[:] = [a.object_id.pt.process_id, a.object_id.pt.thread_id, 0]
+    return o
+
+
+def test_the_same_records_through_the_native_decoder_give_identical_arrays() -> None:
+    cupti = pytest.importorskip("pytest_inferscope._cupti", reason="native extension not built")
+    try:
+        cupti.load()
+    except cupti.CuptiError as exc:
+        pytest.skip(f"libcupti not loadable here: {exc}")
+    mirrors = _native_test_module()
+    activities = [*every_kind(), api(165, 1000, 1010, 20, 4242), kernel("_Z6squarePfi", 1020, 1030, 20)]
+    keep: list[bytes] = []
+    buffer = b"".join(bytes(_as_struct(mirrors, a, keep)) for a in activities)
+    buf, native_names = cupti.Collector()._decode(buffer)
+    native = np.frombuffer(buf, dtype=EVENT_DTYPE)
+    conv = _converter()
+    conv.add(activities)
+    ours, names = conv.take()
+    assert names == native_names
+    assert ours.tobytes() == native.tobytes(), [
+        (f, ours[f].tolist(), native[f].tolist()) for f in EVENT_DTYPE.names or () if (ours[f] != native[f]).any()
+    ]
+
+
+def test_names_are_interned_once_and_stay_stable_across_takes() -> None:
+    conv = _converter()
+    conv.add([kernel("_Z6squarePfi", 1, 2, 1), kernel("_Z6squarePfi", 3, 4, 2), kernel("other", 5, 6, 3)])
+    ev1, names1 = conv.take()
+    conv.add([kernel("_Z4tanhPf", 7, 8, 4), kernel("_Z6squarePfi", 9, 10, 5), kernel(None, 11, 12, 6)])
+    ev2, names2 = conv.take()
+    assert names2[: len(names1)] == names1 and len(names2) == len(set(names2))
+    assert [names2[i] for i in ev1["name"]] == ["square(float*, int)", "square(float*, int)", "other"]
+    assert [names2[i] for i in ev2["name"]] == ["tanh(float*)", "square(float*, int)", "<unnamed kernel>"]
+    empty, names3 = conv.take()
+    assert len(empty) == 0 and empty.dtype == EVENT_DTYPE and names3 == names2
+
+
+def test_records_beyond_max_records_are_dropped_and_unknown_kinds_skipped() -> None:
+    conv = _converter(max_records=2)
+    foreign = SimpleNamespace(kind=42)  # a kind another CUPTI client enabled: not ours to report
+    assert conv.add([foreign, *[kernel("k", i, i + 1, i) for i in range(1, 6)]]) == 2
+    assert len(conv.take()[0]) == 2 and conv.dropped == 3
+
+
+def test_an_unreadable_record_is_counted_lost_not_raised() -> None:
+    conv = _converter()
+    broken = SimpleNamespace(kind=A_CONCURRENT_KERNEL, start=1, end=2)  # no name, ids: cupti-python raising
+    assert conv.add([broken, kernel("k", 3, 4, 1)]) == 1
+    assert conv.dropped == 1
+
+
+def test_api_names_lose_only_their_version_suffix() -> None:
+    assert strip_version("cudaLaunchKernel_v7000") == "cudaLaunchKernel"
+    assert strip_version("cudaMemcpy_v3020") == "cudaMemcpy"
+    for unchanged in ("cuLaunchKernel", "cuda_vX", "_v12", "cudaFoo_v", "cudaFoo_v1a", "a_v٣"):
+        assert strip_version(unchanged) is None, unchanged
+    conv = RecordConverter(lambda d, c: "", Demangler())  # a cbid CUPTI has no name for
+    conv.add([api(999, 1, 2, 1, 1), api(998, 1, 2, 2, 1, kind=A_DRIVER)])
+    assert conv.take()[1] == ["runtime API cbid 999", "driver API cbid 998"]
+
+
+def test_demangling() -> None:
+    demangle = Demangler()
+    assert demangle("_Z6squarePfi") == "square(float*, int)"
+    assert demangle("my_triton_kernel") is None and demangle("_Znot a name") is None
+
+
+# -- the collector, over a fake cupti module -----------------------------------------------------------
+
+
+class FakeCuptiError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"status {status}")
+        self.status = status
+
+
+class FakeCupti:
+    """The part of `cupti.cupti` the collector uses; `pending` records arrive at the next flush."""
+
+    cuptiError = FakeCuptiError
+
+    def __init__(self, refuse: dict[int, int] | None = None) -> None:
+        self.refuse = refuse or {}  # activity kind -> status activity_enable raises
+        self.enabled: set[int] = set()
+        self.tid_type = 0
+        self.callbacks: tuple[Any, Any] | None = None
+        self.pending: list[SimpleNamespace] = []
+        self.flushes: list[int] = []
+
+    def get_thread_id_type(self) -> int:
+        return self.tid_type
+
+    def set_thread_id_type(self, value: int) -> None:
+        self.tid_type = value
+
+    def activity_register_callbacks(self, requested: Any, completed: Any) -> None:
+        self.callbacks = (requested, completed)
+
+    def activity_enable(self, kind: int) -> None:
+        if kind in self.refuse:
+            raise FakeCuptiError(self.refuse[kind])
+        self.enabled.add(kind)
+
+    def activity_disable(self, kind: int) -> None:
+        self.enabled.discard(kind)
+
+    def activity_flush_all(self, flag: int) -> None:
+        self.flushes.append(flag)
+        if self.pending and self.callbacks is not None:
+            assert self.callbacks[0]() == (8 << 20, 0)
+            batch, self.pending = self.pending, []
+            self.callbacks[1](batch)
+
+    def activity_get_num_dropped_records(self, context: int, stream: int, dropped: int) -> None:
+        ctypes.c_size_t.from_address(dropped).value = 0
+
+    def get_timestamp(self) -> int:
+        return 123_456
+
+    def get_callback_name(self, domain: int, cbid: int) -> str:
+        return _callback_name(domain, cbid)
+
+    def finalize(self) -> None:
+        raise AssertionError("cuptiFinalize breaks CUPTI for the rest of the process; never call it")
+
+
+def test_start_collect_stop_drain_with_a_fake_cupti() -> None:
+    fake = FakeCupti(refuse={A_MEMORY2: 1})  # an optional kind this "device" lacks
+    collector = CuptiPythonCollector(fake)
+    collector.start()
+    assert fake.tid_type == 1 and fake.callbacks is not None  # SYSTEM thread ids while collecting
+    assert collector.enabled() == ["CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER", "SYNCHRONIZATION",
+                                   "OVERHEAD"]  # fmt: skip
+    fake.pending = every_kind()
+    collector.stop()
+    assert fake.flushes == [0, 1] and not fake.enabled and fake.tid_type == 0
+    ev, names = collector.drain()
+    assert len(ev) == 11 and "square(float*, int)" in names
+    assert collector.incomplete() == 1 and collector.dropped() == 0 and collector.callback_ns > 0
+    assert collector.timestamp() == 123_456
+    assert len(collector.drain()[0]) == 0
+    collector.stop()  # idempotent
+
+
+def test_a_busy_cupti_raises_busy_and_leaves_nothing_enabled() -> None:
+    fake = FakeCupti(refuse={A_SYNCHRONIZATION: 39})  # optional, but busy is busy
+    collector = CuptiPythonCollector(fake)
+    with pytest.raises(CuptiBusyError, match="MULTIPLE_SUBSCRIBERS"):
+        collector.start()
+    assert not fake.enabled and fake.tid_type == 0
+    fake.refuse = {}
+    collector.start()  # usable once the other client is gone
+    collector.stop()
+
+
+def test_a_running_torch_profiler_is_refused_before_cupti_is_touched(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_cuptipy, "_foreign_profiler", lambda: "torch.profiler (Kineto) is active in this process")
+    fake = FakeCupti()
+    with pytest.raises(CuptiBusyError, match=r"torch\.profiler"):
+        CuptiPythonCollector(fake).start()
+    assert fake.callbacks is None and fake.tid_type == 0
+
+
+def test_a_collection_merges_cupti_python_records_into_its_buffer() -> None:
+    fake = FakeCupti()
+    choice = gpu.Choice(CuptiPythonCollector(fake), {"native": "not built"})
+    coll = Collection(CollectionOptions(cpu="off"), choice, name="fake")
+    coll.start()
+    with coll.round(0, warmup=False):
+        fake.pending = [api(211, 123_500, 123_510, 1, 7), kernel("_Z6squarePfi", 123_520, 123_600, 1)]
+    raw = coll.stop()
+    device = raw.events[raw.events["domain"] == Domain.DEVICE]
+    assert sorted(raw.strings[i] for i in device["name"]) == ["cudaLaunchKernel", "square(float*, int)"]
+    assert len(raw.clock_pairs) == 3 and all(d == 123_456 for _, d in raw.clock_pairs)  # start, one round, stop
+    assert coll.collectors_info()[1].mode.startswith("cupti-python CUPTI (cupti-python")
+
+
+# -- why it cannot run -----------------------------------------------------------------------------------
+
+
+def test_create_without_cupti_python_says_it_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupti", None)  # makes the import fail, installed or not
+    monkeypatch.setitem(sys.modules, "cupti.cupti", None)
+    with pytest.raises(RuntimeError, match="cupti-python is not installed"):
+        gpu_cuptipy.create()
+
+
+def test_select_backend_keeps_each_rejected_backends_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "_cuda_device_present", lambda: None)  # as on a GPU machine
+    monkeypatch.setitem(sys.modules, "pytest_inferscope._cupti", None)
+    monkeypatch.setitem(sys.modules, "cupti", None)
+    monkeypatch.setitem(sys.modules, "cupti.cupti", None)
+    choice = gpu.select_backend("auto")
+    assert choice.collector is None and choice.name == "none"
+    assert "native extension not built" in choice.reasons["native"]
+    assert "cupti-python is not installed" in choice.reasons["cupti-python"]
+    assert "cupti-python: cupti-python is not installed" in choice.describe()
+    with pytest.raises(gpu.GpuBackendError, match="INFERSCOPE_COLLECTOR=cupti-python was asked for"):
+        gpu.select_backend("auto", forced="cupti-python")
+
+    fake = FakeCupti()
+    monkeypatch.setattr(gpu_cuptipy, "create", lambda: CuptiPythonCollector(fake))
+    choice = gpu.select_backend("required")  # native missing: cupti-python is the fallback, native's reason kept
+    assert choice.name == "cupti-python" and "native" in choice.reasons
+    assert choice.describe().startswith("cupti-python (cupti-python")
