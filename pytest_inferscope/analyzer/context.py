@@ -23,6 +23,9 @@ _MB = 1024 * 1024
 FRAMEWORK_MARKERS = ("(torch/", "(transformers/", "(accelerate/", "/torch/", "/transformers/")
 #: Runtime/driver calls that block the calling thread until the device catches up.
 SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy(2D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?$|^cudaMemcpy(To|From)Symbol$")
+#: Runtime/driver copy calls: the host time inside them belongs to the transfer (a pageable copy is
+#: staged through a host buffer and returns only when done), not to the host's own work.
+COPY_CALL = re.compile(r"^(cuda|cu)Memcpy|^cudaMemset$|^cuMemset")
 #: Host time per kernel launch below which the host is busy launching rather than computing.
 LAUNCH_HOST_NS = 50_000
 
@@ -247,16 +250,27 @@ class Context:
         return rt[names & ~(own & (tl.parent[rt] >= 0))]
 
     @cached_property
+    def copy_calls(self) -> np.ndarray:
+        """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in measured rounds."""
+        tl = self.timeline
+        ev = tl.events
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
+        names = np.array([bool(COPY_CALL.search(tl.strings[int(n)])) for n in ev["name"][rt]], dtype=bool)
+        return rt[names] if len(rt) else rt
+
+    @cached_property
     def wait_ns(self) -> dict[str, int]:
-        """Time the test thread was blocked on the device: the user's syncs, ours, and both together."""
+        """Time the test thread was held by the device: its syncs, ours, its copy calls, and all together."""
         ev = self.timeline.events
         own = ev[(ev["kind"] == Kind.WAIT) & self.in_rounds]
         user = ev[self.sync_calls]
-        both = np.concatenate((own, user))
+        copies = ev[self.copy_calls]
+        held = np.concatenate((own, user, copies))
         return {
             "user": union_ns(user["start"], user["end"]),
             "round_end": union_ns(own["start"], own["end"]),
-            "all": union_ns(both["start"], both["end"]),
+            "copy_calls": union_ns(copies["start"], copies["end"]),
+            "all": union_ns(held["start"], held["end"]),
         }
 
     @cached_property
@@ -465,6 +479,7 @@ class Context:
         m["host.wait_fraction"] = waits["all"] / wall
         m["host.sync_fraction"] = waits["user"] / wall
         m["host.syncs_per_round"] = len(self.sync_calls) / self.n_rounds
+        m["host.copy_call_fraction"] = waits["copy_calls"] / wall
         m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
         proc = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
         m["cpu.kernel_fraction"] = c.get("sys_ns", 0.0) / proc if proc else 0.0

@@ -230,3 +230,16 @@ def test_gpu_summary_per_stream_gaps_copies_and_syncs() -> None:
     assert h2d["mb_per_round"] == 64.0 and h2d["pageable_per_round"] == 1.0 and h2d["pinned_per_round"] == 0.0
     assert abs(g["syncs"]["cudaStreamSynchronize"]["blocked_ms_per_round"] - 6.0) < 1e-6
     assert analyze(merge(build(cpu_busy=0.9))).gpu == {}
+
+
+def test_host_time_inside_a_pageable_copy_call_is_transfer_not_cpu_work() -> None:
+    # A pageable .to("cuda") holds the host in cudaMemcpyAsync while the copy runs: not CPU-bound.
+    pageable = copy_flags(1, MemoryKind.PAGEABLE, MemoryKind.DEVICE)
+    raw = build(
+        cpu_busy=0.97,
+        gpu=[(Kind.MEMCPY, 0.05, 0.85, 64 * _MB, pageable)],
+        host=[(Kind.RUNTIME, "cudaMemcpyAsync", 0.04, 0.87)],
+    )
+    a = analyze(merge(raw))
+    assert a.bottleneck == "transfer_bound", [(f.rule, f.share) for f in a.findings]
+    assert a.metrics["host.copy_call_fraction"] > 0.85 and a.metrics["cpu.test_thread_working"] < 0.15
