@@ -112,6 +112,28 @@ def choice(choices: tuple[str, ...]) -> Parse:
     return parse_choice
 
 
+def fraction(high: float = 10.0) -> Parse:
+    """Make a parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%."""
+    plain = number(0.0, high)
+
+    def parse_fraction(value: Any) -> float:
+        if isinstance(value, str) and value.strip().endswith("%"):
+            return float(plain(value.strip()[:-1])) / 100.0
+        return float(plain(value))
+
+    return parse_fraction
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def parse_name(value: Any) -> str:
+    """A baseline name: letters, digits, '.', '-' and '_', so it is a safe file name."""
+    if isinstance(value, str) and _NAME.fullmatch(value.strip()):
+        return value.strip()
+    raise ValueError("is not a valid name")
+
+
 def _one_of(choices: tuple[str, ...]) -> str:
     return ", ".join(choices[:-1]) + " or " + choices[-1]
 
@@ -162,7 +184,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         _BOOL_HINT, "false", flag="--inferscope-disable", action="store_false",
     ),
     OptionSpec(
-        "report", optional(parse_path), None, "Folder to write the reports to (Markdown, HTML, JSON, trace).",
+        "report", optional(parse_path), None, "Folder to write the reports to (Markdown, JSON, Chrome trace).",
         "give a folder path", "out/inferscope", metavar="DIR",
     ),
     OptionSpec(
@@ -211,6 +233,30 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Statistic max_latency_ms is checked against, unless the marker says otherwise.",
         f"set the latency statistic to {_one_of(_LATENCY_STATS)}", "p90", choices=_LATENCY_STATS,
     ),
+    OptionSpec(
+        "save_baseline", optional(parse_name), None,
+        "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept).",
+        "give a name of letters, digits, '.', '-' and '_'", "main", metavar="NAME",
+    ),
+    OptionSpec(
+        "compare", optional(parse_name), None,
+        "Compare every profiled test against the baseline NAME and fail the tests that regressed.",
+        "give the name of a saved baseline (letters, digits, '.', '-' and '_')", "main", metavar="NAME",
+    ),
+    OptionSpec(
+        "baseline_dir", parse_path, Path(".inferscope/baselines"), "Folder the baselines are kept in.",
+        "give a folder path", ".inferscope/baselines", metavar="DIR",
+    ),
+    OptionSpec(
+        "max_regression", fraction(), 0.05,
+        "Allowed latency regression against the baseline (0.05 or 5%), unless the marker says otherwise.",
+        "give a fraction such as 0.05 or a percentage such as 5%, from 0 to 1000%", "5%", metavar="FRACTION",
+    ),
+    OptionSpec(
+        "alpha", number(0.0, 0.5, low_inclusive=False), 0.01,
+        "Significance level of the regression test (one-sided Mann-Whitney U on the round samples).",
+        "give a significance level above 0 and at most 0.5", "0.01", metavar="P",
+    ),
 )  # fmt: skip
 
 OPTIONS_BY_NAME: Mapping[str, OptionSpec] = MappingProxyType({spec.name: spec for spec in OPTIONS})
@@ -232,6 +278,11 @@ class Settings:
     cpu: CpuMode
     sample_interval_ms: float
     latency_stat: LatencyStat
+    save_baseline: str | None
+    compare: str | None
+    baseline_dir: Path
+    max_regression: float
+    alpha: float
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"
     sources: Mapping[str, str] = field(default_factory=dict, hash=False)

@@ -426,3 +426,14 @@ def test_help_lists_every_option_with_env_and_ini(project: pytest.Pytester) -> N
     assert "performance profiling of inference (pytest-inferscope)" in text
     for spec in OPTIONS:
         assert spec.flag in text and spec.env in text and spec.ini in text, spec.name
+
+
+def test_regression_options_take_percentages_and_safe_names(tmp_path: Path) -> None:
+    s = resolve(cli={"max_regression": "7.5%", "save_baseline": "main"}, ini={}, env={"INFERSCOPE_ALPHA": "0.05"},
+                rootdir=tmp_path)  # fmt: skip
+    assert s.max_regression == 0.075 and s.save_baseline == "main" and s.alpha == 0.05
+    assert resolve(cli={"max_regression": "0.1"}, ini={}, env={}, rootdir=tmp_path).max_regression == 0.1
+    with pytest.raises(ConfigError, match=r"--inferscope-compare='main/../x' is not a valid name"):
+        resolve(cli={"compare": "main/../x"}, ini={}, env={}, rootdir=tmp_path)
+    with pytest.raises(ConfigError, match=r"INFERSCOPE_MAX_REGRESSION='-5%' is out of range"):
+        resolve(cli={}, ini={}, env={"INFERSCOPE_MAX_REGRESSION": "-5%"}, rootdir=tmp_path)
