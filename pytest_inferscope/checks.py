@@ -11,9 +11,12 @@ import difflib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .results import BOTTLENECKS, LATENCY_STATS, UNCLASSIFIED, Analysis, CheckResult, LatencyStats
+
+if TYPE_CHECKING:
+    from .baseline import RegressionVerdict
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,8 @@ def evaluate(
     gpu_reason: str = "",
     gpu_required: bool = False,
     report: str = "",
+    regression: RegressionVerdict | None = None,
+    regression_note: str = "no baseline to compare against in this run",
 ) -> list[CheckResult]:
     """Check every threshold in the marker; the failure messages carry the evidence and the report path."""
     m = analysis.metrics
@@ -227,7 +232,17 @@ def evaluate(
             else:
                 add(key, limit, overhead, overhead > limit, "estimated profiler overhead", lambda v: f"{100 * v:.2f}%")
         elif key == "max_regression":
-            not_evaluated(key, limit, "no baseline to compare against in this run")
+            if regression is None:
+                not_evaluated(key, limit, regression_note)
+            elif regression.verdict == "inconclusive":
+                not_evaluated(key, limit, regression.reason.rstrip("."))
+            else:
+                ratio = regression.latency.ratio
+                status = "failed" if regression.failed else "passed"
+                msg = f"max_regression: {regression.message()}"
+                if regression.failed:
+                    msg += where
+                out.append(CheckResult(key, status, limit, ratio, msg))
         elif key == "max_gpu_idle":
             idle = m.get("gpu.idle_fraction")
             add(key, limit, idle, (idle or 0.0) > limit, "GPU idle fraction", lambda v: f"{100 * v:.1f}%")

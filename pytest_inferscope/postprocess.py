@@ -8,12 +8,24 @@ from pathlib import Path
 from typing import Any
 
 from .analyzer import DEFAULT_RULES, Context, Rule, analyze
+from .baseline import BaselineEntry, RegressionVerdict, compare_to_baseline
 from .checks import evaluate
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
 from .reporters import write_test_reports
 from .reporters.files import slugify
 from .results import CollectorInfo, TestResult
+
+
+@dataclass
+class Comparison:
+    """What to compare a test against: its baseline entry (None: not in the baseline), and the rule's knobs."""
+
+    baseline_name: str
+    entry: BaselineEntry | None
+    max_regression: float = 0.05
+    alpha: float = 0.01
+    tests_in_baseline: int = 0
 
 
 @dataclass
@@ -39,6 +51,7 @@ def process(
     report_dir: Path | None = None,
     environment: Mapping[str, Any] | None = None,
     rules: Iterable[Rule] = DEFAULT_RULES,
+    comparison: Comparison | None = None,
 ) -> tuple[TestResult, Timeline]:
     """Turn one raw collection into a checked, reported `TestResult`."""
     timeline = merge(raw)
@@ -55,8 +68,30 @@ def process(
     slug = slugify(plan.nodeid)
     report = str(report_dir / slug / "report.md") if report_dir is not None else ""
     cpu = next((c for c in collectors if c.name == "cpu"), None)
+    thresholds = dict(plan.thresholds)
+    regression: RegressionVerdict | None = None
+    regression_note = "no baseline to compare against in this run (use --inferscope-compare=NAME)"
+    if comparison is not None:
+        # Comparing a session against a baseline gates every test on it; the marker can set its own limit.
+        thresholds.setdefault("max_regression", comparison.max_regression)
+        if comparison.entry is None:
+            regression_note = (
+                f"{plan.nodeid} is not in baseline {comparison.baseline_name!r} "
+                f"({comparison.tests_in_baseline} tests); save one with --inferscope-save-baseline"
+            )
+        elif not partial_reason:
+            draft = TestResult(plan.nodeid, "", outcome, "pass", plan.rounds, plan.warmup, latency, analysis,
+                               environment=dict(environment or {}))  # fmt: skip
+            regression = compare_to_baseline(
+                comparison.entry,
+                draft,
+                max_regression=float(thresholds["max_regression"]),
+                alpha=comparison.alpha,
+                environment=environment,
+                baseline_name=comparison.baseline_name,
+            )
     checks = evaluate(
-        plan.thresholds,
+        thresholds,
         analysis,
         latency,
         latency_stat=plan.latency_stat,
@@ -65,6 +100,8 @@ def process(
         gpu_reason=gpu_reason,
         gpu_required=gpu_required,
         report=report,
+        regression=regression,
+        regression_note=regression_note,
     )
     verdict = "partial" if partial_reason else ("fail" if any(c.status == "failed" for c in checks) else "pass")
     marks = [
@@ -87,12 +124,13 @@ def process(
         checks=checks,
         collectors=collectors,
         clock=timeline.clock,
-        thresholds=dict(plan.thresholds),
+        thresholds=thresholds,
         dropped_events=timeline.dropped,
         event_count=len(timeline),
         partial_reason=partial_reason,
         marks=marks,
         environment=dict(environment or {}),
+        regression=regression.to_dict() if regression is not None else None,
     )
     if report_dir is not None:
         write_test_reports(result, timeline, report_dir, raw=raw)

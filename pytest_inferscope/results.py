@@ -13,8 +13,6 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import numpy as np
-
 SCHEMA_VERSION = 1
 
 BOTTLENECKS = (
@@ -50,8 +48,8 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar or array, numpy not imported
+        return _plain(value.tolist())
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
@@ -96,6 +94,8 @@ class LatencyStats(_Serial):
 
     @classmethod
     def from_samples(cls, samples_ms: list[float], warmup_ms: list[float] | None = None) -> LatencyStats:
+        import numpy as np  # here, not at the top: the plugin imports this module for every session
+
         s = np.asarray(samples_ms, dtype=float)
         if s.size == 0:
             return cls([], list(warmup_ms or []))
@@ -272,6 +272,7 @@ class TestResult(_Serial):
     marks: list[dict[str, Any]] = field(default_factory=list)  # mark_event()s: name, t_ms, attrs
     environment: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # "md" -> path, relative to the report dir
+    regression: dict[str, Any] | None = None  # RegressionVerdict.to_dict() when compared with a baseline
     schema_version: int = SCHEMA_VERSION
 
     @property

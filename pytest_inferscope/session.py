@@ -27,6 +27,7 @@ from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
+    from .baseline import Baseline
     from .collectors import Collection
     from .collectors.gpu import Choice
     from .events import RawTrace
@@ -64,6 +65,8 @@ class InferscopeSession:
         self._pending: dict[str, _Pending] = {}
         self._gpu: Choice | None = None
         self._environment: dict[str, Any] | None = None
+        self.baseline: Baseline | None = None  # loaded at session start with --inferscope-compare
+        self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
     # -- setup ---------------------------------------------------------------------
@@ -110,7 +113,27 @@ class InferscopeSession:
 
     # -- hooks ---------------------------------------------------------------------
 
+    def baseline_dir(self) -> Path:
+        """The baselines folder: relative to the rootdir unless given on the command line or in the environment."""
+        d = self.settings.baseline_dir
+        if d.is_absolute():
+            return d
+        source = self.settings.sources.get("baseline_dir", "default")
+        base = self.config.invocation_params.dir if source.startswith(("cli", "env")) else self.config.rootpath
+        return base / d
+
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from .baseline import BaselineError, BaselineStore
+
+        store = BaselineStore(self.baseline_dir())
+        try:
+            if self.settings.compare is not None:
+                self.baseline = store.load(self.settings.compare)
+            save = self.settings.save_baseline
+            if save is not None and store.path(save).exists():
+                store.load(save)  # a corrupt or foreign file stops the run now, not after the tests
+        except BaselineError as exc:
+            raise pytest.UsageError(str(exc)) from exc
         if self.settings.gpu == "required":
             from .collectors.gpu import GpuBackendError
 
@@ -231,6 +254,17 @@ class InferscopeSession:
         rules = [r for extra in self.config.hook.pytest_inferscope_rules(config=self.config) for r in extra or ()]
         from .analyzer import DEFAULT_RULES
 
+        comparison = None
+        if self.baseline is not None:
+            from .postprocess import Comparison
+
+            comparison = Comparison(
+                baseline_name=self.baseline.name,
+                entry=self.baseline.get(item.nodeid),
+                max_regression=self.settings.max_regression,
+                alpha=self.settings.alpha,
+                tests_in_baseline=len(self.baseline.tests),
+            )
         result, _ = process(
             pending.raw,
             plan,
@@ -241,6 +275,7 @@ class InferscopeSession:
             report_dir=self.report_dir,
             environment=self.environment(),
             rules=[*DEFAULT_RULES, *rules],
+            comparison=comparison,
         )
         self.results.append(result)
         handle = self.fixtures.get(item.nodeid)
@@ -257,16 +292,19 @@ class InferscopeSession:
         return handle
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.results or hasattr(self.config, "workerinput"):
+        if (not self.results and not self.notes) or hasattr(self.config, "workerinput"):
             return
         from .reporters.terminal import write_terminal_summary
 
-        write_terminal_summary(terminalreporter, self.results, self.report_dir, self.header_lines()[:1])
+        write_terminal_summary(terminalreporter, self.results, self.report_dir, self.header_lines()[:1] + self.notes)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index
             self.config.workeroutput["inferscope_results"] = [r.to_dict() for r in self.results]  # type: ignore[attr-defined]
             return
+        saved = self.settings.save_baseline is None or self._save_baseline(self.settings.save_baseline)
+        if not saved and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to save, and nothing was saved
         if self.report_dir is not None and self.results:
             from .reporters import write_index
 
@@ -276,3 +314,21 @@ class InferscopeSession:
                 "environment": ", ".join(f"{k} {v}" for k, v in sorted(env.items())),
             }
             write_index(self.results, self.report_dir, info)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary and self.results:
+            from .reporters import append_step_summary
+
+            append_step_summary(Path(summary), self.results, self.report_dir)
+
+    def _save_baseline(self, name: str) -> bool:
+        from .baseline import BaselineError, BaselineStore
+
+        try:
+            path = BaselineStore(self.baseline_dir()).save(name, self.results, self.environment())
+        except BaselineError as exc:
+            # Not a crash and not silent: the summary says why, and the run fails.
+            self.notes.append(f"inferscope: baseline {name!r} NOT saved: {exc}")
+            return False
+        saved = sum(1 for r in self.results if r.outcome == "passed" and not r.partial_reason and r.latency.samples_ms)
+        self.notes.append(f"inferscope: saved baseline {name!r} ({saved} tests) to {path}")
+        return True

@@ -23,6 +23,7 @@ from .trace import write_chrome_trace
 __all__ = [
     "ReportDirError",
     "ReportFormatError",
+    "append_step_summary",
     "check_report_dir",
     "load_report",
     "slugify",
@@ -101,3 +102,31 @@ def index_entry(result: TestResult) -> dict[str, Any]:
         "partial_reason": result.partial_reason,
         "files": dict(result.files),
     }
+
+
+def append_step_summary(path: Path, results: list[TestResult], report_dir: Path | None) -> None:
+    """Append the session's table to a GitHub Actions job summary ($GITHUB_STEP_SUMMARY).
+
+    Appended, not replaced: other steps of the job write to the same file.
+    """
+    from .terminal import vs_baseline
+
+    lines = [
+        "## inferscope",
+        "",
+        "| Test | Median (ms) | ± IQR | vs baseline | Bottleneck | Verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in sorted(results, key=lambda r: r.nodeid):
+        lat = r.latency
+        lines.append(
+            f"| `{r.nodeid}` | {lat.median:.3f} | {lat.iqr:.3f} | {vs_baseline(r)} | {r.analysis.bottleneck} "
+            f"({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
+        )
+    failed = [c.message for r in results for c in r.failed_checks]
+    if failed:
+        lines += ["", "<details><summary>Failures</summary>", "", *(f"- {m}" for m in failed), "", "</details>"]
+    if report_dir is not None:
+        lines += ["", f"Reports: `{report_dir / 'index.md'}`"]
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n\n")

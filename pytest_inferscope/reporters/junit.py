@@ -35,6 +35,15 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
     if report_dir is not None and "trace" in result.files:
         props.append(("inferscope.trace", str(Path(report_dir) / result.files["trace"])))
     props += [(f"inferscope.check.{c.key}", c.status) for c in result.checks]
+    reg = result.regression
+    if reg is not None:
+        comparison = reg.get("latency") or {}
+        props += [
+            ("inferscope.regression.verdict", str(reg.get("verdict"))),
+            ("inferscope.regression.ratio", _num(comparison.get("ratio"))),
+            ("inferscope.regression.p_value", _num(comparison.get("p_value"))),
+            ("inferscope.regression.baseline", str(reg.get("baseline_name", ""))),
+        ]
     return props
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 #: Longest test id shown; longer ones keep their start and end around an ellipsis.
 MAX_ID = 60
-_HEADER = ("test", "median ms", "± IQR", "spread", "rounds", "bottleneck", "verdict")
+_HEADER = ("test", "median ms", "± IQR", "spread", "rounds", "bottleneck", "vs baseline", "verdict")
 
 
 def write_terminal_summary(
@@ -50,14 +50,18 @@ def summary_lines(results: list[TestResult]) -> list[str]:
         return ["no tests were profiled"]
     ordered = sorted(results, key=lambda r: r.nodeid)
     ids = short_ids([r.nodeid for r in ordered])
-    rows = [_HEADER]
+    rows: list[tuple[str, ...]] = [_HEADER]
     for r, short in zip(ordered, ids, strict=True):
         lat = r.latency
         median, iqr = (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}") if lat.samples_ms else ("n/a", "")
         spread = fmt_pct(lat.rel_spread) if lat.samples_ms and not math.isnan(lat.rel_spread) else "n/a"
         bottleneck = f"{r.analysis.bottleneck} ({fmt_conf(r.analysis.confidence)})"
-        rows.append((short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, verdict_label(r)))
-    widths = [max(len(row[c]) for row in rows) for c in range(len(_HEADER))]
+        rows.append(
+            (short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, vs_baseline(r), verdict_label(r))
+        )
+    if not any(r.regression for r in ordered):  # the column only when the run was compared with a baseline
+        rows = [row[:6] + row[7:] for row in rows]
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     right = {1, 3, 4}  # numbers line up on the right
     return [
         "  ".join(
@@ -65,6 +69,16 @@ def summary_lines(results: list[TestResult]) -> list[str]:
         ).rstrip()
         for row in rows
     ]
+
+
+def vs_baseline(result: TestResult) -> str:
+    """'+3.1% unchanged', '+22% regressed', or '—' when the test was not compared."""
+    reg = result.regression
+    if reg is None:
+        return "—"
+    ratio = (reg.get("latency") or {}).get("ratio")
+    change = f"{100 * (ratio - 1):+.1f}% " if isinstance(ratio, float) and math.isfinite(ratio) else ""
+    return f"{change}{reg.get('verdict')}"
 
 
 def short_ids(nodeids: list[str]) -> list[str]:

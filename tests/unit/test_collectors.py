@@ -44,7 +44,12 @@ def test_rounds_scopes_and_marks_are_recorded() -> None:
 
 
 def test_sampler_attributes_time_to_the_busy_function() -> None:
-    coll, raw = run(lambda: busy_python(300_000), rounds=3, warmup=0, sample_interval_ms=1.0)
+    def for_100_ms() -> None:  # by time, not by count: a loaded machine must still give enough samples
+        end = time.perf_counter() + 0.1
+        while time.perf_counter() < end:
+            busy_python(20_000)
+
+    coll, raw = run(for_100_ms, rounds=3, warmup=0, sample_interval_ms=1.0)
     ev = raw.events
     samples = ev[ev["kind"] == Kind.SAMPLE]
     assert len(samples) >= 5

@@ -1,0 +1,116 @@
+"""Regression gating as a user sees it: save a baseline, compare against it, fail on a regression."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+BODY = """
+import os, time, pytest
+
+@pytest.mark.inferscope(rounds=12, warmup=1)
+def test_model():
+    time.sleep(float(os.environ["SLEEP_S"]))
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_model=BODY)
+    return pytester
+
+
+def run(p: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, sleep: float, *args: str) -> pytest.RunResult:
+    monkeypatch.setenv("SLEEP_S", str(sleep))
+    return p.runpytest("-p", "no:randomly", *args)
+
+
+def test_save_then_compare_unchanged_passes(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    saved = run(project, monkeypatch, 0.01, "--inferscope-save-baseline=main")
+    saved.assert_outcomes(passed=1)
+    saved.stdout.fnmatch_lines(["*saved baseline 'main' (1 tests) to *main.json"])
+    stored = json.loads((project.path / ".inferscope" / "baselines" / "main.json").read_text())
+    (entries,) = stored["tests"].values()
+    assert len(entries) == 1 and len(entries[0]["samples_ms"]) == 12
+
+    again = run(project, monkeypatch, 0.01, "--inferscope-compare=main", "--junitxml=junit.xml")
+    again.assert_outcomes(passed=1)
+    summary = again.stdout.str().split("= inferscope =")[1]
+    assert "vs baseline" in summary and ("unchanged" in summary or "improved" in summary)
+    props = {p.get("name"): p.get("value") for p in ET.parse(project.path / "junit.xml").getroot().iter("property")}
+    assert props["inferscope.regression.verdict"] in ("unchanged", "improved")
+    assert props["inferscope.check.max_regression"] == "passed"
+
+
+def test_an_injected_slowdown_fails_the_test_with_the_evidence(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(project, monkeypatch, 0.01, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+    summary_file = project.path / "step-summary.md"
+    summary_file.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    slow = run(project, monkeypatch, 0.02, "--inferscope-compare=main", "--inferscope-max-regression=5%",
+               "--junitxml=junit.xml")  # fmt: skip
+    slow.assert_outcomes(failed=1)
+    slow.stdout.fnmatch_lines(
+        [
+            "*max_regression: Performance regression against baseline 'main'*",
+            "*latency: median * ms (12 rounds) → * ms (12 rounds), +*% (ratio *; one-sided Mann–Whitney p=*",
+        ]
+    )
+    props = {p.get("name"): p.get("value") for p in ET.parse(project.path / "junit.xml").getroot().iter("property")}
+    assert props["inferscope.regression.verdict"] == "regressed" and float(props["inferscope.regression.ratio"]) > 1.5
+    text = summary_file.read_text()
+    assert text.startswith("earlier step\n") and "## inferscope" in text and "regressed" in text
+
+    # saving again appends to the history, never rewrites it
+    run(project, monkeypatch, 0.02, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+    stored = json.loads((project.path / ".inferscope" / "baselines" / "main.json").read_text())
+    (entries,) = stored["tests"].values()
+    assert len(entries) == 2
+
+
+def test_a_missing_baseline_is_a_usage_error_listing_what_exists(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(project, monkeypatch, 0.001, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+    result = run(project, monkeypatch, 0.001, "--inferscope-compare=mian")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "mian" in err and "main" in err
+
+
+def test_a_corrupt_baseline_is_a_usage_error_and_stays_untouched(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = project.path / ".inferscope" / "baselines"
+    folder.mkdir(parents=True)
+    (folder / "main.json").write_bytes(b'{"format": "pytest-inferscope-baseline", "tests": {')
+    for args in (("--inferscope-compare=main",), ("--inferscope-save-baseline=main",)):
+        result = run(project, monkeypatch, 0.001, *args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, args  # before any test runs
+        assert "main.json" in result.stderr.str() and "corrupt" in result.stderr.str()
+        assert (folder / "main.json").read_bytes() == b'{"format": "pytest-inferscope-baseline", "tests": {'
+
+
+def test_nothing_to_save_fails_the_run_and_says_why(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n\n@pytest.mark.inferscope(rounds=2)\ndef test_x():\n    assert False\n")
+    result = pytester.runpytest("--inferscope-save-baseline=main")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*baseline 'main' NOT saved*"])
+    assert not (pytester.path / ".inferscope" / "baselines" / "main.json").exists()
+
+
+def test_a_test_missing_from_the_baseline_is_not_evaluated_with_the_reason(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(project, monkeypatch, 0.001, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+    project.makepyfile(test_new="import pytest\n\n@pytest.mark.inferscope(rounds=5)\ndef test_new():\n    pass\n")
+    result = run(project, monkeypatch, 0.001, "--inferscope-compare=main", "--inferscope-report=out")
+    result.assert_outcomes(passed=2)
+    (report,) = (project.path / "out").glob("test_new*/report.json")
+    checks = {c["key"]: c for c in json.loads(report.read_text())["checks"]}
+    assert checks["max_regression"]["status"] == "not_evaluated"
+    assert "is not in baseline 'main'" in checks["max_regression"]["message"]
