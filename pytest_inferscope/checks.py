@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .results import BOTTLENECKS, LATENCY_STATS, UNCLASSIFIED, Analysis, CheckResult, LatencyStats
@@ -259,3 +259,15 @@ def evaluate(
             add(key, limit, frac, (frac or 0.0) > limit, "transfer fraction", lambda v: f"{100 * v:.1f}%")
     out.sort(key=lambda c: {"failed": 0, "not_evaluated": 1, "passed": 2}[c.status])
     return out
+
+
+@dataclass
+class Plan:
+    """How one test is profiled: rounds, warm-up and the marker's thresholds."""
+
+    nodeid: str
+    rounds: int = 1
+    warmup: int = 0
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    latency_stat: str = "median"
+    cpu: str = "sample"

@@ -19,7 +19,6 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 import pytest
-import yaml
 
 __all__ = [
     "OPTIONS", "OPTIONS_BY_NAME", "ConfigError", "OptionSpec", "Settings",
@@ -225,7 +224,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         f"set the CPU collector mode to {_one_of(_CPU_MODES)}", "trace", choices=_CPU_MODES,
     ),
     OptionSpec(
-        "sample_interval_ms", number(0.1, 1000.0), 1.0, "Stack sampling interval of the CPU collector in ms.",
+        "sample_interval_ms", number(0.1, 1000.0), 10.0,
+        "Stack sampling interval of the CPU collector in ms (each wake-up of the sampler costs CPU: ~50 µs on a "
+        "small VM, so 1 ms costs ~5% of a core there).",
         "give the sampling interval in milliseconds, from 0.1 to 1000", "5", metavar="MS",
     ),
     OptionSpec(
@@ -346,6 +347,8 @@ def _read_text(path: Path) -> str:
 
 
 def _yaml_entries(path: Path) -> list[_Entry]:
+    import yaml  # here: most sessions have no YAML config file, and yaml costs ~50 ms to import
+
     loader = yaml.SafeLoader(_read_text(path))
     try:
         node = loader.get_single_node()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .analyzer import DEFAULT_RULES, Context, Rule, analyze
 from .baseline import BaselineEntry, RegressionVerdict, compare_to_baseline
-from .checks import evaluate
+from .checks import Plan, evaluate
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
 from .reporters import write_test_reports
@@ -26,18 +26,6 @@ class Comparison:
     max_regression: float = 0.05
     alpha: float = 0.01
     tests_in_baseline: int = 0
-
-
-@dataclass
-class Plan:
-    """How one test is profiled: rounds, warm-up and the marker's thresholds."""
-
-    nodeid: str
-    rounds: int = 1
-    warmup: int = 0
-    thresholds: dict[str, Any] = field(default_factory=dict)
-    latency_stat: str = "median"
-    cpu: str = "sample"
 
 
 def process(
@@ -63,8 +51,9 @@ def process(
         gpu_reason = "the GPU backend ran but recorded no GPU work"
     else:
         gpu_reason = gpu.reason if gpu is not None else "no GPU backend ran"
-    analysis = analyze(timeline, rules, gpu_reason=gpu_reason)
-    latency = Context(timeline).latency
+    ctx = Context(timeline)
+    analysis = analyze(timeline, rules, gpu_reason=gpu_reason, ctx=ctx)
+    latency = ctx.latency
     slug = slugify(plan.nodeid)
     report = str(report_dir / slug / "report.md") if report_dir is not None else ""
     cpu = next((c for c in collectors if c.name == "cpu"), None)

@@ -28,10 +28,10 @@ from .warning import InferscopeWarning
 if TYPE_CHECKING:
     from .api import InferscopeFixture
     from .baseline import Baseline
+    from .checks import Plan
     from .collectors import Collection
     from .collectors.gpu import Choice
     from .events import RawTrace
-    from .postprocess import Plan
     from .results import TestResult
 
 log = logging.getLogger("pytest_inferscope")
@@ -91,7 +91,7 @@ class InferscopeSession:
         return self._environment
 
     def _plan(self, item: pytest.Item) -> Plan | None:
-        from .postprocess import Plan
+        from .checks import Plan
 
         kwargs: dict[str, Any] = {}
         marked = False

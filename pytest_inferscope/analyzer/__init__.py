@@ -50,9 +50,16 @@ def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
     return out
 
 
-def analyze(timeline: Timeline, rules: Iterable[Rule] = DEFAULT_RULES, gpu_reason: str = "") -> Analysis:
-    """Run every rule over the timeline and derive the verdict from what they found."""
-    ctx = Context(timeline, gpu_reason=gpu_reason or "no GPU data was collected")
+def analyze(
+    timeline: Timeline, rules: Iterable[Rule] = DEFAULT_RULES, gpu_reason: str = "", ctx: Context | None = None
+) -> Analysis:
+    """Run every rule over the timeline and derive the verdict from what they found.
+
+    `ctx` lets a caller that needs the context too (for the latency statistics) build it once.
+    """
+    if ctx is None:
+        ctx = Context(timeline)
+    ctx.gpu_reason = gpu_reason or "no GPU data was collected"
     ctx.metrics = ctx.compute_metrics()
     findings: list[Finding] = []
     for rule in rules:

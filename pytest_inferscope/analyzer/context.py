@@ -177,23 +177,33 @@ class Context:
     # -- scopes -----------------------------------------------------------------
 
     def path(self, i: int) -> str:
-        """Scope path of a span: the names of its enclosing scopes and modules."""
+        """Scope path of a scope or module span: the names of its enclosing scopes and modules."""
+        return self._paths[i]
+
+    @cached_property
+    def _paths(self) -> dict[int, str]:
+        """Paths of every scope and module span, each built once from its parent's."""
         tl = self.timeline
-        parts = [tl.name(i)]
-        p = int(tl.parent[i])
-        while p >= 0 and tl.events["kind"][p] in (Kind.SCOPE, Kind.MODULE):
-            parts.append(tl.name(p))
-            p = int(tl.parent[p])
-        return "/".join(reversed(parts))
+        ev = tl.events
+        idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE))
+        memo: dict[int, str] = {}
+        names, parents, kinds = ev["name"][idx].tolist(), tl.parent[idx].tolist(), ev["kind"].tolist()
+        for i, name, p in zip(idx.tolist(), names, parents, strict=True):  # in start order: parents come first
+            own = tl.strings[name]
+            memo[i] = f"{memo[p]}/{own}" if p >= 0 and kinds[p] in (Kind.SCOPE, Kind.MODULE) and p in memo else own
+        return memo
 
     @cached_property
     def scopes(self) -> list[ScopeStat]:
-        ev = self.timeline.events
-        idx = np.flatnonzero(np.isin(ev["kind"], [Kind.SCOPE, Kind.MODULE]) & self.in_rounds)
+        tl = self.timeline
+        ev = tl.events
+        idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE) & self.in_rounds)
+        paths = self._paths
         agg: dict[tuple[str, str], list[float]] = {}
-        for i in idx.tolist():
-            key = (self.path(i), "scope" if ev["kind"][i] == Kind.SCOPE else "module")
-            agg.setdefault(key, []).append(float(ev["end"][i] - ev["start"][i]))
+        kinds, durs = ev["kind"][idx].tolist(), (ev["end"][idx] - ev["start"][idx]).tolist()
+        for i, k, d in zip(idx.tolist(), kinds, durs, strict=True):
+            key = (paths[i], "scope" if k == Kind.SCOPE else "module")
+            agg.setdefault(key, []).append(float(d))
         wall, n = max(1, self.wall_ns), self.n_rounds
         out = [
             ScopeStat(
@@ -245,9 +255,14 @@ class Context:
         rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
         if not len(rt):
             return rt
-        names = np.array([bool(SYNC_CALL.search(tl.strings[int(n)])) for n in ev["name"][rt]], dtype=bool)
+        names = self._name_table(SYNC_CALL)[ev["name"][rt]]
         own = ev["kind"][np.maximum(tl.parent[rt], 0)] == Kind.WAIT  # our end-of-round synchronize
         return rt[names & ~(own & (tl.parent[rt] >= 0))]
+
+    def _name_table(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """Whether each interned name matches: one regex per distinct name, not per event."""
+        return np.fromiter((bool(pattern.search(s)) for s in self.timeline.strings), dtype=bool,
+                           count=len(self.timeline.strings))  # fmt: skip
 
     @cached_property
     def copy_calls(self) -> np.ndarray:
@@ -255,8 +270,7 @@ class Context:
         tl = self.timeline
         ev = tl.events
         rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
-        names = np.array([bool(COPY_CALL.search(tl.strings[int(n)])) for n in ev["name"][rt]], dtype=bool)
-        return rt[names] if len(rt) else rt
+        return rt[self._name_table(COPY_CALL)[ev["name"][rt]]] if len(rt) else rt
 
     @cached_property
     def wait_ns(self) -> dict[str, int]:
@@ -339,8 +353,10 @@ class Context:
             return {}
         tl, g, n = self.timeline, self.gpu, self.n_rounds
         streams = []
-        for dev, stream in sorted({(int(d), int(s)) for d, s in zip(g["device"], g["stream"], strict=True)}):
-            sel = g[(g["device"] == dev) & (g["stream"] == stream)]
+        key = (g["device"].astype(np.int64) << 32) | (g["stream"].astype(np.int64) & 0xFFFFFFFF)
+        for k in np.unique(key).tolist():
+            dev, stream = k >> 32, int(np.int32(np.uint32(k & 0xFFFFFFFF)))
+            sel = g[key == k]
             busy = union_ns(sel["start"], sel["end"])
             streams.append(
                 {

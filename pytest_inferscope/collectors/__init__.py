@@ -42,7 +42,7 @@ class CollectionOptions:
     """How to collect; resolved from the settings and the marker by the caller."""
 
     cpu: str = "sample"  # sample | trace | off
-    sample_interval_ms: float = 1.0
+    sample_interval_ms: float = 10.0
     trace_size_mb: float = 100.0
     trace_spill: str | None = None
     gpu_required: bool = False
@@ -216,7 +216,11 @@ class Collection:
         if self.sampler is not None:
             return {"samples": self.sampler.samples, "cost_ns": self.sampler.cost_ns}
         if self.tracer is not None:
-            return {"calls": self.tracer.calls, "per_call_ns": Tracer.per_call_ns()}
+            return {
+                "calls": self.tracer.calls,
+                "hook_calls": self.tracer.hook_calls,
+                "per_call_ns": Tracer.per_call_ns(),
+            }
         return {}
 
     # -- inside the body -------------------------------------------------------
@@ -282,10 +286,13 @@ class Collection:
         wall = max(1, self.t_end - self.t0)
         cpu: CollectorInfo
         if self.sampler is not None:
+            # A thread holding the GIL (pure Python) lets the sampler in only every few ms: say so.
+            effective = wall / 1e6 / self.sampler.samples if self.sampler.samples else float("inf")
+            got = f"; {self.sampler.samples} samples, one per {effective:.1f} ms" if self.sampler.samples else ""
             cpu = CollectorInfo(
                 "cpu",
                 True,
-                f"stack sampling every {self.options.sample_interval_ms:g} ms",
+                f"stack sampling every {self.options.sample_interval_ms:g} ms{got}",
                 overhead=self.sampler.cost_ns / wall,
             )
         elif self.tracer is not None:
@@ -293,7 +300,7 @@ class Collection:
                 "cpu",
                 True,
                 "full call tracing (sys.setprofile)",
-                overhead=self.tracer.calls * Tracer.per_call_ns() / wall,
+                overhead=self.tracer.hook_calls * Tracer.per_call_ns() / wall,
             )
         else:
             cpu = CollectorInfo(

@@ -37,6 +37,12 @@ _HARNESS_MARKERS = (
 )
 MEMORY_SAMPLE_NS = 10_000_000
 
+# Process-wide caches, so a test's first samples don't pay for labelling frames again:
+# id(code) -> (is harness, the code object, kept alive so the id stays its own), and
+# a stack of code ids -> its folded label.
+_HARNESS: dict[int, tuple[bool, CodeType]] = {}
+_FOLDED: dict[tuple[int, ...], str] = {}
+
 
 def _short_path(filename: str) -> str:
     """A file name as a reader knows it: relative to site-packages or the working directory."""
@@ -68,8 +74,7 @@ class Sampler:
         self.rss_peak = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._stacks: dict[tuple[int, ...], int] = {}
-        self._harness: dict[int, tuple[bool, CodeType]] = {}
+        self._stacks: dict[tuple[int, ...], int] = {}  # this collection's interned names
 
     def start(self) -> None:
         self._last = host_clock_ns()
@@ -91,9 +96,9 @@ class Sampler:
         A sample taken in the harness itself (e.g. the end-of-round synchronize) is "<harness>".
         """
         # Keyed by id(): a code object hashes its whole contents, which made a sample cost ~40 µs.
-        # `_harness` keeps every code object seen alive, so an id is never reused for another.
+        # `_HARNESS` keeps every code object seen alive, so an id is never reused for another.
         ids: list[int] = []
-        harness = self._harness
+        harness = _HARNESS
         while frame is not None:
             code = frame.f_code
             entry = harness.get(id(code))
@@ -106,18 +111,26 @@ class Sampler:
         key = tuple(ids)
         name = self._stacks.get(key)
         if name is None:
-            labels = [_label(harness[i][1]) for i in reversed(ids)]
-            name = self._stacks[key] = self.buffer.strings.intern(";".join(labels) or "<harness>")
+            folded = _FOLDED.get(key)
+            if folded is None:
+                folded = _FOLDED[key] = ";".join(_label(harness[i][1]) for i in reversed(ids)) or "<harness>"
+            name = self._stacks[key] = self.buffer.strings.intern(folded)
         return name
 
     def _run(self) -> None:
         wait, stopped, frames = self._stop.wait, self._stop.is_set, sys._current_frames
         record = self.buffer.record
-        cpu_clock = time.thread_time_ns
+        # The cost is all of this thread's CPU time, wake-ups and GIL hand-overs included:
+        # on a busy machine with no spare core every microsecond of it is taken from the test.
+        cpu_start = time.thread_time_ns()
+        try:
+            self._loop(wait, stopped, frames, record)
+        finally:
+            self.cost_ns = time.thread_time_ns() - cpu_start
+
+    def _loop(self, wait: Callable[[float], bool], stopped: Callable[[], bool],
+              frames: Callable[[], dict[int, FrameType]], record: Callable[..., bool]) -> None:  # fmt: skip
         while not wait(self.interval_s):
-            # The cost is the sampler's own CPU time: wall time would count its waits for the GIL
-            # and for a core, during which the test thread runs.
-            t0 = cpu_clock()
             frame = frames().get(self.target_ident)
             if frame is None:  # the test thread is gone
                 break
@@ -127,9 +140,6 @@ class Sampler:
             record(Kind.SAMPLE, name, self._last, now, tid=self.target_tid)
             self._last = now
             self.samples += 1
-            # Only the GIL-held part above costs the test thread anything; the procfs read
-            # below releases the GIL, and waiting to get it back is not the test's time.
-            self.cost_ns += cpu_clock() - t0
             if now - self._last_mem >= MEMORY_SAMPLE_NS:
                 rss = read_rss()
                 self.rss_peak = max(self.rss_peak, rss)
@@ -148,11 +158,13 @@ class Tracer:
         self.buffer = buffer
         self.tid = tid
         self.calls = 0
+        self.hook_calls = 0  # every call of the hook, including those for C functions
         self._stack: list[tuple[int, int]] = []
         self._names: dict[CodeType, int] = {}
         self._previous: Callable[..., Any] | None = None
 
     def _hook(self, frame: FrameType, event: str, arg: object) -> None:
+        self.hook_calls += 1
         if event == "call":
             code = frame.f_code
             name = self._names.get(code)
@@ -177,25 +189,32 @@ class Tracer:
 
     @classmethod
     def per_call_ns(cls) -> float:
-        """Added cost of one traced call, measured once by timing a small function with and without the hook."""
+        """Added cost of one call of the hook, measured once per process.
+
+        Calibrated on a loop that calls a Python function and a C function (len) in turn,
+        so both kinds of hook call (call/return and c_call/c_return) are in the mix, as in
+        real code; the overhead estimate multiplies it by every hook call the run made.
+        """
         if cls._per_call_ns is None:
 
-            def f() -> None:
-                pass
+            def f(x: list[int]) -> int:
+                return len(x)
 
             def loop(n: int) -> int:
+                data = [1, 2, 3]
                 t = time.perf_counter_ns()
                 for _ in range(n):
-                    f()
+                    f(data)
                 return time.perf_counter_ns() - t
 
             n = 20_000
-            plain = loop(n)
+            plain = min(loop(n) for _ in range(3))
             tracer = cls(TraceBuffer(size_mb=4), tid=0)
             tracer.start()
             try:
-                traced = loop(n)
+                traced = min(loop(n) for _ in range(3))
             finally:
                 tracer.stop()
-            cls._per_call_ns = max(0.0, (traced - plain) / n)
+            hooks = max(1, tracer.hook_calls // 3)
+            cls._per_call_ns = max(0.0, (traced - plain) / hooks)
         return cls._per_call_ns

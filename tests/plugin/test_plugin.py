@@ -288,7 +288,7 @@ def test_header_says_which_collectors_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest("-v", "--inferscope-report=out")
     result.stdout.fnmatch_lines(
-        ["inferscope: cpu stack sampling every 1 ms; memory procfs; gpu *", "inferscope: reports in *out"]
+        ["inferscope: cpu stack sampling every 10 ms; memory procfs; gpu *", "inferscope: reports in *out"]
     )
 
 
