@@ -22,10 +22,17 @@ Benchmark (one run, modes interleaved so drift hits them alike), per workload an
   launches after CUPTI is enabled cost more); "whole test" is the test's wall time
   with start, stop and drain (post-processing, once per test, is reported apart).
 * steady state: the profiler runs around N calls; the time per call inside it.
-* where inferscope's cost comes from: the native backend with stack sampling off, and stack
-  sampling alone (no GPU collection).
+* where inferscope's cost comes from: the native backend with stack sampling off, stack sampling
+  alone (no GPU collection), and the native backend recording every runtime/driver API call
+  (INFERSCOPE_CUPTI_ALL_API=1, as before only the traced calls were recorded).
 
 Run on a CUDA machine: `python3 benchmarks/bench_gpu_overhead.py [--reps 12] [--json out.json]`.
+
+Every mode runs in one process, so after the first pass every inferscope mode runs in a process
+where torch.profiler has run: Kineto's CUPTI timestamp callback (GPU.md) stays installed, and
+CUPTI's host cost per API record may then be lower than in a test session that never runs
+torch.profiler (on the H200, 2026-11-21: every API call recorded cost 2.5 us per launch in a clean
+process, about 1 us here). `--no-torch-profiler` leaves torch.profiler out.
 """
 
 from __future__ import annotations
@@ -163,25 +170,46 @@ WARMUP, CALLS = 1, 5
 class Modes:
     """One test (warm-up + calls), or a steady run of calls, of a workload under each profiler.
 
-    Besides the two backends as the plugin runs them (1 ms stack sampling), two partial modes say
-    where inferscope's cost comes from: the native backend with sampling off, and sampling alone.
+    Besides the two backends as the plugin runs them (default stack sampling), partial modes say
+    where inferscope's cost comes from: the native backend with sampling off, sampling alone, and
+    the native backend recording every API call (INFERSCOPE_CUPTI_ALL_API=1, set around its start).
     """
 
-    def __init__(self, torch: Any, backends: list[str]) -> None:
+    ALL_API = "native, every API call"
+
+    def __init__(self, torch: Any, backends: list[str], torch_profiler: bool = True) -> None:
         from pytest_inferscope.collectors import CollectionOptions
         from pytest_inferscope.collectors.gpu import Choice, select_backend
 
         self.torch = torch
+        self.torch_profiler = torch_profiler
         self.choices = {b: select_backend("required", forced=b) for b in backends}
         sampling, off = CollectionOptions(), CollectionOptions(cpu="off")  # sampling: what a marked test gets
         self.inferscope: dict[str, tuple[Any, Any]] = {b: (sampling, c) for b, c in self.choices.items()}
         if "native" in self.choices:
             self.inferscope["native, sampling off"] = (off, self.choices["native"])
+            self.inferscope[self.ALL_API] = (sampling, self.choices["native"])
         self.inferscope["sampling only"] = (sampling, Choice(None, {"gpu": "off for this measurement"}))
         self.acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
 
     def names(self) -> list[str]:
-        return ["none", *self.inferscope, "torch.profiler"]
+        return ["none", *self.inferscope, *(["torch.profiler"] if self.torch_profiler else [])]
+
+    def _start(self, coll: Any, mode: str) -> None:
+        from pytest_inferscope.collectors.gpu_native import ALL_API_ENV
+
+        if mode != self.ALL_API:
+            coll.start()
+            return
+        before = os.environ.get(ALL_API_ENV)
+        os.environ[ALL_API_ENV] = "1"  # read when CUPTI collection starts
+        try:
+            coll.start()
+        finally:
+            if before is None:
+                del os.environ[ALL_API_ENV]
+            else:
+                os.environ[ALL_API_ENV] = before
 
     def test(self, mode: str, fn: Callable[[], object]) -> dict[str, Any]:
         """ms of one test: 'calls' (each call after warm-up), 'first' (the first call), 'whole', 'post'.
@@ -198,7 +226,7 @@ class Modes:
 
             options, choice = self.inferscope[mode]
             coll = Collection(options, choice, name=mode)
-            coll.start()
+            self._start(coll, mode)
             if choice.collector is not None and coll.gpu is None:
                 raise RuntimeError(f"{mode} did not collect: {coll.gpu_error}")
             coll.run_rounds(fn, CALLS, WARMUP)
@@ -227,7 +255,7 @@ class Modes:
             from pytest_inferscope.collectors import Collection
 
             coll = Collection(*self.inferscope[mode], name=mode)
-            coll.start()
+            self._start(coll, mode)
             t0 = now()
             for i in range(n):
                 with coll.round(i, warmup=False):
@@ -271,12 +299,12 @@ def environment(torch: Any) -> dict[str, str]:
     }
 
 
-def run(reps: int, backends: list[str]) -> dict[str, Any]:
+def run(reps: int, backends: list[str], torch_profiler: bool = True) -> dict[str, Any]:
     import torch
 
     w = Workloads(torch)
     w.warm()
-    modes = Modes(torch, backends)
+    modes = Modes(torch, backends, torch_profiler)
     names = modes.names()
     work = {k: v for k, v in w.named().items() if k in TARGETS}
     failed: dict[str, str] = {}
@@ -367,9 +395,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--reps", type=int, default=12, help="interleaved repetitions per mode and workload")
     parser.add_argument("--backends", default="native,cupti-python", help="inferscope GPU backends to compare")
+    parser.add_argument(
+        "--no-torch-profiler",
+        action="store_true",
+        help="leave torch.profiler out, so no inferscope mode runs after it in this process (Kineto leaves its "
+        "CUPTI timestamp callback installed, and CUPTI's per-record cost may then differ from a test session's)",
+    )
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     args = parser.parse_args(argv)
-    data = run(args.reps, [b for b in args.backends.split(",") if b])
+    data = run(args.reps, [b for b in args.backends.split(",") if b], torch_profiler=not args.no_torch_profiler)
     if args.json is not None:
         args.json.write_text(json.dumps(data, indent=1))
     env = data["environment"]

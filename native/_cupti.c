@@ -61,6 +61,8 @@ enum { DOMAIN_DEVICE = 1 };
     X(cuptiActivityGetNextRecord)                                                                                      \
     X(cuptiActivityGetNumDroppedRecords)
 
+typedef CUptiResult(CUPTIAPI *EnableApi)(CUpti_CallbackId, uint8_t);
+
 typedef struct {
     void *handle;
     uint32_t version;
@@ -68,6 +70,7 @@ typedef struct {
 #define DECLARE(f) __typeof__(f) *f;
     CUPTI_SYMBOLS(DECLARE)
 #undef DECLARE
+    EnableApi enable_api[2]; /* cuptiActivityEnable{Runtime,Driver}Api (CUPTI 12.x+), NULL when absent */
 } Library;
 
 static Library lib; /* written under the GIL by load(); read-only once handle is set */
@@ -95,6 +98,126 @@ static PyObject *raise_cupti(const char *what, CUptiResult rc) {
     else
         PyErr_Format(CuptiError, "%s failed: %s (%d)", what, result_name(rc), (int)rc);
     return NULL;
+}
+
+/* ---- the API calls recorded ---- */
+
+/* RUNTIME and DRIVER records are kept only for the calls the analysis reads: kernel launches (GPU work finds its
+ * launch by correlation id), copies, memsets, synchronisations and allocations. torch makes about six other calls
+ * per op (cudaGetDevice, cudaGetLastError, cudaStreamIsCapturing, ...), each a record that costs CUPTI host time.
+ * These are the callback ids whose names, less their _vNNNN/_v2/_ptsz/_ptds suffixes, match
+ * gpu_native.TRACED_API (tests/unit/test_native.py checks both against the headers); a name missing from the
+ * headers fails the build. INFERSCOPE_CUPTI_ALL_API=1 records every call. */
+typedef struct {
+    CUpti_CallbackId cbid;
+    const char *name;
+} TracedApi;
+
+/* clang-format off */
+#define R(n) {CUPTI_RUNTIME_TRACE_CBID_##n, #n}
+#define D(n) {CUPTI_DRIVER_TRACE_CBID_##n, #n}
+static const TracedApi TRACED_RUNTIME[] = {
+    R(cudaLaunch_v3020), R(cudaLaunchKernel_v7000), R(cudaLaunch_ptsz_v7000), R(cudaLaunchKernel_ptsz_v7000),
+    R(cudaLaunchCooperativeKernel_v9000), R(cudaLaunchCooperativeKernel_ptsz_v9000),
+    R(cudaLaunchCooperativeKernelMultiDevice_v9000), R(cudaGraphLaunch_v10000), R(cudaGraphLaunch_ptsz_v10000),
+    R(cudaLaunchKernelExC_v11060), R(cudaLaunchKernelExC_ptsz_v11060),
+    R(cudaMemcpy_v3020), R(cudaMemcpy2D_v3020), R(cudaMemcpyToArray_v3020), R(cudaMemcpy2DToArray_v3020),
+    R(cudaMemcpyFromArray_v3020), R(cudaMemcpy2DFromArray_v3020), R(cudaMemcpyArrayToArray_v3020),
+    R(cudaMemcpy2DArrayToArray_v3020), R(cudaMemcpyToSymbol_v3020), R(cudaMemcpyFromSymbol_v3020),
+    R(cudaMemcpyAsync_v3020), R(cudaMemcpyToArrayAsync_v3020), R(cudaMemcpyFromArrayAsync_v3020),
+    R(cudaMemcpy2DAsync_v3020), R(cudaMemcpy2DToArrayAsync_v3020), R(cudaMemcpy2DFromArrayAsync_v3020),
+    R(cudaMemcpyToSymbolAsync_v3020), R(cudaMemcpyFromSymbolAsync_v3020), R(cudaMemcpy3D_v3020),
+    R(cudaMemcpy3DAsync_v3020), R(cudaMemcpyPeer_v4000), R(cudaMemcpyPeerAsync_v4000), R(cudaMemcpy3DPeer_v4000),
+    R(cudaMemcpy3DPeerAsync_v4000), R(cudaMemcpy_ptds_v7000), R(cudaMemcpy2D_ptds_v7000),
+    R(cudaMemcpyToArray_ptds_v7000), R(cudaMemcpy2DToArray_ptds_v7000), R(cudaMemcpyFromArray_ptds_v7000),
+    R(cudaMemcpy2DFromArray_ptds_v7000), R(cudaMemcpyArrayToArray_ptds_v7000), R(cudaMemcpy2DArrayToArray_ptds_v7000),
+    R(cudaMemcpyToSymbol_ptds_v7000), R(cudaMemcpyFromSymbol_ptds_v7000), R(cudaMemcpyAsync_ptsz_v7000),
+    R(cudaMemcpyToArrayAsync_ptsz_v7000), R(cudaMemcpyFromArrayAsync_ptsz_v7000), R(cudaMemcpy2DAsync_ptsz_v7000),
+    R(cudaMemcpy2DToArrayAsync_ptsz_v7000), R(cudaMemcpy2DFromArrayAsync_ptsz_v7000),
+    R(cudaMemcpyToSymbolAsync_ptsz_v7000), R(cudaMemcpyFromSymbolAsync_ptsz_v7000), R(cudaMemcpy3D_ptds_v7000),
+    R(cudaMemcpy3DAsync_ptsz_v7000), R(cudaMemcpy3DPeer_ptds_v7000), R(cudaMemcpy3DPeerAsync_ptsz_v7000),
+    R(cudaMemset_v3020), R(cudaMemset2D_v3020), R(cudaMemsetAsync_v3020), R(cudaMemset2DAsync_v3020),
+    R(cudaMemset3D_v3020), R(cudaMemset3DAsync_v3020), R(cudaMemset_ptds_v7000), R(cudaMemset2D_ptds_v7000),
+    R(cudaMemsetAsync_ptsz_v7000), R(cudaMemset2DAsync_ptsz_v7000), R(cudaMemset3D_ptds_v7000),
+    R(cudaMemset3DAsync_ptsz_v7000),
+    R(cudaThreadSynchronize_v3020), R(cudaStreamSynchronize_v3020), R(cudaEventSynchronize_v3020),
+    R(cudaStreamWaitEvent_v3020), R(cudaDeviceSynchronize_v3020), R(cudaStreamSynchronize_ptsz_v7000),
+    R(cudaStreamWaitEvent_ptsz_v7000),
+    R(cudaMalloc_v3020), R(cudaMallocPitch_v3020), R(cudaFree_v3020), R(cudaMallocArray_v3020), R(cudaFreeArray_v3020),
+    R(cudaMallocHost_v3020), R(cudaFreeHost_v3020), R(cudaHostAlloc_v3020), R(cudaMalloc3D_v3020),
+    R(cudaMalloc3DArray_v3020), R(cudaMallocMipmappedArray_v5000), R(cudaFreeMipmappedArray_v5000),
+    R(cudaMallocManaged_v6000), R(cudaMallocAsync_v11020), R(cudaMallocAsync_ptsz_v11020), R(cudaFreeAsync_v11020),
+    R(cudaFreeAsync_ptsz_v11020), R(cudaMallocFromPoolAsync_v11020), R(cudaMallocFromPoolAsync_ptsz_v11020),
+#if CUPTI_API_VERSION >= 130000 /* added in CUDA 12.8 and 13.0 */
+    R(__cudaLaunchKernel_v13000), R(__cudaLaunchKernel_ptsz_v13000),
+    R(cudaMemcpyBatchAsync_v12080), R(cudaMemcpyBatchAsync_ptsz_v12080), R(cudaMemcpy3DBatchAsync_v12080),
+    R(cudaMemcpy3DBatchAsync_ptsz_v12080), R(cudaMemcpyBatchAsync_v13000), R(cudaMemcpyBatchAsync_ptsz_v13000),
+    R(cudaMemcpy3DBatchAsync_v13000), R(cudaMemcpy3DBatchAsync_ptsz_v13000),
+#endif
+};
+static const TracedApi TRACED_DRIVER[] = {
+    D(cuLaunch), D(cuLaunchGrid), D(cuLaunchGridAsync), D(cuLaunchKernel), D(cuLaunchKernel_ptsz),
+    D(cuLaunchCooperativeKernel), D(cuLaunchCooperativeKernel_ptsz), D(cuLaunchCooperativeKernelMultiDevice),
+    D(cuGraphLaunch), D(cuGraphLaunch_ptsz), D(cuLaunchKernelEx), D(cuLaunchKernelEx_ptsz),
+    D(cuMemcpyHtoD), D(cuMemcpyDtoH), D(cuMemcpyDtoD), D(cuMemcpyDtoA), D(cuMemcpyAtoD), D(cuMemcpyHtoA),
+    D(cuMemcpyAtoH), D(cuMemcpyAtoA), D(cuMemcpy2D), D(cuMemcpy2DUnaligned), D(cuMemcpy3D), D(cuMemcpyHtoDAsync),
+    D(cuMemcpyDtoHAsync), D(cuMemcpyDtoDAsync), D(cuMemcpyHtoAAsync), D(cuMemcpyAtoHAsync), D(cuMemcpy2DAsync),
+    D(cuMemcpy3DAsync), D(cuMemcpy_v2), D(cuMemcpyHtoD_v2), D(cuMemcpyHtoDAsync_v2), D(cuMemcpyDtoH_v2),
+    D(cuMemcpyDtoHAsync_v2), D(cuMemcpyDtoD_v2), D(cuMemcpyDtoDAsync_v2), D(cuMemcpyAtoH_v2), D(cuMemcpyAtoHAsync_v2),
+    D(cuMemcpyAtoD_v2), D(cuMemcpyDtoA_v2), D(cuMemcpyAtoA_v2), D(cuMemcpy2D_v2), D(cuMemcpy2DUnaligned_v2),
+    D(cuMemcpy2DAsync_v2), D(cuMemcpy3D_v2), D(cuMemcpy3DAsync_v2), D(cuMemcpyHtoA_v2), D(cuMemcpyHtoAAsync_v2),
+    D(cuMemcpy), D(cuMemcpyAsync), D(cuMemcpyPeer), D(cuMemcpyPeerAsync), D(cuMemcpy3DPeer), D(cuMemcpy3DPeerAsync),
+    D(cuMemcpyHtoD_v2_ptds), D(cuMemcpyDtoH_v2_ptds), D(cuMemcpyDtoD_v2_ptds), D(cuMemcpyDtoA_v2_ptds),
+    D(cuMemcpyAtoD_v2_ptds), D(cuMemcpyHtoA_v2_ptds), D(cuMemcpyAtoH_v2_ptds), D(cuMemcpyAtoA_v2_ptds),
+    D(cuMemcpy2D_v2_ptds), D(cuMemcpy2DUnaligned_v2_ptds), D(cuMemcpy3D_v2_ptds), D(cuMemcpy_ptds),
+    D(cuMemcpyPeer_ptds), D(cuMemcpy3DPeer_ptds), D(cuMemcpyAsync_ptsz), D(cuMemcpyHtoAAsync_v2_ptsz),
+    D(cuMemcpyAtoHAsync_v2_ptsz), D(cuMemcpyHtoDAsync_v2_ptsz), D(cuMemcpyDtoHAsync_v2_ptsz),
+    D(cuMemcpyDtoDAsync_v2_ptsz), D(cuMemcpy2DAsync_v2_ptsz), D(cuMemcpy3DAsync_v2_ptsz), D(cuMemcpyPeerAsync_ptsz),
+    D(cuMemcpy3DPeerAsync_ptsz),
+    D(cuMemsetD8), D(cuMemsetD16), D(cuMemsetD32), D(cuMemsetD2D8), D(cuMemsetD2D16), D(cuMemsetD2D32),
+    D(cuMemsetD8Async), D(cuMemsetD16Async), D(cuMemsetD32Async), D(cuMemsetD2D8Async), D(cuMemsetD2D16Async),
+    D(cuMemsetD2D32Async), D(cuMemsetD8_v2), D(cuMemsetD16_v2), D(cuMemsetD32_v2), D(cuMemsetD2D8_v2),
+    D(cuMemsetD2D16_v2), D(cuMemsetD2D32_v2), D(cuMemsetD8_v2_ptds), D(cuMemsetD16_v2_ptds), D(cuMemsetD32_v2_ptds),
+    D(cuMemsetD2D8_v2_ptds), D(cuMemsetD2D16_v2_ptds), D(cuMemsetD2D32_v2_ptds), D(cuMemsetD8Async_ptsz),
+    D(cuMemsetD16Async_ptsz), D(cuMemsetD32Async_ptsz), D(cuMemsetD2D8Async_ptsz), D(cuMemsetD2D16Async_ptsz),
+    D(cuMemsetD2D32Async_ptsz),
+    D(cuCtxSynchronize), D(cuEventSynchronize), D(cuStreamSynchronize), D(cuStreamWaitEvent), D(cuStreamWaitEvent_ptsz),
+    D(cuStreamSynchronize_ptsz),
+    D(cuMemAlloc), D(cuMemAllocPitch), D(cuMemFree), D(cuMemAllocHost), D(cuMemFreeHost), D(cuMemHostAlloc),
+    D(cuMemAlloc_v2), D(cuMemAllocPitch_v2), D(cuMemFree_v2), D(cuMemHostAlloc_v2), D(cuMemAllocHost_v2),
+    D(cuMemAllocManaged), D(cuMemAllocAsync), D(cuMemAllocAsync_ptsz), D(cuMemFreeAsync), D(cuMemFreeAsync_ptsz),
+    D(cuMemAllocFromPoolAsync), D(cuMemAllocFromPoolAsync_ptsz),
+#if CUPTI_API_VERSION >= 130000 /* added in CUDA 12.8 and 13.0 */
+    D(cuMemcpyBatchAsync), D(cuMemcpyBatchAsync_ptsz), D(cuMemcpy3DBatchAsync), D(cuMemcpy3DBatchAsync_ptsz),
+    D(cuMemcpyBatchAsync_v2), D(cuMemcpyBatchAsync_v2_ptsz), D(cuMemcpy3DBatchAsync_v2),
+    D(cuMemcpy3DBatchAsync_v2_ptsz),
+    D(cuCtxSynchronize_v2),
+#endif
+};
+/* clang-format on */
+#undef R
+#undef D
+#define N_OF(a) (sizeof(a) / sizeof *(a))
+#define CBID_LIMIT 4096
+
+static const struct {
+    CUpti_ActivityKind kind;
+    const char *label, *setter;
+    const TracedApi *traced;
+    size_t n_traced;
+    CUpti_CallbackId size; /* the header's CBID_SIZE: calls newer than the headers stay recorded */
+} API_DOMAINS[2] = {
+    {CUPTI_ACTIVITY_KIND_RUNTIME, "runtime", "cuptiActivityEnableRuntimeApi", TRACED_RUNTIME, N_OF(TRACED_RUNTIME),
+     CUPTI_RUNTIME_TRACE_CBID_SIZE},
+    {CUPTI_ACTIVITY_KIND_DRIVER, "driver", "cuptiActivityEnableDriverApi", TRACED_DRIVER, N_OF(TRACED_DRIVER),
+     CUPTI_DRIVER_TRACE_CBID_SIZE},
+};
+_Static_assert(CUPTI_RUNTIME_TRACE_CBID_SIZE <= CBID_LIMIT && CUPTI_DRIVER_TRACE_CBID_SIZE <= CBID_LIMIT,
+               "raise CBID_LIMIT");
+
+static int every_api_call(void) {
+    const char *v = getenv("INFERSCOPE_CUPTI_ALL_API");
+    return v && strcmp(v, "1") == 0;
 }
 
 /* ---- a small string -> index hash map (open addressing, owns its keys) ---- */
@@ -423,6 +546,7 @@ static int try_open(const char *what, const char *path, int flags, PyObject *tri
     }
     CUPTI_SYMBOLS(RESOLVE)
 #undef RESOLVE
+    for (int d = 0; d < 2; d++) *(void **)&cand.enable_api[d] = dlsym(cand.handle, API_DOMAINS[d].setter);
     CUptiResult rc = cand.cuptiGetVersion(&cand.version);
     if (rc != CUPTI_SUCCESS || CUPTI_MAJOR(cand.version) != CUPTI_MAJOR(CUPTI_API_VERSION)) {
         if (rc != CUPTI_SUCCESS)
@@ -557,6 +681,8 @@ typedef struct {
     size_t buffer_size;
     int driver, active;
     uint64_t enabled; /* bit per CUpti_ActivityKind */
+    int filtered[2];  /* [runtime, driver]: only the traced calls enabled by the last start */
+    char apis[256];   /* what the last start recorded of the runtime and driver APIs */
     CUpti_ActivityThreadIdType saved_tid_type;
     int tid_type_saved;
 } Collector;
@@ -598,9 +724,54 @@ static int collector_init(Collector *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
+/* Why every call of domain d is recorded, or NULL when the traced ones can be picked. */
+static const char *unfiltered(int d, char *why, size_t size) {
+    if (every_api_call()) return "INFERSCOPE_CUPTI_ALL_API=1";
+    if (lib.enable_api[d]) return NULL;
+    snprintf(why, size, "this libcupti lacks %s", API_DOMAINS[d].setter);
+    return why;
+}
+
+/* After cuptiActivityEnable(RUNTIME or DRIVER), which records every call: all but the traced calls off again.
+ * Appends to self->apis what it did, or why every call stays recorded. */
+static void filter_apis(Collector *self, int d) {
+    uint8_t on[CBID_LIMIT] = {0};
+    char why[128];
+    size_t ok = 0, len = strlen(self->apis);
+    CUptiResult rc = CUPTI_SUCCESS;
+    const char *all = unfiltered(d, why, sizeof why);
+    if (!all) {
+        for (size_t i = 0; i < API_DOMAINS[d].n_traced; i++) on[API_DOMAINS[d].traced[i].cbid] = 1;
+        for (CUpti_CallbackId cbid = 1; cbid < API_DOMAINS[d].size; cbid++) {
+            CUptiResult r = lib.enable_api[d](cbid, on[cbid]);
+            if (r == CUPTI_SUCCESS)
+                ok++;
+            else
+                rc = r; /* a call this libcupti does not know: nothing to record either way */
+        }
+        self->filtered[d] = ok > 0;
+        if (!ok) { /* nothing took, so the kind still records every call */
+            snprintf(why, sizeof why, "%s returned %s", API_DOMAINS[d].setter, result_name(rc));
+            all = why;
+        }
+    }
+    if (all)
+        snprintf(self->apis + len, sizeof self->apis - len, "%s%s: every call (%s)", len ? "; " : "",
+                 API_DOMAINS[d].label, all);
+    else
+        snprintf(self->apis + len, sizeof self->apis - len, "%s%s: %zu traced calls of %u", len ? "; " : "",
+                 API_DOMAINS[d].label, API_DOMAINS[d].n_traced, (unsigned)API_DOMAINS[d].size - 1);
+}
+
 static void disable_kinds(Collector *self) {
     for (size_t i = 0; i < N_KINDS; i++)
         if (self->enabled & (1ULL << KINDS[i].kind)) lib.cuptiActivityDisable(KINDS[i].kind);
+    /* Per-call enables may outlive the kind (they record on their own without it): the traced ones off too. */
+    for (int d = 0; d < 2; d++) {
+        for (size_t i = 0; self->filtered[d] && i < API_DOMAINS[d].n_traced; i++)
+            lib.enable_api[d](API_DOMAINS[d].traced[i].cbid, 0);
+        self->filtered[d] = 0;
+    }
 }
 
 static void release(Collector *self) {
@@ -630,6 +801,7 @@ static PyObject *collector_start(Collector *self, PyObject *unused) {
                             "another _cupti.Collector is collecting; CUPTI allows one activity client per process");
     g_buffer_size = self->buffer_size;
     self->enabled = 0;
+    self->apis[0] = '\0';
     self->tid_type_saved = lib.cuptiGetThreadIdType(&self->saved_tid_type) == CUPTI_SUCCESS;
     /* SYSTEM ids are gettid(), what threading.get_native_id() returns on the Python side. */
     if ((rc = lib.cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)) != CUPTI_SUCCESS) {
@@ -643,9 +815,11 @@ static PyObject *collector_start(Collector *self, PyObject *unused) {
     for (size_t i = 0; i < N_KINDS; i++) {
         if (KINDS[i].kind == CUPTI_ACTIVITY_KIND_DRIVER && !self->driver) continue;
         rc = lib.cuptiActivityEnable(KINDS[i].kind);
-        if (rc == CUPTI_SUCCESS)
+        if (rc == CUPTI_SUCCESS) {
             self->enabled |= 1ULL << KINDS[i].kind;
-        else if (KINDS[i].required || is_busy(rc)) {
+            for (int d = 0; d < 2; d++)
+                if (KINDS[i].kind == API_DOMAINS[d].kind) filter_apis(self, d);
+        } else if (KINDS[i].required || is_busy(rc)) {
             snprintf(what, sizeof what, "cuptiActivityEnable(%s)", KINDS[i].name);
             goto fail;
         } /* optional kinds this device or driver lacks are left out; enabled() lists what ran */
@@ -732,6 +906,11 @@ static PyObject *collector_timestamp(Collector *self, PyObject *unused) {
     return PyLong_FromUnsignedLongLong(t);
 }
 
+static PyObject *collector_api_records(Collector *self, PyObject *unused) {
+    (void)unused;
+    return PyUnicode_FromString(self->apis);
+}
+
 static PyObject *collector_enabled(Collector *self, PyObject *unused) {
     (void)unused;
     PyObject *out = PyList_New(0);
@@ -790,6 +969,8 @@ static PyMethodDef collector_methods[] = {
      "Records since start whose end is 0 or before their start (still running at a forced flush)."},
     {"timestamp", (PyCFunction)collector_timestamp, METH_NOARGS, "cuptiGetTimestamp(): CUPTI's clock now."},
     {"enabled", (PyCFunction)collector_enabled, METH_NOARGS, "CUPTI activity kinds enabled by the last start()."},
+    {"api_records", (PyCFunction)collector_api_records, METH_NOARGS,
+     "Which runtime and driver API calls the last start() records (all of them, and why, when not filtered)."},
     {"_decode", (PyCFunction)collector_decode, METH_O, "Test only: decode a synthetic activity buffer, then drain."},
     {NULL, NULL, 0, NULL},
 };
@@ -832,8 +1013,13 @@ static PyObject *mod_version(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
     if (!lib.handle)
         return PyUnicode_FromFormat("built for CUPTI API %u; libcupti not loaded", (unsigned)CUPTI_API_VERSION);
-    return PyUnicode_FromFormat("built for CUPTI API %u; libcupti %u from %s", (unsigned)CUPTI_API_VERSION, lib.version,
-                                lib.path);
+    char why[128];
+    const char *all = unfiltered(0, why, sizeof why);
+    all = all ? all : unfiltered(1, why, sizeof why);
+    return PyUnicode_FromFormat("built for CUPTI API %u; libcupti %u from %s; API records: %s%s%s",
+                                (unsigned)CUPTI_API_VERSION, lib.version, lib.path,
+                                all ? "every call (" : "launches, copies, memsets, syncs and allocations only",
+                                all ? all : "", all ? ")" : "");
 }
 
 static PyMethodDef module_methods[] = {
@@ -862,6 +1048,26 @@ static int add_layout(PyObject *m) {
     return 0;
 }
 
+/* TRACED_APIS: {"runtime": {name: cbid}, "driver": {...}}, the calls recorded unless INFERSCOPE_CUPTI_ALL_API=1. */
+static int add_traced(PyObject *m) {
+    PyObject *all = PyDict_New();
+    for (int d = 0; all && d < 2; d++) {
+        PyObject *names = PyDict_New();
+        for (size_t i = 0; names && i < API_DOMAINS[d].n_traced; i++) {
+            PyObject *cbid = PyLong_FromUnsignedLong(API_DOMAINS[d].traced[i].cbid);
+            if (!cbid || PyDict_SetItemString(names, API_DOMAINS[d].traced[i].name, cbid) < 0) Py_CLEAR(names);
+            Py_XDECREF(cbid);
+        }
+        if (!names || PyDict_SetItemString(all, API_DOMAINS[d].label, names) < 0) Py_CLEAR(all);
+        Py_XDECREF(names);
+    }
+    if (!all || PyModule_AddObject(m, "TRACED_APIS", all) < 0) {
+        Py_XDECREF(all);
+        return -1;
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__cupti(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
@@ -877,7 +1083,7 @@ PyMODINIT_FUNC PyInit__cupti(void) {
         PyModule_AddObject(m, "CuptiError", Py_NewRef(CuptiError)) < 0 ||
         PyModule_AddObject(m, "CuptiBusyError", Py_NewRef(CuptiBusyError)) < 0 ||
         PyModule_AddIntConstant(m, "API_VERSION", CUPTI_API_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(Event)) < 0 || add_layout(m) < 0) {
+        PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(Event)) < 0 || add_layout(m) < 0 || add_traced(m) < 0) {
         Py_XDECREF(type);
         Py_DECREF(m);
         return NULL;

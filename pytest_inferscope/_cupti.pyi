@@ -8,6 +8,9 @@ API_VERSION: Final[int]
 RECORD_SIZE: Final[int]
 #: field -> (offset, size) of the C record, to check against events.EVENT_DTYPE.
 RECORD_LAYOUT: Final[dict[str, tuple[int, int]]]
+#: {"runtime": {name: cbid}, "driver": {name: cbid}}: the API calls recorded (unless INFERSCOPE_CUPTI_ALL_API=1),
+#: compiled from the CUPTI headers by name.
+TRACED_APIS: Final[dict[str, dict[str, int]]]
 
 class CuptiError(RuntimeError):
     """libcupti cannot be loaded (the message lists every place tried), or a CUPTI call failed."""
@@ -22,7 +25,7 @@ def library() -> str | None:
     """Path of the loaded libcupti, or None before `load`."""
 
 def version() -> str:
-    """The compiled CUPTI API version, and the loaded library's version and path."""
+    """The compiled CUPTI API version, the loaded library's version and path, and which API calls are recorded."""
 
 class Collector:
     """CUPTI activity records, decoded in C into EVENT_DTYPE records. One may collect at a time per process."""
@@ -32,7 +35,9 @@ class Collector:
         records are counted as dropped); `driver`: also record driver API calls (JAX, Triton launches)."""
 
     def start(self) -> None:
-        """Enable collection; raises CuptiBusyError if another CUPTI client holds CUPTI, CuptiError otherwise."""
+        """Enable collection; raises CuptiBusyError if another CUPTI client holds CUPTI, CuptiError otherwise.
+
+        Runtime and driver API records only for TRACED_APIS, unless INFERSCOPE_CUPTI_ALL_API=1 (read here)."""
 
     def stop(self) -> None:
         """Flush, disable, force-flush. Does not synchronise the device (the caller does). Idempotent."""
@@ -51,6 +56,10 @@ class Collector:
 
     def enabled(self) -> list[str]:
         """CUPTI activity kinds the last start() enabled (optional ones the device lacks are left out)."""
+
+    def api_records(self) -> str:
+        """Which runtime/driver API calls the last start() records, per domain: the traced calls only, or every
+        call and why (INFERSCOPE_CUPTI_ALL_API=1, a libcupti without per-API enabling); "" before any start."""
 
     def _decode(self, buffer: bytes | bytearray | memoryview) -> tuple[bytearray, list[str]]:
         """Test only: run the CUPTI-buffer decoder over a synthetic activity buffer, then drain."""

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..events import EVENT_DTYPE, Domain, Kind
-from .gpu_native import DEFAULT_BUFFER_MB, DeviceSync, _foreign_profiler, _trace_size_mb
+from .gpu_native import DEFAULT_BUFFER_MB, DeviceSync, _foreign_profiler, _trace_size_mb, every_api_call, traced_api
 
 # CUpti_ActivityKind and related enum values (cupti_activity.h, CUDA 13.0); the same values
 # native/_cupti.c compiles against. Kept here so the converter needs no cupti import.
@@ -51,6 +51,14 @@ KINDS = (
     (A_MEMORY2, "MEMORY2", False),
     (A_OVERHEAD, "OVERHEAD", False),
 )
+
+#: activity kind -> (callback domain, label, cupti-python's per-API switch, its callback-id enum): after enabling
+#: the kind, every call but the traced ones (gpu_native.TRACED_API, by CUPTI's own names) is switched off again.
+API_KINDS = {
+    A_RUNTIME: (DOMAIN_RUNTIME_API, "runtime", "activity_enable_runtime_api", "runtime_api_trace_cbid"),
+    A_DRIVER: (DOMAIN_DRIVER_API, "driver", "activity_enable_driver_api", "driver_api_trace_cbid"),
+}
+CBID_SIZE_FALLBACK = 1024  # callback ids tried when cupti-python has no enum to give the size
 
 COPY_NAMES = (
     "Memcpy", "Memcpy HtoD", "Memcpy DtoH", "Memcpy HtoA", "Memcpy AtoH", "Memcpy AtoA", "Memcpy AtoD",
@@ -319,6 +327,9 @@ class CuptiPythonCollector:
         self._converter = RecordConverter(cupti.get_callback_name, Demangler(), max_records)
         self._lock = threading.Lock()  # CUPTI's worker thread adds while the test thread may drain
         self._enabled: list[tuple[int, str]] = []
+        self._choice: dict[int, tuple[list[int], int]] = {}  # kind -> (traced callback ids, CBID size)
+        self._traced: dict[int, list[int]] = {}  # kind -> the callback ids the last start left enabled
+        self._api_records: list[str] = []
         self._saved_tid_type: int | None = None
         self._active = False
         self._sync = DeviceSync()
@@ -364,7 +375,7 @@ class CuptiPythonCollector:
         with self._lock:
             self._converter.dropped = self._converter.incomplete = 0
             self.callback_ns = 0
-        self._enabled = []
+        self._enabled, self._api_records = [], []
         what = "cuptiGetThreadIdType"
         try:
             self._saved_tid_type = int(c.get_thread_id_type())
@@ -383,6 +394,8 @@ class CuptiPythonCollector:
                         raise
                     continue  # optional kinds this device or driver lacks are left out; enabled() lists what ran
                 self._enabled.append((kind, label))
+                if kind in API_KINDS:
+                    self._filter_apis(kind)
         except c.cuptiError as exc:
             self._disable()
             self._restore_thread_id_type()
@@ -421,10 +434,54 @@ class CuptiPythonCollector:
             if errors:
                 raise CuptiError("stopping cupti-python collection failed: " + "; ".join(errors))
 
+    def _traced_cbids(self, kind: int) -> tuple[list[int], int]:
+        """The callback ids of the traced calls of `kind`'s domain, by CUPTI's names, and the domain's CBID size."""
+        if kind not in self._choice:
+            domain, _, _, enum_name = API_KINDS[kind]
+            size = int(getattr(getattr(self._cupti, enum_name, None), "SIZE", CBID_SIZE_FALLBACK))
+            traced = []
+            for cbid in range(1, size):
+                try:
+                    name = self._cupti.get_callback_name(domain, cbid)
+                except Exception:  # an id this libcupti does not know
+                    continue
+                if name and traced_api(name):
+                    traced.append(cbid)
+            self._choice[kind] = (traced, size)
+        return self._choice[kind]
+
+    def _filter_apis(self, kind: int) -> None:
+        """After activity_enable(RUNTIME or DRIVER), which records every call: all but the traced calls off again."""
+        _, label, switch_name, _ = API_KINDS[kind]
+        switch = getattr(self._cupti, switch_name, None)
+        why = "INFERSCOPE_CUPTI_ALL_API=1" if every_api_call() else f"cupti-python lacks {switch_name}"
+        if switch is not None and not every_api_call():
+            traced, size = self._traced_cbids(kind)
+            wanted, ok, error = set(traced), 0, None
+            for cbid in range(1, size):
+                try:
+                    switch(cbid, int(cbid in wanted))
+                    ok += 1
+                except Exception as exc:  # a call this libcupti does not know: nothing to record either way
+                    error = exc
+            if ok:
+                self._traced[kind] = traced
+                self._api_records.append(f"{label}: {len(traced)} traced calls of {size - 1}")
+                return
+            why = f"{switch_name} failed: {error}"  # nothing took, so the kind still records every call
+        self._api_records.append(f"{label}: every call ({why})")
+
     def _disable(self) -> None:
         for kind, _ in self._enabled:
             with contextlib.suppress(Exception):  # disabling what another client disabled is harmless
                 self._cupti.activity_disable(kind)
+        # Per-call enables may outlive the kind (they record on their own without it): the traced ones off too.
+        for kind, cbids in self._traced.items():
+            switch = getattr(self._cupti, API_KINDS[kind][2])
+            for cbid in cbids:
+                with contextlib.suppress(Exception):
+                    switch(cbid, 0)
+        self._traced = {}
 
     def _restore_thread_id_type(self) -> None:
         if self._saved_tid_type is not None:
@@ -453,6 +510,10 @@ class CuptiPythonCollector:
         """CUPTI activity kinds the last start enabled."""
         return [label for _, label in self._enabled]
 
+    def api_records(self) -> str:
+        """Which runtime/driver API calls the last start records: the traced ones, or every call and why."""
+        return "; ".join(self._api_records)
+
     def version(self) -> str:
         try:
             from importlib.metadata import version
@@ -460,9 +521,15 @@ class CuptiPythonCollector:
             package = f"cupti-python {version('cupti-python')}"
         except Exception:
             package = "cupti-python"
+        lacks = [switch for _, _, switch, _ in API_KINDS.values() if not hasattr(self._cupti, switch)]
+        apis = "launches, copies, memsets, syncs and allocations only"
+        if lacks:
+            apis = f"every call (cupti-python lacks {lacks[0]})"
+        if every_api_call():
+            apis = "every call (INFERSCOPE_CUPTI_ALL_API=1)"
         path = _libcupti_in_process()
         if path is None:
-            return f"{package}; libcupti not loaded"
+            return f"{package}; libcupti not loaded; API records: {apis}"
         number = ctypes.c_uint32(0)
         try:
             lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
@@ -470,7 +537,7 @@ class CuptiPythonCollector:
                 number.value = 0
         except (OSError, AttributeError):
             number.value = 0
-        return f"{package}; libcupti {number.value or '?'} from {path}"
+        return f"{package}; libcupti {number.value or '?'} from {path}; API records: {apis}"
 
 
 #: The CUPTI functions start/stop/drain call through cupti-python.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
+import re
 import sys
 from types import ModuleType
 from typing import Any
@@ -21,6 +22,35 @@ from ..events import EVENT_DTYPE
 
 DEFAULT_BUFFER_MB = 8  # per CUPTI buffer; CUPTI asks for more buffers as it fills them
 DEFAULT_TRACE_SIZE_MB = 100.0  # INFERSCOPE_TRACE_SIZE_MB: also caps the GPU records kept between drains
+
+#: Set to 1 to record every runtime/driver API call, not only the traced ones (for debugging; costs host time).
+ALL_API_ENV = "INFERSCOPE_CUPTI_ALL_API"
+#: The runtime/driver API calls recorded: kernel launches (GPU work finds its launch by correlation id), copies,
+#: memsets, synchronisations and allocations, the calls the analysis reads; matched against CUPTI's callback name
+#: less its suffixes (`api_base_name`). torch makes about six other calls per op (cudaGetDevice, cudaGetLastError,
+#: ...), and each record costs CUPTI host time. native/_cupti.c compiles the same choice as a list of callback ids
+#: (`_cupti.TRACED_APIS`), which tests/unit/test_native.py checks against this pattern and the CUPTI headers.
+TRACED_API = re.compile(
+    r"^(?:__)?cu(?:da)?(?:Launch(?:Kernel(?:Ex|ExC)?|CooperativeKernel(?:MultiDevice)?|Grid(?:Async)?)?|GraphLaunch)$"
+    r"|^cu(?:da)?Mem(?:cpy|set)|^cuda(?:Malloc|Free)|^cuMem(?:Alloc|Free)|^cu(?:da|Mem)HostAlloc$"
+    r"|^cu(?:da)?StreamWaitEvent$|Synchronize$"
+)
+_API_SUFFIXES = re.compile(r"(?:_v\d+|_ptsz|_ptds)+$")
+
+
+def api_base_name(name: str) -> str:
+    """A CUPTI callback name less its version/stream suffixes: 'cuMemcpyHtoDAsync_v2_ptsz' -> 'cuMemcpyHtoDAsync'."""
+    return _API_SUFFIXES.sub("", name)
+
+
+def traced_api(name: str) -> bool:
+    """Whether a runtime/driver API call (CUPTI's callback name, suffixed or not) is recorded by default."""
+    return bool(TRACED_API.search(api_base_name(name)))
+
+
+def every_api_call() -> bool:
+    """INFERSCOPE_CUPTI_ALL_API=1: record every API call (read at each start, as native/_cupti.c does)."""
+    return os.environ.get(ALL_API_ENV) == "1"
 
 
 def _trace_size_mb() -> float:
@@ -156,6 +186,10 @@ class NativeGpuCollector:
     def enabled(self) -> list[str]:
         """CUPTI activity kinds the last start enabled."""
         return list(self._c.enabled())
+
+    def api_records(self) -> str:
+        """Which runtime/driver API calls the last start records: the traced ones, or every call and why."""
+        return str(self._c.api_records())
 
     def version(self) -> str:
         return str(self._mod.version())

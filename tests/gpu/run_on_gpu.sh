@@ -9,7 +9,8 @@
 #   bash tests/gpu/run_on_gpu.sh
 #   GPU_TESTS="tests/gpu/test_gpu_backends.py" BENCH_REPS=8 COMMIT=abc1234 bash tests/gpu/run_on_gpu.sh
 #
-# GPU_TESTS: pytest paths (default: tests/gpu and the backends' unit tests); BENCH_REPS (12);
+# GPU_TESTS: pytest paths (default: tests/gpu and the backends' unit tests); BENCH_REPS (12); BENCH_ARGS
+# (more benchmark options, e.g. --no-torch-profiler);
 # SKIP_BENCH=1, SKIP_EXAMPLE=1; TOTAL_S: the time the whole check may take (570 s, under the GPU
 # machine's 600 s per command); COMMIT: the commit to record (default: git rev-parse, when .git is
 # there). Exit status: non-zero when any stage failed.
@@ -83,8 +84,9 @@ stage "GPU tests" "$LOGS/gpu-tests.log" "$(budget 420 200)" \
 
 # -- the benchmark -----------------------------------------------------------------------------------
 if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
+    # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
     stage benchmark "$LOGS/bench.log" "$(budget 240 70)" env COMMIT="$COMMIT" \
-        python3 benchmarks/bench_gpu_overhead.py --reps "${BENCH_REPS:-12}" --json "$LOGS/bench.json"
+        python3 benchmarks/bench_gpu_overhead.py --reps "${BENCH_REPS:-12}" --json "$LOGS/bench.json" ${BENCH_ARGS:-}
 fi
 
 # -- the example project under the plugin ---------------------------------------------------------------

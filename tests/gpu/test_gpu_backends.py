@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_inferscope.collectors.gpu_native import traced_api
 from pytest_inferscope.events import Kind, RawTrace
 from pytest_inferscope.merger import MAX_RESIDUAL_NS, merge
 from pytest_inferscope.reporters import load_report
@@ -141,6 +142,7 @@ def summary(result, tl, probes, brackets=()):
         "probe_residual_ns": max((abs(h - predict(fit, d)) for h, d in probes), default=None),
         "gpu": gpu.to_dict(),
         "runtime_records": int(len(rt)), "driver_records": int((rt["flags"] == 1).sum()),
+        "api_names": sorted({names[i] for i in rt["name"]}),
         "incomplete": tl.incomplete, "dropped": tl.dropped, "torch_loaded": "torch" in sys.modules,
     }
 
@@ -301,6 +303,16 @@ def test_the_clock_fit_holds_before_and_after_torch_profiler(proof: dict[str, An
         _report(f"{proof['backend']} {phase} per-round pairs", pairs=clock["pairs"], rate=f"{clock['rate']:.6f}",
                 residual_us=f"{clock['residual_ns'] / 1e3:.2f}", causality=clock["causality_violations"])  # fmt: skip
         assert clock["pairs"] >= 8 and clock["ok"] and clock["causality_violations"] == 0, (phase, clock)
+
+
+def test_only_the_traced_api_calls_are_recorded(proof: dict[str, Any]) -> None:
+    """Launches, copies, memsets, syncs and allocations: not torch's cudaGetDevice, cudaGetLastError, ..."""
+    for phase in ("clean", "after_torch_profiler"):
+        for name, run in proof["ours"][phase].items():
+            kernels = sum(run["kernels"].values())
+            _report(f"{proof['backend']} {phase} {name} API records", records=run["runtime_records"], kernels=kernels,
+                    names=run["api_names"])  # fmt: skip
+            assert [n for n in run["api_names"] if not traced_api(n)] == [], (phase, name)
 
 
 def test_torch_profiler_records_after_us_and_we_step_aside_while_it_runs(proof: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_inferscope.collectors.gpu_native import ALL_API_ENV, traced_api
 from pytest_inferscope.events import CopyKind, Domain, Kind, MemoryKind, SyncType, unpack_copy_flags
 
 pytestmark = pytest.mark.gpu
@@ -121,15 +122,19 @@ def test_known_kernels_are_counted_named_and_linked_to_their_launches(native: An
     main_tid, worker_tid = threading.get_native_id(), tids[0]
     assert all(int(a["tid"]) == (main_tid if names[k["name"]] == add_name else worker_tid) for k, a in pairs)
     assert all(a["device"] == -1 and a["stream"] == -1 for _, a in pairs)
+    api_names = {names[i] for i in api["name"]}
     _report(
         "kernels",
         kernels=len(kernels),
         runtime_records=len(api),
+        api_names=sorted(api_names),
+        api_records=native.api_records(),
         launch_api=sorted({names[a["name"]] for _, a in pairs}),
         launch_to_start_us=f"{np.percentile(lags, 5) / 1e3:.1f}..{np.percentile(lags, 95) / 1e3:.1f} (p5..p95)",
         kinds=native.enabled(),
         names=list(counts),
     )
+    assert all(traced_api(n) for n in api_names), api_names  # launches and syncs only, not cudaGetDevice & co.
 
 
 def test_a_long_kernel_lasts_what_cuda_events_say(native: Any, torch: Any) -> None:
@@ -255,6 +260,71 @@ def test_collection_overhead_on_a_loop_of_small_kernels(native: Any, torch: Any)
     assert traced < 3 * plain
 
 
+def test_only_the_traced_api_calls_are_recorded_and_what_that_saves(
+    native: Any, torch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2,000 small kernels: traced calls only (the default) against every call (INFERSCOPE_CUPTI_ALL_API=1)."""
+    n = 2000
+    x = torch.ones(4096, device="cuda")
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    loop()
+    plain = min(loop() for _ in range(3))
+    runs: dict[str, dict[str, Any]] = {}
+    for mode in ("traced", "every call", "traced", "every call"):  # interleaved
+        if mode == "traced":
+            monkeypatch.delenv(ALL_API_ENV, raising=False)
+        else:
+            monkeypatch.setenv(ALL_API_ENV, "1")  # read by start()
+        native.synchronize()
+        native.drain()
+        t0 = time.perf_counter()
+        native.start()
+        t1 = time.perf_counter()
+        try:
+            best = min(loop() for _ in range(3))
+        finally:
+            t2 = time.perf_counter()
+            native.stop()
+            t3 = time.perf_counter()
+        events, names = native.drain()
+        kernels, api = of_kind(events, Kind.KERNEL), of_kind(events, Kind.RUNTIME)
+        assert len(kernels) == 3 * n and native.dropped() == 0, mode
+        assert set(kernels["corr"].tolist()) <= set(api["corr"].tolist()), "every kernel has its launch record"
+        run = runs.setdefault(mode, {"best": [], "start_ms": [], "stop_ms": []})
+        run["best"].append(best)
+        run["start_ms"].append(round((t1 - t0) * 1e3, 2))
+        run["stop_ms"].append(round((t3 - t2) * 1e3, 2))
+        run["api_per_kernel"] = round(len(api) / len(kernels), 2)
+        run["names"] = sorted({names[i] for i in api["name"]})
+        run["api_records"] = native.api_records()
+    monkeypatch.delenv(ALL_API_ENV, raising=False)
+    for mode, run in runs.items():
+        best = min(run["best"])
+        _report(
+            f"API records, {mode}",
+            plain_ms=f"{plain * 1e3:.1f}",
+            collected_ms=f"{best * 1e3:.1f}",
+            us_per_launch=f"{(best - plain) / n * 1e6:.2f}",
+            api_records_per_kernel=run["api_per_kernel"],
+            start_ms=run["start_ms"],
+            stop_ms=run["stop_ms"],
+            names=run["names"][:12],
+            api_records=run["api_records"],
+        )
+    traced, every = runs["traced"], runs["every call"]
+    assert all(traced_api(name) for name in traced["names"]), traced["names"]
+    assert "traced calls of" in traced["api_records"] and "INFERSCOPE_CUPTI_ALL_API=1" in every["api_records"]
+    assert [name for name in every["names"] if not traced_api(name)], "every call includes torch's other calls"
+    assert traced["api_per_kernel"] < every["api_per_kernel"]
+
+
 # -- other CUPTI clients, each in a fresh process --------------------------------------------------------
 
 PRELUDE = """
@@ -285,6 +355,17 @@ def theirs(n=100):
         torch.cuda.synchronize()
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
+def theirs_calls(n=100):
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(n):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+    ev = prof.events()
+    return {"kernels": sum(1 for e in ev if e.device_type == torch.autograd.DeviceType.CUDA),
+            "launch_calls": sum(1 for e in ev if e.name.startswith("cudaLaunchKernel")),
+            "runtime_names": sorted({e.name for e in ev if e.name.startswith("cuda")})[:12]}
+
 def rate():
     c = gpu_native.create()
     d0, h0 = c.timestamp(), time.perf_counter_ns()
@@ -311,10 +392,11 @@ def run_script(body: str, check: bool = True, **env: str) -> dict[str, Any]:
 
 
 def test_torch_profiler_still_records_kernels_after_our_collector(torch: Any) -> None:
-    result = run_script("print(json.dumps({'ours': ours(), 'theirs': theirs(), 'ours_again': ours()}))")
+    result = run_script("print(json.dumps({'ours': ours(), 'theirs': theirs_calls(), 'ours_again': ours()}))")
     _report("ours then torch.profiler", **result)
     assert result["ours"] == 100
-    assert result["theirs"] >= 100
+    assert result["theirs"]["kernels"] >= 100
+    assert result["theirs"]["launch_calls"] >= 100, "our per-call API switches must not outlive our collection"
     assert result["ours_again"] == 100
 
 

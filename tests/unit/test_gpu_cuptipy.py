@@ -13,7 +13,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -297,6 +297,75 @@ def test_start_collect_stop_drain_with_a_fake_cupti() -> None:
     assert collector.timestamp() == 123_456
     assert len(collector.drain()[0]) == 0
     collector.stop()  # idempotent
+
+
+class FilteringCupti(FakeCupti):
+    """cupti-python 13.0's per-API switches (activity_enable_runtime_api/driver_api) and callback-id enums."""
+
+    NAMES: ClassVar[dict[tuple[int, int], str]] = {
+        (2, 3): "cudaGetDevice_v3020", (2, 10): "cudaGetLastError_v3020", (2, 165): "cudaDeviceSynchronize_v3020",
+        (2, 211): "cudaLaunchKernel_v7000", (2, 41): "cudaMemcpyAsync_v3020", (2, 505): "__cudaLaunchKernel_v13000",
+        (1, 17): "cuCtxGetCurrent", (1, 307): "cuLaunchKernel", (1, 279): "cuMemcpyHtoDAsync_v2",
+    }  # fmt: skip
+    runtime_api_trace_cbid = SimpleNamespace(SIZE=523)
+    driver_api_trace_cbid = SimpleNamespace(SIZE=807)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on: dict[int, dict[int, int]] = {1: {}, 2: {}}
+
+    def get_callback_name(self, domain: int, cbid: int) -> str:
+        if (domain, cbid) not in self.NAMES:
+            raise FakeCuptiError(1)
+        return self.NAMES[(domain, cbid)]
+
+    def activity_enable(self, kind: int) -> None:
+        super().activity_enable(kind)
+        if kind in (A_RUNTIME, A_DRIVER):  # the kind records every call of its domain
+            domain = 2 if kind == A_RUNTIME else 1
+            self.on[domain] = dict.fromkeys(range(1, 1024), 1)
+
+    def activity_enable_runtime_api(self, cbid: int, enable: int) -> None:
+        self.on[2][cbid] = enable
+
+    def activity_enable_driver_api(self, cbid: int, enable: int) -> None:
+        self.on[1][cbid] = enable
+
+    def recorded(self, domain: int) -> list[int]:
+        return sorted(c for c, e in self.on[domain].items() if e)
+
+
+def test_only_the_traced_api_calls_are_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFERSCOPE_CUPTI_ALL_API", raising=False)
+    fake = FilteringCupti()
+    collector = CuptiPythonCollector(fake)
+    assert collector.version().endswith("API records: launches, copies, memsets, syncs and allocations only")
+    collector.start()
+    assert fake.recorded(2)[:3] == [41, 165, 211] and fake.recorded(2)[3] == 505  # then ids past the enum's SIZE
+    assert [c for c in fake.recorded(1) if c < 807] == [279, 307]
+    assert collector.api_records() == "runtime: 4 traced calls of 522; driver: 2 traced calls of 806"
+    fake.activity_disable(A_RUNTIME)  # as if the kind's disable kept the per-call switches: stop turns them off
+    fake.on[2].update({41: 1, 165: 1, 211: 1, 505: 1})
+    collector.stop()
+    assert [c for c in fake.recorded(2) if c < 523] == [] and [c for c in fake.recorded(1) if c < 807] == []
+
+    monkeypatch.setenv("INFERSCOPE_CUPTI_ALL_API", "1")  # read at each start
+    collector.start()
+    assert len(fake.recorded(2)) == len(fake.recorded(1)) == 1023
+    assert collector.api_records() == (
+        "runtime: every call (INFERSCOPE_CUPTI_ALL_API=1); driver: every call (INFERSCOPE_CUPTI_ALL_API=1)"
+    )
+    assert collector.version().endswith("API records: every call (INFERSCOPE_CUPTI_ALL_API=1)")
+    collector.stop()
+
+
+def test_a_cupti_python_without_per_api_switches_records_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFERSCOPE_CUPTI_ALL_API", raising=False)
+    collector = CuptiPythonCollector(FakeCupti())
+    collector.start()
+    assert collector.api_records().startswith("runtime: every call (cupti-python lacks activity_enable_runtime_api)")
+    assert collector.version().endswith("API records: every call (cupti-python lacks activity_enable_runtime_api)")
+    collector.stop()
 
 
 def test_a_busy_cupti_raises_busy_and_leaves_nothing_enabled() -> None:

@@ -9,7 +9,9 @@ goes through `Collector._decode`, which runs the decoder CUPTI's own buffers go 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from pytest_inferscope.collectors.gpu_native import ALL_API_ENV, api_base_name, traced_api
 from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Domain, Kind, MemoryKind, SyncType, unpack_copy_flags
 
 REPO = Path(__file__).resolve().parents[2]
@@ -334,6 +337,149 @@ def test_load_refuses_other_cupti_generations_and_lists_what_it_tried(cupti: Mod
     assert "lacks cuptiActivityFlushAll" in missing
     assert refused.startswith("cannot load libcupti (tried: ") and "/nonexistent/libcupti.so.13" in absent
     assert library == "library: None"
+
+
+# -- which API calls are recorded -----------------------------------------------------------------------
+
+#: The calls the analysis needs (launches, copies, memsets, synchronisations, allocations), by CUPTI name.
+NEEDED = {
+    "runtime": [
+        "cudaLaunchKernel_v7000", "cudaLaunchKernel_ptsz_v7000", "cudaLaunchKernelExC_v11060",
+        "cudaLaunchCooperativeKernel_v9000", "cudaLaunchCooperativeKernelMultiDevice_v9000", "cudaGraphLaunch_v10000",
+        "__cudaLaunchKernel_v13000", "cudaMemcpy_v3020", "cudaMemcpyAsync_v3020", "cudaMemcpy2DAsync_v3020",
+        "cudaMemcpyToSymbol_v3020", "cudaMemcpyPeerAsync_v4000", "cudaMemcpyBatchAsync_v13000", "cudaMemset_v3020",
+        "cudaMemsetAsync_v3020", "cudaDeviceSynchronize_v3020", "cudaStreamSynchronize_v3020",
+        "cudaEventSynchronize_v3020", "cudaThreadSynchronize_v3020", "cudaStreamWaitEvent_v3020", "cudaMalloc_v3020",
+        "cudaMallocHost_v3020", "cudaMallocManaged_v6000", "cudaMallocAsync_v11020", "cudaFree_v3020",
+        "cudaFreeHost_v3020", "cudaFreeAsync_v11020", "cudaHostAlloc_v3020",
+    ],
+    "driver": [
+        "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch",
+        "cuMemcpyHtoD_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync", "cuMemcpyPeerAsync", "cuMemsetD8_v2",
+        "cuMemsetD32Async", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuStreamWaitEvent",
+        "cuMemAlloc_v2", "cuMemAllocHost_v2", "cuMemAllocAsync", "cuMemFree_v2", "cuMemFreeHost", "cuMemFreeAsync",
+        "cuMemHostAlloc",
+    ],
+}  # fmt: skip
+#: torch's frequent calls that the analysis never reads (about 6 of every 7 records on the H200).
+UNUSED = {
+    "runtime": [
+        "cudaGetDevice_v3020", "cudaSetDevice_v3020", "cudaGetDeviceCount_v3020", "cudaGetLastError_v3020",
+        "cudaPeekAtLastError_v3020", "cudaStreamIsCapturing_v10000", "cudaDeviceGetAttribute_v5000",
+        "cudaEventQuery_v3020", "cudaEventRecord_v3020", "cudaLaunchHostFunc_v10000",
+    ],
+    "driver": ["cuCtxGetCurrent", "cuDevicePrimaryCtxGetState", "cuEventRecord", "cuStreamQuery", "cuLaunchHostFunc"],
+}  # fmt: skip
+HEADERS = {"runtime": ("cupti_runtime_cbid.h", "CUPTI_RUNTIME_TRACE_CBID_"),
+           "driver": ("cupti_driver_cbid.h", "CUPTI_DRIVER_TRACE_CBID_")}  # fmt: skip
+
+
+def _header_cbids(domain: str) -> dict[str, int]:
+    include = _cupti_include()
+    if include is None:
+        pytest.skip("CUPTI headers not found")
+    header, prefix = HEADERS[domain]
+    text = (include / header).read_text()
+    found = {n: int(v) for n, v in re.findall(prefix + r"(\w+)\s*=\s*(\d+)", text)}
+    return {n: v for n, v in found.items() if n not in ("INVALID", "SIZE", "FORCE_INT")}
+
+
+def test_the_traced_pattern_keeps_what_the_analysis_needs_and_nothing_torch_calls_besides() -> None:
+    for domain in NEEDED:
+        assert [n for n in NEEDED[domain] if not traced_api(n)] == [], domain
+        assert [n for n in UNUSED[domain] if traced_api(n)] == [], domain
+    assert api_base_name("cuMemcpyHtoDAsync_v2_ptsz") == "cuMemcpyHtoDAsync"
+    assert api_base_name("__cudaLaunchKernel_ptsz_v13000") == "__cudaLaunchKernel"
+    assert api_base_name("cuLaunchKernel") == "cuLaunchKernel"
+    assert traced_api("cudaLaunchKernel") and not traced_api("cudaLaunchHostFunc")  # display names too
+
+
+@pytest.mark.parametrize("domain", ["runtime", "driver"])
+def test_the_compiled_table_is_the_pattern_over_the_headers(cupti: ModuleType, domain: str) -> None:
+    """_cupti.TRACED_APIS (a list in C, by name) is exactly the header's callback ids gpu_native.TRACED_API picks."""
+    header = _header_cbids(domain)
+    table = cupti.TRACED_APIS[domain]
+    assert table == {n: v for n, v in header.items() if traced_api(n)}
+    assert set(NEEDED[domain]) <= set(table) and not set(UNUSED[domain]) & set(table)
+    assert set(NEEDED[domain]) | set(UNUSED[domain]) <= set(header)  # the names above are real
+    assert len(table) < len(header) / 3
+
+
+#: A libcupti that says yes to everything and keeps which API calls would be recorded (fake_recorded).
+FILTERING_LIBCUPTI = r"""
+#include <stdint.h>
+#include <string.h>
+static unsigned char on[2][4096]; /* [runtime, driver] */
+int cuptiGetVersion(uint32_t *v) { *v = 130001; return 0; }
+int cuptiGetResultString(int rc, const char **s) { (void)rc; *s = "FAKE_ERROR"; return 0; }
+int cuptiGetThreadIdType(int *t) { *t = 0; return 0; }
+int cuptiActivityEnable(int kind) { if (kind == 5 || kind == 4) memset(on[kind == 4], 1, 4096); return 0; }
+int cuptiActivityDisable(int kind) { if (kind == 5 || kind == 4) memset(on[kind == 4], 0, 4096); return 0; }
+#define OK(f) int f(void) { return 0; }
+OK(cuptiGetTimestamp) OK(cuptiGetCallbackName) OK(cuptiSetThreadIdType) OK(cuptiActivityRegisterCallbacks)
+OK(cuptiActivityFlushAll) OK(cuptiActivityGetNumDroppedRecords)
+int cuptiActivityGetNextRecord(void) { return 1; }
+#ifdef PER_API
+int cuptiActivityEnableRuntimeApi(uint32_t cbid, uint8_t e) { if (cbid >= 4096) return 1; on[0][cbid] = e; return 0; }
+int cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t e) { if (cbid >= 4096) return 1; on[1][cbid] = e; return 0; }
+#endif
+int fake_recorded(int driver, uint32_t cbid) { return on[driver][cbid]; }
+"""
+
+FILTERING_SCRIPT = """
+import ctypes, json, sys
+from pytest_inferscope import _cupti
+path = sys.argv[1]
+_cupti.load(path)
+fake = ctypes.CDLL(path)
+def recorded():
+    return [sorted(c for c in range(1, 4096) if fake.fake_recorded(d, c)) for d in (0, 1)]
+c = _cupti.Collector()
+out = {"version": _cupti.version()}
+c.start()
+out["started"], out["apis"], out["kinds"] = recorded(), c.api_records(), c.enabled()
+c.stop()
+out["stopped"] = recorded()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("case", ["per-api", "all-api-env", "no-per-api"])
+def test_start_records_only_the_traced_calls_with_a_fake_libcupti(cupti: ModuleType, tmp_path: Path, case: str) -> None:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("gcc missing: cannot build a fake libcupti")
+    source, lib = tmp_path / "fake.c", tmp_path / "libcupti_fake.so"
+    source.write_text(FILTERING_LIBCUPTI)
+    defines = [] if case == "no-per-api" else ["-DPER_API"]
+    subprocess.run([gcc, "-shared", "-fPIC", *defines, str(source), "-o", str(lib)], check=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop(ALL_API_ENV, None)
+    if case == "all-api-env":
+        env[ALL_API_ENV] = "1"
+    proc = subprocess.run([sys.executable, "-c", FILTERING_SCRIPT, str(lib)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    runtime, driver = out["started"]
+    sizes = [max(_header_cbids(d).values()) + 1 for d in ("runtime", "driver")]  # CBID_SIZE
+    assert out["kinds"][:4] == ["CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME"] and "DRIVER" in out["kinds"]
+    if case == "per-api":  # (ids past the headers' CBID_SIZE, calls newer than them, are left as they are)
+        assert [c for c in runtime if c < sizes[0]] == sorted(cupti.TRACED_APIS["runtime"].values())
+        assert [c for c in driver if c < sizes[1]] == sorted(cupti.TRACED_APIS["driver"].values())
+        n, of = [len(cupti.TRACED_APIS[d]) for d in ("runtime", "driver")], [size - 1 for size in sizes]
+        assert out["apis"] == f"runtime: {n[0]} traced calls of {of[0]}; driver: {n[1]} traced calls of {of[1]}"
+        assert out["version"].endswith("API records: launches, copies, memsets, syncs and allocations only")
+    elif case == "all-api-env":
+        assert len(runtime) == len(driver) == 4095  # the kind, untouched: every call
+        assert out["apis"] == (
+            "runtime: every call (INFERSCOPE_CUPTI_ALL_API=1); driver: every call (INFERSCOPE_CUPTI_ALL_API=1)"
+        )
+        assert out["version"].endswith("API records: every call (INFERSCOPE_CUPTI_ALL_API=1)")
+    else:
+        assert len(runtime) == len(driver) == 4095
+        assert "runtime: every call (this libcupti lacks cuptiActivityEnableRuntimeApi)" in out["apis"]
+        assert out["version"].endswith("API records: every call (this libcupti lacks cuptiActivityEnableRuntimeApi)")
+    assert out["stopped"] == [[], []]  # nothing recorded after stop, per-call switches included
 
 
 # -- decoding ------------------------------------------------------------------------------------------
