@@ -43,6 +43,7 @@ FINGERPRINT_KEYS = {
     "python": "Python version",
     "cpu_model": "CPU model",
     "plugin_version": "pytest-inferscope version",
+    "pinned_gpu": "GPU pinned to this worker (--inferscope-gpus)",
 }
 #: Per-round counts that do not depend on timing noise: compared exactly unless given a tolerance.
 DETERMINISTIC_METRICS = ("gpu.kernel_launches_per_round", "gpu.h2d_bytes_per_round", "gpu.d2h_bytes_per_round")

@@ -126,6 +126,23 @@ def fraction(high: float = 10.0) -> Parse:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
+def parse_gpus(value: Any) -> tuple[int, ...]:
+    """A comma-separated list of GPU indices, e.g. 0,1,2,3."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, list | tuple):
+        value = ",".join(str(v) for v in value)
+    if not isinstance(value, str):
+        raise ValueError("is not a list of GPU indices")
+    try:
+        gpus = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise ValueError("is not a list of GPU indices") from None
+    if not gpus or any(g < 0 for g in gpus):
+        raise ValueError("is not a list of GPU indices")
+    return gpus
+
+
 def parse_name(value: Any) -> str:
     """A baseline name: letters, digits, '.', '-' and '_', so it is a safe file name."""
     if isinstance(value, str) and _NAME.fullmatch(value.strip()):
@@ -235,6 +252,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
         f"set the latency statistic to {_one_of(_LATENCY_STATS)}", "p90", choices=_LATENCY_STATS,
     ),
     OptionSpec(
+        "gpus", optional(parse_gpus), None,
+        "GPUs to spread xdist workers over, one per worker (worker N gets the N-th, round robin), set as "
+        "CUDA_VISIBLE_DEVICES before CUDA starts; without xdist the first is used.",
+        "give GPU indices separated by commas", "0,1,2,3", metavar="LIST",
+    ),
+    OptionSpec(
         "save_baseline", optional(parse_name), None,
         "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept).",
         "give a name of letters, digits, '.', '-' and '_'", "main", metavar="NAME",
@@ -279,6 +302,7 @@ class Settings:
     cpu: CpuMode
     sample_interval_ms: float
     latency_stat: LatencyStat
+    gpus: tuple[int, ...] | None
     save_baseline: str | None
     compare: str | None
     baseline_dir: Path

@@ -21,6 +21,19 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _nvidia_driver() -> str | None:
+    """The NVIDIA kernel driver's version, from /proc (no library loaded), or None without one."""
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    for word in first.split():
+        if word.count(".") >= 1 and word.replace(".", "").isdigit():
+            return word
+    return None
+
+
 def _plugin_version() -> str:
     try:
         return metadata.version("pytest-inferscope")
@@ -36,6 +49,7 @@ def _static() -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "plugin_version": _plugin_version(),
+        "driver": _nvidia_driver(),
     }
 
 

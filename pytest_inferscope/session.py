@@ -12,6 +12,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import traceback
 import warnings
 from collections.abc import Generator
@@ -67,9 +68,33 @@ class InferscopeSession:
         self._environment: dict[str, Any] | None = None
         self.baseline: Baseline | None = None  # loaded at session start with --inferscope-compare
         self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
+        self.pinned_gpu: int | None = self._pin_gpu()
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
     # -- setup ---------------------------------------------------------------------
+
+    def _pin_gpu(self) -> int | None:
+        """With --inferscope-gpus, give this process (xdist worker N: the N-th GPU, round robin) one GPU.
+
+        It must happen before CUDA starts in the process, which is why it runs at configure time.
+        """
+        gpus = self.settings.gpus
+        if not gpus:
+            return None
+        workerinput = getattr(self.config, "workerinput", None)
+        if workerinput is None and self.config.getoption("numprocesses", None):
+            return None  # the xdist controller runs no tests: only its workers take a GPU
+        worker = int(str(workerinput["workerid"]).removeprefix("gw")) if workerinput else 0
+        gpu = gpus[worker % len(gpus)]
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            raise pytest.UsageError(
+                f"--inferscope-gpus={','.join(map(str, gpus))}: CUDA was already started in this process (by a "
+                f"conftest or plugin using CUDA at import), so GPU {gpu} can no longer be pinned. Move the CUDA "
+                "work into fixtures, or set CUDA_VISIBLE_DEVICES yourself and drop --inferscope-gpus."
+            )
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        return gpu
 
     def gpu_choice(self) -> Choice:
         """The GPU backend, chosen once per session (raises GpuBackendError when required and absent)."""
@@ -85,6 +110,8 @@ class InferscopeSession:
             from .environment import collect_environment
 
             env = collect_environment()
+            if self.pinned_gpu is not None:
+                env["pinned_gpu"] = self.pinned_gpu  # part of the baseline fingerprint
             for extra in self.config.hook.pytest_inferscope_machine_info(config=self.config):
                 env.update(extra or {})
             self._environment = env

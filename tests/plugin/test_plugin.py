@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -374,3 +375,30 @@ def test_report_path_that_cannot_be_created_is_a_usage_error_before_any_test(pyt
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "/proc/inferscope-cannot-exist/out" in result.stderr.str()
     assert "must not run" not in result.stdout.str()
+
+
+def test_inferscope_gpus_pins_one_gpu_per_xdist_worker(pytester: pytest.Pytester, monkeypatch) -> None:
+    pytest.importorskip("xdist")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # restored after the test, whatever happens
+    pytester.makepyfile(
+        """
+        import os, pytest
+
+        @pytest.mark.parametrize("n", range(6))
+        def test_where(n, worker_id, tmp_path_factory):
+            out = tmp_path_factory.getbasetemp().parent / f"{worker_id}-{n}"
+            out.write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
+        """
+    )
+    result = pytester.runpytest("-n", "2", "--inferscope-gpus=3,5", "-p", "no:randomly")
+    result.assert_outcomes(passed=6)
+    seen = {p.name.split("-")[0]: p.read_text() for p in pytester.path.parent.glob("**/gw*-*")}
+    assert seen == {"gw0": "3", "gw1": "5"}
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # the controller pinned nothing in its own process
+
+
+def test_inferscope_gpus_rejects_a_bad_list(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--inferscope-gpus=0,x")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--inferscope-gpus='0,x' is not a list of GPU indices" in result.stderr.str()
