@@ -150,6 +150,20 @@ class InferscopeSession:
         return base / d
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.settings.compare is not None or self.settings.save_baseline is not None:
+            self._check_baselines()
+        if self.settings.gpu == "required":
+            from .collectors.gpu import GpuBackendError
+
+            try:
+                self.gpu_choice()
+            except GpuBackendError as exc:
+                raise pytest.UsageError(str(exc)) from exc
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return self.header_lines()
+
+    def _check_baselines(self) -> None:
         from .baseline import BaselineError, BaselineStore
 
         store = BaselineStore(self.baseline_dir())
@@ -161,16 +175,6 @@ class InferscopeSession:
                 store.load(save)  # a corrupt or foreign file stops the run now, not after the tests
         except BaselineError as exc:
             raise pytest.UsageError(str(exc)) from exc
-        if self.settings.gpu == "required":
-            from .collectors.gpu import GpuBackendError
-
-            try:
-                self.gpu_choice()
-            except GpuBackendError as exc:
-                raise pytest.UsageError(str(exc)) from exc
-
-    def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return self.header_lines()
 
     def header_lines(self) -> list[str]:
         s = self.settings
