@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 
+# numpy cannot be imported twice in one process, and pytester's inline runs drop modules first
+# imported inside them from sys.modules. The plugin imports numpy only when it profiles, so
+# import it here, in the test session itself, before any inline run does.
+import numpy  # noqa: F401
 import pytest
 
 
