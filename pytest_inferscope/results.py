@@ -6,6 +6,7 @@ later stage can be re-run from a saved `report.json`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import types
@@ -35,24 +36,56 @@ class _Serial:
     """to_dict / from_dict for the dataclasses below (nested, lists, optionals)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+        return typing.cast(dict[str, Any], _plain(self))
 
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
         return typing.cast(T, _build(cls, data))
 
 
+#: Field names of each dataclass met, in definition order (dataclasses.fields() is slow to call).
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(cls: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type, in definition order; None for any other type."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        if not dataclasses.is_dataclass(cls):
+            return None
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _plain(value: Any) -> Any:
-    """Make a value JSON-safe: numpy scalars to Python, NaN/inf to None."""
+    """`value` as JSON-safe plain data, in one pass: dataclasses to dicts (as dataclasses.asdict),
+    tuples to lists, dict keys to str, numpy scalars and arrays to Python, NaN/inf to None.
+
+    Anything else is deep-copied, as dataclasses.asdict does, so the result shares nothing mutable.
+    """
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is float:
+        return value if math.isfinite(value) else None
+    if t is dict:
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
+    if t is list or t is tuple:
+        return [_plain(v) for v in value]
+    names = _FIELDS.get(t) or field_names(t)
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar or array, numpy not imported
+    if t.__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar or array, numpy not imported
         return _plain(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, int | str):  # subclasses (IntEnum, StrEnum): kept, as asdict keeps them
+        return value
+    return copy.deepcopy(value)
 
 
 def _build(tp: Any, data: Any) -> Any:

@@ -9,6 +9,7 @@ previous file or the new one, and nothing else in the folder is touched.
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..results import SCHEMA_VERSION, TestResult
 from .files import ReportDirError, atomic_open, atomic_write_text, check_report_dir, slugify
 from .jsonreport import ReportFormatError, dumps, load_report, to_json
 from .markdown import render_index, render_report, verdict_label
-from .trace import write_chrome_trace
+from .trace import THREAD_MIN_EVENTS, write_chrome_trace
 
 __all__ = [
     "ReportDirError",
@@ -51,18 +52,51 @@ def write_test_reports(
     folder = Path(report_dir) / result.slug
     folder.mkdir(parents=True, exist_ok=True)
     files = {"md": f"{result.slug}/report.md", "json": f"{result.slug}/report.json"}
+    saving: _Saving | None = None
     if raw is not None:
-        with atomic_open(folder / "raw.npz") as f:
-            raw.save(f, compress=False)
         files["raw"] = f"{result.slug}/raw.npz"
+        if timeline is not None and len(timeline) >= THREAD_MIN_EVENTS:
+            # A big raw.npz (mostly the kernel copying pages) is written while the trace is formatted.
+            saving = _Saving(raw, folder / "raw.npz")
+        else:
+            _save_raw(raw, folder / "raw.npz")
     if timeline is not None:
-        # The trace first: if the disk fills up, report.json does not point to a missing trace.
-        write_chrome_trace(timeline, folder / "trace.json", title=result.nodeid)
+        # The trace before report.json: if the disk fills up, report.json does not point to a missing trace.
+        try:
+            write_chrome_trace(timeline, folder / "trace.json", title=result.nodeid)
+        finally:
+            if saving is not None:
+                saving.wait()
         files["trace"] = f"{result.slug}/trace.json"
     result.files = dict(files)
     atomic_write_text(folder / "report.json", to_json(result))
     atomic_write_text(folder / "report.md", render_report(result))
     return files
+
+
+def _save_raw(raw: RawTrace, path: Path) -> None:
+    with atomic_open(path) as f:
+        raw.save(f, compress=False)
+
+
+class _Saving:
+    """`_save_raw` on a second thread; `wait()` returns when it is done and raises what it raised."""
+
+    def __init__(self, raw: RawTrace, path: Path) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(raw, path), name="inferscope-raw-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self, raw: RawTrace, path: Path) -> None:
+        try:
+            _save_raw(raw, path)
+        except BaseException as e:  # handed to the caller by wait()
+            self._error = e
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def write_index(results: list[TestResult], report_dir: Path, session: dict[str, Any]) -> Path:

@@ -66,6 +66,7 @@ def _env() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        auto_reload=False,  # the templates ship with the package: no stat() of them per report
     )
     env.filters.update(ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, cell=md_cell, value=fmt_value, text=md_text)
     env.filters["failed_keys"] = lambda checks: [c.key for c in checks if c.status == "failed"]

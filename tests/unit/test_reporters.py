@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import re
 import time
@@ -12,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Kind, MemoryKind, copy_flags
+from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import Timeline
-from pytest_inferscope.reporters import write_index, write_test_reports
+from pytest_inferscope.reporters import index_entry, write_index, write_test_reports
 from pytest_inferscope.reporters.files import (
     ReportDirError,
     atomic_write_bytes,
@@ -425,6 +427,102 @@ def test_to_json_is_strict_json_even_with_numpy_and_nan_in_evidence() -> None:
     assert ev["arr"] == [1.0, None] and ev["scalar"] == 2.5 and ev["inf"] is None
 
 
+def reference_to_dict(obj: Any) -> Any:
+    """What to_dict returned before it was made one pass: dataclasses.asdict, then a JSON-safe walk."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+            return plain(value.tolist())
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return value
+
+    return plain(dataclasses.asdict(obj))
+
+
+def odd_evidence_result() -> TestResult:
+    """Evidence as free-form as a rule may leave it: numpy, NaN, tuples, sets, non-str keys, enums."""
+    r = gpu_result()
+    r.analysis.findings[0].evidence.update(
+        arr=np.array([[1.0, np.nan], [2.0, 3.0]]), scalar=np.float32(2.5), count=np.int64(7), flag=np.bool_(True),
+        inf=float("-inf"), pair=(1, (2.5, float("nan"))), ids={3, 1}, by_stream={7: 0.5, 13: None},
+        kind=Kind.KERNEL, nested=[{"x": [np.float64("nan"), "ü \"q\"\n"]}], empty={}, none=[],
+    )  # fmt: skip
+    return r
+
+
+@pytest.mark.parametrize("build", [gpu_result, cpu_only_failing_result, partial_result, odd_evidence_result])
+def test_to_dict_and_to_json_are_what_they_were(build: Any) -> None:
+    from pytest_inferscope.reporters.jsonreport import _stdlib_dumps
+
+    r = build()
+    d = r.to_dict()
+    assert d == reference_to_dict(r) and json.dumps(d, sort_keys=True, default=str) == json.dumps(
+        reference_to_dict(r), sort_keys=True, default=str
+    )
+    assert to_json(r) == _stdlib_dumps(reference_to_dict(r)) + "\n"  # byte for byte: sorted, indent 1
+
+
+def test_to_dict_shares_nothing_mutable_with_the_result() -> None:
+    r = odd_evidence_result()
+    d = r.to_dict()
+    evidence = r.analysis.findings[0].evidence
+    assert d["analysis"]["findings"][0]["evidence"]["ids"] == {1, 3}
+    assert d["analysis"]["findings"][0]["evidence"]["ids"] is not evidence["ids"]
+    d["latency"]["samples_ms"].append(1.0)
+    d["analysis"]["metrics"]["new"] = 1.0
+    assert len(r.latency.samples_ms) == len(SAMPLES) and "new" not in r.analysis.metrics
+
+
+def test_dumps_writes_what_the_standard_library_writes() -> None:
+    from pytest_inferscope.reporters.jsonreport import _stdlib_dumps, dumps
+
+    odd = {
+        "nan": float("nan"), "list": [1, 2.5, None, True, False, {"b": 1, "a": [float("inf"), "ü\n\"x"]}],
+        "empty": {}, "none": [], "tuple": (1, 2), "int keys": {1: 2, 3: 4}, "np": np.float32(1.5),
+        "arr": np.arange(3), "set": {2, 1}, "enum": Kind.KERNEL, "sub": {"x": {"y": {"z": []}}},
+    }  # fmt: skip
+    for value in (odd, [], {}, "x", 1, 2.5, None, [odd, [odd]], index_entry(gpu_result())):
+        assert dumps(value) == _stdlib_dumps(value) + "\n"
+
+
+def test_a_big_test_writes_raw_npz_beside_its_trace_and_fails_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pytest_inferscope.reporters as reporters
+
+    monkeypatch.setattr(reporters, "THREAD_MIN_EVENTS", 1)  # raw.npz on its own thread, as for a big test
+    tl = small_timeline()
+    raw = RawTrace(events=tl.events.copy(), strings=list(STRINGS), dropped=3)
+    r = gpu_result()
+    files = write_test_reports(r, tl, tmp_path, raw=raw)
+    assert sorted(files) == ["json", "md", "raw", "trace"] and r.files == files
+    back = RawTrace.load(tmp_path / files["raw"])
+    assert (back.events == raw.events).all() and back.strings == raw.strings and back.dropped == 3
+    assert json.loads((tmp_path / files["trace"]).read_text())["traceEvents"]
+    assert json.loads((tmp_path / files["json"]).read_text())["files"] == files
+
+    def no_space(*args: Any, **kwargs: Any) -> int:
+        raise OSError(28, "No space left on device")
+
+    other = gpu_result("tests/test_full.py::test_disk")
+    monkeypatch.setattr(reporters, "write_chrome_trace", no_space)
+    with pytest.raises(OSError, match="No space"):
+        write_test_reports(other, tl, tmp_path, raw=raw)
+    assert sorted(p.name for p in (tmp_path / other.slug).iterdir()) == ["raw.npz"]  # no report, no temp file
+
+    monkeypatch.setattr(reporters, "write_chrome_trace", write_chrome_trace)
+    monkeypatch.setattr(RawTrace, "save", no_space)
+    third = gpu_result("tests/test_full.py::test_raw")
+    with pytest.raises(OSError, match="No space"):
+        write_test_reports(third, tl, tmp_path, raw=raw)
+    assert sorted(p.name for p in (tmp_path / third.slug).iterdir()) == ["trace.json"]
+
+
 def test_load_report_names_file_line_and_column_for_bad_json(tmp_path: Path) -> None:
     p = tmp_path / "report.json"
     p.write_text('{\n  "schema_version": 1,\n  "nodeid": oops\n}')
@@ -567,7 +665,7 @@ def test_trace_has_every_event_type_at_the_right_microsecond(tmp_path: Path) -> 
     data = load_trace(tmp_path, tl)
     evs = data["traceEvents"]
     assert data["displayTimeUnit"] == "ms" and data["otherData"]["dropped_events"] == 3
-    assert {e["ph"] for e in evs} == {"X", "i", "C", "s", "f", "M"}
+    assert {e["ph"] for e in evs} == {"X", "i", "C", "M"}  # flows are fields of the "X" slices
     by_name = {e["name"]: e for e in evs if e["ph"] == "X"}
     k = by_name["gemm_kernel"]
     assert (k["ts"], k["dur"], k["pid"], k["tid"], k["cat"]) == (1050.001, 1000.0, 100, 7, "kernel")
@@ -606,17 +704,113 @@ def test_trace_samples_point_into_stack_frames(tmp_path: Path) -> None:
     assert leaf["name"] == 'app:pre "q" (a.py:9)' and frames[leaf["parent"]]["name"] == "app:main (a.py:1)"
 
 
+def flow_links(evs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(launch, GPU work) pairs, linked as Perfetto's JSON importer and chrome://tracing link flow
+    v2 fields: an "X" slice with "flow_out" starts the flow "bind_id", each "X" with "flow_in" and
+    that id ends one (several may: one launch, several records)."""
+    out: dict[int, dict[str, Any]] = {}
+    ins = []
+    for e in evs:
+        assert e["ph"] not in ("s", "t", "f")  # no separate flow rows any more
+        if "bind_id" not in e:
+            assert "flow_in" not in e and "flow_out" not in e
+            continue
+        assert e["ph"] == "X" and isinstance(e["bind_id"], int) and e["bind_id"] > 0  # catapult: truthy
+        assert (e.get("flow_out") is True) != (e.get("flow_in") is True)
+        if e.get("flow_out"):
+            assert e["bind_id"] not in out  # a flow is started once
+            out[e["bind_id"]] = e
+        else:
+            ins.append(e)
+    assert all(e["bind_id"] in out for e in ins)  # every end has its start
+    return [(out[e["bind_id"]], e) for e in ins]
+
+
 def test_trace_flows_link_launch_to_gpu_work(tmp_path: Path) -> None:
     evs = load_trace(tmp_path, small_timeline())["traceEvents"]
-    starts = {e["id"]: e for e in evs if e["ph"] == "s"}
-    ends = {e["id"]: e for e in evs if e["ph"] == "f"}
-    assert starts.keys() == ends.keys() and len(starts) == 2
-    pairs = sorted((s["ts"], ends[i]["ts"]) for i, s in starts.items())
-    assert pairs == [(1000.0, 1050.001), (2100.0, 2200.0)]
-    for i, s in starts.items():
-        f = ends[i]
-        assert (s["pid"], s["tid"]) == (1, 4242) and f["pid"] == 100 and f["bp"] == "e"
-        assert s["cat"] == f["cat"] and s["name"] == f["name"]
+    links = flow_links(evs)
+    pairs = sorted((s["ts"], s["name"], g["ts"], g["name"]) for s, g in links)
+    assert pairs == [
+        (1000.0, "cudaLaunchKernel", 1050.001, "gemm_kernel"),
+        (2100.0, "cudaMemcpyAsync", 2200.0, "Memcpy HtoD"),
+    ]
+    for s, g in links:
+        assert (s["pid"], s["tid"], s["cat"]) == (1, 4242, "runtime") and g["pid"] == 100
+        assert s["bind_id"] == s["args"]["correlation"] == g["args"]["correlation"]  # the CUPTI correlation id
+
+
+def flow_timeline() -> Timeline:
+    """Launches and GPU work in every combination a flow writer must get right."""
+    rows = [
+        ev(Kind.RUNTIME, 100, 110, name=3, corr=5),  # one launch, two kernels (a graph launch)
+        ev(Kind.KERNEL, 200, 300, name=4, corr=5, device=0, stream=7, tid=-1),
+        ev(Kind.KERNEL, 300, 400, name=4, corr=5, device=0, stream=7, tid=-1),
+        ev(Kind.RUNTIME, 500, 510, name=3, corr=6),  # a launch whose work was not recorded: no flow
+        ev(Kind.KERNEL, 600, 700, name=4, corr=9, device=0, stream=7, tid=-1),  # work without its launch
+        ev(Kind.RUNTIME, 800, 810, name=8, corr=0),  # no correlation id
+        ev(Kind.MEMSET, 900, 950, name=5, corr=0, device=0, stream=7, tid=-1, value=64),
+        ev(Kind.RUNTIME, 1000, 1010, name=8, corr=12),  # the same id twice: the first launch owns it
+        ev(Kind.RUNTIME, 1020, 1030, name=8, corr=12),
+        ev(Kind.MEMSET, 1100, 1150, name=5, corr=12, device=1, stream=3, tid=-1, value=64),
+    ]
+    events = np.array(rows, dtype=EVENT_DTYPE)
+    return Timeline(events=events, parent=np.full(len(events), -1, np.int32), strings=list(STRINGS))
+
+
+@pytest.mark.parametrize("small_rows", [0, 1000], ids=["numpy-rows", "python-rows"])
+def test_trace_flows_in_every_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_rows: int) -> None:
+    from pytest_inferscope.reporters import trace
+
+    monkeypatch.setattr(trace, "SMALL_ROWS", small_rows)
+    evs = load_trace(tmp_path, flow_timeline())["traceEvents"]
+    links = sorted((s["ts"], g["ts"], g["pid"], s["bind_id"]) for s, g in flow_links(evs))
+    assert links == [(0.1, 0.2, 100, 5), (0.1, 0.3, 100, 5), (1.0, 1.1, 101, 12)]
+    unlinked = sorted(e["ts"] for e in evs if e["ph"] == "X" and "bind_id" not in e)
+    assert unlinked == [0.5, 0.6, 0.8, 0.9, 1.02]
+
+
+def test_trace_flows_link_every_launch_of_a_big_trace(tmp_path: Path) -> None:
+    tl = big_timeline(60_000, seed=2)  # the numpy rows and the writer thread
+    evs = load_trace(tmp_path, tl)["traceEvents"]
+    links = flow_links(evs)
+    corr, kind = tl.events["corr"], tl.events["kind"]
+    launched = set(corr[(kind == Kind.RUNTIME) & (corr != 0)].tolist())
+    gpu_work = corr[np.isin(kind, [Kind.KERNEL, Kind.MEMCPY]) & (corr != 0)]
+    assert len(links) == int(np.isin(gpu_work, list(launched)).sum()) > 1000  # every launch linked to its work
+    for s, g in links:
+        assert s["cat"] == "runtime" and g["cat"] in ("kernel", "memcpy")
+        assert s["bind_id"] == s["args"]["correlation"] == g["args"]["correlation"]
+
+
+def test_trace_is_the_same_whichever_way_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_inferscope.reporters import trace
+
+    for tl in (small_timeline(), flow_timeline(), big_timeline(3_000, seed=3)):
+        ways = []
+        for small_rows, thread_from in ((0, 10**9), (10**9, 10**9), (0, 0)):  # numpy, Python rows, thread
+            monkeypatch.setattr(trace, "SMALL_ROWS", small_rows)
+            monkeypatch.setattr(trace, "THREAD_MIN_EVENTS", thread_from)
+            data = load_trace(tmp_path, tl)
+            data["traceEvents"].sort(key=lambda e: json.dumps(e, sort_keys=True))  # row order may differ
+            ways.append(data)
+        assert ways[0] == ways[1] == ways[2]
+
+
+def test_a_small_trace_starts_no_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_inferscope.reporters import trace
+
+    def no_thread(*args: Any) -> None:
+        raise AssertionError("a writer thread for a small trace")
+
+    monkeypatch.setattr(trace, "_Background", no_thread)
+    assert load_trace(tmp_path, small_timeline())["traceEvents"]
+
+
+def test_trace_shows_the_host_waiting_for_the_device(tmp_path: Path) -> None:
+    rows = [ev(Kind.ROUND, 0, 1_000_000, name=1), ev(Kind.WAIT, 900_000, 1_000_000, name=2)]
+    tl = Timeline(events=np.array(rows, EVENT_DTYPE), parent=np.full(2, -1, np.int32), strings=list(STRINGS))
+    wait = [e for e in load_trace(tmp_path, tl)["traceEvents"] if e.get("cat") == "wait"]
+    assert [(e["ph"], e["ts"], e["dur"], e["tid"]) for e in wait] == [("X", 900.0, 100.0, 4242)]
 
 
 def test_trace_metadata_names_processes_and_threads(tmp_path: Path) -> None:
@@ -630,18 +824,20 @@ def test_trace_metadata_names_processes_and_threads(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.parametrize("thread_from", [0, 10**9], ids=["writer-thread", "direct"])
 def test_a_failed_trace_write_keeps_the_old_trace_and_no_temp_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread_from: int
 ) -> None:
     from pytest_inferscope.reporters import trace
 
+    monkeypatch.setattr(trace, "THREAD_MIN_EVENTS", thread_from)
     p = tmp_path / "trace.json"
     p.write_text("previous trace")
     real_emit, calls = trace._emit, []
 
     def failing_emit(*args: Any) -> int:
         calls.append(1)
-        if len(calls) == 5:  # after some blocks went to the writer thread
+        if len(calls) == 5:  # after some blocks went to the file (or the writer thread)
             raise MemoryError("out of memory while formatting")
         return real_emit(*args)
 
