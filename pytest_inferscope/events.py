@@ -190,19 +190,27 @@ class RawTrace:
         """
         import json
 
+        def utf8(value: object) -> np.ndarray:
+            # UTF-8 bytes: a numpy str array would store 4 bytes per character.
+            return np.frombuffer(json.dumps(value, default=str).encode(), dtype=np.uint8)
+
         (np.savez_compressed if compress else np.savez)(
             path,
             events=self.events,
-            strings=np.array(json.dumps(self.strings)),
-            attrs=np.array(json.dumps(self.attrs, default=str)),
+            strings=utf8(self.strings),
+            attrs=utf8(self.attrs),
             clock_pairs=np.array(self.clock_pairs, dtype=np.int64).reshape(-1, 2),
             meta=np.array([self.dropped, self.t0_ns], dtype=np.int64),
-            info=np.array(json.dumps(self.meta, default=str)),
+            info=utf8(self.meta),
         )
 
     @classmethod
     def load(cls, path: str | IO[bytes]) -> RawTrace:
         import json
+
+        def text(value: np.ndarray) -> str:
+            # UTF-8 bytes (current), or a numpy str scalar (files written before 0.1.0 was released).
+            return value.tobytes().decode() if value.dtype == np.uint8 else str(value)
 
         with np.load(path, allow_pickle=False) as z:
             if z["events"].dtype != EVENT_DTYPE:
@@ -210,10 +218,10 @@ class RawTrace:
             dropped, t0 = (int(x) for x in z["meta"])
             return cls(
                 events=z["events"],
-                strings=json.loads(str(z["strings"])),
-                attrs=json.loads(str(z["attrs"])),
+                strings=json.loads(text(z["strings"])),
+                attrs=json.loads(text(z["attrs"])),
                 clock_pairs=[(int(h), int(d)) for h, d in z["clock_pairs"]],
                 dropped=dropped,
                 t0_ns=t0,
-                meta=json.loads(str(z["info"])) if "info" in z else {},
+                meta=json.loads(text(z["info"])) if "info" in z else {},
             )
