@@ -33,13 +33,14 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import _common  # the header every benchmark prints (benchmarks/_common.py)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -62,39 +63,13 @@ THREADS = 1  # torch intra-op threads, as example_project/tests/conftest.py pins
 BATCH_SIZE, SEQ_LEN = 8, 64  # the example's `batch` fixture
 
 
-# -- the header every benchmark prints --------------------------------------------------------------
-
-
-def _run(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
 def header(title: str) -> list[str]:
-    """Date, commit (and whether the working tree differs from it), machine and versions."""
-    dirty = [ln for ln in _run(["git", "status", "--porcelain", "--", "pytest_inferscope"]).splitlines() if ln]
-    tree = f"working tree differs from HEAD in pytest_inferscope/: {len(dirty)} files" if dirty else "clean tree"
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return [
-        f"# {title}",
-        f"date: {_run(['date', '-u'])}",
-        f"commit: {_run(['git', 'rev-parse', '--short', 'HEAD'])} ({tree})",
-        f"machine: nproc={_run(['nproc'])}, CPU {cpu_model()}, load average {load}",
+    """The common header, with this benchmark's versions line."""
+    versions = (
         f"python {platform.python_version()}, torch {torch.__version__}, sys.getswitchinterval() "
-        f"{sys.getswitchinterval() * 1e3:g} ms",
-    ]
+        f"{sys.getswitchinterval() * 1e3:g} ms"
+    )
+    return _common.header(title, versions)
 
 
 # -- statistics ------------------------------------------------------------------------------------

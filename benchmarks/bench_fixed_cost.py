@@ -40,6 +40,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _common  # the header every benchmark prints (benchmarks/_common.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 5.0
 MODES: dict[str, tuple[str, list[str]]] = {
@@ -51,39 +53,11 @@ MODES: dict[str, tuple[str, list[str]]] = {
 BASE = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
 
-# -- the header every benchmark prints --------------------------------------------------------------
-
-
-def _run(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
 def header(title: str) -> list[str]:
-    """Date, commit (and whether the working tree differs from it), machine and versions."""
-    dirty = [ln for ln in _run(["git", "status", "--porcelain", "--", "pytest_inferscope"]).splitlines() if ln]
-    tree = f"working tree differs from HEAD in pytest_inferscope/: {len(dirty)} files" if dirty else "clean tree"
-    pytest_v = _run([sys.executable, "-c", "import pytest; print(pytest.__version__)"])
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return [
-        f"# {title}",
-        f"date: {_run(['date', '-u'])}",
-        f"commit: {_run(['git', 'rev-parse', '--short', 'HEAD'])} ({tree})",
-        f"machine: nproc={_run(['nproc'])}, CPU {cpu_model()}, load average {load}",
-        f"python {platform.python_version()}, pytest {pytest_v}",
-    ]
+    """The common header, with this benchmark's versions line."""
+    pytest_v = _common._run([sys.executable, "-c", "import pytest; print(pytest.__version__)"])
+    versions = f"python {platform.python_version()}, pytest {pytest_v}"
+    return _common.header(title, versions)
 
 
 # -- statistics ------------------------------------------------------------------------------------

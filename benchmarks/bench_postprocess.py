@@ -31,13 +31,14 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import _common  # the header every benchmark prints (benchmarks/_common.py)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -63,44 +64,16 @@ NODEID = "tests/test_inference.py::test_end_to_end_pipeline[synthetic]"
 TORCH_NOTE = (66_652, 5.2)  # events, seconds: the original note's key_averages() measurement
 
 
-# -- the header every benchmark prints --------------------------------------------------------------
-
-
-def _run(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
 def header(title: str) -> list[str]:
-    """Date, commit (and whether the working tree differs from it), machine and versions."""
-    dirty = [ln for ln in _run(["git", "status", "--porcelain", "--", "pytest_inferscope"]).splitlines() if ln]
-    tree = f"working tree differs from HEAD in pytest_inferscope/: {len(dirty)} files" if dirty else "clean tree"
+    """The common header, with this benchmark's versions line."""
     try:
         import torch
 
         torch_v = torch.__version__
     except ImportError:
         torch_v = "not installed"
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return [
-        f"# {title}",
-        f"date: {_run(['date', '-u'])}",
-        f"commit: {_run(['git', 'rev-parse', '--short', 'HEAD'])} ({tree})",
-        f"machine: nproc={_run(['nproc'])}, CPU {cpu_model()}, load average {load}",
-        f"python {platform.python_version()}, numpy {np.__version__}, torch {torch_v}",
-    ]
+    versions = f"python {platform.python_version()}, numpy {np.__version__}, torch {torch_v}"
+    return _common.header(title, versions)
 
 
 # -- statistics ------------------------------------------------------------------------------------

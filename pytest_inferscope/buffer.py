@@ -78,6 +78,14 @@ class TraceBuffer:
             self._local.ring = ring
         return ring
 
+    def _make_room(self, ring: _Ring) -> None:
+        """A full ring either spills to disk (nothing lost) or wraps (what follows overwrites the oldest)."""
+        if self.spill_dir is not None:
+            self._spill(ring)
+        else:
+            ring.pos = 0
+            ring.wrapped = True
+
     def _spill(self, ring: _Ring) -> None:
         self.spill_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
         fd, name = tempfile.mkstemp(prefix="inferscope-spill-", suffix=".npy", dir=self.spill_dir)
@@ -104,11 +112,7 @@ class TraceBuffer:
         """Append one event to the calling thread's ring (the hot path)."""
         ring = self._ring()
         if ring.pos >= self.capacity:
-            if self.spill_dir is not None:
-                self._spill(ring)
-            else:
-                ring.pos = 0
-                ring.wrapped = True
+            self._make_room(ring)
         if ring.wrapped:
             ring.dropped += 1  # this write overwrites the oldest kept event
         ring.data[ring.pos] = (start, end, value, corr, name, tid, stream, device, kind, domain, flags)
@@ -155,11 +159,7 @@ class TraceBuffer:
         n = len(records)
         while done < n:
             if ring.pos >= self.capacity:
-                if self.spill_dir is not None:
-                    self._spill(ring)
-                else:
-                    ring.pos = 0
-                    ring.wrapped = True
+                self._make_room(ring)
             take = min(n - done, self.capacity - ring.pos)
             if ring.wrapped:
                 lost += take

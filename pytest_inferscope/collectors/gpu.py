@@ -69,6 +69,21 @@ class Choice:
         return "not collected (" + "; ".join(v if k == "gpu" else f"{k}: {v}" for k, v in self.reasons.items()) + ")"
 
 
+def require_driver() -> None:
+    """Raise RuntimeError with the reason when the NVIDIA driver library cannot be loaded.
+
+    Loading libcuda initialises nothing (unlike cuInit); RTLD_LOCAL keeps its symbols to itself.
+    """
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1", mode=os.RTLD_LOCAL | os.RTLD_LAZY)
+    except OSError as exc:
+        raise RuntimeError(
+            f"NVIDIA driver library libcuda.so.1 cannot be loaded ({exc}): no usable GPU driver"
+        ) from exc
+
+
 def _cuda_device_present() -> str | None:
     """None when a CUDA device looks usable, else the reason it doesn't."""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..events import EVENT_DTYPE, Domain, Kind
+from .gpu import require_driver
 from .gpu_native import DEFAULT_BUFFER_MB, DeviceSync, _foreign_profiler, _trace_size_mb, every_api_call, traced_api
 
 # CUpti_ActivityKind and related enum values (cupti_activity.h, CUDA 13.0); the same values
@@ -581,12 +582,7 @@ def create(
             f"cupti-python is not installed ({exc}); `pip install cupti-python` (or pytest-inferscope[gpu]) "
             "matching the CUDA major version of the driver"
         ) from exc
-    try:  # loading libcuda initialises nothing, unlike cuInit; RTLD_LOCAL keeps its symbols to itself
-        ctypes.CDLL("libcuda.so.1", mode=os.RTLD_LOCAL | os.RTLD_LAZY)
-    except OSError as exc:
-        raise RuntimeError(
-            f"NVIDIA driver library libcuda.so.1 cannot be loaded ({exc}): no usable GPU driver"
-        ) from exc
+    require_driver()
     missing = _load_libcupti()
     if missing is not None:
         raise RuntimeError(f"cupti-python cannot use CUPTI here: {missing}")

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..events import EVENT_DTYPE
+from .gpu import require_driver
 
 DEFAULT_BUFFER_MB = 8  # per CUPTI buffer; CUPTI asks for more buffers as it fills them
 DEFAULT_TRACE_SIZE_MB = 100.0  # INFERSCOPE_TRACE_SIZE_MB: also caps the GPU records kept between drains
@@ -215,12 +216,7 @@ def create(
         _cupti.load()
     except _cupti.CuptiError as exc:
         raise RuntimeError(str(exc)) from exc
-    try:  # loading libcuda initialises nothing, unlike cuInit; RTLD_LOCAL keeps its symbols to itself
-        ctypes.CDLL("libcuda.so.1", mode=os.RTLD_LOCAL | os.RTLD_LAZY)
-    except OSError as exc:
-        raise RuntimeError(
-            f"NVIDIA driver library libcuda.so.1 cannot be loaded ({exc}): no usable GPU driver"
-        ) from exc
+    require_driver()
     if max_records is None:
         max_records = int(_trace_size_mb() * (1 << 20)) // EVENT_DTYPE.itemsize
     collector = _cupti.Collector(buffer_mb << 20, max_records, driver=driver)

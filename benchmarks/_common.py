@@ -1,0 +1,41 @@
+"""What every benchmark prints first: date, commit (and whether the tree differs), machine, versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def header(title: str, versions: str) -> list[str]:
+    """Date, commit (and whether the working tree differs from it), machine, and the given versions line."""
+    dirty = [ln for ln in _run(["git", "status", "--porcelain", "--", "pytest_inferscope"]).splitlines() if ln]
+    tree = f"working tree differs from HEAD in pytest_inferscope/: {len(dirty)} files" if dirty else "clean tree"
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [
+        f"# {title}",
+        f"date: {_run(['date', '-u'])}",
+        f"commit: {_run(['git', 'rev-parse', '--short', 'HEAD'])} ({tree})",
+        f"machine: nproc={_run(['nproc'])}, CPU {cpu_model()}, load average {load}",
+        versions,
+    ]
