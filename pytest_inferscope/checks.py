@@ -117,6 +117,27 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             high=1,
             gpu=True,
         ),
+        MarkerKey(
+            "max_kernel_launches",
+            "number",
+            "fail when a round launches more GPU kernels than this (deterministic)",
+            low=0,
+            gpu=True,
+        ),
+        MarkerKey(
+            "max_h2d_bytes",
+            "number",
+            "fail when a round copies more bytes host-to-device than this (deterministic)",
+            low=0,
+            gpu=True,
+        ),
+        MarkerKey(
+            "max_syncs",
+            "number",
+            "fail when a round makes more blocking synchronisations than this (deterministic)",
+            low=0,
+            gpu=True,
+        ),
         MarkerKey("rounds", "int", "measured calls of the test body", low=1, high=1_000_000, threshold=False),
         MarkerKey(
             "warmup", "int", "calls before the measured ones, not counted", low=0, high=1_000_000, threshold=False
@@ -125,6 +146,14 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             "cpu", "choice", "CPU collector mode for this test", choices=("sample", "trace", "off"), threshold=False
         ),
     )
+}
+
+
+#: Deterministic per-round counts: the same every run of the same code, so CI can gate on them tightly.
+_PER_ROUND = {
+    "max_kernel_launches": ("gpu.kernel_launches_per_round", "kernel launches"),
+    "max_h2d_bytes": ("gpu.h2d_bytes_per_round", "host-to-device bytes"),
+    "max_syncs": ("host.syncs_per_round", "blocking synchronisations"),
 }
 
 
@@ -254,6 +283,13 @@ def evaluate(
                 )
             else:
                 add(key, limit, peak, peak > limit, "peak GPU memory allocated", _mb)
+        elif key in _PER_ROUND:
+            metric, what = _PER_ROUND[key]
+            count = m.get(metric)
+            if count is None:
+                not_evaluated(key, limit, f"{what} was not measured", fail=gpu_required)
+            else:
+                add(key, limit, count, count > limit, f"{what} per round", lambda v: f"{v:,.0f}")
         elif key == "max_transfer_fraction":
             frac = m.get("gpu.transfer_fraction")
             add(key, limit, frac, (frac or 0.0) > limit, "transfer fraction", lambda v: f"{100 * v:.1f}%")

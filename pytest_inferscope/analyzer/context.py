@@ -519,6 +519,9 @@ class Context:
             m["gpu.transfer_fraction"] = union_ns(cp["all"]["start"], cp["all"]["end"]) / wall
             m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / self.n_rounds
             m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / self.n_rounds
+            ev = self.timeline.events
+            allocs = (ev["kind"] == Kind.GPU_MEMORY) & (ev["value"] > 0) & self.in_rounds
+            m["gpu.allocations_per_round"] = float(np.count_nonzero(allocs)) / self.n_rounds
         else:
             for k in (
                 "busy_fraction",
@@ -528,6 +531,7 @@ class Context:
                 "transfer_fraction",
                 "h2d_bytes_per_round",
                 "d2h_bytes_per_round",
+                "allocations_per_round",
             ):
                 m[f"gpu.{k}"] = None
         m["trace.dropped_events"] = float(self.timeline.dropped)

@@ -105,3 +105,27 @@ def test_gpu_thresholds_are_evaluated_with_gpu_data() -> None:
 def test_overhead_threshold_uses_the_collector_estimate() -> None:
     (check,) = evaluate({"max_overhead": 0.01}, _analysis(), LAT, gpu_collected=False, overhead=0.05)
     assert check.status == "failed" and "5.00%" in check.message
+
+
+def test_deterministic_per_round_counts_gate_exactly() -> None:
+    metrics = {"gpu.kernel_launches_per_round": 412.0, "gpu.h2d_bytes_per_round": 4096.0, "host.syncs_per_round": 0.0}
+    checks = {
+        c.key: c
+        for c in evaluate(
+            {"max_kernel_launches": 400, "max_h2d_bytes": 1 << 20, "max_syncs": 0},
+            _analysis(**metrics),
+            LAT,
+            gpu_collected=True,
+        )
+    }
+    assert (
+        checks["max_kernel_launches"].status == "failed"
+        and "kernel launches per round 412" in checks["max_kernel_launches"].message
+    )
+    assert checks["max_h2d_bytes"].status == "passed" and checks["max_syncs"].status == "passed"
+
+
+def test_deterministic_counts_need_gpu_data() -> None:
+    (check,) = evaluate({"max_kernel_launches": 10}, _analysis(), LAT, gpu_collected=False, gpu_reason="no GPU")
+    assert check.status == "not_evaluated" and "no GPU" in check.message
+    assert validate_marker(NODE, (), {"max_syncs": -1})
