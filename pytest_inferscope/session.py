@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pytest_inferscope")
 
+#: Custom analyzer rules, read from the rootdir (docs/custom-rules.md).
+CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
 #: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
 MARKED_ROUNDS, MARKED_WARMUP = 5, 1
 
@@ -68,6 +70,7 @@ class InferscopeSession:
         self._environment: dict[str, Any] | None = None
         self.baseline: Baseline | None = None  # loaded at session start with --inferscope-compare
         self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
+        self.custom_rules: list[Any] = []  # from .inferscope_rules.yaml, loaded at session start
         self.pinned_gpu: int | None = self._pin_gpu()
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
@@ -152,6 +155,7 @@ class InferscopeSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.settings.compare is not None or self.settings.save_baseline is not None:
             self._check_baselines()
+        self.custom_rules = self._load_custom_rules()
         if self.settings.gpu == "required":
             from .collectors.gpu import GpuBackendError
 
@@ -162,6 +166,18 @@ class InferscopeSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return self.header_lines()
+
+    def _load_custom_rules(self) -> list[Any]:
+        """The rules of the rootdir's .inferscope_rules.yaml, checked now (a bad file stops the run)."""
+        path = self.config.rootpath / CUSTOM_RULES_FILE
+        if not path.is_file():
+            return []
+        from .analyzer.custom import CustomRuleError, load_rules, metric_names
+
+        try:
+            return load_rules(path, known_metrics=metric_names())
+        except CustomRuleError as exc:
+            raise pytest.UsageError(str(exc)) from exc
 
     def _check_baselines(self) -> None:
         from .baseline import BaselineError, BaselineStore
@@ -283,6 +299,7 @@ class InferscopeSession:
         assert pending.raw is not None
         plan = self.plans[item.nodeid]
         rules = [r for extra in self.config.hook.pytest_inferscope_rules(config=self.config) for r in extra or ()]
+        rules += self.custom_rules
         from .analyzer import DEFAULT_RULES
 
         comparison = None

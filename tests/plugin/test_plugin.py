@@ -402,3 +402,41 @@ def test_inferscope_gpus_rejects_a_bad_list(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--inferscope-gpus=0,x")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--inferscope-gpus='0,x' is not a list of GPU indices" in result.stderr.str()
+
+
+def test_custom_rules_from_the_rootdir_join_the_analysis(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".yaml",
+        **{
+            ".inferscope_rules": """
+bottleneck_rules:
+  - name: slow_round
+    condition: "latency_ms.median > 1"
+    suggestion: "Rounds take {latency_ms.median:.1f} ms: look at the sleep"
+    confidence_weight: 1.0
+"""
+        },
+    )
+    pytester.makepyfile(
+        "import time, pytest\n\n@pytest.mark.inferscope(rounds=2)\ndef test_x():\n    time.sleep(0.003)\n"
+    )
+    result = pytester.runpytest("--inferscope-report=out")
+    result.assert_outcomes(passed=1)
+    (d,) = slug_dirs(pytester.path / "out")
+    findings = {f["rule"]: f for f in json.loads((d / "report.json").read_text())["analysis"]["findings"]}
+    assert "slow_round" in findings and "look at the sleep" in findings["slow_round"]["suggestions"][0]["action"]
+
+
+def test_a_bad_custom_rule_stops_the_run_naming_the_rule_and_line(pytester: pytest.Pytester) -> None:
+    pytester.makefile(
+        ".yaml",
+        **{
+            ".inferscope_rules": "bottleneck_rules:\n  - name: typo\n"
+            '    condition: "latency_ms.medain > 1"\n    suggestion: x\n'
+        },
+    )
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert ".inferscope_rules.yaml:" in err and "typo" in err and "latency_ms.median" in err
