@@ -53,6 +53,7 @@ def _options(settings: Settings, cpu: str | None) -> CollectionOptions:
         trace_size_mb=settings.trace_size_mb,
         trace_spill=str(settings.trace_spill) if settings.trace_spill else None,
         gpu_required=settings.gpu == "required",
+        modules=settings.modules,
     )
 
 

@@ -145,6 +145,14 @@ MARKER_KEYS: dict[str, MarkerKey] = {
         MarkerKey(
             "cpu", "choice", "CPU collector mode for this test", choices=("sample", "trace", "off"), threshold=False
         ),
+        MarkerKey(
+            "modules",
+            "int",
+            "record torch.nn.Module forwards to this depth for this test (0 = off)",
+            low=0,
+            high=32,
+            threshold=False,
+        ),
     )
 }
 
@@ -307,3 +315,4 @@ class Plan:
     thresholds: dict[str, Any] = field(default_factory=dict)
     latency_stat: str = "median"
     cpu: str = "sample"
+    modules: int = 0

@@ -252,6 +252,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
         f"set the latency statistic to {_one_of(_LATENCY_STATS)}", "p90", choices=_LATENCY_STATS,
     ),
     OptionSpec(
+        "modules", number(0, 32, integer=True), 0,
+        "Record torch.nn.Module forwards down to this depth (per-layer CPU and GPU time); 0 = off. Costs a few "
+        "µs per module call (torch's global hooks): see docs/modules.md.",
+        "give a module depth, a whole number from 0 (off) to 32", "3", metavar="DEPTH",
+    ),
+    OptionSpec(
         "gpus", optional(parse_gpus), None,
         "GPUs to spread xdist workers over, one per worker (worker N gets the N-th, round robin), set as "
         "CUDA_VISIBLE_DEVICES before CUDA starts; without xdist the first is used.",
@@ -302,6 +308,7 @@ class Settings:
     cpu: CpuMode
     sample_interval_ms: float
     latency_stat: LatencyStat
+    modules: int
     gpus: tuple[int, ...] | None
     save_baseline: str | None
     compare: str | None

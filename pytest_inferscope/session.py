@@ -139,6 +139,7 @@ class InferscopeSession:
             thresholds=kwargs,
             latency_stat=str(kwargs.get("latency_stat", s.latency_stat)),
             cpu=str(kwargs.get("cpu", s.cpu)),
+            modules=int(kwargs.get("modules", s.modules)),
         )
 
     # -- hooks ---------------------------------------------------------------------
@@ -235,6 +236,7 @@ class InferscopeSession:
             trace_size_mb=s.trace_size_mb,
             trace_spill=str(s.trace_spill) if s.trace_spill else None,
             gpu_required=s.gpu == "required",
+            modules=plan.modules,
         )
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
         pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)

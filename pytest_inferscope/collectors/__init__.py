@@ -25,6 +25,7 @@ from ..warning import warn_once
 from .cpu import Sampler, Tracer
 from .gpu import Choice, GpuBackendError, synchronize_device
 from .memory import Counters, MemoryCollector
+from .modules import ModuleTracker
 
 R = TypeVar("R")
 RAISED_FLAG = 2  # a span whose body raised
@@ -46,6 +47,7 @@ class CollectionOptions:
     trace_size_mb: float = 100.0
     trace_spill: str | None = None
     gpu_required: bool = False
+    modules: int = 0  # torch.nn.Module depth to record; 0 = off
 
 
 class _Scope:
@@ -109,6 +111,8 @@ class Collection:
         self.memory = MemoryCollector()
         self.sampler: Sampler | None = None
         self.tracer: Tracer | None = None
+        self.modules: ModuleTracker | None = None
+        self.modules_note = "off"
         self.rounds: list[dict[str, Any]] = []
         self.clock_pairs: list[tuple[int, int]] = []
         self.t0 = 0
@@ -149,6 +153,12 @@ class Collection:
             self.sampler = Sampler(self.buffer, self.options.sample_interval_ms, threading.get_ident(), tid)
         elif self.options.cpu == "trace":
             self.tracer = Tracer(self.buffer, tid)
+        if self.options.modules > 0:
+            tracker = ModuleTracker(self.buffer, self.options.modules)
+            if tracker.start():
+                self.modules, self.modules_note = tracker, f"torch.nn.Module forwards to depth {self.options.modules}"
+            else:
+                self.modules_note = "asked for, but torch was not imported (or too old for global module hooks)"
         _active = self
         self._running = True
         self.t0 = host_clock_ns()
@@ -162,6 +172,8 @@ class Collection:
         global _active
         if self._running:
             self.t_end = host_clock_ns()
+            if self.modules is not None:
+                self.modules.stop()  # spans still open close inside the test
             if self.tracer is not None:
                 self.tracer.stop()
             if self.sampler is not None:
@@ -311,6 +323,8 @@ class Collection:
         else:
             reason = self.gpu_error or (self.gpu_choice.describe() if self.gpu_choice else "GPU collection not set up")
             gpu = CollectorInfo("gpu", False, "none", reason=reason.removeprefix("not collected (").removesuffix(")"))
+        if self.options.modules > 0:
+            cpu.mode += f"; modules: {self.modules_note}"
         mem = CollectorInfo("memory", True, self.memory.mode())
         return [cpu, gpu, mem]
 

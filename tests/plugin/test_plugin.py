@@ -440,3 +440,35 @@ def test_a_bad_custom_rule_stops_the_run_naming_the_rule_and_line(pytester: pyte
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert ".inferscope_rules.yaml:" in err and "typo" in err and "latency_ms.median" in err
+
+
+def test_module_attribution_is_opt_in_per_test(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("torch")
+    pytester.makepyfile(
+        """
+        import pytest, torch
+
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+        x = torch.randn(32, 64)
+
+        @pytest.mark.inferscope(rounds=3, modules=2)
+        def test_with_modules():
+            with torch.inference_mode():
+                model(x)
+
+        @pytest.mark.inferscope(rounds=3)
+        def test_without():
+            with torch.inference_mode():
+                model(x)
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out")
+    result.assert_outcomes(passed=2)
+    scopes = {}
+    for report in (pytester.path / "out").glob("*/report.json"):
+        data = json.loads(report.read_text())
+        scopes[data["nodeid"].rsplit("::", 1)[1]] = {s["path"]: s for s in data["analysis"]["scopes"]}
+    with_modules = scopes["test_with_modules"]
+    assert {"Sequential", "Sequential/0", "Sequential/2"} <= set(with_modules)
+    assert with_modules["Sequential/0"]["kind"] == "module" and with_modules["Sequential/0"]["count"] == 3
+    assert scopes["test_without"] == {}
