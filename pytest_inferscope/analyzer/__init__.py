@@ -11,7 +11,21 @@ from collections.abc import Iterable
 from ..merger import Timeline
 from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
 from .context import Context
-from .rules import DEFAULT_RULES, Rule
+from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
+from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall, transfers
+
+#: The built-in rules, in the order their findings are listed on equal shares.
+DEFAULT_RULES: list[Rule] = [
+    cpu_saturation,
+    off_cpu_wait,
+    memory_pressure,
+    gpu_saturation,
+    gpu_idle_host,
+    transfers,
+    sync_stall,
+    launch_overhead,
+    cpu_contention,
+]
 
 __all__ = ["DEFAULT_RULES", "Analysis", "BottleneckAnalyzer", "Context", "Rule", "analyze", "classify"]
 

@@ -464,7 +464,7 @@ def _spec(path: Path, index: int, node: Any, known: Collection[str] | None, seen
         raise err("name", "the name must be an identifier (letters, digits, '_', '-'; not starting with a digit)")
     if name in seen:
         raise err("name", f"duplicate rule name (first defined at {seen[name]})")
-    from .rules import DEFAULT_RULES
+    from . import DEFAULT_RULES
 
     if name in {r.__name__ for r in DEFAULT_RULES}:
         raise err("name", "the name is a built-in rule's; choose another")
