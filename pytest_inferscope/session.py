@@ -328,11 +328,22 @@ class InferscopeSession:
             comparison=comparison,
         )
         self.results.append(result)
+        self._note_environment_change(result)
         handle = self.fixtures.get(item.nodeid)
         if handle is not None:
             handle.result = result
         self.config.hook.pytest_inferscope_result(config=self.config, result=result)
         return result
+
+    def _note_environment_change(self, result: TestResult) -> None:  # also called by xdist.XdistHooks
+        """Say once, in the summary, that the baseline was recorded elsewhere: never a silent comparison."""
+        diffs = (result.regression or {}).get("fingerprint_differences") or []
+        if diffs and not any(n.startswith("inferscope: environment differs") for n in self.notes):
+            name = (result.regression or {}).get("baseline_name", "")
+            self.notes.append(
+                f"inferscope: environment differs from baseline {name!r} ({'; '.join(diffs)}): "
+                "latency was not compared (inconclusive) for the tests it recorded elsewhere"
+            )
 
     def fixture(self, request: pytest.FixtureRequest) -> InferscopeFixture:
         from .api import InferscopeFixture

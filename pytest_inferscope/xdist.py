@@ -22,4 +22,7 @@ class XdistHooks:
         from .results import TestResult
 
         data = getattr(node, "workeroutput", {}).get("inferscope_results", [])
-        self.session.results.extend(TestResult.from_dict(d) for d in data)
+        for d in data:
+            result = TestResult.from_dict(d)
+            self.session.results.append(result)
+            self.session._note_environment_change(result)  # the summary line the workers cannot write

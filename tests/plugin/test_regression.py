@@ -114,3 +114,52 @@ def test_a_test_missing_from_the_baseline_is_not_evaluated_with_the_reason(
     checks = {c["key"]: c for c in json.loads(report.read_text())["checks"]}
     assert checks["max_regression"]["status"] == "not_evaluated"
     assert "is not in baseline 'main'" in checks["max_regression"]["message"]
+
+
+def test_a_baseline_from_another_environment_is_not_compared_silently(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run(project, monkeypatch, 0.002, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+    path = project.path / ".inferscope" / "baselines" / "main.json"
+    stored = json.loads(path.read_text())
+    for entries in stored["tests"].values():
+        entries[-1]["fingerprint"]["cpu_model"] = "Some Other CPU 9000"
+    path.write_text(json.dumps(stored))
+    result = run(project, monkeypatch, 0.004, "--inferscope-compare=main", "--inferscope-report=out")
+    result.assert_outcomes(passed=1)  # a 2x slowdown, but on another machine's numbers: not a failure
+    result.stdout.fnmatch_lines(["*environment differs from baseline 'main'*Some Other CPU 9000*not compared*"])
+    (report,) = (project.path / "out").glob("*/report.json")
+    data = json.loads(report.read_text())
+    assert data["regression"]["verdict"] == "inconclusive"
+    assert {c["key"]: c["status"] for c in data["checks"]}["max_regression"] == "not_evaluated"
+
+
+def test_xdist_gives_the_serial_runs_summary_index_and_junit_properties(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(4))
+        @pytest.mark.inferscope(rounds=3, max_latency_ms=10_000)
+        def test_p(n):
+            sum(range(5000 * (n + 1)))
+        """
+    )
+
+    def shape(*args: str) -> tuple[list[str], list[str], dict[str, list[str]]]:
+        out = pytester.path / f"out{len(args)}"
+        result = pytester.runpytest(*args, f"--inferscope-report={out}", f"--junitxml={out}.xml", "-p", "no:randomly")
+        result.assert_outcomes(passed=4)
+        summary = result.stdout.str().split("= inferscope =")[1].splitlines()
+        rows = sorted(line.split()[0] for line in summary if "::test_p[" in line)
+        index = sorted(line.split("](")[0] for line in (out / "index.md").read_text().splitlines() if "test_p" in line)
+        props = {
+            case.get("name", ""): sorted(p.get("name", "") for p in case.iter("property"))
+            for case in ET.parse(f"{out}.xml").getroot().iter("testcase")
+        }
+        return rows, index, props
+
+    serial = shape()
+    parallel = shape("-n", "2")
+    assert len(serial[0]) == 4 and serial == parallel
