@@ -472,3 +472,28 @@ def test_module_attribution_is_opt_in_per_test(pytester: pytest.Pytester) -> Non
     assert {"Sequential", "Sequential/0", "Sequential/2"} <= set(with_modules)
     assert with_modules["Sequential/0"]["kind"] == "module" and with_modules["Sequential/0"]["count"] == 3
     assert scopes["test_without"] == {}
+
+
+def test_deterministic_thresholds_without_gpu_data_say_why_and_bad_values_stop_the_run(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(rounds=2, max_kernel_launches=100, max_h2d_bytes=1e6, max_syncs=0)
+        def test_counts():
+            pass
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "--inferscope-gpu=off")
+    result.assert_outcomes(passed=1)
+    (report,) = (pytester.path / "out").glob("*/report.json")
+    checks = {c["key"]: c for c in json.loads(report.read_text())["checks"]}
+    for key in ("max_kernel_launches", "max_h2d_bytes", "max_syncs"):
+        assert checks[key]["status"] == "not_evaluated" and "switched off" in checks[key]["message"]
+
+    pytester.makepyfile("import pytest\n\n@pytest.mark.inferscope(max_syncs=-1)\ndef test_counts():\n    pass\n")
+    bad = pytester.runpytest()
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*max_syncs*out of range*"])
