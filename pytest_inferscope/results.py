@@ -223,6 +223,10 @@ class ScopeStat(_Serial):
     total_ms: float
     mean_ms: float
     share: float
+    gpu_ms: float | None = (
+        None  # per round: GPU work launched inside it (and inside its children); None without GPU data
+    )
+    launches: float | None = None  # per round: kernels launched inside it
 
 
 @dataclass

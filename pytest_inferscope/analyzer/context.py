@@ -193,6 +193,32 @@ class Context:
             memo[i] = f"{memo[p]}/{own}" if p >= 0 and kinds[p] in (Kind.SCOPE, Kind.MODULE) and p in memo else own
         return memo
 
+    def _gpu_inside(self) -> tuple[dict[int, float], dict[int, float]]:
+        """GPU ns and kernel launches per scope/module span, its children's included.
+
+        A GPU record's parent is the span its launch ran in (the merger's doing), so the
+        per-parent sums (one bincount) are propagated up the span tree, innermost spans first.
+        """
+        tl = self.timeline
+        ev = tl.events
+        if not self.has_gpu:
+            return {}, {}
+        gpu = np.flatnonzero(tl.mask(*GPU_KINDS) & self.in_rounds)
+        parents = tl.parent[gpu]
+        keep = parents >= 0
+        gpu, parents = gpu[keep], parents[keep]
+        n = len(ev)
+        ns = np.bincount(parents, weights=(ev["end"][gpu] - ev["start"][gpu]).astype(float), minlength=n)
+        count = np.bincount(parents, weights=(ev["kind"][gpu] == Kind.KERNEL).astype(float), minlength=n)
+        spans = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE, Kind.ROUND, Kind.TEST, Kind.WAIT, Kind.CALL))
+        span_parent = tl.parent[spans].tolist()
+        for i, p in zip(spans[::-1].tolist(), span_parent[::-1], strict=True):  # reverse start order: bottom-up
+            if p >= 0 and ns[i]:
+                ns[p] += ns[i]
+                count[p] += count[i]
+        touched = spans[ns[spans] > 0].tolist()
+        return {i: float(ns[i]) for i in touched}, {i: float(count[i]) for i in touched}
+
     @cached_property
     def scopes(self) -> list[ScopeStat]:
         tl = self.timeline
@@ -201,10 +227,16 @@ class Context:
         paths = self._paths
         agg: dict[tuple[str, str], list[float]] = {}
         kinds, durs = ev["kind"][idx].tolist(), (ev["end"][idx] - ev["start"][idx]).tolist()
+        gpu_ns, launches = self._gpu_inside()
+        gpu_agg: dict[tuple[str, str], list[float]] = {}
         for i, k, d in zip(idx.tolist(), kinds, durs, strict=True):
             key = (paths[i], "scope" if k == Kind.SCOPE else "module")
             agg.setdefault(key, []).append(float(d))
+            g = gpu_agg.setdefault(key, [0.0, 0.0])
+            g[0] += gpu_ns.get(i, 0.0)
+            g[1] += launches.get(i, 0.0)
         wall, n = max(1, self.wall_ns), self.n_rounds
+        has_gpu = self.has_gpu
         out = [
             ScopeStat(
                 path=p,
@@ -213,6 +245,8 @@ class Context:
                 total_ms=sum(d) / _MS / n,
                 mean_ms=sum(d) / len(d) / _MS,
                 share=sum(d) / wall,
+                gpu_ms=gpu_agg[(p, k)][0] / _MS / n if has_gpu else None,
+                launches=gpu_agg[(p, k)][1] / n if has_gpu else None,
             )
             for (p, k), d in agg.items()
         ]

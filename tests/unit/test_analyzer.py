@@ -243,3 +243,19 @@ def test_host_time_inside_a_pageable_copy_call_is_transfer_not_cpu_work() -> Non
     a = analyze(merge(raw))
     assert a.bottleneck == "transfer_bound", [(f.rule, f.share) for f in a.findings]
     assert a.metrics["host.copy_call_fraction"] > 0.85 and a.metrics["cpu.test_thread_working"] < 0.15
+
+
+def test_scopes_carry_the_gpu_time_and_launches_inside_them() -> None:
+    raw = build(
+        cpu_busy=0.5,
+        gpu=[(Kind.KERNEL, 0.3, 0.2, 0, 0)],
+        repeat_gpu=1,
+        host=[(Kind.SCOPE, "forward", 0.1, 0.5), (Kind.SCOPE, "attn", 0.25, 0.1), (Kind.SCOPE, "post", 0.7, 0.2)],
+    )
+    # the kernel's launch (5 us before it, at 0.3 of the round) ran inside forward/attn
+    scopes = {s.path: s for s in analyze(merge(raw)).scopes}
+    assert abs(scopes["forward/attn"].gpu_ms - 2.0) < 1e-6 and scopes["forward/attn"].launches == 1.0
+    assert abs(scopes["forward"].gpu_ms - 2.0) < 1e-6 and scopes["forward"].launches == 1.0  # children included
+    assert scopes["post"].gpu_ms == 0.0 and scopes["post"].launches == 0.0
+    cpu_only = {s.path: s for s in analyze(merge(build(cpu_busy=0.5, host=[(Kind.SCOPE, "f", 0.1, 0.5)]))).scopes}
+    assert cpu_only["f"].gpu_ms is None
