@@ -1,9 +1,10 @@
-"""What every benchmark prints first: date, commit (and whether the tree differs), machine, versions."""
+"""Shared by the benchmarks: the header they print first (date, commit, machine, versions) and small statistics."""
 
 from __future__ import annotations
 
 import os
 import platform
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -39,3 +40,15 @@ def header(title: str, versions: str) -> list[str]:
         f"machine: nproc={_run(['nproc'])}, CPU {cpu_model()}, load average {load}",
         versions,
     ]
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def quartiles(xs: list[float]) -> tuple[float, float]:
+    """First and third quartiles (inclusive method); a single value is its own quartiles."""
+    if len(xs) < 2:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]

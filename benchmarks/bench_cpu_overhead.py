@@ -32,7 +32,6 @@ import math
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import _common  # the header every benchmark prints (benchmarks/_common.py)
+from _common import med, quartiles
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -73,17 +73,6 @@ def header(title: str) -> list[str]:
 
 
 # -- statistics ------------------------------------------------------------------------------------
-
-
-def med(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
-def quartiles(xs: list[float]) -> tuple[float, float]:
-    if len(xs) < 2:
-        return xs[0], xs[0]
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return q[0], q[2]
 
 
 def pct(x: float) -> str:

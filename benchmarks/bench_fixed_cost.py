@@ -32,7 +32,6 @@ import platform
 import re
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import _common  # the header every benchmark prints (benchmarks/_common.py)
+from _common import med, quartiles
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 5.0
@@ -61,17 +61,6 @@ def header(title: str) -> list[str]:
 
 
 # -- statistics ------------------------------------------------------------------------------------
-
-
-def med(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
-def quartiles(xs: list[float]) -> tuple[float, float]:
-    if len(xs) < 2:
-        return xs[0], xs[0]
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return q[0], q[2]
 
 
 # -- the project and the runs ----------------------------------------------------------------------

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import _common  # the header every benchmark prints (benchmarks/_common.py)
+from _common import med
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -77,10 +78,6 @@ def header(title: str) -> list[str]:
 
 
 # -- statistics ------------------------------------------------------------------------------------
-
-
-def med(xs: list[float]) -> float:
-    return statistics.median(xs)
 
 
 def iqr(xs: list[float]) -> float:
