@@ -24,7 +24,7 @@ from ..results import CollectorInfo
 from ..warning import warn_once
 from .cpu import Sampler, Tracer
 from .gpu import Choice, GpuBackendError, synchronize_device
-from .memory import Counters, MemoryCollector
+from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
 
 R = TypeVar("R")
@@ -88,7 +88,7 @@ class _Round:
         self._before: Counters | None = None
 
     def __enter__(self) -> None:
-        self._before = Counters.now()
+        self._before = Counters.now(self._coll.proc)
         self._start = host_clock_ns()
 
     def __exit__(
@@ -109,6 +109,7 @@ class Collection:
         self.gpu = gpu.collector if gpu is not None else None
         self.gpu_error = ""
         self.memory = MemoryCollector()
+        self.proc: ProcFiles | None = None  # open while collecting, on the thread that started
         self.sampler: Sampler | None = None
         self.tracer: Tracer | None = None
         self.modules: ModuleTracker | None = None
@@ -159,6 +160,7 @@ class Collection:
                 self.modules, self.modules_note = tracker, f"torch.nn.Module forwards to depth {self.options.modules}"
             else:
                 self.modules_note = "asked for, but torch was not imported (or too old for global module hooks)"
+        self.proc = ProcFiles()
         _active = self
         self._running = True
         self.t0 = host_clock_ns()
@@ -193,6 +195,8 @@ class Collection:
                         self.buffer.extend(records)
                 except Exception as exc:
                     self.gpu_error = f"{self.gpu.name} failed while stopping: {exc}"
+            if self.proc is not None:
+                self.proc.close()
             _active = None
             self._running = False
         return RawTrace(
@@ -255,7 +259,7 @@ class Collection:
             # always 0 and proves nothing; with these it shows how well the clocks agree.
             with contextlib.suppress(Exception):  # the start and stop pairs remain
                 self._clock_pair()
-        after = Counters.now()
+        after = Counters.now(self.proc)
         tid = threading.get_native_id()
         strings = self.buffer.strings
         if end - wait0 > 1_000:

@@ -26,8 +26,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..events import EVENT_DTYPE, Domain, Kind
+from .devsync import DeviceSync
 from .gpu import require_driver
-from .gpu_native import DEFAULT_BUFFER_MB, DeviceSync, _foreign_profiler, _trace_size_mb, every_api_call, traced_api
+from .gpu_native import DEFAULT_BUFFER_MB, _foreign_profiler, _trace_size_mb, every_api_call, traced_api
 
 # CUpti_ActivityKind and related enum values (cupti_activity.h, CUDA 13.0); the same values
 # native/_cupti.c compiles against. Kept here so the converter needs no cupti import.
@@ -417,6 +418,7 @@ class CuptiPythonCollector:
         try:
             self.synchronize()
         finally:  # a faulted device must not leave CUPTI collecting
+            self._sync.release()
             self._active = False
             c, errors = self._cupti, []
             # Records of finished work first; then nothing new; then what is still open (end = 0).

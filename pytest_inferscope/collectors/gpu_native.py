@@ -3,12 +3,11 @@
 The extension decodes CUPTI's activity buffers in C into EVENT_DTYPE records (no Python object
 per record), which is why it is the fast path; this module holds the policy around it: whether
 it can run here, the record cap, refusing to start under another profiler, and synchronising
-the device whichever framework queued the work.
+the device whichever framework queued the work (devsync.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import re
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..events import EVENT_DTYPE
+from .devsync import DeviceSync
 from .gpu import require_driver
 
 DEFAULT_BUFFER_MB = 8  # per CUPTI buffer; CUPTI asks for more buffers as it fills them
@@ -80,69 +80,6 @@ def _foreign_profiler() -> str | None:
     return None
 
 
-class DeviceSync:
-    """Waits for all GPU work in the process, whichever framework (torch, JAX, CuPy) queued it.
-
-    Through the driver API: every active primary context (the one torch, JAX and CuPy share per
-    device) and the calling thread's current context are synchronised, without creating a
-    context and without calling cuInit (a process that never initialised CUDA has no work to wait
-    for, and stays safe to fork). torch.cuda.synchronize() would wait on one device only, and on
-    nothing for JAX or CuPy work when torch's CUDA is not initialised. If the driver calls are
-    unusable, torch's synchronize is the fallback.
-    """
-
-    def __init__(self) -> None:
-        self._cuda: Any = None
-        self._error: str | None = None
-
-    def _driver(self) -> Any:
-        if self._cuda is None and self._error is None:
-            try:  # RTLD_NOLOAD: only the libcuda a framework already loaded; never the first to load it
-                self._cuda = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-            except OSError:
-                return None  # not loaded yet: look again next time
-            for name in ("cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuDevicePrimaryCtxRelease_v2"):
-                if not hasattr(self._cuda, name):
-                    self._error, self._cuda = f"libcuda lacks {name}", None
-        return self._cuda
-
-    def __call__(self) -> None:
-        cuda = self._driver()
-        if cuda is None:
-            torch = sys.modules.get("torch")
-            if self._error is not None and torch is not None and torch.cuda.is_initialized():
-                torch.cuda.synchronize()
-            return
-        count = ctypes.c_int(0)
-        if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-            return  # the driver is not initialised (no cuInit yet, never ours): no work to wait for
-        for ordinal in range(count.value):
-            dev, flags, active = ctypes.c_int(0), ctypes.c_uint(0), ctypes.c_int(0)
-            self._check(cuda.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
-            self._check(cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)), "state")
-            if not active.value:
-                continue
-            ctx, old = ctypes.c_void_p(), ctypes.c_void_p()
-            self._check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-            try:
-                self._check(cuda.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
-                try:
-                    self._check(cuda.cuCtxSynchronize(), f"cuCtxSynchronize (device {ordinal})")
-                finally:
-                    cuda.cuCtxPopCurrent_v2(ctypes.byref(old))
-            finally:
-                cuda.cuDevicePrimaryCtxRelease_v2(dev)
-        current = ctypes.c_void_p()
-        if cuda.cuCtxGetCurrent(ctypes.byref(current)) == 0 and current.value:
-            self._check(cuda.cuCtxSynchronize(), "cuCtxSynchronize (current context)")
-
-    def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            name = ctypes.c_char_p()
-            self._cuda.cuGetErrorName(rc, ctypes.byref(name))
-            raise RuntimeError(f"{what} failed: {(name.value or b'CUDA error').decode()} ({rc})")
-
-
 class NativeGpuCollector:
     """`GpuCollector` over `_cupti.Collector`: records come back as EVENT_DTYPE arrays, device clock domain."""
 
@@ -165,6 +102,7 @@ class NativeGpuCollector:
         try:
             self.synchronize()
         finally:  # a faulted device must not leave CUPTI collecting
+            self._sync.release()
             self._c.stop()
 
     def drain(self) -> tuple[np.ndarray, list[str]]:

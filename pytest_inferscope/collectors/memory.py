@@ -1,8 +1,13 @@
 """The memory collector: host RSS, page faults and CPU times from procfs and getrusage,
 plus torch's CUDA allocator peaks when torch is loaded and CUDA is initialised.
 
-Reads are cheap (one small file or one syscall) so they run at every round boundary and
-every ~10 ms from the sampler thread.
+Counters are read at every round boundary, on the test thread, right before and after the
+body, and RSS every ~10 ms from the sampler thread. Opening a procfs file there is not free:
+on the H200 machine (2026-11-21, bench_round_cost.py) reading the counters through open()
+before each call of a 0.4 ms CPU-bound forward made the untimed call after it 6% slower (one
+procfs open+read alone: 2.6%; eight plain syscalls: nothing measurable). So the round
+boundaries read through `ProcFiles`: the files opened once per collection, re-read with one
+pread() each.
 """
 
 from __future__ import annotations
@@ -57,6 +62,41 @@ def reset_peak() -> bool:
         return False
 
 
+class ProcFiles:
+    """/proc/self/statm and the opening thread's schedstat, kept open and re-read with pread()."""
+
+    def __init__(self) -> None:
+        self._statm = _open("/proc/self/statm")
+        self._schedstat = _open("/proc/thread-self/schedstat")
+
+    def rss(self) -> int:
+        """Resident set size in bytes (0 where /proc is missing)."""
+        try:
+            return int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE if self._statm >= 0 else 0
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def runqueue_ns(self) -> int:
+        """The opening thread's ns runnable but waiting for a CPU (0 where the kernel hides it)."""
+        try:
+            return int(os.pread(self._schedstat, 128, 0).split()[1]) if self._schedstat >= 0 else 0
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def close(self) -> None:
+        for fd in (self._statm, self._schedstat):
+            if fd >= 0:
+                os.close(fd)
+        self._statm = self._schedstat = -1
+
+
+def _open(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
+
+
 @dataclass
 class Counters:
     """Process counters at one instant; differences between two give a round's costs."""
@@ -73,10 +113,11 @@ class Counters:
     rss: int
 
     @classmethod
-    def now(cls) -> Counters:
+    def now(cls, proc: ProcFiles | None = None) -> Counters:
+        """The counters now; `proc` (opened on the calling thread) reads procfs without opening files."""
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return cls(
-            runqueue_ns=read_schedstat()[1],
+            runqueue_ns=proc.runqueue_ns() if proc is not None else read_schedstat()[1],
             wall_ns=time.perf_counter_ns(),
             thread_cpu_ns=time.thread_time_ns(),
             user_ns=int(ru.ru_utime * 1e9),
@@ -85,7 +126,7 @@ class Counters:
             majflt=ru.ru_majflt,
             nvcsw=ru.ru_nvcsw,
             nivcsw=ru.ru_nivcsw,
-            rss=read_rss(),
+            rss=proc.rss() if proc is not None else read_rss(),
         )
 
     def delta(self, later: Counters) -> dict[str, int]:

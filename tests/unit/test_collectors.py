@@ -109,3 +109,20 @@ def test_gpu_reason_is_reported_when_no_backend_runs() -> None:
     coll, _ = run(lambda: None, rounds=1)
     gpu = coll.collectors_info()[1]
     assert not gpu.active and gpu.reason
+
+
+def test_proc_files_read_what_a_fresh_open_reads_and_nothing_once_closed() -> None:
+    from pytest_inferscope.collectors.memory import Counters, ProcFiles, read_rss, read_schedstat
+
+    proc = ProcFiles()
+    try:
+        rss, fresh = proc.rss(), read_rss()
+        assert rss > 0 and abs(rss - fresh) < 64 << 20  # the same counter, read a moment apart
+        before = proc.runqueue_ns()
+        assert before <= read_schedstat()[1] <= proc.runqueue_ns() + 1  # monotonic, same thread's counter
+        counters = Counters.now(proc)
+        assert counters.rss > 0 and counters.runqueue_ns >= before
+    finally:
+        proc.close()
+    assert proc.rss() == 0 and proc.runqueue_ns() == 0
+    proc.close()  # twice is harmless

@@ -1,0 +1,132 @@
+"""Waiting for all GPU work in the process at the end of a round, whichever framework queued it.
+
+Through the driver API: every active primary context (the one torch, JAX and CuPy share per
+device) and the calling thread's current context are synchronised, without creating a context
+and without calling cuInit (a process that never initialised CUDA has no work to wait for, and
+stays safe to fork). torch.cuda.synchronize() would wait on one device only, and on nothing for
+JAX or CuPy work when torch's CUDA is not initialised.
+
+This runs once per round, inside the time the round reports, so it must cost about what
+torch.cuda.synchronize() costs. A primary context seen active is retained once and held until
+`release()` (the collection's stop), so a round makes two driver calls in the common case (the
+current context is the only active primary context): cuCtxGetCurrent and cuCtxSynchronize. A
+device whose primary context is not active yet is looked at again each round.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Any
+
+_NEEDED = (
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDevicePrimaryCtxGetState",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxGetCurrent",
+    "cuCtxSynchronize",
+    "cuCtxPushCurrent_v2",
+    "cuCtxPopCurrent_v2",
+    "cuGetErrorName",
+)
+
+
+class DeviceSync:
+    """`sync()` waits for the GPU work of every active primary context and of the current context.
+
+    If the driver calls are unusable (a libcuda without them), torch's synchronize is the fallback.
+    """
+
+    def __init__(self) -> None:
+        self._cuda: Any = None
+        self._error: str | None = None
+        self._devices: list[int] | None = None  # CUdevice handle per ordinal, once the driver is initialised
+        self._held: dict[int, int] = {}  # ordinal -> retained primary context handle
+        self._current = ctypes.c_void_p()
+        self._current_ref = ctypes.byref(self._current)
+        self._popped = ctypes.c_void_p()
+        self._popped_ref = ctypes.byref(self._popped)
+
+    def _driver(self) -> Any:
+        if self._cuda is None and self._error is None:
+            try:  # RTLD_NOLOAD: only the libcuda a framework already loaded; never the first to load it
+                cuda = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+            except OSError:
+                return None  # not loaded yet: look again next time
+            missing = [name for name in _NEEDED if not hasattr(cuda, name)]
+            if missing:
+                self._error = f"libcuda lacks {', '.join(missing)}"
+            else:
+                self._cuda = cuda
+        return self._cuda
+
+    def __call__(self) -> None:
+        cuda = self._driver()
+        if cuda is None:
+            torch = sys.modules.get("torch")
+            if self._error is not None and torch is not None and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            return
+        if self._devices is None and not self._find_devices(cuda):
+            return  # the driver is not initialised (no cuInit yet, never ours): no work to wait for
+        assert self._devices is not None
+        if len(self._held) < len(self._devices):
+            self._retain_active(cuda)
+        self._check(cuda.cuCtxGetCurrent(self._current_ref), "cuCtxGetCurrent")
+        current = self._current.value
+        for ordinal, ctx in self._held.items():
+            if ctx == current:
+                self._check(cuda.cuCtxSynchronize(), f"cuCtxSynchronize (device {ordinal})")
+                continue
+            self._check(cuda.cuCtxPushCurrent_v2(ctypes.c_void_p(ctx)), "cuCtxPushCurrent")
+            try:
+                self._check(cuda.cuCtxSynchronize(), f"cuCtxSynchronize (device {ordinal})")
+            finally:
+                cuda.cuCtxPopCurrent_v2(self._popped_ref)
+        if current and current not in self._held.values():
+            self._check(cuda.cuCtxSynchronize(), "cuCtxSynchronize (current context)")
+
+    def release(self) -> None:
+        """Give back the primary contexts retained since the first call (at the collection's stop)."""
+        if self._cuda is not None and self._devices is not None:
+            for ordinal in self._held:
+                self._cuda.cuDevicePrimaryCtxRelease_v2(self._devices[ordinal])
+        self._held.clear()
+
+    @property
+    def held(self) -> dict[int, int]:
+        """Device ordinal -> the primary context retained for it (for tests)."""
+        return dict(self._held)
+
+    def _find_devices(self, cuda: Any) -> bool:
+        count = ctypes.c_int(0)
+        if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return False
+        devices = []
+        for ordinal in range(count.value):
+            dev = ctypes.c_int(0)
+            self._check(cuda.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+            devices.append(dev.value)
+        self._devices = devices
+        return True
+
+    def _retain_active(self, cuda: Any) -> None:
+        assert self._devices is not None
+        flags, active = ctypes.c_uint(0), ctypes.c_int(0)
+        for ordinal, dev in enumerate(self._devices):
+            if ordinal in self._held:
+                continue
+            self._check(cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)), "state")
+            if active.value:
+                ctx = ctypes.c_void_p()
+                self._check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+                self._held[ordinal] = ctx.value or 0
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            name = ctypes.c_char_p()
+            self._cuda.cuGetErrorName(rc, ctypes.byref(name))
+            raise RuntimeError(f"{what} failed: {(name.value or b'CUDA error').decode()} ({rc})")

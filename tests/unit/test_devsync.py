@@ -1,0 +1,133 @@
+"""DeviceSync's driver calls, against a fake libcuda (the real one is exercised by the GPU tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_inferscope.collectors.devsync import DeviceSync
+
+
+class FakeDriver:
+    """Enough of libcuda for DeviceSync: devices with primary contexts, a current context, a call log."""
+
+    def __init__(self, active: list[bool], current: int | None = None) -> None:
+        self.active = list(active)
+        self.ctx = {i: 0x1000 + i for i in range(len(active))}  # primary context handle per device
+        self.current = current
+        self.stack: list[int | None] = []
+        self.calls: list[str] = []
+        self.refs = dict.fromkeys(range(len(active)), 0)
+        self.fail_sync = 0
+
+    def _log(self, name: str) -> None:
+        self.calls.append(name)
+
+    def cuDeviceGetCount(self, ref: Any) -> int:
+        self._log("count")
+        ref._obj.value = len(self.active)
+        return 0
+
+    def cuDeviceGet(self, ref: Any, ordinal: int) -> int:
+        ref._obj.value = 100 + ordinal  # CUdevice handles differ from ordinals on purpose
+        return 0
+
+    def cuDevicePrimaryCtxGetState(self, dev: int, flags: Any, active: Any) -> int:
+        self._log(f"state {dev - 100}")
+        active._obj.value = int(self.active[dev - 100])
+        return 0
+
+    def cuDevicePrimaryCtxRetain(self, ref: Any, dev: int) -> int:
+        self._log(f"retain {dev - 100}")
+        self.refs[dev - 100] += 1
+        ref._obj.value = self.ctx[dev - 100]
+        return 0
+
+    def cuDevicePrimaryCtxRelease_v2(self, dev: int) -> int:
+        self._log(f"release {dev - 100}")
+        self.refs[dev - 100] -= 1
+        return 0
+
+    def cuCtxGetCurrent(self, ref: Any) -> int:
+        ref._obj.value = self.current
+        return 0
+
+    def cuCtxSynchronize(self) -> int:
+        self._log(f"sync {self.current:#x}" if self.current else "sync none")
+        if self.fail_sync:
+            return self.fail_sync
+        return 0
+
+    def cuCtxPushCurrent_v2(self, ctx: Any) -> int:
+        self.stack.append(self.current)
+        self.current = ctx.value
+        return 0
+
+    def cuCtxPopCurrent_v2(self, ref: Any) -> int:
+        self.current = self.stack.pop()
+        return 0
+
+    def cuGetErrorName(self, rc: int, ref: Any) -> int:
+        ref._obj.value = b"CUDA_ERROR_LAUNCH_FAILED"
+        return 0
+
+
+def synced(drv: FakeDriver) -> DeviceSync:
+    sync = DeviceSync()
+    sync._cuda = drv
+    return sync
+
+
+def test_common_case_is_one_synchronize_after_the_first_round() -> None:
+    drv = FakeDriver([True], current=0x1000)  # torch: device 0's primary context is current
+    sync = synced(drv)
+    sync()
+    assert drv.calls == ["count", "state 0", "retain 0", "sync 0x1000"]
+    drv.calls.clear()
+    sync()
+    assert drv.calls == ["sync 0x1000"]  # no count, state or retain again; no second sync of the same context
+    sync.release()
+    assert drv.refs == {0: 0} and sync.held == {}
+
+
+def test_every_active_device_and_a_foreign_current_context_are_synchronised() -> None:
+    drv = FakeDriver([True, False, True], current=0x9999)  # a context that is no primary one
+    sync = synced(drv)
+    sync()
+    syncs = [c for c in drv.calls if c.startswith("sync")]
+    assert syncs == ["sync 0x1000", "sync 0x1002", "sync 0x9999"]
+    assert drv.current == 0x9999 and not drv.stack  # pushed contexts popped again
+    drv.calls.clear()
+    drv.active[1] = True  # the test touches a second device mid-collection
+    sync()
+    assert "state 1" in drv.calls and "retain 1" in drv.calls and "state 0" not in drv.calls
+    assert sorted(sync.held) == [0, 1, 2]
+    sync.release()
+    assert drv.refs == {0: 0, 1: 0, 2: 0}
+
+
+def test_uninitialised_driver_waits_for_nothing_and_looks_again() -> None:
+    drv = FakeDriver([True], current=0x1000)
+    calls = {"n": 0}
+
+    def not_initialised(ref: Any) -> int:
+        calls["n"] += 1
+        return 3  # CUDA_ERROR_NOT_INITIALIZED
+
+    drv.cuDeviceGetCount = not_initialised  # type: ignore[method-assign]
+    sync = synced(drv)
+    sync()
+    sync()
+    assert calls["n"] == 2 and not [c for c in drv.calls if c.startswith("sync")]
+
+
+def test_a_failed_synchronize_names_the_call_and_the_error() -> None:
+    drv = FakeDriver([True], current=0x1000)
+    sync = synced(drv)
+    sync()
+    drv.fail_sync = 719
+    with pytest.raises(RuntimeError, match=r"cuCtxSynchronize \(device 0\) failed: CUDA_ERROR_LAUNCH_FAILED \(719\)"):
+        sync()
+    sync.release()
+    assert drv.refs == {0: 0}
