@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.collectors import Collection, CollectionOptions, gpu, gpu_cuptipy
-from pytest_inferscope.collectors.gpu_cuptipy import (
+from pytest_inferscope.collectors.cupti_records import (
     A_CONCURRENT_KERNEL,
     A_DRIVER,
     A_KERNEL,
@@ -29,12 +29,11 @@ from pytest_inferscope.collectors.gpu_cuptipy import (
     A_OVERHEAD,
     A_RUNTIME,
     A_SYNCHRONIZATION,
-    CuptiBusyError,
-    CuptiPythonCollector,
     Demangler,
     RecordConverter,
     strip_version,
 )
+from pytest_inferscope.collectors.gpu_cuptipy import CuptiBusyError, CuptiPythonCollector
 from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Domain, Kind, MemoryKind, SyncType, unpack_copy_flags
 
 INVALID = 0xFFFFFFFF

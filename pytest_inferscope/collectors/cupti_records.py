@@ -1,0 +1,249 @@
+"""cupti-python's activity records as EVENT_DTYPE rows, field for field as native/_cupti.c decodes them.
+
+cupti-python hands every activity record to Python as an object; `RecordConverter` turns each
+into a plain tuple inside CUPTI's buffer callback (so no CUPTI buffer outlives its callback) and
+builds the EVENT_DTYPE array in one go at drain time. No cupti import is needed here: the enum
+values CUPTI's headers define are repeated below, so the conversion is unit-tested anywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ..events import EVENT_DTYPE, Domain, Kind
+
+# CUpti_ActivityKind and related enum values (cupti_activity.h, CUDA 13.0); the same values
+# native/_cupti.c compiles against. Kept here so the converter needs no cupti import.
+A_MEMCPY, A_MEMSET, A_KERNEL, A_DRIVER, A_RUNTIME = 1, 2, 3, 4, 5
+A_CONCURRENT_KERNEL, A_OVERHEAD, A_SYNCHRONIZATION, A_MEMORY2 = 10, 17, 38, 49
+DOMAIN_DRIVER_API, DOMAIN_RUNTIME_API = 1, 2  # CUpti_CallbackDomain
+OBJECT_THREAD, OBJECT_DEVICE = 2, 3  # CUpti_ActivityObjectKind
+MEMORY_OPERATION_RELEASE = 2  # CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
+OVERHEAD_DRIVER_COMPILER = 1
+COPY_NAMES = (
+    "Memcpy", "Memcpy HtoD", "Memcpy DtoH", "Memcpy HtoA", "Memcpy AtoH", "Memcpy AtoA", "Memcpy AtoD",
+    "Memcpy DtoA", "Memcpy DtoD", "Memcpy HtoH", "Memcpy PtoP",
+)  # fmt: skip
+OVERHEAD_NAMES = (
+    "CUPTI overhead", "CUPTI buffer flush", "CUPTI instrumentation", "CUPTI resource", "Runtime module loading",
+    "Lazy function loading", "Command buffer full", "Activity buffer request", "UVM activity init",
+)  # fmt: skip
+
+Row = tuple[int, int, int, int, int, int, int, int, int, int, int]  # EVENT_DTYPE's fields, in order
+DEV = int(Domain.DEVICE)  # every row's clock domain
+K_KERNEL, K_MEMCPY, K_MEMSET, K_RUNTIME = int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.RUNTIME)
+K_SYNC, K_GPU_MEMORY, K_OVERHEAD = int(Kind.SYNC), int(Kind.GPU_MEMORY), int(Kind.OVERHEAD)
+
+
+def strip_version(raw: str) -> str | None:
+    """'cudaLaunchKernel_v7000' -> 'cudaLaunchKernel' (None when there is no _vNNNN suffix), as native does."""
+    i = raw.rfind("_")
+    tail = raw[i + 2 :]
+    if i <= 0 or raw[i + 1 : i + 2] != "v" or not tail or not (tail.isascii() and tail.isdigit()):
+        return None
+    return raw[:i]
+
+
+def overhead_name(kind: int) -> str:
+    """The display name of a CUpti_ActivityOverheadKind."""
+    if kind == OVERHEAD_DRIVER_COMPILER:
+        return "Driver compiler"
+    if kind & 0xFFFF == 0 and kind >> 16 < len(OVERHEAD_NAMES):
+        return OVERHEAD_NAMES[kind >> 16]
+    return OVERHEAD_NAMES[0]
+
+
+def _i32(v: int) -> int:
+    """A uint32 CUPTI id as the C side's int32 cast sees it (0xFFFFFFFF, CUPTI's 'none', becomes -1)."""
+    return v - 0x100000000 if v & 0x80000000 else v
+
+
+def _i16(v: int) -> int:
+    """A uint32 device id as the C side's int16 cast sees it."""
+    v &= 0xFFFF
+    return v - 0x10000 if v & 0x8000 else v
+
+
+class Demangler:
+    """Itanium C++ demangling through libstdc++'s `__cxa_demangle`, as native/_cupti.c does; None when not mangled."""
+
+    def __init__(self) -> None:
+        self._fn: Any = None
+        self._free: Any = None
+        for lib in (None, "libstdc++.so.6"):
+            try:
+                fn = ctypes.CDLL(lib)["__cxa_demangle"]  # by item: inside a class, .__name would be mangled
+            except (OSError, AttributeError):
+                continue
+            fn.restype = ctypes.c_void_p
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+            free = ctypes.CDLL(None).free
+            free.argtypes, free.restype = [ctypes.c_void_p], None
+            self._fn, self._free = fn, free
+            break
+
+    def __call__(self, raw: str) -> str | None:
+        if self._fn is None or not raw.startswith("_Z"):
+            return None
+        status = ctypes.c_int(-1)
+        out = self._fn(raw.encode("utf-8", "surrogateescape"), None, None, ctypes.byref(status))
+        try:
+            if status.value != 0 or not out:
+                return None
+            return ctypes.string_at(out).decode("utf-8", "replace")
+        finally:
+            if out:
+                self._free(out)
+
+
+class RecordConverter:
+    """Turns cupti-python activity objects into EVENT_DTYPE rows, field for field as native/_cupti.c decodes them.
+
+    `add` keeps one tuple per record; `take` builds the array from them in one call. Names are
+    interned by the string CUPTI gives (kernel names shown demangled, API names without their
+    `_vNNNN` suffix), so the names list only grows and indices never move. `callback_name`
+    maps (callback domain, cbid) to CUPTI's API name; `max_records` (0: none) caps the rows kept
+    between takes, beyond which records count in `dropped`.
+    """
+
+    def __init__(
+        self,
+        callback_name: Callable[[int, int], str],
+        demangle: Callable[[str], str | None],
+        max_records: int = 0,
+    ) -> None:
+        self.names: list[str] = []
+        self.rows: list[Row] = []
+        self.max_records = max_records
+        self.dropped = 0
+        self.incomplete = 0
+        self._index: dict[str, int] = {}
+        self._api: dict[tuple[int, int], int] = {}
+        self._callback_name = callback_name
+        self._demangle = demangle
+        self._convert: dict[int, Callable[[Any], Row]] = {
+            A_KERNEL: self._kernel,
+            A_CONCURRENT_KERNEL: self._kernel,
+            A_MEMCPY: self._memcpy,
+            A_MEMSET: self._memset,
+            A_RUNTIME: self._runtime,
+            A_DRIVER: self._driver,
+            A_SYNCHRONIZATION: self._sync,
+            A_MEMORY2: self._memory,
+            A_OVERHEAD: self._overhead,
+        }
+
+    def add(self, activities: Iterable[Any]) -> int:
+        """Convert one buffer's records; kinds we did not enable (another client's) are skipped. Returns rows added."""
+        rows, convert, cap = self.rows, self._convert, self.max_records
+        before = len(rows)
+        for a in activities:
+            fn = convert.get(a.kind)
+            if fn is None:
+                continue
+            if cap and len(rows) >= cap:
+                self.dropped += 1
+                continue
+            try:
+                rows.append(fn(a))
+            except Exception:  # a record cupti-python cannot read (e.g. an undecodable name): lost, and counted
+                self.dropped += 1
+        return len(rows) - before
+
+    def take(self) -> tuple[np.ndarray, list[str]]:
+        """The rows since the last take as an EVENT_DTYPE array, and the whole names list."""
+        rows, self.rows = self.rows, []
+        events = np.array(rows, dtype=EVENT_DTYPE) if rows else np.zeros(0, dtype=EVENT_DTYPE)
+        return events, list(self.names)
+
+    def intern(self, raw: str, display: Callable[[str], str | None] | None = None) -> int:
+        i = self._index.get(raw)
+        if i is None:
+            shown = display(raw) if display is not None else None
+            i = self._index[raw] = len(self.names)
+            self.names.append(shown if shown is not None else raw)
+        return i
+
+    def _span(self, start: int, end: int) -> None:
+        if end == 0 or end < start:  # still running at a forced flush: kept, and counted
+            self.incomplete += 1
+
+    def _api_name(self, domain: int, cbid: int) -> int:
+        key = (domain, cbid)
+        i = self._api.get(key)
+        if i is None:
+            try:
+                raw = self._callback_name(domain, cbid)
+            except Exception:
+                raw = ""
+            if not raw:
+                raw = f"{'driver' if domain == DOMAIN_DRIVER_API else 'runtime'} API cbid {cbid}"
+            i = self._api[key] = self.intern(raw, strip_version)
+        return i
+
+    # One function per record kind, each returning EVENT_DTYPE's fields in order:
+    # (start, end, value, corr, name, tid, stream, device, kind, domain, flags).
+
+    def _kernel(self, a: Any) -> Row:
+        start, end = a.start, a.end
+        self._span(start, end)
+        name = self.intern(a.name or "<unnamed kernel>", self._demangle)
+        return (start, end, 0, a.correlation_id, name, -1, _i32(a.stream_id), _i16(a.device_id), K_KERNEL, DEV, 0)
+
+    def _memcpy(self, a: Any) -> Row:
+        start, end, copy = a.start, a.end, a.copy_kind
+        self._span(start, end)
+        name = self.intern(COPY_NAMES[copy if copy < len(COPY_NAMES) else 0])
+        flags = copy & 0xFF | (a.src_kind & 0xFF) << 8 | (a.dst_kind & 0xFF) << 16
+        corr = a.correlation_id or a.runtime_correlation_id
+        return (start, end, a.bytes, corr, name, -1, _i32(a.stream_id), _i16(a.device_id), K_MEMCPY, DEV, flags)
+
+    def _memset(self, a: Any) -> Row:
+        start, end = a.start, a.end
+        self._span(start, end)
+        name = self.intern("Memset")
+        stream, device = _i32(a.stream_id), _i16(a.device_id)
+        return (start, end, a.bytes, a.correlation_id, name, -1, stream, device, K_MEMSET, DEV, a.memory_kind)
+
+    def _runtime(self, a: Any) -> Row:
+        return self._call(a, DOMAIN_RUNTIME_API)
+
+    def _driver(self, a: Any) -> Row:
+        return self._call(a, DOMAIN_DRIVER_API)
+
+    def _call(self, a: Any, domain: int) -> Row:
+        start, end = a.start, a.end
+        self._span(start, end)
+        name = self._api_name(domain, a.cbid)
+        corr, tid = a.correlation_id, _i32(a.thread_id)
+        return (start, end, a.return_value, corr, name, tid, -1, -1, K_RUNTIME, DEV, domain)
+
+    def _sync(self, a: Any) -> Row:
+        start, end = a.start, a.end
+        self._span(start, end)
+        name = self.intern("Synchronization")
+        event, stream = _i32(a.cuda_event_id), _i32(a.stream_id)
+        return (start, end, event, a.correlation_id, name, -1, stream, -1, K_SYNC, DEV, a.type)
+
+    def _memory(self, a: Any) -> Row:
+        t = a.timestamp
+        release = a.memory_operation_type == MEMORY_OPERATION_RELEASE
+        name = self.intern("Memory free" if release else "Memory alloc")
+        value = -a.bytes if release else a.bytes
+        stream, device = _i32(a.stream_id), _i16(a.device_id)
+        return (t, t, value, a.correlation_id, name, -1, stream, device, K_GPU_MEMORY, DEV, a.memory_kind)
+
+    def _overhead(self, a: Any) -> Row:
+        start, end, kind, obj = a.start, a.end, a.overhead_kind, a.object_kind
+        self._span(start, end)
+        tid = device = -1
+        if obj == OBJECT_THREAD:
+            tid = _i32(a.object_id.pt.thread_id)
+        elif obj >= OBJECT_DEVICE:
+            device = _i16(a.object_id.dcs.device_id)
+        name = self.intern(overhead_name(kind))
+        return (start, end, 0, a.correlation_id, name, tid, -1, device, K_OVERHEAD, DEV, kind)
