@@ -1,34 +1,39 @@
 """Power study of the regression gate: how often it flags injected slowdowns, timed for real on this machine.
 
-The workload is a pure-Python loop calibrated to about 3 ms per call (`--target-ms`); a slowdown
-of s is injected as s × more loop iterations (each costs the same), so the new code does proportionally more of the
-same work, like a real regression. Each trial measures a *base* run and a *new* run the way CI
-does: back to back, each with its own warm-up and `rounds` timed rounds (a CI records the
-baseline on one run and the candidate on another, so drift between the two blocks is part of
-the honest setting; `--order interleaved` alternates base and new rounds instead, for
-comparison). The two sample sets go through `pytest_inferscope.stats.compare_samples` with
-max_regression = 5% and alpha = 0.01, exactly as the plugin calls it.
+The workload is a pure-Python integer loop calibrated to about 3 ms per call (`--target-ms`); a
+slowdown of s is injected as s × more loop iterations (each costs the same), so the new code does
+proportionally more of the same work, like a real regression. Each trial records what CI records,
+in CI's order, back to back: `--history` baseline runs of the unchanged code (saved on main, one
+after the other), then the candidate run. Each run has its own warm-up and `rounds` timed rounds,
+timed as the plugin times them, with the plugin's speed probe (`drift.probe_ms`, a different
+piece of code from the workload) read before the first round and after every one, as
+`--inferscope-speed-probe` does. Baseline and candidate are never interleaved: CI cannot do that.
+
+The same trials are judged by four rules, all through the plugin's own functions:
+
+- `asv`: `stats.compare_samples` on the latest baseline run against the candidate (a one-sided
+  Mann–Whitney U test at alpha *and* a median ratio above 1 + max_regression): the gate before
+  the drift defences;
+- `floor`: `regression.compare_to_baseline` with the history but without probe readings (the
+  run-to-run noise floor alone);
+- `probe`: `compare_to_baseline` with the probe readings of the latest run only (steady rounds alone);
+- `gate`: `compare_to_baseline` with probe readings and the whole history: what the plugin does
+  when main has saved `--history` runs. This is the headline.
 
 Slowdowns (0, 5, 10, 20%) and round counts (10, 20, 40) are visited in a shuffled order in every
-trial, so a noisy minute on the shared machine hits every setting alike. For each setting the
-table gives the share of trials the gate called regressed / unchanged / inconclusive, a 95%
-Wilson interval for the regressed share, the median observed ratio and spread, and for
-contrast what each half of the rule would flag alone: the median ratio above 1.05 alone (a
-threshold on one aggregate, pytest-benchmark's rule) and p < alpha alone. Every round is also
-timed in thread CPU time (`time.thread_time`), and a second table judges the same trials on
-that: it separates what the statistics do from what CPU contention on the machine does to
-wall-clock time (the plugin gates on wall-clock time).
+trial, so a noisy minute on the shared machine hits every setting alike.
 
 Targets: at most 1% flagged at 0%; at least 95% flagged at 10% with 20 rounds.
 
-    python benchmarks/regression_power.py            # 100 trials per setting, a few minutes
-    python benchmarks/regression_power.py --quick    # 20 trials, 20 rounds only, < 60 s
-    python benchmarks/regression_power.py --markdown # also print the table as Markdown
+    python benchmarks/regression_power.py            # 100 trials per setting, about 10 minutes
+    python benchmarks/regression_power.py --quick    # 20 trials, 20 rounds only, about a minute
+    python benchmarks/regression_power.py --markdown # also print the tables as Markdown
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import platform
@@ -44,10 +49,18 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the repository's package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import header
+from pytest_inferscope import regression
+from pytest_inferscope.baseline import BaselineEntry
+from pytest_inferscope.drift import probe_ms
+from pytest_inferscope.regression import compare_to_baseline
+from pytest_inferscope.results import Analysis, LatencyStats, TestResult
 from pytest_inferscope.stats import compare_samples, rel_spread
 
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
 ROUNDS = (10, 20, 40)
+RULES = ("asv", "floor", "probe", "gate")
+NODEID = "bench::workload"
 
 
 def work(n: int) -> int:
@@ -74,63 +87,72 @@ def calibrate(target_ms: float) -> int:
     return max(1000, round(target_ms / per_iter_ms))
 
 
-Samples = dict[str, list[float]]  # clock ("wall" | "cpu") -> per-round ms
+@dataclass
+class Run:
+    """One run of the workload as the plugin measures it: round latencies, probe readings, CPU share."""
+
+    samples_ms: list[float]
+    probe_ms: list[float]
+    working: float  # the test thread's CPU time over wall time (the analyzer's cpu.test_thread_working)
 
 
-def timed_rounds(fn: Callable[[], object], rounds: int, warmup: int) -> Samples:
-    """Wall-clock (what the plugin gates on) and thread CPU time (a diagnostic) of each round, in ms."""
+def measure(fn: Callable[[], object], rounds: int, warmup: int) -> Run:
+    """warmup + rounds calls; the probe before the first measured round and after each, as session.py does."""
     for _ in range(warmup):
         fn()
-    out: Samples = {"wall": [], "cpu": []}
+    samples, probes, cpu = [], [probe_ms()], 0.0
     for _ in range(rounds):
         c0, t0 = time.thread_time(), time.perf_counter()
         fn()
         t1, c1 = time.perf_counter(), time.thread_time()
-        out["wall"].append(1e3 * (t1 - t0))
-        out["cpu"].append(1e3 * (c1 - c0))
-    return out
+        samples.append(1e3 * (t1 - t0))
+        cpu += c1 - c0
+        probes.append(probe_ms())
+    return Run(samples, probes, min(1.0, cpu / max(1e-9, sum(samples) / 1e3)))
 
 
-def measure_pair(
-    n_base: int, n_new: int, rounds: int, warmup: int, order: str, probe: int = 0
-) -> tuple[Samples, Samples]:
-    """Base and new samples, back to back (base block, then new block) or interleaved round by round.
+def entry(run: Run, probe: bool) -> BaselineEntry:
+    return BaselineEntry(NODEID, run.samples_ms, probe_ms=run.probe_ms if probe else [], rounds=len(run.samples_ms))
 
-    With `probe` > 0 (back to back only), each block is bracketed by that many rounds of a fixed
-    reference workload (the unchanged base code), kept under "probe": how fast the machine was.
+
+def result(run: Run, probe: bool) -> TestResult:
+    latency = LatencyStats.from_samples(run.samples_ms)
+    latency.probe_ms = run.probe_ms if probe else []
+    analysis = Analysis(bottleneck="cpu_bound", confidence=1.0, metrics={"cpu.test_thread_working": run.working})
+    return TestResult(NODEID, "w", "passed", "pass", len(run.samples_ms), 3, latency, analysis)
+
+
+def _no_warnings(*args: object, **kwargs: object) -> list[str]:
+    return []
+
+
+def judge(history: list[Run], new: Run, max_regression: float, alpha: float) -> dict[str, tuple[str, float]]:
+    """Verdict and ratio of each rule in RULES on one trial.
+
+    The pyperf-style noise warnings are skipped: they never change a verdict, and their power
+    simulation would triple the study's run time.
     """
-    base_fn, new_fn = (lambda: work(n_base)), (lambda: work(n_new))
-    if order == "back-to-back":
-        blocks = []
-        for fn in (base_fn, new_fn):
-            before = timed_rounds(base_fn, probe, 0)["wall"]
-            block = timed_rounds(fn, rounds, warmup)
-            block["probe"] = before + timed_rounds(base_fn, probe, 0)["wall"]
-            blocks.append(block)
-        return blocks[0], blocks[1]
-    timed_rounds(base_fn, 0, warmup)
-    timed_rounds(new_fn, 0, warmup)
-    base: Samples = {"wall": [], "cpu": []}
-    new: Samples = {"wall": [], "cpu": []}
-    for _ in range(rounds):
-        for into, fn in ((base, base_fn), (new, new_fn)):
-            one = timed_rounds(fn, 1, 0)
-            into["wall"] += one["wall"]
-            into["cpu"] += one["cpu"]
-    return base, new
+    regression.noise_warnings = _no_warnings  # type: ignore[assignment]
+    kw = {"max_regression": max_regression, "alpha": alpha}
+    asv = compare_samples(history[-1].samples_ms, new.samples_ms, **kw)
+    out = {"asv": (asv.verdict, asv.ratio)}
+    for rule, probe, hist in (("floor", False, history), ("probe", True, history[-1:]), ("gate", True, history)):
+        entries = [entry(r, probe) for r in hist]
+        v = compare_to_baseline(entries[-1], result(new, probe), history=entries, **kw)
+        out[rule] = (v.verdict, v.latency.ratio)
+    return out
 
 
 @dataclass
 class Cell:
-    """The outcomes of every trial of one (slowdown, rounds) setting."""
+    """The outcomes of every trial of one (rule, slowdown, rounds) setting."""
 
     verdicts: list[str] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
     spreads: list[float] = field(default_factory=list)
-    ratio_only: int = 0
-    p_only: int = 0
-    flagged: list[str] = field(default_factory=list)  # what each "regressed" trial looked like
-    probe_kept: int = 0  # --probe: regressed trials whose reference probe saw no machine drift
+    drifts: list[float] = field(
+        default_factory=list
+    )  # median ratio of the latest baseline run's probe to the new run's
 
     def share(self, verdict: str) -> float:
         return self.verdicts.count(verdict) / len(self.verdicts)
@@ -146,73 +168,54 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-Cells = dict[tuple[str, float, int], Cell]  # (clock, slowdown, rounds) -> outcomes
+Cells = dict[tuple[str, float, int], Cell]
 
 
-def model_pair(rng: np.random.Generator, sigma: float, slowdown: float, rounds: int) -> tuple[Samples, Samples]:
-    """--model: no timing, independent log-normal rounds (log-sd sigma) around target 1 and 1 + slowdown."""
-    base = [float(x) for x in np.exp(rng.normal(0.0, sigma, rounds))]
-    new = [float(x) for x in np.exp(rng.normal(math.log1p(slowdown), sigma, rounds))]
-    return {"wall": base, "cpu": base}, {"wall": new, "cpu": new}
+def model_run(rng: np.random.Generator, sigma: float, level: float, rounds: int) -> Run:
+    """--model: no timing; independent log-normal rounds (log-sd sigma) and a steady probe."""
+    return Run([float(x) for x in level * np.exp(rng.normal(0.0, sigma, rounds))], [0.05] * (rounds + 1), 1.0)
 
 
 def run_study(args: argparse.Namespace) -> tuple[Cells, int, float]:
     n_base = 0 if args.model is not None else calibrate(args.target_ms)
     model_rng = np.random.default_rng(args.seed)
     settings = [(s, r) for s in args.slowdowns for r in args.rounds]
-    cells = {(clock, s, r): Cell() for clock in ("wall", "cpu") for s, r in settings}
+    cells: Cells = {(rule, s, r): Cell() for rule in RULES for s, r in settings}
     rng = random.Random(args.seed)
     t_start = time.perf_counter()
     for trial in range(args.trials):
         rng.shuffle(settings)
         for slowdown, rounds in settings:
-            n_new = round(n_base * (1 + slowdown))
             if args.model is not None:
-                base_all, new_all = model_pair(model_rng, args.model, slowdown, rounds)
+                history = [model_run(model_rng, args.model, 1.0, rounds) for _ in range(args.history)]
+                new = model_run(model_rng, args.model, 1.0 + slowdown, rounds)
             else:
-                base_all, new_all = measure_pair(n_base, n_new, rounds, args.warmup, args.order, args.probe)
-            for clock in ("wall", "cpu"):
-                base, new = base_all[clock], new_all[clock]
-                c = compare_samples(base, new, max_regression=args.max_regression, alpha=args.alpha)
-                cell = cells[(clock, slowdown, rounds)]
-                cell.verdicts.append(c.verdict)
-                cell.ratios.append(c.ratio)
-                cell.spreads.append(max(rel_spread(base), rel_spread(new)))
-                cell.ratio_only += c.ratio > 1 + args.max_regression
-                cell.p_only += c.verdict != "inconclusive" and c.ratio >= 1 and c.p_value < args.alpha
-                drift = math.nan
-                if base_all.get("probe") and new_all.get("probe"):
-                    drift = float(np.median(new_all["probe"]) / np.median(base_all["probe"]))
-                if c.verdict == "regressed":
-                    cell.probe_kept += abs(math.log(drift)) <= math.log1p(args.max_regression / 2)
-                    cell.flagged.append(
-                        f"ratio {c.ratio:.3f}, p={c.p_value:.1e}, spread base {100 * rel_spread(base):.1f}% "
-                        f"new {100 * rel_spread(new):.1f}%" + (f", probe drift {drift:.3f}" if drift == drift else "")
-                    )
+                n_new = round(n_base * (1 + slowdown))
+                history = [measure(functools.partial(work, n_base), rounds, args.warmup) for _ in range(args.history)]
+                new = measure(functools.partial(work, n_new), rounds, args.warmup)
+            spread = max(rel_spread(history[-1].samples_ms), rel_spread(new.samples_ms))
+            drift = float(np.median(new.probe_ms) / np.median(history[-1].probe_ms))
+            for rule, (verdict, ratio) in judge(history, new, args.max_regression, args.alpha).items():
+                cell = cells[(rule, slowdown, rounds)]
+                cell.verdicts.append(verdict)
+                cell.ratios.append(ratio)
+                cell.spreads.append(spread)
+                cell.drifts.append(drift)
         if args.progress and (trial + 1) % max(1, args.trials // 10) == 0:
             elapsed = time.perf_counter() - t_start
             print(f"  trial {trial + 1}/{args.trials}  ({elapsed:.0f} s)", file=sys.stderr, flush=True)
     return cells, n_base, time.perf_counter() - t_start
 
 
-def table(cells: Cells, clock: str, markdown: bool, probe: bool = False) -> str:
-    head = [
-        "slowdown",
-        "rounds",
-        "trials",
-        "regressed",
-        "95% CI",
-        "unchanged",
-        "inconclusive",
-        "median ratio",
-        "median spread",
-        "ratio>1.05 alone",
-        "p<alpha alone",
-    ] + (["regressed, probe steady"] if probe else [])
+def table(cells: Cells, rule: str, markdown: bool) -> str:
+    head = ["slowdown", "rounds", "trials", "regressed", "95% CI", "unchanged", "inconclusive", "median ratio",
+            "median spread", "machine drift (p10–p90)"]  # fmt: skip
     rows = []
-    for (_, slowdown, rounds), c in sorted((k, v) for k, v in cells.items() if k[0] == clock):
+    for (_, slowdown, rounds), c in sorted((k, v) for k, v in cells.items() if k[0] == rule):
         n = len(c.verdicts)
         lo, hi = wilson(c.verdicts.count("regressed"), n)
+        ratios = [r for r in c.ratios if math.isfinite(r)]
+        d10, d90 = np.percentile(c.drifts, [10, 90])
         rows.append(
             [
                 f"{100 * slowdown:.0f}%",
@@ -222,12 +225,10 @@ def table(cells: Cells, clock: str, markdown: bool, probe: bool = False) -> str:
                 f"{100 * lo:.1f}–{100 * hi:.1f}%",
                 f"{100 * c.share('unchanged'):.1f}%",
                 f"{100 * c.share('inconclusive'):.1f}%",
-                f"{float(np.median(c.ratios)):.3f}",
+                f"{float(np.median(ratios)):.3f}" if ratios else "n/a",
                 f"{100 * float(np.median(c.spreads)):.1f}%",
-                f"{100 * c.ratio_only / n:.1f}%",
-                f"{100 * c.p_only / n:.1f}%",
+                f"{d10:.2f}–{d90:.2f}",
             ]
-            + ([f"{100 * c.probe_kept / n:.1f}%"] if probe else [])
         )
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
@@ -237,24 +238,24 @@ def table(cells: Cells, clock: str, markdown: bool, probe: bool = False) -> str:
     return "\n".join([fmt.format(*head)] + [fmt.format(*r) for r in rows])
 
 
-def verdict_on_targets(cells: Cells, clock: str, rounds: int) -> list[str]:
+def summary(cells: Cells, rules: tuple[str, ...], rounds: int) -> list[str]:
+    """Per rule: false positives at 0% (all round counts) and detection at 10% with `rounds` rounds."""
     out = []
-    zero = [c for (k, s, _), c in cells.items() if k == clock and s == 0.0]
-    if zero:
-        flagged = sum(c.verdicts.count("regressed") for c in zero)
-        total = sum(len(c.verdicts) for c in zero)
-        rate = flagged / total
-        out.append(
-            f"false positives at 0% (all round counts): {flagged}/{total} = {100 * rate:.2f}% "
-            f"(target ≤ 1%): {'met' if rate <= 0.01 else 'MISSED'}"
-        )
-    ten = cells.get((clock, 0.10, rounds))
-    if ten:
-        rate = ten.share("regressed")
-        out.append(
-            f"detection at 10% with {rounds} rounds: {100 * rate:.1f}% (target ≥ 95%): "
-            f"{'met' if rate >= 0.95 else 'MISSED'}"
-        )
+    for rule in rules:
+        zero = [c for (k, s, _), c in cells.items() if k == rule and s == 0.0]
+        flagged, total = sum(c.verdicts.count("regressed") for c in zero), sum(len(c.verdicts) for c in zero)
+        ten = cells.get((rule, 0.10, rounds))
+        line = f"{rule:>5}: false positives at 0%: {flagged}/{total}"
+        if total:
+            line += f" = {100 * flagged / total:.2f}% ({'met' if flagged / total <= 0.01 else 'MISSED'}, target ≤ 1%)"
+        if ten:
+            rate = ten.share("regressed")
+            met = "met" if rate >= 0.95 else "MISSED"
+            line += (
+                f"; detection at 10% with {rounds} rounds: {100 * rate:.1f}% "
+                f"({met}, target ≥ 95%; inconclusive {100 * ten.share('inconclusive'):.0f}%)"
+            )
+        out.append(line)
     return out
 
 
@@ -263,66 +264,52 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=100, help="trials per (slowdown, rounds) setting (default 100)")
     p.add_argument("--rounds", type=lambda s: tuple(int(x) for x in s.split(",")), default=ROUNDS)
     p.add_argument("--slowdowns", type=lambda s: tuple(float(x) / 100 for x in s.split(",")), default=SLOWDOWNS)
+    p.add_argument("--history", type=int, default=3, help="baseline runs saved before the candidate (default 3)")
     p.add_argument("--target-ms", type=float, default=3.0, help="base latency of one round (default 3 ms)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--max-regression", type=float, default=0.05)
     p.add_argument("--alpha", type=float, default=0.01)
-    p.add_argument("--order", choices=("back-to-back", "interleaved"), default="back-to-back")
-    p.add_argument(
-        "--probe",
-        type=int,
-        default=0,
-        metavar="N",
-        help="experiment: bracket each back-to-back block with N rounds of a fixed reference workload and "
-        "also report the regressed share when trials whose reference drifted by more than half the allowed "
-        "regression are set aside",
-    )
     p.add_argument("--seed", type=int, default=0, help="seed of the setting order (timings are real)")
     p.add_argument(
         "--model",
         type=float,
         metavar="LOGSD",
-        help="no timing: draw independent log-normal rounds with this log-sd (checks the rule itself, not the machine)",
+        help="no timing: draw independent log-normal rounds with this log-sd (checks the rules, not the machine)",
     )
-    p.add_argument("--quick", action="store_true", help="20 trials, 20 rounds, 2 ms rounds: under a minute")
-    p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
+    p.add_argument("--quick", action="store_true", help="20 trials, 20 rounds: about a minute")
+    p.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     p.add_argument("--progress", action="store_true", help="report progress on stderr")
     args = p.parse_args(argv)
     if args.quick:
-        args.trials, args.rounds, args.target_ms = 20, (20,), 2.0
+        args.trials, args.rounds = 20, (20,)
+    if args.history < 1:
+        p.error("--history must be at least 1")
+    print("\n".join(header("regression gate power study", f"Python {platform.python_version()}")))
     load_before = os.getloadavg()
     cells, n_base, elapsed = run_study(args)
     load_after = os.getloadavg()
     print(
-        f"regression gate power study: {args.order}, max_regression={args.max_regression:g}, alpha={args.alpha:g}, "
+        f"back to back, {args.history} baseline run(s) then the candidate; max_regression={args.max_regression:g}, "
+        f"alpha={args.alpha:g}; "
         + (
             f"model: independent log-normal rounds, log-sd {args.model:g}"
             if args.model is not None
             else f"workload {n_base} loop iterations ≈ {args.target_ms:g} ms, warm-up {args.warmup}"
         )
-        + f", {args.trials} trials"
-    )
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}, load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
+        + f"; {args.trials} trials; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
         f"took {elapsed:.0f} s"
     )
-    views = [
-        ("wall", "wall-clock latency per round (what the plugin gates on):"),
-        ("cpu", "diagnostic: the same trials judged on the thread's CPU time per round (time.thread_time):"),
-    ]
-    for clock, title in views[:1] if args.model is not None else views:
-        print(f"\n{title}\n")
-        print(table(cells, clock, markdown=False, probe=args.probe > 0))
-        print()
-        for line in verdict_on_targets(cells, clock, 20):
-            print(line)
-        false_alarms = [f for (k, s, r), c in sorted(cells.items()) if k == clock and s == 0.0 for f in c.flagged]
-        for f in false_alarms[:10]:
-            print(f"  flagged at 0%: {f}")
-        if args.markdown:
-            print()
-            print(table(cells, clock, markdown=True, probe=args.probe > 0))
+    print("machine drift = median probe reading of the candidate run over the latest baseline run's")
+    for rule in RULES:
+        print(f"\nrule {rule!r}:\n")
+        print(table(cells, rule, markdown=False))
+    print()
+    for line in summary(cells, RULES, 20):
+        print(line)
+    if args.markdown:
+        for rule in RULES:
+            print(f"\nrule {rule!r}:\n")
+            print(table(cells, rule, markdown=True))
     return 0
 
 

@@ -1,12 +1,13 @@
-"""Stored baselines: per-test round samples and metrics under a name, and the verdict of a new run against them.
+"""Stored baselines: per-test round samples and metrics under a name (judged in `regression`).
 
 One JSON file per name in the baseline folder (`.inferscope/baselines/<name>.json` by default):
 
     {"format": "pytest-inferscope-baseline", "schema_version": 1, "name": "main",
      "tests": {"<node id>": [<entry>, <entry>, ...]}}     # oldest first
 
-An entry is one saved run of one test: its round samples, the deterministic metrics, the
-bottleneck class, the environment fingerprint, a timestamp and the result schema version.
+An entry is one saved run of one test: its round samples, the speed-probe readings around them
+(when the run took them; see `drift`), the deterministic metrics, the bottleneck class, the
+environment fingerprint, a timestamp and the result schema version.
 Saving appends entries and never drops or edits earlier ones; the whole file is rewritten
 atomically and durably, after the old one has been read and validated, so a failed or
 interrupted run leaves the previous file exactly as it was. A file that cannot be read, is not
@@ -29,7 +30,6 @@ from typing import Any
 
 from .reporters.files import atomic_write_text
 from .results import TestResult
-from .stats import Comparison, MetricChange, compare_metric, compare_samples, noise_warnings
 
 FORMAT = "pytest-inferscope-baseline"
 BASELINE_SCHEMA_VERSION = 1
@@ -92,6 +92,7 @@ class BaselineEntry:
     schema_version: int = 0  # of the result the entry was taken from (results.SCHEMA_VERSION)
     rounds: int = 0
     warmup: int = 0
+    probe_ms: list[float] = field(default_factory=list)  # drift.probe_ms before each round and after the last
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -104,7 +105,9 @@ class BaselineEntry:
         known = {"bottleneck", "confidence", "timestamp", "schema_version", "rounds", "warmup"}
         kw = {k: v for k, v in data.items() if k in known}
         fp = {str(k): str(v) for k, v in data.get("fingerprint", {}).items()}
-        return cls(nodeid, [float(x) for x in data["samples_ms"]], dict(data.get("metrics", {})), fingerprint=fp, **kw)
+        probe = [float(x) for x in data.get("probe_ms", [])]
+        samples = [float(x) for x in data["samples_ms"]]
+        return cls(nodeid, samples, dict(data.get("metrics", {})), fingerprint=fp, probe_ms=probe, **kw)
 
     @classmethod
     def from_result(cls, result: TestResult, fp: dict[str, str], timestamp: str) -> BaselineEntry:
@@ -122,6 +125,7 @@ class BaselineEntry:
             int(result.schema_version),
             int(result.rounds),
             int(result.warmup),
+            [float(x) for x in result.latency.probe_ms],
         )
 
 
@@ -306,6 +310,7 @@ def _is_int(v: Any) -> bool:
 
 #: Optional entry keys and whether a value is acceptable (samples_ms is required).
 _ENTRY_CHECKS: dict[str, tuple[str, Any]] = {
+    "probe_ms": ("a list of finite numbers", lambda v: isinstance(v, list) and all(map(_is_number, v))),
     "metrics": ("an object of finite numbers", lambda v: isinstance(v, dict) and all(map(_is_number, v.values()))),
     "fingerprint": ("an object", lambda v: isinstance(v, dict)),
     **dict.fromkeys(("bottleneck", "timestamp"), ("a string", lambda v: isinstance(v, str))),
@@ -332,144 +337,3 @@ def _structure_problem(tests: Any) -> str:
                 if key in e and not ok(e[key]):
                     return f"{where}: {key} is not {want}"
     return ""
-
-
-@dataclass
-class RegressionVerdict:
-    """One test against its baseline entry: the verdict, the latency comparison and everything else that moved."""
-
-    nodeid: str
-    verdict: str  # "regressed" | "improved" | "unchanged" | "inconclusive"
-    reason: str
-    latency: Comparison
-    metric_changes: list[MetricChange] = field(default_factory=list)
-    bottleneck_before: str = ""
-    bottleneck_after: str = ""
-    fingerprint_differences: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    baseline_name: str = ""
-    baseline_timestamp: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict == "regressed"
-
-    @property
-    def bottleneck_changed(self) -> bool:
-        return self.bottleneck_before != self.bottleneck_after
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (for report.json and xdist's workeroutput)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["latency"] = self.latency.to_dict()
-        d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
-        d["bottleneck_changed"] = self.bottleneck_changed
-        return d
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RegressionVerdict:
-        known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in known}
-        kw["latency"] = Comparison.from_dict(data["latency"])
-        kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes", [])]
-        return cls(**kw)
-
-    def message(self) -> str:
-        """The explanation for a test failure (or a report line): the verdict and the evidence behind it."""
-        c = self.latency
-        against = f"baseline {self.baseline_name!r}" if self.baseline_name else "the baseline"
-        if self.baseline_timestamp:
-            against += f" (recorded {self.baseline_timestamp})"
-        head = {
-            "regressed": "Performance regression against",
-            "improved": "Faster than",
-            "unchanged": "No significant change against",
-            "inconclusive": "Inconclusive comparison with",
-        }[self.verdict]
-        lines = [f"{head} {against}: {self.reason}"]
-        if math.isfinite(c.ratio):
-            lines.append(
-                f"  latency: median {c.base_median:.4g} ms ({c.base_n} rounds) → {c.new_median:.4g} ms "
-                f"({c.new_n} rounds), {100 * (c.ratio - 1):+.1f}% (ratio {c.ratio:.3f}, "
-                f"{100 * c.confidence:.0f}% CI {c.ci_low:.3f}–{c.ci_high:.3f}); one-sided Mann–Whitney "
-                f"p={c.p_value:.2g} (alpha {c.alpha:g}); allowed regression {100 * c.max_regression:.3g}%."
-            )
-        lines += [f"  metric: {m.message}" for m in self.metric_changes]
-        if self.bottleneck_changed:
-            lines.append(f"  bottleneck: {self.bottleneck_before or 'none'} → {self.bottleneck_after or 'none'}.")
-        lines += [f"  environment: {d}" for d in self.fingerprint_differences]
-        lines += [f"  warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
-
-
-def compare_to_baseline(
-    baseline_entry: BaselineEntry,
-    result: TestResult,
-    *,
-    max_regression: float,
-    alpha: float = 0.01,
-    metric_tolerance: float | Mapping[str, float] = 0.0,
-    min_samples: int = 5,
-    max_spread: float = 0.5,
-    environment: Mapping[str, Any] | None = None,
-    ignore_fingerprint: Collection[str] = (),
-    baseline_name: str = "",
-) -> RegressionVerdict:
-    """Judge `result` against a baseline entry: latency (compare_samples), deterministic metrics, bottleneck.
-
-    A fingerprint difference (`environment`, default `result.environment`, against the entry's;
-    keys in `ignore_fingerprint` skipped) makes the verdict inconclusive, with the differences
-    as the reason: the numbers are still shown, never silently compared. Otherwise a regressed
-    latency or any regressed deterministic metric makes it "regressed"; `metric_tolerance` is
-    one relative tolerance for all metrics or one per metric name (missing names: 0, exact).
-    """
-    latency = compare_samples(
-        baseline_entry.samples_ms,
-        result.latency.samples_ms,
-        max_regression=max_regression,
-        alpha=alpha,
-        min_samples=min_samples,
-        max_spread=max_spread,
-    )
-    new_metrics = result.analysis.metrics
-    changes = []
-    for name in DETERMINISTIC_METRICS:
-        tol = metric_tolerance.get(name, 0.0) if isinstance(metric_tolerance, Mapping) else metric_tolerance
-        change = compare_metric(name, baseline_entry.metrics.get(name), new_metrics.get(name), tol)
-        if change is not None:
-            changes.append(change)
-    now_fp = fingerprint(result.environment if environment is None else environment)
-    differences = fingerprint_diff(baseline_entry.fingerprint, now_fp, ignore_fingerprint)
-    warnings = [
-        f"{label}: {w}"
-        for label, samples in (("this run", result.latency.samples_ms), ("baseline", baseline_entry.samples_ms))
-        for w in noise_warnings(samples, max_regression=max_regression, alpha=alpha)
-    ]
-    regressed_metrics = [m for m in changes if m.regressed]
-    if differences:
-        verdict = "inconclusive"
-        reason = (
-            f"the environment differs from the baseline's ({len(differences)} difference(s), listed below), so the "
-            f"latency comparison is not a fair one; it would have been {latency.verdict!r}. Record a baseline "
-            "on this environment to gate on it."
-        )
-    elif latency.verdict == "regressed" or regressed_metrics:
-        verdict = "regressed"
-        parts = [latency.reason] if latency.verdict == "regressed" else []
-        parts += [m.message for m in regressed_metrics]
-        reason = " ".join(parts)
-    else:
-        verdict, reason = latency.verdict, latency.reason
-    return RegressionVerdict(
-        nodeid=result.nodeid,
-        verdict=verdict,
-        reason=reason,
-        latency=latency,
-        metric_changes=changes,
-        bottleneck_before=baseline_entry.bottleneck,
-        bottleneck_after=result.analysis.bottleneck,
-        fingerprint_differences=differences,
-        warnings=warnings,
-        baseline_name=baseline_name,
-        baseline_timestamp=baseline_entry.timestamp,
-    )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .results import BOTTLENECKS, LATENCY_STATS, UNCLASSIFIED, Analysis, CheckResult, LatencyStats
 
 if TYPE_CHECKING:
-    from .baseline import RegressionVerdict
+    from .regression import RegressionVerdict
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 A side is a report.json, a report folder, an index.json or a report root (every test listed in
 it), or a baseline file (`.inferscope/baselines/<name>.json`, its latest entry per test). The
-verdict per test is `stats.compare_samples` on the per-round samples: regressed only when B is
-significantly slower *and* its median is more than the allowed fraction slower.
+verdict per test is `regression.latency_verdict`, the plugin's latency rule: regressed only when B
+is significantly slower *and* its median is more than the allowed fraction slower, on the rounds
+run at the machine's usual speed when both sides carry speed-probe readings, and beyond the
+run-to-run noise floor when A is a baseline file with enough saved runs of the test.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .baseline import FORMAT as BASELINE_FORMAT
-from .baseline import BaselineError, BaselineStore, fingerprint, fingerprint_diff
+from .baseline import BaselineEntry, BaselineError, BaselineStore, fingerprint, fingerprint_diff
 from .cli import EXIT_FAILED, EXIT_OK, CliError, echo
+from .drift import probe_applies
+from .regression import latency_verdict
 from .reporters import ReportFormatError, load_report
-from .stats import Comparison, compare_samples
+from .stats import Comparison
 
 #: Longest test id in the table; longer ones keep their start and end around an ellipsis.
 MAX_ID = 60
@@ -32,6 +36,9 @@ class Measured:
 
     samples_ms: list[float]
     fingerprint: dict[str, str]
+    probe_ms: list[float] = field(default_factory=list)  # drift.probe_ms readings, when the run took them
+    not_cpu_bound: str = ""  # drift.probe_applies: why the probe says nothing about these rounds
+    history: list[BaselineEntry] = field(default_factory=list)  # a baseline file's saved runs of the test
 
 
 def _fail(label: str, path: Path, what: str) -> CliError:
@@ -61,7 +68,10 @@ def _from_reports(paths: list[Path], label: str) -> dict[str, Measured]:
             r = load_report(p)
         except ReportFormatError as e:
             raise CliError(f"inferscope compare: {label}: {e}") from None
-        out.setdefault(r.nodeid, Measured(list(r.latency.samples_ms), fingerprint(r.environment)))
+        why = probe_applies(r.analysis.bottleneck, r.analysis.metrics.get("cpu.test_thread_working"))
+        out.setdefault(
+            r.nodeid, Measured(list(r.latency.samples_ms), fingerprint(r.environment), list(r.latency.probe_ms), why)
+        )
     return out
 
 
@@ -102,7 +112,12 @@ def load_side(path: Path, label: str) -> dict[str, Measured]:
             baseline = BaselineStore(path.parent).load(path.stem)
         except BaselineError as e:
             raise CliError(f"inferscope compare: {label}: {e}") from None
-        return {nodeid: Measured(e.samples_ms, e.fingerprint) for nodeid, e in baseline.tests.items()}
+        return {
+            nodeid: Measured(e.samples_ms, e.fingerprint, e.probe_ms, probe_applies(e.bottleneck, None), runs)
+            for nodeid, runs in baseline.history.items()
+            if runs
+            for e in runs[-1:]
+        }
     if isinstance(data, dict) and "tests" in data and "schema_version" in data:
         return _from_reports(_index_reports(path, data, label), label)
     if isinstance(data, dict) and "nodeid" in data:
@@ -153,12 +168,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if nodeid not in b or nodeid not in a:
             rows.append([_short(nodeid), f"only in {'A' if nodeid in a else 'B'}", "", "", "", ""])
             continue
-        c = compare_samples(a[nodeid].samples_ms, b[nodeid].samples_ms, max_regression=args.max_regression,
-                            alpha=args.alpha)  # fmt: skip
+        base, new = a[nodeid], b[nodeid]
+        entry = BaselineEntry(nodeid, base.samples_ms, fingerprint=base.fingerprint, probe_ms=base.probe_ms)
+        c, steady, _, _ = latency_verdict(
+            entry,
+            new.samples_ms,
+            new.probe_ms,
+            not_cpu_bound=new.not_cpu_bound,
+            history=base.history,
+            max_regression=args.max_regression,
+            alpha=args.alpha,
+        )
         rows.append(_row(nodeid, c))
         verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
         if c.verdict != "unchanged" or c.ratio > 1 + args.max_regression:  # a slowdown short of significance too
-            notes.append(f"  {_short(nodeid)}: {c.reason}")
+            notes.append(f"  {_short(nodeid)}: {c.reason}" + (f" Machine speed: {steady}." if steady else ""))
     diffs = sorted({d for t in common for d in fingerprint_diff(a[t].fingerprint, b[t].fingerprint)})
     if diffs:
         print(

@@ -124,6 +124,8 @@ class LatencyStats(_Serial):
     max: float = math.nan
     iqr: float = math.nan
     stdev: float = math.nan
+    # drift.probe_ms readings before the first measured round and after each one (empty: no probe ran)
+    probe_ms: list[float] = field(default_factory=list)
 
     @classmethod
     def from_samples(cls, samples_ms: list[float], warmup_ms: list[float] | None = None) -> LatencyStats:

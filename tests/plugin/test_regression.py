@@ -163,3 +163,61 @@ def test_xdist_gives_the_serial_runs_summary_index_and_junit_properties(pytester
     serial = shape()
     parallel = shape("-n", "2")
     assert len(serial[0]) == 4 and serial == parallel
+
+
+CPU_BODY = """
+import os, pytest
+
+@pytest.mark.inferscope(rounds=30, warmup=2)
+def test_cpu():
+    acc = 1
+    for _ in range(int(os.environ["WORK"])):
+        acc = (acc * 31 + 7) % 1_000_003
+"""
+
+
+def test_cpu_bound_rounds_are_gated_on_steady_rounds_against_the_historys_floor(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_cpu=CPU_BODY)
+    monkeypatch.setenv("WORK", "15000")
+    for _ in range(3):  # main saves three runs: the history the noise floor comes from
+        pytester.runpytest("-p", "no:randomly", "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+    stored = json.loads((pytester.path / ".inferscope" / "baselines" / "main.json").read_text())
+    (entries,) = stored["tests"].values()
+    assert [len(e["probe_ms"]) for e in entries] == [31, 31, 31]  # before round 1 and after each of 30
+    assert all(0 < x < 50 for e in entries for x in e["probe_ms"])
+
+    monkeypatch.setenv("WORK", "45000")  # the code got 3x slower
+    slow = pytester.runpytest("-p", "no:randomly", "--inferscope-compare=main", "--inferscope-report=out")
+    slow.assert_outcomes(failed=1)
+    slow.stdout.fnmatch_lines(
+        [
+            "*Performance regression against baseline 'main'*",
+            "*machine speed: * of the baseline's 30 rounds and * of this run's 30 ran at the machine's usual speed*",
+        ]
+    )
+    (report,) = (pytester.path / "out").glob("*/report.json")
+    data = json.loads(report.read_text())
+    assert len(data["latency"]["probe_ms"]) == 31
+    # A saved run measured on a busy machine is left out of the floor, and the report says so.
+    floor, out = data["regression"]["noise_floor"], slow.stdout.str()
+    if floor is not None:
+        assert floor > 1.0 and "run-to-run noise floor: ratio" in out
+    else:
+        assert "warning: no run-to-run noise floor: only" in out
+
+
+def test_speed_probe_off_records_no_readings_and_still_gates(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_cpu=CPU_BODY)
+    monkeypatch.setenv("WORK", "15000")
+    off = ("-p", "no:randomly", "--inferscope-speed-probe=off")
+    pytester.runpytest(*off, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+    stored = json.loads((pytester.path / ".inferscope" / "baselines" / "main.json").read_text())
+    assert [e["probe_ms"] for e in next(iter(stored["tests"].values()))] == [[]]
+    monkeypatch.setenv("WORK", "45000")
+    slow = pytester.runpytest(*off, "--inferscope-compare=main")
+    slow.assert_outcomes(failed=1)
+    assert "machine speed:" not in slow.stdout.str()

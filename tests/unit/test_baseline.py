@@ -1,4 +1,7 @@
-"""Unit tests of the baseline store (append-only, atomic, clear errors, untouched files) and the per-test verdict."""
+"""Unit tests of the baseline store (append-only, atomic, clear errors, untouched files) and the per-test verdict.
+
+The drift defences of the verdict (speed probe, noise floor) are tested in test_drift.py.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +21,11 @@ from pytest_inferscope.baseline import (
     BaselineEntry,
     BaselineError,
     BaselineStore,
-    RegressionVerdict,
-    compare_to_baseline,
     fingerprint,
     fingerprint_diff,
     validate_name,
 )
+from pytest_inferscope.regression import RegressionVerdict, compare_to_baseline
 from pytest_inferscope.results import SCHEMA_VERSION, Analysis, LatencyStats, TestResult
 
 ENV: dict[str, Any] = {

@@ -437,3 +437,19 @@ def test_regression_options_take_percentages_and_safe_names(tmp_path: Path) -> N
         resolve(cli={"compare": "main/../x"}, ini={}, env={}, rootdir=tmp_path)
     with pytest.raises(ConfigError, match=r"INFERSCOPE_MAX_REGRESSION='-5%' is out of range"):
         resolve(cli={}, ini={}, env={"INFERSCOPE_MAX_REGRESSION": "-5%"}, rootdir=tmp_path)
+
+
+def test_speed_probe_modes_and_a_bad_one(tmp_path: Path) -> None:
+    assert resolve(cli={}, ini={}, env={}, rootdir=tmp_path).speed_probe == "auto"
+    assert resolve(cli={}, ini={}, env={"INFERSCOPE_SPEED_PROBE": "OFF"}, rootdir=tmp_path).speed_probe == "off"
+    assert error(tmp_path, cli={"speed_probe": "always"}) == (
+        "--inferscope-speed-probe='always' is not one of the choices: set the speed probe to auto, on or off, "
+        "e.g. --inferscope-speed-probe=on."
+    )
+
+
+def test_the_option_table_lives_in_options_and_config_re_exports_it() -> None:
+    from pytest_inferscope import config, options
+
+    assert config.OPTIONS is options.OPTIONS and config.Settings is options.Settings
+    assert {f.name for f in dataclasses.fields(options.Settings)} - {"sources"} == {s.name for s in options.OPTIONS}

@@ -1,0 +1,193 @@
+"""Machine drift: a speed probe timed between rounds, and the run-to-run noise floor of a baseline's history.
+
+Why: a baseline and a candidate are measured in different runs, and a shared machine changes
+speed between them (on the 2-core development VM the same code ran at two speeds, 1.8x apart,
+switching every 50 to 200 ms as the other vCPU came and went). Inside one run the rounds then
+look tight, so a one-sided test on the rounds calls a slower *machine* slower *code*. Two
+defences, both measured in docs/regression-power.md:
+
+- **Steady rounds.** A fixed reference workload (`probe_ms`, about 0.05 ms on an idle core) is
+  timed before the first measured round and after every one, so round i lies between readings
+  i and i + 1. A round is *steady* when both readings are within `PROBE_TOLERANCE` of the
+  reference speed (a low percentile of all readings of both runs); the gate compares steady
+  rounds only. Rounds are selected, not rescaled, so nothing assumes that the test slows down
+  by the same factor as the probe; scaling is used only to *take back* a verdict (a shift that
+  vanishes once each round is scaled by the readings around it is put down to the machine).
+  The probe sees the host CPU only, so for rounds that are not CPU-bound (`probe_applies`:
+  GPU-bound, or mostly sleeping or waiting) it is reported, not used.
+- **Noise floor.** With at least `MIN_HISTORY` saved runs of a test, the spread of their
+  medians is the drift the test shows between runs; a shift is only called a regression when
+  it also clears `z(1 - alpha) x sqrt(2) x` that spread.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: A round is steady when the probe readings on both sides of it are at most this much slower
+#: than the reference speed (0.20: 20%). Chosen from measurements: 15% set aside so many rounds
+#: that a quarter of the trials were inconclusive, 30% let contended rounds through.
+PROBE_TOLERANCE = 0.20
+#: The reference speed: this percentile of the probe readings of both runs together.
+PROBE_REFERENCE_PERCENTILE = 10.0
+#: Bottleneck classes whose rounds are spent on the GPU: a host CPU probe says nothing about them.
+GPU_SIDE = ("gpu_bound", "transfer_bound")
+#: The probe is used when the test thread worked (on a core, or waiting for one) at least this
+#: fraction of the round time (analyzer metric cpu.test_thread_working): only then does the
+#: speed of the host CPU set the round's latency. Rounds that sleep, wait on I/O or on the GPU
+#: would lose rounds to the selection for nothing.
+CPU_BOUND_WORKING = 0.5
+#: Saved runs of a test needed before their spread is used as a noise floor.
+MIN_HISTORY = 3
+
+_TABLE = tuple(range(64))
+_PROBE_ITERATIONS = 300  # fixed forever within a plugin version: readings are compared across runs
+
+
+def _reference_work(n: int = _PROBE_ITERATIONS) -> int:
+    """The probe's body: interpreter dispatch, dict and tuple access, small-integer arithmetic.
+
+    Deliberately not the workload of the power study (an integer loop), so the study does not
+    test the probe against itself.
+    """
+    d: dict[int, int] = {}
+    s = 0
+    for i in range(n):
+        d[i & 63] = _TABLE[(i * 7) & 63]
+        s += d.get((i * 13) & 63, 0) ^ i
+    return s
+
+
+def probe_ms() -> float:
+    """One reading of the speed probe: the wall-clock time of the fixed reference workload, in ms."""
+    t0 = time.perf_counter()
+    _reference_work()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def probe_applies(bottleneck: str, working: float | None) -> str:
+    """'' when a host CPU probe says something about these rounds, else why not (a clause)."""
+    if bottleneck in GPU_SIDE:
+        return f"this test is {bottleneck}: its time is spent on the GPU"
+    if working is not None and math.isfinite(working) and working < CPU_BOUND_WORKING:
+        return (
+            f"the test thread worked only {100 * working:.0f}% of the round time (the rest it slept or waited), "
+            "so the host CPU's speed does not set its latency"
+        )
+    return ""
+
+
+def probe_fits(probe: Sequence[float], rounds: int) -> bool:
+    """Whether `probe` holds one reading before each of `rounds` rounds and one after the last."""
+    return rounds > 0 and len(probe) == rounds + 1 and all(math.isfinite(x) and x > 0 for x in probe)
+
+
+def probe_reference(*probes: Sequence[float]) -> float:
+    """The machine's usual speed: a low percentile of every reading given (NaN when there are none)."""
+    pooled = np.concatenate([np.asarray(p, dtype=float).ravel() for p in probes]) if probes else np.array([])
+    return float(np.percentile(pooled, PROBE_REFERENCE_PERCENTILE)) if pooled.size else math.nan
+
+
+def steady_mask(
+    probe: Sequence[float] | np.ndarray, reference_ms: float, tolerance: float = PROBE_TOLERANCE
+) -> np.ndarray:
+    """Per round, whether the readings on both sides of it were within `tolerance` of the reference."""
+    if not tolerance > 0:
+        raise ValueError(f"tolerance must be > 0, not {tolerance!r}")
+    ok = np.asarray(probe, dtype=float) <= reference_ms * (1.0 + tolerance)
+    return ok[:-1] & ok[1:]
+
+
+@dataclass
+class Steady:
+    """The rounds of a base and a new run that the probe calls steady, and what it said.
+
+    `*_scaled_ms` are the same rounds, each divided by the mean of the two readings around it
+    and multiplied by the reference: the latency the round would have had at the reference
+    speed *if* the test slowed down exactly as the probe did. The gate uses them only to take a
+    verdict back (a shift that the probe's own drift explains), never to make one.
+    """
+
+    base_ms: list[float]
+    new_ms: list[float]
+    reference_ms: float
+    base_total: int
+    new_total: int
+    base_scaled_ms: list[float]
+    new_scaled_ms: list[float]
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.base_ms)} of the baseline's {self.base_total} rounds and {len(self.new_ms)} of this run's "
+            f"{self.new_total} ran at the machine's usual speed (a reference workload within "
+            f"{100 * PROBE_TOLERANCE:.0f}% of {1e3 * self.reference_ms:.0f} µs on both sides of the round)"
+        )
+
+
+def steady_rounds(
+    base_ms: Sequence[float], base_probe: Sequence[float], new_ms: Sequence[float], new_probe: Sequence[float]
+) -> Steady | None:
+    """The steady rounds of both runs, or None when a side has no fitting probe readings."""
+    if not (probe_fits(base_probe, len(base_ms)) and probe_fits(new_probe, len(new_ms))):
+        return None
+    ref = probe_reference(base_probe, new_probe)
+    kept, scaled = [], []
+    for samples, probe in ((base_ms, base_probe), (new_ms, new_probe)):
+        s, p = np.asarray(samples, dtype=float), np.asarray(probe, dtype=float)
+        keep = steady_mask(p, ref)
+        kept.append([float(x) for x in s[keep]])
+        scaled.append([float(x) for x in (s / ((p[:-1] + p[1:]) / 2.0) * ref)[keep]])
+    return Steady(kept[0], kept[1], ref, len(base_ms), len(new_ms), scaled[0], scaled[1])
+
+
+def probe_drift(base_probe: Sequence[float], new_probe: Sequence[float]) -> float:
+    """Median probe reading of the new run over the base run's: how much slower the host CPU ran (NaN: unknown)."""
+    if not (len(base_probe) and len(new_probe)):
+        return math.nan
+    b = float(np.median(np.asarray(base_probe, dtype=float)))
+    return float(np.median(np.asarray(new_probe, dtype=float))) / b if b > 0 else math.nan
+
+
+def _z(alpha: float) -> float:
+    """The standard normal quantile z(1 - alpha), by bisection on erfc."""
+    lo, hi = 0.0, 40.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 0.5 * math.erfc(mid / math.sqrt(2.0)) > alpha else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass
+class NoiseFloor:
+    """How far a test's median moves between saved runs, and the shift a regression must clear."""
+
+    runs: int
+    log_sd: float  # sample standard deviation of the log medians of the saved runs
+    floor: float  # smallest ratio (> 1) that counts as beyond run-to-run drift at this alpha
+
+    def describe(self) -> str:
+        return (
+            f"across the {self.runs} saved runs of this test its median moves by ±{100 * math.expm1(self.log_sd):.1f}% "
+            f"(log-sd), so only a ratio beyond {self.floor:.3f} (or below {1 / self.floor:.3f}) stands out from "
+            "run-to-run drift"
+        )
+
+
+def noise_floor(medians: Sequence[float], alpha: float) -> NoiseFloor | None:
+    """The noise floor from the medians of a test's saved runs; None with fewer than MIN_HISTORY usable runs.
+
+    The new run and the baseline run are two draws from the runs' distribution, so their log
+    ratio has a standard deviation of sqrt(2) x the runs' log-sd; a one-sided shift stands out
+    at `alpha` beyond z(1 - alpha) times that. With only a few runs the log-sd itself is rough;
+    saving more runs makes the floor steadier.
+    """
+    m = np.asarray([x for x in medians if math.isfinite(x) and x > 0], dtype=float)
+    if m.size < MIN_HISTORY:
+        return None
+    sd = float(np.std(np.log(m), ddof=1))
+    return NoiseFloor(int(m.size), sd, math.exp(_z(alpha) * math.sqrt(2.0) * sd))

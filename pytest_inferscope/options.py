@@ -1,0 +1,345 @@
+"""The option table of pytest-inferscope: every setting's parser, default, help and names, and `Settings`.
+
+Every setting is one `OptionSpec` in `OPTIONS`; the CLI flag, env var, ini key, config-file key,
+help text and docs all come from it. `config` resolves the layers into a `Settings`. Adding a
+setting means one `OptionSpec` here and one `Settings` field.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, get_args
+
+__all__ = ["OPTIONS", "OPTIONS_BY_NAME", "OptionSpec", "Settings", "default_settings"]
+
+GpuMode = Literal["auto", "off", "required"]
+CpuMode = Literal["sample", "trace", "off"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
+ProbeMode = Literal["auto", "on", "off"]
+
+Parse = Callable[[Any], Any]
+
+
+# Value parsers. Each takes a string (CLI, env, ini) or an already-typed value (YAML, TOML, a
+# parsed CLI value) and returns the typed value, or raises ValueError with a short reason that
+# completes "<name>=<value> ...". What *is* valid is the spec's `hint`, so reasons stay short.
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_bool(value: Any) -> bool:
+    """Parse a yes/no setting: a bool, 0/1, or 1/0, true/false, yes/no, on/off in any case."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("is not a yes/no value")
+
+
+def parse_path(value: Any) -> Path:
+    """Parse a folder path; `~` is expanded, relative paths are kept (resolve() anchors file ones)."""
+    if isinstance(value, os.PathLike):
+        return Path(value)
+    if not isinstance(value, str):
+        raise ValueError("is not a folder path")
+    if not value.strip():
+        raise ValueError("is empty")
+    return Path(value.strip()).expanduser()
+
+
+def optional(parse: Parse) -> Parse:
+    """Make a parser accept None, which a config file gives for `key:` or `key: null` ("not set")."""
+
+    def parse_optional(value: Any) -> Any:
+        return None if value is None else parse(value)
+
+    return parse_optional
+
+
+def number(low: float, high: float = math.inf, *, integer: bool = False, low_inclusive: bool = True) -> Parse:
+    """Make a parser for a number in [low, high] (or (low, high]), a whole number if `integer`."""
+    kind = "a whole number" if integer else "a number"
+
+    def parse_number(value: Any) -> float | int:
+        # bool is an int subclass, and YAML turns `yes` into True: never a number.
+        if isinstance(value, bool) or not isinstance(value, (int, str) if integer else (int, float, str)):
+            raise ValueError(f"is not {kind}")
+        try:
+            result = int(value) if integer else float(value)
+        except ValueError:
+            raise ValueError(f"is not {kind}") from None
+        # Written so that NaN fails both comparisons; inf fails a finite upper bound.
+        above_low = result >= low if low_inclusive else result > low
+        if not (above_low and result <= high):
+            raise ValueError("is out of range")
+        return result
+
+    return parse_number
+
+
+def choice(choices: tuple[str, ...]) -> Parse:
+    """Make a parser for one of `choices`, case-insensitive."""
+
+    def parse_choice(value: Any) -> str:
+        # YAML 1.1 reads a bare `off`/`on` as a boolean, so `gpu: off` arrives as False.
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        if isinstance(value, str) and value.strip().lower() in choices:
+            return value.strip().lower()
+        raise ValueError("is not one of the choices")
+
+    return parse_choice
+
+
+def fraction(high: float = 10.0) -> Parse:
+    """Make a parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%."""
+    plain = number(0.0, high)
+
+    def parse_fraction(value: Any) -> float:
+        if isinstance(value, str) and value.strip().endswith("%"):
+            return float(plain(value.strip()[:-1])) / 100.0
+        return float(plain(value))
+
+    return parse_fraction
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def parse_gpus(value: Any) -> tuple[int, ...]:
+    """A comma-separated list of GPU indices, e.g. 0,1,2,3."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, list | tuple):
+        value = ",".join(str(v) for v in value)
+    if not isinstance(value, str):
+        raise ValueError("is not a list of GPU indices")
+    try:
+        gpus = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise ValueError("is not a list of GPU indices") from None
+    if not gpus or any(g < 0 for g in gpus):
+        raise ValueError("is not a list of GPU indices")
+    return gpus
+
+
+def parse_name(value: Any) -> str:
+    """A baseline name: letters, digits, '.', '-' and '_', so it is a safe file name."""
+    if isinstance(value, str) and _NAME.fullmatch(value.strip()):
+        return value.strip()
+    raise ValueError("is not a valid name")
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + " or " + choices[-1]
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One setting: how to parse it, its default and help, and its name in every place it can be given."""
+
+    name: str  # Settings field and config-file key
+    parse: Parse
+    default: Any
+    help: str  # one or two sentences; also the docs text
+    hint: str  # what is valid, completing "<value> is out of range: ..."
+    example: str  # a valid value as typed on the command line, for error messages
+    choices: tuple[str, ...] | None = None
+    flag: str = ""  # default --inferscope-<name with - for _>
+    env: str = ""  # default INFERSCOPE_<NAME>
+    ini: str = ""  # default inferscope_<name>
+    action: Literal["store", "store_true", "store_false"] = "store"  # the store_* flags take no value
+    metavar: str | None = None
+
+    def __post_init__(self) -> None:
+        # Derived names are filled in here so that the table spells out only the exceptions.
+        derived = {
+            "flag": "--inferscope-" + self.name.replace("_", "-"),
+            "env": "INFERSCOPE_" + self.name.upper(),
+            "ini": "inferscope_" + self.name,
+        }
+        for attr, value in derived.items():
+            if not getattr(self, attr):
+                object.__setattr__(self, attr, value)
+
+    @property
+    def dest(self) -> str:
+        """The argparse dest; prefixed because all pytest plugins share one option namespace."""
+        return "inferscope_" + self.name
+
+
+_GPU_MODES: tuple[str, ...] = get_args(GpuMode)
+_CPU_MODES: tuple[str, ...] = get_args(CpuMode)
+_LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
+_LATENCY_STATS: tuple[str, ...] = get_args(LatencyStat)
+_PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
+_BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "enable", parse_bool, True, "Whether inferscope profiles at all; --inferscope-disable turns it off for a run.",
+        _BOOL_HINT, "false", flag="--inferscope-disable", action="store_false",
+    ),
+    OptionSpec(
+        "report", optional(parse_path), None, "Folder to write the reports to (Markdown, JSON, Chrome trace).",
+        "give a folder path", "out/inferscope", metavar="DIR",
+    ),
+    OptionSpec(
+        "all", parse_bool, False, "Profile every test, not only those marked @pytest.mark.inferscope.",
+        _BOOL_HINT, "true", action="store_true",
+    ),
+    OptionSpec(
+        "rounds", optional(number(1, integer=True)), None,
+        "Measured rounds per test, unless the marker says otherwise (unset: 1 round for unmarked tests).",
+        "give the number of measured rounds per test, a whole number of at least 1", "20", metavar="N",
+    ),
+    OptionSpec(
+        "warmup", optional(number(0, integer=True)), None,
+        "Unmeasured warm-up rounds per test, unless the marker says otherwise.",
+        "give the number of warm-up rounds per test, a whole number of at least 0", "3", metavar="N",
+    ),
+    OptionSpec(
+        "gpu", choice(_GPU_MODES), "auto",
+        "GPU collection: auto (use it when available), off, or required (fail when it cannot run).",
+        f"set the GPU collection mode to {_one_of(_GPU_MODES)}", "required", choices=_GPU_MODES,
+    ),
+    OptionSpec(
+        "log_level", choice(_LOG_LEVELS), "warning", "Level of inferscope's own log messages.",
+        f"set the log level to {_one_of(_LOG_LEVELS)}", "info", choices=_LOG_LEVELS,
+    ),
+    OptionSpec(
+        "trace_size_mb", number(0.0, 65536.0, low_inclusive=False), 100.0, "Size of each thread's trace buffer in MB.",
+        "give the trace buffer size in megabytes, more than 0 and at most 65536", "200", metavar="MB",
+    ),
+    OptionSpec(
+        "trace_spill", optional(parse_path), None,
+        "Folder a full trace buffer spills to; unset, a full buffer wraps and counts the dropped events.",
+        "give a folder path", "/tmp/inferscope-spill", metavar="DIR",
+    ),
+    OptionSpec(
+        "cpu", choice(_CPU_MODES), "sample",
+        "CPU collector mode: sample (stack sampling), trace (full call tracing, slower) or off (scopes only).",
+        f"set the CPU collector mode to {_one_of(_CPU_MODES)}", "trace", choices=_CPU_MODES,
+    ),
+    OptionSpec(
+        "sample_interval_ms", number(0.1, 1000.0), 10.0,
+        "Stack sampling interval of the CPU collector in ms (each wake-up of the sampler costs CPU: ~50 µs on a "
+        "small VM, so 1 ms costs ~5% of a core there).",
+        "give the sampling interval in milliseconds, from 0.1 to 1000", "5", metavar="MS",
+    ),
+    OptionSpec(
+        "latency_stat", choice(_LATENCY_STATS), "median",
+        "Statistic max_latency_ms is checked against, unless the marker says otherwise.",
+        f"set the latency statistic to {_one_of(_LATENCY_STATS)}", "p90", choices=_LATENCY_STATS,
+    ),
+    OptionSpec(
+        "modules", number(0, 32, integer=True), 0,
+        "Record torch.nn.Module forwards down to this depth (per-layer CPU and GPU time); 0 = off. Costs a few "
+        "µs per module call (torch's global hooks): see docs/modules.md.",
+        "give a module depth, a whole number from 0 (off) to 32", "3", metavar="DEPTH",
+    ),
+    OptionSpec(
+        "launch_gap_us", number(0.0, 10_000.0), 30.0,
+        "GPU idle gaps between queued work shorter than this (µs) count as launch gaps, not as waiting "
+        "for the host or a sync (HolisticTraceAnalysis's kernel wait; see docs/architecture.md).",
+        "give the launch-gap threshold in microseconds, from 0 to 10000", "50", metavar="US",
+    ),
+    OptionSpec(
+        "gpus", optional(parse_gpus), None,
+        "GPUs to spread xdist workers over, one per worker (worker N gets the N-th, round robin), set as "
+        "CUDA_VISIBLE_DEVICES before CUDA starts; without xdist the first is used.",
+        "give GPU indices separated by commas", "0,1,2,3", metavar="LIST",
+    ),
+    OptionSpec(
+        "save_baseline", optional(parse_name), None,
+        "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept).",
+        "give a name of letters, digits, '.', '-' and '_'", "main", metavar="NAME",
+    ),
+    OptionSpec(
+        "compare", optional(parse_name), None,
+        "Compare every profiled test against the baseline NAME and fail the tests that regressed.",
+        "give the name of a saved baseline (letters, digits, '.', '-' and '_')", "main", metavar="NAME",
+    ),
+    OptionSpec(
+        "baseline_dir", parse_path, Path(".inferscope/baselines"), "Folder the baselines are kept in.",
+        "give a folder path", ".inferscope/baselines", metavar="DIR",
+    ),
+    OptionSpec(
+        "max_regression", fraction(), 0.05,
+        "Allowed latency regression against the baseline (0.05 or 5%), unless the marker says otherwise.",
+        "give a fraction such as 0.05 or a percentage such as 5%, from 0 to 1000%", "5%", metavar="FRACTION",
+    ),
+    OptionSpec(
+        "alpha", number(0.0, 0.5, low_inclusive=False), 0.01,
+        "Significance level of the regression test (one-sided Mann-Whitney U on the round samples).",
+        "give a significance level above 0 and at most 0.5", "0.01", metavar="P",
+    ),
+    OptionSpec(
+        "speed_probe", choice(_PROBE_MODES), "auto",
+        "Time a fixed reference workload (~0.05 ms) before and after every measured round, so the regression "
+        "gate compares only rounds run at the machine's usual speed: auto (when a baseline is saved or "
+        "compared), on, or off.",
+        f"set the speed probe to {_one_of(_PROBE_MODES)}", "on", choices=_PROBE_MODES,
+    ),
+)  # fmt: skip
+
+OPTIONS_BY_NAME: Mapping[str, OptionSpec] = MappingProxyType({spec.name: spec for spec in OPTIONS})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective settings of one run (before per-test marker overrides), and where each came from."""
+
+    enable: bool
+    report: Path | None
+    all: bool
+    rounds: int | None
+    warmup: int | None
+    gpu: GpuMode
+    log_level: LogLevel
+    trace_size_mb: float
+    trace_spill: Path | None
+    cpu: CpuMode
+    sample_interval_ms: float
+    latency_stat: LatencyStat
+    modules: int
+    launch_gap_us: float
+    gpus: tuple[int, ...] | None
+    save_baseline: str | None
+    compare: str | None
+    baseline_dir: Path
+    max_regression: float
+    alpha: float
+    speed_probe: ProbeMode
+    # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
+    # or "cli --inferscope-rounds"
+    sources: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A mappingproxy cannot be pickled; rebuild from a plain dict (xdist, multiprocessing).
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return (functools.partial(Settings, **{**values, "sources": dict(self.sources)}), ())
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON data for reports: every value (paths as strings) and `sources`."""
+        data = {s.name: str(v) if isinstance(v := getattr(self, s.name), Path) else v for s in OPTIONS}
+        return {**data, "sources": dict(self.sources)}
+
+
+def default_settings() -> Settings:
+    """Settings with every default, for code and tests that run without any configuration."""
+    return Settings(**{spec.name: spec.default for spec in OPTIONS}, sources={s.name: "default" for s in OPTIONS})

@@ -1,0 +1,292 @@
+"""The verdict of one test against its baseline: latency, deterministic metrics, bottleneck, environment.
+
+The latency rule is `stats.compare_samples` (a one-sided Mann–Whitney U test at alpha *and* a
+median ratio beyond the allowed regression), applied to the rounds the machine ran at its usual
+speed when both runs carry speed-probe readings, and checked against the run-to-run noise floor
+of the baseline's history when it holds enough runs (see `drift`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .baseline import DETERMINISTIC_METRICS, BaselineEntry, fingerprint, fingerprint_diff
+from .drift import (
+    MIN_HISTORY,
+    PROBE_TOLERANCE,
+    NoiseFloor,
+    noise_floor,
+    probe_applies,
+    probe_drift,
+    probe_fits,
+    probe_reference,
+    steady_mask,
+    steady_rounds,
+)
+from .results import TestResult
+from .stats import Comparison, MetricChange, compare_metric, compare_samples, noise_warnings
+
+
+@dataclass
+class RegressionVerdict:
+    """One test against its baseline entry: the verdict, the latency comparison and everything else that moved."""
+
+    nodeid: str
+    verdict: str  # "regressed" | "improved" | "unchanged" | "inconclusive"
+    reason: str
+    latency: Comparison
+    metric_changes: list[MetricChange] = field(default_factory=list)
+    bottleneck_before: str = ""
+    bottleneck_after: str = ""
+    fingerprint_differences: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    baseline_name: str = ""
+    baseline_timestamp: str = ""
+    steady: str = ""  # which rounds the speed probe let through, when it was used
+    noise_floor: float | None = None  # ratio a shift must clear, from the baseline's history
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "regressed"
+
+    @property
+    def bottleneck_changed(self) -> bool:
+        return self.bottleneck_before != self.bottleneck_after
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for report.json and xdist's workeroutput)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["latency"] = self.latency.to_dict()
+        d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
+        d["bottleneck_changed"] = self.bottleneck_changed
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RegressionVerdict:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        kw["latency"] = Comparison.from_dict(data["latency"])
+        kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes", [])]
+        return cls(**kw)
+
+    def message(self) -> str:
+        """The explanation for a test failure (or a report line): the verdict and the evidence behind it."""
+        c = self.latency
+        against = f"baseline {self.baseline_name!r}" if self.baseline_name else "the baseline"
+        if self.baseline_timestamp:
+            against += f" (recorded {self.baseline_timestamp})"
+        head = {
+            "regressed": "Performance regression against",
+            "improved": "Faster than",
+            "unchanged": "No significant change against",
+            "inconclusive": "Inconclusive comparison with",
+        }[self.verdict]
+        lines = [f"{head} {against}: {self.reason}"]
+        if math.isfinite(c.ratio):
+            lines.append(
+                f"  latency: median {c.base_median:.4g} ms ({c.base_n} rounds) → {c.new_median:.4g} ms "
+                f"({c.new_n} rounds), {100 * (c.ratio - 1):+.1f}% (ratio {c.ratio:.3f}, "
+                f"{100 * c.confidence:.0f}% CI {c.ci_low:.3f}–{c.ci_high:.3f}); one-sided Mann–Whitney "
+                f"p={c.p_value:.2g} (alpha {c.alpha:g}); allowed regression {100 * c.max_regression:.3g}%."
+            )
+        if self.steady:
+            lines.append(f"  machine speed: {self.steady}.")
+        if self.noise_floor is not None:
+            lines.append(f"  run-to-run noise floor: ratio {self.noise_floor:.3f} (from the baseline's history).")
+        lines += [f"  metric: {m.message}" for m in self.metric_changes]
+        if self.bottleneck_changed:
+            lines.append(f"  bottleneck: {self.bottleneck_before or 'none'} → {self.bottleneck_after or 'none'}.")
+        lines += [f"  environment: {d}" for d in self.fingerprint_differences]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _history_floor(
+    runs: Sequence[BaselineEntry], alpha: float, min_samples: int, use_probe: bool
+) -> tuple[NoiseFloor | None, int]:
+    """The noise floor of the saved runs (same environment as the latest), and how many runs it could use.
+
+    With speed-probe readings on every run, each run's median is taken over its steady rounds
+    (against the readings of all these runs), as the gate compares them; a run with fewer than
+    `min_samples` such rounds is left out.
+    """
+    probed = use_probe and all(probe_fits(e.probe_ms, len(e.samples_ms)) for e in runs)
+    ref = probe_reference(*(e.probe_ms for e in runs)) if probed else math.nan
+    medians = []
+    for e in runs:
+        samples = sorted(e.samples_ms)
+        if probed:
+            keep = steady_mask(e.probe_ms, ref)
+            samples = sorted(x for x, k in zip(e.samples_ms, keep, strict=True) if k)
+        if len(samples) >= min_samples:
+            mid = len(samples) // 2
+            medians.append(samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2)
+    return noise_floor(medians, alpha), len(medians)
+
+
+def latency_verdict(
+    entry: BaselineEntry,
+    new_ms: Sequence[float],
+    new_probe: Sequence[float],
+    *,
+    not_cpu_bound: str,
+    history: Sequence[BaselineEntry],
+    max_regression: float,
+    alpha: float,
+    min_samples: int = 5,
+    max_spread: float = 0.5,
+) -> tuple[Comparison, str, float | None, list[str]]:
+    """The latency comparison after the drift defences: (comparison, steady note, noise floor, warnings).
+
+    `not_cpu_bound` is `drift.probe_applies`'s answer for the new run ('' when the probe applies).
+    """
+    base_ms = entry.samples_ms
+    kw: dict[str, Any] = dict(max_regression=max_regression, alpha=alpha, min_samples=min_samples)
+    warnings: list[str] = []
+    steady = None if not_cpu_bound else steady_rounds(base_ms, entry.probe_ms, new_ms, new_probe)
+    note = ""
+    if steady is not None:
+        note = steady.describe()
+        latency = compare_samples(steady.base_ms, steady.new_ms, max_spread=max_spread, **kw)
+        scaled = compare_samples(steady.base_scaled_ms, steady.new_scaled_ms, max_spread=max_spread, **kw)
+        if latency.verdict in ("regressed", "improved") and scaled.verdict != latency.verdict:
+            direction = "slower" if latency.verdict == "regressed" else "faster"
+            latency = dataclasses.replace(
+                latency,
+                verdict="unchanged",
+                reason=f"Unchanged once the machine's speed is allowed for: {direction} by "
+                f"{100 * abs(latency.ratio - 1):.1f}% on the steady rounds, but by {100 * (scaled.ratio - 1):+.1f}% "
+                f"(p={scaled.p_value:.2g}) with each round scaled by the speed probe around it, so the "
+                "shift is within what the machine's own drift explains.",
+            )
+        if min(len(steady.base_ms), len(steady.new_ms)) < min_samples:
+            everything = compare_samples(base_ms, new_ms, max_spread=max_spread, **kw)
+            latency = dataclasses.replace(
+                everything,
+                verdict="inconclusive",
+                reason=f"The machine was busy: {note}; at least {min_samples} such rounds per side are needed, so "
+                "a slower machine cannot be told from slower code. Run on a quieter machine or with more rounds.",
+            )
+    else:
+        latency = compare_samples(base_ms, new_ms, max_spread=max_spread, **kw)
+        drift = probe_drift(entry.probe_ms, new_probe)
+        if not_cpu_bound and math.isfinite(drift) and abs(math.log(drift)) > math.log1p(PROBE_TOLERANCE):
+            warnings.append(
+                f"the host CPU ran {100 * abs(drift - 1):.0f}% {'slower' if drift > 1 else 'faster'} than when the "
+                f"baseline was recorded (speed probe); not corrected for, since {not_cpu_bound}."
+            )
+    same_env = [e for e in history if e.fingerprint == entry.fingerprint] or [entry]
+    floor, usable = _history_floor(same_env, alpha, min_samples, use_probe=steady is not None)
+    if floor is None:
+        if len(same_env) >= MIN_HISTORY:
+            warnings.append(
+                f"no run-to-run noise floor: only {usable} of the {len(same_env)} saved runs of this test had at "
+                f"least {min_samples} steady rounds (the others ran on a busy machine), and {MIN_HISTORY} are needed."
+            )
+        return latency, note, None, warnings
+    if floor.floor > 1.0 + max_regression:
+        warnings.append(
+            f"run-to-run drift: {floor.describe()}; that is more than the allowed {100 * max_regression:.3g}%, "
+            "so on this machine a regression of that size cannot be told from drift."
+        )
+    shift = latency.ratio if latency.verdict == "regressed" else 1.0 / latency.ratio
+    if latency.verdict in ("regressed", "improved") and shift <= floor.floor:
+        direction = "slower" if latency.verdict == "regressed" else "faster"
+        latency = dataclasses.replace(
+            latency,
+            verdict="inconclusive",
+            reason=f"Within the run-to-run drift: {direction} by {100 * abs(latency.ratio - 1):.1f}% and "
+            f"significant on the rounds (p={latency.p_value:.2g}), but {floor.describe()}. "
+            "The latest baseline run may just have been measured at a different machine speed.",
+        )
+    return latency, note, floor.floor, warnings
+
+
+def compare_to_baseline(
+    baseline_entry: BaselineEntry,
+    result: TestResult,
+    *,
+    max_regression: float,
+    alpha: float = 0.01,
+    metric_tolerance: float | Mapping[str, float] = 0.0,
+    min_samples: int = 5,
+    max_spread: float = 0.5,
+    environment: Mapping[str, Any] | None = None,
+    ignore_fingerprint: Collection[str] = (),
+    baseline_name: str = "",
+    history: Sequence[BaselineEntry] = (),
+) -> RegressionVerdict:
+    """Judge `result` against a baseline entry: latency (compare_samples), deterministic metrics, bottleneck.
+
+    When both the entry and the result carry speed-probe readings and the test's time is on the
+    host, only the rounds the machine ran at its usual speed are compared (`drift.steady_rounds`);
+    too few of them on a side makes the latency inconclusive. `history` is every saved run of
+    the test, oldest first (the entry is normally its last); with `drift.MIN_HISTORY` runs from
+    the entry's environment, a regressed or improved latency whose ratio stays within their
+    run-to-run noise floor becomes inconclusive. A fingerprint difference (`environment`, default
+    `result.environment`, against the entry's; keys in `ignore_fingerprint` skipped) makes the
+    verdict inconclusive, with the differences as the reason: the numbers are still shown, never
+    silently compared. Otherwise a regressed latency or any regressed deterministic metric makes
+    it "regressed"; `metric_tolerance` is one relative tolerance for all metrics or one per
+    metric name (missing names: 0, exact).
+    """
+    analysis = result.analysis
+    latency, steady, floor, drift_warnings = latency_verdict(
+        baseline_entry,
+        result.latency.samples_ms,
+        result.latency.probe_ms,
+        not_cpu_bound=probe_applies(analysis.bottleneck, analysis.metrics.get("cpu.test_thread_working")),
+        history=list(history),
+        max_regression=max_regression,
+        alpha=alpha,
+        min_samples=min_samples,
+        max_spread=max_spread,
+    )
+    new_metrics = result.analysis.metrics
+    changes = []
+    for name in DETERMINISTIC_METRICS:
+        tol = metric_tolerance.get(name, 0.0) if isinstance(metric_tolerance, Mapping) else metric_tolerance
+        change = compare_metric(name, baseline_entry.metrics.get(name), new_metrics.get(name), tol)
+        if change is not None:
+            changes.append(change)
+    now_fp = fingerprint(result.environment if environment is None else environment)
+    differences = fingerprint_diff(baseline_entry.fingerprint, now_fp, ignore_fingerprint)
+    warnings = [
+        f"{label}: {w}"
+        for label, samples in (("this run", result.latency.samples_ms), ("baseline", baseline_entry.samples_ms))
+        for w in noise_warnings(samples, max_regression=max_regression, alpha=alpha)
+    ] + drift_warnings
+    regressed_metrics = [m for m in changes if m.regressed]
+    if differences:
+        verdict = "inconclusive"
+        reason = (
+            f"the environment differs from the baseline's ({len(differences)} difference(s), listed below), so the "
+            f"latency comparison is not a fair one; it would have been {latency.verdict!r}. Record a baseline "
+            "on this environment to gate on it."
+        )
+    elif latency.verdict == "regressed" or regressed_metrics:
+        verdict = "regressed"
+        parts = [latency.reason] if latency.verdict == "regressed" else []
+        parts += [m.message for m in regressed_metrics]
+        reason = " ".join(parts)
+    else:
+        verdict, reason = latency.verdict, latency.reason
+    return RegressionVerdict(
+        nodeid=result.nodeid,
+        verdict=verdict,
+        reason=reason,
+        latency=latency,
+        metric_changes=changes,
+        bottleneck_before=baseline_entry.bottleneck,
+        bottleneck_after=result.analysis.bottleneck,
+        fingerprint_differences=differences,
+        warnings=warnings,
+        baseline_name=baseline_name,
+        baseline_timestamp=baseline_entry.timestamp,
+        steady=steady,
+        noise_floor=floor,
+    )
