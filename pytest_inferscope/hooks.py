@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -18,6 +19,31 @@ def pytest_inferscope_rules(config: pytest.Config) -> list[Rule] | None:
     A rule is a pure function `rule(ctx: pytest_inferscope.analyzer.Context) -> list[Finding]`;
     a finding whose `cause` names a bottleneck class takes part in the classification.
     Every implementation's list is used.
+    """
+
+
+class ExtraCollector(Protocol):
+    """What `pytest_inferscope_collectors` returns: started before a profiled test's first round,
+    stopped after its last, contributing metrics to the analysis."""
+
+    #: Prefix of the metrics it contributes ("power" -> "power.avg_watts"); letters, digits, '_'.
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> Mapping[str, float | None]: ...
+
+
+@pytest.hookspec
+def pytest_inferscope_collectors(config: pytest.Config, item: pytest.Item) -> list[ExtraCollector] | None:
+    """Return collectors to run around this profiled test (new objects for each test).
+
+    Each gets `start()` just before the test's first (warm-up) round and `stop()` just after its
+    last; `stop()` returns a mapping of metric names to numbers (None: not measured), which the
+    analysis lists as `<collector.name>.<metric>` in `Analysis.metrics` (so reports, JSON and rules
+    added through `pytest_inferscope_rules` can read them). A collector that raises is reported in
+    a warning naming it and the test, and its metrics are left out; the test and the other
+    collectors go on. Every implementation's list is used.
     """
 
 

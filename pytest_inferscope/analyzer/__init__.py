@@ -10,9 +10,11 @@ from collections.abc import Iterable
 
 from ..merger import Timeline
 from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
-from .context import Context
+from .context import LAUNCH_GAP_NS, Context
+from .idle import CAUSES, IdleGaps, attribute_idle
 from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
-from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall, transfers
+from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
+from .rules_transfer import gpu_memory_pressure, transfers
 
 #: The built-in rules, in the order their findings are listed on equal shares.
 DEFAULT_RULES: list[Rule] = [
@@ -24,10 +26,14 @@ DEFAULT_RULES: list[Rule] = [
     transfers,
     sync_stall,
     launch_overhead,
+    gpu_memory_pressure,
     cpu_contention,
 ]
 
-__all__ = ["DEFAULT_RULES", "Analysis", "BottleneckAnalyzer", "Context", "Rule", "analyze", "classify"]
+__all__ = [
+    "CAUSES", "DEFAULT_RULES", "Analysis", "BottleneckAnalyzer", "Context", "IdleGaps", "Rule",
+    "analyze", "attribute_idle", "classify", "idle_gaps",
+]  # fmt: skip
 
 #: A class needs a finding explaining at least this share of the time to be named.
 MIN_SHARE = 0.3
@@ -65,14 +71,20 @@ def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
 
 
 def analyze(
-    timeline: Timeline, rules: Iterable[Rule] = DEFAULT_RULES, gpu_reason: str = "", ctx: Context | None = None
+    timeline: Timeline,
+    rules: Iterable[Rule] = DEFAULT_RULES,
+    gpu_reason: str = "",
+    ctx: Context | None = None,
+    *,
+    launch_gap_ns: int = LAUNCH_GAP_NS,
 ) -> Analysis:
     """Run every rule over the timeline and derive the verdict from what they found.
 
-    `ctx` lets a caller that needs the context too (for the latency statistics) build it once.
+    `ctx` lets a caller that needs the context too (for the latency statistics, or `ctx.idle` for
+    a timeline view) build it once; `launch_gap_ns` is used when the context is built here.
     """
     if ctx is None:
-        ctx = Context(timeline)
+        ctx = Context(timeline, launch_gap_ns=launch_gap_ns)
     ctx.gpu_reason = gpu_reason or "no GPU data was collected"
     ctx.metrics = ctx.compute_metrics()
     findings: list[Finding] = []
@@ -91,6 +103,16 @@ def analyze(
         metrics=ctx.metrics,
         gpu=ctx.gpu_summary(),
     )
+
+
+def idle_gaps(timeline: Timeline, launch_gap_ns: int = LAUNCH_GAP_NS) -> IdleGaps:
+    """Every GPU idle interval of the measured rounds with its cause, for a timeline view.
+
+    `gaps.rows()` gives (start_ns, end_ns, cause) on the timeline's clock, cause one of `CAUSES`
+    (host_wait, launch_gap, sync_stall, round_end, other); see `idle.py` for the definitions.
+    Empty without GPU data.
+    """
+    return Context(timeline, launch_gap_ns=launch_gap_ns).idle
 
 
 class BottleneckAnalyzer:

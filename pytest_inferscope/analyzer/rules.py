@@ -27,6 +27,8 @@ SAMPLES_FOR_CONFIDENCE = 30
 RSS_GROWTH_MB_PER_ROUND = 1.0
 #: Share of the round the test thread waits for a core before contention is reported.
 CONTENTION_MIN = 0.1
+#: Involuntary context switches per ms of the round (with every available core busy) that count as preemption.
+PREEMPT_PER_MS = 0.5
 _MB = 1024 * 1024
 
 
@@ -51,10 +53,14 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     user_busy = ctx.metrics.get("cpu.test_thread_user_busy") or 0.0
     if user_busy < CPU_BUSY_MIN or ctx.launch_dominated:
         return []  # (a host busy launching tiny kernels is the launch rule's finding)
-    if ctx.has_gpu and (ctx.metrics.get("gpu.compute_fraction") or 0.0) >= busy:
-        return []  # the GPU, not the CPU, is the longer pole
-    spots = [h for h in ctx.hotspots if h.self_ms > 0][:5]
+    if ctx.has_gpu:
+        # With GPU data the CPU bounds the round only while the GPU waits for it: that is the
+        # host-wait idle time, gpu_idle_host's finding (host work while the GPU computes is
+        # overlapped; host work after a sync is the sync's cost).
+        return []
+    share = min(1.0, user_busy)
     round_ms = ctx.per_round_ms(ctx.wall_ns)
+    spots = [(h.function, h.self_ms) for h in ctx.hotspots if h.self_ms > 0][:5]
     evidence: dict[str, object] = {
         "test thread CPU per round (ms)": round(ctx.per_round_ms(ctx.counters.get("thread_cpu_ns", 0.0)), 3),
         "wall per round (ms)": round(round_ms, 3),
@@ -63,36 +69,42 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
         "of it in user mode": _pct(user_busy),
         "process CPU / wall": f"{ctx.metrics.get('cpu.process_utilisation') or 0.0:.2f}",
     }
-    for i, h in enumerate(spots[:3], 1):
-        evidence[f"hotspot {i}"] = f"{h.function}: {h.self_ms:.2f} ms/round self ({_pct(h.share)})"
+    for i, (fn, ms) in enumerate(spots[:3], 1):
+        evidence[f"hotspot {i}"] = f"{fn}: {ms:.2f} ms/round self ({_pct(ms / round_ms if round_ms else 0.0)})"
     suggestions = [
         Suggestion(
-            action=f"Speed up or take off the critical path: {h.function.split(' (')[0]}",
-            rationale=f"{h.self_ms:.2f} ms per round ({_pct(h.share)} of the round) is spent in this function itself",
-            saving_ms=h.self_ms,
+            action=f"Speed up or take off the critical path: {fn.split(' (')[0]}",
+            rationale=f"{ms:.2f} ms per round ({_pct(ms / round_ms if round_ms else 0.0)} of the round) is spent in "
+            "this function itself",
+            saving_ms=ms,
             rule="cpu_saturation",
         )
-        for h in spots[:2]
+        for fn, ms in spots[:2]
     ]
-    if ctx.has_gpu:
+    spent = sum(ms for _, ms in spots[:3]) if spots else round_ms * user_busy
+    suggestions.append(
+        Suggestion(
+            action="Batch or vectorise the per-item Python work (tensor ops instead of Python loops)",
+            rationale=f"the test thread is on CPU {_pct(busy)} of every round running Python and native code",
+            saving_ms=spent * 0.5,
+            rule="cpu_saturation",
+        )
+    )
+    cores = ctx.metrics.get("cpu.available_cores") or 1.0
+    proc = ctx.metrics.get("cpu.process_utilisation") or 0.0
+    if len(suggestions) < 2 and cores - proc >= 0.5:
+        # Idle cores: the per-item work could be spread over them.
+        spread = min(cores, 4.0)
         suggestions.append(
             Suggestion(
-                action="Overlap host work with the GPU: prepare the next batch in a DataLoader worker or a thread",
-                rationale=f"the test thread is busy {_pct(busy)} of the round while GPU work waits for it",
-                saving_ms=round_ms * busy * 0.5,
+                action="Spread the per-item work over the idle cores (DataLoader num_workers, a process pool for "
+                "tokenisation)",
+                rationale=f"the process used {proc:.2f} of {cores:.0f} available cores",
+                saving_ms=round_ms * busy * (1.0 - 1.0 / spread),
                 rule="cpu_saturation",
             )
         )
-    else:
-        suggestions.append(
-            Suggestion(
-                action="Batch or vectorise the per-item Python work (tensor ops instead of Python loops)",
-                rationale=f"the test thread is on CPU {_pct(busy)} of every round running Python and native code",
-                saving_ms=sum(h.self_ms for h in spots[:3]) * 0.5,
-                rule="cpu_saturation",
-            )
-        )
-    top = f"; hottest: {spots[0].function.split(' (')[0]} ({spots[0].self_ms:.2f} ms/round)" if spots else ""
+    top = f"; hottest: {spots[0][0].split(' (')[0]} ({spots[0][1]:.2f} ms/round)" if spots else ""
     rounds = ctx.round_idx
     return [
         Finding(
@@ -100,7 +112,7 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
             title="CPU-bound: the test thread is busy on the CPU",
             summary=f"The test thread was on CPU for {_pct(busy)} of the measured time ({round_ms:.2f} ms/round){top}.",
             cause="cpu_bound",
-            share=min(1.0, user_busy),
+            share=share,
             confidence=min(1.0, user_busy / 0.8) * _sample_confidence(ctx, floor=0.85),
             evidence=evidence,
             events=ctx.refs(rounds, 3),
@@ -198,6 +210,16 @@ def memory_pressure(ctx: Context) -> list[Finding]:
             rule="memory_pressure",
         )
     )
+    suggestions.append(
+        Suggestion(
+            action="Keep freed pages in the process: a caching malloc (jemalloc or tcmalloc via LD_PRELOAD, or "
+            "MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised) so large buffers are not returned and "
+            "faulted in again every call",
+            rationale=f"{round(faults)} minor faults per round: each new page costs the kernel a fault and a zeroing",
+            saving_ms=round_ms * sys_share * 0.5,
+            rule="memory_pressure",
+        )
+    )
     return [
         Finding(
             rule="memory_pressure",
@@ -217,48 +239,68 @@ def memory_pressure(ctx: Context) -> list[Finding]:
 
 
 def cpu_contention(ctx: Context) -> list[Finding]:
-    """The test thread was runnable but waited for a CPU core: the machine is oversubscribed."""
-    runq = ctx.metrics.get("cpu.test_thread_runqueue") or 0.0
-    if runq < CONTENTION_MIN:
+    """CPU threading contention: the test thread waited for a core, torch runs more intra-op threads than the
+    process may use (os.sched_getaffinity), or the process, using all its cores, is preempted often."""
+    m = ctx.metrics
+    if m.get("cpu.test_thread_runqueue") is None:
+        return []  # no per-round counters
+    runq = m.get("cpu.test_thread_runqueue") or 0.0
+    cores = int(m.get("cpu.available_cores") or 1)
+    threads = m.get("cpu.torch_threads")
+    proc = m.get("cpu.process_utilisation") or 0.0
+    round_ms = ctx.per_round_ms(ctx.wall_ns)
+    switches = m.get("cpu.involuntary_switches_per_round") or 0.0
+    per_ms = switches / round_ms if round_ms else 0.0
+    oversubscribed = threads is not None and threads > cores
+    preempted = per_ms >= PREEMPT_PER_MS and proc >= 0.9 * cores
+    if runq < CONTENTION_MIN and not oversubscribed and not preempted:
         return []
-    cores = int(ctx.metrics.get("cpu.cores") or 1)
-    threads = ctx.metrics.get("cpu.torch_threads")
-    proc = ctx.metrics.get("cpu.process_utilisation") or 0.0
-    wait_ms = ctx.per_round_ms(ctx.wall_ns) * runq
+    wait_ms = round_ms * runq
     evidence: dict[str, object] = {
         "waiting for a core per round (ms)": round(wait_ms, 3),
         "share of the round": _pct(runq),
-        "involuntary context switches per round": round(ctx.metrics.get("cpu.involuntary_switches_per_round") or 0),
-        "cores": cores,
+        "involuntary context switches per round": round(switches),
+        "involuntary context switches per ms": round(per_ms, 2),
+        "cores available to the process": cores,
+        "cores on the machine": int(m.get("cpu.cores") or cores),
         "process CPU / wall": f"{proc:.2f}",
     }
-    suggestions = [
-        Suggestion(
-            "Measure on a machine (or CPU set) this test has to itself: other processes took the cores it was "
-            "ready to use, so its latency here includes their load",
-            f"the test thread waited {wait_ms:.2f} ms per round for a core",
-            wait_ms,
-            "cpu_contention",
+    suggestions = []
+    if runq > 0:
+        suggestions.append(
+            Suggestion(
+                "Measure on a machine (or CPU set) this test has to itself: other threads took the cores it was "
+                "ready to use, so its latency here includes their load",
+                f"the test thread waited {wait_ms:.2f} ms per round for a core",
+                wait_ms,
+                "cpu_contention",
+            )
         )
-    ]
     if threads is not None:
         evidence["torch intra-op threads"] = int(threads)
         if threads >= cores:
             suggestions.append(
                 Suggestion(
-                    f"Use fewer torch threads than cores (torch.set_num_threads({max(1, cores - 1)})), so torch's "
-                    "own workers don't crowd out the thread that feeds them",
-                    f"{int(threads)} intra-op threads on {cores} cores",
+                    f"Use fewer torch threads than available cores (torch.set_num_threads({max(1, cores - 1)})), "
+                    "so torch's own workers don't crowd out the thread that feeds them",
+                    f"{int(threads)} intra-op threads on {cores} available cores; {round(switches)} involuntary "
+                    "context switches per round",
                     wait_ms * 0.5,
                     "cpu_contention",
                 )
             )
+    why = []
+    if runq >= CONTENTION_MIN:
+        why.append(f"the test thread waited for a core {_pct(runq)} of the measured time ({wait_ms:.2f} ms per round)")
+    if oversubscribed:
+        why.append(f"torch runs {int(threads or 0)} intra-op threads on {cores} available cores")
+    if preempted:
+        why.append(f"the process used all {cores} cores and was preempted {per_ms:.1f} times per ms")
     return [
         Finding(
             rule="cpu_contention",
-            title="CPU contention: the test thread waits for a core",
-            summary=f"The test thread was ready to run but waited for a CPU core {_pct(runq)} of the measured time "
-            f"({wait_ms:.2f} ms per round).",
+            title="CPU contention: more runnable threads than cores",
+            summary="CPU contention: " + "; ".join(why) + ".",
             cause=None,
             share=runq,
             confidence=0.9,

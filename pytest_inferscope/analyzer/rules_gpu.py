@@ -8,23 +8,29 @@ from __future__ import annotations
 import numpy as np
 
 from ..events import Kind
-from ..results import Finding, Suggestion
-from .context import Context, union_ns
-from .rules import _MB, _pct
+from ..results import EventRef, Finding, Suggestion
+from .context import Context
+from .idle import CAUSES
+from .rules import _pct
 
 #: GPU kernels must cover at least this share of the round to call it GPU-bound.
 GPU_BUSY_MIN = 0.6
-#: Share of the round the host spends blocked in syncs it asked for, to call it sync-bound.
+#: Share of the round host and GPU must take turns around syncs (or the host block in them) to report it.
 SYNC_MIN = 0.15
-#: Share of the round host/device copies must cover to call it transfer-bound.
-TRANSFER_MIN = 0.2
+#: Share of the round the GPU must wait for the host (host-wait idle) to call it CPU-bound.
+HOST_WAIT_MIN = 0.3
 
 
 def gpu_saturation(ctx: Context) -> list[Finding]:
     """GPU kernels ran most of the round: the body is GPU-bound (copies are the transfers rule's)."""
     if not ctx.has_gpu:
         return []
-    busy = ctx.metrics.get("gpu.compute_fraction") or 0.0
+    compute = ctx.metrics.get("gpu.compute_fraction") or 0.0
+    # Compute the host sat blocked through, just before a sync stall, would have overlapped the
+    # host's own work had the host not stopped to wait: while they take turns, that part of the
+    # GPU's time does not bound the round (see idle.py, `turn_taking_ns`).
+    hidden = (ctx.idle.turn_taking_ns() - ctx.idle.total_ns("sync_stall")) / max(1, ctx.wall_ns)
+    busy = max(0.0, compute - hidden)
     if busy < GPU_BUSY_MIN:
         return []
     k = ctx.gpu[ctx.gpu["kind"] == Kind.KERNEL]
@@ -33,7 +39,12 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     weights = np.bincount(names, weights=dur) if len(k) else np.zeros(0)
     top: list[int] = [int(i) for i in np.argsort(-weights)[:3] if weights[i] > 0]
     total = float(dur.sum()) or 1.0
-    evidence: dict[str, object] = {"GPU computing": _pct(busy), "kernels per round": round(len(k) / ctx.n_rounds)}
+    evidence: dict[str, object] = {
+        "GPU computing": _pct(compute),
+        "of it while the host waited in syncs it then paid for (turn-taking)": _pct(compute - busy),
+        "kernels per round": round(len(k) / ctx.n_rounds),
+        **_idle_evidence(ctx),
+    }
     for i, n in enumerate(top, 1):
         t = float(dur[names == n].sum())
         evidence[f"kernel {i}"] = (
@@ -45,7 +56,8 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
         Finding(
             rule="gpu_saturation",
             title="GPU-bound: the GPU is busy most of the round",
-            summary=f"GPU kernels covered {_pct(busy)} of the measured time; they took {kernel_ms:.2f} ms per round.",
+            summary=f"GPU kernels covered {_pct(compute)} of the measured time; they took {kernel_ms:.2f} ms per "
+            "round.",
             cause="gpu_bound",
             share=busy,
             confidence=min(1.0, 0.7 + 0.3 * busy),
@@ -72,100 +84,85 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
 
 
 def gpu_idle_host(ctx: Context) -> list[Finding]:
-    """The GPU sat idle while the test thread was busy on the CPU: the host is the bottleneck."""
-    if not ctx.has_gpu:
+    """The GPU sat idle waiting for the host to launch its next work (host-wait idle): the CPU is the bottleneck.
+
+    The share is the host-wait idle time (idle.py): gaps where the next launch came after the GPU
+    had drained and the host was not blocked in a synchronisation. The functions named are those
+    sampled during those gaps.
+    """
+    if not ctx.has_gpu or ctx.launch_dominated:
+        return []  # (a host busy launching tiny kernels is the launch rule's finding)
+    share = ctx.host_wait_fraction()
+    if share < HOST_WAIT_MIN:
         return []
-    idle = ctx.metrics.get("gpu.idle_fraction") or 0.0
-    busy = ctx.metrics.get("cpu.test_thread_working") or 0.0
-    if idle < 0.3 or busy < 0.5 or ctx.launch_dominated:
-        return []
-    share = min(idle, busy)
-    spots = [h for h in ctx.hotspots if h.self_ms > 0][:3]
+    gaps = ctx.idle.mask("host_wait")
+    in_gaps = ctx.samples_inside(ctx.idle.start_ns[gaps], ctx.idle.end_ns[gaps])
+    spots = in_gaps[:3] or [(h.function, h.self_ms) for h in ctx.hotspots if h.self_ms > 0][:3]
+    wait_ms = ctx.per_round_ms(ctx.idle.total_ns("host_wait"))
+    suggestions = [
+        Suggestion(
+            action=f"Move {where.split(' (')[0]} off the critical path or make it cheaper",
+            rationale=f"{ms:.2f} ms per round of host time sampled while the GPU waited for the host",
+            saving_ms=min(ms, wait_ms),
+            rule="gpu_idle_host",
+        )
+        for where, ms in spots[:2]
+    ]
+    suggestions.append(
+        Suggestion(
+            action="Prepare the next batch while the GPU runs this one (DataLoader workers with pin_memory, "
+            "or a producer thread), so GPU work is always queued ahead",
+            rationale=f"the GPU waited {wait_ms:.2f} ms per round for the host to launch work",
+            # Overlapping hides at most the shorter of the two: the host's wait or the GPU's work.
+            saving_ms=min(wait_ms, ctx.per_round_ms(ctx.transfer["compute_ns"])),
+            rule="gpu_idle_host",
+        )
+    )
+    if len(spots) < 2:
+        suggestions.append(
+            Suggestion(
+                action="Give the GPU more work per launch (larger batches), so each host step keeps it busy longer",
+                rationale=f"{ctx.per_round_ms(ctx.wall_ns):.2f} ms rounds, {_pct(share)} of them with the GPU idle "
+                "waiting for the host",
+                saving_ms=wait_ms * 0.3,
+                rule="gpu_idle_host",
+            )
+        )
+    where = f"; the host was in {spots[0][0].split(' (')[0]}." if spots else "."
     return [
         Finding(
             rule="gpu_idle_host",
             title="The GPU waits for the host",
-            summary=f"The GPU was idle {_pct(idle)} of the measured time; the test thread was on CPU {_pct(busy)}.",
+            summary=f"The GPU was idle waiting for the host to launch work {_pct(share)} of the measured time "
+            f"({wait_ms:.2f} ms per round){where}",
             cause="cpu_bound",
             share=share,
             confidence=0.6 + 0.4 * min(1.0, share / 0.6),
             evidence={
-                "GPU idle": _pct(idle),
-                "test thread on CPU": _pct(busy),
-                **{f"hotspot {i}": f"{h.function}: {h.self_ms:.2f} ms/round" for i, h in enumerate(spots, 1)},
+                **_idle_evidence(ctx),
+                "test thread on CPU": _pct(ctx.metrics.get("cpu.test_thread_working") or 0.0),
+                **{f"while the GPU waited {i}": f"{w}: {ms:.2f} ms/round" for i, (w, ms) in enumerate(spots, 1)},
             },
-            suggestions=[
-                Suggestion(
-                    action=f"Move {h.function.split(' (')[0]} off the critical path or make it cheaper",
-                    rationale=f"{h.self_ms:.2f} ms per round of host time while the GPU is idle",
-                    saving_ms=h.self_ms,
-                    rule="gpu_idle_host",
-                )
-                for h in spots[:2]
-            ],
-        )
-    ]
-
-
-def transfers(ctx: Context) -> list[Finding]:
-    """Host/device copies take a large share of the round."""
-    if not ctx.has_gpu:
-        return []
-    cp = ctx.copies
-    frac = ctx.metrics.get("gpu.transfer_fraction") or 0.0
-    if frac < TRANSFER_MIN or not len(cp["all"]):
-        return []
-    copy_ns = union_ns(cp["all"]["start"], cp["all"]["end"])
-    pageable = cp["pageable"]
-    pg_ns = float(np.sum(pageable["end"] - pageable["start"]))
-    total_bytes = float(np.sum(cp["all"]["value"]))
-    bw = total_bytes / max(1.0, float(np.sum(cp["all"]["end"] - cp["all"]["start"])))  # bytes per ns = GB/s
-    suggestions = []
-    if len(pageable):
-        suggestions.append(
-            Suggestion(
-                "Pin host memory (tensor.pin_memory(), DataLoader(pin_memory=True)) and copy with non_blocking=True",
-                f"{len(pageable)} copies from pageable memory took {ctx.per_round_ms(pg_ns):.2f} ms per round; pinned "
-                "copies run at full link speed and can overlap compute",
-                ctx.per_round_ms(pg_ns) * 0.5,
-                "transfers",
-            )
-        )
-    suggestions.append(
-        Suggestion(
-            "Copy less: keep tensors on the device between calls, or send compact dtypes and convert on the GPU",
-            f"{total_bytes / ctx.n_rounds / _MB:.1f} MB copied per round",
-            ctx.per_round_ms(copy_ns) * 0.5,
-            "transfers",
-        )
-    )
-    return [
-        Finding(
-            rule="transfers",
-            title="Transfer-bound: host/device copies dominate",
-            summary=f"Copies covered {_pct(frac)} of the measured time ({total_bytes / ctx.n_rounds / _MB:.1f} MB per "
-            f"round at {bw:.1f} GB/s).",
-            cause="transfer_bound",
-            share=frac,
-            confidence=min(1.0, 0.7 + frac),
-            evidence={
-                "copy time per round (ms)": round(ctx.per_round_ms(copy_ns), 3),
-                "bytes per round": int(total_bytes / ctx.n_rounds),
-                "achieved bandwidth (GB/s)": round(bw, 2),
-                "pageable copies": len(pageable),
-            },
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.MEMCPY) & ctx.in_rounds), 5),
+            events=_gap_refs(ctx, gaps),
             suggestions=suggestions,
         )
     ]
 
 
 def sync_stall(ctx: Context) -> list[Finding]:
-    """The test thread blocked in synchronisations it asked for (`.item()`, `.cpu()`, blocking copies)."""
+    """Host and GPU take turns around synchronisations the test asked for (`.item()`, `.cpu()`, blocking copies).
+
+    The share is the turn-taking time (idle.py): each sync-stall gap (the GPU drained while the
+    host was blocked, then waited for the host's next launch) plus as much of the host's blocked
+    time before it as the gap lasted. Syncs after which the GPU never waits (one `.cpu()` at the
+    end of the call) cost nothing here; they are reported as information.
+    """
     if not ctx.has_gpu or not len(ctx.sync_calls):
         return []
-    frac = ctx.metrics.get("host.sync_fraction") or 0.0
-    if frac < SYNC_MIN:
+    blocked_frac = ctx.metrics.get("host.sync_fraction") or 0.0
+    turn_ns = ctx.idle.turn_taking_ns()
+    frac = turn_ns / max(1, ctx.wall_ns)
+    if frac < SYNC_MIN and blocked_frac < SYNC_MIN:
         return []
     tl, ev = ctx.timeline, ctx.timeline.events
     calls = ev[ctx.sync_calls]
@@ -174,24 +171,46 @@ def sync_stall(ctx: Context) -> list[Finding]:
     for n, d in zip(calls["name"].tolist(), dur.tolist(), strict=True):
         by_name.setdefault(tl.strings[n], []).append(d)
     # Where in the user's code the syncs were issued: the stacks sampled while the thread was blocked in them.
-    lines = _samples_inside(ctx, calls["start"], calls["end"])
+    lines = ctx.samples_inside(calls["start"], calls["end"])
+    stalls = int(np.count_nonzero(ctx.idle.mask("sync_stall"))) / ctx.n_rounds
     evidence: dict[str, object] = {
         "blocked in syncs per round (ms)": round(ctx.per_round_ms(ctx.wait_ns["user"]), 3),
-        "share of the round": _pct(frac),
+        "blocked share of the round": _pct(blocked_frac),
         "sync calls per round": round(len(calls) / ctx.n_rounds, 1),
+        "GPU idle gaps after a sync or blocking copy, per round": round(stalls, 1),
+        "turn-taking per round (ms)": round(ctx.per_round_ms(turn_ns), 3),
+        **_idle_evidence(ctx),
     }
     for name, ds in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:3]:
         evidence[name] = f"{len(ds) / ctx.n_rounds:.1f} per round, {ctx.per_round_ms(sum(ds)):.3f} ms per round"
     for i, (where, ms) in enumerate(lines[:3], 1):
         evidence[f"issued from {i}"] = f"{where} ({ms:.2f} ms/round sampled)"
     sync_ms = ctx.per_round_ms(ctx.wait_ns["user"])
+    turn_ms = ctx.per_round_ms(turn_ns)
     first = lines[0][0].split(" (")[0] if lines else "the test body"
+    per_round = len(calls) / ctx.n_rounds
+    if frac < SYNC_MIN:
+        return [
+            Finding(
+                rule="sync_stall",
+                title="The host blocks in synchronisations, but the GPU stays fed",
+                summary=f"The test thread was blocked in {per_round:.0f} synchronisations per round ({sync_ms:.2f} ms, "
+                f"{_pct(blocked_frac)} of the round), but the GPU waited for the host after them only "
+                f"{turn_ms:.2f} ms per round: it was waiting for queued work, not a bottleneck.",
+                cause=None,
+                share=frac,
+                confidence=0.8,
+                evidence=evidence,
+                events=ctx.refs(ctx.sync_calls, 5),
+            )
+        ]
     return [
         Finding(
             rule="sync_stall",
-            title="Sync-bound: the host blocks waiting for the GPU",
-            summary=f"The test thread was blocked in {len(calls) / ctx.n_rounds:.0f} synchronisations per round "
-            f"({sync_ms:.2f} ms, {_pct(frac)} of the round), most from {first}.",
+            title="Sync-bound: the host and the GPU take turns around synchronisations",
+            summary=f"The test thread was blocked in {per_round:.0f} synchronisations per round ({sync_ms:.2f} ms), "
+            f"most from {first}; after {stalls:.0f} of them the GPU sat idle until the next launch: "
+            f"{turn_ms:.2f} ms per round ({_pct(frac)}) of turn-taking.",
             cause="sync_bound",
             share=frac,
             confidence=min(1.0, 0.7 + frac),
@@ -201,15 +220,15 @@ def sync_stall(ctx: Context) -> list[Finding]:
                 Suggestion(
                     f"Remove per-step synchronisations in {first}: keep values on the GPU instead of "
                     ".item() / .cpu() / printing CUDA tensors, and read results once at the end",
-                    f"{len(calls) / ctx.n_rounds:.0f} blocking calls per round hold the host for {sync_ms:.2f} ms",
-                    sync_ms * 0.8,
+                    f"{per_round:.0f} blocking calls per round; host and GPU take turns for {turn_ms:.2f} ms per round",
+                    turn_ms * 0.8,
                     "sync_stall",
                 ),
                 Suggestion(
                     "Copy results with non_blocking=True into pinned memory and wait on a CUDA event only "
                     "where the value is needed (torch.cuda.set_sync_debug_mode('warn') finds the hidden syncs)",
-                    "a blocking copy waits for every kernel queued before it",
-                    sync_ms * 0.5,
+                    f"the GPU sat idle after {stalls:.0f} synchronisations per round",
+                    turn_ms * 0.5,
                     "sync_stall",
                 ),
             ],
@@ -261,19 +280,28 @@ def launch_overhead(ctx: Context) -> list[Finding]:
     ]
 
 
-def _samples_inside(ctx: Context, starts: np.ndarray, ends: np.ndarray) -> list[tuple[str, float]]:
-    """User frames (innermost) of the samples taken inside the given intervals, by sampled ms per round."""
-    ev = ctx.timeline.events
-    sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & ctx.in_rounds)
-    if not len(sel) or not len(starts):
+def _idle_evidence(ctx: Context) -> dict[str, object]:
+    """GPU idle time per round by cause (idle.py), for a finding's evidence."""
+    return {
+        f"GPU idle: {cause.replace('_', ' ')} (ms/round)": round(ctx.per_round_ms(ns), 3)
+        for cause, ns in ctx.idle.totals_ns().items()
+        if ns
+    }
+
+
+def _gap_refs(ctx: Context, sel: np.ndarray, limit: int = 5) -> list[EventRef]:
+    """The longest selected idle gaps, as report references."""
+    idle = ctx.idle
+    idx = np.flatnonzero(sel)
+    if not len(idx):
         return []
-    order = np.argsort(starts)
-    s, e = starts[order], ends[order]
-    at = ev["end"][sel] - 1
-    k = np.searchsorted(s, at, side="right") - 1
-    inside = (k >= 0) & (at < e[np.maximum(k, 0)])
-    tally: dict[str, float] = {}
-    for i in sel[inside].tolist():
-        leaf = ctx.timeline.name(i).rsplit(";", 1)[-1]
-        tally[leaf] = tally.get(leaf, 0.0) + float(ev["end"][i] - ev["start"][i])
-    return sorted(((k_, ctx.per_round_ms(v)) for k_, v in tally.items()), key=lambda kv: -kv[1])
+    top = idx[np.argsort(-(idle.end_ns[idx] - idle.start_ns[idx]), kind="stable")[:limit]]
+    return [
+        EventRef(
+            kind="gpu_idle",
+            name=CAUSES[int(idle.cause[i])],
+            start_ms=float(idle.start_ns[i]) / 1e6,
+            duration_ms=float(idle.end_ns[i] - idle.start_ns[i]) / 1e6,
+        )
+        for i in top.tolist()
+    ]

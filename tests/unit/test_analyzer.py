@@ -26,12 +26,16 @@ def build(
     host: list[tuple[int, str, float, float]] | None = None,
     repeat_gpu: int = 1,
     runqueue: float = 0.0,
+    repeat_host: int = 1,
+    meta: dict[str, object] | None = None,
+    nivcsw: int = 0,
 ) -> RawTrace:
     """A collection with `n_rounds` measured rounds and the given per-round counters and events.
 
     `samples`: (folded stack, fraction of each round); `gpu`: (kind, start_frac, dur_frac, bytes, flags) per round,
     each launched by a cudaLaunchKernel runtime record 5 µs before it (`repeat_gpu` evenly spaced copies per round);
-    `host`: (kind, name, start_frac, dur_frac) host records on the test thread (WAIT spans, RUNTIME sync calls).
+    `host`: (kind, name, start_frac, dur_frac) host records on the test thread (WAIT spans, RUNTIME sync calls),
+    `repeat_host` evenly spaced copies per round; `meta`: more trace metadata (memory, torch_threads, ...).
     """
     strings = ["test", "round", "cudaLaunchKernel"]
     launch = 2
@@ -59,8 +63,9 @@ def build(
         for kind, name, s_frac, d_frac in host or []:
             if name not in strings:
                 strings.append(name)
-            s = t + int(dur * s_frac)
-            rows.append((s, s + int(dur * d_frac), 0, 0, strings.index(name), 1, -1, -1, kind, Domain.HOST, 0))
+            for r in range(repeat_host):
+                s = t + int(dur * (s_frac + r / repeat_host))
+                rows.append((s, s + int(dur * d_frac), 0, 0, strings.index(name), 1, -1, -1, kind, Domain.HOST, 0))
         new_rss = rss + int(rss_growth_mb * _MB)
         meta_rounds.append(
             {
@@ -73,7 +78,7 @@ def build(
                 "minflt": faults,
                 "majflt": 0,
                 "nvcsw": 0,
-                "nivcsw": 0,
+                "nivcsw": nivcsw,
                 "runqueue_ns": int(dur * runqueue),
                 "rss_start": rss,
                 "rss_end": new_rss,
@@ -86,7 +91,7 @@ def build(
         np.array(rows, dtype=EVENT_DTYPE),
         strings,
         clock_pairs=[(0, 0), (t, t)],
-        meta={"rounds": meta_rounds, "memory": {"rss_peak": rss}},
+        meta={"rounds": meta_rounds, "memory": {"rss_peak": rss}, **(meta or {})},
     )
 
 
@@ -180,19 +185,40 @@ def test_a_host_spinning_in_the_round_end_sync_is_gpu_bound_not_cpu_bound() -> N
     assert not any(f.rule == "cpu_saturation" for f in a.findings)
 
 
-def test_blocking_syncs_in_the_body_are_sync_bound() -> None:
+def test_host_and_gpu_taking_turns_around_syncs_is_sync_bound() -> None:
+    # 20 steps per round: launch, block in a sync until the kernel is done, then host work before the next
+    # launch. The GPU computes 60% of the round, yet every step it drains and waits: sync-bound, not GPU-bound.
     raw = build(
         cpu_busy=0.95,
-        gpu=[(Kind.KERNEL, 0.02, 0.6, 0, 0)],
-        host=[(Kind.RUNTIME, "cudaStreamSynchronize", 0.05, 0.75)],
-        samples=[("t:step (t.py:3);t:read_loss (t.py:9)", 0.5)],
+        gpu=[(Kind.KERNEL, 0.01, 0.03, 0, 0)],
+        repeat_gpu=20,
+        host=[(Kind.RUNTIME, "cudaStreamSynchronize", 0.012, 0.0285)],
+        repeat_host=20,
+        samples=[("t:step (t.py:3);t:read_loss (t.py:9)", 0.47)],  # taken inside the 10th sync
     )
     a = analyze(merge(raw))
-    assert a.bottleneck == "sync_bound", [(f.rule, f.share) for f in a.findings]
+    assert a.bottleneck == "sync_bound" and a.confidence >= 0.8, [(f.rule, f.share) for f in a.findings]
+    assert a.metrics["gpu.compute_fraction"] > 0.55
+    assert not any(f.cause == "gpu_bound" for f in a.findings)
     f = a.findings[0]
-    assert f.evidence["cudaStreamSynchronize"].startswith("1.0 per round")
+    assert f.evidence["cudaStreamSynchronize"].startswith("20.0 per round")
+    assert f.evidence["GPU idle gaps after a sync or blocking copy, per round"] == 19.0
     assert "t:read_loss" in f.evidence["issued from 1"]
-    assert len(f.suggestions) >= 2
+    assert len(f.suggestions) >= 2 and f.suggestions[0].saving_ms > f.suggestions[1].saving_ms > 0
+    assert abs(a.metrics["gpu.idle_sync_stall_fraction"] - 0.38) < 0.01  # 19 gaps of 2% of the round
+
+
+def test_one_sync_at_the_end_of_a_long_forward_is_gpu_bound() -> None:
+    # model(x).cpu(): the host blocks while queued work runs, and the GPU never waits after it.
+    raw = build(
+        cpu_busy=0.97,
+        gpu=[(Kind.KERNEL, 0.02, 0.93, 0, 0)],
+        host=[(Kind.RUNTIME, "cudaStreamSynchronize", 0.03, 0.921)],
+    )
+    a = analyze(merge(raw))
+    assert a.bottleneck == "gpu_bound" and a.confidence >= 0.8, [(f.rule, f.share) for f in a.findings]
+    info = next(f for f in a.findings if f.rule == "sync_stall")
+    assert info.cause is None and "not a bottleneck" in info.summary
 
 
 def test_many_tiny_kernels_are_launch_bound() -> None:

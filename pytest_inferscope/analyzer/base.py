@@ -1,0 +1,144 @@
+"""The measured rounds of a timeline and their counters: what every rule and view reads first.
+
+Pure functions of a `Timeline`; nothing here prints or writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from ..events import WARMUP_FLAG, Kind
+from ..merger import Timeline
+from ..results import EventRef, LatencyStats
+
+_MS = 1e6
+_MB = 1024 * 1024
+#: Default for gaps between queued GPU work counted as launch gaps (HolisticTraceAnalysis's
+#: "kernel wait"); a launch-to-start latency of 14-17 µs was measured on the H200.
+LAUNCH_GAP_NS = 30_000
+
+
+def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total length of the union of [start, end) intervals."""
+    if len(starts) == 0:
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    # A new run begins where a start lies past everything before it.
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    run_ends = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return int(np.sum(run_ends - s[idx]))
+
+
+@dataclass
+class RoundsContext:
+    """A timeline seen through its measured (non-warm-up) rounds."""
+
+    timeline: Timeline
+    gpu_reason: str = "no GPU data was collected"
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    #: A gap between queued GPU work shorter than this is a launch gap (see `idle.py`).
+    launch_gap_ns: int = LAUNCH_GAP_NS
+
+    # -- rounds ----------------------------------------------------------------
+
+    @cached_property
+    def round_idx(self) -> np.ndarray:
+        """Indices of the measured rounds (all rounds when every round was a warm-up)."""
+        ev = self.timeline.events
+        rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
+        measured = rounds[(ev["flags"][rounds] & WARMUP_FLAG) == 0]
+        return measured if len(measured) else rounds
+
+    @cached_property
+    def round_ms(self) -> np.ndarray:
+        ev = self.timeline.events[self.round_idx]
+        return (ev["end"] - ev["start"]) / _MS
+
+    @cached_property
+    def latency(self) -> LatencyStats:
+        ev = self.timeline.events
+        rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
+        warm = rounds[(ev["flags"][rounds] & WARMUP_FLAG) != 0]
+        return LatencyStats.from_samples(list(self.round_ms), list((ev["end"][warm] - ev["start"][warm]) / _MS))
+
+    @property
+    def n_rounds(self) -> int:
+        return max(1, len(self.round_idx))
+
+    @cached_property
+    def wall_ns(self) -> int:
+        """Measured wall time: the sum of the measured rounds (or the whole test without rounds)."""
+        if len(self.round_idx):
+            ev = self.timeline.events[self.round_idx]
+            return int(np.sum(ev["end"] - ev["start"]))
+        tests = self.timeline.events[self.timeline.events["kind"] == Kind.TEST]
+        return int(np.sum(tests["end"] - tests["start"])) if len(tests) else 1
+
+    @cached_property
+    def in_rounds(self) -> np.ndarray:
+        """Mask of events that happen inside a measured round (a sample happens when it was taken: its end)."""
+        ev = self.timeline.events
+        if not len(self.round_idx):
+            return np.ones(len(ev), dtype=bool)
+        at = np.where(ev["kind"] == Kind.SAMPLE, ev["end"] - 1, ev["start"])
+        r = ev[self.round_idx]
+        order = np.argsort(r["start"])
+        rs, re = r["start"][order], r["end"][order]
+        k = np.searchsorted(rs, at, side="right") - 1
+        ok = k >= 0
+        return ok & (at < re[np.maximum(k, 0)])
+
+    @property
+    def has_counters(self) -> bool:
+        """Whether the collection kept per-round process counters (an imported trace has none)."""
+        return bool(self.timeline.meta.get("rounds"))
+
+    @cached_property
+    def counters(self) -> dict[str, float]:
+        """Sums of the per-round process counters over the measured rounds."""
+        rows: list[dict[str, Any]] = list(self.timeline.meta.get("rounds", []))
+        measured = [r for r in rows if not r.get("warmup")] or rows
+        keys = ("wall_ns", "thread_cpu_ns", "user_ns", "sys_ns", "minflt", "majflt", "nvcsw", "nivcsw", "runqueue_ns")
+        out = {k: float(sum(r.get(k, 0) for r in measured)) for k in keys}
+        out["rounds"] = float(len(measured))
+        if measured:
+            out["rss_first"] = float(measured[0].get("rss_start", 0))
+            out["rss_last"] = float(measured[-1].get("rss_end", 0))
+        return out
+
+    @cached_property
+    def rss_per_round(self) -> np.ndarray:
+        rows = [r for r in self.timeline.meta.get("rounds", []) if not r.get("warmup")]
+        return np.array([r.get("rss_end", 0) for r in rows], dtype=float)
+
+    # -- helpers for rules ---------------------------------------------------------
+
+    def per_round_ms(self, ns: float) -> float:
+        return ns / _MS / self.n_rounds
+
+    def refs(self, idx: np.ndarray | list[int], limit: int = 5) -> list[EventRef]:
+        """The longest of the given events, as report references."""
+        ev = self.timeline.events
+        idx = np.asarray(idx, dtype=np.int64)
+        if not len(idx):
+            return []
+        dur = ev["end"][idx] - ev["start"][idx]
+        top = idx[np.argsort(-dur, kind="stable")[:limit]]
+        return [
+            EventRef(
+                kind=Kind(int(ev["kind"][i])).name.lower(),
+                name=self.timeline.name(int(i)),
+                start_ms=float(ev["start"][i]) / _MS,
+                duration_ms=float(ev["end"][i] - ev["start"][i]) / _MS,
+            )
+            for i in top
+        ]

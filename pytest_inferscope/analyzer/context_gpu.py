@@ -1,0 +1,314 @@
+"""The GPU side of the context: GPU records, copies, blocking calls, launches, per-stream summary.
+
+Pure functions of a `Timeline`; nothing here prints or writes.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, unpack_copy_flags
+from .base import _MB, _MS, RoundsContext, union_ns
+from .idle import CLOCK_SLACK_NS, IdleGaps, attribute_idle
+
+#: Runtime/driver calls that block the calling thread until the device catches up.
+SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy(2D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?$|^cudaMemcpy(To|From)Symbol$")
+#: Runtime/driver copy calls: the host time inside them belongs to the transfer (a pageable copy is
+#: staged through a host buffer and returns only when done), not to the host's own work.
+COPY_CALL = re.compile(r"^(cuda|cu)Memcpy|^cudaMemset$|^cuMemset")
+#: Host time per kernel launch below which the host is busy launching rather than computing.
+LAUNCH_HOST_NS = 50_000
+#: Allocator calls: the caching allocator growing (or, near capacity, freeing and retrying).
+ALLOC_CALL = re.compile(r"^(cudaMalloc|cudaFree|cuMemAlloc|cuMemFree|cuMemCreate|cuMemRelease|cuMemMap|cuMemUnmap)")
+#: The host<->device link's peak per direction when the collection did not record one
+#: (`meta["link_gb_s"]`): PCIe 5.0 x16 (the H200's), raised to the fastest copy measured in the
+#: run when one went faster (NVLink-C2C on Grace Hopper). See docs/architecture.md.
+LINK_NOMINAL_GB_S = 64.0
+#: Copies at least this large count for the measured peak (small ones never reach link speed).
+LINK_MEASURE_MIN_BYTES = 1 << 20
+#: A copy call followed this soon by a synchronisation is a blocking `.to()` (copy, then stream sync).
+COPY_SYNC_NS = 50_000
+
+
+def _intersection_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:
+    """Length of (union of a) intersected with (union of b)."""
+    both = union_ns(np.concatenate((a_s, b_s)), np.concatenate((a_e, b_e)))
+    return union_ns(a_s, a_e) + union_ns(b_s, b_e) - both
+
+
+class GpuContext(RoundsContext):
+    """GPU records of the measured rounds, and what the GPU rules read about them."""
+
+    @cached_property
+    def gpu(self) -> np.ndarray:
+        """GPU work records inside measured rounds."""
+        ev = self.timeline.events
+        return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.in_rounds]
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.timeline.has_gpu
+
+    @cached_property
+    def copies(self) -> dict[str, np.ndarray]:
+        cp = self.gpu[self.gpu["kind"] == Kind.MEMCPY]
+        kind, src, dst = unpack_copy_flags(cp["flags"])
+        return {
+            "all": cp,
+            "h2d": cp[kind == CopyKind.HTOD],
+            "d2h": cp[kind == CopyKind.DTOH],
+            "pageable": cp[(src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)],
+        }
+
+    @cached_property
+    def test_tid(self) -> int | None:
+        ev = self.timeline.events
+        return int(ev["tid"][self.round_idx[0]]) if len(self.round_idx) else None
+
+    @cached_property
+    def sync_calls(self) -> np.ndarray:
+        """Indices of the test's blocking runtime calls (synchronisations, blocking copies) in measured rounds."""
+        tl = self.timeline
+        ev = tl.events
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
+        if not len(rt):
+            return rt
+        names = self._name_table(SYNC_CALL)[ev["name"][rt]]
+        own = ev["kind"][np.maximum(tl.parent[rt], 0)] == Kind.WAIT  # our end-of-round synchronize
+        return rt[names & ~(own & (tl.parent[rt] >= 0))]
+
+    def _name_table(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """Whether each interned name matches: one regex per distinct name, not per event."""
+        return np.fromiter((bool(pattern.search(s)) for s in self.timeline.strings), dtype=bool,
+                           count=len(self.timeline.strings))  # fmt: skip
+
+    @cached_property
+    def copy_calls(self) -> np.ndarray:
+        """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in measured rounds."""
+        tl = self.timeline
+        ev = tl.events
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
+        return rt[self._name_table(COPY_CALL)[ev["name"][rt]]] if len(rt) else rt
+
+    @cached_property
+    def wait_ns(self) -> dict[str, int]:
+        """Time the test thread was held by the device: its syncs, ours, its copy calls, and all together."""
+        ev = self.timeline.events
+        own = ev[(ev["kind"] == Kind.WAIT) & self.in_rounds]
+        user = ev[self.sync_calls]
+        copies = ev[self.copy_calls]
+        held = np.concatenate((own, user, copies))
+        return {
+            "user": union_ns(user["start"], user["end"]),
+            "round_end": union_ns(own["start"], own["end"]),
+            "copy_calls": union_ns(copies["start"], copies["end"]),
+            "all": union_ns(held["start"], held["end"]),
+        }
+
+    @cached_property
+    def launches(self) -> dict[str, float]:
+        """Kernel launch statistics over the measured rounds."""
+        k = self.gpu[self.gpu["kind"] == Kind.KERNEL]
+        n = len(k)
+        # The host's launching time: its CPU time outside device waits (a thread spinning in a
+        # synchronize burns CPU, but not launching).
+        busy = max(0.0, min(self.counters.get("thread_cpu_ns", 0.0), self.wall_ns - self.wait_ns["all"]))
+        return {
+            "count": float(n),
+            "per_round": n / self.n_rounds,
+            "mean_kernel_ns": float(np.mean(k["end"] - k["start"])) if n else 0.0,
+            "host_ns_per_launch": busy / n if n and self.has_counters else float("inf"),
+        }
+
+    @property
+    def launch_dominated(self) -> bool:
+        """Many tiny kernels, each costing the host more than it costs the GPU: the host is busy launching."""
+        lz = self.launches
+        return (
+            self.has_gpu
+            and lz["per_round"] >= 100
+            and lz["host_ns_per_launch"] < LAUNCH_HOST_NS
+            and lz["mean_kernel_ns"] < lz["host_ns_per_launch"]
+        )
+
+    @cached_property
+    def idle(self) -> IdleGaps:
+        """Every GPU idle interval of the measured rounds with its cause (see `idle.py`)."""
+        blocking = np.union1d(self.sync_calls, self.copy_calls)
+        return attribute_idle(self.timeline.events, self.in_rounds, self.round_idx, blocking, self.launch_gap_ns)
+
+    def idle_fraction(self, cause: str) -> float:
+        """Idle time of one cause over the measured wall time (per device, averaged over devices)."""
+        devices = max(1, len(np.unique(self.gpu["device"]))) if self.has_gpu else 1
+        return self.idle.total_ns(cause) / max(1, self.wall_ns) / devices
+
+    def host_wait_fraction(self) -> float:
+        """Host-wait idle over the measured wall time, less the part the host spent in allocator calls
+        (cudaMalloc/cudaFree: memory pressure's time, not the host's own work)."""
+        sel = self.idle.mask("host_wait")
+        ev = self.timeline.events
+        alloc = ev[self.alloc_calls]
+        in_alloc = _intersection_ns(self.idle.start_ns[sel], self.idle.end_ns[sel], alloc["start"], alloc["end"])
+        devices = max(1, len(np.unique(self.gpu["device"]))) if self.has_gpu else 1
+        return max(0, self.idle.total_ns("host_wait") - in_alloc) / max(1, self.wall_ns) / devices
+
+    @cached_property
+    def transfer(self) -> dict[str, float]:
+        """Host<->device copies: bytes, time, bandwidth against the link, blocking copies, overlap with compute."""
+        cp = self.copies
+        hd = np.concatenate((cp["h2d"], cp["d2h"]))
+        kinds = self.gpu[np.isin(self.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
+        dur = (hd["end"] - hd["start"]).astype(float)
+        nbytes = hd["value"].astype(float)
+        big = (nbytes >= LINK_MEASURE_MIN_BYTES) & (dur > 0)
+        measured = float(np.max(nbytes[big] / dur[big])) if big.any() else 0.0
+        nominal = float(self.timeline.meta.get("link_gb_s") or LINK_NOMINAL_GB_S)
+        time_ns = float(dur.sum())
+        copy_union = union_ns(hd["start"], hd["end"])
+        overlap = _intersection_ns(hd["start"], hd["end"], kinds["start"], kinds["end"]) if len(kinds) else 0
+        _, src, dst = unpack_copy_flags(hd["flags"])
+        pageable = (src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)
+        blocking, blocked_ns = self._blocking_copies(hd)
+        return {
+            "count": float(len(hd)),
+            "bytes": float(nbytes.sum()),
+            "time_ns": time_ns,
+            "union_ns": float(copy_union),
+            "gb_per_s": float(nbytes.sum()) / time_ns if time_ns else 0.0,
+            "link_gb_s": max(nominal, measured),
+            "link_source": 0.0 if measured <= nominal else 1.0,  # 1: the measured peak beat the nominal
+            "pageable_count": float(np.count_nonzero(pageable)),
+            "pageable_ns": float(dur[pageable].sum()),
+            "pageable_bytes": float(nbytes[pageable].sum()),
+            "pinned_bytes": float(nbytes[~pageable].sum()),
+            "blocking_count": float(blocking),
+            "blocking_ns": float(blocked_ns),
+            "overlap_ns": float(overlap),
+            "exposed_ns": float(copy_union - overlap),
+            "compute_ns": float(union_ns(kinds["start"], kinds["end"])),
+        }
+
+    def _blocking_copies(self, hd: np.ndarray) -> tuple[int, int]:
+        """Copies the host waited for: the copy call returned only after the copy ended, or a
+        synchronisation right after the call did (PyTorch's blocking `.to()`). (count, host ns held)."""
+        ev = self.timeline.events
+        calls = ev[self.copy_calls]
+        if not len(hd) or not len(calls):
+            return 0, 0
+        calls = calls[np.argsort(calls["corr"], kind="stable")]
+        k = np.searchsorted(calls["corr"], hd["corr"])
+        ok = (hd["corr"] > 0) & (k < len(calls))
+        ok[ok] = calls["corr"][k[ok]] == hd["corr"][ok]
+        c = calls[k[ok]]
+        h = hd[ok]
+        held = c["end"] >= h["end"] - CLOCK_SLACK_NS
+        syncs = ev[self.sync_calls]
+        sync_end = np.zeros(len(c), dtype=np.int64)
+        if len(syncs):
+            s = syncs[np.argsort(syncs["start"], kind="stable")]
+            j = np.searchsorted(s["start"], c["end"], side="left")
+            has = j < len(s)
+            jj = np.minimum(j, len(s) - 1)
+            near = has & (s["start"][jj] - c["end"] <= COPY_SYNC_NS) & (s["end"][jj] >= h["end"] - CLOCK_SLACK_NS)
+            held |= near
+            sync_end = np.where(near, s["end"][jj], 0)
+        until = np.maximum(c["end"], sync_end)
+        return int(np.count_nonzero(held)), int(np.sum((until - c["start"])[held]))
+
+    @cached_property
+    def alloc_calls(self) -> np.ndarray:
+        """Indices of the test's allocator calls (cudaMalloc/cudaFree and the driver's) in measured rounds."""
+        ev = self.timeline.events
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
+        return rt[self._name_table(ALLOC_CALL)[ev["name"][rt]]] if len(rt) else rt
+
+    def merged_busy(self) -> tuple[np.ndarray, np.ndarray]:
+        """The GPU's busy intervals (kernels, copies, memsets on any stream), merged."""
+        g = self.gpu
+        if not len(g):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        order = np.argsort(g["start"], kind="stable")
+        s, e = g["start"][order], g["end"][order]
+        run_end = np.maximum.accumulate(e)
+        new = np.ones(len(s), dtype=bool)
+        new[1:] = s[1:] > run_end[:-1]
+        idx = np.flatnonzero(new)
+        return s[idx], np.append(run_end[idx[1:] - 1], run_end[-1])
+
+    def gpu_summary(self) -> dict[str, Any]:
+        """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round)."""
+        if not self.has_gpu:
+            return {}
+        tl, g, n = self.timeline, self.gpu, self.n_rounds
+        streams = []
+        key = (g["device"].astype(np.int64) << 32) | (g["stream"].astype(np.int64) & 0xFFFFFFFF)
+        for k in np.unique(key).tolist():
+            dev, stream = k >> 32, int(np.int32(np.uint32(k & 0xFFFFFFFF)))
+            sel = g[key == k]
+            busy = union_ns(sel["start"], sel["end"])
+            streams.append(
+                {
+                    "device": dev,
+                    "stream": stream,
+                    "kernels_per_round": float(np.count_nonzero(sel["kind"] == Kind.KERNEL)) / n,
+                    "copies_per_round": float(np.count_nonzero(sel["kind"] == Kind.MEMCPY)) / n,
+                    "busy_ms_per_round": self.per_round_ms(busy),
+                    "busy_share": busy / max(1, self.wall_ns),
+                }
+            )
+        # Idle gaps: between merged busy intervals inside the same round.
+        s, e = self.merged_busy()
+        gaps = s[1:] - e[:-1]
+        if len(self.round_idx) and len(gaps):
+            r = tl.events[self.round_idx]
+            rid = np.searchsorted(np.sort(r["start"]), s, side="right") - 1
+            gaps = gaps[rid[1:] == rid[:-1]]
+        gaps = gaps[gaps > 0]
+        idle = {
+            "gaps_per_round": len(gaps) / n,
+            "total_ms_per_round": self.per_round_ms(float(gaps.sum())),
+            "longest_ms": float(gaps.max()) / _MS if len(gaps) else 0.0,
+            "median_us": float(np.median(gaps)) / 1e3 if len(gaps) else 0.0,
+            # Every idle interval (lead-in and tail of each round too) by cause, per device: idle.py.
+            "by_cause_ms_per_round": {c: self.per_round_ms(ns) for c, ns in self.idle.totals_ns().items()},
+        }
+        copies = {}
+        cp = self.copies["all"]
+        kind, src, dst = unpack_copy_flags(cp["flags"])
+        for label, mask in (
+            ("HtoD", kind == CopyKind.HTOD),
+            ("DtoH", kind == CopyKind.DTOH),
+            ("DtoD", kind == CopyKind.DTOD),
+            ("other", ~np.isin(kind, [1, 2, 8])),
+        ):
+            sel = cp[mask]
+            if not len(sel):
+                continue
+            host_side = np.where(kind[mask] == CopyKind.DTOH, dst[mask], src[mask])
+            dur = float(np.sum(sel["end"] - sel["start"]))
+            copies[label] = {
+                "count_per_round": len(sel) / n,
+                "mb_per_round": float(np.sum(sel["value"])) / _MB / n,
+                "ms_per_round": self.per_round_ms(dur),
+                "gb_per_s": float(np.sum(sel["value"])) / dur if dur else 0.0,
+                "pageable_per_round": np.count_nonzero(host_side == MemoryKind.PAGEABLE) / n,
+                "pinned_per_round": np.count_nonzero(host_side == MemoryKind.PINNED) / n,
+            }
+        syncs: dict[str, dict[str, float]] = {}
+        ev = tl.events
+        for i in self.sync_calls.tolist():
+            entry = syncs.setdefault(tl.name(i), {"count_per_round": 0.0, "blocked_ms_per_round": 0.0})
+            entry["count_per_round"] += 1 / n
+            entry["blocked_ms_per_round"] += float(ev["end"][i] - ev["start"][i]) / _MS / n
+        return {
+            "streams": streams,
+            "idle_gaps": idle,
+            "copies": copies,
+            "syncs": syncs,
+            "round_end_wait_ms_per_round": self.per_round_ms(self.wait_ns["round_end"]),
+            "memory_peak_mb": self.metrics.get("gpu.memory_peak_mb"),
+        }

@@ -1,0 +1,192 @@
+"""GPU idle attribution: every interval a GPU sat idle inside a measured round, and why.
+
+HolisticTraceAnalysis's idle-time breakdown is the reference (host wait, kernel wait, other);
+this module adds the synchronisation that HTA folds into "host wait", and the plugin's own
+end-of-round synchronize. For each device, the GPU work of each measured round (kernels,
+copies, memsets on any stream) is merged into busy runs; the idle intervals are the gaps
+between runs, the lead-in from the round's start to its first run, and the tail from its last
+run to the round's end. An interval [a, b) is attributed to one cause:
+
+- ``launch_gap``: the work after it was already queued (its launch call started before `a`,
+  when the GPU went idle) and the gap is shorter than `launch_gap_ns` (30 µs by default):
+  the cost of starting consecutive work, HTA's "kernel wait".
+- ``other``: queued work that still started `launch_gap_ns` or more after `a` (cross-stream
+  events, dependencies), or work whose launch call was not recorded.
+- ``sync_stall``: the next work was launched after `a`, and at `a` the test thread was blocked
+  in a synchronisation it asked for (a runtime/driver ``*Synchronize`` call, a blocking copy):
+  the host waited for the GPU to drain, then the GPU waited for the host to launch again.
+- ``round_end``: at `a` the host was in the plugin's own end-of-round synchronize (a WAIT span,
+  collectors/__init__.py `_end_round`): not the user's code.
+- ``host_wait``: anything else where the host had not launched the next work: the CPU is the
+  bottleneck (Python, data preparation, launch overhead). A round's lead-in is always host
+  wait, and so is its tail unless the host was in the end-of-round synchronize.
+
+`IdleGaps` is plain arrays on the merged timeline's clock (the one the timeline's events are
+on), so a reporter can shade the intervals: `rows()` gives (start_ns, end_ns, cause) tuples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..events import GPU_KINDS, Kind
+
+#: The causes, in the order of their codes in `IdleGaps.cause`.
+CAUSES = ("host_wait", "launch_gap", "sync_stall", "round_end", "other")
+HOST_WAIT, LAUNCH_GAP, SYNC_STALL, ROUND_END, OTHER = range(len(CAUSES))
+#: Slack for comparing host times with GPU times (the clock fit's residual is a few µs at most).
+CLOCK_SLACK_NS = 2_000
+
+
+@dataclass(frozen=True)
+class IdleGaps:
+    """GPU idle intervals of the measured rounds, one row per interval, in time order per device.
+
+    `start_ns`/`end_ns`: int64, the merged timeline's clock; `cause`: uint8 codes into `CAUSES`;
+    `device`: the CUDA device; `blocked_ns`: for a sync stall, how long the host had been blocked
+    in the synchronisation when the GPU went idle (0 for the other causes).
+    """
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    cause: np.ndarray
+    device: np.ndarray
+    blocked_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def rows(self) -> list[tuple[int, int, str]]:
+        """(start_ns, end_ns, cause name) per interval: what a timeline view shades."""
+        return [
+            (int(s), int(e), CAUSES[c])
+            for s, e, c in zip(self.start_ns.tolist(), self.end_ns.tolist(), self.cause.tolist(), strict=True)
+        ]
+
+    def mask(self, cause: str) -> np.ndarray:
+        return self.cause == CAUSES.index(cause)
+
+    def total_ns(self, cause: str | None = None) -> int:
+        """Idle ns of one cause (all causes when None), summed over devices."""
+        sel = slice(None) if cause is None else self.mask(cause)
+        return int(np.sum(self.end_ns[sel] - self.start_ns[sel]))
+
+    def totals_ns(self) -> dict[str, int]:
+        return {c: self.total_ns(c) for c in CAUSES}
+
+    def turn_taking_ns(self) -> int:
+        """Time lost to host and GPU taking turns around synchronisations: each sync stall, plus as much
+        of the host's blocked time before it as the stall lasted (what could have overlapped)."""
+        sel = self.mask("sync_stall")
+        gap = self.end_ns[sel] - self.start_ns[sel]
+        return int(np.sum(gap + np.minimum(gap, self.blocked_ns[sel])))
+
+
+def _empty() -> IdleGaps:
+    z = np.zeros(0, dtype=np.int64)
+    return IdleGaps(z, z.copy(), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int16), z.copy())
+
+
+def _covering(spans_s: np.ndarray, spans_e: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each instant: whether a span contains it, and that span's start (the earliest such start)."""
+    if not len(spans_s) or not len(at):
+        return np.zeros(len(at), dtype=bool), np.zeros(len(at), dtype=np.int64)
+    order = np.argsort(spans_s, kind="stable")
+    s, e = spans_s[order], spans_e[order]
+    run_end = np.maximum.accumulate(e)
+    arg = np.zeros(len(e), dtype=np.int64)  # index of the span that holds run_end so far
+    best = np.flatnonzero(np.concatenate(([True], e[1:] > run_end[:-1])))
+    arg[best] = best
+    arg = np.maximum.accumulate(arg)
+    k = np.searchsorted(s, at + CLOCK_SLACK_NS, side="right") - 1
+    ok = k >= 0
+    kk = np.maximum(k, 0)
+    covered = ok & (run_end[kk] >= at - CLOCK_SLACK_NS)
+    return covered, s[arg[kk]]
+
+
+def attribute_idle(
+    events: np.ndarray,
+    in_rounds: np.ndarray,
+    round_idx: np.ndarray,
+    sync_idx: np.ndarray,
+    launch_gap_ns: int,
+) -> IdleGaps:
+    """The idle intervals of every device in the measured rounds, each with its cause.
+
+    `events`: the merged timeline's events; `in_rounds`: mask of events inside measured rounds;
+    `round_idx`: the measured ROUND spans; `sync_idx`: the user's blocking calls (synchronisations,
+    blocking copies; not the plugin's own end-of-round synchronize, which is found as WAIT spans).
+    """
+    ev = events
+    gpu_mask = np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & in_rounds
+    if not gpu_mask.any() or not len(round_idx):
+        return _empty()
+    rounds = ev[round_idx]
+    r_order = np.argsort(rounds["start"], kind="stable")
+    r_start, r_end = rounds["start"][r_order], rounds["end"][r_order]
+    # Launch call of each GPU record, by correlation id (host RUNTIME records carry the same id).
+    rt = ev[(ev["kind"] == Kind.RUNTIME) & (ev["corr"] > 0)]
+    rt = rt[np.argsort(rt["corr"], kind="stable")]
+    waits = ev[(ev["kind"] == Kind.WAIT) & in_rounds]
+    syncs = ev[sync_idx]
+    out: list[tuple[np.ndarray, ...]] = []
+    for dev in np.unique(ev["device"][gpu_mask]).tolist():
+        g = ev[gpu_mask & (ev["device"] == dev)]
+        g = g[np.argsort(g["start"], kind="stable")]
+        rid = np.clip(np.searchsorted(r_start, g["start"], side="right") - 1, 0, len(r_start) - 1)
+        run_end = np.maximum.accumulate(g["end"])
+        new = np.ones(len(g), dtype=bool)
+        new[1:] = (g["start"][1:] > run_end[:-1]) | (rid[1:] != rid[:-1])
+        first = np.flatnonzero(new)
+        last = np.append(first[1:] - 1, len(g) - 1)
+        run_s, run_rid = g["start"][first], rid[first]
+        # The run's end: the latest end among its own records (not an earlier round's).
+        run_e = np.maximum.reduceat(g["end"], first)
+        # Idle intervals: lead-in, between runs of a round, tail. `nxt` is the record after the gap (-1: none).
+        lead = np.ones(len(first), dtype=bool)
+        lead[1:] = run_rid[1:] != run_rid[:-1]
+        tail = np.ones(len(first), dtype=bool)
+        tail[:-1] = run_rid[1:] != run_rid[:-1]
+        a = np.concatenate((r_start[run_rid[lead]], run_e[~tail], run_e[tail]))
+        b = np.concatenate((run_s[lead], run_s[np.flatnonzero(~tail) + 1], r_end[run_rid[tail]]))
+        nxt = np.concatenate((first[lead], first[np.flatnonzero(~tail) + 1], np.full(int(tail.sum()), -1)))
+        del last
+        # Rounds in which this device did nothing at all: idle throughout, the host launched nothing.
+        empty = np.setdiff1d(np.arange(len(r_start)), run_rid)
+        a = np.concatenate((a, r_start[empty]))
+        b = np.concatenate((b, r_end[empty]))
+        nxt = np.concatenate((nxt, np.full(len(empty), -1)))
+        keep = b > a
+        a, b, nxt = a[keep], b[keep], nxt[keep]
+        cause = np.full(len(a), HOST_WAIT, dtype=np.uint8)
+        has_next = nxt >= 0
+        # When was the next record launched?
+        corr = np.where(has_next, g["corr"][np.maximum(nxt, 0)], 0)
+        k = np.searchsorted(rt["corr"], corr)
+        known = has_next & (corr > 0) & (k < len(rt))
+        known[known] = rt["corr"][k[known]] == corr[known]
+        launch = np.where(known, rt["start"][np.minimum(k, max(len(rt) - 1, 0))] if len(rt) else 0, 0)
+        queued = known & (launch + CLOCK_SLACK_NS < a)
+        in_wait, _ = _covering(waits["start"], waits["end"], a)
+        in_sync, sync_start = _covering(syncs["start"], syncs["end"], a)
+        late = ~queued
+        cause[late & in_wait] = ROUND_END
+        cause[late & ~in_wait & in_sync & has_next] = SYNC_STALL
+        cause[has_next & ~known & ~(in_sync | in_wait)] = OTHER
+        cause[queued] = np.where((b - a)[queued] < launch_gap_ns, LAUNCH_GAP, OTHER)
+        blocked = np.where(cause == SYNC_STALL, np.maximum(0, a - sync_start), 0)
+        out.append((a, b, cause, np.full(len(a), dev, dtype=np.int16), blocked))
+    if not out:
+        return _empty()
+    a, b, c, d, blk = (np.concatenate(x) for x in zip(*out, strict=True))
+    order = np.lexsort((a, d))
+    return IdleGaps(
+        a[order].astype(np.int64),
+        b[order].astype(np.int64),
+        c[order].astype(np.uint8),
+        d[order].astype(np.int16),
+        blk[order].astype(np.int64),
+    )

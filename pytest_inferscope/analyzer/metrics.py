@@ -1,0 +1,136 @@
+"""The analysis's flat metrics (dotted names): what checks, custom rules and reports read.
+
+Every key is always present (None when not measured), so a custom rule can name any of them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..events import Kind
+from .base import _MB, union_ns
+from .idle import CAUSES
+
+if TYPE_CHECKING:
+    from .context import Context
+
+
+def compute_metrics(ctx: Context) -> dict[str, float | None]:
+    """Flat, dotted metric names, computed from the context once per analysis."""
+    lat, c, wall = ctx.latency, ctx.counters, max(1, ctx.wall_ns)
+    m: dict[str, float | None] = {
+        f"latency_ms.{k}": getattr(lat, k) for k in ("median", "mean", "p90", "p99", "min", "max", "iqr", "stdev")
+    }
+    m["rounds"] = float(len(ctx.round_idx))
+    cpu = c.get("thread_cpu_ns", 0.0)
+    waits = ctx.wait_ns
+    m["cpu.test_thread_busy"] = cpu / wall
+    # A thread spinning in a CUDA sync burns CPU time while it waits: busy time outside the
+    # waits is what the host really spent working.
+    # Time runnable but waiting for a core (other processes, too many threads) is demand for
+    # CPU the machine did not meet: the body is still CPU-bound, on a crowded machine.
+    runq = c.get("runqueue_ns", 0.0)
+    m["cpu.test_thread_runqueue"] = runq / wall
+    working = min(cpu + runq, max(0.0, wall - waits["all"]))
+    m["cpu.test_thread_working"] = working / wall
+    # The kernel share of the process's CPU time, applied to the test thread: user-mode work.
+    proc_cpu = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
+    m["cpu.test_thread_user_busy"] = working / wall * (c.get("user_ns", 0.0) / proc_cpu if proc_cpu else 1.0)
+    m["cpu.torch_threads"] = float(ctx.timeline.meta.get("torch_threads") or 0) or None
+    m["host.wait_fraction"] = waits["all"] / wall
+    m["host.sync_fraction"] = waits["user"] / wall
+    m["host.syncs_per_round"] = len(ctx.sync_calls) / ctx.n_rounds
+    m["host.copy_call_fraction"] = waits["copy_calls"] / wall
+    m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
+    proc = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
+    m["cpu.kernel_fraction"] = c.get("sys_ns", 0.0) / proc if proc else 0.0
+    m["cpu.cores"] = float(os.cpu_count() or 1)
+    cores = float(available_cores(ctx))
+    m["cpu.available_cores"] = cores
+    threads = m["cpu.torch_threads"]
+    m["cpu.threads_per_core"] = threads / cores if threads else None
+    m["cpu.involuntary_switches_per_round"] = c.get("nivcsw", 0.0) / ctx.n_rounds
+    m["cpu.samples"] = float(np.count_nonzero((ctx.timeline.events["kind"] == Kind.SAMPLE) & ctx.in_rounds))
+    mem = ctx.timeline.meta.get("memory", {})
+    m["mem.rss_peak_mb"] = mem.get("rss_peak", 0) / _MB if mem else None
+    m["mem.rss_growth_mb"] = (c.get("rss_last", 0.0) - c.get("rss_first", 0.0)) / _MB if "rss_first" in c else None
+    m["mem.minor_faults_per_round"] = c.get("minflt", 0.0) / ctx.n_rounds
+    m["mem.major_faults"] = c.get("majflt", 0.0)
+    m["gpu.memory_peak_mb"] = mem.get("gpu_allocated_peak") / _MB if mem.get("gpu_allocated_peak") else None
+    reserved, total = mem.get("gpu_reserved_peak"), mem.get("gpu_total")
+    m["gpu.memory_reserved_peak_mb"] = reserved / _MB if reserved else None
+    m["gpu.memory_total_mb"] = total / _MB if total else None
+    m["gpu.memory_used_fraction"] = reserved / total if reserved and total else None
+    # Reserved by torch's caching allocator but not allocated at the peak: cached or fragmented.
+    m["gpu.allocator_cached_fraction"] = (
+        max(0.0, 1.0 - mem.get("gpu_allocated_peak", 0) / reserved) if reserved else None
+    )
+    if ctx.has_gpu:
+        busy = union_ns(ctx.gpu["start"], ctx.gpu["end"])
+        cp = ctx.copies
+        compute = ctx.gpu[np.isin(ctx.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
+        m["gpu.busy_fraction"] = busy / wall
+        m["gpu.compute_fraction"] = union_ns(compute["start"], compute["end"]) / wall
+        m["gpu.idle_fraction"] = 1.0 - busy / wall
+        m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu["kind"] == Kind.KERNEL) / ctx.n_rounds
+        m["gpu.transfer_fraction"] = union_ns(cp["all"]["start"], cp["all"]["end"]) / wall
+        m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / ctx.n_rounds
+        m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / ctx.n_rounds
+        ev = ctx.timeline.events
+        allocs = (ev["kind"] == Kind.GPU_MEMORY) & (ev["value"] > 0) & ctx.in_rounds
+        m["gpu.allocations_per_round"] = float(np.count_nonzero(allocs)) / ctx.n_rounds
+        for cause in CAUSES:
+            m[f"gpu.idle_{cause}_fraction"] = ctx.idle_fraction(cause)
+        t = ctx.transfer
+        m["gpu.transfer_gb_per_s"] = t["gb_per_s"] if t["count"] else None
+        m["gpu.link_gb_per_s"] = t["link_gb_s"]
+        m["gpu.link_utilisation"] = t["gb_per_s"] / t["link_gb_s"] if t["count"] else None
+        m["gpu.pageable_copy_bytes_fraction"] = t["pageable_bytes"] / t["bytes"] if t["bytes"] else None
+        m["gpu.blocking_copies_per_round"] = t["blocking_count"] / ctx.n_rounds
+        m["gpu.copy_overlap_fraction"] = t["overlap_ns"] / t["union_ns"] if t["union_ns"] else None
+        alloc = ev[ctx.alloc_calls]
+        m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) / wall
+    else:
+        for k in (
+            "busy_fraction",
+            "compute_fraction",
+            "idle_fraction",
+            "kernel_launches_per_round",
+            "transfer_fraction",
+            "h2d_bytes_per_round",
+            "d2h_bytes_per_round",
+            "allocations_per_round",
+            *(f"idle_{cause}_fraction" for cause in CAUSES),
+            "transfer_gb_per_s",
+            "link_gb_per_s",
+            "link_utilisation",
+            "pageable_copy_bytes_fraction",
+            "blocking_copies_per_round",
+            "copy_overlap_fraction",
+            "alloc_call_fraction",
+        ):
+            m[f"gpu.{k}"] = None
+    m["trace.dropped_events"] = float(ctx.timeline.dropped)
+    # Metrics from collectors other plugins added (hooks.py, pytest_inferscope_collectors).
+    extra = ctx.timeline.meta.get("extra_metrics")
+    if isinstance(extra, dict):
+        m.update({str(k): None if v is None else float(v) for k, v in extra.items() if k not in m})
+    if not ctx.has_counters:
+        # Absent is not zero: without per-round counters the CPU and host-memory metrics are unknown.
+        for key in m:
+            if key.startswith(("cpu.", "mem.")) and key != "cpu.samples":
+                m[key] = None
+    return m
+
+
+def available_cores(ctx: Context) -> int:
+    """Cores this process may run on: as recorded at collection, else its CPU affinity here."""
+    recorded = ctx.timeline.meta.get("cpu_affinity")
+    if isinstance(recorded, int | float) and recorded > 0:
+        return int(recorded)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

@@ -1,0 +1,124 @@
+"""Hookspecs (hooks.py) as a third-party plugin uses them: rules, collectors, machine info, results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+BODY = """
+import pytest
+
+@pytest.mark.inferscope(rounds=3, warmup=1{extra})
+def test_body():
+    sum(i * i for i in range(20000))
+"""
+
+# A plugin (here a conftest; an installed plugin's module works the same) that records every result.
+RECORDER = """
+import json, pathlib
+
+def pytest_inferscope_result(config, result):
+    out = pathlib.Path(config.rootpath, "results.jsonl")
+    with out.open("a") as f:
+        f.write(json.dumps({"nodeid": result.nodeid, "bottleneck": result.analysis.bottleneck,
+                            "metrics": result.analysis.metrics, "environment": result.environment,
+                            "rules": [x.rule for x in result.analysis.findings]}) + "\\n")
+"""
+
+
+def results(pytester: pytest.Pytester) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (pytester.path / "results.jsonl").read_text().splitlines()]
+
+
+def test_a_plugin_adds_a_rule_that_takes_part_in_the_classification(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        RECORDER
+        + """
+from pytest_inferscope.results import Finding, Suggestion
+
+def always_thermal(ctx):
+    # A rule: a pure function of the analysis context, returning findings with evidence.
+    return [Finding(rule="thermal", title="Thermal throttling", summary="clocks dropped",
+                    cause="gpu_bound", share=0.99, confidence=1.0,
+                    evidence={"rounds": ctx.n_rounds},
+                    suggestions=[Suggestion("cool it", "hot", 1.0, "thermal"),
+                                 Suggestion("slow down", "hot", 0.5, "thermal")])]
+
+def pytest_inferscope_rules(config):
+    return [always_thermal]
+"""
+    )
+    # A body that sleeps: no built-in rule explains its time, so the plugin's finding must decide the class
+    # (a CPU-bound body could tie it: its cpu_bound share reaches 1.0 on a busy machine).
+    body = BODY.format(extra=', expect_bottleneck="gpu_bound"').replace(
+        "sum(i * i for i in range(20000))", "import time; time.sleep(0.005)"
+    )
+    assert "sleep" in body
+    pytester.makepyfile(body)
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    (r,) = results(pytester)
+    assert r["bottleneck"] == "gpu_bound" and "thermal" in r["rules"]
+
+
+def test_a_plugin_adds_a_collector_whose_metrics_reach_the_analysis(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        RECORDER
+        + """
+import time
+
+class Energy:
+    name = "energy"
+
+    def start(self):
+        self.t0 = time.perf_counter()
+
+    def stop(self):
+        return {"joules": 42.5, "seconds_seen": time.perf_counter() - self.t0, "unknown": None}
+
+class Broken:
+    name = "broken"
+
+    def start(self):
+        raise OSError("no sensor")
+
+    def stop(self):
+        raise AssertionError("never started, never stopped")
+
+def pytest_inferscope_collectors(config, item):
+    return [Energy(), Broken()]
+
+def pytest_inferscope_rules(config):
+    def energy_rule(ctx):
+        assert ctx.metrics["energy.joules"] == 42.5  # rules see the collector's metrics too
+        return []
+    return [energy_rule]
+"""
+    )
+    pytester.makepyfile(BODY.format(extra=""))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "-W", "default")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*collector 'broken'*failed to start*test_body*OSError: no sensor*left out*"])
+    (r,) = results(pytester)
+    m = r["metrics"]
+    assert m["energy.joules"] == 42.5 and m["energy.unknown"] is None
+    assert m["energy.seconds_seen"] > 0 and not any(k.startswith("broken.") for k in m)
+
+
+def test_a_plugin_adds_machine_info_to_the_recorded_environment(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        RECORDER
+        + """
+def pytest_inferscope_machine_info(config):
+    return {"rack": "b7", "gpu_clock_mhz": 1980}
+"""
+    )
+    pytester.makepyfile(BODY.format(extra=""))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out")
+    result.assert_outcomes(passed=1)
+    (r,) = results(pytester)
+    env = r["environment"]
+    assert env["rack"] == "b7" and env["gpu_clock_mhz"] == 1980 and "python" in env
+    (report,) = (pytester.path / "out").glob("*/report.json")
+    assert json.loads(report.read_text())["environment"]["rack"] == "b7"
