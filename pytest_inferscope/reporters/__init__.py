@@ -1,8 +1,8 @@
 """The reporters: the only code in the plugin that writes files or terminal output.
 
-Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.json` and, when a
-timeline is given, `trace.json` (Perfetto / chrome://tracing). Per session, `write_index` writes
-`index.md` and `index.json`. Every file is written atomically, so an interrupted run leaves the
+Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.html`, `report.json`
+and, when a timeline is given, `trace.json` (Perfetto / chrome://tracing). Per session, `write_index`
+writes `index.md`, `index.html` and `index.json`. Every file is written atomically, so an interrupted run leaves the
 previous file or the new one, and nothing else in the folder is touched.
 """
 
@@ -17,6 +17,7 @@ from ..events import RawTrace
 from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
 from .files import ReportDirError, atomic_open, atomic_write_text, check_report_dir, slugify
+from .html import render_html_index, write_html_report
 from .jsonreport import ReportFormatError, dumps, load_report, to_json
 from .markdown import render_index, render_report, verdict_label
 from .trace import THREAD_MIN_EVENTS, write_chrome_trace
@@ -37,12 +38,13 @@ _SAFE_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def write_test_reports(
-    result: TestResult, timeline: Timeline | None, report_dir: Path, raw: RawTrace | None = None
+    result: TestResult, timeline: Timeline | None, report_dir: Path, raw: RawTrace | None = None, idle: Any = None
 ) -> dict[str, str]:
-    """Write one test's report files; return {"md", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
+    """Write one test's report files; return {"md", "html", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
 
     `raw` (the collection before merging) is kept as `raw.npz`, so `inferscope analyze` can
-    re-run merger, analyzer and reporters from disk.
+    re-run merger, analyzer and reporters from disk. `idle` is the analyzer's GPU idle attribution
+    (`Context.idle`), shaded in report.html; when not given, report.html computes it.
 
     The same dict is stored in `result.files` (and so in report.json). A partial result (the test
     raised) is written the same way; its report says so at the top.
@@ -51,7 +53,7 @@ def write_test_reports(
         raise ValueError(f"{result.nodeid}: slug {result.slug!r} is not a safe folder name; use slugify(nodeid)")
     folder = Path(report_dir) / result.slug
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"md": f"{result.slug}/report.md", "json": f"{result.slug}/report.json"}
+    files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
     saving: _Saving | None = None
     if raw is not None:
         files["raw"] = f"{result.slug}/raw.npz"
@@ -69,6 +71,7 @@ def write_test_reports(
                 saving.wait()
         files["trace"] = f"{result.slug}/trace.json"
     result.files = dict(files)
+    write_html_report(result, timeline, folder / "report.html", idle=idle)
     atomic_write_text(folder / "report.json", to_json(result))
     atomic_write_text(folder / "report.md", render_report(result))
     return files
@@ -100,7 +103,7 @@ class _Saving:
 
 
 def write_index(results: list[TestResult], report_dir: Path, session: dict[str, Any]) -> Path:
-    """Write index.md and index.json for a session's profiled tests; return the path of index.md."""
+    """Write index.md, index.html and index.json for a session's profiled tests; return the path of index.md."""
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     index = {
@@ -111,6 +114,7 @@ def write_index(results: list[TestResult], report_dir: Path, session: dict[str, 
     atomic_write_text(report_dir / "index.json", dumps(index))
     md = report_dir / "index.md"
     atomic_write_text(md, render_index(results, session))
+    atomic_write_text(report_dir / "index.html", render_html_index(results, session))
     return md
 
 

@@ -41,7 +41,7 @@ def write_terminal_summary(
     for line in header_lines:
         tr.write_line(line)
     if report_dir is not None:
-        tr.write_line(f"inferscope reports: {Path(report_dir) / 'index.md'}")
+        tr.write_line(f"inferscope reports: {Path(report_dir) / 'index.html'} (and index.md)")
 
 
 def summary_lines(results: list[TestResult]) -> list[str]:

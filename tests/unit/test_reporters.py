@@ -321,8 +321,8 @@ def test_number_formats() -> None:
 def test_report_has_every_section_in_order(tmp_path: Path) -> None:
     r = gpu_result()
     files = write_test_reports(r, small_timeline(), tmp_path)
-    assert files == r.files == {"md": f"{r.slug}/report.md", "json": f"{r.slug}/report.json",
-                                "trace": f"{r.slug}/trace.json"}  # fmt: skip
+    assert files == r.files == {"md": f"{r.slug}/report.md", "html": f"{r.slug}/report.html",
+                                "json": f"{r.slug}/report.json", "trace": f"{r.slug}/trace.json"}  # fmt: skip
     assert json.loads((tmp_path / files["trace"]).read_text())["otherData"]["title"] == r.nodeid
     md = (tmp_path / files["md"]).read_text(encoding="utf-8")
     order = [
@@ -415,7 +415,7 @@ def test_json_round_trips_to_an_equal_result(tmp_path: Path, build: Any) -> None
     assert data["schema_version"] == SCHEMA_VERSION and list(data) == sorted(data)
     back = load_report(tmp_path / r.slug / "report.json")
     expected = TestResult.from_dict(r.to_dict())  # NaN becomes None in JSON, both ways alike
-    assert back == expected and back.files == {"md": f"{r.slug}/report.md", "json": f"{r.slug}/report.json"}
+    assert back == expected and back.files == {k: f"{r.slug}/report.{k}" for k in ("md", "html", "json")}
 
 
 def test_to_json_is_strict_json_even_with_numpy_and_nan_in_evidence() -> None:
@@ -500,7 +500,7 @@ def test_a_big_test_writes_raw_npz_beside_its_trace_and_fails_cleanly(
     raw = RawTrace(events=tl.events.copy(), strings=list(STRINGS), dropped=3)
     r = gpu_result()
     files = write_test_reports(r, tl, tmp_path, raw=raw)
-    assert sorted(files) == ["json", "md", "raw", "trace"] and r.files == files
+    assert sorted(files) == ["html", "json", "md", "raw", "trace"] and r.files == files
     back = RawTrace.load(tmp_path / files["raw"])
     assert (back.events == raw.events).all() and back.strings == raw.strings and back.dropped == 3
     assert json.loads((tmp_path / files["trace"]).read_text())["traceEvents"]
@@ -579,6 +579,10 @@ def test_index_lists_every_test_with_link_latency_and_verdict(tmp_path: Path) ->
     assert "| partial |" in md
     for r in results:  # every link points to a file that exists
         assert (tmp_path / r.files["md"]).is_file()
+    html = (tmp_path / "index.html").read_text(encoding="utf-8")
+    hrefs = re.findall(r'<a href="([^"]+)">', html)
+    assert sorted(hrefs) == sorted(r.files["html"] for r in results) and all((tmp_path / h).is_file() for h in hrefs)
+    assert "1 pass</span>" in html and "1 fail</span>" in html and "cpu: sampling 1.0 ms" in html
     index = json.loads((tmp_path / "index.json").read_text())
     assert index["schema_version"] == SCHEMA_VERSION and len(index["tests"]) == 3
     failing = next(t for t in index["tests"] if t["verdict"] == "fail")
@@ -627,7 +631,7 @@ def test_write_terminal_summary_uses_the_terminal_reporter(tmp_path: Path) -> No
     write_terminal_summary(tr, [gpu_result(), cpu_only_failing_result()], tmp_path, ["inferscope: cpu sampling 1.0 ms"])
     text = [line for line, _ in tr.out]
     assert text[0] == "=== inferscope" and text[-2] == "inferscope: cpu sampling 1.0 ms"
-    assert text[-1] == f"inferscope reports: {tmp_path / 'index.md'}"
+    assert text[-1] == f"inferscope reports: {tmp_path / 'index.html'} (and index.md)"
     failing = next(m for line, m in tr.out if "FAIL" in line)
     assert failing.get("red")
 
@@ -759,9 +763,9 @@ def flow_timeline() -> Timeline:
 
 @pytest.mark.parametrize("small_rows", [0, 1000], ids=["numpy-rows", "python-rows"])
 def test_trace_flows_in_every_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_rows: int) -> None:
-    from pytest_inferscope.reporters import trace
+    from pytest_inferscope.reporters import rowwriter
 
-    monkeypatch.setattr(trace, "SMALL_ROWS", small_rows)
+    monkeypatch.setattr(rowwriter, "SMALL_ROWS", small_rows)
     evs = load_trace(tmp_path, flow_timeline())["traceEvents"]
     links = sorted((s["ts"], g["ts"], g["pid"], s["bind_id"]) for s, g in flow_links(evs))
     assert links == [(0.1, 0.2, 100, 5), (0.1, 0.3, 100, 5), (1.0, 1.1, 101, 12)]
@@ -783,12 +787,12 @@ def test_trace_flows_link_every_launch_of_a_big_trace(tmp_path: Path) -> None:
 
 
 def test_trace_is_the_same_whichever_way_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_inferscope.reporters import trace
+    from pytest_inferscope.reporters import rowwriter, trace
 
     for tl in (small_timeline(), flow_timeline(), big_timeline(3_000, seed=3)):
         ways = []
         for small_rows, thread_from in ((0, 10**9), (10**9, 10**9), (0, 0)):  # numpy, Python rows, thread
-            monkeypatch.setattr(trace, "SMALL_ROWS", small_rows)
+            monkeypatch.setattr(rowwriter, "SMALL_ROWS", small_rows)
             monkeypatch.setattr(trace, "THREAD_MIN_EVENTS", thread_from)
             data = load_trace(tmp_path, tl)
             data["traceEvents"].sort(key=lambda e: json.dumps(e, sort_keys=True))  # row order may differ
@@ -828,12 +832,12 @@ def test_trace_metadata_names_processes_and_threads(tmp_path: Path) -> None:
 def test_a_failed_trace_write_keeps_the_old_trace_and_no_temp_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, thread_from: int
 ) -> None:
-    from pytest_inferscope.reporters import trace
+    from pytest_inferscope.reporters import rowwriter, trace
 
     monkeypatch.setattr(trace, "THREAD_MIN_EVENTS", thread_from)
     p = tmp_path / "trace.json"
     p.write_text("previous trace")
-    real_emit, calls = trace._emit, []
+    real_emit, calls = rowwriter.emit, []
 
     def failing_emit(*args: Any) -> int:
         calls.append(1)
@@ -841,7 +845,7 @@ def test_a_failed_trace_write_keeps_the_old_trace_and_no_temp_file(
             raise MemoryError("out of memory while formatting")
         return real_emit(*args)
 
-    monkeypatch.setattr(trace, "_emit", failing_emit)
+    monkeypatch.setattr(rowwriter, "emit", failing_emit)
     with pytest.raises(MemoryError):
         write_chrome_trace(big_timeline(20_000), p, "t")
     assert p.read_text() == "previous trace"

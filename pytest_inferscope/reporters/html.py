@@ -1,0 +1,219 @@
+"""HTML reports (report.html per test, index.html per session) from the Jinja2 templates shipped here.
+
+Self-contained: the CSS, the timeline's script and the data are inlined, so a report opens from
+disk, offline, and can be mailed or attached to a CI run as one file. The timeline's events are
+not HTML: they travel as typed-array columns in base64 (`lanes.py`) and are drawn on a <canvas>
+by `templates/timeline.js`, which draws only what the view needs and bins the rest per pixel.
+
+Numbers are formatted by the same filters as the Markdown report, so the two always agree.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from markupsafe import Markup
+
+from ..merger import Timeline
+from ..results import LatencyStats, TestResult
+from .files import atomic_open
+from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
+from .markdown import TEMPLATES, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
+
+#: Marks where the base64 data goes in the rendered page (written around, never through Jinja). Every
+#: text from a test is escaped and the manifest has "<" as \u003c, so nothing else can contain it.
+_DATA_MARK = "<!--inferscope-data-->"
+
+
+def write_html_report(
+    result: TestResult, timeline: Timeline | None, path: str | os.PathLike[str], idle: Any = None
+) -> None:
+    """Write a test's report.html (atomically): the report, and the timeline when one is given.
+
+    `idle` is the analyzer's idle attribution (`analyzer.idle_gaps`), if the caller has it; else it
+    is computed here (with the default launch-gap threshold), or, with an analyzer that has none,
+    the gaps are shaded without a cause.
+    """
+    fields = Fields(timeline.events) if timeline is not None else None  # shared: each column copied once
+    payload, gaps = None, None
+    if timeline is not None and len(timeline):
+        gaps = _attributed_gaps(timeline, idle)
+        payload = timeline_payload(timeline, gaps, fields)
+    page = _env().get_template("report.html.j2").render(
+        r=result, lat=result.latency, a=result.analysis, verdict=verdict_label(result),
+        suggestions=sorted(result.analysis.suggestions, key=lambda s: -(s.saving_ms or 0.0)),
+        kernels=top_kernels(timeline, len(result.latency.samples_ms), f=fields) if timeline is not None else [],
+        chart=latency_chart(result.latency, result.regression),
+        manifest=_script_json(payload.manifest if payload is not None else None),
+        data=Markup(_DATA_MARK), assets=_assets(), idle=_idle_summary(result, payload, gaps), cats=CATS,
+    )  # fmt: skip
+    head, _, tail = page.partition(_DATA_MARK)
+    with atomic_open(path) as f:
+        f.write(head.encode())
+        if payload is not None:
+            f.write(payload.base64())
+        f.write(tail.encode())
+
+
+def render_html_index(results: list[TestResult], session: dict[str, Any]) -> str:
+    """The index.html text of a session: one row per profiled test, linked to its report.html."""
+    rows = sorted(results, key=lambda r: r.nodeid)
+    counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
+    return _env().get_template("index.html.j2").render(
+        results=rows, session=session, counts=counts, verdict=verdict_label, link=html_link, assets=_assets(),
+        spark=sparkline,
+    )  # fmt: skip
+
+
+def html_link(result: TestResult) -> str:
+    """Relative URL of a result's report.html, from the report directory."""
+    rel = result.files.get("html") or f"{result.slug}/report.html"
+    return quote(rel.replace("\\", "/"))
+
+
+def _attributed_gaps(timeline: Timeline, idle: Any) -> Gaps | None:
+    """The analyzer's GPU idle intervals with their causes; None where this analyzer attributes none."""
+    try:
+        from ..analyzer import idle_gaps
+        from ..analyzer.idle import CAUSES
+    except ImportError:  # an analyzer without idle attribution: the gaps are shaded without a cause
+        return None
+    return analyzer_gaps(idle if idle is not None else idle_gaps(timeline), CAUSES)
+
+
+def _idle_summary(result: TestResult, payload: Payload | None, gaps: Gaps | None) -> dict[str, Any]:
+    """What the page says about idle gaps: whether they are shaded and attributed, and the ms per round by cause."""
+    summary = (result.analysis.gpu or {}).get("idle_gaps") or {}
+    by_cause = summary.get("by_cause_ms_per_round") if isinstance(summary, dict) else None
+    shown = payload is not None and any(lane["kind"] == "idle" for lane in payload.manifest["lanes"])
+    rows = []
+    if isinstance(by_cause, dict):
+        for cause, ms in by_cause.items():
+            code = cause_code(cause)
+            rows.append({"label": CATS["idle"][code], "code": code, "ms": ms})
+    return {"shown": shown, "attributed": gaps is not None and gaps.attributed, "by_cause": rows}
+
+
+def _script_json(value: Any) -> Markup:
+    """JSON that is safe inside a <script> element ("</script>" in a kernel name cannot end it)."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+@functools.cache
+def _assets() -> dict[str, Markup]:
+    """The stylesheet and script, read once, inlined into every page."""
+    out = {}
+    for name in ("report.css", "timeline.js"):
+        text = (TEMPLATES / name).read_text(encoding="utf-8")
+        if "</" + ("style" if name.endswith("css") else "script") in text.lower():
+            raise ValueError(f"{TEMPLATES / name}: contains a closing tag and cannot be inlined")
+        out[name.replace(".", "_")] = Markup(text)
+    return out
+
+
+def latency_chart(lat: LatencyStats, regression: dict[str, Any] | None, width: int = 560, height: int = 150) -> Markup:
+    """An inline SVG: one bar per round (warm-up grey), this run's median, and the baseline's when compared."""
+    samples = [("warm-up", x) for x in lat.warmup_ms] + [("round", x) for x in lat.samples_ms]
+    samples = [(k, x) for k, x in samples if x is not None and math.isfinite(x)]
+    if not samples:
+        return Markup('<p class="muted">No round completed: nothing to chart.</p>')
+    base = (regression or {}).get("latency") or {}
+    base_median = base.get("base_median")
+    top = max([x for _, x in samples] + ([base_median] if isinstance(base_median, int | float) else []))
+    top = _nice_ceiling(top * 1.08)
+    left, bottom, right, up = 46, 20, 8, 8
+    w, h = width - left - right, height - bottom - up
+    step = w / len(samples)
+    bar = max(1.0, step * 0.72)
+
+    def y(v: float) -> float:
+        return up + h - h * v / top
+
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+        f'aria-label="latency per round">'
+    ]
+    for tick in (0, top / 2, top):
+        parts.append(
+            f'<line x1="{left}" x2="{left + w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" class="grid"/>'
+            f'<text x="{left - 4}" y="{y(tick) + 3:.1f}" class="tick" text-anchor="end">{fmt_ms(tick)}</text>'
+        )
+    for i, (k, v) in enumerate(samples):
+        x = left + i * step + (step - bar) / 2
+        n = i - len(lat.warmup_ms) + 1
+        label = f"warm-up {i + 1}" if k == "warm-up" else f"round {n}"
+        parts.append(
+            f'<rect class="{"warm" if k == "warm-up" else "bar"}" x="{x:.1f}" y="{y(v):.1f}" width="{bar:.1f}" '
+            f'height="{max(0.5, up + h - y(v)):.1f}"><title>{label}: {fmt_ms(v)} ms</title></rect>'
+        )
+    lines = [("median", lat.median, "this run's median")]
+    if isinstance(base_median, int | float) and math.isfinite(base_median):
+        lines.append(("baseline", float(base_median), f"baseline {(regression or {}).get('baseline_name', '')} median"))
+    for cls, v, what in lines:
+        if v is None or not math.isfinite(v):
+            continue
+        parts.append(
+            f'<line class="{cls}" x1="{left}" x2="{left + w}" y1="{y(v):.1f}" y2="{y(v):.1f}">'
+            f"<title>{Markup.escape(what)}: {fmt_ms(v)} ms</title></line>"
+        )
+    parts.append(
+        f'<text x="{left}" y="{height - 5}" class="tick">round →</text>'
+        f'<text x="{left + w}" y="{height - 5}" class="tick" text-anchor="end">ms per round</text></svg>'
+    )
+    return Markup("".join(parts))
+
+
+def sparkline(lat: LatencyStats, width: int = 120, height: int = 24) -> Markup:
+    """A tiny inline SVG of the measured rounds' latency, for the index."""
+    xs = [x for x in lat.samples_ms if x is not None and math.isfinite(x)]
+    if len(xs) < 2:
+        return Markup("")
+    lo, hi = min(xs), max(xs)
+    span = (hi - lo) or 1.0
+    pts = " ".join(
+        f"{i * (width - 2) / (len(xs) - 1) + 1:.1f},{height - 2 - (v - lo) / span * (height - 4):.1f}"
+        for i, v in enumerate(xs)
+    )
+    return Markup(
+        f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+        f'aria-label="latency per round, {fmt_ms(lo)} to {fmt_ms(hi)} ms"><polyline points="{pts}"/></svg>'
+    )
+
+
+def _nice_ceiling(v: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 × 10^k at or above v (chart axes)."""
+    if v <= 0 or not math.isfinite(v):
+        return 1.0
+    mag = 10 ** math.floor(math.log10(v))
+    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= v)
+
+
+@functools.cache
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        auto_reload=False,  # the templates ship with the package: no stat() of them per report
+    )
+    env.filters.update(ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, value=fmt_value, bytes=_fmt_bytes)
+    return env
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None or not math.isfinite(n):
+        return "n/a"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
