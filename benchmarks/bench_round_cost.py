@@ -125,7 +125,7 @@ class Modes:
                 gc.enable()
 
         assert real_now is not None and real_sync is not None
-        self.table["rounds, counters not read"] = without(Counters, "now", classmethod(lambda cls: cached))
+        self.table["rounds, counters not read"] = without(Counters, "now", classmethod(lambda cls, proc=None: cached))
         self.table["rounds, no synchronize"] = without(collectors, "synchronize_device", lambda: None)
         self.table["rounds, gc off"] = no_gc
         cuptipy = select_backend("required", forced="cupti-python").collector
@@ -164,6 +164,12 @@ class Modes:
                 f.read()
 
         self.table["plain, Counters.now() before each call (untimed)"] = lambda n: self._plain(n, sync, real_now)
+        from pytest_inferscope.collectors.memory import ProcFiles
+
+        proc = ProcFiles()
+        self.table["plain, Counters.now(ProcFiles) before each call (untimed)"] = lambda n: self._plain(
+            n, sync, lambda: real_now(proc)
+        )
         self.table["plain, one procfs read before each call (untimed)"] = lambda n: self._plain(n, sync, read_statm)
         self.table["plain, 8 getppid() before each call (untimed)"] = lambda n: self._plain(
             n, sync, lambda: [os.getppid() for _ in range(8)]

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .analyzer import DEFAULT_RULES, Context, Rule, analyze
-from .baseline import BaselineEntry, RegressionVerdict, compare_to_baseline
+from .analyzer.context import LAUNCH_GAP_NS
+from .baseline import BaselineEntry
 from .checks import Plan, evaluate
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
+from .regression import RegressionVerdict, compare_to_baseline
 from .reporters import write_test_reports
 from .reporters.files import slugify
 from .results import CollectorInfo, TestResult
@@ -26,6 +28,7 @@ class Comparison:
     max_regression: float = 0.05
     alpha: float = 0.01
     tests_in_baseline: int = 0
+    history: list[BaselineEntry] = field(default_factory=list)  # every saved run of the test, oldest first
 
 
 def process(
@@ -40,8 +43,10 @@ def process(
     environment: Mapping[str, Any] | None = None,
     rules: Iterable[Rule] = DEFAULT_RULES,
     comparison: Comparison | None = None,
+    launch_gap_us: float = LAUNCH_GAP_NS / 1000,
+    probe_ms: list[float] | None = None,
 ) -> tuple[TestResult, Timeline]:
-    """Turn one raw collection into a checked, reported `TestResult`."""
+    """Turn one raw collection into a checked, reported `TestResult` (`probe_ms`: drift.probe_ms readings)."""
     timeline = merge(raw)
     gpu = next((c for c in collectors if c.name == "gpu"), None)
     gpu_collected = bool(gpu and gpu.active and timeline.has_gpu)
@@ -51,9 +56,11 @@ def process(
         gpu_reason = "the GPU backend ran but recorded no GPU work"
     else:
         gpu_reason = gpu.reason if gpu is not None else "no GPU backend ran"
-    ctx = Context(timeline)
+    ctx = Context(timeline, launch_gap_ns=round(launch_gap_us * 1000))
     analysis = analyze(timeline, rules, gpu_reason=gpu_reason, ctx=ctx)
     latency = ctx.latency
+    if probe_ms:
+        latency.probe_ms = list(probe_ms)
     slug = slugify(plan.nodeid)
     report = str(report_dir / slug / "report.md") if report_dir is not None else ""
     cpu = next((c for c in collectors if c.name == "cpu"), None)
@@ -78,6 +85,7 @@ def process(
                 alpha=comparison.alpha,
                 environment=environment,
                 baseline_name=comparison.baseline_name,
+                history=comparison.history,
             )
     checks = evaluate(
         thresholds,
@@ -122,5 +130,5 @@ def process(
         regression=regression.to_dict() if regression is not None else None,
     )
     if report_dir is not None:
-        write_test_reports(result, timeline, report_dir, raw=raw)
+        write_test_reports(result, timeline, report_dir, raw=raw, idle=ctx.idle)
     return result, timeline

@@ -16,7 +16,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,9 @@ class _Pending:
     raw: RawTrace | None = None
     partial: str = ""
     skipped: bool = False
+    probe_ms: list[float] = field(default_factory=list)  # drift.probe_ms around the measured rounds
+    extra: list[Any] = field(default_factory=list)  # collectors from pytest_inferscope_collectors
+    extra_metrics: dict[str, float | None] = field(default_factory=dict)
 
 
 class InferscopeSession:
@@ -241,12 +244,30 @@ class InferscopeSession:
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
         pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)
 
+        probing = s.speed_probe == "on" or (
+            s.speed_probe == "auto" and (s.compare is not None or s.save_baseline is not None)
+        )
+
         @functools.wraps(original)
         def profiled(*args: Any, **kwargs: Any) -> Any:
-            return coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup)
+            if not probing:
+                return coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup)
+            from .drift import probe_ms
+
+            # The probe runs between rounds, outside their spans: round i lies between readings i and i+1.
+            result = None
+            for i in range(plan.warmup + plan.rounds):
+                if i == plan.warmup:
+                    pending.probe_ms.append(probe_ms())
+                with coll.round(i, warmup=i < plan.warmup):
+                    result = original(*args, **kwargs)
+                if i >= plan.warmup:
+                    pending.probe_ms.append(probe_ms())
+            return result
 
         pyfuncitem.obj = profiled
         coll.start()
+        pending.extra = self._start_extra_collectors(pyfuncitem)
         try:
             return (yield)
         except pytest.skip.Exception:
@@ -260,7 +281,41 @@ class InferscopeSession:
             raise
         finally:
             pyfuncitem.obj = original
+            pending.extra_metrics = self._stop_extra_collectors(pyfuncitem, pending.extra)
             pending.raw = coll.stop()
+            pending.raw.meta["extra_metrics"] = pending.extra_metrics
+
+    def _start_extra_collectors(self, item: pytest.Item) -> list[Any]:
+        """Start the collectors other plugins add (pytest_inferscope_collectors); one that fails is left out."""
+        started = []
+        for extra in self.config.hook.pytest_inferscope_collectors(config=self.config, item=item):
+            for c in extra or ():
+                try:
+                    c.start()
+                    started.append(c)
+                except Exception as exc:  # a third party's collector never breaks the test
+                    self._warn_collector(c, item, "start", exc)
+        return started
+
+    def _stop_extra_collectors(self, item: pytest.Item, collectors: list[Any]) -> dict[str, float | None]:
+        metrics: dict[str, float | None] = {}
+        for c in collectors:
+            try:
+                for key, value in dict(c.stop()).items():
+                    metrics[f"{c.name}.{key}"] = None if value is None else float(value)
+            except Exception as exc:
+                self._warn_collector(c, item, "stop", exc)
+        return metrics
+
+    def _warn_collector(self, c: Any, item: pytest.Item, when: str, exc: Exception) -> None:
+        name = getattr(c, "name", type(c).__name__)
+        warnings.warn(
+            InferscopeWarning(
+                f"inferscope: the collector {name!r} (from pytest_inferscope_collectors) failed to {when} for "
+                f"{item.nodeid}: {type(exc).__name__}: {exc}; its metrics are left out of this test's analysis."
+            ),
+            stacklevel=1,
+        )
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -314,19 +369,26 @@ class InferscopeSession:
                 max_regression=self.settings.max_regression,
                 alpha=self.settings.alpha,
                 tests_in_baseline=len(self.baseline.tests),
+                history=list(self.baseline.history.get(item.nodeid, [])),
             )
-        result, _ = process(
-            pending.raw,
-            plan,
-            pending.collection.collectors_info(),
-            outcome="failed" if pending.partial else "passed",
-            partial_reason=pending.partial,
-            gpu_required=self.settings.gpu == "required",
-            report_dir=self.report_dir,
-            environment=self.environment(),
-            rules=[*DEFAULT_RULES, *rules],
-            comparison=comparison,
-        )
+        from .reporters.progress import slow_notice
+
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        with slow_notice(terminal, item.nodeid, len(pending.raw.events)):  # a line on a tty after 1 s
+            result, _ = process(
+                pending.raw,
+                plan,
+                pending.collection.collectors_info(),
+                outcome="failed" if pending.partial else "passed",
+                partial_reason=pending.partial,
+                gpu_required=self.settings.gpu == "required",
+                report_dir=self.report_dir,
+                environment=self.environment(),
+                rules=[*DEFAULT_RULES, *rules],
+                comparison=comparison,
+                launch_gap_us=self.settings.launch_gap_us,
+                probe_ms=pending.probe_ms if not pending.partial else None,
+            )
         self.results.append(result)
         self._note_environment_change(result)
         handle = self.fixtures.get(item.nodeid)
