@@ -10,6 +10,7 @@ function call and record nothing.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from ..results import CollectorInfo
 from ..warning import warn_once
 from .cpu import Sampler, Tracer
 from .gpu import Choice, GpuBackendError, synchronize_device
+from .link import link_meta
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
 
@@ -212,6 +214,8 @@ class Collection:
                 "wall_ns": self.t_end - self.t0,
                 "sampler": self._sampler_meta(),
                 "torch_threads": _torch_threads(),
+                "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+                **link_meta(getattr(self.gpu, "bus_ids", [])),
             },
         )
 

@@ -96,6 +96,17 @@ class DeviceSync:
                 self._cuda.cuDevicePrimaryCtxRelease_v2(self._devices[ordinal])
         self._held.clear()
 
+    def pci_bus_ids(self) -> list[str]:
+        """PCI bus ids ('0000:3B:00.0') of the devices whose primary contexts were synchronised."""
+        cuda, out = self._cuda, []
+        if cuda is None or self._devices is None or not hasattr(cuda, "cuDeviceGetPCIBusId"):
+            return []
+        buf = ctypes.create_string_buffer(32)
+        for ordinal in sorted(self._held):
+            if cuda.cuDeviceGetPCIBusId(buf, len(buf), self._devices[ordinal]) == 0:
+                out.append(buf.value.decode("ascii", "replace"))
+        return out
+
     @property
     def held(self) -> dict[int, int]:
         """Device ordinal -> the primary context retained for it (for tests)."""

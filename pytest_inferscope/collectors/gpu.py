@@ -25,6 +25,8 @@ class GpuCollector(Protocol):
     """What a GPU backend offers. Records come back in EVENT_DTYPE, device clock domain."""
 
     name: str
+    #: PCI bus ids of the devices the last collection synchronised, read at stop (for the link's speed).
+    bus_ids: list[str]
 
     def start(self) -> None:
         """Enable activity collection (kernels, copies, memsets, runtime, sync, memory)."""

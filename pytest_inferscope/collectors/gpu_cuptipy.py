@@ -117,6 +117,8 @@ class CuptiPythonCollector:
         self._saved_tid_type: int | None = None
         self._active = False
         self._sync = DeviceSync()
+        #: PCI bus ids of the devices the last collection synchronised (read at stop, for the link's speed).
+        self.bus_ids: list[str] = []
         #: Time spent in CUPTI's buffer-completed callback (converting records), since the last start.
         self.callback_ns = 0
 
@@ -200,6 +202,7 @@ class CuptiPythonCollector:
         try:
             self.synchronize()
         finally:  # a faulted device must not leave CUPTI collecting
+            self.bus_ids = self._sync.pci_bus_ids()
             self._sync.release()
             self._active = False
             c, errors = self._cupti, []

@@ -89,6 +89,8 @@ class NativeGpuCollector:
         self._mod = module
         self._c = collector
         self._sync = DeviceSync()
+        #: PCI bus ids of the devices the last collection synchronised (read at stop, for the link's speed).
+        self.bus_ids: list[str] = []
 
     def start(self) -> None:
         reason = _foreign_profiler()
@@ -102,6 +104,7 @@ class NativeGpuCollector:
         try:
             self.synchronize()
         finally:  # a faulted device must not leave CUPTI collecting
+            self.bus_ids = self._sync.pci_bus_ids()
             self._sync.release()
             self._c.stop()
 

@@ -493,3 +493,23 @@ def test_what_synchronize_means_for_jax(torch: Any) -> None:
         XLA_PYTHON_CLIENT_PREALLOCATE="false",  # JAX would otherwise take 75% of the GPU
     )
     _report("synchronize under JAX", **result)
+
+
+def test_the_collection_records_the_pcie_link_sysfs_gives(torch: Any) -> None:
+    from pytest_inferscope.collectors import Collection, CollectionOptions
+    from pytest_inferscope.collectors.gpu import select_backend
+    from pytest_inferscope.collectors.link import pcie_link
+
+    coll = Collection(CollectionOptions(cpu="off"), select_backend("required", forced="native"), name="link")
+    coll.start()
+    coll.run_rounds(lambda: torch.ones(1 << 20, device="cuda").add_(1), 2, 0)
+    raw = coll.stop()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    expected = pcie_link(bus)
+    _report("link", bus=bus, recorded=raw.meta.get("link"), gb_s=raw.meta.get("link_gb_s"), sysfs=expected)
+    if expected is None:
+        assert "link_gb_s" not in raw.meta
+    else:
+        assert raw.meta["link_gb_s"] == round(expected[0], 2)
+        assert raw.meta["link"].lower() == expected[1].lower()  # CUDA may spell the bus id in capitals

@@ -68,6 +68,10 @@ class FakeDriver:
         self.current = self.stack.pop()
         return 0
 
+    def cuDeviceGetPCIBusId(self, buf: Any, size: int, dev: int) -> int:
+        buf.value = f"0000:{0x3B + dev - 100:02X}:00.0".encode()
+        return 0
+
     def cuGetErrorName(self, rc: int, ref: Any) -> int:
         ref._obj.value = b"CUDA_ERROR_LAUNCH_FAILED"
         return 0
@@ -131,3 +135,13 @@ def test_a_failed_synchronize_names_the_call_and_the_error() -> None:
         sync()
     sync.release()
     assert drv.refs == {0: 0}
+
+
+def test_pci_bus_ids_name_the_synchronised_devices_only() -> None:
+    drv = FakeDriver([True, False, True], current=0x1000)
+    sync = synced(drv)
+    assert sync.pci_bus_ids() == []  # nothing synchronised yet
+    sync()
+    assert sync.pci_bus_ids() == ["0000:3B:00.0", "0000:3D:00.0"]
+    sync.release()
+    assert sync.pci_bus_ids() == []
