@@ -99,15 +99,7 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
     in_gaps = ctx.samples_inside(ctx.idle.start_ns[gaps], ctx.idle.end_ns[gaps])
     spots = in_gaps[:3] or [(h.function, h.self_ms) for h in ctx.hotspots if h.self_ms > 0][:3]
     wait_ms = ctx.per_round_ms(ctx.idle.total_ns("host_wait"))
-    suggestions = [
-        Suggestion(
-            action=f"Move {where.split(' (')[0]} off the critical path or make it cheaper",
-            rationale=f"{ms:.2f} ms per round of host time sampled while the GPU waited for the host",
-            saving_ms=min(ms, wait_ms),
-            rule="gpu_idle_host",
-        )
-        for where, ms in spots[:2]
-    ]
+    suggestions = [_off_critical_path(module, fns, wait_ms) for module, fns in _by_module(in_gaps or spots)[:2]]
     suggestions.append(
         Suggestion(
             action="Prepare the next batch while the GPU runs this one (DataLoader workers with pin_memory, "
@@ -147,6 +139,34 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
             suggestions=suggestions,
         )
     ]
+
+
+def _by_module(spots: list[tuple[str, float]]) -> list[tuple[str, list[tuple[str, float]]]]:
+    """Sampled functions ('module:function (file:line)', ms) grouped by module, the most time first."""
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for where, ms in spots:
+        module, _, function = where.split(" (")[0].rpartition(":")
+        groups.setdefault(module or function, []).append((function, ms))
+    return sorted(groups.items(), key=lambda g: -sum(ms for _, ms in g[1]))
+
+
+def _off_critical_path(module: str, fns: list[tuple[str, float]], wait_ms: float) -> Suggestion:
+    """Take a module's work (one function, or several sampled in the same module) off the critical path."""
+    ms = sum(t for _, t in fns)
+    if len(fns) == 1:
+        action = f"Move {module}:{fns[0][0]} off the critical path or make it cheaper"
+    else:
+        names = ", ".join(f for f, _ in fns[:3]) + (f" and {len(fns) - 3} more" if len(fns) > 3 else "")
+        action = (
+            f"Take {module}'s work ({names}) off the critical path: cache or precompute its results, "
+            "or run it ahead in a worker"
+        )
+    return Suggestion(
+        action=action,
+        rationale=f"{ms:.2f} ms per round of host time sampled in {module} while the GPU waited for the host",
+        saving_ms=min(ms, wait_ms),
+        rule="gpu_idle_host",
+    )
 
 
 def sync_stall(ctx: Context) -> list[Finding]:

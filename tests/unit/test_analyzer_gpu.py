@@ -232,3 +232,14 @@ def test_every_class_has_two_suggestions_ranked_by_time_saved(cls: str) -> None:
     own = [s for f in a.findings if f.cause == cls for s in f.suggestions]
     assert len(own) >= 2 and all(s.saving_ms > 0 and s.rationale for s in own), own
     assert a.suggestions == sorted(a.suggestions, key=lambda s: s.saving_ms, reverse=True)
+
+
+def test_host_wait_suggestions_group_the_sampled_functions_by_module() -> None:
+    from pytest_inferscope.analyzer.rules_gpu import _by_module, _off_critical_path
+
+    spots = [("tok:split (a.py:1)", 3.0), ("batch:pad (b.py:2)", 4.0), ("tok:norm (a.py:9)", 2.0)]
+    groups = _by_module(spots)
+    assert [g[0] for g in groups] == ["tok", "batch"]  # 5 ms in tok beats 4 ms in batch
+    merged, single = (_off_critical_path(m, fns, wait_ms=4.5) for m, fns in groups)
+    assert "tok's work (split, norm)" in merged.action and merged.saving_ms == 4.5  # capped by the GPU's wait
+    assert single.action.startswith("Move batch:pad off") and single.saving_ms == 4.0

@@ -79,3 +79,21 @@ def test_cpu_bound_evidence_is_the_tokenizer_while_the_gpu_waits() -> None:
     f = next(f for f in a.findings if f.rule == "gpu_idle_host")
     assert "tokenizer" in f.evidence["while the GPU waited 1"]
     assert a.metrics["gpu.idle_host_wait_fraction"] > 0.6  # type: ignore[operator]
+
+
+#: What each fixed variant does (example_project/inferapp/scenarios.py): the analyzer's top suggestion must say it.
+FIX_APPLIED = {
+    "cpu_bound": "Take tokenizer's work",  # token ids cached per text
+    "gpu_bound": "lower precision",  # bf16 autocast
+    "transfer_bound": "Pin the host memory",  # pinned batches, non_blocking copies on a side stream
+    "launch_bound": "CUDA graph",  # the decode loop captured once and replayed
+    "sync_bound": "Remove per-step synchronisations",  # norms stay on the device
+    "memory_bound": "Stop the growth",  # one preallocated buffer
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_top_suggestion_is_the_fix_the_fixed_variant_applies(scenario: str) -> None:
+    top = load(scenario, "trace").suggestions[0]
+    assert FIX_APPLIED[scenario] in top.action, top.action
+    assert top.saving_ms > 0
