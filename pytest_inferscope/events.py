@@ -26,7 +26,7 @@ class Kind(enum.IntEnum):
     SCOPE = 3  # a user scope (`scope()` / fixture)
     MODULE = 4  # a torch.nn.Module forward
     MARK = 5  # `mark_event`; value = index into the attrs list
-    SAMPLE = 6  # CPU stack sample; name = folded stack, [start, end) = time it stands for
+    SAMPLE = 6  # CPU stack sample; name = folded stack, [start, end) = time it stands for, value = leaf's line
     MEMORY = 7  # host memory counter; value = RSS bytes, flags = MemoryFlag
     CALL = 8  # a Python function call (full call tracing mode)
     KERNEL = 10  # GPU kernel

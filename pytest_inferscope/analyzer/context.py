@@ -7,6 +7,8 @@ scopes and the breakdown; the metrics are computed in `metrics.py`. Pure functio
 
 from __future__ import annotations
 
+import linecache
+import re
 from functools import cached_property
 
 import numpy as np
@@ -63,8 +65,13 @@ class Context(GpuContext):
         spots.sort(key=lambda h: (h.self_ms, h.total_ms), reverse=True)
         return spots
 
-    def samples_inside(self, starts: np.ndarray, ends: np.ndarray) -> list[tuple[str, float]]:
-        """User frames (innermost) of the samples taken inside the given intervals, by sampled ms per round."""
+    def samples_inside(self, starts: np.ndarray, ends: np.ndarray, lines: bool = False) -> list[tuple[str, float]]:
+        """User frames (innermost) of the samples taken inside the given intervals, by sampled ms per round.
+
+        With `lines`, each frame is named at the line it was on when sampled (the sampler keeps it in
+        the sample's value), followed by that line's source where the file can be read here:
+        "mod:fn (path.py:42: `x.item()`)". Traces recorded before the sampler kept lines name the function.
+        """
         ev = self.timeline.events
         sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & self.in_rounds)
         if not len(sel) or not len(starts):
@@ -77,6 +84,8 @@ class Context(GpuContext):
         tally: dict[str, float] = {}
         for i in sel[inside].tolist():
             leaf = self.timeline.name(i).rsplit(";", 1)[-1]
+            if lines and ev["value"][i] > 0:
+                leaf = at_line(leaf, int(ev["value"][i]))
             tally[leaf] = tally.get(leaf, 0.0) + float(ev["end"][i] - ev["start"][i])
         return sorted(((k_, self.per_round_ms(v)) for k_, v in tally.items()), key=lambda kv: -kv[1])
 
@@ -225,3 +234,16 @@ class Context(GpuContext):
         from .metrics import compute_metrics
 
         return compute_metrics(self)
+
+
+_LABEL_LINE = re.compile(r"^(?P<head>.*) \((?P<path>.+):(?P<line>\d+)\)$")
+
+
+def at_line(label: str, line: int) -> str:
+    """'mod:fn (path.py:10)' at line 42 -> 'mod:fn (path.py:42: `source of line 42`)' (the source where readable)."""
+    m = _LABEL_LINE.match(label)
+    if m is None:
+        return label
+    source = linecache.getline(m["path"], line).strip()
+    shown = f": `{source[:77] + '...' if len(source) > 80 else source}`" if source else ""
+    return f"{m['head']} ({m['path']}:{line}{shown})"

@@ -191,7 +191,7 @@ def sync_stall(ctx: Context) -> list[Finding]:
     for n, d in zip(calls["name"].tolist(), dur.tolist(), strict=True):
         by_name.setdefault(tl.strings[n], []).append(d)
     # Where in the user's code the syncs were issued: the stacks sampled while the thread was blocked in them.
-    lines = ctx.samples_inside(calls["start"], calls["end"])
+    lines = ctx.samples_inside(calls["start"], calls["end"], lines=True)
     stalls = int(np.count_nonzero(ctx.idle.mask("sync_stall"))) / ctx.n_rounds
     evidence: dict[str, object] = {
         "blocked in syncs per round (ms)": round(ctx.per_round_ms(ctx.wait_ns["user"]), 3),
@@ -229,7 +229,8 @@ def sync_stall(ctx: Context) -> list[Finding]:
             rule="sync_stall",
             title="Sync-bound: the host and the GPU take turns around synchronisations",
             summary=f"The test thread was blocked in {per_round:.0f} synchronisations per round ({sync_ms:.2f} ms), "
-            f"most from {first}; after {stalls:.0f} of them the GPU sat idle until the next launch: "
+            f"most from {lines[0][0] if lines else first}; after {stalls:.0f} of them the GPU sat idle until the "
+            "next launch: "
             f"{turn_ms:.2f} ms per round ({_pct(frac)}) of turn-taking.",
             cause="sync_bound",
             share=frac,

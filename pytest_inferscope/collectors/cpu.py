@@ -135,9 +135,10 @@ class Sampler:
             if frame is None:  # the test thread is gone
                 break
             name = self._stack_name(frame)
+            line = frame.f_lineno or 0  # the line the leaf frame was on (the name has its function's first line)
             del frame
             now = host_clock_ns()
-            record(Kind.SAMPLE, name, self._last, now, tid=self.target_tid)
+            record(Kind.SAMPLE, name, self._last, now, value=line, tid=self.target_tid)
             self._last = now
             self.samples += 1
             if now - self._last_mem >= MEMORY_SAMPLE_NS:

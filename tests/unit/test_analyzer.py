@@ -285,3 +285,30 @@ def test_scopes_carry_the_gpu_time_and_launches_inside_them() -> None:
     assert scopes["post"].gpu_ms == 0.0 and scopes["post"].launches == 0.0
     cpu_only = {s.path: s for s in analyze(merge(build(cpu_busy=0.5, host=[(Kind.SCOPE, "f", 0.1, 0.5)]))).scopes}
     assert cpu_only["f"].gpu_ms is None
+
+
+def test_a_sync_is_traced_to_the_line_the_sampled_frame_was_on() -> None:
+    from pathlib import Path
+
+    from pytest_inferscope.analyzer.context import at_line
+
+    me = Path(__file__).relative_to(Path.cwd()) if Path(__file__).is_relative_to(Path.cwd()) else Path(__file__)
+    source = Path(__file__).read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if text.strip().startswith("loss_value = "))
+    raw = build(
+        cpu_busy=0.95,
+        gpu=[(Kind.KERNEL, 0.01, 0.03, 0, 0)],
+        repeat_gpu=20,
+        host=[(Kind.RUNTIME, "cudaStreamSynchronize", 0.012, 0.0285)],
+        repeat_host=20,
+        samples=[(f"t:step (t.py:3);t:read_loss ({me}:1)", 0.47)],
+    )
+    raw.events["value"][raw.events["kind"] == Kind.SAMPLE] = line  # as the sampler records the leaf's line
+    f = analyze(merge(raw)).findings[0]
+    assert f.cause == "sync_bound"
+    assert f.evidence["issued from 1"].startswith(f"t:read_loss ({me}:{line}: `loss_value = float(")
+    assert f"{me}:{line}" in f.summary
+    assert at_line("no label here", 5) == "no label here"
+    assert at_line("m:f (/nonexistent/x.py:1)", 7) == "m:f (/nonexistent/x.py:7)"  # no source where unreadable
+    loss_value = float(np.float32(1.5))  # the "sync" line the test points at
+    assert loss_value == 1.5

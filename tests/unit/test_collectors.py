@@ -126,3 +126,23 @@ def test_proc_files_read_what_a_fresh_open_reads_and_nothing_once_closed() -> No
         proc.close()
     assert proc.rss() == 0 and proc.runqueue_ns() == 0
     proc.close()  # twice is harmless
+
+
+def test_samples_keep_the_line_the_leaf_frame_was_on() -> None:
+    import inspect
+
+    def body() -> None:
+        deadline = time.perf_counter() + 0.1
+        while time.perf_counter() < deadline:  # the sampled line
+            pass
+
+    src, first = inspect.getsourcelines(body)
+    line = first + next(i for i, text in enumerate(src) if "the sampled line" in text)
+    coll = Collection(CollectionOptions(sample_interval_ms=1.0))
+    coll.start()
+    coll.run_rounds(body, 2, 0)
+    raw = coll.stop()
+    samples = raw.events[raw.events["kind"] == Kind.SAMPLE]
+    in_body = [int(v) for n, v in zip(samples["name"], samples["value"], strict=True) if "body" in raw.strings[n]]
+    assert len(in_body) >= 5  # the sampler gets the GIL about every switch interval (5 ms)
+    assert sum(v in (line, line + 1) for v in in_body) >= 0.8 * len(in_body)  # the loop's two lines
