@@ -127,7 +127,10 @@ def latency_chart(lat: LatencyStats, regression: dict[str, Any] | None, width: i
         return Markup('<p class="muted">No round completed: nothing to chart.</p>')
     base = (regression or {}).get("latency") or {}
     base_median = base.get("base_median")
-    top = max([x for _, x in samples] + ([base_median] if isinstance(base_median, int | float) else []))
+    # Scaled to the measured rounds (and the baseline): a slow first warm-up must not flatten them;
+    # a bar above the scale is cut, marked, and keeps its value in its tooltip.
+    scaled = [x for k, x in samples if k == "round"] or [x for _, x in samples]
+    top = max(scaled + ([base_median] if isinstance(base_median, int | float) else []))
     top = _nice_ceiling(top * 1.08)
     left, bottom, right, up = 46, 20, 8, 8
     w, h = width - left - right, height - bottom - up
@@ -150,10 +153,16 @@ def latency_chart(lat: LatencyStats, regression: dict[str, Any] | None, width: i
         x = left + i * step + (step - bar) / 2
         n = i - len(lat.warmup_ms) + 1
         label = f"warm-up {i + 1}" if k == "warm-up" else f"round {n}"
+        shown = min(v, top)
         parts.append(
-            f'<rect class="{"warm" if k == "warm-up" else "bar"}" x="{x:.1f}" y="{y(v):.1f}" width="{bar:.1f}" '
-            f'height="{max(0.5, up + h - y(v)):.1f}"><title>{label}: {fmt_ms(v)} ms</title></rect>'
+            f'<rect class="{"warm" if k == "warm-up" else "bar"}" x="{x:.1f}" y="{y(shown):.1f}" width="{bar:.1f}" '
+            f'height="{max(0.5, up + h - y(shown)):.1f}"><title>{label}: {fmt_ms(v)} ms</title></rect>'
         )
+        if v > top:
+            parts.append(
+                f'<text class="tick cut" x="{x + bar / 2:.1f}" y="{up + 9:.1f}" text-anchor="middle">'
+                f"▲<title>{label}: {fmt_ms(v)} ms, above the scale</title></text>"
+            )
     lines = [("median", lat.median, "this run's median")]
     if isinstance(base_median, int | float) and math.isfinite(base_median):
         lines.append(("baseline", float(base_median), f"baseline {(regression or {}).get('baseline_name', '')} median"))

@@ -399,6 +399,15 @@ def test_top_kernels_count_the_measured_rounds_only() -> None:
     assert gemm["mean_us"] == pytest.approx(500.0) and gemm["max_us"] == pytest.approx(500.0)
 
 
+def test_latency_chart_is_scaled_to_the_measured_rounds_and_cuts_a_slow_warm_up() -> None:
+    lat = LatencyStats.from_samples([10.0, 11.0, 12.0], warmup_ms=[170.0])
+    svg = str(latency_chart(lat, None))
+    assert svg.count('class="tick cut"') == 1 and "warm-up 1: 170" in svg  # cut, value kept in the tooltip
+    heights = [float(m) for m in re.findall(r'<rect class="bar"[^>]* height="([0-9.]+)"', svg)]
+    assert len(heights) == 3 and min(heights) > 60  # the measured bars use the chart's height, not 1/14th of it
+    assert "tick cut" not in str(latency_chart(LatencyStats.from_samples([10.0, 11.0], warmup_ms=[11.5]), None))
+
+
 def test_latency_chart_draws_every_round_and_the_baseline() -> None:
     lat = LatencyStats.from_samples([10.0, 11.0, 12.0], [15.0])
     svg = latency_chart(lat, None)
