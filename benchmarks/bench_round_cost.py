@@ -94,12 +94,12 @@ class Modes:
         """Modes that take one piece away at a time: what each costs, and what CUPTI costs per activity kind."""
         import gc
 
-        from pytest_inferscope import collectors
         from pytest_inferscope.collectors import gpu_cuptipy
+        from pytest_inferscope.collectors.devsync import DeviceSync
         from pytest_inferscope.collectors.gpu import select_backend
         from pytest_inferscope.collectors.memory import Counters
 
-        cached, real_now, real_sync = Counters.now(), Counters.now, collectors.synchronize_device
+        cached, real_now, real_sync = Counters.now(), Counters.now, DeviceSync.__call__
 
         @contextmanager
         def patched(obj: Any, name: str, value: Any) -> Iterator[None]:
@@ -126,8 +126,13 @@ class Modes:
 
         assert real_now is not None and real_sync is not None
         self.table["rounds, counters not read"] = without(Counters, "now", classmethod(lambda cls, proc=None: cached))
-        self.table["rounds, no synchronize"] = without(collectors, "synchronize_device", lambda: None)
+        self.table["rounds, no synchronize"] = without(DeviceSync, "__call__", lambda self: None)
         self.table["rounds, gc off"] = no_gc
+        from pytest_inferscope.collectors import Collection
+
+        self.table["rounds, counters read at both ends (as before)"] = without(
+            Collection, "_counters_before", lambda coll: real_now(coll.proc)
+        )
         cuptipy = select_backend("required", forced="cupti-python").collector
         k = {label: (kind, label, False) for kind, label, _ in gpu_cuptipy.KINDS}
         subsets = {

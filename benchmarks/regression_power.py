@@ -5,9 +5,12 @@ slowdown of s is injected as s × more loop iterations (each costs the same), so
 proportionally more of the same work, like a real regression. Each trial records what CI records,
 in CI's order, back to back: `--history` baseline runs of the unchanged code (saved on main, one
 after the other), then the candidate run. Each run has its own warm-up and `rounds` timed rounds,
-timed as the plugin times them, with the plugin's speed probe (`drift.probe_ms`, a different
-piece of code from the workload) read before the first round and after every one, as
-`--inferscope-speed-probe` does. Baseline and candidate are never interleaved: CI cannot do that.
+timed as the plugin times them, through the plugin's own round loop (`drift.measure_steady`):
+the speed probe (`drift.probe_ms`, a different piece of code from the workload) is read before
+the first round and after every one, and rounds are added while fewer than `rounds` are steady,
+up to `--round-cap` times `rounds` (the plugin's default; 1 = the requested rounds only). A
+baseline run's loop knows no earlier readings (a fresh session); the candidate's knows the
+latest baseline run's, as with `--inferscope-compare`. Baseline and candidate are never interleaved: CI cannot do that.
 
 The same trials are judged by four rules, all through the plugin's own functions:
 
@@ -52,7 +55,8 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
 from benchmarks._common import header
 from pytest_inferscope import regression
 from pytest_inferscope.baseline import BaselineEntry
-from pytest_inferscope.drift import probe_ms
+from pytest_inferscope.drift import measure_steady
+from pytest_inferscope.options import OPTIONS_BY_NAME
 from pytest_inferscope.regression import compare_to_baseline
 from pytest_inferscope.results import Analysis, LatencyStats, TestResult
 from pytest_inferscope.stats import compare_samples, rel_spread
@@ -96,19 +100,19 @@ class Run:
     working: float  # the test thread's CPU time over wall time (the analyzer's cpu.test_thread_working)
 
 
-def measure(fn: Callable[[], object], rounds: int, warmup: int) -> Run:
-    """warmup + rounds calls; the probe before the first measured round and after each, as session.py does."""
+def measure(fn: Callable[[], object], rounds: int, warmup: int, cap: float, prior: list[float]) -> Run:
+    """warmup + rounds (or more, up to cap x rounds) calls through the plugin's round loop, timed as session.py does."""
     for _ in range(warmup):
         fn()
-    samples, probes, cpu = [], [probe_ms()], 0.0
-    for _ in range(rounds):
-        c0, t0 = time.thread_time(), time.perf_counter()
+    samples: list[float] = []
+
+    def one(_: int) -> None:
+        t0 = time.perf_counter()
         fn()
-        t1, c1 = time.perf_counter(), time.thread_time()
-        samples.append(1e3 * (t1 - t0))
-        cpu += c1 - c0
-        probes.append(probe_ms())
-    return Run(samples, probes, min(1.0, cpu / max(1e-9, sum(samples) / 1e3)))
+        samples.append(1e3 * (time.perf_counter() - t0))
+
+    done = measure_steady(one, rounds, max(rounds, math.ceil(rounds * cap - 1e-9)), prior=prior)
+    return Run(samples, done.probe_ms, min(1.0, done.cpu_share))
 
 
 def entry(run: Run, probe: bool) -> BaselineEntry:
@@ -150,6 +154,7 @@ class Cell:
     verdicts: list[str] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
     spreads: list[float] = field(default_factory=list)
+    ran: list[int] = field(default_factory=list)  # rounds the candidate run actually ran
     drifts: list[float] = field(
         default_factory=list
     )  # median ratio of the latest baseline run's probe to the new run's
@@ -191,8 +196,10 @@ def run_study(args: argparse.Namespace) -> tuple[Cells, int, float]:
                 new = model_run(model_rng, args.model, 1.0 + slowdown, rounds)
             else:
                 n_new = round(n_base * (1 + slowdown))
-                history = [measure(functools.partial(work, n_base), rounds, args.warmup) for _ in range(args.history)]
-                new = measure(functools.partial(work, n_new), rounds, args.warmup)
+                history = []
+                for _ in range(args.history):
+                    history.append(measure(functools.partial(work, n_base), rounds, args.warmup, args.round_cap, []))
+                new = measure(functools.partial(work, n_new), rounds, args.warmup, args.round_cap, history[-1].probe_ms)
             spread = max(rel_spread(history[-1].samples_ms), rel_spread(new.samples_ms))
             drift = float(np.median(new.probe_ms) / np.median(history[-1].probe_ms))
             for rule, (verdict, ratio) in judge(history, new, args.max_regression, args.alpha).items():
@@ -200,6 +207,7 @@ def run_study(args: argparse.Namespace) -> tuple[Cells, int, float]:
                 cell.verdicts.append(verdict)
                 cell.ratios.append(ratio)
                 cell.spreads.append(spread)
+                cell.ran.append(len(new.samples_ms))
                 cell.drifts.append(drift)
         if args.progress and (trial + 1) % max(1, args.trials // 10) == 0:
             elapsed = time.perf_counter() - t_start
@@ -209,7 +217,7 @@ def run_study(args: argparse.Namespace) -> tuple[Cells, int, float]:
 
 def table(cells: Cells, rule: str, markdown: bool) -> str:
     head = ["slowdown", "rounds", "trials", "regressed", "95% CI", "unchanged", "inconclusive", "median ratio",
-            "median spread", "machine drift (p10–p90)"]  # fmt: skip
+            "median spread", "machine drift (p10–p90)", "rounds ran (mean, max)"]  # fmt: skip
     rows = []
     for (_, slowdown, rounds), c in sorted((k, v) for k, v in cells.items() if k[0] == rule):
         n = len(c.verdicts)
@@ -228,6 +236,7 @@ def table(cells: Cells, rule: str, markdown: bool) -> str:
                 f"{float(np.median(ratios)):.3f}" if ratios else "n/a",
                 f"{100 * float(np.median(c.spreads)):.1f}%",
                 f"{d10:.2f}–{d90:.2f}",
+                f"{float(np.mean(c.ran)):.1f}, {max(c.ran)}",
             ]
         )
     if markdown:
@@ -267,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--history", type=int, default=3, help="baseline runs saved before the candidate (default 3)")
     p.add_argument("--target-ms", type=float, default=3.0, help="base latency of one round (default 3 ms)")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument(
+        "--round-cap",
+        type=float,
+        default=OPTIONS_BY_NAME["round_cap"].default,
+        help="at most this many times the requested rounds per run (the plugin's --inferscope-round-cap; 1 = off)",
+    )
     p.add_argument("--max-regression", type=float, default=0.05)
     p.add_argument("--alpha", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0, help="seed of the setting order (timings are real)")
@@ -294,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         + (
             f"model: independent log-normal rounds, log-sd {args.model:g}"
             if args.model is not None
-            else f"workload {n_base} loop iterations ≈ {args.target_ms:g} ms, warm-up {args.warmup}"
+            else f"workload {n_base} loop iterations ≈ {args.target_ms:g} ms, warm-up {args.warmup}, "
+            f"round cap {args.round_cap:g}"
         )
         + f"; {args.trials} trials; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
         f"took {elapsed:.0f} s"

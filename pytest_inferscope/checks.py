@@ -143,6 +143,15 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             "warmup", "int", "calls before the measured ones, not counted", low=0, high=1_000_000, threshold=False
         ),
         MarkerKey(
+            "round_cap",
+            "number",
+            "with the speed probe on, re-run unsteady rounds until `rounds` are steady, up to this many times "
+            "`rounds` in all (1 = never)",
+            low=1,
+            high=100,
+            threshold=False,
+        ),
+        MarkerKey(
             "cpu", "choice", "CPU collector mode for this test", choices=("sample", "trace", "off"), threshold=False
         ),
         MarkerKey(
@@ -316,3 +325,4 @@ class Plan:
     latency_stat: str = "median"
     cpu: str = "sample"
     modules: int = 0
+    round_cap: float = 1.0  # at most round_cap x rounds when re-measuring unsteady rounds (drift.measure_steady)

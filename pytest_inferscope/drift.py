@@ -18,13 +18,18 @@ defences, both measured in docs/regression-power.md:
 - **Noise floor.** With at least `MIN_HISTORY` saved runs of a test, the spread of their
   medians is the drift the test shows between runs; a shift is only called a regression when
   it also clears `z(1 - alpha) x sqrt(2) x` that spread.
+
+A busy spell would leave too few steady rounds, so `measure_steady` (the plugin's round loop
+when the probe runs) re-measures: it keeps running rounds past the requested number until that
+many are steady, up to a cap (`--inferscope-round-cap`), so that a busy machine costs time
+rather than an inconclusive verdict. Every round that ran is kept; the gate still selects.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,10 +98,9 @@ def probe_reference(*probes: Sequence[float]) -> float:
     return float(np.percentile(pooled, PROBE_REFERENCE_PERCENTILE)) if pooled.size else math.nan
 
 
-def steady_mask(
-    probe: Sequence[float] | np.ndarray, reference_ms: float, tolerance: float = PROBE_TOLERANCE
-) -> np.ndarray:
-    """Per round, whether the readings on both sides of it were within `tolerance` of the reference."""
+def steady_mask(probe: Sequence[float] | np.ndarray, reference_ms: float, tolerance: float | None = None) -> np.ndarray:
+    """Per round, whether both readings around it were within `tolerance` (PROBE_TOLERANCE) of the reference."""
+    tolerance = PROBE_TOLERANCE if tolerance is None else tolerance
     if not tolerance > 0:
         raise ValueError(f"tolerance must be > 0, not {tolerance!r}")
     ok = np.asarray(probe, dtype=float) <= reference_ms * (1.0 + tolerance)
@@ -143,6 +147,70 @@ def steady_rounds(
         kept.append([float(x) for x in s[keep]])
         scaled.append([float(x) for x in (s / ((p[:-1] + p[1:]) / 2.0) * ref)[keep]])
     return Steady(kept[0], kept[1], ref, len(base_ms), len(new_ms), scaled[0], scaled[1])
+
+
+@dataclass
+class Measured:
+    """What `measure_steady` did: the probe readings around every round it ran, and why it stopped."""
+
+    probe_ms: list[float]
+    requested: int
+    steady: int  # rounds within the band of the reference at the end of the loop
+    cpu_share: float  # the test thread's CPU time over the rounds' wall time
+    capped: bool  # stopped at the cap with fewer than `requested` steady rounds
+
+    @property
+    def ran(self) -> int:
+        return len(self.probe_ms) - 1
+
+    @property
+    def extra(self) -> int:
+        return max(0, self.ran - self.requested)
+
+
+def extra_rounds_note(ran: int, requested: int) -> str:
+    """Why a test ran more rounds than requested (for reports and failure messages); '' when it did not."""
+    if ran <= requested:
+        return ""
+    return (
+        f"{ran} rounds ran, {ran - requested} more than the {requested} requested: the speed probe found the machine "
+        "busy during some of them, so rounds were added until enough ran at its usual speed (--inferscope-round-cap); "
+        "the latency statistics cover all of them, the regression gate only the steady ones"
+    )
+
+
+def measure_steady(
+    run_round: Callable[[int], object],
+    rounds: int,
+    max_rounds: int,
+    *,
+    prior: Sequence[float] = (),
+    probe: Callable[[], float] = probe_ms,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.thread_time,
+) -> Measured:
+    """Run measured rounds `run_round(0)`, `run_round(1)`, ... with a probe reading before the first and after each.
+
+    After the requested `rounds`, it goes on while fewer than `rounds` rounds are steady (against
+    the reference of `prior`, e.g. the baseline's and this session's readings, and the readings so
+    far) and the rounds are CPU-bound (the thread's CPU time at least CPU_BOUND_WORKING of the
+    wall time: otherwise the probe says nothing about them), until `max_rounds` have run.
+    """
+    readings = [probe()]
+    wall = cpu = 0.0
+    steady, share = 0, 1.0
+    for i in range(max(rounds, max_rounds)):
+        c0, t0 = cpu_clock(), clock()
+        run_round(i)
+        wall, cpu = wall + clock() - t0, cpu + cpu_clock() - c0
+        readings.append(probe())
+        if i + 1 < rounds:
+            continue
+        share = cpu / wall if wall > 0 else 1.0
+        steady = int(steady_mask(readings, probe_reference(prior, readings)).sum())
+        if steady >= rounds or share < CPU_BOUND_WORKING:
+            break
+    return Measured(readings, rounds, steady, share, capped=steady < rounds and share >= CPU_BOUND_WORKING)
 
 
 def probe_drift(base_probe: Sequence[float], new_probe: Sequence[float]) -> float:

@@ -292,6 +292,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "compared), on, or off.",
         f"set the speed probe to {_one_of(_PROBE_MODES)}", "on", choices=_PROBE_MODES,
     ),
+    OptionSpec(
+        "round_cap", number(1.0, 100.0), 3.0,
+        "While the speed probe runs, CPU-bound rounds run at a busy moment are made up for: rounds are added "
+        "until the requested number ran at the machine's usual speed, up to this many times the requested "
+        "rounds in all (1 = never), unless the marker says otherwise.",
+        "give a factor of the requested rounds, from 1 (never add rounds) to 100", "2", metavar="FACTOR",
+    ),
 )  # fmt: skip
 
 OPTIONS_BY_NAME: Mapping[str, OptionSpec] = MappingProxyType({spec.name: spec for spec in OPTIONS})
@@ -322,6 +329,7 @@ class Settings:
     max_regression: float
     alpha: float
     speed_probe: ProbeMode
+    round_cap: float
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"
     sources: Mapping[str, str] = field(default_factory=dict, hash=False)

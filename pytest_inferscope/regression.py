@@ -19,6 +19,7 @@ from .drift import (
     MIN_HISTORY,
     PROBE_TOLERANCE,
     NoiseFloor,
+    extra_rounds_note,
     noise_floor,
     probe_applies,
     probe_drift,
@@ -246,6 +247,9 @@ def compare_to_baseline(
         min_samples=min_samples,
         max_spread=max_spread,
     )
+    extra = extra_rounds_note(len(result.latency.samples_ms), result.rounds)
+    if extra:
+        steady = f"{steady}; {extra}" if steady else extra
     new_metrics = result.analysis.metrics
     changes = []
     for name in DETERMINISTIC_METRICS:

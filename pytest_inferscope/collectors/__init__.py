@@ -24,7 +24,8 @@ from ..events import WARMUP_FLAG, Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
 from ..warning import warn_once
 from .cpu import Sampler, Tracer
-from .gpu import Choice, GpuBackendError, synchronize_device
+from .devsync import DeviceSync
+from .gpu import Choice, GpuBackendError
 from .link import link_meta
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
@@ -79,6 +80,10 @@ class _Scope:
         )
 
 
+#: Rounds that start within this long of the previous round's end take its end counters as their start.
+CHAIN_COUNTERS_NS = 1_000_000
+
+
 class _Round:
     """The context of one round (a class, not a generator, so its frames count as the harness's)."""
 
@@ -90,7 +95,7 @@ class _Round:
         self._before: Counters | None = None
 
     def __enter__(self) -> None:
-        self._before = Counters.now(self._coll.proc)
+        self._before = self._coll._counters_before()
         self._start = host_clock_ns()
 
     def __exit__(
@@ -112,6 +117,8 @@ class Collection:
         self.gpu_error = ""
         self.memory = MemoryCollector()
         self.proc: ProcFiles | None = None  # open while collecting, on the thread that started
+        self._devsync = DeviceSync()  # the end-of-round wait when no GPU backend collects
+        self._after: tuple[int, Counters] | None = None  # the last round's end counters, and when they were read
         self.sampler: Sampler | None = None
         self.tracer: Tracer | None = None
         self.modules: ModuleTracker | None = None
@@ -199,6 +206,7 @@ class Collection:
                     self.gpu_error = f"{self.gpu.name} failed while stopping: {exc}"
             if self.proc is not None:
                 self.proc.close()
+            self._devsync.release()
             _active = None
             self._running = False
         return RawTrace(
@@ -255,8 +263,8 @@ class Collection:
         wait0 = host_clock_ns()
         if self.gpu is not None:
             self.gpu.synchronize()
-        else:
-            synchronize_device()
+        else:  # not collecting GPU activity, but GPU work (any framework's) must not leak into the next round
+            self._devsync()
         end = host_clock_ns()
         if self.gpu is not None:
             # A reading every round: with only the start and stop pairs the fit's residual is
@@ -264,6 +272,7 @@ class Collection:
             with contextlib.suppress(Exception):  # the start and stop pairs remain
                 self._clock_pair()
         after = Counters.now(self.proc)
+        self._after = (host_clock_ns(), after)
         tid = threading.get_native_id()
         strings = self.buffer.strings
         if end - wait0 > 1_000:
@@ -281,6 +290,17 @@ class Collection:
             sync_ns=end - wait0,
         )
         self.rounds.append(row)
+
+    def _counters_before(self) -> Counters:
+        """The counters a round starts from: the previous round's end counters when it ended just now.
+
+        Reading procfs right before the body slows the body (bench_round_cost.py, on the H200), so
+        back-to-back rounds share one reading; after a pause (user code between rounds, through the
+        fixture) the counters are read afresh, so the pause is not charged to the round.
+        """
+        if self._after is not None and host_clock_ns() - self._after[0] < CHAIN_COUNTERS_NS:
+            return self._after[1]
+        return Counters.now(self.proc)
 
     def run_rounds(self, body: Callable[[], R], rounds: int, warmup: int) -> R:
         """Call `body` warmup + rounds times; returns the last result."""

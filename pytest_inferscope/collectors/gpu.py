@@ -140,17 +140,3 @@ def select_backend(gpu: str = "auto", forced: str | None = None) -> Choice:
             f"but no backend can run: {choice.describe()}."
         )
     return choice
-
-
-def synchronize_device() -> None:
-    """Wait for CUDA work queued through torch, when torch has initialised CUDA (no GPU backend running)."""
-    import sys
-
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    try:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-    except Exception:
-        pass

@@ -146,3 +146,28 @@ def test_samples_keep_the_line_the_leaf_frame_was_on() -> None:
     in_body = [int(v) for n, v in zip(samples["name"], samples["value"], strict=True) if "body" in raw.strings[n]]
     assert len(in_body) >= 5  # the sampler gets the GIL about every switch interval (5 ms)
     assert sum(v in (line, line + 1) for v in in_body) >= 0.8 * len(in_body)  # the loop's two lines
+
+
+def test_back_to_back_rounds_share_one_counter_reading_and_a_pause_reads_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_inferscope.collectors.memory import Counters
+
+    reads = []
+    real = Counters.now.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[Counters], proc: object = None) -> Counters:
+        reads.append(time.perf_counter())
+        return real(cls, proc)
+
+    monkeypatch.setattr(Counters, "now", classmethod(counting))
+    coll = Collection(CollectionOptions(cpu="off"))
+    coll.start()
+    coll.run_rounds(lambda: None, 3, 0)
+    assert len(reads) == 1 + 3  # the first round's start, then each round's end (the next round's start)
+    time.sleep(0.005)  # user code between rounds (the fixture's API): not charged to the next round
+    with coll.round(3, warmup=False):
+        pass
+    assert len(reads) == 4 + 2
+    coll.stop()
+    assert [r["index"] for r in coll.rounds] == [0, 1, 2, 3]
