@@ -9,10 +9,12 @@ timed as the plugin times them, through the plugin's own round loop (`drift.meas
 the speed probe (`drift.probe_ms`, a different piece of code from the workload) is read before
 the first round and after every one, and rounds are added while fewer than `rounds` are steady,
 up to `--round-cap` times `rounds` (the plugin's default; 1 = the requested rounds only). A
-baseline run's loop knows no earlier readings (a fresh session); the candidate's knows the
-latest baseline run's, as with `--inferscope-compare`. Baseline and candidate are never interleaved: CI cannot do that.
+baseline run's loop knows the readings of the runs saved before it (the first knows none), as
+`--inferscope-save-baseline` does when it appends; the candidate's knows those of the baseline
+runs, as with `--inferscope-compare` (the last five runs, in both cases). Baseline and
+candidate are never interleaved: CI cannot do that.
 
-The same trials are judged by four rules, all through the plugin's own functions:
+The same trials are judged by six rules, all through the plugin's own functions:
 
 - `asv`: `stats.compare_samples` on the latest baseline run against the candidate (a one-sided
   Mann–Whitney U test at alpha *and* a median ratio above 1 + max_regression): the gate before
@@ -22,6 +24,9 @@ The same trials are judged by four rules, all through the plugin's own functions
 - `probe`: `compare_to_baseline` with the probe readings of the latest run only (steady rounds alone);
 - `gate`: `compare_to_baseline` with probe readings and the whole history: what the plugin does
   when main has saved `--history` runs. This is the headline.
+- `probe-cap1`, `gate-cap1`: the same on the first `rounds` rounds (and readings) of every run,
+  which is exactly what a round cap of 1 would have measured: the effect of the added rounds,
+  on the same trials.
 
 Slowdowns (0, 5, 10, 20%) and round counts (10, 20, 40) are visited in a shuffled order in every
 trial, so a noisy minute on the shared machine hits every setting alike.
@@ -53,7 +58,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import header
-from pytest_inferscope import regression
+from pytest_inferscope import drift, regression
 from pytest_inferscope.baseline import BaselineEntry
 from pytest_inferscope.drift import measure_steady
 from pytest_inferscope.options import OPTIONS_BY_NAME
@@ -63,7 +68,8 @@ from pytest_inferscope.stats import compare_samples, rel_spread
 
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
 ROUNDS = (10, 20, 40)
-RULES = ("asv", "floor", "probe", "gate")
+RULES = ("asv", "floor", "probe", "gate", "probe-cap1", "gate-cap1")
+CAP1 = "-cap1"  # the rule on the first `rounds` rounds of every run: as if no rounds had been added
 NODEID = "bench::workload"
 
 
@@ -87,7 +93,9 @@ def calibrate(target_ms: float) -> int:
         t0 = time.perf_counter()
         work(probe)
         times.append(time.perf_counter() - t0)
-    per_iter_ms = 1e3 * float(np.median(times)) / probe
+    # The fastest timing: the machine's fast state, so the calibration does not depend on which
+    # state it happened to run in (the median of 7 gave 25,000 or 45,000 iterations).
+    per_iter_ms = 1e3 * float(np.min(times)) / probe
     return max(1000, round(target_ms / per_iter_ms))
 
 
@@ -115,6 +123,11 @@ def measure(fn: Callable[[], object], rounds: int, warmup: int, cap: float, prio
     return Run(samples, done.probe_ms, min(1.0, done.cpu_share))
 
 
+def _prior(history: list[Run]) -> list[float]:
+    """The readings the plugin's round loop knows from the baseline: those of its last five saved runs."""
+    return [x for run in history[-5:] for x in run.probe_ms]
+
+
 def entry(run: Run, probe: bool) -> BaselineEntry:
     return BaselineEntry(NODEID, run.samples_ms, probe_ms=run.probe_ms if probe else [], rounds=len(run.samples_ms))
 
@@ -130,7 +143,13 @@ def _no_warnings(*args: object, **kwargs: object) -> list[str]:
     return []
 
 
-def judge(history: list[Run], new: Run, max_regression: float, alpha: float) -> dict[str, tuple[str, float]]:
+def _first(run: Run, rounds: int) -> Run:
+    return Run(run.samples_ms[:rounds], run.probe_ms[: rounds + 1], run.working)
+
+
+def judge(
+    history: list[Run], new: Run, rounds: int, max_regression: float, alpha: float
+) -> dict[str, tuple[str, float]]:
     """Verdict and ratio of each rule in RULES on one trial.
 
     The pyperf-style noise warnings are skipped: they never change a verdict, and their power
@@ -140,9 +159,16 @@ def judge(history: list[Run], new: Run, max_regression: float, alpha: float) -> 
     kw = {"max_regression": max_regression, "alpha": alpha}
     asv = compare_samples(history[-1].samples_ms, new.samples_ms, **kw)
     out = {"asv": (asv.verdict, asv.ratio)}
-    for rule, probe, hist in (("floor", False, history), ("probe", True, history[-1:]), ("gate", True, history)):
+    first = [_first(r, rounds) for r in history]
+    for rule, probe, hist, cand in (
+        ("floor", False, history, new),
+        ("probe", True, history[-1:], new),
+        ("gate", True, history, new),
+        ("probe" + CAP1, True, first[-1:], _first(new, rounds)),
+        ("gate" + CAP1, True, first, _first(new, rounds)),
+    ):
         entries = [entry(r, probe) for r in hist]
-        v = compare_to_baseline(entries[-1], result(new, probe), history=entries, **kw)
+        v = compare_to_baseline(entries[-1], result(cand, probe), history=entries, **kw)
         out[rule] = (v.verdict, v.latency.ratio)
     return out
 
@@ -197,17 +223,19 @@ def run_study(args: argparse.Namespace) -> tuple[Cells, int, float]:
             else:
                 n_new = round(n_base * (1 + slowdown))
                 history = []
-                for _ in range(args.history):
-                    history.append(measure(functools.partial(work, n_base), rounds, args.warmup, args.round_cap, []))
-                new = measure(functools.partial(work, n_new), rounds, args.warmup, args.round_cap, history[-1].probe_ms)
+                for _ in range(args.history):  # each save knows the readings of the runs saved before it
+                    history.append(
+                        measure(functools.partial(work, n_base), rounds, args.warmup, args.round_cap, _prior(history))
+                    )
+                new = measure(functools.partial(work, n_new), rounds, args.warmup, args.round_cap, _prior(history))
             spread = max(rel_spread(history[-1].samples_ms), rel_spread(new.samples_ms))
             drift = float(np.median(new.probe_ms) / np.median(history[-1].probe_ms))
-            for rule, (verdict, ratio) in judge(history, new, args.max_regression, args.alpha).items():
+            for rule, (verdict, ratio) in judge(history, new, rounds, args.max_regression, args.alpha).items():
                 cell = cells[(rule, slowdown, rounds)]
                 cell.verdicts.append(verdict)
                 cell.ratios.append(ratio)
                 cell.spreads.append(spread)
-                cell.ran.append(len(new.samples_ms))
+                cell.ran.append(rounds if rule.endswith(CAP1) else len(new.samples_ms))
                 cell.drifts.append(drift)
         if args.progress and (trial + 1) % max(1, args.trials // 10) == 0:
             elapsed = time.perf_counter() - t_start
@@ -282,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         default=OPTIONS_BY_NAME["round_cap"].default,
         help="at most this many times the requested rounds per run (the plugin's --inferscope-round-cap; 1 = off)",
     )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=drift.PROBE_TOLERANCE,
+        help="steady band of the speed probe, for the round loop and the rules (default: the plugin's)",
+    )
     p.add_argument("--max-regression", type=float, default=0.05)
     p.add_argument("--alpha", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0, help="seed of the setting order (timings are real)")
@@ -297,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.trials, args.rounds = 20, (20,)
+    drift.PROBE_TOLERANCE = args.tolerance  # read at call time by the loop, the rules and the notes
     if args.history < 1:
         p.error("--history must be at least 1")
     print("\n".join(header("regression gate power study", f"Python {platform.python_version()}")))
@@ -310,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             f"model: independent log-normal rounds, log-sd {args.model:g}"
             if args.model is not None
             else f"workload {n_base} loop iterations ≈ {args.target_ms:g} ms, warm-up {args.warmup}, "
-            f"round cap {args.round_cap:g}"
+            f"round cap {args.round_cap:g}, steady band {100 * args.tolerance:g}%"
         )
         + f"; {args.trials} trials; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after; "
         f"took {elapsed:.0f} s"

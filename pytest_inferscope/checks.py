@@ -145,8 +145,8 @@ MARKER_KEYS: dict[str, MarkerKey] = {
         MarkerKey(
             "round_cap",
             "number",
-            "with the speed probe on, re-run unsteady rounds until `rounds` are steady, up to this many times "
-            "`rounds` in all (1 = never)",
+            "with the speed probe on, add rounds until `rounds` ran at the machine's usual speed, up to this "
+            "many times `rounds` in all (1 = never)",
             low=1,
             high=100,
             threshold=False,

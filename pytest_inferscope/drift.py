@@ -180,12 +180,12 @@ def extra_rounds_note(ran: int, requested: int) -> str:
 
 
 def measure_steady(
-    run_round: Callable[[int], object],
+    run_round: Callable[[int], float | None],
     rounds: int,
     max_rounds: int,
     *,
     prior: Sequence[float] = (),
-    probe: Callable[[], float] = probe_ms,
+    probe: Callable[[], float] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] = time.thread_time,
 ) -> Measured:
@@ -195,14 +195,18 @@ def measure_steady(
     the reference of `prior`, e.g. the baseline's and this session's readings, and the readings so
     far) and the rounds are CPU-bound (the thread's CPU time at least CPU_BOUND_WORKING of the
     wall time: otherwise the probe says nothing about them), until `max_rounds` have run.
+    `run_round` may return the seconds the round spent in the plugin's end-of-round device wait:
+    that time does not count as CPU work, since a host spinning in it burns CPU time while the GPU
+    works (a GPU-bound round must not look CPU-bound and be made up for).
     """
+    probe = probe or probe_ms  # looked up now, so a test can replace drift.probe_ms
     readings = [probe()]
     wall = cpu = 0.0
     steady, share = 0, 1.0
     for i in range(max(rounds, max_rounds)):
         c0, t0 = cpu_clock(), clock()
-        run_round(i)
-        wall, cpu = wall + clock() - t0, cpu + cpu_clock() - c0
+        waited = run_round(i) or 0.0
+        wall, cpu = wall + clock() - t0, cpu + max(0.0, cpu_clock() - c0 - waited)
         readings.append(probe())
         if i + 1 < rounds:
             continue

@@ -104,11 +104,11 @@ def choice(choices: tuple[str, ...]) -> Parse:
 
 def fraction(high: float = 10.0) -> Parse:
     """Make a parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%."""
-    plain = number(0.0, high)
+    plain, percent = number(0.0, high), number(0.0, 100.0 * high)
 
     def parse_fraction(value: Any) -> float:
-        if isinstance(value, str) and value.strip().endswith("%"):
-            return float(plain(value.strip()[:-1])) / 100.0
+        if isinstance(value, str) and value.strip().endswith("%"):  # checked as a percentage: 20% is 0.2, not 20
+            return float(percent(value.strip()[:-1])) / 100.0
         return float(plain(value))
 
     return parse_fraction

@@ -73,6 +73,7 @@ class InferscopeSession:
         self._gpu: Choice | None = None
         self._environment: dict[str, Any] | None = None
         self.baseline: Baseline | None = None  # loaded at session start with --inferscope-compare
+        self.saving_to: Baseline | None = None  # the existing baseline --inferscope-save-baseline appends to
         self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
         self.custom_rules: list[Any] = []  # from .inferscope_rules.yaml, loaded at session start
         self.pinned_gpu: int | None = self._pin_gpu()
@@ -195,7 +196,7 @@ class InferscopeSession:
                 self.baseline = store.load(self.settings.compare)
             save = self.settings.save_baseline
             if save is not None and store.path(save).exists():
-                store.load(save)  # a corrupt or foreign file stops the run now, not after the tests
+                self.saving_to = store.load(save)  # a corrupt or foreign file stops the run now, not after the tests
         except BaselineError as exc:
             raise pytest.UsageError(str(exc)) from exc
 
@@ -262,17 +263,21 @@ class InferscopeSession:
                 with coll.round(i, warmup=True):
                     result = original(*args, **kwargs)
 
-            def measured(i: int) -> None:
+            def measured(i: int) -> float:
                 nonlocal result
                 with coll.round(plan.warmup + i, warmup=False):
                     result = original(*args, **kwargs)
+                return float(coll.rounds[-1]["sync_ns"]) / 1e9 if coll.rounds else 0.0  # the end-of-round wait
 
             # The probe runs between rounds, outside their spans: round i lies between readings i and
             # i+1. Rounds the probe calls unsteady are made up for, up to the cap (drift.measure_steady).
-            entry = self.baseline.get(pyfuncitem.nodeid) if self.baseline is not None else None
-            prior = [*self.probe_seen[-1000:], *(entry.probe_ms if entry is not None else ())]
+            # Usual speed: the readings of the baseline compared with (or appended to), and this session's.
+            known = self.baseline or self.saving_to
+            runs = known.history.get(pyfuncitem.nodeid, [])[-5:] if known is not None else []
+            prior = [*self.probe_seen[-1000:], *(x for run in runs for x in run.probe_ms)]
             cap = max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9))
             done = measure_steady(measured, plan.rounds, cap, prior=prior)
+            log.debug("inferscope %s: %s", pyfuncitem.nodeid, done)
             pending.probe_ms.extend(done.probe_ms)
             self.probe_seen.extend(done.probe_ms)
             return result

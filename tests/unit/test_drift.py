@@ -217,3 +217,94 @@ def test_saved_runs_from_a_busy_machine_are_left_out_of_the_floor_and_that_is_sa
     v = compare_to_baseline(history[-1], _result(new, [FAST] * 21), history=history, max_regression=0.05)
     assert v.verdict == "regressed" and v.noise_floor is None
     assert any(w.startswith("no run-to-run noise floor: only 2 of the 3 saved runs") for w in v.warnings)
+
+
+class _FakeMachine:
+    """A fake clock, CPU clock and probe: each round takes 3 ms of wall time; the probe reads from a script."""
+
+    def __init__(self, readings: list[float], cpu_share: float = 1.0, device_wait: float = 0.0) -> None:
+        self.readings, self.cpu_share, self.device_wait = list(readings), cpu_share, device_wait
+        self.wall = self.cpu = 0.0
+        self.ran: list[int] = []
+
+    def run_round(self, i: int) -> float:
+        self.ran.append(i)
+        self.wall += 3e-3
+        self.cpu += 3e-3 * self.cpu_share
+        return 3e-3 * self.device_wait  # seconds of it spent in the end-of-round device wait
+
+    def probe(self) -> float:
+        return self.readings.pop(0)
+
+    def measure(self, rounds: int, cap: int, prior: tuple[float, ...] = ()) -> drift.Measured:
+        return drift.measure_steady(
+            self.run_round, rounds, cap, prior=prior, probe=self.probe, clock=lambda: self.wall,
+            cpu_clock=lambda: self.cpu,
+        )  # fmt: skip
+
+
+def test_a_steady_machine_runs_exactly_the_requested_rounds() -> None:
+    m = _FakeMachine([FAST] * 100)
+    done = m.measure(8, 24)
+    assert m.ran == list(range(8)) and done.ran == 8 and done.extra == 0
+    assert done.steady == 8 and not done.capped and len(done.probe_ms) == 9 and done.cpu_share == pytest.approx(1.0)
+
+
+def test_unsteady_rounds_are_made_up_for_until_enough_are_steady() -> None:
+    # Every fourth reading is busy: rounds 2, 3, 6, 7, ... lie next to one, so 8 steady rounds
+    # (0, 1, 4, 5, 8, 9, 12, 13) take 14 rounds.
+    m = _FakeMachine([SLOW if i % 4 == 3 else FAST for i in range(100)])
+    done = m.measure(8, 24)
+    assert done.ran == 14 and done.extra == 6 and done.steady == 8 and not done.capped
+    assert m.ran == list(range(14)) and len(done.probe_ms) == 15
+    assert list(drift.steady_mask(done.probe_ms, FAST)).count(True) == 8
+
+
+def test_a_busy_machine_stops_at_the_cap_and_says_so() -> None:
+    m = _FakeMachine([FAST] + [SLOW if i % 2 else FAST for i in range(100)])  # no two fast readings in a row
+    done = m.measure(8, 20)
+    assert done.ran == 20 and done.extra == 12 and done.capped and done.steady < 8
+    assert m.measure(8, 8).ran == 8  # a cap of the requested rounds: never more
+
+
+def test_a_whole_run_at_the_slow_speed_is_unsteady_against_the_prior_readings() -> None:
+    alone = _FakeMachine([SLOW] * 100).measure(8, 16)
+    assert alone.ran == 8 and alone.steady == 8  # nothing to tell it was slow
+    told = _FakeMachine([SLOW] * 100).measure(8, 16, prior=(FAST,) * 20)  # e.g. the baseline's readings
+    assert told.ran == 16 and told.steady == 0 and told.capped
+
+
+def test_rounds_that_are_not_cpu_bound_get_no_extra_rounds() -> None:
+    m = _FakeMachine([SLOW if i % 4 == 3 else FAST for i in range(100)], cpu_share=0.2)  # mostly sleeping
+    done = m.measure(8, 24)
+    assert done.ran == 8 and done.extra == 0 and not done.capped and done.cpu_share == pytest.approx(0.2)
+
+
+def test_the_verdict_says_how_many_extra_rounds_ran_and_why() -> None:
+    assert drift.extra_rounds_note(20, 20) == ""
+    samples, probe = _busy_then_idle(30, busy=10, seed=5)
+    base = _entry(_rounds(3.0, 20, 6), [FAST] * 21)
+    result = _result(samples, probe)
+    result.rounds = 20  # requested 20, ran 30
+    v = compare_to_baseline(base, result, max_regression=0.05)
+    assert "30 rounds ran, 10 more than the 20 requested: the speed probe found the machine busy" in v.steady
+    assert "20 of this run's 30 ran at the machine's usual speed" in v.steady
+    assert v.verdict == "unchanged"
+
+
+def test_the_marker_takes_a_round_cap_of_at_least_one() -> None:
+    from pytest_inferscope.checks import validate_marker
+
+    assert validate_marker("t.py::test_w", (), {"round_cap": 2}) == []
+    (problem,) = validate_marker("t.py::test_w", (), {"round_cap": 0.5})
+    assert "round_cap" in problem and "0.5 is out of range: give a number >= 1 and <= 100" in problem
+
+
+def test_a_host_spinning_in_the_end_of_round_device_wait_is_not_cpu_bound() -> None:
+    # A GPU-bound round: the host queues work, then spins in our synchronize for 90% of the round, burning CPU.
+    busy = [FAST] + [SLOW if i % 2 else FAST for i in range(100)]
+    gpu_bound = _FakeMachine(busy, cpu_share=1.0, device_wait=0.9).measure(8, 24)
+    assert gpu_bound.ran == 8 and gpu_bound.extra == 0 and not gpu_bound.capped
+    assert gpu_bound.cpu_share == pytest.approx(0.1)  # only the 10% outside the wait counts as CPU work
+    cpu_bound = _FakeMachine(busy, cpu_share=1.0, device_wait=0.0).measure(8, 24)
+    assert cpu_bound.ran == 24 and cpu_bound.capped  # the same readings make a CPU-bound test run to the cap
