@@ -186,6 +186,17 @@ class Modes:
                     return self._cupti(n, cuptipy)
 
             self.table[f"cupti-python, {label}, plain calls"] = run
+        # What timed rounds would cost if launch calls were recorded only in other ("trace") rounds:
+        # the plugin's rounds with sampling, GPU records without the RUNTIME and DRIVER kinds.
+        lean = tuple(v for name, v in k.items() if name not in ("RUNTIME", "DRIVER"))
+        choice = select_backend("required", forced="cupti-python")
+
+        def lean_rounds(n: int) -> list[float]:
+            with patched(gpu_cuptipy, "KINDS", lean):
+                return self._rounds(n, self.sampling, choice)
+
+        self.table["cupti-python rounds, no RUNTIME or DRIVER records (sampling on)"] = lean_rounds
+        self.table["cupti-python rounds, every kind (sampling on)"] = lambda n: self._rounds(n, self.sampling, choice)
 
     def _plain(self, n: int, sync: Callable[[], object], before: Callable[[], object] | None = None) -> list[float]:
         now, fn, out = time.perf_counter_ns, self.fn, []
