@@ -682,6 +682,7 @@ typedef struct {
     int driver, active;
     uint64_t enabled; /* bit per CUpti_ActivityKind */
     int filtered[2];  /* [runtime, driver]: only the traced calls enabled by the last start */
+    uint64_t api_started; /* the API kinds (bits by kind) the last start enabled: set_api_records turns these back on */
     char apis[256];   /* what the last start recorded of the runtime and driver APIs */
     CUpti_ActivityThreadIdType saved_tid_type;
     int tid_type_saved;
@@ -824,6 +825,7 @@ static PyObject *collector_start(Collector *self, PyObject *unused) {
             goto fail;
         } /* optional kinds this device or driver lacks are left out; enabled() lists what ran */
     }
+    self->api_started = self->enabled & ((1ULL << CUPTI_ACTIVITY_KIND_RUNTIME) | (1ULL << CUPTI_ACTIVITY_KIND_DRIVER));
     self->active = 1;
     Py_RETURN_NONE;
 fail:
@@ -906,6 +908,37 @@ static PyObject *collector_timestamp(Collector *self, PyObject *unused) {
     return PyLong_FromUnsignedLongLong(t);
 }
 
+/* While collecting: the runtime/driver API records (the CPU side of each launch) off, or on again with the
+ * same traced calls, so rounds that only time the body can leave out their per-launch cost. */
+static PyObject *collector_set_api_records(Collector *self, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    if (!self->active) return PyErr_Format(PyExc_RuntimeError, "set_api_records needs a started Collector");
+    for (int d = 0; d < 2; d++) {
+        CUpti_ActivityKind kind = API_DOMAINS[d].kind;
+        uint64_t bit = 1ULL << kind;
+        if (!(self->api_started & bit)) continue; /* not recorded by this start (driver=False, or unsupported) */
+        if (!on && (self->enabled & bit)) {
+            lib.cuptiActivityDisable(kind);
+            for (size_t i = 0; self->filtered[d] && i < API_DOMAINS[d].n_traced; i++)
+                lib.enable_api[d](API_DOMAINS[d].traced[i].cbid, 0);
+            self->filtered[d] = 0;
+            self->enabled &= ~bit;
+        } else if (on && !(self->enabled & bit)) {
+            size_t len = strlen(self->apis);
+            CUptiResult rc = lib.cuptiActivityEnable(kind);
+            if (rc != CUPTI_SUCCESS)
+                return raise_cupti(kind == CUPTI_ACTIVITY_KIND_RUNTIME ? "cuptiActivityEnable(RUNTIME)"
+                                                                       : "cuptiActivityEnable(DRIVER)",
+                                   rc);
+            self->enabled |= bit;
+            filter_apis(self, d);
+            self->apis[len] = '\0'; /* the description start() wrote still holds */
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *collector_api_records(Collector *self, PyObject *unused) {
     (void)unused;
     return PyUnicode_FromString(self->apis);
@@ -969,6 +1002,8 @@ static PyMethodDef collector_methods[] = {
      "Records since start whose end is 0 or before their start (still running at a forced flush)."},
     {"timestamp", (PyCFunction)collector_timestamp, METH_NOARGS, "cuptiGetTimestamp(): CUPTI's clock now."},
     {"enabled", (PyCFunction)collector_enabled, METH_NOARGS, "CUPTI activity kinds enabled by the last start()."},
+    {"set_api_records", (PyCFunction)collector_set_api_records, METH_O,
+     "While collecting: runtime/driver API records off (False) or on again (True), the same calls traced."},
     {"api_records", (PyCFunction)collector_api_records, METH_NOARGS,
      "Which runtime and driver API calls the last start() records (all of them, and why, when not filtered)."},
     {"_decode", (PyCFunction)collector_decode, METH_O, "Test only: decode a synthetic activity buffer, then drain."},

@@ -57,6 +57,11 @@ class Collector:
     def enabled(self) -> list[str]:
         """CUPTI activity kinds the last start() enabled (optional ones the device lacks are left out)."""
 
+    def set_api_records(self, on: bool) -> None:
+        """While collecting: runtime/driver API records off (False) or on again (True), the same calls traced.
+
+        Kernel, copy, memset, synchronisation and memory records go on either way."""
+
     def api_records(self) -> str:
         """Which runtime/driver API calls the last start() records, per domain: the traced calls only, or every
         call and why (INFERSCOPE_CUPTI_ALL_API=1, a libcupti without per-API enabling); "" before any start."""

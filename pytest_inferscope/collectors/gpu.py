@@ -31,6 +31,9 @@ class GpuCollector(Protocol):
     def start(self) -> None:
         """Enable activity collection (kernels, copies, memsets, runtime, sync, memory)."""
 
+    def set_api_records(self, on: bool) -> None:
+        """While collecting: the runtime/driver API records (each launch's CPU side) off, or on again."""
+
     def stop(self) -> None:
         """Synchronise the device, flush (forced too) and disable collection. Never finalize."""
 

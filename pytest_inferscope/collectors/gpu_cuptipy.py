@@ -114,6 +114,7 @@ class CuptiPythonCollector:
         self._choice: dict[int, tuple[list[int], int]] = {}  # kind -> (traced callback ids, CBID size)
         self._traced: dict[int, list[int]] = {}  # kind -> the callback ids the last start left enabled
         self._api_records: list[str] = []
+        self._api_started: list[tuple[int, str]] = []  # the API kinds start() enabled: set_api_records' domain
         self._saved_tid_type: int | None = None
         self._active = False
         self._sync = DeviceSync()
@@ -194,6 +195,7 @@ class CuptiPythonCollector:
                 ) from exc
             raise CuptiError(f"{what} failed: {exc}") from exc
         CuptiPythonCollector._collecting = self
+        self._api_started = [(k, label) for k, label in self._enabled if k in API_KINDS]
         self._active = True
 
     def stop(self) -> None:
@@ -221,6 +223,26 @@ class CuptiPythonCollector:
             CuptiPythonCollector._collecting = None
             if errors:
                 raise CuptiError("stopping cupti-python collection failed: " + "; ".join(errors))
+
+    def set_api_records(self, on: bool) -> None:
+        """While collecting: the runtime/driver API records (each launch's CPU side) off, or on again."""
+        if not self._active:
+            raise RuntimeError("set_api_records needs a started collector")
+        c = self._cupti
+        for kind, label in self._api_started:
+            enabled = any(k == kind for k, _ in self._enabled)
+            if not on and enabled:
+                c.activity_disable(kind)
+                switch = getattr(c, API_KINDS[kind][2])
+                for cbid in self._traced.pop(kind, []):
+                    switch(cbid, 0)
+                self._enabled = [(k, x) for k, x in self._enabled if k != kind]
+            elif on and not enabled:
+                described = list(self._api_records)
+                c.activity_enable(kind)
+                self._enabled.append((kind, label))
+                self._filter_apis(kind)
+                self._api_records = described  # what start() wrote still holds
 
     def _traced_cbids(self, kind: int) -> tuple[list[int], int]:
         """The callback ids of the traced calls of `kind`'s domain, by CUPTI's names, and the domain's CBID size."""

@@ -108,6 +108,10 @@ class NativeGpuCollector:
             self._sync.release()
             self._c.stop()
 
+    def set_api_records(self, on: bool) -> None:
+        """While collecting: the runtime/driver API records (each launch's CPU side) off, or on again."""
+        self._c.set_api_records(on)
+
     def drain(self) -> tuple[np.ndarray, list[str]]:
         buf, names = self._c.drain()
         return np.frombuffer(buf, dtype=EVENT_DTYPE), names

@@ -513,3 +513,32 @@ def test_the_collection_records_the_pcie_link_sysfs_gives(torch: Any) -> None:
     else:
         assert raw.meta["link_gb_s"] == round(expected[0], 2)
         assert raw.meta["link"].lower() == expected[1].lower()  # CUDA may spell the bus id in capitals
+
+
+def test_api_records_switch_off_for_some_launches_and_on_again(native: Any, torch: Any) -> None:
+    """The building block of timed rounds without launch-call records: GPU records go on, launch calls stop."""
+    x = torch.ones(4096, device="cuda")
+    switch_ms: list[float] = []
+
+    def body() -> None:
+        for n, on in ((10, None), (20, False), (30, True)):
+            if on is not None:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                native.set_api_records(on)
+                switch_ms.append((time.perf_counter() - t0) * 1e3)
+            for _ in range(n):
+                x.add_(1)
+        torch.cuda.synchronize()
+
+    events, names = collect(native, body)
+    kernels = events[events["kind"] == Kind.KERNEL]
+    launches = events[(events["kind"] == Kind.RUNTIME) & np.isin(events["name"], [
+        i for i, n in enumerate(names) if n.startswith("cudaLaunchKernel")])]  # fmt: skip
+    linked = np.isin(kernels["corr"], launches["corr"])
+    _report("api records switched", kernels=len(kernels), launches=len(launches), linked=int(linked.sum()),
+            off_ms=round(switch_ms[0], 3), on_ms=round(switch_ms[1], 3))  # fmt: skip
+    assert len(kernels) == 60 and len(launches) == 40 and int(linked.sum()) == 40
+    order = np.argsort(kernels["start"])
+    assert list(linked[order]) == [True] * 10 + [False] * 20 + [True] * 30
+    assert "runtime:" in native.api_records()

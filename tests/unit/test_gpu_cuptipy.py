@@ -358,6 +358,26 @@ def test_only_the_traced_api_calls_are_recorded(monkeypatch: pytest.MonkeyPatch)
     collector.stop()
 
 
+def test_api_records_switch_off_and_on_again_while_collecting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFERSCOPE_CUPTI_ALL_API", raising=False)
+    fake = FilteringCupti()
+    collector = CuptiPythonCollector(fake, driver=False)  # the driver kind not recorded: never switched on
+    with pytest.raises(RuntimeError, match="started"):
+        collector.set_api_records(False)
+    collector.start()
+    described = collector.api_records()
+    collector.set_api_records(False)
+    assert A_RUNTIME not in fake.enabled and A_CONCURRENT_KERNEL in fake.enabled  # GPU records go on
+    assert [c for c in fake.recorded(2) if c < 523] == [] and "RUNTIME" not in collector.enabled()
+    collector.set_api_records(False)  # twice is harmless
+    collector.set_api_records(True)
+    assert A_RUNTIME in fake.enabled and A_DRIVER not in fake.enabled
+    assert fake.recorded(2)[:3] == [41, 165, 211]  # the same traced calls, filtered again
+    assert collector.api_records() == described and "RUNTIME" in collector.enabled()
+    collector.stop()
+    assert not fake.enabled and [c for c in fake.recorded(2) if c < 523] == []
+
+
 def test_a_cupti_python_without_per_api_switches_records_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INFERSCOPE_CUPTI_ALL_API", raising=False)
     collector = CuptiPythonCollector(FakeCupti())
