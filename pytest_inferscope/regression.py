@@ -14,6 +14,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .baseline import DETERMINISTIC_METRICS, BaselineEntry, fingerprint, fingerprint_diff
 from .drift import (
     MIN_HISTORY,
@@ -129,6 +131,35 @@ def _history_floor(
     return noise_floor(medians, alpha), len(medians)
 
 
+def _beyond_any_drift(
+    base_ms: Sequence[float],
+    base_probe: Sequence[float],
+    new_ms: Sequence[float],
+    new_probe: Sequence[float],
+    max_regression: float,
+) -> str | None:
+    """Why even the worst machine slowdown the probe saw cannot explain the shift, or None.
+
+    The fast new rounds against the slow baseline rounds (10th against 90th percentile), over the
+    slow new probe readings against the fast baseline ones (90th against 10th): if the code were
+    unchanged, the rounds could not have slowed by more than the machine did. Percentiles, not the
+    extremes, so one descheduled round or reading decides nothing.
+    """
+    if not (base_ms and new_ms and base_probe and new_probe):
+        return None
+    low, high = float(np.percentile(base_probe, 10)), float(np.percentile(new_probe, 90))
+    if low <= 0:
+        return None
+    shift = float(np.percentile(new_ms, 10)) / float(np.percentile(base_ms, 90))
+    worst = high / low
+    if shift <= worst * (1.0 + max_regression):
+        return None
+    return (
+        f"the new run's fast rounds (10th percentile) are {shift:.2f}x the baseline's slow ones (90th), while the "
+        f"machine was at most {worst:.2f}x slower (speed probe, 90th against 10th percentile)"
+    )
+
+
 def latency_verdict(
     entry: BaselineEntry,
     new_ms: Sequence[float],
@@ -166,12 +197,20 @@ def latency_verdict(
             )
         if min(len(steady.base_ms), len(steady.new_ms)) < min_samples:
             everything = compare_samples(base_ms, new_ms, max_spread=max_spread, **kw)
-            latency = dataclasses.replace(
-                everything,
-                verdict="inconclusive",
-                reason=f"The machine was busy: {note}; at least {min_samples} such rounds per side are needed, so "
-                "a slower machine cannot be told from slower code. Run on a quieter machine or with more rounds.",
-            )
+            beyond = _beyond_any_drift(base_ms, entry.probe_ms, new_ms, new_probe, max_regression)
+            if everything.verdict == "regressed" and beyond is not None:
+                latency = dataclasses.replace(
+                    everything,
+                    reason=f"{everything.reason} The machine was busy ({note}), but no drift explains this: {beyond}.",
+                )
+            else:
+                latency = dataclasses.replace(
+                    everything,
+                    verdict="inconclusive",
+                    reason=f"The machine was busy: {note}; at least {min_samples} such rounds per side are needed, "
+                    "so a slower machine cannot be told from slower code. Run on a quieter machine or with more "
+                    "rounds.",
+                )
     else:
         latency = compare_samples(base_ms, new_ms, max_spread=max_spread, **kw)
         drift = probe_drift(entry.probe_ms, new_probe)

@@ -108,7 +108,10 @@ def test_a_test_missing_from_the_baseline_is_not_evaluated_with_the_reason(
 ) -> None:
     run(project, monkeypatch, 0.001, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
     project.makepyfile(test_new="import pytest\n\n@pytest.mark.inferscope(rounds=5)\ndef test_new():\n    pass\n")
-    result = run(project, monkeypatch, 0.001, "--inferscope-compare=main", "--inferscope-report=out")
+    # A wide allowed regression: test_model's 1 ms sleep stretches on a loaded machine, and this test is
+    # about test_new, which the baseline does not have.
+    result = run(project, monkeypatch, 0.001, "--inferscope-compare=main", "--inferscope-max-regression=100%",
+                 "--inferscope-report=out")  # fmt: skip
     result.assert_outcomes(passed=2)
     (report,) = (project.path / "out").glob("test_new*/report.json")
     checks = {c["key"]: c for c in json.loads(report.read_text())["checks"]}
@@ -189,7 +192,9 @@ def test_cpu_bound_rounds_are_gated_on_steady_rounds_against_the_historys_floor(
     assert all(len(e["probe_ms"]) == len(e["samples_ms"]) + 1 and 30 <= len(e["samples_ms"]) <= 90 for e in entries)
     assert all(0 < x < 50 for e in entries for x in e["probe_ms"])
 
-    monkeypatch.setenv("WORK", "45000")  # the code got 3x slower
+    # The code got 10x slower: on a loaded machine a 3x slowdown's rounds (~3.5 ms) can vary by more than
+    # half their median, which the gate rightly calls inconclusive ("spread too high").
+    monkeypatch.setenv("WORK", "150000")
     slow = pytester.runpytest("-p", "no:randomly", "--inferscope-compare=main", "--inferscope-report=out")
     slow.assert_outcomes(failed=1)
     slow.stdout.fnmatch_lines(

@@ -102,6 +102,20 @@ def test_a_real_regression_still_fails_with_the_probe_on_a_drifting_machine() ->
     assert v.latency.ratio == pytest.approx(1.10, abs=0.02)
 
 
+def test_a_shift_no_drift_can_explain_regresses_even_on_a_busy_machine() -> None:
+    base = _rounds(3.0, 20, seed=5)
+    new, new_probe = _busy_then_idle(20, busy=17, seed=6)
+    new = [x * 3.0 for x in new]  # the code got 3x slower: more than the machine's 1.8x could ever explain
+    v = compare_to_baseline(_entry(base, [FAST] * 21), _result(new, new_probe), max_regression=0.05)
+    assert v.verdict == "regressed" and v.failed
+    assert "The machine was busy" in v.reason and "while the machine was at most 1.80x slower (speed probe" in v.reason
+    # The same busy machine with 1.5x slower code: the 1.8x drift could explain it, so it stays inconclusive.
+    milder = [x / 2.0 for x in new]
+    assert compare_to_baseline(_entry(base, [FAST] * 21), _result(milder, new_probe), max_regression=0.05).verdict == (
+        "inconclusive"
+    )
+
+
 def test_a_machine_busy_in_almost_every_round_is_inconclusive_with_the_reason() -> None:
     base = _rounds(3.0, 20, seed=5)
     new, new_probe = _busy_then_idle(20, busy=17, seed=6)
