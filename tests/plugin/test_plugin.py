@@ -285,6 +285,14 @@ def test_gpu_required_without_a_gpu_is_a_usage_error(pytester: pytest.Pytester) 
     result.stderr.fnmatch_lines(["*GPU collection is required*no NVIDIA GPU*"])
 
 
+def test_launch_gap_option_is_validated_and_accepted(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n\n@pytest.mark.inferscope(rounds=2)\ndef test_x():\n    pass\n")
+    bad = pytester.runpytest("--inferscope-launch-gap-us=-5")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--inferscope-launch-gap-us='-5' is out of range*in microseconds*"])
+    pytester.runpytest("--inferscope-launch-gap-us=50", "-p", "no:randomly").assert_outcomes(passed=1)
+
+
 def test_header_says_which_collectors_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest("-v", "--inferscope-report=out")
