@@ -31,7 +31,7 @@ from .drift import (
     steady_rounds,
 )
 from .results import TestResult
-from .stats import Comparison, MetricChange, compare_metric, compare_samples, noise_warnings
+from .stats import Comparison, MetricChange, compare_metric, compare_samples, noise_warnings, separation
 
 
 @dataclass
@@ -147,11 +147,11 @@ def _beyond_any_drift(
     """
     if not (base_ms and new_ms and base_probe and new_probe):
         return None
-    low, high = float(np.percentile(base_probe, 10)), float(np.percentile(new_probe, 90))
+    low = float(np.percentile(base_probe, 10))
     if low <= 0:
         return None
-    shift = float(np.percentile(new_ms, 10)) / float(np.percentile(base_ms, 90))
-    worst = high / low
+    shift = separation(base_ms, new_ms)
+    worst = float(np.percentile(new_probe, 90)) / low
     if shift <= worst * (1.0 + max_regression):
         return None
     return (

@@ -170,6 +170,11 @@ def ratio_ci(
     return float(low), float(high)
 
 
+def separation(low: Sequence[float] | np.ndarray, high: Sequence[float] | np.ndarray) -> float:
+    """How far `high` sits above `low`: its 10th percentile over `low`'s 90th (> 1: the bulk of them apart)."""
+    return float(np.percentile(high, 10)) / float(np.percentile(low, 90))
+
+
 def rel_spread(samples: Sequence[float] | np.ndarray) -> float:
     """IQR over median, the spread `LatencyStats.rel_spread` shows (NaN without a positive median)."""
     s = np.asarray(samples, dtype=float)
@@ -290,7 +295,7 @@ def compare_samples(
     # Rounds that vary too much make the medians imprecise, not a shift of several times their spread
     # unclear: when even the fast new rounds are slower than the slow baseline rounds by more than the
     # allowed regression (10th against 90th percentile), the spread is no reason for doubt.
-    apart = float(np.percentile(new, 10)) / float(np.percentile(base, 90)) > 1.0 + max_regression
+    apart = separation(base, new) > 1.0 + max_regression
     despite = ""
     for label, s in (("the baseline's", base), ("this run's", new)):
         spread = rel_spread(s)

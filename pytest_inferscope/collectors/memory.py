@@ -22,23 +22,31 @@ from typing import Any
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def _field(raw: bytes, i: int) -> int:
+    """The i-th whitespace-separated integer of a procfs line (0 where it is missing or garbled)."""
+    try:
+        return int(raw.split()[i])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def read_rss() -> int:
     """Resident set size in bytes (0 where /proc is missing)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
+    return _field(_read("/proc/self/statm"), 1) * _PAGE
 
 
 def read_schedstat() -> tuple[int, int]:
     """The calling thread's (ns on a CPU, ns runnable but waiting for a CPU); zeros where the kernel hides them."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            on_cpu, waiting, _ = f.read().split()
-        return int(on_cpu), int(waiting)
-    except (OSError, ValueError):
-        return 0, 0
+    raw = _read("/proc/thread-self/schedstat")
+    return _field(raw, 0), _field(raw, 1)
 
 
 def _read_hwm() -> int | None:
@@ -71,23 +79,24 @@ class ProcFiles:
 
     def rss(self) -> int:
         """Resident set size in bytes (0 where /proc is missing)."""
-        try:
-            return int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE if self._statm >= 0 else 0
-        except (OSError, IndexError, ValueError):
-            return 0
+        return _field(_pread(self._statm), 1) * _PAGE
 
     def runqueue_ns(self) -> int:
         """The opening thread's ns runnable but waiting for a CPU (0 where the kernel hides it)."""
-        try:
-            return int(os.pread(self._schedstat, 128, 0).split()[1]) if self._schedstat >= 0 else 0
-        except (OSError, IndexError, ValueError):
-            return 0
+        return _field(_pread(self._schedstat), 1)
 
     def close(self) -> None:
         for fd in (self._statm, self._schedstat):
             if fd >= 0:
                 os.close(fd)
         self._statm = self._schedstat = -1
+
+
+def _pread(fd: int) -> bytes:
+    try:
+        return os.pread(fd, 128, 0) if fd >= 0 else b""
+    except OSError:
+        return b""
 
 
 def _open(path: str) -> int:
