@@ -17,7 +17,8 @@ defences, both measured in docs/regression-power.md:
   GPU-bound, or mostly sleeping or waiting) it is reported, not used.
 - **Noise floor.** With at least `MIN_HISTORY` saved runs of a test, the spread of their
   medians is the drift the test shows between runs; a shift is only called a regression when
-  it also clears `z(1 - alpha) x sqrt(2) x` that spread.
+  the new run's median also lies beyond `z(1 - alpha) x sqrt(1 + 1/k) x` that spread from the
+  centre of the k saved runs.
 
 A busy spell would leave too few steady rounds, so `measure_steady` (the plugin's round loop
 when the probe runs) re-measures: it keeps running rounds past the requested number until that
@@ -236,30 +237,34 @@ def _z(alpha: float) -> float:
 
 @dataclass
 class NoiseFloor:
-    """How far a test's median moves between saved runs, and the shift a regression must clear."""
+    """How far a test's median moves between saved runs, and the shift from their centre a new run must clear."""
 
     runs: int
     log_sd: float  # sample standard deviation of the log medians of the saved runs
-    floor: float  # smallest ratio (> 1) that counts as beyond run-to-run drift at this alpha
+    floor: float  # smallest ratio to `centre` (> 1) that counts as beyond run-to-run drift at this alpha
+    centre: float = math.nan  # geometric mean of the saved runs' medians (ms)
 
     def describe(self) -> str:
         return (
             f"across the {self.runs} saved runs of this test its median moves by ±{100 * math.expm1(self.log_sd):.1f}% "
-            f"(log-sd), so only a ratio beyond {self.floor:.3f} (or below {1 / self.floor:.3f}) stands out from "
-            "run-to-run drift"
+            f"(log-sd) around {self.centre:.4g} ms, so only a median beyond {self.floor:.3f}x that (or below "
+            f"{1 / self.floor:.3f}x) stands out from run-to-run drift"
         )
 
 
 def noise_floor(medians: Sequence[float], alpha: float) -> NoiseFloor | None:
     """The noise floor from the medians of a test's saved runs; None with fewer than MIN_HISTORY usable runs.
 
-    The new run and the baseline run are two draws from the runs' distribution, so their log
-    ratio has a standard deviation of sqrt(2) x the runs' log-sd; a one-sided shift stands out
-    at `alpha` beyond z(1 - alpha) times that. With only a few runs the log-sd itself is rough;
-    saving more runs makes the floor steadier.
+    The new run is one more draw from the runs' distribution, compared with the centre (mean log
+    median) of the k saved runs, so the log ratio has a standard deviation of sqrt(1 + 1/k) x the
+    runs' log-sd; a one-sided shift stands out at `alpha` beyond z(1 - alpha) times that. (Against
+    the latest run alone it would be sqrt(2): a longer history lowers the floor towards the drift
+    itself.) With only a few runs the log-sd itself is rough; saving more runs makes it steadier.
     """
     m = np.asarray([x for x in medians if math.isfinite(x) and x > 0], dtype=float)
     if m.size < MIN_HISTORY:
         return None
-    sd = float(np.std(np.log(m), ddof=1))
-    return NoiseFloor(int(m.size), sd, math.exp(_z(alpha) * math.sqrt(2.0) * sd))
+    logs = np.log(m)
+    sd = float(np.std(logs, ddof=1))
+    spread = _z(alpha) * math.sqrt(1.0 + 1.0 / m.size) * sd
+    return NoiseFloor(int(m.size), sd, math.exp(spread), float(np.exp(logs.mean())))

@@ -108,27 +108,41 @@ class RegressionVerdict:
         return "\n".join(lines)
 
 
-def _history_floor(
-    runs: Sequence[BaselineEntry], alpha: float, min_samples: int, use_probe: bool
-) -> tuple[NoiseFloor | None, int]:
-    """The noise floor of the saved runs (same environment as the latest), and how many runs it could use.
+def _median(samples: Sequence[float]) -> float:
+    return float(np.median(np.asarray(samples, dtype=float))) if len(samples) else math.nan
 
-    With speed-probe readings on every run, each run's median is taken over its steady rounds
-    (against the readings of all these runs), as the gate compares them; a run with fewer than
-    `min_samples` such rounds is left out.
+
+def _history_floor(
+    runs: Sequence[BaselineEntry],
+    new_ms: Sequence[float],
+    new_probe: Sequence[float],
+    alpha: float,
+    min_samples: int,
+    use_probe: bool,
+) -> tuple[NoiseFloor | None, int, float]:
+    """The noise floor of the saved runs (same environment as the latest), how many runs it could use, the new median.
+
+    With speed-probe readings on every run and on the new one, each run's median is taken over its
+    steady rounds (against the readings of all of them), as the gate compares them; a saved run
+    with fewer than `min_samples` such rounds is left out, and the new run then falls back to all
+    its rounds. The new median is the one to hold against the floor's centre.
     """
-    probed = use_probe and all(probe_fits(e.probe_ms, len(e.samples_ms)) for e in runs)
-    ref = probe_reference(*(e.probe_ms for e in runs)) if probed else math.nan
-    medians = []
-    for e in runs:
-        samples = sorted(e.samples_ms)
+    probed = (
+        use_probe
+        and probe_fits(new_probe, len(new_ms))
+        and all(probe_fits(e.probe_ms, len(e.samples_ms)) for e in runs)
+    )
+    ref = probe_reference(*(e.probe_ms for e in runs), new_probe) if probed else math.nan
+
+    def median(samples: Sequence[float], probe: Sequence[float]) -> float:
         if probed:
-            keep = steady_mask(e.probe_ms, ref)
-            samples = sorted(x for x, k in zip(e.samples_ms, keep, strict=True) if k)
-        if len(samples) >= min_samples:
-            mid = len(samples) // 2
-            medians.append(samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2)
-    return noise_floor(medians, alpha), len(medians)
+            keep = [x for x, k in zip(samples, steady_mask(probe, ref), strict=True) if k]
+            return _median(keep) if len(keep) >= min_samples else math.nan
+        return _median(samples) if len(samples) >= min_samples else math.nan
+
+    medians = [m for m in (median(e.samples_ms, e.probe_ms) for e in runs) if math.isfinite(m)]
+    new = median(new_ms, new_probe)
+    return noise_floor(medians, alpha), len(medians), new if math.isfinite(new) else _median(new_ms)
 
 
 def _beyond_any_drift(
@@ -220,7 +234,9 @@ def latency_verdict(
                 f"baseline was recorded (speed probe); not corrected for, since {not_cpu_bound}."
             )
     same_env = [e for e in history if e.fingerprint == entry.fingerprint] or [entry]
-    floor, usable = _history_floor(same_env, alpha, min_samples, use_probe=steady is not None)
+    floor, usable, new_median = _history_floor(
+        same_env, new_ms, new_probe, alpha, min_samples, use_probe=steady is not None
+    )
     if floor is None:
         if len(same_env) >= MIN_HISTORY:
             warnings.append(
@@ -233,14 +249,16 @@ def latency_verdict(
             f"run-to-run drift: {floor.describe()}; that is more than the allowed {100 * max_regression:.3g}%, "
             "so on this machine a regression of that size cannot be told from drift."
         )
-    shift = latency.ratio if latency.verdict == "regressed" else 1.0 / latency.ratio
-    if latency.verdict in ("regressed", "improved") and shift <= floor.floor:
+    off_centre = new_median / floor.centre
+    shift = off_centre if latency.verdict == "regressed" else 1.0 / off_centre
+    if latency.verdict in ("regressed", "improved") and not shift > floor.floor:
         direction = "slower" if latency.verdict == "regressed" else "faster"
         latency = dataclasses.replace(
             latency,
             verdict="inconclusive",
-            reason=f"Within the run-to-run drift: {direction} by {100 * abs(latency.ratio - 1):.1f}% and "
-            f"significant on the rounds (p={latency.p_value:.2g}), but {floor.describe()}. "
+            reason=f"Within the run-to-run drift: {direction} by {100 * abs(latency.ratio - 1):.1f}% than the latest "
+            f"baseline run and significant on the rounds (p={latency.p_value:.2g}), but this run's median, "
+            f"{new_median:.4g} ms, is {off_centre:.3f}x the centre of the saved runs, and {floor.describe()}. "
             "The latest baseline run may just have been measured at a different machine speed.",
         )
     return latency, note, floor.floor, warnings

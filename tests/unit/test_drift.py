@@ -150,13 +150,15 @@ def test_gpu_bound_or_idle_rounds_do_not_use_the_probe_but_say_it_drifted() -> N
 # --- the noise floor -----------------------------------------------------------------------
 
 
-def test_noise_floor_is_z_sqrt2_times_the_log_sd_of_the_run_medians() -> None:
+def test_noise_floor_is_z_sqrt_1_plus_1_over_k_times_the_log_sd_around_the_runs_centre() -> None:
     medians = [3.0, 3.3, 2.9, 3.1]
     floor = drift.noise_floor(medians, alpha=0.01)
     assert floor is not None and floor.runs == 4
     sd = float(np.std(np.log(medians), ddof=1))
     assert floor.log_sd == pytest.approx(sd)
-    assert floor.floor == pytest.approx(math.exp(2.3263 * math.sqrt(2) * sd), rel=1e-4)
+    assert floor.floor == pytest.approx(math.exp(2.3263 * math.sqrt(1 + 1 / 4) * sd), rel=1e-4)
+    assert floor.centre == pytest.approx(math.prod(medians) ** (1 / 4))
+    assert "around 3.071 ms" in floor.describe()
     assert drift.noise_floor([3.0, 3.1], alpha=0.01) is None  # too few runs
     assert drift.noise_floor([3.0, 3.1, math.nan], alpha=0.01) is None
 
@@ -176,6 +178,23 @@ def test_a_shift_within_the_historys_drift_is_inconclusive_and_beyond_it_regress
     v = compare_to_baseline(steady[-1], _result(new, [FAST] * 21), history=steady, max_regression=0.05)
     assert v.verdict == "regressed" and v.noise_floor is not None and v.noise_floor < 1.05
     assert "run-to-run noise floor: ratio" in v.message()
+
+
+def test_the_new_median_is_held_against_the_centre_of_the_history_not_the_latest_run() -> None:
+    # Eight saved runs that drift by about 2%: from their centre, 6% stands out (floor about 1.05);
+    # against the latest run alone (sqrt(2) instead of sqrt(1 + 1/8)) it would not (about 1.07).
+    medians = [3.0, 3.06, 2.94, 3.02, 3.08, 2.96, 2.93, 3.01]
+    history = _history(medians)
+    floor = drift.noise_floor([float(np.median(e.samples_ms)) for e in history], alpha=0.01)
+    assert floor is not None and floor.floor < 1.06 < math.exp(2.3263 * math.sqrt(2) * floor.log_sd)
+    new = _rounds(floor.centre * 1.065, 20, seed=35)
+    v = compare_to_baseline(history[-1], _result(new, [FAST] * 21), history=history, max_regression=0.05)
+    assert v.verdict == "regressed" and v.noise_floor == pytest.approx(floor.floor, rel=0.01)
+    # A latest run that happened to be fast: significantly slower than it, but at the history's centre.
+    low = _history([3.15, 3.2, 3.1, 2.95], seed=36)
+    v = compare_to_baseline(low[-1], _result(_rounds(3.13, 20, seed=37), [FAST] * 21), history=low, max_regression=0.05)
+    assert v.latency.ratio > 1.05 and v.latency.p_value < 0.01
+    assert v.verdict == "inconclusive" and "x the centre of the saved runs" in v.reason
 
 
 def test_the_floor_uses_only_runs_of_the_same_environment() -> None:
