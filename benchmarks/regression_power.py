@@ -58,7 +58,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import header
-from pytest_inferscope import drift, regression
+from pytest_inferscope import drift, regression, stats
 from pytest_inferscope.baseline import BaselineEntry
 from pytest_inferscope.drift import measure_steady
 from pytest_inferscope.options import OPTIONS_BY_NAME
@@ -202,24 +202,73 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 Cells = dict[tuple[str, float, int], Cell]
 
 
-def model_run(rng: np.random.Generator, sigma: float, level: float, rounds: int) -> Run:
-    """--model: no timing; independent log-normal rounds (log-sd sigma) and a steady probe."""
+def model_run(rng: np.random.Generator, sigma: float, level: float, rounds: int, run_sd: float = 0.0) -> Run:
+    """--model: no timing; independent log-normal rounds (log-sd sigma) around a run level, and a steady probe.
+
+    The run's level is itself log-normal around `level` with log-sd `run_sd` (--model-drift): a
+    machine whose speed moves between runs in a way the probe does not see.
+    """
+    level *= math.exp(rng.normal(0.0, run_sd)) if run_sd > 0 else 1.0
     return Run([float(x) for x in level * np.exp(rng.normal(0.0, sigma, rounds))], [0.05] * (rounds + 1), 1.0)
 
 
-def run_study(args: argparse.Namespace) -> tuple[Cells, int, float]:
+def steady_medians(history: list[Run], min_samples: int = 5) -> list[float]:
+    """The medians of the saved runs' steady rounds, as the noise floor takes them (runs with too few left out)."""
+    ref = drift.probe_reference(*(r.probe_ms for r in history))
+    out = []
+    for r in history:
+        kept = np.asarray(r.samples_ms)[drift.steady_mask(r.probe_ms, ref)]
+        if len(kept) >= min_samples:
+            out.append(float(np.median(kept)))
+    return out
+
+
+def drift_ceilings(log_sds: list[float], history: int, max_regression: float, alpha: float) -> list[str]:
+    """The run-to-run drift of the unchanged runs, and what it leaves of the 95% target at a 10% slowdown.
+
+    sigma is the root mean square of the within-trial log-sd of the saved runs' steady medians:
+    how far one run of unchanged code lands from the next, minutes apart at most. If run medians
+    scatter log-normally by sigma, then (rounds aside) a 10% slowdown reaches a median ratio above
+    1 + max_regression against one baseline run with probability Phi((ln 1.10 - ln(1 + m)) /
+    (sigma sqrt 2)), the ceiling of the median-ratio rule the issue prescribes; and a floor that
+    keeps false positives at alpha with `history` runs, even with sigma known exactly, catches at
+    most Phi(ln 1.10 / s - z(1 - alpha)), s = sigma sqrt(1 + 1/k).
+    """
+    if not log_sds:
+        return []
+    sigma = math.sqrt(float(np.mean(np.square(log_sds))))
+    asv = 1.0 - stats._norm_sf((math.log(1.10) - math.log1p(max_regression)) / (sigma * math.sqrt(2.0)))
+    z = stats._norm_ppf(1.0 - alpha)
+    lines = [
+        f"run-to-run drift of unchanged code: sigma = {100 * sigma:.2f}% (log-sd of the steady medians of the "
+        f"saved runs within a trial, RMS over {len(log_sds)} trials)",
+        f"  ceiling at a 10% slowdown, median ratio > {1 + max_regression:g} against one baseline run: {100 * asv:.1f}%",
+    ]
+    for k, label in ((history, f"{history} saved runs"), (10**9, "an endless history")):
+        s = sigma * math.sqrt(1.0 + 1.0 / k)
+        lines.append(
+            f"  ceiling at a 10% slowdown, a floor at {100 * alpha:g}% false positives with {label} (sigma known): "
+            f"{100 * (1.0 - stats._norm_sf(math.log(1.10) / s - z)):.1f}%"
+        )
+    need = (math.log(1.10) - math.log1p(max_regression)) / (stats._norm_ppf(0.95) * math.sqrt(2.0))
+    lines.append(f"  the median-ratio rule reaches 95% only while sigma <= {100 * need:.2f}%")
+    return lines
+
+
+def run_study(args: argparse.Namespace) -> tuple[Cells, int, float, list[float]]:
     n_base = 0 if args.model is not None else calibrate(args.target_ms)
     model_rng = np.random.default_rng(args.seed)
     settings = [(s, r) for s in args.slowdowns for r in args.rounds]
     cells: Cells = {(rule, s, r): Cell() for rule in RULES for s, r in settings}
     rng = random.Random(args.seed)
+    log_sds: list[float] = []  # per trial and setting: the log-sd of the saved runs' steady medians
     t_start = time.perf_counter()
     for trial in range(args.trials):
         rng.shuffle(settings)
         for slowdown, rounds in settings:
             if args.model is not None:
-                history = [model_run(model_rng, args.model, 1.0, rounds) for _ in range(args.history)]
-                new = model_run(model_rng, args.model, 1.0 + slowdown, rounds)
+                history = [model_run(model_rng, args.model, 1.0, rounds, args.model_drift) for _ in range(args.history)]
+                new = model_run(model_rng, args.model, 1.0 + slowdown, rounds, args.model_drift)
             else:
                 n_new = round(n_base * (1 + slowdown))
                 history = []
@@ -228,6 +277,9 @@ def run_study(args: argparse.Namespace) -> tuple[Cells, int, float]:
                         measure(functools.partial(work, n_base), rounds, args.warmup, args.round_cap, _prior(history))
                     )
                 new = measure(functools.partial(work, n_new), rounds, args.warmup, args.round_cap, _prior(history))
+            medians = steady_medians(history)
+            if len(medians) >= 2:
+                log_sds.append(float(np.std(np.log(medians), ddof=1)))
             spread = max(rel_spread(history[-1].samples_ms), rel_spread(new.samples_ms))
             drift = float(np.median(new.probe_ms) / np.median(history[-1].probe_ms))
             for rule, (verdict, ratio) in judge(history, new, rounds, args.max_regression, args.alpha).items():
@@ -240,7 +292,7 @@ def run_study(args: argparse.Namespace) -> tuple[Cells, int, float]:
         if args.progress and (trial + 1) % max(1, args.trials // 10) == 0:
             elapsed = time.perf_counter() - t_start
             print(f"  trial {trial + 1}/{args.trials}  ({elapsed:.0f} s)", file=sys.stderr, flush=True)
-    return cells, n_base, time.perf_counter() - t_start
+    return cells, n_base, time.perf_counter() - t_start, log_sds
 
 
 def table(cells: Cells, rule: str, markdown: bool) -> str:
@@ -325,6 +377,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LOGSD",
         help="no timing: draw independent log-normal rounds with this log-sd (checks the rules, not the machine)",
     )
+    p.add_argument(
+        "--model-drift",
+        type=float,
+        default=0.0,
+        metavar="LOGSD",
+        help="with --model: each run's level also moves by a log-normal factor with this log-sd (run-to-run drift)",
+    )
     p.add_argument("--quick", action="store_true", help="20 trials, 20 rounds: about a minute")
     p.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     p.add_argument("--progress", action="store_true", help="report progress on stderr")
@@ -336,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--history must be at least 1")
     print("\n".join(header("regression gate power study", f"Python {platform.python_version()}")))
     load_before = os.getloadavg()
-    cells, n_base, elapsed = run_study(args)
+    cells, n_base, elapsed, log_sds = run_study(args)
     load_after = os.getloadavg()
     print(
         f"back to back, {args.history} baseline run(s) then the candidate; max_regression={args.max_regression:g}, "
@@ -356,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(cells, rule, markdown=False))
     print()
     for line in summary(cells, RULES, 20):
+        print(line)
+    for line in drift_ceilings(log_sds, args.history, args.max_regression, args.alpha):
         print(line)
     if args.markdown:
         for rule in RULES:
