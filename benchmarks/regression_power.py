@@ -242,7 +242,8 @@ def drift_ceilings(log_sds: list[float], history: int, max_regression: float, al
     lines = [
         f"run-to-run drift of unchanged code: sigma = {100 * sigma:.2f}% (log-sd of the steady medians of the "
         f"saved runs within a trial, RMS over {len(log_sds)} trials)",
-        f"  ceiling at a 10% slowdown, median ratio > {1 + max_regression:g} against one baseline run: {100 * asv:.1f}%",
+        f"  ceiling at a 10% slowdown, median ratio > {1 + max_regression:g} against one baseline run: "
+        f"{100 * asv:.1f}%",
     ]
     for k, label in ((history, f"{history} saved runs"), (10**9, "an endless history")):
         s = sigma * math.sqrt(1.0 + 1.0 / k)
