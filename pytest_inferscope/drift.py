@@ -50,6 +50,9 @@ GPU_SIDE = ("gpu_bound", "transfer_bound")
 CPU_BOUND_WORKING = 0.5
 #: Saved runs of a test needed before their spread is used as a noise floor.
 MIN_HISTORY = 3
+#: The floor uses only this many of the latest saved runs, so that a speed change merged on main
+#: long ago (a step in the history) stops widening the floor and moving its centre.
+FLOOR_WINDOW = 10
 
 _TABLE = tuple(range(64))
 _PROBE_ITERATIONS = 300  # fixed forever within a plugin version: readings are compared across runs

@@ -18,6 +18,7 @@ import numpy as np
 
 from .baseline import DETERMINISTIC_METRICS, BaselineEntry, fingerprint, fingerprint_diff
 from .drift import (
+    FLOOR_WINDOW,
     MIN_HISTORY,
     PROBE_TOLERANCE,
     NoiseFloor,
@@ -233,7 +234,7 @@ def latency_verdict(
                 f"the host CPU ran {100 * abs(drift - 1):.0f}% {'slower' if drift > 1 else 'faster'} than when the "
                 f"baseline was recorded (speed probe); not corrected for, since {not_cpu_bound}."
             )
-    same_env = [e for e in history if e.fingerprint == entry.fingerprint] or [entry]
+    same_env = ([e for e in history if e.fingerprint == entry.fingerprint] or [entry])[-FLOOR_WINDOW:]
     floor, usable, new_median = _history_floor(
         same_env, new_ms, new_probe, alpha, min_samples, use_probe=steady is not None
     )

@@ -197,6 +197,15 @@ def test_the_new_median_is_held_against_the_centre_of_the_history_not_the_latest
     assert v.verdict == "inconclusive" and "x the centre of the saved runs" in v.reason
 
 
+def test_the_floor_uses_only_the_latest_saved_runs() -> None:
+    # Two runs from before a speed change on main (30% slower), then ten steady ones.
+    history = _history([3.9, 3.9, 3.0, 3.01, 2.99, 3.0, 3.02, 2.98, 3.0, 3.01, 2.99, 3.0])
+    assert drift.FLOOR_WINDOW == 10
+    v = compare_to_baseline(history[-1], _result(_rounds(3.3, 20, seed=38), [FAST] * 21), history=history,
+                            max_regression=0.05)  # fmt: skip
+    assert v.verdict == "regressed" and v.noise_floor is not None and v.noise_floor < 1.03
+
+
 def test_the_floor_uses_only_runs_of_the_same_environment() -> None:
     new = _rounds(3.0 * 1.10, 20, seed=40)
     others = [_entry(_rounds(m, 20, 50 + i), [FAST] * 21, fingerprint={"gpu_model": "A100"}) for i, m in
