@@ -16,11 +16,15 @@ so the benchmark and the proof run the same code:
 Benchmark (one run, modes interleaved so drift hits them alike), per workload and mode:
 
 * per call: a "test" of 1 warm-up + 5 calls. inferscope runs them as rounds of one collection
-  and the per-call time is the round time the plugin records (what a latency threshold sees,
-  warm-up dropped as the plugin drops it); torch.profiler wraps each call in its own
-  `with profile(...)`, as a per-test wrapper would. "first call" is the warm-up call (the first
-  launches after CUPTI is enabled cost more); "whole test" is the test's wall time
-  with start, stop and drain (post-processing, once per test, is reported apart).
+  and the per-call time is the round time the plugin records for the measured rounds (what a
+  latency threshold sees, warm-up dropped as the plugin drops it); torch.profiler wraps each call
+  in its own `with profile(...)`, as a per-test wrapper would. "first call" is the warm-up call (the
+  first launches after CUPTI is enabled cost more); "whole test" is the test's wall time with start,
+  stop and drain, and the trace round (post-processing, once per test, is reported apart).
+  inferscope modes run as a marked test does by default: the launch calls (CUPTI RUNTIME/DRIVER
+  records) only in one trace round after the measured ones (`--inferscope-trace-rounds=1`; its time
+  is the "trace round" column); the "launch calls in every round" modes record them in every round
+  (`--inferscope-trace-rounds=all`, the behaviour before trace rounds).
 * steady state: the profiler runs around N calls; the time per call inside it.
 * where inferscope's cost comes from: the native backend with stack sampling off, stack sampling
   alone (no GPU collection), and the native backend recording every runtime/driver API call
@@ -184,11 +188,15 @@ class Modes:
         self.torch = torch
         self.torch_profiler = torch_profiler
         self.choices = {b: select_backend("required", forced=b) for b in backends}
-        sampling, off = CollectionOptions(), CollectionOptions(cpu="off")  # sampling: what a marked test gets
+        # sampling and one trace round: what a marked test gets
+        sampling, off = CollectionOptions(trace_rounds=1), CollectionOptions(cpu="off", trace_rounds=1)
+        every = CollectionOptions()  # launch calls recorded in every round (--inferscope-trace-rounds=all)
         self.inferscope: dict[str, tuple[Any, Any]] = {b: (sampling, c) for b, c in self.choices.items()}
+        for b, c in self.choices.items():
+            self.inferscope[f"{b}, launch calls in every round"] = (every, c)
         if "native" in self.choices:
             self.inferscope["native, sampling off"] = (off, self.choices["native"])
-            self.inferscope[self.ALL_API] = (sampling, self.choices["native"])
+            self.inferscope[self.ALL_API] = (every, self.choices["native"])
         self.inferscope["sampling only"] = (sampling, Choice(None, {"gpu": "off for this measurement"}))
         self.acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
 
@@ -233,8 +241,10 @@ class Modes:
             raw = coll.stop()
             t1 = now()
             process(raw, Plan(nodeid=mode, rounds=CALLS, warmup=WARMUP), coll.collectors_info())
-            walls = [r["wall_ns"] / 1e6 for r in coll.rounds]
-            return {"calls": walls[WARMUP:], "first": walls[0], "whole": (t1 - t0) / 1e6, "post": (now() - t1) / 1e6}
+            walls = [r["wall_ns"] / 1e6 for r in coll.rounds if not r.get("trace")]  # warm-up and measured
+            trace = [r["wall_ns"] / 1e6 for r in coll.rounds if r.get("trace")]
+            return {"calls": walls[WARMUP:], "first": walls[0], "whole": (t1 - t0) / 1e6, "post": (now() - t1) / 1e6,
+                    "trace": trace}  # fmt: skip
         walls = []
         for _ in range(WARMUP + CALLS):
             c0 = now()
@@ -299,14 +309,16 @@ def environment(torch: Any) -> dict[str, str]:
     }
 
 
-def run(reps: int, backends: list[str], torch_profiler: bool = True) -> dict[str, Any]:
+def run(
+    reps: int, backends: list[str], torch_profiler: bool = True, workloads: list[str] | None = None
+) -> dict[str, Any]:
     import torch
 
     w = Workloads(torch)
     w.warm()
     modes = Modes(torch, backends, torch_profiler)
     names = modes.names()
-    work = {k: v for k, v in w.named().items() if k in TARGETS}
+    work = {k: v for k, v in w.named().items() if k in TARGETS and (not workloads or k in workloads)}
     failed: dict[str, str] = {}
     for m in list(names):  # one untimed test of every mode: each profiler's own first-use costs out of the way
         try:
@@ -358,6 +370,9 @@ def summarise(data: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
             }
             if tests and "post" in tests[0]:
                 row["post_ms"] = statistics.median(t["post"] for t in tests)
+            traced = [x for t in tests for x in t.get("trace", [])]
+            if traced:
+                row["trace_ms"] = statistics.median(traced)
             out[key][m] = row
     return out
 
@@ -367,15 +382,16 @@ def table(data: dict[str, Any]) -> str:
     s = summarise(data)
     lines = [
         "| workload | profiler | ms per call | per call | per call, least-disturbed test | first call | whole test "
-        "| steady state | post-processing |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| steady state | trace round (ms) | post-processing |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for key, rows in s.items():
         for m, r in rows.items():
             cols = ("call", "best", "first", "whole", "steady")
             pct = [f"{(r[k] - 1) * 100:+.1f}%" if m != "none" else "" for k in cols]
             post = f"{r['post_ms']:.1f} ms" if "post_ms" in r else ""
-            lines.append(f"| {key} | {m} | {r['ms']:.2f} | " + " | ".join(pct) + f" | {post} |")
+            trace = f"{r['trace_ms']:.2f}" if "trace_ms" in r else ""
+            lines.append(f"| {key} | {m} | {r['ms']:.2f} | " + " | ".join(pct) + f" | {trace} | {post} |")
     lines.append("")
     for key, target in TARGETS.items():
         for m in data["versions"]:
@@ -402,8 +418,14 @@ def main(argv: list[str] | None = None) -> int:
         "CUPTI timestamp callback installed, and CUPTI's per-record cost may then differ from a test session's)",
     )
     parser.add_argument("--json", type=Path, help="also write every measurement here")
+    parser.add_argument("--workloads", default="", help=f"comma-separated, of {', '.join(TARGETS)} (default: all)")
     args = parser.parse_args(argv)
-    data = run(args.reps, [b for b in args.backends.split(",") if b], torch_profiler=not args.no_torch_profiler)
+    data = run(
+        args.reps,
+        [b for b in args.backends.split(",") if b],
+        torch_profiler=not args.no_torch_profiler,
+        workloads=[k for k in args.workloads.split(",") if k],
+    )
     if args.json is not None:
         args.json.write_text(json.dumps(data, indent=1))
     env = data["environment"]

@@ -46,8 +46,9 @@ class Profile:
         self.timeline: Timeline | None = None
 
 
-def _options(settings: Settings, cpu: str | None) -> CollectionOptions:
+def _options(settings: Settings, cpu: str | None, trace_rounds: int | str = "all") -> CollectionOptions:
     return CollectionOptions(
+        trace_rounds=None if trace_rounds == "all" else int(trace_rounds),
         cpu=cpu or settings.cpu,
         sample_interval_ms=settings.sample_interval_ms,
         trace_size_mb=settings.trace_size_mb,
@@ -67,16 +68,20 @@ def collecting(
     report_dir: str | os.PathLike[str] | None,
     thresholds: dict[str, Any] | None,
     cpu: str | None,
+    trace_rounds: int | str | None = "all",
 ) -> Iterator[Collection]:
     """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result.
 
-    The building block of `profile`, `measure` and `inferscope run`.
+    The building block of `profile`, `measure` and `inferscope run`. `trace_rounds`: "all" (launch
+    calls recorded throughout: the block drives its own rounds), N (the block runs the trace rounds,
+    `Collection.run_rounds` does), or None (the settings' `trace_rounds`).
     """
     settings = standalone_settings()
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
         check_report_dir(Path(out))
-    coll = Collection(_options(settings, cpu), _gpu_choice(settings.gpu), name=name)
+    traced = settings.trace_rounds if trace_rounds is None else trace_rounds
+    coll = Collection(_options(settings, cpu, traced), _gpu_choice(settings.gpu), name=name)
     coll.start()
     partial = ""
     try:
@@ -133,12 +138,35 @@ def measure(
     report_dir: str | os.PathLike[str] | None = None,
     thresholds: dict[str, Any] | None = None,
     cpu: str | None = None,
+    trace_rounds: int | str | None = None,
     **kwargs: Any,
 ) -> TestResult:
-    """Call `fn(*args, **kwargs)` warmup + rounds times under collection and return the analysed result."""
+    """Call `fn(*args, **kwargs)` warmup + rounds times under collection and return the analysed result.
+
+    With GPU collection, `trace_rounds` more calls follow with the launch calls recorded (the measured
+    ones are timed without them): N, "all" (recorded in every call, no extra call), or None for the
+    setting (INFERSCOPE_TRACE_ROUNDS or the config file; default 1).
+    """
+    if trace_rounds is not None:
+        from .options import parse_trace_rounds
+
+        try:
+            trace_rounds = parse_trace_rounds(trace_rounds)
+        except ValueError as exc:
+            raise ValueError(
+                f"measure(trace_rounds={trace_rounds!r}): {exc}; give a number of trace rounds from 1 to 1000, "
+                "or 'all' (launch calls recorded in every round)."
+            ) from None
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
     with collecting(
-        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=thresholds, cpu=cpu
+        sink.name,
+        sink,
+        rounds=rounds,
+        warmup=warmup,
+        report_dir=report_dir,
+        thresholds=thresholds,
+        cpu=cpu,
+        trace_rounds=trace_rounds,
     ) as coll:
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None

@@ -39,12 +39,16 @@ class MarkerKey:
         what = {"number": "a number", "fraction": "a fraction", "int": "an integer"}[self.kind]
         lo = "" if self.low is None else f" {'>' if self.low_open else '>='} {self.low:g}"
         hi = "" if self.high is None else f" <= {self.high:g}"
-        return f"{what}{lo}{' and' if lo and hi else ''}{hi}"
+        # A number key with choices also takes those words (trace_rounds: N or 'all').
+        words = "".join(f" or {c!r}" for c in self.choices)
+        return f"{what}{lo}{' and' if lo and hi else ''}{hi}{words}"
 
     def check(self, value: Any) -> str | None:
         """None when `value` is valid, else what is wrong with it."""
         if self.kind == "choice":
             return None if value in self.choices else f"{value!r} is not {self.valid()}"
+        if isinstance(value, str) and value in self.choices:
+            return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             return f"{value!r} is not {self.valid()}"
         if self.kind == "int" and not isinstance(value, int):
@@ -149,6 +153,16 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             "many times `rounds` in all (1 = never)",
             low=1,
             high=100,
+            threshold=False,
+        ),
+        MarkerKey(
+            "trace_rounds",
+            "int",
+            "extra rounds after the measured ones that record the GPU launch calls, which the measured rounds "
+            "are timed without; 'all' records them in every round (no trace round)",
+            low=1,
+            high=1000,
+            choices=("all",),
             threshold=False,
         ),
         MarkerKey(
@@ -326,3 +340,4 @@ class Plan:
     cpu: str = "sample"
     modules: int = 0
     round_cap: float = 1.0  # at most round_cap x rounds when re-measuring unsteady rounds (drift.measure_steady)
+    trace_rounds: int | str = "all"  # trace rounds after the measured ones (launch calls recorded), or "all"

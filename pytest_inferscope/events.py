@@ -22,7 +22,7 @@ class Kind(enum.IntEnum):
     """What a record describes. Spans have start < end; instants have start == end."""
 
     TEST = 1  # the profiled test body, all rounds
-    ROUND = 2  # one call of the test body; value = round index, flags bit 0 = warm-up
+    ROUND = 2  # one call of the test body; value = round index, flags: WARMUP_FLAG, TRACE_FLAG (and RAISED)
     SCOPE = 3  # a user scope (`scope()` / fixture)
     MODULE = 4  # a torch.nn.Module forward
     MARK = 5  # `mark_event`; value = index into the attrs list
@@ -97,6 +97,9 @@ class MemoryFlag(enum.IntFlag):
 
 
 WARMUP_FLAG = 1
+#: A ROUND flag: a trace round, run after the measured ones with the launch calls (CUPTI's RUNTIME and
+#: DRIVER records) recorded; not a latency sample. (Bit 1 is collectors.RAISED_FLAG.)
+TRACE_FLAG = 4
 
 EVENT_DTYPE = np.dtype(
     [

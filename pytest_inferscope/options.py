@@ -134,6 +134,13 @@ def parse_gpus(value: Any) -> tuple[int, ...]:
     return gpus
 
 
+def parse_trace_rounds(value: Any) -> int | str:
+    """Trace rounds: a whole number from 1 to 1000, or `all` (launch calls recorded in every round)."""
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return "all"
+    return int(number(1, 1000, integer=True)(value))
+
+
 def parse_name(value: Any) -> str:
     """A baseline name: letters, digits, '.', '-' and '_', so it is a safe file name."""
     if isinstance(value, str) and _NAME.fullmatch(value.strip()):
@@ -299,6 +306,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "rounds in all (1 = never), unless the marker says otherwise.",
         "give a factor of the requested rounds, from 1 (never add rounds) to 100", "2", metavar="FACTOR",
     ),
+    OptionSpec(
+        "trace_rounds", parse_trace_rounds, 1,
+        "GPU launch calls (CUPTI's RUNTIME/DRIVER records: launch linkage, sync and copy calls, idle causes) are "
+        "recorded only in this many extra trace rounds after the measured ones, which are timed without them "
+        "(cheaper); `all` records them in every round and runs no trace round. Not a latency sample; no trace "
+        "round runs without GPU collection. Unless the marker says otherwise.",
+        "give a number of trace rounds from 1 to 1000, or all", "all", metavar="N|all",
+    ),
 )  # fmt: skip
 
 OPTIONS_BY_NAME: Mapping[str, OptionSpec] = MappingProxyType({spec.name: spec for spec in OPTIONS})
@@ -330,6 +345,7 @@ class Settings:
     alpha: float
     speed_probe: ProbeMode
     round_cap: float
+    trace_rounds: int | str  # N >= 1, or "all"
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"
     sources: Mapping[str, str] = field(default_factory=dict, hash=False)

@@ -112,7 +112,7 @@ def _build(tp: Any, data: Any) -> Any:
 
 @dataclass
 class LatencyStats(_Serial):
-    """Per-round wall-clock latency of the test body, warm-up rounds kept apart."""
+    """Per-round wall-clock latency of the test body, warm-up and trace rounds kept apart."""
 
     samples_ms: list[float]
     warmup_ms: list[float] = field(default_factory=list)
@@ -126,14 +126,19 @@ class LatencyStats(_Serial):
     stdev: float = math.nan
     # drift.probe_ms readings before the first measured round and after each one (empty: no probe ran)
     probe_ms: list[float] = field(default_factory=list)
+    # trace rounds (launch calls recorded, after the measured ones): shown, never a sample
+    trace_ms: list[float] = field(default_factory=list)
 
     @classmethod
-    def from_samples(cls, samples_ms: list[float], warmup_ms: list[float] | None = None) -> LatencyStats:
+    def from_samples(
+        cls, samples_ms: list[float], warmup_ms: list[float] | None = None, trace_ms: list[float] | None = None
+    ) -> LatencyStats:
         import numpy as np  # here, not at the top: the plugin imports this module for every session
 
         s = np.asarray(samples_ms, dtype=float)
+        traced = [float(x) for x in (trace_ms or [])]
         if s.size == 0:
-            return cls([], list(warmup_ms or []))
+            return cls([], list(warmup_ms or []), trace_ms=traced)
         q25, q50, q75, q90, q99 = np.percentile(s, [25, 50, 75, 90, 99])
         return cls(
             samples_ms=[float(x) for x in s],
@@ -146,6 +151,7 @@ class LatencyStats(_Serial):
             max=float(s.max()),
             iqr=float(q75 - q25),
             stdev=float(s.std(ddof=1)) if s.size > 1 else 0.0,
+            trace_ms=traced,
         )
 
     def get(self, stat: str) -> float:

@@ -25,6 +25,7 @@ import pytest
 
 from .checks import validate_marker
 from .config import Settings
+from .extra import start_extra_collectors, stop_extra_collectors
 from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class InferscopeSession:
             cpu=str(kwargs.get("cpu", s.cpu)),
             modules=int(kwargs.get("modules", s.modules)),
             round_cap=float(kwargs.get("round_cap", s.round_cap)),
+            trace_rounds=kwargs.get("trace_rounds", s.trace_rounds),
         )
 
     # -- hooks ---------------------------------------------------------------------
@@ -244,6 +246,7 @@ class InferscopeSession:
             trace_spill=str(s.trace_spill) if s.trace_spill else None,
             gpu_required=s.gpu == "required",
             modules=plan.modules,
+            trace_rounds=None if plan.trace_rounds == "all" else int(plan.trace_rounds),
         )
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
         pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)
@@ -280,11 +283,13 @@ class InferscopeSession:
             log.debug("inferscope %s: %s", pyfuncitem.nodeid, done)
             pending.probe_ms.extend(done.probe_ms)
             self.probe_seen.extend(done.probe_ms)
-            return result
+            # After every measured round (those measure_steady added too): the trace rounds, if any.
+            traced = coll.run_trace_rounds(lambda: original(*args, **kwargs), len(coll.rounds))
+            return result if traced is None else traced[0]
 
         pyfuncitem.obj = profiled
         coll.start()
-        pending.extra = self._start_extra_collectors(pyfuncitem)
+        pending.extra = start_extra_collectors(self.config, pyfuncitem)
         try:
             return (yield)
         except pytest.skip.Exception:
@@ -298,41 +303,9 @@ class InferscopeSession:
             raise
         finally:
             pyfuncitem.obj = original
-            pending.extra_metrics = self._stop_extra_collectors(pyfuncitem, pending.extra)
+            pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
             pending.raw = coll.stop()
             pending.raw.meta["extra_metrics"] = pending.extra_metrics
-
-    def _start_extra_collectors(self, item: pytest.Item) -> list[Any]:
-        """Start the collectors other plugins add (pytest_inferscope_collectors); one that fails is left out."""
-        started = []
-        for extra in self.config.hook.pytest_inferscope_collectors(config=self.config, item=item):
-            for c in extra or ():
-                try:
-                    c.start()
-                    started.append(c)
-                except Exception as exc:  # a third party's collector never breaks the test
-                    self._warn_collector(c, item, "start", exc)
-        return started
-
-    def _stop_extra_collectors(self, item: pytest.Item, collectors: list[Any]) -> dict[str, float | None]:
-        metrics: dict[str, float | None] = {}
-        for c in collectors:
-            try:
-                for key, value in dict(c.stop()).items():
-                    metrics[f"{c.name}.{key}"] = None if value is None else float(value)
-            except Exception as exc:
-                self._warn_collector(c, item, "stop", exc)
-        return metrics
-
-    def _warn_collector(self, c: Any, item: pytest.Item, when: str, exc: Exception) -> None:
-        name = getattr(c, "name", type(c).__name__)
-        warnings.warn(
-            InferscopeWarning(
-                f"inferscope: the collector {name!r} (from pytest_inferscope_collectors) failed to {when} for "
-                f"{item.nodeid}: {type(exc).__name__}: {exc}; its metrics are left out of this test's analysis."
-            ),
-            stacklevel=1,
-        )
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

@@ -1,5 +1,12 @@
 """The measured rounds of a timeline and their counters: what every rule and view reads first.
 
+Trace rounds (events.TRACE_FLAG; `--inferscope-trace-rounds`) run after the measured ones with the
+GPU launch calls recorded, which the measured rounds are timed without. Everything taken from the
+launch calls (launch linkage, sync and copy calls, allocator calls, idle causes) comes from the
+*API rounds*: the trace rounds when there are any, else the measured rounds (launch calls recorded
+in every round, and every trace recorded before trace rounds existed). `api_scale` turns a total
+over the API rounds into one over the measured rounds (per round, as many rounds).
+
 Pure functions of a `Timeline`; nothing here prints or writes.
 """
 
@@ -11,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import WARMUP_FLAG, Kind
+from ..events import TRACE_FLAG, WARMUP_FLAG, Kind
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
 
@@ -52,11 +59,41 @@ class RoundsContext:
 
     @cached_property
     def round_idx(self) -> np.ndarray:
-        """Indices of the measured rounds (all rounds when every round was a warm-up)."""
+        """Indices of the measured rounds (all but the trace rounds when every round was a warm-up)."""
         ev = self.timeline.events
         rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
-        measured = rounds[(ev["flags"][rounds] & WARMUP_FLAG) == 0]
-        return measured if len(measured) else rounds
+        plain = rounds[(ev["flags"][rounds] & TRACE_FLAG) == 0]
+        measured = plain[(ev["flags"][plain] & WARMUP_FLAG) == 0]
+        return measured if len(measured) else (plain if len(plain) else rounds)
+
+    @cached_property
+    def trace_idx(self) -> np.ndarray:
+        """Indices of the trace rounds (launch calls recorded; not latency samples)."""
+        ev = self.timeline.events
+        rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
+        trace = rounds[(ev["flags"][rounds] & TRACE_FLAG) != 0]
+        return trace if len(trace) < len(rounds) else np.zeros(0, dtype=rounds.dtype)
+
+    @property
+    def has_trace_rounds(self) -> bool:
+        return bool(len(self.trace_idx))
+
+    @property
+    def api_round_idx(self) -> np.ndarray:
+        """The rounds the launch calls are read from: the trace rounds, else the measured rounds."""
+        return self.trace_idx if self.has_trace_rounds else self.round_idx
+
+    @property
+    def n_api_rounds(self) -> int:
+        return max(1, len(self.api_round_idx))
+
+    @property
+    def api_scale(self) -> float:
+        """Measured rounds per API round: a total over the API rounds times this is one over the measured rounds."""
+        return self.n_rounds / self.n_api_rounds if self.has_trace_rounds else 1.0
+
+    def per_api_round_ms(self, ns: float) -> float:
+        return ns / _MS / self.n_api_rounds
 
     @cached_property
     def round_ms(self) -> np.ndarray:
@@ -67,8 +104,14 @@ class RoundsContext:
     def latency(self) -> LatencyStats:
         ev = self.timeline.events
         rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
-        warm = rounds[(ev["flags"][rounds] & WARMUP_FLAG) != 0]
-        return LatencyStats.from_samples(list(self.round_ms), list((ev["end"][warm] - ev["start"][warm]) / _MS))
+        flags = ev["flags"][rounds]
+        warm = rounds[((flags & WARMUP_FLAG) != 0) & ((flags & TRACE_FLAG) == 0)]
+        trace = self.trace_idx
+        return LatencyStats.from_samples(
+            list(self.round_ms),
+            list((ev["end"][warm] - ev["start"][warm]) / _MS),
+            list((ev["end"][trace] - ev["start"][trace]) / _MS),
+        )
 
     @property
     def n_rounds(self) -> int:
@@ -86,11 +129,19 @@ class RoundsContext:
     @cached_property
     def in_rounds(self) -> np.ndarray:
         """Mask of events that happen inside a measured round (a sample happens when it was taken: its end)."""
+        return self._inside(self.round_idx)
+
+    @cached_property
+    def in_api_rounds(self) -> np.ndarray:
+        """Mask of events inside the rounds the launch calls are read from (`api_round_idx`)."""
+        return self._inside(self.trace_idx) if self.has_trace_rounds else self.in_rounds
+
+    def _inside(self, round_idx: np.ndarray) -> np.ndarray:
         ev = self.timeline.events
-        if not len(self.round_idx):
+        if not len(round_idx):
             return np.ones(len(ev), dtype=bool)
         at = np.where(ev["kind"] == Kind.SAMPLE, ev["end"] - 1, ev["start"])
-        r = ev[self.round_idx]
+        r = ev[round_idx]
         order = np.argsort(r["start"])
         rs, re = r["start"][order], r["end"][order]
         k = np.searchsorted(rs, at, side="right") - 1
@@ -106,7 +157,8 @@ class RoundsContext:
     def counters(self) -> dict[str, float]:
         """Sums of the per-round process counters over the measured rounds."""
         rows: list[dict[str, Any]] = list(self.timeline.meta.get("rounds", []))
-        measured = [r for r in rows if not r.get("warmup")] or rows
+        plain = [r for r in rows if not r.get("trace")] or rows
+        measured = [r for r in plain if not r.get("warmup")] or plain
         keys = ("wall_ns", "thread_cpu_ns", "user_ns", "sys_ns", "minflt", "majflt", "nvcsw", "nivcsw", "runqueue_ns")
         out = {k: float(sum(r.get(k, 0) for r in measured)) for k in keys}
         out["rounds"] = float(len(measured))
@@ -117,7 +169,7 @@ class RoundsContext:
 
     @cached_property
     def rss_per_round(self) -> np.ndarray:
-        rows = [r for r in self.timeline.meta.get("rounds", []) if not r.get("warmup")]
+        rows = [r for r in self.timeline.meta.get("rounds", []) if not r.get("warmup") and not r.get("trace")]
         return np.array([r.get("rss_end", 0) for r in rows], dtype=float)
 
     # -- helpers for rules ---------------------------------------------------------

@@ -65,15 +65,21 @@ class Context(GpuContext):
         spots.sort(key=lambda h: (h.self_ms, h.total_ms), reverse=True)
         return spots
 
-    def samples_inside(self, starts: np.ndarray, ends: np.ndarray, lines: bool = False) -> list[tuple[str, float]]:
+    def samples_inside(
+        self, starts: np.ndarray, ends: np.ndarray, lines: bool = False, api: bool = False
+    ) -> list[tuple[str, float]]:
         """User frames (innermost) of the samples taken inside the given intervals, by sampled ms per round.
+
+        With `api`, the intervals lie in the API rounds (idle gaps, sync calls: base.py), whose samples
+        are read and counted per API round.
 
         With `lines`, each frame is named at the line it was on when sampled (the sampler keeps it in
         the sample's value), followed by that line's source where the file can be read here:
         "mod:fn (path.py:42: `x.item()`)". Traces recorded before the sampler kept lines name the function.
         """
         ev = self.timeline.events
-        sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & self.in_rounds)
+        sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (self.in_api_rounds if api else self.in_rounds))
+        per_round = self.per_api_round_ms if api else self.per_round_ms
         if not len(sel) or not len(starts):
             return []
         order = np.argsort(starts)
@@ -87,7 +93,7 @@ class Context(GpuContext):
             if lines and ev["value"][i] > 0:
                 leaf = at_line(leaf, int(ev["value"][i]))
             tally[leaf] = tally.get(leaf, 0.0) + float(ev["end"][i] - ev["start"][i])
-        return sorted(((k_, self.per_round_ms(v)) for k_, v in tally.items()), key=lambda kv: -kv[1])
+        return sorted(((k_, per_round(v)) for k_, v in tally.items()), key=lambda kv: -kv[1])
 
     @cached_property
     def framework_ns(self) -> float:
@@ -119,16 +125,17 @@ class Context(GpuContext):
         return memo
 
     def _gpu_inside(self) -> tuple[dict[int, float], dict[int, float]]:
-        """GPU ns and kernel launches per scope/module span, its children's included.
+        """GPU ns and kernel launches per scope/module span of the API rounds, its children's included.
 
-        A GPU record's parent is the span its launch ran in (the merger's doing), so the
-        per-parent sums (one bincount) are propagated up the span tree, innermost spans first.
+        A GPU record's parent is the span its launch ran in (the merger's doing, from the launch
+        calls: so the API rounds), so the per-parent sums (one bincount) are propagated up the span
+        tree, innermost spans first.
         """
         tl = self.timeline
         ev = tl.events
         if not self.has_gpu:
             return {}, {}
-        gpu = np.flatnonzero(tl.mask(*GPU_KINDS) & self.in_rounds)
+        gpu = np.flatnonzero(tl.mask(*GPU_KINDS) & self.in_api_rounds)
         parents = tl.parent[gpu]
         keep = parents >= 0
         gpu, parents = gpu[keep], parents[keep]
@@ -157,10 +164,15 @@ class Context(GpuContext):
         for i, k, d in zip(idx.tolist(), kinds, durs, strict=True):
             key = (paths[i], "scope" if k == Kind.SCOPE else "module")
             agg.setdefault(key, []).append(float(d))
-            g = gpu_agg.setdefault(key, [0.0, 0.0])
+        # GPU time per scope: from the API rounds (their GPU records know their launch's span), per API round.
+        api_idx = idx
+        if self.has_trace_rounds:
+            api_idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE) & self.in_api_rounds)
+        for i, k in zip(api_idx.tolist(), ev["kind"][api_idx].tolist(), strict=True):
+            g = gpu_agg.setdefault((paths[i], "scope" if k == Kind.SCOPE else "module"), [0.0, 0.0])
             g[0] += gpu_ns.get(i, 0.0)
             g[1] += launches.get(i, 0.0)
-        wall, n = max(1, self.wall_ns), self.n_rounds
+        wall, n, n_api = max(1, self.wall_ns), self.n_rounds, self.n_api_rounds
         has_gpu = self.has_gpu
         out = [
             ScopeStat(
@@ -170,8 +182,8 @@ class Context(GpuContext):
                 total_ms=sum(d) / _MS / n,
                 mean_ms=sum(d) / len(d) / _MS,
                 share=sum(d) / wall,
-                gpu_ms=gpu_agg[(p, k)][0] / _MS / n if has_gpu else None,
-                launches=gpu_agg[(p, k)][1] / n if has_gpu else None,
+                gpu_ms=gpu_agg.get((p, k), [0.0, 0.0])[0] / _MS / n_api if has_gpu else None,
+                launches=gpu_agg.get((p, k), [0.0, 0.0])[1] / n_api if has_gpu else None,
             )
             for (p, k), d in agg.items()
         ]

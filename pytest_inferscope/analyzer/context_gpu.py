@@ -1,5 +1,9 @@
 """The GPU side of the context: GPU records, copies, blocking calls, launches, per-stream summary.
 
+GPU activity (kernels, copies, memsets: busy time, counts, bytes) is read from the measured rounds;
+what the launch calls tell (sync, copy and allocator calls, blocking copies, idle causes) from the
+API rounds (base.py: the trace rounds when there are any), scaled to the measured rounds.
+
 Pure functions of a `Timeline`; nothing here prints or writes.
 """
 
@@ -13,7 +17,7 @@ import numpy as np
 
 from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, unpack_copy_flags
 from .base import _MB, _MS, RoundsContext, union_ns
-from .idle import CLOCK_SLACK_NS, IdleGaps, attribute_idle
+from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle
 
 #: Runtime/driver calls that block the calling thread until the device catches up.
 SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy(2D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?$|^cudaMemcpy(To|From)Symbol$")
@@ -71,10 +75,10 @@ class GpuContext(RoundsContext):
 
     @cached_property
     def sync_calls(self) -> np.ndarray:
-        """Indices of the test's blocking runtime calls (synchronisations, blocking copies) in measured rounds."""
+        """Indices of the test's blocking runtime calls (synchronisations, blocking copies) in the API rounds."""
         tl = self.timeline
         ev = tl.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_api_rounds)
         if not len(rt):
             return rt
         names = self._name_table(SYNC_CALL)[ev["name"][rt]]
@@ -88,25 +92,42 @@ class GpuContext(RoundsContext):
 
     @cached_property
     def copy_calls(self) -> np.ndarray:
-        """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in measured rounds."""
+        """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in the API rounds."""
         tl = self.timeline
         ev = tl.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_api_rounds)
         return rt[self._name_table(COPY_CALL)[ev["name"][rt]]] if len(rt) else rt
 
     @cached_property
     def wait_ns(self) -> dict[str, int]:
-        """Time the test thread was held by the device: its syncs, ours, its copy calls, and all together."""
+        """Time the test thread was held by the device: its syncs, ours, its copy calls, and all together.
+
+        Over the measured rounds. With trace rounds, the user's syncs and copy calls are read there and
+        scaled (`api_scale`); "all" is the measured rounds' own end-of-round waits plus the time the
+        trace rounds' syncs and copy calls held the thread outside their end-of-round waits, scaled.
+        """
         ev = self.timeline.events
         own = ev[(ev["kind"] == Kind.WAIT) & self.in_rounds]
         user = ev[self.sync_calls]
         copies = ev[self.copy_calls]
+        round_end = union_ns(own["start"], own["end"])
+        if self.has_trace_rounds:
+            own = ev[(ev["kind"] == Kind.WAIT) & self.in_api_rounds]
         held = np.concatenate((own, user, copies))
+        scale = self.api_scale
+        if not self.has_trace_rounds:
+            return {
+                "user": union_ns(user["start"], user["end"]),
+                "round_end": round_end,
+                "copy_calls": union_ns(copies["start"], copies["end"]),
+                "all": union_ns(held["start"], held["end"]),
+            }
+        beyond = union_ns(held["start"], held["end"]) - union_ns(own["start"], own["end"])
         return {
-            "user": union_ns(user["start"], user["end"]),
-            "round_end": union_ns(own["start"], own["end"]),
-            "copy_calls": union_ns(copies["start"], copies["end"]),
-            "all": union_ns(held["start"], held["end"]),
+            "user": round(union_ns(user["start"], user["end"]) * scale),
+            "round_end": round_end,
+            "copy_calls": round(union_ns(copies["start"], copies["end"]) * scale),
+            "all": round_end + round(beyond * scale),
         }
 
     @cached_property
@@ -137,14 +158,53 @@ class GpuContext(RoundsContext):
 
     @cached_property
     def idle(self) -> IdleGaps:
-        """Every GPU idle interval of the measured rounds with its cause (see `idle.py`)."""
+        """Every GPU idle interval of the API rounds with its cause (see `idle.py`).
+
+        The measured rounds when they recorded the launch calls; else the trace rounds, the only ones
+        whose gaps have launch calls to attribute them to. Their totals are scaled to the measured
+        rounds' idle time by `idle_scale`; the intervals themselves are the trace rounds'.
+        """
         blocking = np.union1d(self.sync_calls, self.copy_calls)
-        return attribute_idle(self.timeline.events, self.in_rounds, self.round_idx, blocking, self.launch_gap_ns)
+        return attribute_idle(
+            self.timeline.events, self.in_api_rounds, self.api_round_idx, blocking, self.launch_gap_ns
+        )
+
+    @cached_property
+    def idle_scale(self) -> float:
+        """The measured rounds' GPU idle time over the trace rounds' (1 without trace rounds).
+
+        Each cause keeps its share of the trace rounds' idle time, applied to the measured rounds' idle
+        time: the measured rounds' gaps have no launch calls to attribute, and a trace round's host is
+        slower (its launch calls are recorded), so its gaps are longer, but split the same way.
+        """
+        if not self.has_trace_rounds:
+            return 1.0
+        none = np.zeros(0, dtype=np.int64)
+        measured = attribute_idle(self.timeline.events, self.in_rounds, self.round_idx, none, self.launch_gap_ns)
+        traced = self.idle.total_ns()
+        return measured.total_ns() / traced if traced else 0.0
+
+    def idle_ns(self, cause: str | None = None) -> float:
+        """Idle ns of one cause (all when None) over the measured rounds, summed over devices."""
+        ns = self.idle.total_ns(cause)
+        return ns * self.idle_scale if self.has_trace_rounds else ns
+
+    def idle_totals(self) -> dict[str, float]:
+        return {c: self.idle_ns(c) for c in CAUSES}
+
+    def turn_taking_ns(self) -> float:
+        """`IdleGaps.turn_taking_ns` over the measured rounds (scaled like the idle time)."""
+        ns = self.idle.turn_taking_ns()
+        return ns * self.idle_scale if self.has_trace_rounds else ns
+
+    def idle_per_round(self, cause: str) -> float:
+        """Idle intervals of one cause per round (of the rounds they were read from)."""
+        return int(np.count_nonzero(self.idle.mask(cause))) / self.n_api_rounds
 
     def idle_fraction(self, cause: str) -> float:
         """Idle time of one cause over the measured wall time (per device, averaged over devices)."""
         devices = max(1, len(np.unique(self.gpu["device"]))) if self.has_gpu else 1
-        return self.idle.total_ns(cause) / max(1, self.wall_ns) / devices
+        return self.idle_ns(cause) / max(1, self.wall_ns) / devices
 
     def host_wait_fraction(self) -> float:
         """Host-wait idle over the measured wall time, less the part the host spent in allocator calls
@@ -154,7 +214,10 @@ class GpuContext(RoundsContext):
         alloc = ev[self.alloc_calls]
         in_alloc = _intersection_ns(self.idle.start_ns[sel], self.idle.end_ns[sel], alloc["start"], alloc["end"])
         devices = max(1, len(np.unique(self.gpu["device"]))) if self.has_gpu else 1
-        return max(0, self.idle.total_ns("host_wait") - in_alloc) / max(1, self.wall_ns) / devices
+        rest: float = max(0, self.idle.total_ns("host_wait") - in_alloc)
+        if self.has_trace_rounds:
+            rest = rest * self.idle_scale
+        return rest / max(1, self.wall_ns) / devices
 
     @cached_property
     def transfer(self) -> dict[str, float]:
@@ -172,7 +235,11 @@ class GpuContext(RoundsContext):
         overlap = _intersection_ns(hd["start"], hd["end"], kinds["start"], kinds["end"]) if len(kinds) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)
-        blocking, blocked_ns = self._blocking_copies(hd)
+        if self.has_trace_rounds:  # copies are matched to their calls where the calls were recorded
+            blocking, blocked_ns = self._blocking_copies(self._api_host_copies())
+            blocking, blocked_ns = round(blocking * self.api_scale), round(blocked_ns * self.api_scale)
+        else:
+            blocking, blocked_ns = self._blocking_copies(hd)
         return {
             "count": float(len(hd)),
             "bytes": float(nbytes.sum()),
@@ -191,6 +258,13 @@ class GpuContext(RoundsContext):
             "exposed_ns": float(copy_union - overlap),
             "compute_ns": float(union_ns(kinds["start"], kinds["end"])),
         }
+
+    def _api_host_copies(self) -> np.ndarray:
+        """Host<->device copy records of the API rounds."""
+        ev = self.timeline.events
+        cp = ev[(ev["kind"] == Kind.MEMCPY) & self.in_api_rounds]
+        kind, _, _ = unpack_copy_flags(cp["flags"])
+        return cp[np.isin(kind, [CopyKind.HTOD, CopyKind.DTOH])]
 
     def _blocking_copies(self, hd: np.ndarray) -> tuple[int, int]:
         """Copies the host waited for: the copy call returned only after the copy ended, or a
@@ -221,9 +295,9 @@ class GpuContext(RoundsContext):
 
     @cached_property
     def alloc_calls(self) -> np.ndarray:
-        """Indices of the test's allocator calls (cudaMalloc/cudaFree and the driver's) in measured rounds."""
+        """Indices of the test's allocator calls (cudaMalloc/cudaFree and the driver's) in the API rounds."""
         ev = self.timeline.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_rounds)
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_api_rounds)
         return rt[self._name_table(ALLOC_CALL)[ev["name"][rt]]] if len(rt) else rt
 
     def merged_busy(self) -> tuple[np.ndarray, np.ndarray]:
@@ -274,7 +348,7 @@ class GpuContext(RoundsContext):
             "longest_ms": float(gaps.max()) / _MS if len(gaps) else 0.0,
             "median_us": float(np.median(gaps)) / 1e3 if len(gaps) else 0.0,
             # Every idle interval (lead-in and tail of each round too) by cause, per device: idle.py.
-            "by_cause_ms_per_round": {c: self.per_round_ms(ns) for c, ns in self.idle.totals_ns().items()},
+            "by_cause_ms_per_round": {c: self.per_round_ms(ns) for c, ns in self.idle_totals().items()},
         }
         copies = {}
         cp = self.copies["all"]
@@ -300,10 +374,11 @@ class GpuContext(RoundsContext):
             }
         syncs: dict[str, dict[str, float]] = {}
         ev = tl.events
+        n_api = self.n_api_rounds  # the sync calls are read from the API rounds
         for i in self.sync_calls.tolist():
             entry = syncs.setdefault(tl.name(i), {"count_per_round": 0.0, "blocked_ms_per_round": 0.0})
-            entry["count_per_round"] += 1 / n
-            entry["blocked_ms_per_round"] += float(ev["end"][i] - ev["start"][i]) / _MS / n
+            entry["count_per_round"] += 1 / n_api
+            entry["blocked_ms_per_round"] += float(ev["end"][i] - ev["start"][i]) / _MS / n_api
         return {
             "streams": streams,
             "idle_gaps": idle,

@@ -42,7 +42,7 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
     m["cpu.torch_threads"] = float(ctx.timeline.meta.get("torch_threads") or 0) or None
     m["host.wait_fraction"] = waits["all"] / wall
     m["host.sync_fraction"] = waits["user"] / wall
-    m["host.syncs_per_round"] = len(ctx.sync_calls) / ctx.n_rounds
+    m["host.syncs_per_round"] = len(ctx.sync_calls) / ctx.n_api_rounds  # read where the calls were recorded
     m["host.copy_call_fraction"] = waits["copy_calls"] / wall
     m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
     proc = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
@@ -92,7 +92,7 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
         m["gpu.blocking_copies_per_round"] = t["blocking_count"] / ctx.n_rounds
         m["gpu.copy_overlap_fraction"] = t["overlap_ns"] / t["union_ns"] if t["union_ns"] else None
         alloc = ev[ctx.alloc_calls]
-        m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) / wall
+        m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) * ctx.api_scale / wall
     else:
         for k in (
             "busy_fraction",

@@ -29,7 +29,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     # Compute the host sat blocked through, just before a sync stall, would have overlapped the
     # host's own work had the host not stopped to wait: while they take turns, that part of the
     # GPU's time does not bound the round (see idle.py, `turn_taking_ns`).
-    hidden = (ctx.idle.turn_taking_ns() - ctx.idle.total_ns("sync_stall")) / max(1, ctx.wall_ns)
+    hidden = (ctx.turn_taking_ns() - ctx.idle_ns("sync_stall")) / max(1, ctx.wall_ns)
     busy = max(0.0, compute - hidden)
     if busy < GPU_BUSY_MIN:
         return []
@@ -96,9 +96,9 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
     if share < HOST_WAIT_MIN:
         return []
     gaps = ctx.idle.mask("host_wait")
-    in_gaps = ctx.samples_inside(ctx.idle.start_ns[gaps], ctx.idle.end_ns[gaps])
+    in_gaps = ctx.samples_inside(ctx.idle.start_ns[gaps], ctx.idle.end_ns[gaps], api=True)
     spots = in_gaps[:3] or [(h.function, h.self_ms) for h in ctx.hotspots if h.self_ms > 0][:3]
-    wait_ms = ctx.per_round_ms(ctx.idle.total_ns("host_wait"))
+    wait_ms = ctx.per_round_ms(ctx.idle_ns("host_wait"))
     suggestions = [_off_critical_path(module, fns, wait_ms) for module, fns in _by_module(in_gaps or spots)[:2]]
     suggestions.append(
         Suggestion(
@@ -180,7 +180,7 @@ def sync_stall(ctx: Context) -> list[Finding]:
     if not ctx.has_gpu or not len(ctx.sync_calls):
         return []
     blocked_frac = ctx.metrics.get("host.sync_fraction") or 0.0
-    turn_ns = ctx.idle.turn_taking_ns()
+    turn_ns = ctx.turn_taking_ns()
     frac = turn_ns / max(1, ctx.wall_ns)
     if frac < SYNC_MIN and blocked_frac < SYNC_MIN:
         return []
@@ -191,24 +191,25 @@ def sync_stall(ctx: Context) -> list[Finding]:
     for n, d in zip(calls["name"].tolist(), dur.tolist(), strict=True):
         by_name.setdefault(tl.strings[n], []).append(d)
     # Where in the user's code the syncs were issued: the stacks sampled while the thread was blocked in them.
-    lines = ctx.samples_inside(calls["start"], calls["end"], lines=True)
-    stalls = int(np.count_nonzero(ctx.idle.mask("sync_stall"))) / ctx.n_rounds
+    lines = ctx.samples_inside(calls["start"], calls["end"], lines=True, api=True)
+    stalls = ctx.idle_per_round("sync_stall")
+    n_api = ctx.n_api_rounds  # the calls were read from the API rounds (base.py)
     evidence: dict[str, object] = {
         "blocked in syncs per round (ms)": round(ctx.per_round_ms(ctx.wait_ns["user"]), 3),
         "blocked share of the round": _pct(blocked_frac),
-        "sync calls per round": round(len(calls) / ctx.n_rounds, 1),
+        "sync calls per round": round(len(calls) / n_api, 1),
         "GPU idle gaps after a sync or blocking copy, per round": round(stalls, 1),
         "turn-taking per round (ms)": round(ctx.per_round_ms(turn_ns), 3),
         **_idle_evidence(ctx),
     }
     for name, ds in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:3]:
-        evidence[name] = f"{len(ds) / ctx.n_rounds:.1f} per round, {ctx.per_round_ms(sum(ds)):.3f} ms per round"
+        evidence[name] = f"{len(ds) / n_api:.1f} per round, {ctx.per_api_round_ms(sum(ds)):.3f} ms per round"
     for i, (where, ms) in enumerate(lines[:3], 1):
         evidence[f"issued from {i}"] = f"{where} ({ms:.2f} ms/round sampled)"
     sync_ms = ctx.per_round_ms(ctx.wait_ns["user"])
     turn_ms = ctx.per_round_ms(turn_ns)
     first = lines[0][0].split(" (")[0] if lines else "the test body"
-    per_round = len(calls) / ctx.n_rounds
+    per_round = len(calls) / n_api
     if frac < SYNC_MIN:
         return [
             Finding(
@@ -305,7 +306,7 @@ def _idle_evidence(ctx: Context) -> dict[str, object]:
     """GPU idle time per round by cause (idle.py), for a finding's evidence."""
     return {
         f"GPU idle: {cause.replace('_', ' ')} (ms/round)": round(ctx.per_round_ms(ns), 3)
-        for cause, ns in ctx.idle.totals_ns().items()
+        for cause, ns in ctx.idle_totals().items()
         if ns
     }
 

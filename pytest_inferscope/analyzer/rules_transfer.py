@@ -148,7 +148,6 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
     churn = alloc_frac >= ALLOC_MIN
     if not (near or caching or churn):
         return []
-    n = ctx.n_rounds
     alloc_ms = ctx.per_round_ms(alloc_frac * ctx.wall_ns)
     evidence: dict[str, object] = {
         "allocated peak (MB)": round(m.get("gpu.memory_peak_mb") or 0.0, 1),
@@ -157,7 +156,7 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
         "reserved / total": _pct(used or 0.0),
         "reserved but not allocated at the peak": _pct(cached or 0.0),
         "allocator calls per round (ms)": round(alloc_ms, 3),
-        "allocator calls per round": round(len(ctx.alloc_calls) / n, 1),
+        "allocator calls per round": round(len(ctx.alloc_calls) / ctx.n_api_rounds, 1),
     }
     suggestions = [
         Suggestion(
@@ -172,7 +171,7 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
         Suggestion(
             "Reuse device buffers across calls (preallocate outputs, use out=, keep shapes static) so the "
             "allocator is not called inside the loop",
-            f"{len(ctx.alloc_calls) / n:.0f} allocator calls per round took {alloc_ms:.2f} ms",
+            f"{len(ctx.alloc_calls) / ctx.n_api_rounds:.0f} allocator calls per round took {alloc_ms:.2f} ms",
             alloc_ms * 0.8,
             "gpu_memory_pressure",
         ),

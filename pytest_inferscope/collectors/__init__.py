@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..buffer import TraceBuffer
-from ..events import WARMUP_FLAG, Kind, MemoryFlag, RawTrace, host_clock_ns
+from ..events import TRACE_FLAG, WARMUP_FLAG, Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
 from ..warning import warn_once
 from .cpu import Sampler, Tracer
@@ -51,6 +51,9 @@ class CollectionOptions:
     trace_spill: str | None = None
     gpu_required: bool = False
     modules: int = 0  # torch.nn.Module depth to record; 0 = off
+    #: Launch calls (RUNTIME/DRIVER records) only in this many trace rounds after the measured ones,
+    #: which run without them; None: recorded throughout (every round, no trace round).
+    trace_rounds: int | None = None
 
 
 class _Scope:
@@ -87,10 +90,10 @@ CHAIN_COUNTERS_NS = 1_000_000
 class _Round:
     """The context of one round (a class, not a generator, so its frames count as the harness's)."""
 
-    __slots__ = ("_before", "_coll", "_index", "_start", "_warmup")
+    __slots__ = ("_before", "_coll", "_index", "_start", "_trace", "_warmup")
 
-    def __init__(self, coll: Collection, index: int, warmup: bool) -> None:
-        self._coll, self._index, self._warmup = coll, index, warmup
+    def __init__(self, coll: Collection, index: int, warmup: bool, trace: bool = False) -> None:
+        self._coll, self._index, self._warmup, self._trace = coll, index, warmup, trace
         self._start = 0
         self._before: Counters | None = None
 
@@ -102,7 +105,7 @@ class _Round:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._before is not None
-        self._coll._end_round(self._index, self._warmup, exc_type is not None, self._start, self._before)
+        self._coll._end_round(self._index, self._warmup, exc_type is not None, self._start, self._before, self._trace)
 
 
 class Collection:
@@ -128,6 +131,9 @@ class Collection:
         self.t0 = 0
         self.t_end = 0
         self._running = False
+        #: Whether launch calls are being recorded now, and how the collection used them (for the header).
+        self.api_on = True
+        self.api_note = ""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -159,6 +165,12 @@ class Collection:
                         f"GPU collection is required but {self.gpu_error}. Close the other profiler "
                         "(torch.profiler, Nsight) or run without INFERSCOPE_GPU=required."
                     ) from exc
+        if self.gpu is not None and self.options.trace_rounds is not None:
+            try:
+                self._api_records(False)
+            except Exception as exc:  # then recorded throughout, as before trace rounds: said in the header
+                self.api_on = True
+                self.api_note = f"launch calls recorded in every round (switching them off failed: {exc})"
         if self.options.cpu == "sample":
             self.sampler = Sampler(self.buffer, self.options.sample_interval_ms, threading.get_ident(), tid)
         elif self.options.cpu == "trace":
@@ -227,6 +239,16 @@ class Collection:
             },
         )
 
+    def _api_records(self, on: bool) -> None:
+        """Launch-call records on or off (both backends' `set_api_records`); a backend without it keeps them on."""
+        assert self.gpu is not None
+        switch = getattr(self.gpu, "set_api_records", None)
+        if switch is None:
+            self.api_note = "launch calls recorded in every round (this backend cannot switch them off)"
+            return
+        switch(on)
+        self.api_on = on
+
     def _clock_pair(self) -> None:
         """The tightest of three back-to-back (host, device) readings."""
         assert self.gpu is not None
@@ -253,11 +275,13 @@ class Collection:
 
     # -- inside the body -------------------------------------------------------
 
-    def round(self, index: int, warmup: bool) -> _Round:
+    def round(self, index: int, warmup: bool, trace: bool = False) -> _Round:
         """One call of the body: a ROUND span, the device synchronised before it ends, counters kept."""
-        return _Round(self, index, warmup)
+        return _Round(self, index, warmup, trace)
 
-    def _end_round(self, index: int, warmup: bool, raised: bool, start: int, before: Counters) -> None:
+    def _end_round(
+        self, index: int, warmup: bool, raised: bool, start: int, before: Counters, trace: bool = False
+    ) -> None:
         # Wait for the round's GPU work (it must not leak into the next round) and record the
         # wait, so the analyzer can tell a host spinning in a sync from a host doing work.
         wait0 = host_clock_ns()
@@ -277,7 +301,7 @@ class Collection:
         strings = self.buffer.strings
         if end - wait0 > 1_000:
             self.buffer.record(Kind.WAIT, strings.intern("device synchronize (end of round)"), wait0, end, tid=tid)
-        flags = (WARMUP_FLAG if warmup else 0) | (RAISED_FLAG if raised else 0)
+        flags = (WARMUP_FLAG if warmup else 0) | (RAISED_FLAG if raised else 0) | (TRACE_FLAG if trace else 0)
         self.buffer.record(Kind.ROUND, strings.intern(f"round {index}"), start, end, value=index, flags=flags, tid=tid)
         self.buffer.record(Kind.MEMORY, 0, end, end, value=after.rss, flags=MemoryFlag.BOUNDARY, tid=tid)
         row = before.delta(after)
@@ -289,6 +313,8 @@ class Collection:
             wall_ns=end - start,
             sync_ns=end - wait0,
         )
+        if trace:
+            row["trace"] = True  # not a measured round: the analyzer's counters leave it out
         self.rounds.append(row)
 
     def _counters_before(self) -> Counters:
@@ -303,12 +329,41 @@ class Collection:
         return Counters.now(self.proc)
 
     def run_rounds(self, body: Callable[[], R], rounds: int, warmup: int) -> R:
-        """Call `body` warmup + rounds times; returns the last result."""
+        """Call `body` warmup + rounds times, then the trace rounds (`trace_rounds`); returns the last result."""
         result: R | None = None
         for i in range(warmup + rounds):
             with self.round(i, warmup=i < warmup):
                 result = body()
-        return result  # type: ignore[return-value]
+        traced = self.run_trace_rounds(body, warmup + rounds)
+        return result if traced is None else traced[0]  # type: ignore[return-value]
+
+    def trace_rounds_due(self) -> int:
+        """How many trace rounds this collection runs: none without GPU collection or with `all`."""
+        if self.gpu is None or self.options.trace_rounds is None or self.api_on:
+            return 0
+        return self.options.trace_rounds
+
+    def run_trace_rounds(self, body: Callable[[], R], first_index: int) -> tuple[R] | None:
+        """After the measured rounds: the trace rounds, with the launch calls recorded (None: none ran).
+
+        The measured rounds ran without the launch calls (CUPTI's RUNTIME/DRIVER records cost most
+        of CUPTI's per-launch overhead); these rounds record them, so the analyzer can take launch
+        linkage, sync and copy calls and idle causes from them (analyzer/base.py, `api_round_idx`).
+        """
+        n = self.trace_rounds_due()
+        if not n:
+            return None
+        assert self.gpu is not None
+        self.gpu.synchronize()  # the measured rounds' GPU work finished before the switch
+        self._api_records(True)
+        result: tuple[R] | None = None
+        try:
+            for i in range(n):
+                with self.round(first_index + i, warmup=False, trace=True):
+                    result = (body(),)
+        finally:
+            self._api_records(False)
+        return result
 
     def scope(self, name: str) -> _Scope:
         return _Scope(self, name)
@@ -347,7 +402,7 @@ class Collection:
                 "cpu", True, "scopes and rounds only", reason="sampling off (--inferscope-cpu=off)", overhead=0.0
             )
         if self.gpu is not None:
-            gpu = CollectorInfo("gpu", True, f"{self.gpu.name} CUPTI ({self.gpu.version()})")
+            gpu = CollectorInfo("gpu", True, f"{self.gpu.name} CUPTI ({self.gpu.version()}); {self._api_mode()}")
         else:
             reason = self.gpu_error or (self.gpu_choice.describe() if self.gpu_choice else "GPU collection not set up")
             gpu = CollectorInfo("gpu", False, "none", reason=reason.removeprefix("not collected (").removesuffix(")"))
@@ -355,6 +410,18 @@ class Collection:
             cpu.mode += f"; modules: {self.modules_note}"
         mem = CollectorInfo("memory", True, self.memory.mode())
         return [cpu, gpu, mem]
+
+    def _api_mode(self) -> str:
+        """Which rounds recorded the launch calls, for the report header."""
+        if self.api_note:
+            return self.api_note
+        if self.options.trace_rounds is None:
+            return "launch calls recorded in every round"
+        traced = sum(1 for r in self.rounds if r.get("trace"))
+        return (
+            f"launch calls recorded only in the {traced} trace round{'s' if traced != 1 else ''} after the measured "
+            "ones (--inferscope-trace-rounds)"
+        )
 
 
 def _torch_threads() -> int | None:

@@ -120,8 +120,9 @@ def _assets() -> dict[str, Markup]:
 
 
 def latency_chart(lat: LatencyStats, regression: dict[str, Any] | None, width: int = 560, height: int = 150) -> Markup:
-    """An inline SVG: one bar per round (warm-up grey), this run's median, and the baseline's when compared."""
+    """An inline SVG: one bar per round (warm-up grey, trace rounds hatched), this run's median, and the baseline's."""
     samples = [("warm-up", x) for x in lat.warmup_ms] + [("round", x) for x in lat.samples_ms]
+    samples += [("trace", x) for x in lat.trace_ms]  # after the measured rounds, as they ran
     samples = [(k, x) for k, x in samples if x is not None and math.isfinite(x)]
     if not samples:
         return Markup('<p class="muted">No round completed: nothing to chart.</p>')
@@ -152,10 +153,14 @@ def latency_chart(lat: LatencyStats, regression: dict[str, Any] | None, width: i
     for i, (k, v) in enumerate(samples):
         x = left + i * step + (step - bar) / 2
         n = i - len(lat.warmup_ms) + 1
-        label = f"warm-up {i + 1}" if k == "warm-up" else f"round {n}"
+        label = {
+            "warm-up": f"warm-up {i + 1}",
+            "trace": f"trace round {n - len(lat.samples_ms)} (launch calls recorded; not a sample)",
+        }.get(k, f"round {n}")
         shown = min(v, top)
+        css = {"warm-up": "warm", "trace": "trace"}.get(k, "bar")
         parts.append(
-            f'<rect class="{"warm" if k == "warm-up" else "bar"}" x="{x:.1f}" y="{y(shown):.1f}" width="{bar:.1f}" '
+            f'<rect class="{css}" x="{x:.1f}" y="{y(shown):.1f}" width="{bar:.1f}" '
             f'height="{max(0.5, up + h - y(shown)):.1f}"><title>{label}: {fmt_ms(v)} ms</title></rect>'
         )
         if v > top:

@@ -426,7 +426,7 @@ def test_a_pytest_run_reports_the_backend_and_proves_it(
         ev = timeline.events
         kernels = ev[ev["kind"] == Kind.KERNEL]
         counts = Counter(timeline.strings[i] for i in kernels["name"])
-        calls = res.rounds + res.warmup
+        calls = res.rounds + res.warmup + len(res.latency.trace_ms)  # the trace round calls the body too
         per_call = _per_call(dict(counts), calls)
         spins = kernels[np.array(["spin_kernel" in timeline.strings[i] for i in kernels["name"]], dtype=bool)]
         spins = spins[np.argsort(spins["start"])]

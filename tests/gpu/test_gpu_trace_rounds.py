@@ -1,0 +1,87 @@
+"""Trace rounds on a real GPU: the measured rounds hold kernel records and no launch calls; the trace rounds hold both.
+
+For each backend, in a fresh interpreter with the backend forced and INFERSCOPE_GPU=required,
+`measure(small_forward, rounds=5, warmup=1, trace_rounds=2)` and the same with `trace_rounds="all"`.
+Lines starting "INFERSCOPE-GPU" are the numbers for docs/gpu-validation.md (run with -s).
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_gpu_backends import BACKENDS, BENCH, _report, run_python
+
+pytestmark = pytest.mark.gpu
+
+ROUNDS = """
+import json, sys
+sys.path.insert(0, BENCH)
+import numpy as np, torch
+import bench_gpu_overhead as bench
+from pytest_inferscope import api
+from pytest_inferscope.events import TRACE_FLAG, WARMUP_FLAG, Kind
+
+w = bench.Workloads(torch)
+w.warm()
+out = {}
+for mode in (2, "all"):
+    sink = api.Profile(f"trace-{mode}")
+    with api.collecting(sink.name, sink, rounds=5, warmup=1, report_dir=None, thresholds=None, cpu=None,
+                        trace_rounds=mode) as coll:
+        coll.run_rounds(w.small_forward, 5, 1)
+    tl, res = sink.timeline, sink.result
+    ev = tl.events
+    rounds = ev[ev["kind"] == Kind.ROUND]
+    per_round = []
+    for r in rounds:
+        inside = (ev["start"] >= r["start"]) & (ev["start"] < r["end"])
+        rt = ev[inside & (ev["kind"] == Kind.RUNTIME)]
+        launches = rt[np.array(["LaunchKernel" in tl.strings[i] for i in rt["name"]], dtype=bool)]
+        k = ev[inside & (ev["kind"] == Kind.KERNEL)]
+        linked = int(np.isin(k["corr"], launches["corr"]).sum())
+        per_round.append({"flags": int(r["flags"]), "kernels": int(len(k)), "launches": int(len(launches)),
+                          "api_records": int(len(rt)), "linked": linked})
+    gpu = next(c for c in res.collectors if c.name == "gpu")
+    m = res.analysis.metrics
+    out[str(mode)] = {
+        "rounds": per_round, "causality": res.clock.causality_violations, "clock_ok": res.clock.ok,
+        "samples": len(res.latency.samples_ms), "trace_ms": res.latency.trace_ms, "mode": gpu.mode,
+        "metrics": {k: m.get(k) for k in ("gpu.kernel_launches_per_round", "host.syncs_per_round",
+                                          "gpu.idle_fraction", "gpu.idle_host_wait_fraction",
+                                          "gpu.idle_launch_gap_fraction", "gpu.idle_round_end_fraction",
+                                          "gpu.idle_other_fraction", "host.wait_fraction")},
+        "bottleneck": res.analysis.bottleneck,
+    }
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_measured_rounds_have_kernels_but_no_launch_calls_and_trace_rounds_have_both(backend: str) -> None:
+    out = run_python(f"BENCH = {str(BENCH)!r}\n" + ROUNDS, backend)
+    traced, every = out["2"], out["all"]
+    for label, run in (("trace_rounds=2", traced), ("all", every)):
+        _report(
+            f"{backend} {label}",
+            rounds=[(r["flags"], r["kernels"], r["launches"], r["api_records"], r["linked"]) for r in run["rounds"]],
+            causality=run["causality"],
+            bottleneck=run["bottleneck"],
+            mode=run["mode"],
+            **{k.split(".", 1)[1]: (None if v is None else round(v, 4)) for k, v in run["metrics"].items()},
+        )
+    # trace_rounds=2: 1 warm-up + 5 measured rounds without launch calls, then 2 trace rounds with them
+    flags = [r["flags"] for r in traced["rounds"]]
+    assert flags == [1, 0, 0, 0, 0, 0, 4, 4], flags
+    plain = [r for r in traced["rounds"] if not r["flags"] & 4]
+    trace = [r for r in traced["rounds"] if r["flags"] & 4]
+    assert all(r["kernels"] > 0 and r["api_records"] == 0 for r in plain), plain
+    assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in trace), trace
+    assert traced["causality"] == 0 and traced["clock_ok"]
+    assert traced["samples"] == 5 and len(traced["trace_ms"]) == 2
+    assert "only in the 2 trace rounds" in traced["mode"]
+    # all: every round records the launch calls, and no trace round runs
+    assert [r["flags"] for r in every["rounds"]] == [1, 0, 0, 0, 0, 0]
+    assert all(r["launches"] >= r["kernels"] == r["linked"] > 0 for r in every["rounds"]), every["rounds"]
+    assert every["causality"] == 0 and every["trace_ms"] == [] and "every round" in every["mode"]
+    # The kernel count per measured round comes from the measured rounds' kernel records either way.
+    k = "gpu.kernel_launches_per_round"
+    assert traced["metrics"][k] == every["metrics"][k] == plain[0]["kernels"]

@@ -1,0 +1,311 @@
+"""Trace rounds: launch calls recorded only in rounds after the measured ones, and the analysis that reads them.
+
+The synthetic workload is one steady round, repeated: kernels launched ahead (launch gaps, a
+queued gap), a stream synchronisation the GPU drains in (a sync stall), a blocking pageable copy, a
+host-wait gap, the plugin's end-of-round wait, a user scope, and a stack sample in it. Recorded with
+the launch calls in every round, or with them only in trace rounds, the analysis must agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_inferscope.analyzer import Context, analyze
+from pytest_inferscope.checks import MARKER_KEYS, validate_marker
+from pytest_inferscope.collectors import Collection, CollectionOptions
+from pytest_inferscope.collectors.gpu import Choice
+from pytest_inferscope.events import (
+    EVENT_DTYPE,
+    TRACE_FLAG,
+    WARMUP_FLAG,
+    Domain,
+    Kind,
+    MemoryKind,
+    RawTrace,
+    copy_flags,
+)
+from pytest_inferscope.merger import merge
+from pytest_inferscope.options import OPTIONS_BY_NAME, parse_trace_rounds
+
+MS = 1_000_000
+ROUND_MS = 2.0
+PAGEABLE_H2D = copy_flags(1, MemoryKind.PAGEABLE, MemoryKind.DEVICE)
+
+#: One round, in ms from its start: (kind, name, start, end, corr slot, value, flags). corr slot 0: none;
+#: a RUNTIME record and the GPU record with the same slot share a correlation id.
+ROUND: list[tuple[Kind, str, float, float, int, int, int]] = [
+    (Kind.SCOPE, "forward", 0.05, 1.55, 0, 0, 0),
+    (Kind.RUNTIME, "cudaLaunchKernel", 0.10, 0.105, 1, 0, 0),
+    (Kind.KERNEL, "k1", 0.12, 0.30, 1, 0, 0),
+    (Kind.RUNTIME, "cudaLaunchKernel", 0.15, 0.155, 2, 0, 0),
+    (Kind.KERNEL, "k2", 0.31, 0.45, 2, 0, 0),  # queued, 10 us later: a launch gap
+    (Kind.RUNTIME, "cudaLaunchKernel", 0.20, 0.205, 3, 0, 0),
+    (Kind.KERNEL, "k3", 0.55, 0.65, 3, 0, 0),  # queued, 100 us later: other
+    (Kind.RUNTIME, "cudaStreamSynchronize", 0.30, 0.66, 0, 0, 0),  # blocked when k3 ends
+    (Kind.RUNTIME, "cudaLaunchKernel", 0.80, 0.805, 4, 0, 0),
+    (Kind.KERNEL, "k4", 0.82, 0.90, 4, 0, 0),  # after the sync: a sync stall before it
+    (Kind.RUNTIME, "cudaMemcpy", 1.00, 1.21, 5, 0, 0),  # launched after the GPU drained: host wait
+    (Kind.MEMCPY, "Memcpy HtoD (Pageable -> Device)", 1.05, 1.20, 5, 8 << 20, PAGEABLE_H2D),
+    (Kind.RUNTIME, "cudaLaunchKernel", 1.30, 1.305, 6, 0, 0),
+    (Kind.KERNEL, "k5", 1.32, 1.50, 6, 0, 0),  # after the blocking copy: a sync stall
+    (Kind.WAIT, "device synchronize (end of round)", 1.45, 1.60, 0, 0, 0),
+    (Kind.SAMPLE, "t:body (t.py:3);m:prepare (m.py:9)", 0.92, 1.02, 0, 0, 0),
+]
+
+
+def steady(
+    rounds: int = 5, trace: int = 0, *, warmup: int = 1, api_in_measured: bool = True, trace_stretch: float = 1.0
+) -> RawTrace:
+    """`warmup` + `rounds` + `trace` copies of ROUND; launch calls in the measured rounds only when `api_in_measured`.
+
+    `trace_stretch` makes each trace round that much longer (a host slowed by recording its launch calls).
+    """
+    strings = ["test"]
+    rows: list[tuple[Any, ...]] = []
+    meta_rounds: list[dict[str, Any]] = []
+    t, corr = 0, 1
+    for i in range(warmup + rounds + trace):
+        is_trace = i >= warmup + rounds
+        stretch = trace_stretch if is_trace else 1.0
+        dur = int(ROUND_MS * stretch * MS)
+        flags = (WARMUP_FLAG if i < warmup else 0) | (TRACE_FLAG if is_trace else 0)
+        strings.append(f"round {i}")
+        rows.append((t, t + dur, i, 0, len(strings) - 1, 1, -1, -1, Kind.ROUND, Domain.HOST, flags))
+        for kind, name, s, e, slot, value, f in ROUND:
+            if kind == Kind.RUNTIME and not (api_in_measured or is_trace):
+                continue
+            if name not in strings:
+                strings.append(name)
+            gpu = kind in (Kind.KERNEL, Kind.MEMCPY)
+            domain = Domain.DEVICE if gpu or kind == Kind.RUNTIME else Domain.HOST
+            start, end = t + int(s * stretch * MS), t + int(e * stretch * MS)
+            rows.append((start, end, value, corr + slot if slot else 0, strings.index(name), 1,
+                         7 if gpu else -1, 0 if gpu else -1, kind, domain, f))  # fmt: skip
+        corr += 10
+        meta_rounds.append(
+            {"index": i, "warmup": i < warmup, "wall_ns": dur, "thread_cpu_ns": dur // 2, "user_ns": dur // 2,
+             "sys_ns": 0, "minflt": 0, "majflt": 0, "nvcsw": 0, "nivcsw": 0, "runqueue_ns": 0,
+             "rss_start": 100 << 20, "rss_end": 100 << 20, **({"trace": True} if is_trace else {})}
+        )  # fmt: skip
+        t += dur + 1000
+    rows.append((0, t, 0, 0, 0, 1, -1, -1, Kind.TEST, Domain.HOST, 0))
+    return RawTrace(np.array(rows, dtype=EVENT_DTYPE), strings, clock_pairs=[(0, 0), (t, t)],
+                    meta={"rounds": meta_rounds, "memory": {"rss_peak": 100 << 20}})  # fmt: skip
+
+
+API_METRICS = (
+    "host.syncs_per_round",
+    "host.sync_fraction",
+    "host.copy_call_fraction",
+    "host.wait_fraction",
+    "gpu.blocking_copies_per_round",
+    *(f"gpu.idle_{c}_fraction" for c in ("host_wait", "launch_gap", "sync_stall", "round_end", "other")),
+)
+ACTIVITY_METRICS = (
+    "gpu.busy_fraction",
+    "gpu.idle_fraction",
+    "gpu.kernel_launches_per_round",
+    "gpu.h2d_bytes_per_round",
+    "gpu.transfer_fraction",
+    "latency_ms.median",
+)
+
+
+@pytest.mark.parametrize("trace", [1, 2])
+def test_the_analysis_from_trace_rounds_equals_the_one_with_launch_calls_in_every_round(trace: int) -> None:
+    every = analyze(merge(steady(5)))
+    traced = analyze(merge(steady(5, trace, api_in_measured=False)))
+    # The rounds are identical, so what is read per trace round and scaled is what every round shows
+    # (to a ns of rounding per scaled total).
+    for key in API_METRICS + ACTIVITY_METRICS:
+        assert traced.metrics[key] == pytest.approx(every.metrics[key], rel=1e-6, abs=1e-9), key
+    assert every.metrics["host.syncs_per_round"] == 2  # the stream sync and the blocking cudaMemcpy
+    assert every.metrics["gpu.idle_sync_stall_fraction"] > 0 and every.metrics["gpu.idle_launch_gap_fraction"] > 0
+    assert traced.bottleneck == every.bottleneck
+    assert [f.rule for f in traced.findings] == [f.rule for f in every.findings]
+    for a, b in zip(traced.findings, every.findings, strict=True):
+        assert a.share == pytest.approx(b.share, rel=1e-6), a.rule
+    # GPU time per scope comes from the trace rounds (their kernels know their launch's span)
+    (scope,) = [s for s in traced.scopes if s.path == "forward"]
+    (ref,) = [s for s in every.scopes if s.path == "forward"]
+    assert scope.count == 5 and scope.launches == ref.launches == 5 and scope.gpu_ms == pytest.approx(ref.gpu_ms)
+    syncs = traced.gpu["syncs"]["cudaStreamSynchronize"]
+    assert syncs == pytest.approx(every.gpu["syncs"]["cudaStreamSynchronize"])
+    assert traced.gpu["idle_gaps"]["by_cause_ms_per_round"] == pytest.approx(
+        every.gpu["idle_gaps"]["by_cause_ms_per_round"]
+    )
+
+
+def test_idle_causes_keep_their_trace_round_shares_when_the_trace_round_runs_slower() -> None:
+    """A trace round 20% slower (its launch calls recorded): its idle gaps are longer, split the same way;
+    the shares are applied to the measured rounds' own idle time, which the activity records give."""
+    every = analyze(merge(steady(5)))
+    traced = analyze(merge(steady(5, 1, api_in_measured=False, trace_stretch=1.2)))
+    for c in ("host_wait", "launch_gap", "sync_stall", "round_end", "other"):
+        key = f"gpu.idle_{c}_fraction"
+        assert traced.metrics[key] == pytest.approx(every.metrics[key], rel=1e-3), key
+    assert traced.metrics["gpu.idle_fraction"] == pytest.approx(every.metrics["gpu.idle_fraction"])
+    # Host time blocked in calls is read from the trace round as it ran there: 20% longer.
+    assert traced.metrics["host.sync_fraction"] == pytest.approx(1.2 * every.metrics["host.sync_fraction"], rel=1e-3)
+
+
+def test_trace_rounds_are_no_latency_sample_and_no_measured_round() -> None:
+    tl = merge(steady(5, 2, api_in_measured=False))
+    ctx = Context(tl)
+    lat = ctx.latency
+    assert len(lat.samples_ms) == 5 and len(lat.warmup_ms) == 1 and len(lat.trace_ms) == 2
+    assert lat.samples_ms == pytest.approx([ROUND_MS] * 5) and lat.trace_ms == pytest.approx([ROUND_MS] * 2)
+    assert len(ctx.round_idx) == 5 and len(ctx.trace_idx) == 2 and ctx.n_api_rounds == 2 and ctx.api_scale == 2.5
+    assert ctx.counters["rounds"] == 5  # the per-round counters leave the trace rows out too
+    kernels = tl.events["kind"] == Kind.KERNEL
+    assert np.count_nonzero(kernels & ctx.in_rounds) == 25 and np.count_nonzero(kernels & ctx.in_api_rounds) == 10
+    assert analyze(tl).metrics["rounds"] == 5
+
+
+def test_without_trace_rounds_the_api_rounds_are_the_measured_rounds() -> None:
+    ctx = Context(merge(steady(5)))
+    assert not ctx.has_trace_rounds and ctx.api_scale == 1.0 and ctx.idle_scale == 1.0
+    assert np.array_equal(ctx.api_round_idx, ctx.round_idx) and ctx.in_api_rounds is ctx.in_rounds
+    assert ctx.latency.trace_ms == []
+
+
+def test_the_causality_check_reads_only_kernels_whose_launch_was_recorded() -> None:
+    raw = steady(3, 1, api_in_measured=False)
+    late = raw.events["kind"] == Kind.KERNEL
+    assert merge(raw).clock.causality_violations == 0
+    # A kernel before its launch call, in the trace round, is counted; kernels without a launch record are not.
+    ev = raw.events.copy()
+    trace_kernels = np.flatnonzero(late & (ev["start"] > 4 * int(ROUND_MS * MS)))
+    ev["start"][trace_kernels[0]] -= int(0.2 * MS)
+    raw.events = ev
+    assert merge(raw).clock.causality_violations == 1
+
+
+# -- collection -------------------------------------------------------------------------------------
+
+
+class FakeGpu:
+    """A GPU backend that records nothing but when launch-call records were switched, and around which rounds."""
+
+    name = "fake"
+
+    def __init__(self, switch: bool = True) -> None:
+        self.bus_ids: list[str] = []
+        self.calls: list[str] = []
+        if not switch:
+            self.set_api_records = None  # type: ignore[assignment]  # a backend without the switch
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def set_api_records(self, on: bool) -> None:
+        self.calls.append(f"api {'on' if on else 'off'}")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+    def drain(self) -> tuple[np.ndarray, list[str]]:
+        return np.zeros(0, dtype=EVENT_DTYPE), []
+
+    def dropped(self) -> int:
+        return 0
+
+    def timestamp(self) -> int:
+        return 0
+
+    def synchronize(self) -> None:
+        pass
+
+    def version(self) -> str:
+        return "fake 1"
+
+
+def _run(trace_rounds: int | None, gpu: FakeGpu | None) -> tuple[Collection, RawTrace, list[str]]:
+    choice = Choice(gpu) if gpu is not None else Choice(None, {"gpu": "off"})  # type: ignore[arg-type]
+    coll = Collection(CollectionOptions(cpu="off", trace_rounds=trace_rounds), choice, name="t")
+    coll.start()
+    seen: list[str] = []
+
+    def body() -> int:
+        if gpu is not None:
+            gpu.calls.append("body")
+        seen.append("body")
+        return len(seen)
+
+    assert coll.run_rounds(body, 3, 1) == len(seen)  # the last call's result, the trace round's included
+    return coll, coll.stop(), seen
+
+
+def test_trace_rounds_run_after_the_measured_ones_with_the_launch_calls_switched_on() -> None:
+    gpu = FakeGpu()
+    coll, raw, _ = _run(2, gpu)
+    assert gpu.calls == ["start", "api off", *["body"] * 4, "api on", "body", "body", "api off", "stop"]
+    rounds = raw.events[raw.events["kind"] == Kind.ROUND]
+    assert [int(f) & (WARMUP_FLAG | TRACE_FLAG) for f in rounds["flags"]] == [1, 0, 0, 0, 4, 4]
+    assert [int(v) for v in rounds["value"]] == [0, 1, 2, 3, 4, 5]
+    assert [bool(r.get("trace")) for r in coll.rounds] == [False] * 4 + [True] * 2
+    assert "launch calls recorded only in the 2 trace rounds" in coll.collectors_info()[1].mode
+    lat = Context(merge(raw)).latency
+    assert len(lat.samples_ms) == 3 and len(lat.trace_ms) == 2
+
+
+def test_all_records_launch_calls_throughout_and_runs_no_trace_round() -> None:
+    gpu = FakeGpu()
+    coll, _, seen = _run(None, gpu)
+    assert gpu.calls == ["start", *["body"] * 4, "stop"] and len(seen) == 4
+    assert "launch calls recorded in every round" in coll.collectors_info()[1].mode
+
+
+def test_no_trace_round_runs_without_gpu_collection_or_without_the_switch() -> None:
+    _, raw, seen = _run(1, None)
+    assert len(seen) == 4 and not np.any(raw.events["flags"][raw.events["kind"] == Kind.ROUND] & TRACE_FLAG)
+    gpu = FakeGpu(switch=False)
+    coll, _, seen = _run(1, gpu)
+    assert len(seen) == 4 and "cannot switch them off" in coll.collectors_info()[1].mode
+
+
+# -- the setting ------------------------------------------------------------------------------------
+
+
+def test_the_setting_takes_a_count_or_all() -> None:
+    assert OPTIONS_BY_NAME["trace_rounds"].default == 1
+    assert parse_trace_rounds("all") == "all" and parse_trace_rounds(" ALL ") == "all"
+    assert parse_trace_rounds("3") == 3 and parse_trace_rounds(1000) == 1000
+    for bad in ("0", 0, "1001", "some", 1.5, True, ""):
+        with pytest.raises(ValueError):
+            parse_trace_rounds(bad)
+
+
+def test_the_marker_takes_trace_rounds_as_a_count_or_all() -> None:
+    assert validate_marker("t.py::test_a", (), {"trace_rounds": 2}) == []
+    assert validate_marker("t.py::test_a", (), {"trace_rounds": "all"}) == []
+    (problem,) = validate_marker("t.py::test_a", (), {"trace_rounds": 0})
+    assert "trace_rounds" in problem and "0 is out of range: give an integer >= 1 and <= 1000 or 'all'" in problem
+    (problem,) = validate_marker("t.py::test_a", (), {"trace_rounds": "every"})
+    assert "'every' is not an integer >= 1 and <= 1000 or 'all'" in problem
+    assert not MARKER_KEYS["trace_rounds"].threshold
+
+
+def test_the_latency_chart_marks_trace_rounds_apart() -> None:
+    from pytest_inferscope.reporters.html import latency_chart
+    from pytest_inferscope.results import LatencyStats
+
+    lat = LatencyStats.from_samples([1.0, 1.1, 1.2], [3.0], [1.4])
+    assert lat.samples_ms == [1.0, 1.1, 1.2] and lat.trace_ms == [1.4] and lat.median == pytest.approx(1.1)
+    svg = str(latency_chart(lat, None))
+    assert svg.count('class="bar"') == 3 and svg.count('class="warm"') == 1 and svg.count('class="trace"') == 1
+    assert "trace round 1 (launch calls recorded; not a sample): 1.40 ms" in svg
+
+
+def test_measure_takes_trace_rounds_and_runs_none_without_gpu_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_inferscope import api
+
+    monkeypatch.setenv("INFERSCOPE_GPU", "off")
+    calls: list[int] = []
+    result = api.measure(lambda: calls.append(1), rounds=3, warmup=1, trace_rounds=2, cpu="off")
+    assert len(calls) == 4 and result.latency.trace_ms == [] and len(result.latency.samples_ms) == 3
+    with pytest.raises(ValueError, match=r"measure\(trace_rounds=0\): is out of range; give a number of trace rounds"):
+        api.measure(lambda: None, trace_rounds=0)
