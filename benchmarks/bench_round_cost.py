@@ -198,6 +198,52 @@ class Modes:
         self.table["cupti-python rounds, no RUNTIME or DRIVER records (sampling on)"] = lean_rounds
         self.table["cupti-python rounds, every kind (sampling on)"] = lambda n: self._rounds(n, self.sampling, choice)
 
+    def use_trace_study(self) -> None:
+        """Only the modes that say what a marked test's measured rounds cost since trace rounds.
+
+        The plugin now times measured rounds without launch-call records and runs one trace round
+        after them (`--inferscope-trace-rounds=1`). Here: that, with sampling on and off and for
+        both backends; CUPTI started with launch calls switched off around plain calls; and the same
+        in collections of 1 warm-up + 5 calls, as a marked test with rounds=5 runs (the first calls
+        after a collection starts may cost more than later ones).
+        """
+        from pytest_inferscope.collectors import CollectionOptions
+        from pytest_inferscope.collectors.gpu import select_backend
+
+        cuptipy = select_backend("required", forced="cupti-python")
+        traced, traced_off = CollectionOptions(trace_rounds=1), CollectionOptions(cpu="off", trace_rounds=1)
+        native = self.native
+
+        def launch_calls_off(n: int) -> list[float]:
+            native.collector.start()
+            native.collector.set_api_records(False)
+            try:
+                return self._plain(n, self.torch.cuda.synchronize)
+            finally:
+                native.collector.stop()
+                native.collector.drain()
+
+        self.table = {
+            "none (torch.cuda.synchronize)": self.table["none (torch.cuda.synchronize)"],
+            "rounds, no collectors": self.table["rounds, no collectors"],
+            "rounds, sampling only": self.table["rounds, sampling only"],
+            "CUPTI on (native), launch calls off, plain calls": launch_calls_off,
+            "CUPTI on (native), every kind we enable, plain calls": self.table["CUPTI on, plain calls"],
+            "native rounds, trace rounds, sampling off": lambda n: self._rounds(n, traced_off, native),
+            "native rounds, trace rounds (a marked test)": lambda n: self._rounds(n, traced, native),
+            "cupti-python rounds, trace rounds (a marked test)": lambda n: self._rounds(n, traced, cuptipy),
+            "native rounds, launch calls in every round": self.table["native rounds"],
+            "tests of 1 + 5 calls, sampling only": lambda n: self._tests(n, self.sampling, self.cpu_only),
+            "tests of 1 + 5 calls, native, trace rounds": lambda n: self._tests(n, traced, native),
+        }
+
+    def _tests(self, n: int, options: Any, choice: Any, warmup: int = 1, calls: int = 5) -> list[float]:
+        """n measured calls from collections of `warmup` + `calls` rounds each (their trace rounds left out)."""
+        out: list[float] = []
+        while len(out) < n:
+            out.extend(self._rounds(calls, options, choice, warmup)[: n - len(out)])
+        return out
+
     def _plain(self, n: int, sync: Callable[[], object], before: Callable[[], object] | None = None) -> list[float]:
         now, fn, out = time.perf_counter_ns, self.fn, []
         for _ in range(n):
@@ -217,14 +263,15 @@ class Modes:
             collector.stop()
             collector.drain()
 
-    def _rounds(self, n: int, options: Any, choice: Any) -> list[float]:
+    def _rounds(self, n: int, options: Any, choice: Any, warmup: int = 0) -> list[float]:
+        """The measured rounds' times of one collection of `warmup` + n rounds (warm-up and trace rounds left out)."""
         from pytest_inferscope.collectors import Collection
 
         coll = Collection(options, choice, name="round cost")
         coll.start()
-        coll.run_rounds(self.fn, n, 0)
+        coll.run_rounds(self.fn, n, warmup)
         coll.stop()
-        return [r["wall_ns"] / 1e6 for r in coll.rounds]
+        return [r["wall_ns"] / 1e6 for r in coll.rounds if not r.get("trace") and not r.get("warmup")]
 
 
 def each_op(torch: Any, modes: Modes, n: int) -> dict[str, float]:
@@ -284,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=30, help="interleaved blocks per mode")
     parser.add_argument("--calls", type=int, default=40, help="calls per block")
     parser.add_argument("--study", action="store_true", help="also the modes that take one piece away at a time")
+    parser.add_argument(
+        "--trace-study", action="store_true", help="only the modes of a marked test's rounds since trace rounds"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     import torch
@@ -294,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     modes = Modes(torch, fn)
     if args.study:
         modes.add_study()
+    if args.trace_study:
+        modes.use_trace_study()
     names = list(modes.table)
     times: dict[str, list[float]] = {m: [] for m in names}
     with _timed("interleaved blocks"):
