@@ -188,13 +188,19 @@ class Modes:
         self.torch = torch
         self.torch_profiler = torch_profiler
         self.choices = {b: select_backend("required", forced=b) for b in backends}
-        # sampling and one trace round: what a marked test gets
+        # sampling, GPU activity in the measured rounds, one trace round (--inferscope-gpu-rounds=measured)
         sampling, off = CollectionOptions(trace_rounds=1), CollectionOptions(cpu="off", trace_rounds=1)
         every = CollectionOptions()  # launch calls recorded in every round (--inferscope-trace-rounds=all)
         self.inferscope: dict[str, tuple[Any, Any]] = {b: (sampling, c) for b, c in self.choices.items()}
         for b, c in self.choices.items():
             self.inferscope[f"{b}, launch calls in every round"] = (every, c)
+        # GPU activity only in 3 trace rounds (--inferscope-gpu-rounds=trace), and auto's per-test choice
+        lean = CollectionOptions(trace_rounds=1, gpu_rounds="trace", lean_trace_rounds=3)
+        for b, c in self.choices.items():
+            self.inferscope[f"{b}, GPU only in trace rounds"] = (lean, c)
         if "native" in self.choices:
+            auto = CollectionOptions(trace_rounds=1, gpu_rounds="auto", lean_trace_rounds=3)
+            self.inferscope["native, auto"] = (auto, self.choices["native"])
             self.inferscope["native, sampling off"] = (off, self.choices["native"])
             self.inferscope[self.ALL_API] = (every, self.choices["native"])
         self.inferscope["sampling only"] = (sampling, Choice(None, {"gpu": "off for this measurement"}))

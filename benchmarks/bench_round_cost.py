@@ -212,6 +212,10 @@ class Modes:
 
         cuptipy = select_backend("required", forced="cupti-python")
         traced, traced_off = CollectionOptions(trace_rounds=1), CollectionOptions(cpu="off", trace_rounds=1)
+        # GPU activity only in 3 trace rounds (--inferscope-gpu-rounds=trace): the measured rounds run without CUPTI
+        lean = CollectionOptions(trace_rounds=1, gpu_rounds="trace", lean_trace_rounds=3)
+        lean_off = CollectionOptions(cpu="off", trace_rounds=1, gpu_rounds="trace", lean_trace_rounds=3)
+        auto = CollectionOptions(trace_rounds=1, gpu_rounds="auto", lean_trace_rounds=3)
         native = self.native
 
         def launch_calls_off(n: int) -> list[float]:
@@ -233,6 +237,10 @@ class Modes:
             "native rounds, trace rounds (a marked test)": lambda n: self._rounds(n, traced, native),
             "cupti-python rounds, trace rounds (a marked test)": lambda n: self._rounds(n, traced, cuptipy),
             "native rounds, launch calls in every round": self.table["native rounds"],
+            "native lean rounds (GPU only in trace rounds), sampling off": lambda n: self._rounds(n, lean_off, native),
+            "native lean rounds (GPU only in trace rounds)": lambda n: self._rounds(n, lean, native),
+            "cupti-python lean rounds (GPU only in trace rounds)": lambda n: self._rounds(n, lean, cuptipy),
+            "tests of 1 + 5 calls, native, auto": lambda n: self._tests(n, auto, native),
             "tests of 1 + 5 calls, sampling only": lambda n: self._tests(n, self.sampling, self.cpu_only),
             "tests of 1 + 5 calls, native, trace rounds": lambda n: self._tests(n, traced, native),
         }

@@ -46,9 +46,13 @@ class Profile:
         self.timeline: Timeline | None = None
 
 
-def _options(settings: Settings, cpu: str | None, trace_rounds: int | str = "all") -> CollectionOptions:
+def _options(
+    settings: Settings, cpu: str | None, trace_rounds: int | str = "all", gpu_rounds: str = "measured"
+) -> CollectionOptions:
     return CollectionOptions(
         trace_rounds=None if trace_rounds == "all" else int(trace_rounds),
+        gpu_rounds=gpu_rounds,
+        lean_trace_rounds=None if trace_rounds == "all" else int(trace_rounds),
         cpu=cpu or settings.cpu,
         sample_interval_ms=settings.sample_interval_ms,
         trace_size_mb=settings.trace_size_mb,
@@ -69,19 +73,21 @@ def collecting(
     thresholds: dict[str, Any] | None,
     cpu: str | None,
     trace_rounds: int | str | None = "all",
+    gpu_rounds: str = "measured",
 ) -> Iterator[Collection]:
     """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result.
 
     The building block of `profile`, `measure` and `inferscope run`. `trace_rounds`: "all" (launch
     calls recorded throughout: the block drives its own rounds), N (the block runs the trace rounds,
-    `Collection.run_rounds` does), or None (the settings' `trace_rounds`).
+    `Collection.run_rounds` does), or None (the settings' `trace_rounds`). `gpu_rounds`: which rounds
+    record GPU activity (collectors/gpu_rounds.py); lean ones need N trace rounds.
     """
     settings = standalone_settings()
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
         check_report_dir(Path(out))
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
-    coll = Collection(_options(settings, cpu, traced), _gpu_choice(settings.gpu), name=name)
+    coll = Collection(_options(settings, cpu, traced, gpu_rounds), _gpu_choice(settings.gpu), name=name)
     coll.start()
     partial = ""
     try:

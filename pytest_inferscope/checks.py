@@ -166,6 +166,14 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             threshold=False,
         ),
         MarkerKey(
+            "gpu_rounds",
+            "choice",
+            "which rounds record GPU activity: 'measured' (warm-up and measured rounds), 'trace' (only the trace "
+            "rounds; the measured rounds are timed without CUPTI) or 'auto' (decided after the warm-up)",
+            choices=("measured", "trace", "auto"),
+            threshold=False,
+        ),
+        MarkerKey(
             "cpu", "choice", "CPU collector mode for this test", choices=("sample", "trace", "off"), threshold=False
         ),
         MarkerKey(
@@ -341,3 +349,5 @@ class Plan:
     modules: int = 0
     round_cap: float = 1.0  # at most round_cap x rounds when re-measuring unsteady rounds (drift.measure_steady)
     trace_rounds: int | str = "all"  # trace rounds after the measured ones (launch calls recorded), or "all"
+    gpu_rounds: str = "measured"  # which rounds record GPU activity: measured | trace | auto
+    lean_trace_rounds: int | str = "all"  # trace rounds when only they record GPU activity (trace, or auto gone lean)

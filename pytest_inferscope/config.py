@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .options import OPTIONS, OPTIONS_BY_NAME, OptionSpec, Settings, default_settings
+from .options import OPTIONS, OPTIONS_BY_NAME, OptionSpec, Settings, default_settings, lean_rounds_conflict
 
 __all__ = [
     "OPTIONS", "OPTIONS_BY_NAME", "ConfigError", "OptionSpec", "Settings",
@@ -225,6 +225,10 @@ def resolve(*, cli: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str,
             value = rootdir / value
         values[spec.name] = value
         sources[spec.name] = source
+    where = f"trace_rounds (from {sources['trace_rounds']}) with gpu_rounds (from {sources['gpu_rounds']})"
+    conflict = lean_rounds_conflict(values["trace_rounds"], values["gpu_rounds"], where)
+    if conflict is not None:
+        raise ConfigError(conflict)
     return Settings(**values, sources=sources)
 
 

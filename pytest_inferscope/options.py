@@ -24,6 +24,7 @@ CpuMode = Literal["sample", "trace", "off"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
 ProbeMode = Literal["auto", "on", "off"]
+GpuRounds = Literal["measured", "trace", "auto"]
 
 Parse = Callable[[Any], Any]
 
@@ -139,6 +140,23 @@ def parse_trace_rounds(value: Any) -> int | str:
     if isinstance(value, str) and value.strip().lower() == "all":
         return "all"
     return int(number(1, 1000, integer=True)(value))
+
+
+_GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
+#: Trace rounds when only they record GPU activity (gpu_rounds trace, or auto gone lean) and the user did not
+#: set --inferscope-trace-rounds: every GPU metric is read from them, so more than the one launch-call round.
+LEAN_TRACE_ROUNDS = 3
+
+
+def lean_rounds_conflict(trace_rounds: Any, gpu_rounds: Any, where: str) -> str | None:
+    """The one-paragraph usage error of gpu_rounds=trace with trace_rounds=all, or None."""
+    if gpu_rounds != "trace" or trace_rounds != "all":
+        return None
+    return (
+        f"{where}: gpu_rounds 'trace' records GPU activity only in the trace rounds, but trace_rounds 'all' runs "
+        "none (launch calls in every round). Give trace_rounds a number (1 to 1000; the default with "
+        f"gpu_rounds 'trace' is {LEAN_TRACE_ROUNDS}), or set gpu_rounds to 'measured' or 'auto'."
+    )
 
 
 def parse_name(value: Any) -> str:
@@ -314,6 +332,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "round runs without GPU collection. Unless the marker says otherwise.",
         "give a number of trace rounds from 1 to 1000, or all", "all", metavar="N|all",
     ),
+    OptionSpec(
+        "gpu_rounds", choice(_GPU_ROUNDS), "measured",
+        "Which rounds record GPU activity (CUPTI): measured (warm-up and measured rounds record kernels, copies "
+        "and memsets; launch calls per --inferscope-trace-rounds), trace (only the trace rounds record anything, "
+        f"{LEAN_TRACE_ROUNDS} of them unless --inferscope-trace-rounds says otherwise: the measured rounds are timed "
+        "without CUPTI), or auto (decided per test after the warm-up: trace when the warm-up's GPU records would "
+        "have cost the measured rounds more than 1%, else measured). Unless the marker says otherwise.",
+        f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,
+    ),
 )  # fmt: skip
 
 OPTIONS_BY_NAME: Mapping[str, OptionSpec] = MappingProxyType({spec.name: spec for spec in OPTIONS})
@@ -346,6 +373,7 @@ class Settings:
     speed_probe: ProbeMode
     round_cap: float
     trace_rounds: int | str  # N >= 1, or "all"
+    gpu_rounds: GpuRounds
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"
     sources: Mapping[str, str] = field(default_factory=dict, hash=False)

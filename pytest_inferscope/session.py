@@ -26,6 +26,7 @@ import pytest
 from .checks import validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
+from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
@@ -139,6 +140,8 @@ class InferscopeSession:
             return None
         s = self.settings
         default_rounds, default_warmup = (MARKED_ROUNDS, MARKED_WARMUP) if marked else (1, 0)
+        traced = kwargs.get("trace_rounds", s.trace_rounds)
+        explicit = "trace_rounds" in kwargs or s.sources.get("trace_rounds", "default") != "default"
         return Plan(
             nodeid=item.nodeid,
             rounds=int(kwargs.get("rounds", s.rounds if s.rounds is not None else default_rounds)),
@@ -148,7 +151,9 @@ class InferscopeSession:
             cpu=str(kwargs.get("cpu", s.cpu)),
             modules=int(kwargs.get("modules", s.modules)),
             round_cap=float(kwargs.get("round_cap", s.round_cap)),
-            trace_rounds=kwargs.get("trace_rounds", s.trace_rounds),
+            trace_rounds=traced,
+            gpu_rounds=str(kwargs.get("gpu_rounds", s.gpu_rounds)),
+            lean_trace_rounds=traced if explicit else LEAN_TRACE_ROUNDS,
         )
 
     # -- hooks ---------------------------------------------------------------------
@@ -229,6 +234,10 @@ class InferscopeSession:
                 plan = self._plan(item)
                 if plan is not None:
                     self.plans[item.nodeid] = plan
+                    if (bad := lean_rounds_conflict(plan.trace_rounds, plan.gpu_rounds, item.nodeid)) is not None:
+                        problems.append(bad)
+        if problems:
+            raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
@@ -247,6 +256,8 @@ class InferscopeSession:
             gpu_required=s.gpu == "required",
             modules=plan.modules,
             trace_rounds=None if plan.trace_rounds == "all" else int(plan.trace_rounds),
+            gpu_rounds=plan.gpu_rounds,
+            lean_trace_rounds=None if plan.lean_trace_rounds == "all" else int(plan.lean_trace_rounds),
         )
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
         pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)
@@ -265,6 +276,7 @@ class InferscopeSession:
             for i in range(plan.warmup):
                 with coll.round(i, warmup=True):
                     result = original(*args, **kwargs)
+            coll.after_warmup()  # gpu_rounds auto: whether the measured rounds record GPU activity
 
             def measured(i: int) -> float:
                 nonlocal result

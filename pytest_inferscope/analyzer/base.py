@@ -7,6 +7,10 @@ launch calls (launch linkage, sync and copy calls, allocator calls, idle causes)
 in every round, and every trace recorded before trace rounds existed). `api_scale` turns a total
 over the API rounds into one over the measured rounds (per round, as many rounds).
 
+GPU activity (kernels, copies, memsets) is read from the *GPU rounds* (`gpu_round_idx`): the measured
+rounds, unless only the trace rounds recorded any (`--inferscope-gpu-rounds=trace`, meta "gpu_rounds"),
+then the trace rounds, per trace round and as fractions of their own wall time (`gpu_wall_ns`).
+
 Pure functions of a `Timeline`; nothing here prints or writes.
 """
 
@@ -94,6 +98,46 @@ class RoundsContext:
 
     def per_api_round_ms(self, ns: float) -> float:
         return ns / _MS / self.n_api_rounds
+
+    # -- the rounds GPU activity is read from ------------------------------------------
+
+    @property
+    def gpu_lean(self) -> bool:
+        """Whether only the trace rounds recorded GPU activity (`--inferscope-gpu-rounds`, meta "gpu_rounds")."""
+        return self.timeline.meta.get("gpu_rounds") == "trace" and self.has_trace_rounds
+
+    @property
+    def gpu_round_idx(self) -> np.ndarray:
+        """The rounds GPU activity is read from: the trace rounds when only they recorded it, else the measured."""
+        return self.trace_idx if self.gpu_lean else self.round_idx
+
+    @property
+    def n_gpu_rounds(self) -> int:
+        return max(1, len(self.gpu_round_idx))
+
+    @property
+    def in_gpu_rounds(self) -> np.ndarray:
+        """Mask of events inside the rounds GPU activity is read from (`gpu_round_idx`)."""
+        return self.in_api_rounds if self.gpu_lean else self.in_rounds
+
+    @cached_property
+    def gpu_wall_ns(self) -> int:
+        """Wall time of the rounds GPU activity is read from: what GPU fractions are fractions of."""
+        if not self.gpu_lean:
+            return self.wall_ns
+        ev = self.timeline.events[self.gpu_round_idx]
+        return max(1, int(np.sum(ev["end"] - ev["start"])))
+
+    def per_gpu_round_ms(self, ns: float) -> float:
+        return ns / _MS / self.n_gpu_rounds
+
+    @property
+    def gpu_rounds_label(self) -> str:
+        """Which rounds the GPU figures come from, for reports."""
+        n = len(self.trace_idx)
+        if not self.gpu_lean:
+            return "the measured rounds"
+        return f"the {n} trace round{'s' if n != 1 else ''}, per trace round"
 
     @cached_property
     def round_ms(self) -> np.ndarray:

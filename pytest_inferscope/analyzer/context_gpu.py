@@ -49,9 +49,9 @@ class GpuContext(RoundsContext):
 
     @cached_property
     def gpu(self) -> np.ndarray:
-        """GPU work records inside measured rounds."""
+        """GPU work records inside the GPU rounds (the measured rounds, or the trace rounds when lean)."""
         ev = self.timeline.events
-        return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.in_rounds]
+        return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.in_gpu_rounds]
 
     @property
     def has_gpu(self) -> bool:
@@ -138,11 +138,14 @@ class GpuContext(RoundsContext):
         # The host's launching time: its CPU time outside device waits (a thread spinning in a
         # synchronize burns CPU, but not launching).
         busy = max(0.0, min(self.counters.get("thread_cpu_ns", 0.0), self.wall_ns - self.wait_ns["all"]))
+        per_launch = busy / n if n and self.has_counters else float("inf")
+        if self.gpu_lean and n and self.has_counters:  # kernels of the trace rounds, host time of the measured
+            per_launch = busy / self.n_rounds / (n / self.n_gpu_rounds)
         return {
             "count": float(n),
-            "per_round": n / self.n_rounds,
+            "per_round": n / self.n_gpu_rounds,
             "mean_kernel_ns": float(np.mean(k["end"] - k["start"])) if n else 0.0,
-            "host_ns_per_launch": busy / n if n and self.has_counters else float("inf"),
+            "host_ns_per_launch": per_launch,
         }
 
     @property
@@ -177,7 +180,7 @@ class GpuContext(RoundsContext):
         time: the measured rounds' gaps have no launch calls to attribute, and a trace round's host is
         slower (its launch calls are recorded), so its gaps are longer, but split the same way.
         """
-        if not self.has_trace_rounds:
+        if not self.has_trace_rounds or self.gpu_lean:  # lean: the trace rounds are the only GPU rounds
             return 1.0
         none = np.zeros(0, dtype=np.int64)
         measured = attribute_idle(self.timeline.events, self.in_rounds, self.round_idx, none, self.launch_gap_ns)
@@ -204,7 +207,7 @@ class GpuContext(RoundsContext):
     def idle_fraction(self, cause: str) -> float:
         """Idle time of one cause over the measured wall time (per device, averaged over devices)."""
         devices = max(1, len(np.unique(self.gpu["device"]))) if self.has_gpu else 1
-        return self.idle_ns(cause) / max(1, self.wall_ns) / devices
+        return self.idle_ns(cause) / max(1, self.gpu_wall_ns) / devices
 
     def host_wait_fraction(self) -> float:
         """Host-wait idle over the measured wall time, less the part the host spent in allocator calls
@@ -217,7 +220,7 @@ class GpuContext(RoundsContext):
         rest: float = max(0, self.idle.total_ns("host_wait") - in_alloc)
         if self.has_trace_rounds:
             rest = rest * self.idle_scale
-        return rest / max(1, self.wall_ns) / devices
+        return rest / max(1, self.gpu_wall_ns) / devices
 
     @cached_property
     def transfer(self) -> dict[str, float]:
@@ -235,7 +238,7 @@ class GpuContext(RoundsContext):
         overlap = _intersection_ns(hd["start"], hd["end"], kinds["start"], kinds["end"]) if len(kinds) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)
-        if self.has_trace_rounds:  # copies are matched to their calls where the calls were recorded
+        if self.has_trace_rounds and not self.gpu_lean:  # copies matched to their calls where those were recorded
             blocking, blocked_ns = self._blocking_copies(self._api_host_copies())
             blocking, blocked_ns = round(blocking * self.api_scale), round(blocked_ns * self.api_scale)
         else:
@@ -317,7 +320,8 @@ class GpuContext(RoundsContext):
         """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round)."""
         if not self.has_gpu:
             return {}
-        tl, g, n = self.timeline, self.gpu, self.n_rounds
+        tl, g, n = self.timeline, self.gpu, self.n_gpu_rounds
+        per_round_ms = self.per_gpu_round_ms
         streams = []
         key = (g["device"].astype(np.int64) << 32) | (g["stream"].astype(np.int64) & 0xFFFFFFFF)
         for k in np.unique(key).tolist():
@@ -330,25 +334,25 @@ class GpuContext(RoundsContext):
                     "stream": stream,
                     "kernels_per_round": float(np.count_nonzero(sel["kind"] == Kind.KERNEL)) / n,
                     "copies_per_round": float(np.count_nonzero(sel["kind"] == Kind.MEMCPY)) / n,
-                    "busy_ms_per_round": self.per_round_ms(busy),
-                    "busy_share": busy / max(1, self.wall_ns),
+                    "busy_ms_per_round": per_round_ms(busy),
+                    "busy_share": busy / max(1, self.gpu_wall_ns),
                 }
             )
         # Idle gaps: between merged busy intervals inside the same round.
         s, e = self.merged_busy()
         gaps = s[1:] - e[:-1]
-        if len(self.round_idx) and len(gaps):
-            r = tl.events[self.round_idx]
+        if len(self.gpu_round_idx) and len(gaps):
+            r = tl.events[self.gpu_round_idx]
             rid = np.searchsorted(np.sort(r["start"]), s, side="right") - 1
             gaps = gaps[rid[1:] == rid[:-1]]
         gaps = gaps[gaps > 0]
         idle = {
             "gaps_per_round": len(gaps) / n,
-            "total_ms_per_round": self.per_round_ms(float(gaps.sum())),
+            "total_ms_per_round": per_round_ms(float(gaps.sum())),
             "longest_ms": float(gaps.max()) / _MS if len(gaps) else 0.0,
             "median_us": float(np.median(gaps)) / 1e3 if len(gaps) else 0.0,
             # Every idle interval (lead-in and tail of each round too) by cause, per device: idle.py.
-            "by_cause_ms_per_round": {c: self.per_round_ms(ns) for c, ns in self.idle_totals().items()},
+            "by_cause_ms_per_round": {c: per_round_ms(ns) for c, ns in self.idle_totals().items()},
         }
         copies = {}
         cp = self.copies["all"]
@@ -367,7 +371,7 @@ class GpuContext(RoundsContext):
             copies[label] = {
                 "count_per_round": len(sel) / n,
                 "mb_per_round": float(np.sum(sel["value"])) / _MB / n,
-                "ms_per_round": self.per_round_ms(dur),
+                "ms_per_round": per_round_ms(dur),
                 "gb_per_s": float(np.sum(sel["value"])) / dur if dur else 0.0,
                 "pageable_per_round": np.count_nonzero(host_side == MemoryKind.PAGEABLE) / n,
                 "pinned_per_round": np.count_nonzero(host_side == MemoryKind.PINNED) / n,
@@ -380,6 +384,8 @@ class GpuContext(RoundsContext):
             entry["count_per_round"] += 1 / n_api
             entry["blocked_ms_per_round"] += float(ev["end"][i] - ev["start"][i]) / _MS / n_api
         return {
+            **({"rounds": self.gpu_rounds_label} if self.gpu_lean else {}),
+            **({"gpu_rounds": decided} if (decided := tl.meta.get("gpu_rounds_decision")) else {}),
             "streams": streams,
             "idle_gaps": idle,
             "copies": copies,

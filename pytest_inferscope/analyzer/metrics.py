@@ -69,19 +69,21 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
         max(0.0, 1.0 - mem.get("gpu_allocated_peak", 0) / reserved) if reserved else None
     )
     if ctx.has_gpu:
+        # From the GPU rounds: the measured rounds, or the trace rounds when only they recorded GPU activity.
+        wall, n_gpu = max(1, ctx.gpu_wall_ns), ctx.n_gpu_rounds
         busy = union_ns(ctx.gpu["start"], ctx.gpu["end"])
         cp = ctx.copies
         compute = ctx.gpu[np.isin(ctx.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
         m["gpu.busy_fraction"] = busy / wall
         m["gpu.compute_fraction"] = union_ns(compute["start"], compute["end"]) / wall
         m["gpu.idle_fraction"] = 1.0 - busy / wall
-        m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu["kind"] == Kind.KERNEL) / ctx.n_rounds
+        m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu["kind"] == Kind.KERNEL) / n_gpu
         m["gpu.transfer_fraction"] = union_ns(cp["all"]["start"], cp["all"]["end"]) / wall
-        m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / ctx.n_rounds
-        m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / ctx.n_rounds
+        m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / n_gpu
+        m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / n_gpu
         ev = ctx.timeline.events
-        allocs = (ev["kind"] == Kind.GPU_MEMORY) & (ev["value"] > 0) & ctx.in_rounds
-        m["gpu.allocations_per_round"] = float(np.count_nonzero(allocs)) / ctx.n_rounds
+        allocs = (ev["kind"] == Kind.GPU_MEMORY) & (ev["value"] > 0) & ctx.in_gpu_rounds
+        m["gpu.allocations_per_round"] = float(np.count_nonzero(allocs)) / n_gpu
         for cause in CAUSES:
             m[f"gpu.idle_{cause}_fraction"] = ctx.idle_fraction(cause)
         t = ctx.transfer
@@ -89,10 +91,11 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
         m["gpu.link_gb_per_s"] = t["link_gb_s"]
         m["gpu.link_utilisation"] = t["gb_per_s"] / t["link_gb_s"] if t["count"] else None
         m["gpu.pageable_copy_bytes_fraction"] = t["pageable_bytes"] / t["bytes"] if t["bytes"] else None
-        m["gpu.blocking_copies_per_round"] = t["blocking_count"] / ctx.n_rounds
+        m["gpu.blocking_copies_per_round"] = t["blocking_count"] / n_gpu
         m["gpu.copy_overlap_fraction"] = t["overlap_ns"] / t["union_ns"] if t["union_ns"] else None
         alloc = ev[ctx.alloc_calls]
-        m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) * ctx.api_scale / wall
+        scale = 1.0 if ctx.gpu_lean else ctx.api_scale  # lean: the calls' rounds are the GPU rounds
+        m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) * scale / wall
     else:
         for k in (
             "busy_fraction",

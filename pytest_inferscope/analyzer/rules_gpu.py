@@ -29,7 +29,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     # Compute the host sat blocked through, just before a sync stall, would have overlapped the
     # host's own work had the host not stopped to wait: while they take turns, that part of the
     # GPU's time does not bound the round (see idle.py, `turn_taking_ns`).
-    hidden = (ctx.turn_taking_ns() - ctx.idle_ns("sync_stall")) / max(1, ctx.wall_ns)
+    hidden = (ctx.turn_taking_ns() - ctx.idle_ns("sync_stall")) / max(1, ctx.gpu_wall_ns)
     busy = max(0.0, compute - hidden)
     if busy < GPU_BUSY_MIN:
         return []
@@ -42,16 +42,16 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     evidence: dict[str, object] = {
         "GPU computing": _pct(compute),
         "of it while the host waited in syncs it then paid for (turn-taking)": _pct(compute - busy),
-        "kernels per round": round(len(k) / ctx.n_rounds),
+        "kernels per round": round(len(k) / ctx.n_gpu_rounds),
         **_idle_evidence(ctx),
     }
     for i, n in enumerate(top, 1):
         t = float(dur[names == n].sum())
         evidence[f"kernel {i}"] = (
-            f"{ctx.timeline.strings[int(n)]}: {ctx.per_round_ms(t):.3f} ms/round ({_pct(t / total)})"
+            f"{ctx.timeline.strings[int(n)]}: {ctx.per_gpu_round_ms(t):.3f} ms/round ({_pct(t / total)})"
         )
     round_ms = ctx.per_round_ms(ctx.wall_ns)
-    kernel_ms = ctx.per_round_ms(total)
+    kernel_ms = ctx.per_gpu_round_ms(total)
     return [
         Finding(
             rule="gpu_saturation",
@@ -62,7 +62,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
             share=busy,
             confidence=min(1.0, 0.7 + 0.3 * busy),
             evidence=evidence,
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_rounds), 5),
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_gpu_rounds), 5),
             suggestions=[
                 Suggestion(
                     "Use lower precision (bf16/fp16 autocast) or TF32 for matrix work",
@@ -72,7 +72,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
                 ),
                 Suggestion(
                     "Compile the model (torch.compile) to fuse elementwise kernels",
-                    f"{len(k) / ctx.n_rounds:.0f} kernels per round; fusion cuts memory traffic between them",
+                    f"{len(k) / ctx.n_gpu_rounds:.0f} kernels per round; fusion cuts memory traffic between them",
                     kernel_ms * 0.15,
                     "gpu_saturation",
                 ),
@@ -98,7 +98,7 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
     gaps = ctx.idle.mask("host_wait")
     in_gaps = ctx.samples_inside(ctx.idle.start_ns[gaps], ctx.idle.end_ns[gaps], api=True)
     spots = in_gaps[:3] or [(h.function, h.self_ms) for h in ctx.hotspots if h.self_ms > 0][:3]
-    wait_ms = ctx.per_round_ms(ctx.idle_ns("host_wait"))
+    wait_ms = ctx.per_gpu_round_ms(ctx.idle_ns("host_wait"))
     suggestions = [_off_critical_path(module, fns, wait_ms) for module, fns in _by_module(in_gaps or spots)[:2]]
     suggestions.append(
         Suggestion(
@@ -106,7 +106,7 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
             "or a producer thread), so GPU work is always queued ahead",
             rationale=f"the GPU waited {wait_ms:.2f} ms per round for the host to launch work",
             # Overlapping hides at most the shorter of the two: the host's wait or the GPU's work.
-            saving_ms=min(wait_ms, ctx.per_round_ms(ctx.transfer["compute_ns"])),
+            saving_ms=min(wait_ms, ctx.per_gpu_round_ms(ctx.transfer["compute_ns"])),
             rule="gpu_idle_host",
         )
     )
@@ -114,7 +114,8 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
         suggestions.append(
             Suggestion(
                 action="Give the GPU more work per launch (larger batches), so each host step keeps it busy longer",
-                rationale=f"{ctx.per_round_ms(ctx.wall_ns):.2f} ms rounds, {_pct(share)} of them with the GPU idle "
+                rationale=f"{ctx.per_gpu_round_ms(ctx.gpu_wall_ns):.2f} ms rounds, {_pct(share)} of them with the GPU "
+                "idle "
                 "waiting for the host",
                 saving_ms=wait_ms * 0.3,
                 rule="gpu_idle_host",
@@ -181,7 +182,7 @@ def sync_stall(ctx: Context) -> list[Finding]:
         return []
     blocked_frac = ctx.metrics.get("host.sync_fraction") or 0.0
     turn_ns = ctx.turn_taking_ns()
-    frac = turn_ns / max(1, ctx.wall_ns)
+    frac = turn_ns / max(1, ctx.gpu_wall_ns)
     if frac < SYNC_MIN and blocked_frac < SYNC_MIN:
         return []
     tl, ev = ctx.timeline, ctx.timeline.events
@@ -199,7 +200,7 @@ def sync_stall(ctx: Context) -> list[Finding]:
         "blocked share of the round": _pct(blocked_frac),
         "sync calls per round": round(len(calls) / n_api, 1),
         "GPU idle gaps after a sync or blocking copy, per round": round(stalls, 1),
-        "turn-taking per round (ms)": round(ctx.per_round_ms(turn_ns), 3),
+        "turn-taking per round (ms)": round(ctx.per_gpu_round_ms(turn_ns), 3),
         **_idle_evidence(ctx),
     }
     for name, ds in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:3]:
@@ -207,7 +208,7 @@ def sync_stall(ctx: Context) -> list[Finding]:
     for i, (where, ms) in enumerate(lines[:3], 1):
         evidence[f"issued from {i}"] = f"{where} ({ms:.2f} ms/round sampled)"
     sync_ms = ctx.per_round_ms(ctx.wait_ns["user"])
-    turn_ms = ctx.per_round_ms(turn_ns)
+    turn_ms = ctx.per_gpu_round_ms(turn_ns)
     first = lines[0][0].split(" (")[0] if lines else "the test body"
     per_round = len(calls) / n_api
     if frac < SYNC_MIN:
@@ -282,7 +283,7 @@ def launch_overhead(ctx: Context) -> list[Finding]:
                 "host CPU per launch (µs)": round(host_us, 2),
                 "GPU computing": _pct(compute),
             },
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_rounds), 5),
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_gpu_rounds), 5),
             suggestions=[
                 Suggestion(
                     "Capture the step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead'))",
@@ -305,7 +306,7 @@ def launch_overhead(ctx: Context) -> list[Finding]:
 def _idle_evidence(ctx: Context) -> dict[str, object]:
     """GPU idle time per round by cause (idle.py), for a finding's evidence."""
     return {
-        f"GPU idle: {cause.replace('_', ' ')} (ms/round)": round(ctx.per_round_ms(ns), 3)
+        f"GPU idle: {cause.replace('_', ' ')} (ms/round)": round(ctx.per_gpu_round_ms(ns), 3)
         for cause, ns in ctx.idle_totals().items()
         if ns
     }

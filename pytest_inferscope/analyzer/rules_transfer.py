@@ -35,8 +35,8 @@ def transfers(ctx: Context) -> list[Finding]:
     t = ctx.transfer
     if frac < TRANSFER_MIN or not t["count"]:
         return []
-    n = ctx.n_rounds
-    copy_ms = ctx.per_round_ms(t["union_ns"])
+    n = ctx.n_gpu_rounds
+    copy_ms = ctx.per_gpu_round_ms(t["union_ns"])
     link = t["link_gb_s"]
     util = t["gb_per_s"] / link if link else 0.0
     mb = t["bytes"] / n / _MB
@@ -44,7 +44,7 @@ def transfers(ctx: Context) -> list[Finding]:
     if t["pageable_count"]:
         # Pinned, the same bytes would move at about PINNED_EFFICIENCY of the link.
         pinned_ms = t["pageable_bytes"] / (link * PINNED_EFFICIENCY) / 1e6 / n
-        pg_ms = ctx.per_round_ms(t["pageable_ns"])
+        pg_ms = ctx.per_gpu_round_ms(t["pageable_ns"])
         suggestions.append(
             Suggestion(
                 "Pin the host memory (tensor.pin_memory() once, or DataLoader(pin_memory=True)) and copy with "
@@ -57,8 +57,8 @@ def transfers(ctx: Context) -> list[Finding]:
             )
         )
     if t["blocking_count"]:
-        blocked_ms = ctx.per_round_ms(t["blocking_ns"])
-        compute_ms = ctx.per_round_ms(t["compute_ns"])
+        blocked_ms = ctx.per_gpu_round_ms(t["blocking_ns"])
+        compute_ms = ctx.per_gpu_round_ms(t["compute_ns"])
         suggestions.append(
             Suggestion(
                 "Make the copies asynchronous: .to(device, non_blocking=True) from pinned memory, and synchronise "
@@ -69,8 +69,8 @@ def transfers(ctx: Context) -> list[Finding]:
                 "transfers",
             )
         )
-    exposed_ms = ctx.per_round_ms(t["exposed_ns"])
-    compute_ms = ctx.per_round_ms(t["compute_ns"])
+    exposed_ms = ctx.per_gpu_round_ms(t["exposed_ns"])
+    compute_ms = ctx.per_gpu_round_ms(t["compute_ns"])
     if exposed_ms > 0 and compute_ms > 0:
         suggestions.append(
             Suggestion(
@@ -129,7 +129,7 @@ def transfers(ctx: Context) -> list[Finding]:
                 "blocking copies per round": round(t["blocking_count"] / n, 1),
                 "copy time overlapping kernels": _pct(t["overlap_ns"] / t["union_ns"] if t["union_ns"] else 0.0),
             },
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.MEMCPY) & ctx.in_rounds), 5),
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.MEMCPY) & ctx.in_gpu_rounds), 5),
             suggestions=suggestions,
         )
     ]
@@ -148,7 +148,7 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
     churn = alloc_frac >= ALLOC_MIN
     if not (near or caching or churn):
         return []
-    alloc_ms = ctx.per_round_ms(alloc_frac * ctx.wall_ns)
+    alloc_ms = ctx.per_gpu_round_ms(alloc_frac * ctx.gpu_wall_ns)
     evidence: dict[str, object] = {
         "allocated peak (MB)": round(m.get("gpu.memory_peak_mb") or 0.0, 1),
         "reserved peak (MB)": round(reserved_mb, 1),

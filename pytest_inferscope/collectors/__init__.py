@@ -26,6 +26,7 @@ from ..warning import warn_once
 from .cpu import Sampler, Tracer
 from .devsync import DeviceSync
 from .gpu import Choice, GpuBackendError
+from .gpu_rounds import GpuRoundsDecision, decide_auto, trace_setting, work_records
 from .link import link_meta
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
@@ -54,6 +55,10 @@ class CollectionOptions:
     #: Launch calls (RUNTIME/DRIVER records) only in this many trace rounds after the measured ones,
     #: which run without them; None: recorded throughout (every round, no trace round).
     trace_rounds: int | None = None
+    #: Which rounds record GPU activity: measured | trace | auto (collectors/gpu_rounds.py).
+    gpu_rounds: str = "measured"
+    #: Trace rounds when only they record GPU activity (trace, or auto gone lean); None: never lean.
+    lean_trace_rounds: int | None = None
 
 
 class _Scope:
@@ -134,6 +139,10 @@ class Collection:
         #: Whether launch calls are being recorded now, and how the collection used them (for the header).
         self.api_on = True
         self.api_note = ""
+        #: Whether CUPTI records now; which rounds recorded GPU activity, and why (gpu_rounds.py).
+        self.gpu_recording = False
+        self.gpu_rounds: GpuRoundsDecision | None = None
+        self._gpu_dropped = 0  # dropped by collections paused before the last one (a start resets the count)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -146,26 +155,13 @@ class Collection:
             )
         tid = threading.get_native_id()
         self.memory.start()
-        if self.gpu is not None:
-            try:
-                self.gpu.start()
-                self._clock_pair()
-            except Exception as exc:  # any backend failure degrades to CPU-only, said once
-                self.gpu_error = f"{self.gpu.name} could not start: {exc}"
-                self.gpu = None
-                if not self.options.gpu_required:
-                    warn_once(
-                        f"gpu-start:{exc}",
-                        f"inferscope: {self.gpu_error}; GPU activity is not collected for this test (CPU and "
-                        "memory collection continue, and the report says why).",
-                    )
-                if self.options.gpu_required:
-                    self.memory.stop(0)
-                    raise GpuBackendError(
-                        f"GPU collection is required but {self.gpu_error}. Close the other profiler "
-                        "(torch.profiler, Nsight) or run without INFERSCOPE_GPU=required."
-                    ) from exc
-        if self.gpu is not None and self.options.trace_rounds is not None:
+        lean = self.options.gpu_rounds == "trace" and self.options.lean_trace_rounds is not None
+        if self.gpu is not None and lean:  # CUPTI starts right before the trace rounds
+            assert self.options.lean_trace_rounds is not None
+            self.gpu_rounds = trace_setting(self.options.lean_trace_rounds)
+        elif self.gpu is not None:
+            self._start_gpu(stopping_memory=True)
+        if self.gpu is not None and self.gpu_recording and self.options.trace_rounds is not None:
             try:
                 self._api_records(False)
             except Exception as exc:  # then recorded throughout, as before trace rounds: said in the header
@@ -190,6 +186,78 @@ class Collection:
         if self.tracer is not None:
             self.tracer.start()
 
+    def _start_gpu(self, stopping_memory: bool = False) -> None:
+        """Start the GPU backend (and take a clock pair); a failure degrades to CPU-only, said once."""
+        assert self.gpu is not None
+        try:
+            self.gpu.start()
+            self.gpu_recording = True
+            self._clock_pair()
+        except Exception as exc:  # any backend failure degrades to CPU-only, said once
+            self.gpu_error = f"{self.gpu.name} could not start: {exc}"
+            self.gpu, self.gpu_recording = None, False
+            if not self.options.gpu_required:
+                warn_once(
+                    f"gpu-start:{exc}",
+                    f"inferscope: {self.gpu_error}; GPU activity is not collected for this test (CPU and "
+                    "memory collection continue, and the report says why).",
+                )
+            if self.options.gpu_required:
+                if stopping_memory:
+                    self.memory.stop(0)
+                raise GpuBackendError(
+                    f"GPU collection is required but {self.gpu_error}. Close the other profiler "
+                    "(torch.profiler, Nsight) or run without INFERSCOPE_GPU=required."
+                ) from exc
+
+    def _stop_gpu(self) -> int:
+        """Synchronise, take a clock pair, stop the backend and keep its records; returns the GPU work records."""
+        assert self.gpu is not None
+        if self.gpu_recording:
+            self.gpu.synchronize()
+            self._clock_pair()
+            self.gpu_recording = False
+            self.gpu.stop()
+        records, names = self.gpu.drain()
+        self._gpu_dropped += self.gpu.dropped()
+        if len(records):
+            records = records.copy()
+            records["name"] = self.buffer.strings.remap(names)[records["name"]]
+            self.buffer.extend(records)
+        return work_records(records) if len(records) else 0
+
+    def after_warmup(self) -> None:
+        """gpu_rounds auto: after the warm-up rounds, whether the measured rounds record GPU activity.
+
+        The warm-up's records are flushed and counted (`gpu_rounds.decide_auto`); the backend then stays
+        stopped until the trace rounds (lean), or starts again with the launch calls off (measured).
+        """
+        o = self.options
+        if o.gpu_rounds != "auto" or self.gpu is None or not self.gpu_recording or o.lean_trace_rounds is None:
+            return
+        warm = [int(r["wall_ns"]) for r in self.rounds if r.get("warmup") and not r.get("trace")]
+        if not warm:
+            self.gpu_rounds = decide_auto(0, [], o.lean_trace_rounds)
+            return
+        try:
+            n = self._stop_gpu()
+        except Exception as exc:
+            self.gpu_error = f"{self.gpu.name} failed while pausing after the warm-up: {exc}"
+            self.gpu = None
+            return
+        self.gpu_rounds = decide_auto(n, warm, o.lean_trace_rounds)
+        if self.gpu_rounds.mode == "measured":
+            self.gpu.synchronize()
+            self._start_gpu()
+            if self.gpu is not None and o.trace_rounds is not None:
+                with contextlib.suppress(Exception):  # then recorded throughout, said in the header
+                    self._api_records(False)
+
+    @property
+    def lean(self) -> bool:
+        """Whether the measured rounds ran (or run) without GPU activity records."""
+        return self.gpu is not None and self.gpu_rounds is not None and self.gpu_rounds.mode == "trace"
+
     def stop(self) -> RawTrace:
         """Stop every collector (idempotent) and return what was collected."""
         global _active
@@ -206,14 +274,7 @@ class Collection:
             )
             if self.gpu is not None:
                 try:
-                    self.gpu.synchronize()
-                    self._clock_pair()
-                    self.gpu.stop()
-                    records, names = self.gpu.drain()
-                    if len(records):
-                        records = records.copy()
-                        records["name"] = self.buffer.strings.remap(names)[records["name"]]
-                        self.buffer.extend(records)
+                    self._stop_gpu()
                 except Exception as exc:
                     self.gpu_error = f"{self.gpu.name} failed while stopping: {exc}"
             if self.proc is not None:
@@ -226,7 +287,7 @@ class Collection:
             strings=list(self.buffer.strings.strings),
             attrs=list(self.buffer.attrs),
             clock_pairs=self.clock_pairs,
-            dropped=self.buffer.dropped + (self.gpu.dropped() if self.gpu is not None else 0),
+            dropped=self.buffer.dropped + self._gpu_dropped,
             t0_ns=self.t0,
             meta={
                 "rounds": self.rounds,
@@ -236,8 +297,17 @@ class Collection:
                 "torch_threads": _torch_threads(),
                 "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
                 **link_meta(getattr(self.gpu, "bus_ids", [])),
+                **self._gpu_rounds_meta(),
             },
         )
+
+    def _gpu_rounds_meta(self) -> dict[str, Any]:
+        """`gpu_rounds`: "trace" when only the trace rounds recorded GPU activity (the analyzer reads it)."""
+        if self.gpu_rounds is None:
+            return {}
+        traced = any(r.get("trace") for r in self.rounds)
+        mode = "trace" if self.lean and traced else "measured"
+        return {"gpu_rounds": mode, "gpu_rounds_decision": self.gpu_rounds.to_json()}
 
     def _api_records(self, on: bool) -> None:
         """Launch-call records on or off (both backends' `set_api_records`); a backend without it keeps them on."""
@@ -290,7 +360,7 @@ class Collection:
         else:  # not collecting GPU activity, but GPU work (any framework's) must not leak into the next round
             self._devsync()
         end = host_clock_ns()
-        if self.gpu is not None:
+        if self.gpu is not None and self.gpu_recording:
             # A reading every round: with only the start and stop pairs the fit's residual is
             # always 0 and proves nothing; with these it shows how well the clocks agree.
             with contextlib.suppress(Exception):  # the start and stop pairs remain
@@ -332,6 +402,8 @@ class Collection:
         """Call `body` warmup + rounds times, then the trace rounds (`trace_rounds`); returns the last result."""
         result: R | None = None
         for i in range(warmup + rounds):
+            if i == warmup:
+                self.after_warmup()
             with self.round(i, warmup=i < warmup):
                 result = body()
         traced = self.run_trace_rounds(body, warmup + rounds)
@@ -339,6 +411,8 @@ class Collection:
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds this collection runs: none without GPU collection or with `all`."""
+        if self.lean and self.options.lean_trace_rounds is not None:
+            return self.options.lean_trace_rounds
         if self.gpu is None or self.options.trace_rounds is None or self.api_on:
             return 0
         return self.options.trace_rounds
@@ -355,8 +429,17 @@ class Collection:
             return None
         assert self.gpu is not None
         self.gpu.synchronize()  # the measured rounds' GPU work finished before the switch
+        if self.lean:  # lean: CUPTI starts here, every kind (launch calls too), and records until stop()
+            self._start_gpu()
+            if self.gpu is None:
+                return None
+            result: tuple[R] | None = None
+            for i in range(n):
+                with self.round(first_index + i, warmup=False, trace=True):
+                    result = (body(),)
+            return result
         self._api_records(True)
-        result: tuple[R] | None = None
+        result = None
         try:
             for i in range(n):
                 with self.round(first_index + i, warmup=False, trace=True):
@@ -378,50 +461,10 @@ class Collection:
     # -- description -------------------------------------------------------------
 
     def collectors_info(self) -> list[CollectorInfo]:
-        wall = max(1, self.t_end - self.t0)
-        cpu: CollectorInfo
-        if self.sampler is not None:
-            # A thread holding the GIL (pure Python) lets the sampler in only every few ms: say so.
-            effective = wall / 1e6 / self.sampler.samples if self.sampler.samples else float("inf")
-            got = f"; {self.sampler.samples} samples, one per {effective:.1f} ms" if self.sampler.samples else ""
-            cpu = CollectorInfo(
-                "cpu",
-                True,
-                f"stack sampling every {self.options.sample_interval_ms:g} ms{got}",
-                overhead=self.sampler.cost_ns / wall,
-            )
-        elif self.tracer is not None:
-            cpu = CollectorInfo(
-                "cpu",
-                True,
-                "full call tracing (sys.setprofile)",
-                overhead=self.tracer.hook_calls * Tracer.per_call_ns() / wall,
-            )
-        else:
-            cpu = CollectorInfo(
-                "cpu", True, "scopes and rounds only", reason="sampling off (--inferscope-cpu=off)", overhead=0.0
-            )
-        if self.gpu is not None:
-            gpu = CollectorInfo("gpu", True, f"{self.gpu.name} CUPTI ({self.gpu.version()}); {self._api_mode()}")
-        else:
-            reason = self.gpu_error or (self.gpu_choice.describe() if self.gpu_choice else "GPU collection not set up")
-            gpu = CollectorInfo("gpu", False, "none", reason=reason.removeprefix("not collected (").removesuffix(")"))
-        if self.options.modules > 0:
-            cpu.mode += f"; modules: {self.modules_note}"
-        mem = CollectorInfo("memory", True, self.memory.mode())
-        return [cpu, gpu, mem]
+        """What each collector did, for the report header (collectors/describe.py)."""
+        from .describe import collectors_info
 
-    def _api_mode(self) -> str:
-        """Which rounds recorded the launch calls, for the report header."""
-        if self.api_note:
-            return self.api_note
-        if self.options.trace_rounds is None:
-            return "launch calls recorded in every round"
-        traced = sum(1 for r in self.rounds if r.get("trace"))
-        return (
-            f"launch calls recorded only in the {traced} trace round{'s' if traced != 1 else ''} after the measured "
-            "ones (--inferscope-trace-rounds)"
-        )
+        return collectors_info(self)
 
 
 def _torch_threads() -> int | None:

@@ -110,3 +110,68 @@ def test_a_bad_trace_rounds_marker_key_is_a_clear_error(pytester: pytest.Pyteste
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_body*trace_rounds=...*0 is out of range: give an integer >= 1*or 'all'*"])
+
+
+# --- GPU activity only in the trace rounds (--inferscope-gpu-rounds) -------------------------------------
+
+#: The fake backend, counting its starts and stops: with gpu_rounds=trace it starts only for the trace rounds.
+COUNTING_GPU = (
+    FAKE_GPU.replace("    def start(self): pass\n", "    def start(self): EVENTS.append(('start', len(CALLS())))\n")
+    .replace("    def stop(self): pass\n", "    def stop(self): EVENTS.append(('stop', len(CALLS())))\n")
+    .replace(
+        "SWITCHED = []\n", "SWITCHED = []\nEVENTS = []\n\ndef CALLS():\n    import test_t\n    return test_t.CALLS\n"
+    )
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "marker", "expected", "trace"),
+    [
+        (("--inferscope-gpu-rounds=trace",), "", 7, 3),  # three trace rounds unless told otherwise
+        (("--inferscope-gpu-rounds=trace", "--inferscope-trace-rounds=2"), "", 6, 2),
+        ((), ", gpu_rounds='trace'", 7, 3),  # the marker key
+    ],
+)
+def test_gpu_rounds_trace_starts_the_gpu_collection_only_for_the_trace_rounds(
+    pytester: pytest.Pytester, args: tuple[str, ...], marker: str, expected: int, trace: int
+) -> None:
+    pytester.makeconftest(COUNTING_GPU)
+    pytester.makepyfile(
+        test_t=BODY.format(marker=marker, expected=expected)
+        + "\ndef test_events(request):\n    import conftest\n    assert conftest.EVENTS == [('start', 4), ('stop', "
+        + f"{expected})], conftest.EVENTS\n"
+    )
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-report=out", *args)
+    result.assert_outcomes(passed=3)
+    report = _report(pytester)
+    assert len(report["latency"]["samples_ms"]) == 3 and len(report["latency"]["trace_ms"]) == trace
+    gpu = next(c for c in report["collectors"] if c["name"] == "gpu")
+    assert f"GPU activity recorded only in the {trace} trace round" in gpu["mode"]
+
+
+def test_gpu_rounds_measured_is_the_default_and_starts_the_gpu_collection_first(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(COUNTING_GPU)
+    pytester.makepyfile(
+        test_t=BODY.format(marker="", expected=5)
+        + "\ndef test_events(request):\n    import conftest\n    assert conftest.EVENTS == [('start', 0), ('stop', 5)]"
+        + ", conftest.EVENTS\n"
+    )
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=3)
+
+
+def test_a_bad_gpu_rounds_option_is_a_clear_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_t=BODY.format(marker="", expected=4))
+    result = pytester.runpytest("--inferscope-gpu-rounds=lean")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--inferscope-gpu-rounds*lean*measured*trace*auto*"])
+
+
+def test_gpu_rounds_trace_with_all_trace_rounds_is_one_error_naming_both(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_t=BODY.format(marker="", expected=4))
+    result = pytester.runpytest("--inferscope-gpu-rounds=trace", "--inferscope-trace-rounds=all")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--inferscope-trace-rounds*--inferscope-gpu-rounds*runs none*Give trace_rounds a*"])
+    pytester.makepyfile(test_t=BODY.format(marker=", gpu_rounds='trace', trace_rounds='all'", expected=4))
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_body*gpu_rounds*trace_rounds*"])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.analyzer import Context, analyze
-from pytest_inferscope.checks import MARKER_KEYS, validate_marker
+from pytest_inferscope.checks import MARKER_KEYS, evaluate, validate_marker
 from pytest_inferscope.collectors import Collection, CollectionOptions
 from pytest_inferscope.collectors.gpu import Choice
 from pytest_inferscope.events import (
@@ -57,11 +57,19 @@ ROUND: list[tuple[Kind, str, float, float, int, int, int]] = [
 
 
 def steady(
-    rounds: int = 5, trace: int = 0, *, warmup: int = 1, api_in_measured: bool = True, trace_stretch: float = 1.0
+    rounds: int = 5,
+    trace: int = 0,
+    *,
+    warmup: int = 1,
+    api_in_measured: bool = True,
+    trace_stretch: float = 1.0,
+    gpu_in_measured: bool = True,
 ) -> RawTrace:
     """`warmup` + `rounds` + `trace` copies of ROUND; launch calls in the measured rounds only when `api_in_measured`.
 
     `trace_stretch` makes each trace round that much longer (a host slowed by recording its launch calls).
+    `gpu_in_measured=False`: no GPU record at all outside the trace rounds, as `--inferscope-gpu-rounds=trace`
+    records them (the meta says so).
     """
     strings = ["test"]
     rows: list[tuple[Any, ...]] = []
@@ -76,6 +84,8 @@ def steady(
         rows.append((t, t + dur, i, 0, len(strings) - 1, 1, -1, -1, Kind.ROUND, Domain.HOST, flags))
         for kind, name, s, e, slot, value, f in ROUND:
             if kind == Kind.RUNTIME and not (api_in_measured or is_trace):
+                continue
+            if kind in (Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY) and not (gpu_in_measured or is_trace):
                 continue
             if name not in strings:
                 strings.append(name)
@@ -92,8 +102,10 @@ def steady(
         )  # fmt: skip
         t += dur + 1000
     rows.append((0, t, 0, 0, 0, 1, -1, -1, Kind.TEST, Domain.HOST, 0))
-    return RawTrace(np.array(rows, dtype=EVENT_DTYPE), strings, clock_pairs=[(0, 0), (t, t)],
-                    meta={"rounds": meta_rounds, "memory": {"rss_peak": 100 << 20}})  # fmt: skip
+    meta: dict[str, Any] = {"rounds": meta_rounds, "memory": {"rss_peak": 100 << 20}}
+    if not gpu_in_measured:
+        meta["gpu_rounds"] = "trace"
+    return RawTrace(np.array(rows, dtype=EVENT_DTYPE), strings, clock_pairs=[(0, 0), (t, t)], meta=meta)
 
 
 API_METRICS = (
@@ -137,6 +149,30 @@ def test_the_analysis_from_trace_rounds_equals_the_one_with_launch_calls_in_ever
     assert traced.gpu["idle_gaps"]["by_cause_ms_per_round"] == pytest.approx(
         every.gpu["idle_gaps"]["by_cause_ms_per_round"]
     )
+
+
+@pytest.mark.parametrize("trace", [1, 3])
+def test_with_gpu_activity_only_in_trace_rounds_every_gpu_figure_comes_from_them(trace: int) -> None:
+    every = analyze(merge(steady(5)))
+    lean_tl = merge(steady(5, trace, gpu_in_measured=False))
+    ctx = Context(lean_tl)
+    assert ctx.gpu_lean and np.array_equal(ctx.gpu_round_idx, ctx.trace_idx) and ctx.n_gpu_rounds == trace
+    lean = analyze(lean_tl)
+    # Identical rounds: what the trace rounds show per round is what every round showed.
+    for key in API_METRICS + ACTIVITY_METRICS:
+        assert lean.metrics[key] == pytest.approx(every.metrics[key], rel=1e-6, abs=1e-9), key
+    assert lean.metrics["gpu.kernel_launches_per_round"] == 5  # not 5 x trace / 5 measured rounds
+    assert len(ctx.latency.samples_ms) == 5 and len(ctx.latency.trace_ms) == trace  # latency: measured rounds
+    assert lean.bottleneck == every.bottleneck
+    assert [f.rule for f in lean.findings] == [f.rule for f in every.findings]
+    # Thresholds on GPU figures read the trace rounds too, and fail where the every-round analysis fails.
+    limits = {"max_gpu_idle": 0.01, "max_kernel_launches": 4, "max_h2d_bytes": 1 << 20, "max_syncs": 1}
+    got = evaluate(limits, lean, ctx.latency, gpu_collected=True)
+    ref = evaluate(limits, every, Context(merge(steady(5))).latency, gpu_collected=True)
+    assert [(c.key, c.status) for c in got] == [(c.key, c.status) for c in ref]
+    assert [c.status for c in got] == ["failed"] * 4
+    for a, b in zip(got, ref, strict=True):
+        assert a.measured == pytest.approx(b.measured), a.key
 
 
 def test_idle_causes_keep_their_trace_round_shares_when_the_trace_round_runs_slower() -> None:

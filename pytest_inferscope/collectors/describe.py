@@ -1,0 +1,65 @@
+"""The report header's description of a collection: which collectors ran, in which mode, at what cost."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..results import CollectorInfo
+from .cpu import Tracer
+
+if TYPE_CHECKING:
+    from . import Collection
+
+
+def collectors_info(self: Collection) -> list[CollectorInfo]:
+    """The CPU, GPU and memory collectors' modes and overheads, for the report header."""
+    wall = max(1, self.t_end - self.t0)
+    cpu: CollectorInfo
+    if self.sampler is not None:
+        # A thread holding the GIL (pure Python) lets the sampler in only every few ms: say so.
+        effective = wall / 1e6 / self.sampler.samples if self.sampler.samples else float("inf")
+        got = f"; {self.sampler.samples} samples, one per {effective:.1f} ms" if self.sampler.samples else ""
+        cpu = CollectorInfo(
+            "cpu",
+            True,
+            f"stack sampling every {self.options.sample_interval_ms:g} ms{got}",
+            overhead=self.sampler.cost_ns / wall,
+        )
+    elif self.tracer is not None:
+        cpu = CollectorInfo(
+            "cpu",
+            True,
+            "full call tracing (sys.setprofile)",
+            overhead=self.tracer.hook_calls * Tracer.per_call_ns() / wall,
+        )
+    else:
+        cpu = CollectorInfo(
+            "cpu", True, "scopes and rounds only", reason="sampling off (--inferscope-cpu=off)", overhead=0.0
+        )
+    if self.gpu is not None:
+        gpu = CollectorInfo("gpu", True, f"{self.gpu.name} CUPTI ({self.gpu.version()}); {_api_mode(self)}")
+    else:
+        reason = self.gpu_error or (self.gpu_choice.describe() if self.gpu_choice else "GPU collection not set up")
+        gpu = CollectorInfo("gpu", False, "none", reason=reason.removeprefix("not collected (").removesuffix(")"))
+    if self.options.modules > 0:
+        cpu.mode += f"; modules: {self.modules_note}"
+    mem = CollectorInfo("memory", True, self.memory.mode())
+    return [cpu, gpu, mem]
+
+
+def _api_mode(self: Collection) -> str:
+    """Which rounds recorded the launch calls, for the report header."""
+    decided = self.gpu_rounds
+    if decided is not None and self.lean:
+        return decided.reason
+    if self.api_note:
+        note = self.api_note
+    elif self.options.trace_rounds is None:
+        note = "launch calls recorded in every round"
+    else:
+        traced = sum(1 for r in self.rounds if r.get("trace"))
+        note = (
+            f"launch calls recorded only in the {traced} trace round{'s' if traced != 1 else ''} after the measured "
+            "ones (--inferscope-trace-rounds)"
+        )
+    return f"{decided.reason}; {note}" if decided is not None else note

@@ -1,0 +1,87 @@
+"""GPU activity only in the trace rounds (`gpu_rounds`), on a real GPU.
+
+For each backend, in a fresh interpreter with the backend forced and INFERSCOPE_GPU=required:
+`small_forward` with gpu_rounds="trace" (1 warm-up + 5 measured rounds, 3 trace rounds), and
+gpu_rounds="auto" on `small_forward` and on `transformer`. Lines starting "INFERSCOPE-GPU" are the
+numbers for docs/gpu-validation.md (run with -s).
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_gpu_backends import BACKENDS, BENCH, _report, run_python
+
+pytestmark = pytest.mark.gpu
+
+ROUNDS = """
+import json, sys
+sys.path.insert(0, BENCH)
+import numpy as np, torch
+import bench_gpu_overhead as bench
+from pytest_inferscope import api
+from pytest_inferscope.events import Kind
+
+w = bench.Workloads(torch)
+w.warm()
+out = {}
+for label, fn, mode in (("trace", w.small_forward, "trace"), ("auto-small", w.small_forward, "auto"),
+                        ("auto-transformer", w.transformer, "auto")):
+    sink = api.Profile(label)
+    with api.collecting(sink.name, sink, rounds=5, warmup=1, report_dir=None, thresholds=None, cpu=None,
+                        trace_rounds=3, gpu_rounds=mode) as coll:
+        coll.run_rounds(fn, 5, 1)
+    tl, res = sink.timeline, sink.result
+    ev = tl.events
+    per_round = []
+    for r in ev[ev["kind"] == Kind.ROUND]:
+        inside = (ev["start"] >= r["start"]) & (ev["start"] < r["end"])
+        rt = ev[inside & (ev["kind"] == Kind.RUNTIME)]
+        launches = rt[np.array(["LaunchKernel" in tl.strings[i] for i in rt["name"]], dtype=bool)]
+        k = ev[inside & (ev["kind"] == Kind.KERNEL)]
+        per_round.append({"flags": int(r["flags"]), "kernels": int(len(k)), "launches": int(len(launches)),
+                          "linked": int(np.isin(k["corr"], launches["corr"]).sum())})
+    gpu = next(c for c in res.collectors if c.name == "gpu")
+    m = res.analysis.metrics
+    out[label] = {
+        "rounds": per_round, "causality": res.clock.causality_violations, "clock_ok": res.clock.ok,
+        "residual_ns": res.clock.residual_ns, "pairs": res.clock.pairs,
+        "samples": len(res.latency.samples_ms), "trace_ms": res.latency.trace_ms, "mode": gpu.mode,
+        "meta": tl.meta.get("gpu_rounds"), "decision": tl.meta.get("gpu_rounds_decision"),
+        "metrics": {k: m.get(k) for k in ("gpu.kernel_launches_per_round", "host.syncs_per_round",
+                                          "gpu.idle_fraction", "gpu.idle_host_wait_fraction")},
+        "bottleneck": res.analysis.bottleneck,
+    }
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) -> None:
+    out = run_python(f"BENCH = {str(BENCH)!r}\n" + ROUNDS, backend)
+    for label, run in out.items():
+        _report(
+            f"{backend} {label}",
+            rounds=[(r["flags"], r["kernels"], r["launches"], r["linked"]) for r in run["rounds"]],
+            causality=run["causality"],
+            residual_us=round(run["residual_ns"] / 1e3, 2),
+            pairs=run["pairs"],
+            bottleneck=run["bottleneck"],
+            mode=run["mode"],
+            **{k.split(".", 1)[1]: (None if v is None else round(v, 4)) for k, v in run["metrics"].items()},
+        )
+    lean = out["trace"]
+    assert [r["flags"] for r in lean["rounds"]] == [1, 0, 0, 0, 0, 0, 4, 4, 4]
+    plain = [r for r in lean["rounds"] if not r["flags"] & 4]
+    trace = [r for r in lean["rounds"] if r["flags"] & 4]
+    assert all(r["kernels"] == 0 and r["launches"] == 0 for r in plain), plain
+    assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in trace), trace
+    assert lean["causality"] == 0 and lean["clock_ok"] and lean["residual_ns"] < 50_000
+    assert lean["meta"] == "trace" and lean["samples"] == 5 and len(lean["trace_ms"]) == 3
+    assert lean["metrics"]["gpu.kernel_launches_per_round"] == trace[0]["kernels"]
+    # auto: the small forward's many short kernels go lean; the transformer's long rounds stay measured
+    small, big = out["auto-small"], out["auto-transformer"]
+    assert small["meta"] == "trace" and small["decision"]["mode"] == "trace", small["decision"]
+    assert small["decision"]["estimated_cost"] > 0.01 and "only in the 3 trace rounds" in small["mode"]
+    assert big["meta"] == "measured" and big["decision"]["mode"] == "measured", big["decision"]
+    assert all(r["kernels"] > 0 for r in big["rounds"]), big["rounds"]
+    assert big["causality"] == 0 and big["clock_ok"]
