@@ -338,7 +338,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "and memsets; launch calls per --inferscope-trace-rounds), trace (only the trace rounds record anything, "
         f"{LEAN_TRACE_ROUNDS} of them unless --inferscope-trace-rounds says otherwise: the measured rounds are timed "
         "without CUPTI), or auto (decided per test after the warm-up: trace when the warm-up's GPU records would "
-        "have cost the measured rounds more than 1%, else measured). Unless the marker says otherwise.",
+        "have cost the measured rounds more than 1%, else measured; judged from the warm-up rounds after the first, "
+        "so give warmup 2 or more). Unless the marker says otherwise.",
         f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,
     ),
 )  # fmt: skip

@@ -50,12 +50,18 @@ def work_records(records: np.ndarray) -> int:
 
 
 def decide_auto(n_records: int, warm_round_ns: list[int], lean_trace_rounds: int) -> GpuRoundsDecision:
-    """auto's decision from the warm-up rounds' GPU work records and their host times."""
+    """auto's decision from the warm-up rounds' GPU work records and their host times.
+
+    The round time is the fastest warm-up round after the first when there are two or more: the
+    first call after a collection starts runs several times slower (its first-use costs; 3.8 ms
+    against 0.33 ms for the small forward on the H200, 2026-11-21), so with one warm-up round the
+    estimate is low and auto keeps the GPU in the measured rounds (the cautious side).
+    """
     if not warm_round_ns:
         return GpuRoundsDecision("auto", "measured", "GPU activity recorded in every round (auto: no warm-up round "
                                  "to decide from)")  # fmt: skip
     per_round = n_records / len(warm_round_ns)
-    fastest = max(1, min(warm_round_ns))
+    fastest = max(1, min(warm_round_ns[1:] or warm_round_ns))
     cost = per_round * RECORD_COST_NS / fastest
     what = f"the warm-up's {per_round:.0f} GPU records (kernels, copies, memsets) per {fastest / 1e6:.2f} ms round"
     if cost > AUTO_LEAN_ABOVE:
