@@ -425,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument("--workloads", default="", help=f"comma-separated, of {', '.join(TARGETS)} (default: all)")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help=f"warm-up calls per test (default {WARMUP})")
     args = parser.parse_args(argv)
+    globals()["WARMUP"] = args.warmup  # read by Modes.test and the summary
     data = run(
         args.reps,
         [b for b in args.backends.split(",") if b],
