@@ -248,7 +248,7 @@ class Modes:
             t1 = now()
             process(raw, Plan(nodeid=mode, rounds=CALLS, warmup=WARMUP), coll.collectors_info())
             walls = [r["wall_ns"] / 1e6 for r in coll.rounds if not r.get("trace")]  # warm-up and measured
-            trace = [r["wall_ns"] / 1e6 for r in coll.rounds if r.get("trace")]
+            trace = [r["wall_ns"] / 1e6 for r in coll.rounds if r.get("trace") and not r.get("warmup")]
             return {"calls": walls[WARMUP:], "first": walls[0], "whole": (t1 - t0) / 1e6, "post": (now() - t1) / 1e6,
                     "trace": trace}  # fmt: skip
         walls = []

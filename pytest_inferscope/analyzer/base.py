@@ -72,10 +72,15 @@ class RoundsContext:
 
     @cached_property
     def trace_idx(self) -> np.ndarray:
-        """Indices of the trace rounds (launch calls recorded; not latency samples)."""
+        """Indices of the trace rounds (launch calls recorded; not latency samples).
+
+        A round flagged both trace and warm-up (the settling round right after CUPTI starts in lean
+        mode, `--inferscope-gpu-rounds=trace`) is neither a trace round nor a warm-up round here.
+        """
         ev = self.timeline.events
         rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
-        trace = rounds[(ev["flags"][rounds] & TRACE_FLAG) != 0]
+        flags = ev["flags"][rounds]
+        trace = rounds[((flags & TRACE_FLAG) != 0) & ((flags & WARMUP_FLAG) == 0)]
         return trace if len(trace) < len(rounds) else np.zeros(0, dtype=rounds.dtype)
 
     @property

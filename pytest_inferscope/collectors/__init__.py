@@ -433,9 +433,14 @@ class Collection:
             self._start_gpu()
             if self.gpu is None:
                 return None
-            result: tuple[R] | None = None
+            # The first call after CUPTI starts runs far slower (+190% against +60% for a first call
+            # without it, small forward on the H200: docs/gpu-validation.md), which would skew every GPU
+            # figure read from the trace rounds: one settling round first, flagged warm-up and trace,
+            # which the analyzer leaves out of both (analyzer/base.py `trace_idx`).
+            with self.round(first_index, warmup=True, trace=True):
+                result: tuple[R] | None = (body(),)
             for i in range(n):
-                with self.round(first_index + i, warmup=False, trace=True):
+                with self.round(first_index + 1 + i, warmup=False, trace=True):
                     result = (body(),)
             return result
         self._api_records(True)

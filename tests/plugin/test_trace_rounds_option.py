@@ -127,9 +127,10 @@ COUNTING_GPU = (
 @pytest.mark.parametrize(
     ("args", "marker", "expected", "trace"),
     [
-        (("--inferscope-gpu-rounds=trace",), "", 7, 3),  # three trace rounds unless told otherwise
-        (("--inferscope-gpu-rounds=trace", "--inferscope-trace-rounds=2"), "", 6, 2),
-        ((), ", gpu_rounds='trace'", 7, 3),  # the marker key
+        # warm-up + 3 measured rounds, then CUPTI starts: one settling round and the trace rounds
+        (("--inferscope-gpu-rounds=trace",), "", 8, 3),  # three trace rounds unless told otherwise
+        (("--inferscope-gpu-rounds=trace", "--inferscope-trace-rounds=2"), "", 7, 2),
+        ((), ", gpu_rounds='trace'", 8, 3),  # the marker key
     ],
 )
 def test_gpu_rounds_trace_starts_the_gpu_collection_only_for_the_trace_rounds(
