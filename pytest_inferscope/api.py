@@ -145,14 +145,25 @@ def measure(
     thresholds: dict[str, Any] | None = None,
     cpu: str | None = None,
     trace_rounds: int | str | None = None,
+    gpu_rounds: str | None = None,
     **kwargs: Any,
 ) -> TestResult:
     """Call `fn(*args, **kwargs)` warmup + rounds times under collection and return the analysed result.
 
     With GPU collection, `trace_rounds` more calls follow with the launch calls recorded (the measured
     ones are timed without them): N, "all" (recorded in every call, no extra call), or None for the
-    setting (INFERSCOPE_TRACE_ROUNDS or the config file; default 1).
+    setting (INFERSCOPE_TRACE_ROUNDS or the config file; default 1). `gpu_rounds` ("measured", "trace",
+    "auto"; None: the setting) says which rounds record GPU activity, as `--inferscope-gpu-rounds` does:
+    with "trace" the measured calls run without CUPTI and `trace_rounds` (default 3 then) calls follow,
+    after one settling call.
     """
+    from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
+
+    settings = standalone_settings()
+    explicit = trace_rounds is not None or settings.sources.get("trace_rounds", "default") != "default"
+    gpu_rounds = settings.gpu_rounds if gpu_rounds is None else gpu_rounds
+    if gpu_rounds not in ("measured", "trace", "auto"):
+        raise ValueError(f"measure(gpu_rounds={gpu_rounds!r}): give 'measured', 'trace' or 'auto'.")
     if trace_rounds is not None:
         from .options import parse_trace_rounds
 
@@ -163,6 +174,12 @@ def measure(
                 f"measure(trace_rounds={trace_rounds!r}): {exc}; give a number of trace rounds from 1 to 1000, "
                 "or 'all' (launch calls recorded in every round)."
             ) from None
+    traced = settings.trace_rounds if trace_rounds is None else trace_rounds
+    conflict = lean_rounds_conflict(traced, gpu_rounds, f"measure(gpu_rounds={gpu_rounds!r}, trace_rounds={traced!r})")
+    if conflict is not None:
+        raise ValueError(conflict)
+    if gpu_rounds != "measured" and not explicit:
+        traced = LEAN_TRACE_ROUNDS
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
     with collecting(
         sink.name,
@@ -172,7 +189,8 @@ def measure(
         report_dir=report_dir,
         thresholds=thresholds,
         cpu=cpu,
-        trace_rounds=trace_rounds,
+        trace_rounds=traced,
+        gpu_rounds=gpu_rounds,
     ) as coll:
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None

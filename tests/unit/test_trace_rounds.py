@@ -364,3 +364,48 @@ def test_measure_takes_trace_rounds_and_runs_none_without_gpu_collection(monkeyp
     assert len(calls) == 4 and result.latency.trace_ms == [] and len(result.latency.samples_ms) == 3
     with pytest.raises(ValueError, match=r"measure\(trace_rounds=0\): is out of range; give a number of trace rounds"):
         api.measure(lambda: None, trace_rounds=0)
+    with pytest.raises(ValueError, match=r"measure\(gpu_rounds='lean'\): give 'measured', 'trace' or 'auto'"):
+        api.measure(lambda: None, gpu_rounds="lean")
+    with pytest.raises(ValueError, match=r"trace_rounds 'all' runs none"):
+        api.measure(lambda: None, gpu_rounds="trace", trace_rounds="all")
+
+
+def test_measure_with_gpu_rounds_trace_runs_the_settling_call_and_three_trace_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_inferscope import api
+
+    starts: list[int] = []
+
+    class FakeGpu:
+        name = "fake"
+        bus_ids: tuple[str, ...] = ()
+
+        def start(self) -> None:
+            starts.append(len(calls))
+
+        def set_api_records(self, on: bool) -> None: ...
+        def stop(self) -> None: ...
+        def drain(self) -> tuple[np.ndarray, list[str]]:
+            return np.zeros(0, dtype=EVENT_DTYPE), []
+
+        def dropped(self) -> int:
+            return 0
+
+        def timestamp(self) -> int:
+            return 0
+
+        def synchronize(self) -> None: ...
+        def version(self) -> str:
+            return "fake 1"
+
+    monkeypatch.setattr(api, "_gpu_choice", lambda gpu: Choice(FakeGpu()))
+    calls: list[int] = []
+    result = api.measure(lambda: calls.append(1), rounds=3, warmup=1, gpu_rounds="trace", cpu="off")
+    # warm-up + 3 measured calls without CUPTI, then it starts: 1 settling call and 3 trace calls
+    assert len(calls) == 8 and starts == [4]
+    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 3
+    calls.clear()
+    starts.clear()
+    api.measure(lambda: calls.append(1), rounds=3, warmup=1, cpu="off")  # the default: measured, one trace call
+    assert len(calls) == 5 and starts == [0]
