@@ -47,12 +47,17 @@ class Profile:
 
 
 def _options(
-    settings: Settings, cpu: str | None, trace_rounds: int | str = "all", gpu_rounds: str = "measured"
+    settings: Settings,
+    cpu: str | None,
+    trace_rounds: int | str = "all",
+    gpu_rounds: str = "measured",
+    profile_rounds: int | None = None,
 ) -> CollectionOptions:
+    lean = profile_rounds if profile_rounds is not None else trace_rounds
     return CollectionOptions(
         trace_rounds=None if trace_rounds == "all" else int(trace_rounds),
         gpu_rounds=gpu_rounds,
-        lean_trace_rounds=None if trace_rounds == "all" else int(trace_rounds),
+        lean_trace_rounds=None if lean == "all" else int(lean),
         cpu=cpu or settings.cpu,
         sample_interval_ms=settings.sample_interval_ms,
         trace_size_mb=settings.trace_size_mb,
@@ -74,20 +79,23 @@ def collecting(
     cpu: str | None,
     trace_rounds: int | str | None = "all",
     gpu_rounds: str = "measured",
+    profile_rounds: int | None = None,
 ) -> Iterator[Collection]:
     """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result.
 
     The building block of `profile`, `measure` and `inferscope run`. `trace_rounds`: "all" (launch
     calls recorded throughout: the block drives its own rounds), N (the block runs the trace rounds,
     `Collection.run_rounds` does), or None (the settings' `trace_rounds`). `gpu_rounds`: which rounds
-    record GPU activity (collectors/gpu_rounds.py); lean ones need N trace rounds.
+    record GPU activity (collectors/gpu_rounds.py); when lean, `profile_rounds` rounds record it after
+    the measured ones (default: as many as `trace_rounds`), then the trace rounds the launch calls.
     """
     settings = standalone_settings()
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
         check_report_dir(Path(out))
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
-    coll = Collection(_options(settings, cpu, traced, gpu_rounds), _gpu_choice(settings.gpu), name=name)
+    options = _options(settings, cpu, traced, gpu_rounds, profile_rounds)
+    coll = Collection(options, _gpu_choice(settings.gpu), name=name)
     coll.start()
     partial = ""
     try:
@@ -154,8 +162,9 @@ def measure(
     ones are timed without them): N, "all" (recorded in every call, no extra call), or None for the
     setting (INFERSCOPE_TRACE_ROUNDS or the config file; default 1). `gpu_rounds` ("measured", "trace",
     "auto"; None: the setting) says which rounds record GPU activity, as `--inferscope-gpu-rounds` does:
-    with "trace" the measured calls run without CUPTI and `trace_rounds` (default 3 then) calls follow,
-    after one settling call.
+    with "trace" the measured calls run without CUPTI; then CUPTI starts, one settling call and 3
+    profile calls (GPU activity without the launch calls; `trace_rounds` of them when given) run, and
+    the `trace_rounds` calls with the launch calls.
     """
     from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 
@@ -178,8 +187,7 @@ def measure(
     conflict = lean_rounds_conflict(traced, gpu_rounds, f"measure(gpu_rounds={gpu_rounds!r}, trace_rounds={traced!r})")
     if conflict is not None:
         raise ValueError(conflict)
-    if gpu_rounds != "measured" and not explicit:
-        traced = LEAN_TRACE_ROUNDS
+    profile_rounds = None if traced == "all" else (int(traced) if explicit else LEAN_TRACE_ROUNDS)
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
     with collecting(
         sink.name,
@@ -191,6 +199,7 @@ def measure(
         cpu=cpu,
         trace_rounds=traced,
         gpu_rounds=gpu_rounds,
+        profile_rounds=profile_rounds,
     ) as coll:
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None

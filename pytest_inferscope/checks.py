@@ -168,8 +168,8 @@ MARKER_KEYS: dict[str, MarkerKey] = {
         MarkerKey(
             "gpu_rounds",
             "choice",
-            "which rounds record GPU activity: 'measured' (warm-up and measured rounds), 'trace' (only the trace "
-            "rounds; the measured rounds are timed without CUPTI) or 'auto' (decided after the warm-up)",
+            "which rounds record GPU activity: 'measured' (warm-up and measured rounds), 'trace' (only rounds after "
+            "the measured ones, which are timed without CUPTI) or 'auto' (decided after the warm-up)",
             choices=("measured", "trace", "auto"),
             threshold=False,
         ),

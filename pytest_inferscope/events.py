@@ -100,6 +100,10 @@ WARMUP_FLAG = 1
 #: A ROUND flag: a trace round, run after the measured ones with the launch calls (CUPTI's RUNTIME and
 #: DRIVER records) recorded; not a latency sample. (Bit 1 is collectors.RAISED_FLAG.)
 TRACE_FLAG = 4
+#: A ROUND flag: a profile round, run in lean mode (`--inferscope-gpu-rounds=trace`) after the measured
+#: ones, which ran without CUPTI: GPU activity recorded without the launch calls, as the measured rounds
+#: record it by default; the GPU figures are read from these rounds. Not a latency sample.
+PROFILE_FLAG = 8
 
 EVENT_DTYPE = np.dtype(
     [

@@ -335,9 +335,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "gpu_rounds", choice(_GPU_ROUNDS), "measured",
         "Which rounds record GPU activity (CUPTI): measured (warm-up and measured rounds record kernels, copies "
-        "and memsets; launch calls per --inferscope-trace-rounds), trace (only the trace rounds record anything, "
-        f"{LEAN_TRACE_ROUNDS} of them unless --inferscope-trace-rounds says otherwise: the measured rounds are timed "
-        "without CUPTI), or auto (decided per test after the warm-up: trace when the warm-up's GPU records would "
+        "and memsets; launch calls per --inferscope-trace-rounds), trace (the measured rounds are timed without "
+        f"CUPTI; after them a settling round, {LEAN_TRACE_ROUNDS} profile rounds that record GPU activity without "
+        "the launch calls (as many as --inferscope-trace-rounds when it is given) and the trace rounds), or auto "
+        "(decided per test after the warm-up: trace when the warm-up's GPU records would "
         "have cost the measured rounds more than 1%, else measured; judged from the warm-up rounds after the first, "
         "so give warmup 2 or more). Unless the marker says otherwise.",
         f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,

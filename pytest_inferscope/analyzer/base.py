@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import TRACE_FLAG, WARMUP_FLAG, Kind
+from ..events import PROFILE_FLAG, TRACE_FLAG, WARMUP_FLAG, Kind
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
 
@@ -63,10 +63,10 @@ class RoundsContext:
 
     @cached_property
     def round_idx(self) -> np.ndarray:
-        """Indices of the measured rounds (all but the trace rounds when every round was a warm-up)."""
+        """Indices of the measured rounds (all but the trace and profile rounds when every round was a warm-up)."""
         ev = self.timeline.events
         rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
-        plain = rounds[(ev["flags"][rounds] & TRACE_FLAG) == 0]
+        plain = rounds[(ev["flags"][rounds] & (TRACE_FLAG | PROFILE_FLAG)) == 0]
         measured = plain[(ev["flags"][plain] & WARMUP_FLAG) == 0]
         return measured if len(measured) else (plain if len(plain) else rounds)
 
@@ -74,23 +74,40 @@ class RoundsContext:
     def trace_idx(self) -> np.ndarray:
         """Indices of the trace rounds (launch calls recorded; not latency samples).
 
-        A round flagged both trace and warm-up (the settling round right after CUPTI starts in lean
-        mode, `--inferscope-gpu-rounds=trace`) is neither a trace round nor a warm-up round here.
+        A round flagged both trace and warm-up is neither a trace round nor a warm-up round here.
         """
+        return self._extra_rounds(TRACE_FLAG)
+
+    @cached_property
+    def profile_idx(self) -> np.ndarray:
+        """Indices of the profile rounds: lean mode's GPU rounds (`--inferscope-gpu-rounds=trace`).
+
+        The settling round right after CUPTI starts, flagged profile and warm-up, is not one of them.
+        """
+        return self._extra_rounds(PROFILE_FLAG)
+
+    def _extra_rounds(self, flag: int) -> np.ndarray:
         ev = self.timeline.events
         rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
         flags = ev["flags"][rounds]
-        trace = rounds[((flags & TRACE_FLAG) != 0) & ((flags & WARMUP_FLAG) == 0)]
-        return trace if len(trace) < len(rounds) else np.zeros(0, dtype=rounds.dtype)
+        extra = rounds[((flags & flag) != 0) & ((flags & WARMUP_FLAG) == 0)]
+        return extra if len(extra) < len(rounds) else np.zeros(0, dtype=rounds.dtype)
 
     @property
     def has_trace_rounds(self) -> bool:
-        return bool(len(self.trace_idx))
+        """Whether the launch calls were read from rounds other than the measured ones."""
+        return bool(len(self.trace_idx)) or self.gpu_lean
 
     @property
     def api_round_idx(self) -> np.ndarray:
-        """The rounds the launch calls are read from: the trace rounds, else the measured rounds."""
-        return self.trace_idx if self.has_trace_rounds else self.round_idx
+        """The rounds the launch calls are read from: the trace rounds, else the measured rounds.
+
+        In lean mode without trace rounds (a backend that cannot switch the launch calls off records
+        them in the profile rounds), the profile rounds.
+        """
+        if len(self.trace_idx):
+            return self.trace_idx
+        return self.profile_idx if self.gpu_lean else self.round_idx
 
     @property
     def n_api_rounds(self) -> int:
@@ -108,22 +125,40 @@ class RoundsContext:
 
     @property
     def gpu_lean(self) -> bool:
-        """Whether only the trace rounds recorded GPU activity (`--inferscope-gpu-rounds`, meta "gpu_rounds")."""
-        return self.timeline.meta.get("gpu_rounds") == "trace" and self.has_trace_rounds
+        """Whether only rounds after the measured ones recorded GPU activity (`--inferscope-gpu-rounds`).
+
+        The raw trace's meta says "gpu_rounds": "trace"; the GPU rounds are then the profile rounds
+        (or, in traces recorded before there were any, the trace rounds).
+        """
+        if self.timeline.meta.get("gpu_rounds") != "trace":
+            return False
+        return bool(len(self.profile_idx) or len(self.trace_idx))
 
     @property
     def gpu_round_idx(self) -> np.ndarray:
-        """The rounds GPU activity is read from: the trace rounds when only they recorded it, else the measured."""
-        return self.trace_idx if self.gpu_lean else self.round_idx
+        """The rounds GPU activity is read from: the measured rounds, or the profile rounds when lean."""
+        if not self.gpu_lean:
+            return self.round_idx
+        return self.profile_idx if len(self.profile_idx) else self.trace_idx
 
     @property
     def n_gpu_rounds(self) -> int:
         return max(1, len(self.gpu_round_idx))
 
-    @property
+    @cached_property
     def in_gpu_rounds(self) -> np.ndarray:
         """Mask of events inside the rounds GPU activity is read from (`gpu_round_idx`)."""
-        return self.in_api_rounds if self.gpu_lean else self.in_rounds
+        return self._inside(self.gpu_round_idx) if self.gpu_lean else self.in_rounds
+
+    @property
+    def gpu_api_same(self) -> bool:
+        """Whether the GPU rounds are the rounds the launch calls were read from (no scaling between them)."""
+        return not self.has_trace_rounds or np.array_equal(self.gpu_round_idx, self.api_round_idx)
+
+    @property
+    def gpu_api_scale(self) -> float:
+        """GPU rounds per API round: a total over the API rounds times this is one over the GPU rounds."""
+        return 1.0 if self.gpu_api_same else self.n_gpu_rounds / self.n_api_rounds
 
     @cached_property
     def gpu_wall_ns(self) -> int:
@@ -139,10 +174,17 @@ class RoundsContext:
     @property
     def gpu_rounds_label(self) -> str:
         """Which rounds the GPU figures come from, for reports."""
-        n = len(self.trace_idx)
         if not self.gpu_lean:
             return "the measured rounds"
-        return f"the {n} trace round{'s' if n != 1 else ''}, per trace round"
+        n, what = len(self.gpu_round_idx), self.gpu_rounds_kind
+        return f"the {n} {what} round{'s' if n != 1 else ''}, per {what} round"
+
+    @property
+    def gpu_rounds_kind(self) -> str:
+        """ "measured", "profile" or "trace": the kind of the rounds GPU activity is read from."""
+        if not self.gpu_lean:
+            return "measured"
+        return "profile" if len(self.profile_idx) else "trace"
 
     @cached_property
     def round_ms(self) -> np.ndarray:
@@ -154,8 +196,8 @@ class RoundsContext:
         ev = self.timeline.events
         rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
         flags = ev["flags"][rounds]
-        warm = rounds[((flags & WARMUP_FLAG) != 0) & ((flags & TRACE_FLAG) == 0)]
-        trace = self.trace_idx
+        warm = rounds[((flags & WARMUP_FLAG) != 0) & ((flags & (TRACE_FLAG | PROFILE_FLAG)) == 0)]
+        trace = np.sort(np.concatenate((self.profile_idx, self.trace_idx)))  # the rounds after the measured ones
         return LatencyStats.from_samples(
             list(self.round_ms),
             list((ev["end"][warm] - ev["start"][warm]) / _MS),
@@ -183,7 +225,7 @@ class RoundsContext:
     @cached_property
     def in_api_rounds(self) -> np.ndarray:
         """Mask of events inside the rounds the launch calls are read from (`api_round_idx`)."""
-        return self._inside(self.trace_idx) if self.has_trace_rounds else self.in_rounds
+        return self._inside(self.api_round_idx) if self.has_trace_rounds else self.in_rounds
 
     def _inside(self, round_idx: np.ndarray) -> np.ndarray:
         ev = self.timeline.events

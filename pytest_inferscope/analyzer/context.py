@@ -215,7 +215,7 @@ class Context(GpuContext):
             k_ns = union_ns(kernels["start"], kernels["end"])
             cp = self.copies["all"]
             c_ns = union_ns(cp["start"], cp["end"])
-            g_wall, where = max(1, self.gpu_wall_ns), " (trace rounds)" if self.gpu_lean else ""
+            g_wall, where = max(1, self.gpu_wall_ns), f" ({self.gpu_rounds_kind} rounds)" if self.gpu_lean else ""
             parts.append(BreakdownPart(f"GPU compute{where}", self.per_gpu_round_ms(k_ns), k_ns / g_wall))
             parts.append(
                 BreakdownPart(f"Transfers (host/device copies){where}", self.per_gpu_round_ms(c_ns), c_ns / g_wall)

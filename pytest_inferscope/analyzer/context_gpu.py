@@ -180,10 +180,12 @@ class GpuContext(RoundsContext):
         time: the measured rounds' gaps have no launch calls to attribute, and a trace round's host is
         slower (its launch calls are recorded), so its gaps are longer, but split the same way.
         """
-        if not self.has_trace_rounds or self.gpu_lean:  # lean: the trace rounds are the only GPU rounds
+        if self.gpu_api_same:  # the launch calls' rounds are the GPU rounds
             return 1.0
         none = np.zeros(0, dtype=np.int64)
-        measured = attribute_idle(self.timeline.events, self.in_rounds, self.round_idx, none, self.launch_gap_ns)
+        measured = attribute_idle(
+            self.timeline.events, self.in_gpu_rounds, self.gpu_round_idx, none, self.launch_gap_ns
+        )
         traced = self.idle.total_ns()
         return measured.total_ns() / traced if traced else 0.0
 
@@ -238,9 +240,10 @@ class GpuContext(RoundsContext):
         overlap = _intersection_ns(hd["start"], hd["end"], kinds["start"], kinds["end"]) if len(kinds) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)
-        if self.has_trace_rounds and not self.gpu_lean:  # copies matched to their calls where those were recorded
+        if not self.gpu_api_same:  # copies matched to their calls where those were recorded
             blocking, blocked_ns = self._blocking_copies(self._api_host_copies())
-            blocking, blocked_ns = round(blocking * self.api_scale), round(blocked_ns * self.api_scale)
+            scale = self.gpu_api_scale
+            blocking, blocked_ns = round(blocking * scale), round(blocked_ns * scale)
         else:
             blocking, blocked_ns = self._blocking_copies(hd)
         return {

@@ -94,7 +94,7 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
         m["gpu.blocking_copies_per_round"] = t["blocking_count"] / n_gpu
         m["gpu.copy_overlap_fraction"] = t["overlap_ns"] / t["union_ns"] if t["union_ns"] else None
         alloc = ev[ctx.alloc_calls]
-        scale = 1.0 if ctx.gpu_lean else ctx.api_scale  # lean: the calls' rounds are the GPU rounds
+        scale = ctx.gpu_api_scale  # allocator calls are read in the API rounds
         m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) * scale / wall
     else:
         for k in (

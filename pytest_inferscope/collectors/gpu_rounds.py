@@ -2,8 +2,9 @@
 
 `measured`: the warm-up and measured rounds record kernels, copies and memsets (launch calls per
 `--inferscope-trace-rounds`). `trace` ("lean" measured rounds): CUPTI records nothing until the
-trace rounds, which record everything; every GPU metric is then read from them (analyzer/base.py,
-`gpu_round_idx`). `auto`: the warm-up rounds record as `measured`; then, if their GPU records per
+measured rounds are done; then one settling round, the profile rounds (GPU activity without the
+launch calls, read for every GPU figure: analyzer/base.py, `gpu_round_idx`) and the trace rounds
+(the launch calls). `auto`: the warm-up rounds record as `measured`; then, if their GPU records per
 round at `RECORD_COST_NS` each would cost the measured rounds more than `AUTO_LEAN_ABOVE` of the
 fastest warm-up round, the measured rounds go lean.
 
@@ -67,7 +68,8 @@ def decide_auto(n_records: int, warm_round_ns: list[int], lean_trace_rounds: int
     if cost > AUTO_LEAN_ABOVE:
         plural = "s" if lean_trace_rounds != 1 else ""
         reason = (
-            f"GPU activity recorded only in the {lean_trace_rounds} trace round{plural}: {what} would have cost "
+            f"GPU activity recorded only after the measured rounds, in {lean_trace_rounds} profile round{plural} "
+            f"and the trace round(s): {what} would have cost "
             f"~{100 * cost:.1f}% per round (auto: above {100 * AUTO_LEAN_ABOVE:g}%)"
         )
         mode = "trace"
@@ -85,5 +87,6 @@ def trace_setting(lean_trace_rounds: int) -> GpuRoundsDecision:
     return GpuRoundsDecision(
         "trace",
         "trace",
-        f"GPU activity recorded only in the {lean_trace_rounds} trace round{plural} (--inferscope-gpu-rounds=trace)",
+        f"GPU activity recorded only after the measured rounds, in {lean_trace_rounds} profile round{plural} and "
+        "the trace round(s) (--inferscope-gpu-rounds=trace)",
     )

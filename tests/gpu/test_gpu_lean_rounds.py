@@ -71,19 +71,22 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
             **{k.split(".", 1)[1]: (None if v is None else round(v, 4)) for k, v in run["metrics"].items()},
         )
     lean = out["trace"]
-    # warm-up, 5 measured rounds, the settling round after CUPTI starts (warm-up and trace), 3 trace rounds
-    assert [r["flags"] for r in lean["rounds"]] == [1, 0, 0, 0, 0, 0, 5, 4, 4, 4]
-    plain = [r for r in lean["rounds"] if not r["flags"] & 4]
+    # warm-up, 5 measured rounds; CUPTI starts: the settling round (warm-up and profile, 9), 3 profile
+    # rounds (8: GPU activity without the launch calls), 3 trace rounds (4: the launch calls too)
+    assert [r["flags"] for r in lean["rounds"]] == [1, 0, 0, 0, 0, 0, 9, 8, 8, 8, 4, 4, 4]
+    plain = [r for r in lean["rounds"] if r["flags"] in (0, 1)]
+    profile = [r for r in lean["rounds"] if r["flags"] in (8, 9)]
     trace = [r for r in lean["rounds"] if r["flags"] == 4]
     assert all(r["kernels"] == 0 and r["launches"] == 0 for r in plain), plain
+    assert all(r["kernels"] > 0 and r["launches"] == 0 for r in profile), profile
     assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in trace), trace
     assert lean["causality"] == 0 and lean["clock_ok"] and lean["residual_ns"] < 50_000
-    assert lean["meta"] == "trace" and lean["samples"] == 5 and len(lean["trace_ms"]) == 3
-    assert lean["metrics"]["gpu.kernel_launches_per_round"] == trace[0]["kernels"]
+    assert lean["meta"] == "trace" and lean["samples"] == 5 and len(lean["trace_ms"]) == 6
+    assert lean["metrics"]["gpu.kernel_launches_per_round"] == profile[1]["kernels"]
     # auto: the small forward's many short kernels go lean; the transformer's long rounds stay measured
     small, big = out["auto-small"], out["auto-transformer"]
     assert small["meta"] == "trace" and small["decision"]["mode"] == "trace", small["decision"]
-    assert small["decision"]["estimated_cost"] > 0.01 and "only in the 3 trace rounds" in small["mode"]
+    assert small["decision"]["estimated_cost"] > 0.01 and "in 3 profile rounds" in small["mode"]
     assert big["meta"] == "measured" and big["decision"]["mode"] == "measured", big["decision"]
     assert all(r["kernels"] > 0 for r in big["rounds"]), big["rounds"]
     assert big["causality"] == 0 and big["clock_ok"]

@@ -125,29 +125,32 @@ COUNTING_GPU = (
 
 
 @pytest.mark.parametrize(
-    ("args", "marker", "expected", "trace"),
+    ("args", "marker", "expected", "profile", "trace"),
     [
-        # warm-up + 3 measured rounds, then CUPTI starts: one settling round and the trace rounds
-        (("--inferscope-gpu-rounds=trace",), "", 8, 3),  # three trace rounds unless told otherwise
-        (("--inferscope-gpu-rounds=trace", "--inferscope-trace-rounds=2"), "", 7, 2),
-        ((), ", gpu_rounds='trace'", 8, 3),  # the marker key
+        # warm-up + 3 measured rounds, then CUPTI starts: a settling round, the profile rounds (GPU activity
+        # without the launch calls) and the trace rounds (the launch calls)
+        (("--inferscope-gpu-rounds=trace",), "", 9, 3, 1),  # three profile rounds unless told otherwise
+        (("--inferscope-gpu-rounds=trace", "--inferscope-trace-rounds=2"), "", 9, 2, 2),
+        ((), ", gpu_rounds='trace'", 9, 3, 1),  # the marker key
     ],
 )
-def test_gpu_rounds_trace_starts_the_gpu_collection_only_for_the_trace_rounds(
-    pytester: pytest.Pytester, args: tuple[str, ...], marker: str, expected: int, trace: int
+def test_gpu_rounds_trace_starts_the_gpu_collection_only_after_the_measured_rounds(
+    pytester: pytest.Pytester, args: tuple[str, ...], marker: str, expected: int, profile: int, trace: int
 ) -> None:
     pytester.makeconftest(COUNTING_GPU)
     pytester.makepyfile(
         test_t=BODY.format(marker=marker, expected=expected)
         + "\ndef test_events(request):\n    import conftest\n    assert conftest.EVENTS == [('start', 4), ('stop', "
         + f"{expected})], conftest.EVENTS\n"
+        + "    assert conftest.SWITCHED == [False, True, False], conftest.SWITCHED\n"
     )
     result = pytester.runpytest("-p", "no:randomly", "--inferscope-report=out", *args)
     result.assert_outcomes(passed=3)
     report = _report(pytester)
-    assert len(report["latency"]["samples_ms"]) == 3 and len(report["latency"]["trace_ms"]) == trace
+    assert len(report["latency"]["samples_ms"]) == 3 and len(report["latency"]["trace_ms"]) == profile + trace
+    assert len(report["latency"]["warmup_ms"]) == 1  # the settling round is no warm-up round either
     gpu = next(c for c in report["collectors"] if c["name"] == "gpu")
-    assert f"GPU activity recorded only in the {trace} trace round" in gpu["mode"]
+    assert f"GPU activity recorded only after the measured rounds, in {profile} profile round" in gpu["mode"]
 
 
 def test_gpu_rounds_measured_is_the_default_and_starts_the_gpu_collection_first(pytester: pytest.Pytester) -> None:

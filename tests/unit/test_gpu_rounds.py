@@ -14,7 +14,10 @@ def test_dense_kernels_go_lean_with_the_numbers_in_the_reason() -> None:
     d = decide_auto(18, [310_000], 3)  # the small forward: 18 kernels per 0.31 ms round
     assert d.mode == "trace" and d.estimated_cost == pytest.approx(18 * RECORD_COST_NS / 310_000)
     assert d.estimated_cost > AUTO_LEAN_ABOVE
-    assert d.reason.startswith("GPU activity recorded only in the 3 trace rounds: the warm-up's 18 GPU records")
+    assert d.reason.startswith(
+        "GPU activity recorded only after the measured rounds, in 3 profile rounds and the trace round(s): "
+        "the warm-up's 18 GPU records"
+    )
     assert "0.31 ms round would have cost ~2.9% per round" in d.reason
 
 

@@ -19,6 +19,7 @@ from pytest_inferscope.collectors import Collection, CollectionOptions
 from pytest_inferscope.collectors.gpu import Choice
 from pytest_inferscope.events import (
     EVENT_DTYPE,
+    PROFILE_FLAG,
     TRACE_FLAG,
     WARMUP_FLAG,
     Domain,
@@ -64,28 +65,35 @@ def steady(
     api_in_measured: bool = True,
     trace_stretch: float = 1.0,
     gpu_in_measured: bool = True,
+    profile: int = 0,
 ) -> RawTrace:
     """`warmup` + `rounds` + `trace` copies of ROUND; launch calls in the measured rounds only when `api_in_measured`.
 
     `trace_stretch` makes each trace round that much longer (a host slowed by recording its launch calls).
     `gpu_in_measured=False`: no GPU record at all outside the trace rounds, as `--inferscope-gpu-rounds=trace`
-    records them (the meta says so).
+    records them (the meta says so). `profile`: that many profile rounds (GPU activity, no launch calls)
+    between the measured and the trace rounds, as lean mode runs them.
     """
     strings = ["test"]
     rows: list[tuple[Any, ...]] = []
     meta_rounds: list[dict[str, Any]] = []
     t, corr = 0, 1
-    for i in range(warmup + rounds + trace):
-        is_trace = i >= warmup + rounds
+    for i in range(warmup + rounds + profile + trace):
+        is_profile = warmup + rounds <= i < warmup + rounds + profile
+        is_trace = i >= warmup + rounds + profile
         stretch = trace_stretch if is_trace else 1.0
         dur = int(ROUND_MS * stretch * MS)
-        flags = (WARMUP_FLAG if i < warmup else 0) | (TRACE_FLAG if is_trace else 0)
+        flags = (
+            (WARMUP_FLAG if i < warmup else 0) | (TRACE_FLAG if is_trace else 0) | (PROFILE_FLAG if is_profile else 0)
+        )
         strings.append(f"round {i}")
         rows.append((t, t + dur, i, 0, len(strings) - 1, 1, -1, -1, Kind.ROUND, Domain.HOST, flags))
         for kind, name, s, e, slot, value, f in ROUND:
             if kind == Kind.RUNTIME and not (api_in_measured or is_trace):
                 continue
-            if kind in (Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY) and not (gpu_in_measured or is_trace):
+            if kind in (Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY) and not (gpu_in_measured or is_trace or is_profile):
+                continue
+            if kind == Kind.RUNTIME and is_profile:
                 continue
             if name not in strings:
                 strings.append(name)
@@ -98,7 +106,7 @@ def steady(
         meta_rounds.append(
             {"index": i, "warmup": i < warmup, "wall_ns": dur, "thread_cpu_ns": dur // 2, "user_ns": dur // 2,
              "sys_ns": 0, "minflt": 0, "majflt": 0, "nvcsw": 0, "nivcsw": 0, "runqueue_ns": 0,
-             "rss_start": 100 << 20, "rss_end": 100 << 20, **({"trace": True} if is_trace else {})}
+             "rss_start": 100 << 20, "rss_end": 100 << 20, **({"trace": True} if is_trace or is_profile else {})}
         )  # fmt: skip
         t += dur + 1000
     rows.append((0, t, 0, 0, 0, 1, -1, -1, Kind.TEST, Domain.HOST, 0))
@@ -173,6 +181,29 @@ def test_with_gpu_activity_only_in_trace_rounds_every_gpu_figure_comes_from_them
     assert [c.status for c in got] == ["failed"] * 4
     for a, b in zip(got, ref, strict=True):
         assert a.measured == pytest.approx(b.measured), a.key
+
+
+@pytest.mark.parametrize("stretch", [1.0, 1.2])
+def test_lean_profile_rounds_give_the_gpu_figures_and_the_trace_round_the_launch_calls(stretch: float) -> None:
+    """Lean mode's split: 3 profile rounds (GPU activity, no launch calls) and 1 trace round (launch calls).
+    A trace round 20% slower (its launch calls recorded) moves no GPU activity figure: those come from the
+    profile rounds; the idle causes keep their trace-round shares."""
+    every = analyze(merge(steady(5)))
+    tl = merge(steady(5, 1, gpu_in_measured=False, profile=3, trace_stretch=stretch))
+    ctx = Context(tl)
+    assert ctx.gpu_lean and len(ctx.profile_idx) == 3 and len(ctx.trace_idx) == 1 and not ctx.gpu_api_same
+    assert np.array_equal(ctx.gpu_round_idx, ctx.profile_idx) and np.array_equal(ctx.api_round_idx, ctx.trace_idx)
+    assert ctx.gpu_api_scale == 3.0 and ctx.api_scale == 5.0
+    assert len(ctx.latency.samples_ms) == 5 and len(ctx.latency.trace_ms) == 4 and len(ctx.latency.warmup_ms) == 1
+    lean = analyze(tl)
+    for key in ACTIVITY_METRICS + tuple(f"gpu.idle_{c}_fraction" for c in ("host_wait", "launch_gap", "sync_stall")):
+        assert lean.metrics[key] == pytest.approx(every.metrics[key], rel=1e-3, abs=1e-9), key
+    assert lean.metrics["gpu.blocking_copies_per_round"] == pytest.approx(
+        every.metrics["gpu.blocking_copies_per_round"]
+    )
+    assert lean.metrics["host.syncs_per_round"] == every.metrics["host.syncs_per_round"] == 2
+    assert lean.bottleneck == every.bottleneck
+    assert lean.gpu["rounds"] == "the 3 profile rounds, per profile round"
 
 
 def test_the_settling_round_after_cupti_starts_counts_as_neither_trace_nor_warm_up() -> None:
@@ -402,9 +433,9 @@ def test_measure_with_gpu_rounds_trace_runs_the_settling_call_and_three_trace_ca
     monkeypatch.setattr(api, "_gpu_choice", lambda gpu: Choice(FakeGpu()))
     calls: list[int] = []
     result = api.measure(lambda: calls.append(1), rounds=3, warmup=1, gpu_rounds="trace", cpu="off")
-    # warm-up + 3 measured calls without CUPTI, then it starts: 1 settling call and 3 trace calls
-    assert len(calls) == 8 and starts == [4]
-    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 3
+    # warm-up + 3 measured calls without CUPTI, then it starts: 1 settling call, 3 profile calls, 1 trace call
+    assert len(calls) == 9 and starts == [4]
+    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 4
     calls.clear()
     starts.clear()
     api.measure(lambda: calls.append(1), rounds=3, warmup=1, cpu="off")  # the default: measured, one trace call
