@@ -401,42 +401,23 @@ def test_measure_takes_trace_rounds_and_runs_none_without_gpu_collection(monkeyp
         api.measure(lambda: None, gpu_rounds="trace", trace_rounds="all")
 
 
-def test_measure_with_gpu_rounds_trace_runs_the_settling_call_and_three_trace_calls(
+def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from pytest_inferscope import api
 
-    starts: list[int] = []
+    gpu = FakeGpu()
+    monkeypatch.setattr(api, "_gpu_choice", lambda _: Choice(gpu))  # type: ignore[arg-type]
 
-    class FakeGpu:
-        name = "fake"
-        bus_ids: tuple[str, ...] = ()
+    def body() -> None:
+        gpu.calls.append("body")
 
-        def start(self) -> None:
-            starts.append(len(calls))
-
-        def set_api_records(self, on: bool) -> None: ...
-        def stop(self) -> None: ...
-        def drain(self) -> tuple[np.ndarray, list[str]]:
-            return np.zeros(0, dtype=EVENT_DTYPE), []
-
-        def dropped(self) -> int:
-            return 0
-
-        def timestamp(self) -> int:
-            return 0
-
-        def synchronize(self) -> None: ...
-        def version(self) -> str:
-            return "fake 1"
-
-    monkeypatch.setattr(api, "_gpu_choice", lambda gpu: Choice(FakeGpu()))
-    calls: list[int] = []
-    result = api.measure(lambda: calls.append(1), rounds=3, warmup=1, gpu_rounds="trace", cpu="off")
-    # warm-up + 3 measured calls without CUPTI, then it starts: 1 settling call, 3 profile calls, 1 trace call
-    assert len(calls) == 9 and starts == [4]
+    result = api.measure(body, rounds=3, warmup=1, gpu_rounds="trace", cpu="off")
+    # warm-up + 3 measured calls without CUPTI; then it starts with the launch calls off: the settling
+    # call and 3 profile calls; then the launch calls on for the trace call, and off again
+    b = ["body"]
+    assert gpu.calls == b * 4 + ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
     assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 4
-    calls.clear()
-    starts.clear()
-    api.measure(lambda: calls.append(1), rounds=3, warmup=1, cpu="off")  # the default: measured, one trace call
-    assert len(calls) == 5 and starts == [0]
+    gpu.calls.clear()
+    api.measure(body, rounds=3, warmup=1, cpu="off")  # the default: measured, one trace call
+    assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
