@@ -47,6 +47,33 @@ BACKENDS = ("native", "cupti-python")
 CRASH = ("Segmentation fault", "Fatal Python error", "core dumped", "Aborted", "terminate called")
 
 
+#: The start of a script (run_python) that collects rounds of the benchmark workloads: `w` warmed up, and
+#: `round_records(timeline)`, the records inside each ROUND span (kernels, runtime records, launches, linked).
+ROUNDS_PRELUDE = f"""
+import json, sys
+sys.path.insert(0, {str(BENCH)!r})
+import numpy as np, torch
+import bench_gpu_overhead as bench
+from pytest_inferscope import api
+from pytest_inferscope.events import Kind
+
+w = bench.Workloads(torch)
+w.warm()
+
+
+def round_records(tl):
+    ev, out = tl.events, []
+    for r in ev[ev["kind"] == Kind.ROUND]:
+        inside = (ev["start"] >= r["start"]) & (ev["start"] < r["end"])
+        rt = ev[inside & (ev["kind"] == Kind.RUNTIME)]
+        launches = rt[np.array(["LaunchKernel" in tl.strings[i] for i in rt["name"]], dtype=bool)]
+        k = ev[inside & (ev["kind"] == Kind.KERNEL)]
+        out.append({{"flags": int(r["flags"]), "kernels": int(len(k)), "launches": int(len(launches)),
+                    "api_records": int(len(rt)), "linked": int(np.isin(k["corr"], launches["corr"]).sum())}})
+    return out
+"""
+
+
 def _required() -> bool:
     return os.environ.get("INFERSCOPE_GPU") == "required"
 

@@ -9,20 +9,11 @@ numbers for docs/gpu-validation.md (run with -s).
 from __future__ import annotations
 
 import pytest
-from test_gpu_backends import BACKENDS, BENCH, _report, run_python
+from test_gpu_backends import BACKENDS, ROUNDS_PRELUDE, _report, run_python
 
 pytestmark = pytest.mark.gpu
 
 ROUNDS = """
-import json, sys
-sys.path.insert(0, BENCH)
-import numpy as np, torch
-import bench_gpu_overhead as bench
-from pytest_inferscope import api
-from pytest_inferscope.events import Kind
-
-w = bench.Workloads(torch)
-w.warm()
 out = {}
 # auto judges from the warm-up rounds after the first (the first call after the start is slow): two of them
 for label, fn, mode, warm in (("trace", w.small_forward, "trace", 1), ("auto-small", w.small_forward, "auto", 2),
@@ -32,15 +23,7 @@ for label, fn, mode, warm in (("trace", w.small_forward, "trace", 1), ("auto-sma
                         trace_rounds=3, gpu_rounds=mode) as coll:
         coll.run_rounds(fn, 5, warm)
     tl, res = sink.timeline, sink.result
-    ev = tl.events
-    per_round = []
-    for r in ev[ev["kind"] == Kind.ROUND]:
-        inside = (ev["start"] >= r["start"]) & (ev["start"] < r["end"])
-        rt = ev[inside & (ev["kind"] == Kind.RUNTIME)]
-        launches = rt[np.array(["LaunchKernel" in tl.strings[i] for i in rt["name"]], dtype=bool)]
-        k = ev[inside & (ev["kind"] == Kind.KERNEL)]
-        per_round.append({"flags": int(r["flags"]), "kernels": int(len(k)), "launches": int(len(launches)),
-                          "linked": int(np.isin(k["corr"], launches["corr"]).sum())})
+    per_round = round_records(tl)
     gpu = next(c for c in res.collectors if c.name == "gpu")
     m = res.analysis.metrics
     out[label] = {
@@ -58,7 +41,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) -> None:
-    out = run_python(f"BENCH = {str(BENCH)!r}\n" + ROUNDS, backend)
+    out = run_python(ROUNDS_PRELUDE + ROUNDS, backend)
     for label, run in out.items():
         _report(
             f"{backend} {label}",

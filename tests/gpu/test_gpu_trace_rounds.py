@@ -8,20 +8,11 @@ Lines starting "INFERSCOPE-GPU" are the numbers for docs/gpu-validation.md (run 
 from __future__ import annotations
 
 import pytest
-from test_gpu_backends import BACKENDS, BENCH, _report, run_python
+from test_gpu_backends import BACKENDS, ROUNDS_PRELUDE, _report, run_python
 
 pytestmark = pytest.mark.gpu
 
 ROUNDS = """
-import json, sys
-sys.path.insert(0, BENCH)
-import numpy as np, torch
-import bench_gpu_overhead as bench
-from pytest_inferscope import api
-from pytest_inferscope.events import TRACE_FLAG, WARMUP_FLAG, Kind
-
-w = bench.Workloads(torch)
-w.warm()
 out = {}
 for mode in (2, "all"):
     sink = api.Profile(f"trace-{mode}")
@@ -29,17 +20,7 @@ for mode in (2, "all"):
                         trace_rounds=mode) as coll:
         coll.run_rounds(w.small_forward, 5, 1)
     tl, res = sink.timeline, sink.result
-    ev = tl.events
-    rounds = ev[ev["kind"] == Kind.ROUND]
-    per_round = []
-    for r in rounds:
-        inside = (ev["start"] >= r["start"]) & (ev["start"] < r["end"])
-        rt = ev[inside & (ev["kind"] == Kind.RUNTIME)]
-        launches = rt[np.array(["LaunchKernel" in tl.strings[i] for i in rt["name"]], dtype=bool)]
-        k = ev[inside & (ev["kind"] == Kind.KERNEL)]
-        linked = int(np.isin(k["corr"], launches["corr"]).sum())
-        per_round.append({"flags": int(r["flags"]), "kernels": int(len(k)), "launches": int(len(launches)),
-                          "api_records": int(len(rt)), "linked": linked})
+    per_round = round_records(tl)
     gpu = next(c for c in res.collectors if c.name == "gpu")
     m = res.analysis.metrics
     out[str(mode)] = {
@@ -57,7 +38,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_measured_rounds_have_kernels_but_no_launch_calls_and_trace_rounds_have_both(backend: str) -> None:
-    out = run_python(f"BENCH = {str(BENCH)!r}\n" + ROUNDS, backend)
+    out = run_python(ROUNDS_PRELUDE + ROUNDS, backend)
     traced, every = out["2"], out["all"]
     for label, run in (("trace_rounds=2", traced), ("all", every)):
         _report(
