@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import iniconfig
+import pytest
 
 from .cli import EXIT_OK, CliError, _Parser, echo
 from .config import OPTIONS, OPTIONS_BY_NAME, ConfigError, describe, resolve
@@ -107,11 +108,13 @@ def _ini_settings(ini: IniFile) -> dict[str, Any]:
         if spec.ini not in ini.values:
             continue
         value = ini.values[spec.ini]
-        if not isinstance(value, str):
+        # pytest 9.2 types the inferscope_* keys (config._ini_type): plain TOML values then reach resolve(),
+        # which parses them as it parses the run's. Before 9.2 pytest itself rejects them.
+        if not isinstance(value, str) and pytest.version_tuple[:2] < (9, 2):
             raise CliError(
-                f"{ini.path}: {spec.ini} = {value!r} in {ini.section}: the inferscope_* keys of pytest's own "
-                f'configuration take quoted strings, e.g. {spec.ini} = "{spec.example}"; or move the setting to '
-                "a [tool.inferscope] table, which takes plain TOML values."
+                f"{ini.path}: {spec.ini} = {value!r} in {ini.section}: with pytest before 9.2 the inferscope_* keys "
+                f'of pytest\'s own configuration take quoted strings, e.g. {spec.ini} = "{spec.example}"; or move '
+                "the setting to a [tool.inferscope] table, which takes plain TOML values."
             )
         out[spec.name] = value
     return out
@@ -176,7 +179,9 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     cli, where = _cli_layer(args, ini)
     ini_values = _ini_settings(ini) if ini is not None else {}
     try:
-        settings = resolve(cli=cli, ini=ini_values, env=os.environ, rootdir=rootdir)
+        settings = resolve(
+            cli=cli, ini=ini_values, env=os.environ, rootdir=rootdir, ini_path=ini.path if ini is not None else None
+        )
     except ConfigError as e:
         raise CliError(str(e)) from None
     for key in sorted(k for k in (ini.values if ini else {}) if k.startswith("inferscope_")):

@@ -195,13 +195,24 @@ def _load_file(rootdir: Path) -> dict[str, tuple[Any, _Origin]]:
 # --- resolution ---
 
 
-def resolve(*, cli: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str, str], rootdir: Path) -> Settings:
+def resolve(
+    *,
+    cli: Mapping[str, Any],
+    ini: Mapping[str, Any],
+    env: Mapping[str, str],
+    rootdir: Path,
+    ini_path: Path | None = None,
+) -> Settings:
     """Combine every configuration layer into the run's Settings; raises ConfigError naming the bad input.
 
-    `cli` and `ini` are keyed by option name and hold only what the user gave (None means not given).
-    Relative paths from ini and config files are taken relative to `rootdir`; CLI and env ones stay
-    relative to the working directory, where the user typed them.
+    `cli` and `ini` are keyed by option name and hold only what the user gave (None means not given);
+    ini values may be strings (ini files, `-o`) or native TOML values (pytest's `[tool.pytest]` table).
+    `ini_path` is pytest's config file, named in errors. Relative paths from ini and config files are
+    taken relative to `rootdir`; CLI and env ones stay relative to the working directory, where the user
+    typed them.
     """
+    ini_prefix = f"{ini_path}: pytest ini option " if ini_path is not None else "pytest ini option "
+    ini_toml = ini_path is not None and ini_path.suffix == ".toml"  # examples then need TOML's quotes
     rootdir = Path(rootdir).absolute()
     from_file = _load_file(rootdir)
     values: dict[str, Any] = {}
@@ -215,7 +226,7 @@ def resolve(*, cli: Mapping[str, Any], ini: Mapping[str, Any], env: Mapping[str,
         if env.get(spec.env):  # (2) env INFERSCOPE_*; an empty variable counts as unset
             layers.append((env[spec.env], _Origin(f"env {spec.env}", spec.env, "=")))
         if ini.get(spec.name) not in (None, ""):  # (3) pytest ini keys inferscope_*
-            layers.append((ini[spec.name], _Origin(f"ini {spec.ini}", spec.ini, " = ", "pytest ini option ")))
+            layers.append((ini[spec.name], _Origin(f"ini {spec.ini}", spec.ini, " = ", ini_prefix, ini_toml)))
         if spec.name in from_file:  # (4) the inferscope config file
             layers.append(from_file[spec.name])
         # (5) the default, when no layer gave a value
@@ -267,6 +278,30 @@ def _help(spec: OptionSpec) -> str:
     return text.replace("%", "%%")
 
 
+def _ini_type(spec: OptionSpec) -> Any:
+    """The type an ini key is registered with, so that pytest's native TOML mode accepts plain values.
+
+    pytest 9.0 added native TOML configuration (`[tool.pytest]`, `pytest.toml`), which type-checks
+    each value against the registered type, and 9.2 added unions such as `int | str`. A string form
+    always stays valid: ini files and `-o` give strings, and quoted TOML strings were the only form
+    before 9.2. Before 9.2 a key is registered as a string: a plain tag (`int`) would reject the quoted
+    values that work today. Whatever pytest accepts, `resolve()` parses with the setting's own parser.
+    """
+    if spec.toml_type is str or pytest.version_tuple[:2] < (9, 2):
+        return "string"
+    return spec.toml_type | str
+
+
+def _toml_example(spec: OptionSpec) -> str:
+    """The option's example as a value in pytest's TOML configuration: `true`, `20`, `0.05` or `"all"`."""
+    value = spec.parse(spec.example)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float) and spec.toml_type is not str:
+        return str(value)
+    return f'"{spec.example}"'
+
+
 def add_options(parser: pytest.Parser) -> None:
     """Register every option of the table as a CLI flag and an ini key, in one group."""
     group = parser.getgroup("inferscope", "performance profiling of inference (pytest-inferscope)")
@@ -279,29 +314,33 @@ def add_options(parser: pytest.Parser) -> None:
             )
         else:
             group.addoption(spec.flag, dest=spec.dest, default=None, action=spec.action, help=_help(spec))
-        # Read as strings and parsed by resolve(), so that ini errors get the same messages.
-        parser.addini(spec.ini, help=f"{spec.help} (as {spec.flag})", type="string", default="")
+        parser.addini(spec.ini, help=f"{spec.help} (as {spec.flag})", type=_ini_type(spec), default=None)
+
+
+def _ini_value(config: pytest.Config, spec: OptionSpec) -> Any:
+    """One inferscope_* ini value as pytest read it (None when not set); pytest's type error, made actionable."""
+    try:
+        return config.getini(spec.ini)
+    except (TypeError, ValueError, pytest.UsageError) as exc:
+        # pytest names the file, the key and the type it wanted; add what the setting takes.
+        where = "a [tool.inferscope] table, which takes any plain TOML value"
+        raise pytest.UsageError(
+            f"{str(exc).rstrip('.')}. {spec.ini}: {spec.hint}, e.g. {spec.ini} = {_toml_example(spec)}; "
+            f"or move the setting to {where} ({spec.name} = {_toml_example(spec)})."
+        ) from None
 
 
 def settings_from_pytest(config: pytest.Config) -> Settings:
     """Resolve the Settings of a pytest run from its options, ini keys, environment and rootdir."""
     cli = {spec.name: config.getoption(spec.dest) for spec in OPTIONS}
-    try:
-        ini = {spec.name: config.getini(spec.ini) for spec in OPTIONS}
-    except TypeError as exc:
-        # pytest's native TOML mode ([tool.pytest], pytest.toml) rejects a bare `true` or `3` for a
-        # string key; the keys are strings so that ini files and `-o` get the same parsing as env.
-        raise pytest.UsageError(
-            f"{exc}. The inferscope_* keys of pytest's own configuration take quoted strings, "
-            'e.g. inferscope_rounds = "20"; or move the setting to a [tool.inferscope] table, '
-            "which takes plain TOML values (rounds = 20)."
-        ) from None
+    ini = {spec.name: _ini_value(config, spec) for spec in OPTIONS}
     try:
         return resolve(
             cli={name: value for name, value in cli.items() if value is not None},
             ini={name: value for name, value in ini.items() if value not in ("", None)},
             env=os.environ,
             rootdir=config.rootpath,
+            ini_path=config.inipath,
         )
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None

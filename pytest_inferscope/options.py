@@ -186,6 +186,10 @@ class OptionSpec:
     ini: str = ""  # default inferscope_<name>
     action: Literal["store", "store_true", "store_false"] = "store"  # the store_* flags take no value
     metavar: str | None = None
+    # The TOML type of the value in pytest's native TOML mode, which type-checks the inferscope_* keys of
+    # [tool.pytest] against it: bool, int or float when that is all the value can be; `int | str` and
+    # the like when it also has a text form (trace_rounds `all`, max_regression `5%`); str otherwise.
+    toml_type: Any = str
 
     def __post_init__(self) -> None:
         # Derived names are filled in here so that the table spells out only the exceptions.
@@ -214,7 +218,7 @@ _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "enable", parse_bool, True, "Whether inferscope profiles at all; --inferscope-disable turns it off for a run.",
-        _BOOL_HINT, "false", flag="--inferscope-disable", action="store_false",
+        _BOOL_HINT, "false", flag="--inferscope-disable", action="store_false", toml_type=bool,
     ),
     OptionSpec(
         "report", optional(parse_path), None, "Folder to write the reports to (Markdown, JSON, Chrome trace).",
@@ -222,17 +226,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "all", parse_bool, False, "Profile every test, not only those marked @pytest.mark.inferscope.",
-        _BOOL_HINT, "true", action="store_true",
+        _BOOL_HINT, "true", action="store_true", toml_type=bool,
     ),
     OptionSpec(
         "rounds", optional(number(1, integer=True)), None,
         "Measured rounds per test, unless the marker says otherwise (unset: 1 round for unmarked tests).",
-        "give the number of measured rounds per test, a whole number of at least 1", "20", metavar="N",
+        "give the number of measured rounds per test, a whole number of at least 1", "20", metavar="N", toml_type=int,
     ),
     OptionSpec(
         "warmup", optional(number(0, integer=True)), None,
         "Unmeasured warm-up rounds per test, unless the marker says otherwise.",
-        "give the number of warm-up rounds per test, a whole number of at least 0", "3", metavar="N",
+        "give the number of warm-up rounds per test, a whole number of at least 0", "3", metavar="N", toml_type=int,
     ),
     OptionSpec(
         "gpu", choice(_GPU_MODES), "auto",
@@ -245,7 +249,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "trace_size_mb", number(0.0, 65536.0, low_inclusive=False), 100.0, "Size of each thread's trace buffer in MB.",
-        "give the trace buffer size in megabytes, more than 0 and at most 65536", "200", metavar="MB",
+        "give the trace buffer size in megabytes, more than 0 and at most 65536", "200", metavar="MB", toml_type=float,
     ),
     OptionSpec(
         "trace_spill", optional(parse_path), None,
@@ -261,7 +265,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "sample_interval_ms", number(0.1, 1000.0), 10.0,
         "Stack sampling interval of the CPU collector in ms (each wake-up of the sampler costs CPU: ~50 µs on a "
         "small VM, so 1 ms costs ~5% of a core there).",
-        "give the sampling interval in milliseconds, from 0.1 to 1000", "5", metavar="MS",
+        "give the sampling interval in milliseconds, from 0.1 to 1000", "5", metavar="MS", toml_type=float,
     ),
     OptionSpec(
         "latency_stat", choice(_LATENCY_STATS), "median",
@@ -272,19 +276,19 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "modules", number(0, 32, integer=True), 0,
         "Record torch.nn.Module forwards down to this depth (per-layer CPU and GPU time); 0 = off. Costs a few "
         "µs per module call (torch's global hooks): see docs/modules.md.",
-        "give a module depth, a whole number from 0 (off) to 32", "3", metavar="DEPTH",
+        "give a module depth, a whole number from 0 (off) to 32", "3", metavar="DEPTH", toml_type=int,
     ),
     OptionSpec(
         "launch_gap_us", number(0.0, 10_000.0), 30.0,
         "GPU idle gaps between queued work shorter than this (µs) count as launch gaps, not as waiting "
         "for the host or a sync (HolisticTraceAnalysis's kernel wait; see docs/architecture.md).",
-        "give the launch-gap threshold in microseconds, from 0 to 10000", "50", metavar="US",
+        "give the launch-gap threshold in microseconds, from 0 to 10000", "50", metavar="US", toml_type=float,
     ),
     OptionSpec(
         "gpus", optional(parse_gpus), None,
         "GPUs to spread xdist workers over, one per worker (worker N gets the N-th, round robin), set as "
         "CUDA_VISIBLE_DEVICES before CUDA starts; without xdist the first is used.",
-        "give GPU indices separated by commas", "0,1,2,3", metavar="LIST",
+        "give GPU indices separated by commas", "0,1,2,3", metavar="LIST", toml_type=int | str,
     ),
     OptionSpec(
         "save_baseline", optional(parse_name), None,
@@ -304,11 +308,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "max_regression", fraction(), 0.05,
         "Allowed latency regression against the baseline (0.05 or 5%), unless the marker says otherwise.",
         "give a fraction such as 0.05 or a percentage such as 5%, from 0 to 1000%", "5%", metavar="FRACTION",
+        toml_type=float | str,
     ),
     OptionSpec(
         "alpha", number(0.0, 0.5, low_inclusive=False), 0.01,
         "Significance level of the regression test (one-sided Mann-Whitney U on the round samples).",
-        "give a significance level above 0 and at most 0.5", "0.01", metavar="P",
+        "give a significance level above 0 and at most 0.5", "0.01", metavar="P", toml_type=float,
     ),
     OptionSpec(
         "speed_probe", choice(_PROBE_MODES), "auto",
@@ -323,6 +328,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "until the requested number ran at the machine's usual speed, up to this many times the requested "
         "rounds in all (1 = never), unless the marker says otherwise.",
         "give a factor of the requested rounds, from 1 (never add rounds) to 100", "2", metavar="FACTOR",
+        toml_type=float,
     ),
     OptionSpec(
         "trace_rounds", parse_trace_rounds, 1,
@@ -330,7 +336,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "recorded only in this many extra trace rounds after the measured ones, which are timed without them "
         "(cheaper); `all` records them in every round and runs no trace round. Not a latency sample; no trace "
         "round runs without GPU collection. Unless the marker says otherwise.",
-        "give a number of trace rounds from 1 to 1000, or all", "all", metavar="N|all",
+        "give a number of trace rounds from 1 to 1000, or all", "all", metavar="N|all", toml_type=int | str,
     ),
     OptionSpec(
         "gpu_rounds", choice(_GPU_ROUNDS), "measured",

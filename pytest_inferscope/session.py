@@ -392,14 +392,14 @@ class InferscopeSession:
                 probe_ms=pending.probe_ms if not pending.partial else None,
             )
         self.results.append(result)
-        self._note_environment_change(result)
+        self.note_environment_change(result)
         handle = self.fixtures.get(item.nodeid)
         if handle is not None:
             handle.result = result
         self.config.hook.pytest_inferscope_result(config=self.config, result=result)
         return result
 
-    def _note_environment_change(self, result: TestResult) -> None:  # also called by xdist.XdistHooks
+    def note_environment_change(self, result: TestResult) -> None:  # also called by xdist.XdistHooks
         """Say once, in the summary, that the baseline was recorded elsewhere: never a silent comparison."""
         diffs = (result.regression or {}).get("fingerprint_differences") or []
         if diffs and not any(n.startswith("inferscope: environment differs") for n in self.notes):

@@ -25,4 +25,4 @@ class XdistHooks:
         for d in data:
             result = TestResult.from_dict(d)
             self.session.results.append(result)
-            self.session._note_environment_change(result)  # the summary line the workers cannot write
+            self.session.note_environment_change(result)  # the summary line the workers cannot write

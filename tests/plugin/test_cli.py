@@ -414,6 +414,17 @@ def test_config_show_finds_pyproject_ini_options(work: Path, capsys: pytest.Capt
     assert "unknown ini key 'inferscope_rund' (did you mean 'inferscope_rounds'?)" in captured.err
 
 
+@pytest.mark.skipif(pytest.version_tuple[:2] < (9, 2), reason="plain TOML values for plugin ini keys need pytest 9.2")
+def test_config_show_takes_native_toml_values(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (work / "pytest.toml").write_text("[pytest]\ninferscope_all = true\ninferscope_rounds = 9\n")
+    assert main(["config", "show", "--rootdir", str(work)]) == 0
+    rows = {line.split()[0]: line.split(None, 2)[1:] for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert rows["all"] == ["true", "ini inferscope_all"] and rows["rounds"] == ["9", "ini inferscope_rounds"]
+    (work / "pytest.toml").write_text("[pytest]\ninferscope_rounds = 0\n")
+    assert main(["config", "show", "--rootdir", str(work)]) == 2
+    assert capsys.readouterr().err.startswith(f"{work / 'pytest.toml'}: pytest ini option inferscope_rounds = 0 is out")
+
+
 def test_config_errors_are_exit_2(
     work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

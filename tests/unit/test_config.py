@@ -398,10 +398,73 @@ def test_bad_env_and_ini_are_usage_errors(project: pytest.Pytester, monkeypatch:
     project.makeini("[pytest]\ninferscope_log_level = loud\n")
     result = run_pytest(project)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: pytest ini option inferscope_log_level = 'loud' is not one of the choices: *"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: *tox.ini: pytest ini option inferscope_log_level = 'loud' is not one of the *"]
+    )
 
 
+NATIVE_TOML = pytest.mark.skipif(
+    pytest.version_tuple[:2] < (9, 2), reason="plain TOML values for plugin ini keys need pytest 9.2's typed ini keys"
+)
+
+
+@NATIVE_TOML
 def test_native_toml_ini_values(project: pytest.Pytester) -> None:
+    # pytest 9.2 type-checks [tool.pytest] values against each key's registered type: plain TOML values
+    # of the setting's own type work, and so do the quoted strings that were the only form before.
+    project.makepyprojecttoml(
+        "[tool.pytest]\ninferscope_all = true\ninferscope_rounds = 6\ninferscope_max_regression = 0.1\n"
+        'inferscope_trace_rounds = "all"\ninferscope_sample_interval_ms = 5\ninferscope_gpus = 1\n'
+    )
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    result.stdout.fnmatch_lines(
+        [
+            "setting all=true from ini inferscope_all",
+            "setting rounds=6 from ini inferscope_rounds",
+            "setting sample_interval_ms=5.0 from ini inferscope_sample_interval_ms",
+            "setting gpus=(1,) from ini inferscope_gpus",
+            "setting max_regression=0.1 from ini inferscope_max_regression",
+            "setting trace_rounds=all from ini inferscope_trace_rounds",
+        ],
+        consecutive=False,
+    )
+    project.makepyprojecttoml('[tool.pytest]\ninferscope_rounds = "6"\ninferscope_all = "yes"\n')
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    result.stdout.fnmatch_lines(["setting all=true from ini inferscope_all", "setting rounds=6 from ini *"])
+
+
+@NATIVE_TOML
+def test_native_toml_ini_value_of_the_wrong_type(project: pytest.Pytester) -> None:
+    # pytest's own type check names the file and key; the plugin adds what the setting takes.
+    project.makepyprojecttoml("[tool.pytest]\ninferscope_rounds = true\n")
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *pyproject.toml: *'inferscope_rounds'*bool: True. inferscope_rounds: give the number of measured "
+         "rounds per test, a whole number of at least 1, e.g. inferscope_rounds = 20; or move the setting to a "
+         "?tool.inferscope? table*(rounds = 20)."]
+    )  # fmt: skip
+    # A value of the right type goes through the setting's parser, with its message and the file.
+    project.makepyprojecttoml("[tool.pytest]\ninferscope_rounds = 0\ninferscope_all = true\n")
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *pyproject.toml: pytest ini option inferscope_rounds = 0 is out of range: give the number of "
+         "measured rounds per test, a whole number of at least 1, e.g. inferscope_rounds = 20."]
+    )  # fmt: skip
+    project.makepyprojecttoml('[tool.pytest]\ninferscope_gpu = "sometimes"\n')
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *pyproject.toml: pytest ini option inferscope_gpu = 'sometimes' is not one of the choices: "
+         '*auto, off or required, e.g. inferscope_gpu = "required".']
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(not (9, 0) <= pytest.version_tuple[:2] < (9, 2), reason="pytest 9.0 and 9.1 only")
+def test_native_toml_before_typed_ini_keys_takes_quoted_strings(project: pytest.Pytester) -> None:
     project.makepyprojecttoml('[tool.pytest]\ninferscope_rounds = "6"\n')
     result = run_pytest(project)
     assert result.ret == pytest.ExitCode.OK
@@ -409,7 +472,34 @@ def test_native_toml_ini_values(project: pytest.Pytester) -> None:
     project.makepyprojecttoml("[tool.pytest]\ninferscope_all = true\n")
     result = run_pytest(project)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: *pyproject.toml: *'inferscope_all'*take quoted strings*[tool.inferscope]*"])
+    result.stderr.fnmatch_lines(["ERROR: *pyproject.toml*'inferscope_all'*inferscope_all = true*?tool.inferscope?*"])
+
+
+def test_classic_ini_strings_of_every_type(project: pytest.Pytester) -> None:
+    project.makeini(
+        "[pytest]\ninferscope_all = yes\ninferscope_rounds = 4\ninferscope_max_regression = 7.5%\n"
+        "inferscope_trace_rounds = all\ninferscope_alpha = 0.05\n"
+    )
+    result = run_pytest(project, "-o", "inferscope_warmup=2")
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    result.stdout.fnmatch_lines(
+        [
+            "setting all=true from ini inferscope_all",
+            "setting rounds=4 from ini inferscope_rounds",
+            "setting warmup=2 from ini inferscope_warmup",
+            "setting max_regression=0.075 from ini inferscope_max_regression",
+            "setting alpha=0.05 from ini inferscope_alpha",
+            "setting trace_rounds=all from ini inferscope_trace_rounds",
+        ],
+        consecutive=False,
+    )
+    project.makeini("[pytest]\ninferscope_all = maybe\n")
+    result = run_pytest(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: *tox.ini: pytest ini option inferscope_all = 'maybe' is not a yes/no value: use 1/0, true/false, "
+         "yes/no or on/off, e.g. inferscope_all = true."]
+    )  # fmt: skip
 
 
 def test_bad_config_file_is_a_usage_error(project: pytest.Pytester) -> None:
