@@ -1,0 +1,206 @@
+"""What the plugin costs real models per call and per test, and which part of it costs what (issue 16).
+
+Models no one here wrote, built from configs with random weights (nothing is downloaded):
+
+* `gpt2_forward`: transformers GPT-2 (124M) forward, batch 16 x 512 tokens, fp32 (GPU-bound);
+* `resnet50`: torchvision ResNet-50, batch 128, fp16, channels-last (GPU-bound);
+* `gpt2_generate`: GPT-2 `generate`, batch 1, 24 new tokens, greedy (launch- and Python-heavy);
+* `vit_b16`: timm ViT-B/16, batch 32, bf16 autocast (launch-heavy at this size).
+
+Per call: a "test" is `warmup` + `calls` calls; the plugin's figure is the per-round latency it records
+for the measured rounds (what a latency threshold sees), the plain figure is each call timed the same way
+(perf_counter around the call and a device synchronise). The modes run interleaved, in an order that
+rotates every repetition, so machine drift hits them alike; each figure is the median over repetitions
+of (mode median / plain median in the same repetition) - 1.
+
+Modes: `plain`; `default` (measure() with default settings); `lean` (gpu_rounds="trace"); and the
+parts of the default: `rounds` (CPU sampler off, no GPU collection: the round machinery alone),
+`sampler` (stack sampling, no GPU collection), `cupti` (GPU collection, sampler off).
+
+"whole" is the test's wall time from the first call to the result in hand (start, rounds, the extra GPU
+rounds, stop, drain, merge, analysis; reports not written), against plain's warm-up + calls.
+
+    python3 benchmarks/bench_real_models.py [--reps 6] [--calls 10] [--models gpt2_generate,vit_b16] [--json F]
+    python3 benchmarks/bench_real_models.py --cpu-smoke     # tiny configs on the CPU: checks the script only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository's package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import header, quartiles
+
+#: mode -> (environment for the plugin's settings, measure() keywords)
+MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
+    "default": ({}, {}),
+    "lean": ({}, {"gpu_rounds": "trace"}),
+    "rounds": ({"INFERSCOPE_GPU": "off"}, {"cpu": "off"}),
+    "sampler": ({"INFERSCOPE_GPU": "off"}, {"cpu": "sample"}),
+    "cupti": ({}, {"cpu": "off"}),
+}
+TARGETS = {"gpt2_forward": 0.01, "resnet50": 0.01, "gpt2_generate": 0.03, "vit_b16": 0.03}
+
+
+def build(name: str, device: str, smoke: bool) -> Callable[[], Any]:
+    """The model's call, ready to run (weights random, inputs on the device)."""
+    import torch
+
+    torch.manual_seed(0)
+    if name in ("gpt2_forward", "gpt2_generate"):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cfg = GPT2Config(n_layer=2, n_embd=64, n_head=2) if smoke else GPT2Config()
+        model = GPT2LMHeadModel(cfg).to(device).eval()
+        if name == "gpt2_forward":
+            ids = torch.randint(0, cfg.vocab_size, (2, 32) if smoke else (16, 512), device=device)
+            return lambda: _no_grad(model, ids)
+        prompt = torch.randint(0, cfg.vocab_size, (1, 8), device=device)
+        new = 4 if smoke else 24
+        kwargs = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False, "pad_token_id": 0}
+        return lambda: _no_grad(model.generate, prompt, **kwargs)
+    if name == "resnet50":
+        import torchvision
+
+        dtype = torch.float32 if smoke else torch.float16
+        model = torchvision.models.resnet50(weights=None).to(device, dtype).eval()
+        model = model.to(memory_format=torch.channels_last)
+        x = torch.randn(2 if smoke else 128, 3, 64 if smoke else 224, 64 if smoke else 224, device=device, dtype=dtype)
+        x = x.to(memory_format=torch.channels_last)
+        return lambda: _no_grad(model, x)
+    if name == "vit_b16":
+        import timm
+
+        model = timm.create_model("vit_tiny_patch16_224" if smoke else "vit_base_patch16_224", pretrained=False)
+        model = model.to(device).eval()
+        x = torch.randn(2 if smoke else 32, 3, 224, 224, device=device)
+
+        def vit() -> Any:
+            with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16):
+                return model(x)
+
+        return vit
+    raise SystemExit(f"unknown model {name!r}; models: {', '.join(TARGETS)}")
+
+
+def _no_grad(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return fn(*args, **kwargs)
+
+
+def plain(call: Callable[[], Any], sync: Callable[[], None], warmup: int, calls: int) -> tuple[list[float], float]:
+    """Per-call ms of `calls` calls after `warmup`, each timed with a device synchronise; and the whole in ms."""
+    t0 = time.perf_counter_ns()
+    samples = []
+    for i in range(warmup + calls):
+        start = time.perf_counter_ns()
+        call()
+        sync()
+        if i >= warmup:
+            samples.append((time.perf_counter_ns() - start) / 1e6)
+    return samples, (time.perf_counter_ns() - t0) / 1e6
+
+
+def profiled(mode: str, call: Callable[[], Any], warmup: int, calls: int) -> tuple[list[float], float]:
+    """The plugin's per-round latencies of the measured rounds, and the test's whole time in ms."""
+    from pytest_inferscope import measure
+
+    env, kwargs = MODES[mode]
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        t0 = time.perf_counter_ns()
+        result = measure(call, rounds=calls, warmup=warmup, name=mode, **kwargs)
+        whole = (time.perf_counter_ns() - t0) / 1e6
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return list(result.latency.samples_ms), whole
+
+
+def bench(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
+    import torch
+
+    call = build(name, device, args.cpu_smoke)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(3):  # compile kernels, fill caches: the first calls of a process are not what is compared
+        call()
+    sync()
+    modes = ["plain", *args.modes]
+    per_call: dict[str, list[float]] = {m: [] for m in modes}
+    whole: dict[str, list[float]] = {m: [] for m in modes}
+    for rep in range(args.reps):
+        order = modes[rep % len(modes) :] + modes[: rep % len(modes)]
+        for mode in order:
+            if mode == "plain":
+                samples, total = plain(call, sync, args.warmup, args.calls)
+            else:
+                samples, total = profiled(mode, call, args.warmup, args.calls)
+            per_call[mode].append(statistics.median(samples))
+            whole[mode].append(total)
+    out: dict[str, Any] = {"plain_ms": statistics.median(per_call["plain"]), "modes": {}, "per_rep": per_call}
+    out["whole_per_rep"] = whole
+    for mode in args.modes:
+        ratios = [m / p - 1 for m, p in zip(per_call[mode], per_call["plain"], strict=True)]
+        wratios = [m / p - 1 for m, p in zip(whole[mode], whole["plain"], strict=True)]
+        out["modes"][mode] = {
+            "per_call": statistics.median(ratios),
+            "per_call_iqr": quartiles(ratios),
+            "whole": statistics.median(wratios),
+            "whole_iqr": quartiles(wratios),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--models", default=",".join(TARGETS))
+    parser.add_argument("--modes", default=",".join(MODES), type=lambda s: s.split(","))
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny configs on the CPU, to check the script")
+    args = parser.parse_args(argv)
+    import torch
+
+    device = "cpu" if args.cpu_smoke else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run on a GPU machine, or pass --cpu-smoke to check the script")
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "none (CPU smoke run)"
+    print("\n".join(header("bench_real_models", f"torch {torch.__version__}; GPU {gpu}")), flush=True)
+    print(f"reps {args.reps}, a test = {args.warmup} warm-up + {args.calls} calls; modes {', '.join(args.modes)}")
+    results = {}
+    for name in args.models.split(","):
+        results[name] = r = bench(name, args, device)
+        print(f"\n## {name}: plain {r['plain_ms']:.2f} ms per call (target {TARGETS[name]:.0%} per call)")
+        print("| mode | per call | IQR | whole test | IQR |\n| --- | --- | --- | --- | --- |")
+        for mode, m in r["modes"].items():
+            lo, hi = m["per_call_iqr"]
+            wlo, whi = m["whole_iqr"]
+            print(
+                f"| {mode} | {m['per_call']:+.1%} | {lo:+.1%} … {hi:+.1%} | {m['whole']:+.1%} | {wlo:+.1%} … {whi:+.1%} |"
+            )
+        sys.stdout.flush()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
