@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 import pytest
@@ -145,3 +147,37 @@ def test_pci_bus_ids_name_the_synchronised_devices_only() -> None:
     assert sync.pci_bus_ids() == ["0000:3B:00.0", "0000:3D:00.0"]
     sync.release()
     assert sync.pci_bus_ids() == []
+
+
+def test_without_libcuda_the_loader_is_asked_again_only_on_a_sign_of_a_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Asking the dynamic loader every round cost 48 µs on a CPU-only VM, inside the round's time.
+    from pytest_inferscope.collectors import devsync
+
+    asked: list[int] = []
+    loaded: list[FakeDriver] = []
+
+    def cdll(name: str, mode: int = 0) -> FakeDriver:
+        asked.append(1)
+        if not loaded:
+            raise OSError(f"{name}: cannot open shared object file")
+        return loaded[0]
+
+    clock = [0]
+    monkeypatch.setattr(devsync.ctypes, "CDLL", cdll)
+    monkeypatch.setattr(devsync.time, "monotonic_ns", lambda: clock[0])
+    sync = DeviceSync()
+    for _ in range(5):
+        sync()
+    assert len(asked) == 1  # nothing changed since the first look
+    monkeypatch.setitem(sys.modules, "inferscope_test_fake_framework", types.ModuleType("fake"))
+    sync()
+    assert len(asked) == 2  # an import can load libcuda
+    clock[0] += devsync.REPROBE_NS
+    sync()
+    assert len(asked) == 3  # and after a while the loader is asked anyway
+    driver = FakeDriver([True], current=0x1000)
+    loaded.append(driver)
+    monkeypatch.setitem(sys.modules, "inferscope_test_fake_cuda", types.ModuleType("cuda"))
+    sync()
+    sync()
+    assert len(asked) == 4 and driver.calls.count("sync 0x1000") == 2  # found: held, and never asked again
