@@ -23,6 +23,7 @@ BOTTLENECKS = (
     "launch_bound",
     "sync_bound",
     "memory_bound",
+    "communication_bound",
 )
 #: When no finding explains enough of the time to name a class.
 UNCLASSIFIED = "unclassified"

@@ -13,6 +13,7 @@ from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
 from .context import LAUNCH_GAP_NS, Context
 from .idle import CAUSES, IdleGaps, attribute_idle
 from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
+from .rules_comm import communication
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
 from .rules_transfer import gpu_memory_pressure, transfers
 
@@ -22,6 +23,7 @@ DEFAULT_RULES: list[Rule] = [
     off_cpu_wait,
     memory_pressure,
     gpu_saturation,
+    communication,
     gpu_idle_host,
     transfers,
     sync_stall,

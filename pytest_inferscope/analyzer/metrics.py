@@ -12,6 +12,7 @@ import numpy as np
 
 from ..events import Kind
 from .base import _MB, union_ns
+from .comm import comm_mask, per_device
 from .idle import CAUSES
 
 if TYPE_CHECKING:
@@ -73,9 +74,16 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
         wall, n_gpu = max(1, ctx.gpu_wall_ns), ctx.n_gpu_rounds
         busy = union_ns(ctx.gpu["start"], ctx.gpu["end"])
         cp = ctx.copies
-        compute = ctx.gpu[np.isin(ctx.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
+        # Collective kernels (NCCL) occupy the GPU while waiting for peers: communication, not compute (comm.py).
+        comm = comm_mask(ctx.gpu, ctx.timeline.strings)
+        compute = ctx.gpu[np.isin(ctx.gpu["kind"], [Kind.KERNEL, Kind.MEMSET]) & ~comm]
         m["gpu.busy_fraction"] = busy / wall
         m["gpu.compute_fraction"] = union_ns(compute["start"], compute["end"]) / wall
+        devices = per_device(ctx.gpu, ctx.timeline.strings)
+        m["gpu.communication_fraction"] = max((d.comm_ns for d in devices), default=0) / wall
+        m["gpu.communication_exposed_fraction"] = max((d.exposed_ns for d in devices), default=0) / wall
+        total = sum(d.comm_ns for d in devices)
+        m["gpu.communication_overlap"] = sum(d.overlap_ns for d in devices) / total if total else None
         m["gpu.idle_fraction"] = 1.0 - busy / wall
         m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu["kind"] == Kind.KERNEL) / n_gpu
         m["gpu.transfer_fraction"] = union_ns(cp["all"]["start"], cp["all"]["end"]) / wall
@@ -100,6 +108,9 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
         for k in (
             "busy_fraction",
             "compute_fraction",
+            "communication_fraction",
+            "communication_exposed_fraction",
+            "communication_overlap",
             "idle_fraction",
             "kernel_launches_per_round",
             "transfer_fraction",

@@ -1,0 +1,75 @@
+"""Communication on the GPU: collective kernels (NCCL and the like) told apart from compute, per device.
+
+Multi-GPU inference (tensor or pipeline parallel) spends part of each step in collectives. Their kernels
+occupy the GPU while they wait for the peers and move data, so counted as compute they would make a
+communication-bound step look GPU-bound. As in HolisticTraceAnalysis's comm/comp overlap, each device's
+communication time is the union of its collective kernels, and the part of it that overlaps that
+device's compute (other kernels and memsets) is hidden; the rest, exposed, is what communication adds
+to the step. Pure functions of the GPU records; `rules_comm.py` turns them into a finding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..events import Kind
+from .base import union_ns
+
+#: Kernel names of collectives: NCCL's (ncclKernel_*, ncclDevKernel_*), torch's symmetric-memory and
+#: custom all-reduce kernels, and the collective names other libraries give their kernels.
+COMM_KERNEL = re.compile(
+    r"nccl|rccl|cross_device_reduce|(one|two)_shot_all_reduce|multimem_all_reduce|"
+    r"all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv",
+    re.IGNORECASE,
+)
+
+
+def comm_names(strings: list[str]) -> np.ndarray:
+    """Whether each interned name is a collective's kernel: one regex per distinct name, not per event."""
+    return np.fromiter((bool(COMM_KERNEL.search(s)) for s in strings), dtype=bool, count=len(strings))
+
+
+def comm_mask(gpu: np.ndarray, strings: list[str]) -> np.ndarray:
+    """Which GPU records are collective kernels."""
+    if not len(gpu):
+        return np.zeros(0, dtype=bool)
+    return (gpu["kind"] == Kind.KERNEL) & comm_names(strings)[gpu["name"]]
+
+
+@dataclass(frozen=True)
+class DeviceComm:
+    """One device's communication over the analysed rounds, in ns."""
+
+    device: int
+    comm_ns: int  # union of its collective kernels
+    compute_ns: int  # union of its other kernels and memsets
+    overlap_ns: int  # communication while the device also computed
+    kernels: int  # collective kernels
+
+    @property
+    def exposed_ns(self) -> int:
+        """Communication not hidden behind compute: what it adds to the step."""
+        return self.comm_ns - self.overlap_ns
+
+    @property
+    def overlap_fraction(self) -> float | None:
+        return self.overlap_ns / self.comm_ns if self.comm_ns else None
+
+
+def per_device(gpu: np.ndarray, strings: list[str]) -> list[DeviceComm]:
+    """Communication, compute and their overlap on each device that ran a collective kernel."""
+    comm = comm_mask(gpu, strings)
+    if not comm.any():
+        return []
+    compute = np.isin(gpu["kind"], [Kind.KERNEL, Kind.MEMSET]) & ~comm
+    out = []
+    for device in np.unique(gpu["device"][comm]):
+        on = gpu["device"] == device
+        c, k = gpu[comm & on], gpu[compute & on]
+        comm_ns, compute_ns = union_ns(c["start"], c["end"]), union_ns(k["start"], k["end"])
+        both = union_ns(np.concatenate((c["start"], k["start"])), np.concatenate((c["end"], k["end"])))
+        out.append(DeviceComm(int(device), comm_ns, compute_ns, comm_ns + compute_ns - both, len(c)))
+    return out

@@ -1,0 +1,83 @@
+"""The communication rule: collectives (NCCL) the GPU's compute did not hide bound the step.
+
+A pure function from a `Context` to findings, like the rules in `rules.py`; the measurement is in
+`comm.py`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..events import Kind
+from ..results import Finding, Suggestion
+from .comm import comm_mask, per_device
+from .context import Context
+from .rules import _pct
+
+#: Exposed communication must take at least this share of the round to report it.
+COMM_MIN = 0.05
+
+
+def communication(ctx: Context) -> list[Finding]:
+    """Collective kernels ran while the device had no compute to overlap them: communication-bound."""
+    if not ctx.has_gpu:
+        return []
+    strings = ctx.timeline.strings
+    devices = per_device(ctx.gpu, strings)
+    if not devices:
+        return []
+    wall = max(1, ctx.gpu_wall_ns)
+    worst = max(devices, key=lambda d: d.exposed_ns)
+    share = worst.exposed_ns / wall
+    if share < COMM_MIN:
+        return []
+    comm = comm_mask(ctx.gpu, strings)
+    k = ctx.gpu[comm]
+    dur = (k["end"] - k["start"]).astype(float)
+    weights = np.bincount(k["name"], weights=dur)
+    top = [int(i) for i in np.argsort(-weights)[:3] if weights[i] > 0]
+    evidence: dict[str, object] = {}
+    for d in devices:
+        overlap = d.overlap_fraction
+        evidence[f"device {d.device}"] = (
+            f"communication {ctx.per_gpu_round_ms(d.comm_ns):.2f} ms/round ({d.kernels} collective kernels), "
+            f"{_pct(overlap or 0.0)} of it overlapped by compute, exposed {ctx.per_gpu_round_ms(d.exposed_ns):.2f} "
+            f"ms/round ({_pct(d.exposed_ns / wall)} of the round)"
+        )
+    for i, n in enumerate(top, 1):
+        evidence[f"collective {i}"] = f"{strings[n][:120]}: {ctx.per_gpu_round_ms(float(weights[n])):.2f} ms/round"
+    exposed_ms = ctx.per_gpu_round_ms(worst.exposed_ns)
+    comm_ms = ctx.per_gpu_round_ms(worst.comm_ns)
+    idx = np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_gpu_rounds)
+    chosen = idx[comm_mask(ctx.timeline.events[idx], strings)] if len(idx) else idx
+    return [
+        Finding(
+            rule="communication",
+            title="Communication-bound: collectives the compute did not hide",
+            summary=(
+                f"Collective kernels took {comm_ms:.2f} ms per round on device {worst.device}, "
+                f"{exposed_ms:.2f} ms of it with no compute beside them ({_pct(share)} of the round)."
+            ),
+            cause="communication_bound",
+            share=share,
+            confidence=min(1.0, 0.6 + share),
+            evidence=evidence,
+            events=ctx.refs(chosen, 5),
+            suggestions=[
+                Suggestion(
+                    "Overlap the collectives with compute (async collectives on their own stream, the next "
+                    "layer's work issued before waiting)",
+                    f"{exposed_ms:.2f} ms per round of communication runs with nothing beside it",
+                    exposed_ms,
+                    "communication",
+                ),
+                Suggestion(
+                    "Move less data between GPUs (lower-precision activations, fewer or fused collectives, a "
+                    "parallel layout that keeps more work local)",
+                    f"collectives take {comm_ms:.2f} ms per round; halving the bytes roughly halves them",
+                    comm_ms * 0.5 * (worst.exposed_ns / max(1, worst.comm_ns)),
+                    "communication",
+                ),
+            ],
+        )
+    ]
