@@ -66,10 +66,20 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
     assert lean["causality"] == 0 and lean["clock_ok"] and lean["residual_ns"] < 50_000
     assert lean["meta"] == "trace" and lean["samples"] == 5 and len(lean["trace_ms"]) == 6
     assert lean["metrics"]["gpu.kernel_launches_per_round"] == profile[1]["kernels"]
-    # auto: the small forward's many short kernels go lean; the transformer's long rounds stay measured
+    # auto decides from this host's own timing of the warm-up, and host speed differs from machine to
+    # machine (GPU.md: the small forward's warm-up took 0.33 ms on one H200, 0.97-1.34 ms on others), so
+    # what holds everywhere is that the decision follows its estimate and the rounds follow the decision.
     small, big = out["auto-small"], out["auto-transformer"]
-    assert small["meta"] == "trace" and small["decision"]["mode"] == "trace", small["decision"]
-    assert small["decision"]["estimated_cost"] > 0.01 and "in 3 profile rounds" in small["mode"]
-    assert big["meta"] == "measured" and big["decision"]["mode"] == "measured", big["decision"]
-    assert all(r["kernels"] > 0 for r in big["rounds"]), big["rounds"]
+    for run in (small, big):
+        decision = run["decision"]
+        assert (decision["mode"] == "trace") == (decision["estimated_cost"] > 0.01), decision
+        assert run["meta"] == decision["mode"], (run["meta"], decision)
+        if decision["mode"] == "trace":
+            assert "in 3 profile rounds" in run["mode"]
+        else:
+            assert all(r["kernels"] > 0 for r in run["rounds"]), run["rounds"]
+    # The small forward's many short kernels cost its rounds more than the transformer's few long ones,
+    # and the transformer's long rounds stay measured on any host.
+    assert small["decision"]["estimated_cost"] > 5 * big["decision"]["estimated_cost"], (small, big)
+    assert big["decision"]["mode"] == "measured", big["decision"]
     assert big["causality"] == 0 and big["clock_ok"]
