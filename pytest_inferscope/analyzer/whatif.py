@@ -253,9 +253,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
         )
     )
     for m in _user_modules(graphs, long_only=False)[:MAX_MODULES]:
-        out.append(
-            WhatIf(f"{m}'s host work removed (sampled time)", "cpu_bound", _off_path_action(m), remove_module(m))
-        )
+        out.append(WhatIf(f"{m}'s host work removed", "cpu_bound", _off_path_action(m), remove_module(m)))
     return out
 
 
