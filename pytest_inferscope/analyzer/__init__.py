@@ -37,6 +37,8 @@ __all__ = [
     "WhatIf", "analyze", "attribute_idle", "classify", "idle_gaps",
 ]  # fmt: skip
 
+#: The what-if table decides the class only when the unchanged replay is this close to the measured rounds.
+MAX_REPLAY_ERROR = 0.1
 #: A class needs a finding explaining at least this share of the time to be named.
 MIN_SHARE = 0.3
 
@@ -112,7 +114,15 @@ def analyze(
             "verdict": verdict,
             "rule_class": bottleneck,
         }
-        if cls == UNCLASSIFIED and bottleneck != UNCLASSIFIED:
+        if abs(table.replay_error) > MAX_REPLAY_ERROR:
+            # The graph does not explain the rounds (work another thread waited for, cross-stream events): its
+            # savings are shown, but not trusted with the verdict.
+            replayed["decided_by"] = "rules"
+            replayed["fallback"] = (
+                f"the unchanged replay misses the measured rounds by {table.replay_error:+.0%} (more than "
+                f"{MAX_REPLAY_ERROR:.0%}): the graph lacks dependencies it cannot see, so the rules' finding decides"
+            )
+        elif cls == UNCLASSIFIED and bottleneck != UNCLASSIFIED:
             # No GPU-side fix saves enough; a class the rules found on what the graph does not model (memory
             # growth, CPU contention) stands, and the table says what the fixes would save.
             replayed["decided_by"] = "rules"

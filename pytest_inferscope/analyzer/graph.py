@@ -55,6 +55,10 @@ class GpuOp:
     copy: int = 0  # CopyKind for a copy
     pageable: bool = False
     name: str = ""
+    #: The op it follows on its stream (-1: none, or the trace shows them overlapping, so the stream is not one queue).
+    after: int = -1
+    #: Its stream was busy until then with work launched before the round (fixed whatever the round does).
+    floor: int = 0
 
 
 @dataclass
@@ -124,7 +128,9 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
     kind = ev["kind"]
     gpu_all = np.flatnonzero(np.isin(kind, np.asarray(GPU_KINDS, dtype=np.uint8)))
     in_round = (ev["start"] >= r0) & (ev["start"] < r1)
-    calls = np.flatnonzero((kind == Kind.RUNTIME) & in_round & (ev["tid"] == tid))
+    # Every thread's calls, in one order: a thread that launches while the round's thread waits for it (the
+    # autograd engine's) hands the host over and back; threads that really run side by side are rare in inference.
+    calls = np.flatnonzero((kind == Kind.RUNTIME) & in_round & (ev["tid"] >= 0))
     waits = np.flatnonzero((kind == Kind.WAIT) & in_round & (ev["tid"] == tid))
     for w in waits.tolist():  # the end-of-round synchronize stands for the calls inside it
         calls = calls[(ev["start"][calls] < ev["start"][w]) | (ev["start"][calls] >= ev["end"][w])]
@@ -226,6 +232,9 @@ def _host_nodes(
             node.dur = max(0, e - max(s, finished))
             if not is_wait and SYNC_CALL.search(name):
                 node.sync = _sync_kind(name, (sync_types.get(int(ev["corr"][i])) or (None, None))[0])
+        # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
+        # adds only the time it runs past the enclosing one.
+        node.dur = min(node.dur, max(0, e - t))
         graph.nodes.append(node)
         t = max(t, e)
     while e_i < len(ext):
@@ -299,11 +308,16 @@ def _latencies(graph: RoundGraph) -> None:
     for n in graph.nodes:
         for j in n.ops:
             issued[j] = n.start
-    prev_end = dict(graph.stream_busy)
+    prev: dict[int, int] = {}
     queued: list[int] = []
     free: list[int] = []
     for j, op in enumerate(graph.ops):
-        before = prev_end.get(op.stream, -(1 << 62))
+        busy = graph.stream_busy.get(op.stream, 0)
+        op.floor = busy if op.start + CLOCK_SLACK_NS >= busy else 0
+        k = prev.get(op.stream, -1)
+        if k >= 0 and op.start + CLOCK_SLACK_NS >= graph.ops[k].end:
+            op.after = k
+        before = max(op.floor, graph.ops[k].end if op.after >= 0 else 0)
         at = issued.get(j, op.start)
         if at < before and op.start <= before + max(CLOCK_SLACK_NS, op.start - at):
             queued.append(j)
@@ -311,7 +325,8 @@ def _latencies(graph: RoundGraph) -> None:
         else:
             free.append(j)
             op.lat = max(0, op.start - at)
-        prev_end[op.stream] = max(before, op.end)
+        if k < 0 or op.end >= graph.ops[k].end:
+            prev[op.stream] = j
     lat = int(np.median([graph.ops[j].lat for j in free])) if free else DEFAULT_LAT_NS
     for j in queued:
         op = graph.ops[j]

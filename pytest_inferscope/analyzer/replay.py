@@ -3,8 +3,9 @@
 The host walks its nodes in order: a segment advances its clock by its length; a call issues its
 GPU ops at the call's start and advances the clock by the call's own time; a blocking call first
 waits until every op it waited for has finished. An op starts when it is ready (its call's start
-plus its launch-to-start time; external ops at their measured start) and its stream has finished
-the op before it (plus the gap it kept behind that op). The round ends when the host is done and
+plus its launch-to-start time; external ops at their measured start) and the op before it on its
+stream has finished (plus the gap it kept behind that op; streams the trace shows running ops
+side by side are not one queue). The round ends when the host is done and
 every op that ended inside the measured round has ended.
 
 With the graph unchanged this reproduces the measured round up to what the graph leaves out
@@ -35,14 +36,13 @@ def replay(graph: RoundGraph) -> Replay:
     n = len(ops)
     start, end = [0] * n, [0] * n
     placed = [False] * n
-    free: dict[int, int] = dict(graph.stream_busy)
 
     def place(j: int, ready: int) -> None:
         op = ops[j]
-        before = free.get(op.stream)
-        s = ready if before is None else max(ready, before + op.gap)
+        s = max(ready, op.floor)
+        if op.after >= 0 and placed[op.after]:
+            s = max(s, end[op.after] + op.gap)
         start[j], end[j] = s, s + op.dur
-        free[op.stream] = max(before or 0, end[j])
         placed[j] = True
 
     h = 0

@@ -144,9 +144,17 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
         o = out.ops[j]
         o.dur = min(o.dur, round(o.nbytes / link)) if o.nbytes else o.dur
         if o.copy == CopyKind.HTOD:
-            o.stream = -(((o.stream >> 32) + 1) << 1)  # a copy stream of its own, per device
-            o.start, o.lat, o.gap = 0, 0, 0
             moved.append(j)
+    copy_stream: dict[int, int] = {}  # device -> the last upload on its copy stream
+    for j in moved:
+        o = out.ops[j]
+        for k in out.ops:  # the op that followed it on its stream now follows the one before it
+            if k.after == j:
+                k.after = o.after
+        o.stream = -(((o.stream >> 32) + 1) << 1)  # a copy stream of its own, per device
+        o.after = copy_stream.get(o.stream, -1)
+        o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
+        copy_stream[o.stream] = j
     for n in out.nodes:
         if _is_copy_call(out, n) or (n.kind == BLOCKING and not n.sync and n.ops):
             n.kind, n.waits, n.dur = CALL, [], min(n.dur, cheap)

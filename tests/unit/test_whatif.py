@@ -31,7 +31,8 @@ class G:
         return self
 
     def launch(self, call_us: float, op_us: float, lat_us: float = 10, kind: int = Kind.KERNEL, **op: object) -> G:
-        self.ops.append(GpuOp(kind, STREAM, int(op_us * US), int(lat_us * US), 0, 0, 0, **op))  # type: ignore[arg-type]
+        after = len(self.ops) - 1  # one stream: each op follows the one before it
+        self.ops.append(GpuOp(kind, STREAM, int(op_us * US), int(lat_us * US), 0, 0, 0, after=after, **op))  # type: ignore[arg-type]
         self.nodes.append(HostNode(CALL, int(call_us * US), 0, name="cudaLaunchKernel", ops=[len(self.ops) - 1]))
         return self
 
@@ -144,7 +145,7 @@ def test_a_what_if_from_a_hook_takes_part_in_the_verdict() -> None:
     graph = sync_loop()
 
     def free_kernels(g: RoundGraph) -> RoundGraph:
-        ops = [GpuOp(o.kind, o.stream, 0, o.lat, o.gap, o.start, o.end) for o in g.ops]
+        ops = [GpuOp(o.kind, o.stream, 0, o.lat, o.gap, o.start, o.end, after=o.after) for o in g.ops]
         return RoundGraph(g.nodes, ops, g.measured_ns, counted=g.counted)
 
     # Kernels that take no time: per step the call (5), the sync until 10, then 5, the host's 60: 75 x 5 = 375.
