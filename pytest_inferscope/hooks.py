@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 if TYPE_CHECKING:
-    from .analyzer import Rule
+    from .analyzer import Rule, WhatIf
     from .results import TestResult
 
 
@@ -19,6 +19,20 @@ def pytest_inferscope_rules(config: pytest.Config) -> list[Rule] | None:
     A rule is a pure function `rule(ctx: pytest_inferscope.analyzer.Context) -> list[Finding]`;
     a finding whose `cause` names a bottleneck class takes part in the classification.
     Every implementation's list is used.
+    """
+
+
+@pytest.hookspec
+def pytest_inferscope_whatifs(config: pytest.Config) -> list[WhatIf] | None:
+    """Return what-ifs to simulate after the built-in ones (docs/architecture.md, "Diagnosis by simulated fixes").
+
+    A what-if is `pytest_inferscope.analyzer.WhatIf(change, bottleneck, action, transform)`:
+    `transform(graph: RoundGraph) -> RoundGraph | None` returns a changed copy of one round's
+    dependency graph (`analyzer/graph.py`; never modify the one given), or None where the change
+    does not apply. The graph is replayed and the saving goes into the what-if table; the class
+    is the what-if that saves the most, so a what-if with `bottleneck` set takes part in the
+    verdict, and its `action` becomes a suggestion ranked by its simulated saving. Every
+    implementation's list is used.
     """
 
 

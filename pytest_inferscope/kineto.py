@@ -45,7 +45,8 @@ __all__ = ["RULES", "KinetoTrace", "TraceFormatError", "import_events", "load", 
 MISSING = (
     "a torch.profiler (Kineto) trace records no per-round CPU time, page faults, context switches or RSS, "
     "so the rules that need them (CPU-bound, off-CPU, memory, contention, launch overhead, GPU waits for host) "
-    "skip themselves"
+    "skip themselves; the verdict comes from the what-if table, whose host side is the trace's CPU ops and CUDA "
+    "runtime calls"
 )
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
 _MEMCPY = re.compile(r"Memcpy\s+(\w+)\s*\(\s*([\w ]+?)\s*->\s*([\w ]+?)\s*\)")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analyzer import DEFAULT_RULES, Context, Rule, analyze
+from .analyzer import DEFAULT_RULES, Context, Rule, WhatIf, analyze
 from .analyzer.context import LAUNCH_GAP_NS
 from .baseline import BaselineEntry
 from .checks import Plan, evaluate
@@ -42,6 +42,7 @@ def process(
     report_dir: Path | None = None,
     environment: Mapping[str, Any] | None = None,
     rules: Iterable[Rule] = DEFAULT_RULES,
+    whatifs: Iterable[WhatIf] = (),
     comparison: Comparison | None = None,
     launch_gap_us: float = LAUNCH_GAP_NS / 1000,
     probe_ms: list[float] | None = None,
@@ -57,7 +58,7 @@ def process(
     else:
         gpu_reason = gpu.reason if gpu is not None else "no GPU backend ran"
     ctx = Context(timeline, launch_gap_ns=round(launch_gap_us * 1000))
-    analysis = analyze(timeline, rules, gpu_reason=gpu_reason, ctx=ctx)
+    analysis = analyze(timeline, rules, gpu_reason=gpu_reason, ctx=ctx, whatifs=whatifs)
     latency = ctx.latency
     if probe_ms:
         latency.probe_ms = list(probe_ms)

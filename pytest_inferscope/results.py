@@ -14,7 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-SCHEMA_VERSION = 1
+#: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15).
+SCHEMA_VERSION = 2
 
 BOTTLENECKS = (
     "cpu_bound",
@@ -239,6 +240,19 @@ class ScopeStat(_Serial):
 
 
 @dataclass
+class WhatIfRow(_Serial):
+    """One simulated change (analyzer/whatif.py): the round's length replayed with it, and what it saves."""
+
+    change: str
+    round_ms: float  # the replayed round with the change, ms
+    saved_ms: float  # against the replayed round without it
+    saved_fraction: float
+    bottleneck: str = ""  # the class this change stands for
+    action: str = ""  # the suggestion that applies it
+    prerequisite: str = ""  # what must be done first ("" : nothing)
+
+
+@dataclass
 class Analysis(_Serial):
     """The analyzer's verdict: a class chosen from the findings, never the other way round."""
 
@@ -251,6 +265,11 @@ class Analysis(_Serial):
     scopes: list[ScopeStat] = field(default_factory=list)
     metrics: dict[str, float | None] = field(default_factory=dict)  # flat, dotted names
     gpu: dict[str, Any] = field(default_factory=dict)  # streams, idle gaps, copies, syncs; empty without GPU data
+    #: The simulated fixes, the largest saving first (empty: no round graph could be built; see whatif_replay).
+    whatif: list[WhatIfRow] = field(default_factory=list)
+    #: measured_ms, replay_ms, replay_error, rounds, verdict, decided_by ("whatif" or "rules") and, for the
+    #: rules, fallback (why no what-if table).
+    whatif_replay: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

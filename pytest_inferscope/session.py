@@ -387,6 +387,9 @@ class InferscopeSession:
                 report_dir=self.report_dir,
                 environment=self.environment(),
                 rules=[*DEFAULT_RULES, *rules],
+                whatifs=[
+                    w for extra in self.config.hook.pytest_inferscope_whatifs(config=self.config) for w in extra or ()
+                ],
                 comparison=comparison,
                 launch_gap_us=self.settings.launch_gap_us,
                 probe_ms=pending.probe_ms if not pending.partial else None,

@@ -7,6 +7,7 @@ return an `Analysis`. The analyzer never prints and never writes files.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ..merger import Timeline
 from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
@@ -16,6 +17,7 @@ from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cp
 from .rules_comm import communication
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
 from .rules_transfer import gpu_memory_pressure, transfers
+from .whatif import WhatIf, diagnose
 
 #: The built-in rules, in the order their findings are listed on equal shares.
 DEFAULT_RULES: list[Rule] = [
@@ -34,9 +36,11 @@ DEFAULT_RULES: list[Rule] = [
 
 __all__ = [
     "CAUSES", "DEFAULT_RULES", "Analysis", "BottleneckAnalyzer", "Context", "IdleGaps", "Rule",
-    "analyze", "attribute_idle", "classify", "idle_gaps",
+    "WhatIf", "analyze", "attribute_idle", "classify", "idle_gaps",
 ]  # fmt: skip
 
+#: The what-if table decides the class only when the unchanged replay is this close to the measured rounds.
+MAX_REPLAY_ERROR = 0.1
 #: A class needs a finding explaining at least this share of the time to be named.
 MIN_SHARE = 0.3
 
@@ -79,9 +83,13 @@ def analyze(
     ctx: Context | None = None,
     *,
     launch_gap_ns: int = LAUNCH_GAP_NS,
+    whatifs: Iterable[WhatIf] = (),
 ) -> Analysis:
-    """Run every rule over the timeline and derive the verdict from what they found.
+    """Run every rule over the timeline, simulate the fixes, and derive the verdict.
 
+    The class is the simulated fix that saves the most (`whatif.py`), when the rounds' graphs can be
+    built; otherwise it comes from the findings (`classify`), and `Analysis.whatif_replay` says why.
+    `whatifs` are simulated after the built-in ones (the `pytest_inferscope_whatifs` hook).
     `ctx` lets a caller that needs the context too (for the latency statistics, or `ctx.idle` for
     a timeline view) build it once; `launch_gap_ns` is used when the context is built here.
     """
@@ -94,16 +102,49 @@ def analyze(
         findings.extend(rule(ctx))
     findings.sort(key=lambda f: f.share, reverse=True)
     bottleneck, confidence = classify(findings)
+    suggestions = rank_suggestions(findings)
+    table, why = diagnose(ctx, whatifs)
+    replayed: dict[str, Any] = {"decided_by": "rules", "fallback": why, "rule_class": bottleneck}
+    if table is not None:
+        cls, conf, verdict = table.classify()
+        replayed = {
+            "decided_by": "whatif",
+            "measured_ms": table.measured_ms,
+            "replay_ms": table.replay_ms,
+            "replay_error": round(table.replay_error, 5),
+            "rounds": table.rounds,
+            "verdict": verdict,
+            "rule_class": bottleneck,
+        }
+        if abs(table.replay_error) > MAX_REPLAY_ERROR:
+            # The graph does not explain the rounds (work another thread waited for, cross-stream events): its
+            # savings are shown, but not trusted with the verdict.
+            replayed["decided_by"] = "rules"
+            replayed["fallback"] = (
+                f"the unchanged replay misses the measured rounds by {table.replay_error:+.0%} (more than "
+                f"{MAX_REPLAY_ERROR:.0%}): the graph lacks dependencies it cannot see, so the rules' finding decides"
+            )
+        elif cls == UNCLASSIFIED and bottleneck != UNCLASSIFIED:
+            # No GPU-side fix saves enough; a class the rules found on what the graph does not model (memory
+            # growth, CPU contention) stands, and the table says what the fixes would save.
+            replayed["decided_by"] = "rules"
+            replayed["fallback"] = f"{verdict}; the rules' finding decides"
+        else:
+            bottleneck, confidence = cls, conf
+        seen = {s.action for s in table.suggestions()}
+        suggestions = table.suggestions() + [s for s in suggestions if s.action not in seen]
     return Analysis(
         bottleneck=bottleneck,
         confidence=confidence,
         findings=findings,
-        suggestions=rank_suggestions(findings),
+        suggestions=suggestions,
         breakdown=ctx.breakdown(),
         hotspots=ctx.hotspots[:20],
         scopes=ctx.scopes,
         metrics=ctx.metrics,
         gpu=ctx.gpu_summary(),
+        whatif=table.rows if table is not None else [],
+        whatif_replay=replayed,
     )
 
 

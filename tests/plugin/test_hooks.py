@@ -122,3 +122,25 @@ def pytest_inferscope_machine_info(config):
     assert env["rack"] == "b7" and env["gpu_clock_mhz"] == 1980 and "python" in env
     (report,) = (pytester.path / "out").glob("*/report.json")
     assert json.loads(report.read_text())["environment"]["rack"] == "b7"
+
+
+def test_a_plugin_adds_whatifs_the_session_passes_to_the_analysis(pytester: pytest.Pytester) -> None:
+    # Without a GPU no round graph is built, so here the hook is only seen being asked (and its what-if handed
+    # on); tests/unit/test_whatif_reports.py replays a plugin's what-if on a recorded GPU trace.
+    pytester.makeconftest(
+        RECORDER
+        + """
+import pathlib
+from pytest_inferscope.analyzer import WhatIf
+
+def pytest_inferscope_whatifs(config):
+    pathlib.Path(config.rootpath, "asked").write_text("yes")
+    return [WhatIf("nothing at all", "gpu_bound", "do nothing", lambda graph: None)]
+"""
+    )
+    pytester.makepyfile(BODY.format(extra=""))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "asked").read_text() == "yes"
+    (row,) = results(pytester)
+    assert row["bottleneck"] == "cpu_bound"

@@ -25,12 +25,81 @@ def load(scenario: str, variant: str) -> Analysis:
     return analyze(merge(RawTrace.load(str(DATA / scenario / f"{variant}.npz"))))
 
 
+#: The class the simulated fixes give (analyzer/whatif.py). sync_bound's loop is also GPU-heavy: halving its
+#: kernels saves 5.8 ms a round, removing its 200 syncs 5.1 ms (measured: 6.0): the verdict names both
+#: (docs/scenarios.md discusses it); the rules' class is still sync_bound.
+SIMULATED = {**{s: s for s in SCENARIOS}, "sync_bound": "gpu_bound"}
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_each_recorded_scenario_gets_its_label(scenario: str) -> None:
     a = load(scenario, "trace")
-    assert a.bottleneck == scenario and a.confidence >= 0.8, [(f.rule, f.cause, f.share) for f in a.findings]
+    assert a.whatif_replay["rule_class"] == scenario, [(f.rule, f.cause, f.share) for f in a.findings]
+    # Margin-based confidence: 0.75 means the winning fix saves at least twice what any other class's does;
+    # sync_bound's close call is low-confidence, as it should be.
+    close = scenario == "sync_bound"
+    assert a.bottleneck == SIMULATED[scenario] and (a.confidence < 0.75) == close, a.whatif_replay
     own = [s for f in a.findings if f.cause == scenario for s in f.suggestions]
     assert len(own) >= 2 and all(s.saving_ms > 0 for s in own)
+
+
+def test_sync_bound_verdict_names_the_syncs_beside_the_gpu() -> None:
+    a = load("sync_bound", "trace")
+    assert "stream synchronize removed" in a.whatif_replay["verdict"] and "nearly as much" in a.whatif_replay["verdict"]
+    sync = next(r for r in a.whatif if r.bottleneck == "sync_bound")
+    gpu = next(r for r in a.whatif if r.bottleneck == "gpu_bound")
+    assert sync.saved_fraction >= 0.15 and sync.saved_ms >= 0.75 * gpu.saved_ms
+    assert [s.rule for s in a.suggestions[:2]] == ["whatif", "whatif"]
+    assert any("Remove per-step synchronisations" in s.action for s in a.suggestions[:2])
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "memory_bound"])
+def test_the_replay_reproduces_each_recorded_round(scenario: str) -> None:
+    for variant in ("trace", "fixed"):
+        r = load(scenario, variant).whatif_replay
+        assert r["decided_by"] in ("whatif", "rules") and abs(r["replay_error"]) < 0.05, r
+
+
+def test_without_gpu_work_the_rules_decide_and_say_why() -> None:
+    a = load("memory_bound", "trace")
+    assert a.bottleneck == "memory_bound" and not a.whatif
+    assert a.whatif_replay["decided_by"] == "rules" and "no GPU work" in a.whatif_replay["fallback"]
+
+
+#: The what-if that applies what each fixed variant does, and the speed-up factor where the fix sets one.
+FIX_WHATIF = {
+    "cpu_bound": "the host's own work between launches off the critical path",
+    "transfer_bound": "copies pinned",
+    "launch_bound": "a CUDA graph",
+    "sync_bound": "stream synchronize removed",
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(FIX_WHATIF))
+def test_simulated_saving_of_the_applied_fix_is_within_25_percent_of_the_measured_one(scenario: str) -> None:
+    # The H200 recordings: slow and fixed variant of the same code, so the measured saving is known.
+    slow, fixed = load(scenario, "trace"), load(scenario, "fixed")
+    row = next(r for r in slow.whatif if r.change.startswith(FIX_WHATIF[scenario]))
+    measured = slow.whatif_replay["measured_ms"] - fixed.whatif_replay["measured_ms"]
+    assert row.saved_ms == pytest.approx(measured, rel=0.25), (row.saved_ms, measured)
+
+
+def test_gpu_bound_fix_replayed_at_its_measured_kernel_speedup_matches() -> None:
+    # bf16 made the kernels 4.2x faster, not the 2x of the built-in what-if: replayed at the speed-up the fixed
+    # variant's kernels show, the replay must give the fixed variant's round.
+    from pytest_inferscope.analyzer import Context
+    from pytest_inferscope.analyzer.whatif import WhatIf, faster_gpu, round_graphs, simulate
+    from pytest_inferscope.events import Kind
+
+    graphs = {v: round_graphs(Context(merge(RawTrace.load(str(DATA / "gpu_bound" / f"{v}.npz")))))[0]
+              for v in ("trace", "fixed")}  # fmt: skip
+    kernel_ns = {
+        v: sum(o.dur for g in gs for o in g.ops if o.kind == Kind.KERNEL) / len(gs) for v, gs in graphs.items()
+    }
+    factor = kernel_ns["trace"] / kernel_ns["fixed"]
+    t = simulate(graphs["trace"], [WhatIf("bf16", "gpu_bound", "", faster_gpu(factor))])
+    fixed_ms = sum(g.measured_ns for g in graphs["fixed"]) / len(graphs["fixed"]) / 1e6
+    assert factor > 3 and t.rows[0].saved_ms == pytest.approx(t.replay_ms - fixed_ms, rel=0.25)
 
 
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "gpu_bound"])
@@ -94,6 +163,7 @@ FIX_APPLIED = {
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_top_suggestion_is_the_fix_the_fixed_variant_applies(scenario: str) -> None:
-    top = load(scenario, "trace").suggestions[0]
+    # sync_bound: second, 0.7 ms behind lower precision (test_sync_bound_verdict_names_the_syncs_beside_the_gpu).
+    top = load(scenario, "trace").suggestions[1 if scenario == "sync_bound" else 0]
     assert FIX_APPLIED[scenario] in top.action, top.action
     assert top.saving_ms > 0

@@ -1,0 +1,338 @@
+"""The dependency graph of one round: what the host did in order, what GPU work each call issued, what it waited for.
+
+A round with its launch calls recorded (a trace round, or every round of a trace recorded with
+`--inferscope-trace-rounds=all`, or an imported torch.profiler step) becomes a `RoundGraph`:
+
+- **host nodes**, in the test thread's own order: *segments* (the host's own work between two
+  API calls, with the Python modules sampled in it), *calls* (launch, copy, memset, allocator
+  calls: host time, and the GPU work they issued, by correlation id), *blocking calls*
+  (synchronisations, blocking copies, the plugin's end-of-round wait: they return only after
+  the GPU work they waited for has finished);
+- **GPU ops** (kernels, copies, memsets), each on its stream (in stream order), with the time
+  from its launch call's start to its own start when it did not queue behind earlier work
+  (`lat`), and its gap after the previous op of its stream when it did (`gap`).
+
+GPU work whose launch call was not recorded, or was issued by another thread, is *external*:
+it is released at its measured time whatever the host does. `replay.py` recomputes the round
+from the graph; `whatif.py` transforms it. Pure functions of a `Timeline`; nothing here prints
+or writes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, SyncType, unpack_copy_flags
+from ..merger import Timeline
+from .context import FRAMEWORK_MARKERS
+from .context_gpu import COPY_CALL, SYNC_CALL
+from .idle import CLOCK_SLACK_NS
+
+#: Node kinds.
+SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
+#: Launch-to-start time assumed for queued work when no op of the round started on an idle stream
+#: (14-17 µs measured on the H200, docs/gpu-validation.md).
+DEFAULT_LAT_NS = 15_000
+#: Kineto names that are Python frames: "path/to/file.py(123): function".
+_PYFRAME = re.compile(r"^(?P<file>[^()]*?)(?:\.py)?\((?P<line>\d+)\): (?P<fn>.+)$")
+
+
+@dataclass
+class GpuOp:
+    """One kernel, copy or memset of the round; times in ns from the round's start."""
+
+    kind: int  # Kind.KERNEL / MEMCPY / MEMSET
+    stream: int  # device << 32 | stream: the queue it runs in order on
+    dur: int
+    lat: int  # from its launch call's start to its start, had it not queued
+    gap: int  # after the previous op of its stream, when it queued behind it
+    start: int  # measured
+    end: int  # measured
+    nbytes: int = 0
+    copy: int = 0  # CopyKind for a copy
+    pageable: bool = False
+    name: str = ""
+    #: The op it follows on its stream (-1: none, or the trace shows them overlapping, so the stream is not one queue).
+    after: int = -1
+    #: Its stream was busy until then with work launched before the round (fixed whatever the round does).
+    floor: int = 0
+
+
+@dataclass
+class HostNode:
+    """One step of the host's own order (see the module docstring)."""
+
+    kind: str  # SEGMENT, CALL, BLOCKING or EXTERNAL
+    dur: int  # host ns; for a blocking call, its time after what it waited for finished
+    start: int  # measured, ns from the round's start
+    name: str = ""
+    ops: list[int] = field(default_factory=list)  # GPU ops it issued (EXTERNAL: released at their own time)
+    waits: list[int] = field(default_factory=list)  # GPU ops a blocking call waited for
+    modules: dict[str, int] = field(default_factory=dict)  # a segment's sampled ns by Python module
+    sync: str = ""  # a blocking call's kind of synchronisation ("" for copies and the round's end)
+
+
+@dataclass
+class RoundGraph:
+    """A round as a dependency graph; `measured_ns` is its measured length."""
+
+    nodes: list[HostNode]
+    ops: list[GpuOp]
+    measured_ns: int
+    #: When each stream was busy until at the round's start (work launched in an earlier round).
+    stream_busy: dict[int, int] = field(default_factory=dict)
+    #: The round ends when its host ends and every op that ended inside it (measured) has ended.
+    counted: list[int] = field(default_factory=list)
+    link_gb_s: float = 0.0
+    #: Modules of `HostNode.modules` that are the framework's Python (torch, transformers), not the user's.
+    framework: set[str] = field(default_factory=set)
+
+    @property
+    def launch_calls(self) -> int:
+        return sum(1 for n in self.nodes if n.kind != SEGMENT and n.ops and n.kind != EXTERNAL)
+
+
+def module_of(frame: str) -> str:
+    """The module of a sampled frame ("pkg.mod:fn (file:line)") or a Kineto frame ("dir/mod.py(12): fn")."""
+    head = frame.split(" (")[0]
+    m = _PYFRAME.match(frame)
+    if m:
+        return m["file"].replace("\\", "/").rsplit("/", 1)[-1]
+    if ":" in head and not head.startswith("aten::"):
+        return head.rsplit(":", 1)[0]
+    return head
+
+
+def _stream_key(ev: np.ndarray) -> np.ndarray:
+    return (ev["device"].astype(np.int64) << 32) | (ev["stream"].astype(np.int64) & 0xFFFFFFFF)
+
+
+def _sync_kind(name: str, sync_type: int | None) -> str:
+    if sync_type == SyncType.STREAM_SYNCHRONIZE or "StreamSynchronize" in name:
+        return "stream synchronize"
+    if sync_type == SyncType.EVENT_SYNCHRONIZE or "EventSynchronize" in name:
+        return "event synchronize"
+    if "Memcpy" in name:
+        return "synchronous copy"
+    return "device synchronize"
+
+
+def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGraph | None:
+    """The graph of one round (an index of a ROUND span); None when it has no GPU work."""
+    ev = tl.events
+    r0, r1 = int(ev["start"][round_i]), int(ev["end"][round_i])
+    tid = int(ev["tid"][round_i])
+    kind = ev["kind"]
+    gpu_all = np.flatnonzero(np.isin(kind, np.asarray(GPU_KINDS, dtype=np.uint8)))
+    in_round = (ev["start"] >= r0) & (ev["start"] < r1)
+    # Every thread's calls, in one order: a thread that launches while the round's thread waits for it (the
+    # autograd engine's) hands the host over and back; threads that really run side by side are rare in inference.
+    calls = np.flatnonzero((kind == Kind.RUNTIME) & in_round & (ev["tid"] >= 0))
+    waits = np.flatnonzero((kind == Kind.WAIT) & in_round & (ev["tid"] == tid))
+    for w in waits.tolist():  # the end-of-round synchronize stands for the calls inside it
+        calls = calls[(ev["start"][calls] < ev["start"][w]) | (ev["start"][calls] >= ev["end"][w])]
+    all_rt = np.flatnonzero((kind == Kind.RUNTIME) & (ev["corr"] != 0))
+    rt_corr = np.sort(ev["corr"][all_rt])
+    call_corr = ev["corr"][calls]
+    own = np.isin(ev["corr"][gpu_all], call_corr[call_corr != 0]) & (ev["corr"][gpu_all] != 0)
+    launched = np.isin(ev["corr"][gpu_all], rt_corr) & (ev["corr"][gpu_all] != 0)
+    g_in = (ev["start"][gpu_all] >= r0) & (ev["start"][gpu_all] < r1)
+    op_idx = gpu_all[own | (g_in & ~launched) | (g_in & launched & ~own)]
+    if not len(op_idx):
+        return None
+    op_idx = op_idx[np.argsort(ev["start"][op_idx], kind="stable")]
+    ops, external = _ops(tl, op_idx, r0, own[np.searchsorted(gpu_all, op_idx)])
+    graph = RoundGraph(nodes=[], ops=ops, measured_ns=r1 - r0, link_gb_s=link_gb_s)
+    earlier = gpu_all[(ev["start"][gpu_all] < r0) & (ev["end"][gpu_all] > r0)]
+    for k, e in zip(_stream_key(ev[earlier]).tolist(), ev["end"][earlier].tolist(), strict=True):
+        graph.stream_busy[k] = max(graph.stream_busy.get(k, 0), e - r0)
+    graph.counted = [i for i, op in enumerate(ops) if op.end <= r1 - r0 + CLOCK_SLACK_NS]
+    _host_nodes(tl, graph, calls, waits, op_idx, external, r0, r1, tid)
+    _latencies(graph)
+    return graph
+
+
+def _ops(tl: Timeline, op_idx: np.ndarray, r0: int, own: np.ndarray) -> tuple[list[GpuOp], list[int]]:
+    ev = tl.events[op_idx]
+    copy, src, dst = unpack_copy_flags(ev["flags"])
+    keys = _stream_key(ev)
+    ops = []
+    for j in range(len(ev)):
+        k = int(ev["kind"][j])
+        is_copy = k == Kind.MEMCPY
+        ops.append(
+            GpuOp(
+                kind=k,
+                stream=int(keys[j]),
+                dur=int(ev["end"][j] - ev["start"][j]),
+                lat=0,
+                gap=0,
+                start=int(ev["start"][j]) - r0,
+                end=int(ev["end"][j]) - r0,
+                nbytes=int(ev["value"][j]) if k != Kind.KERNEL else 0,
+                copy=int(copy[j]) if is_copy else 0,
+                pageable=bool(is_copy and MemoryKind.PAGEABLE in (int(src[j]), int(dst[j]))),
+                name=tl.strings[int(ev["name"][j])],
+            )
+        )
+    return ops, [j for j in range(len(ev)) if not own[j]]
+
+
+def _host_nodes(
+    tl: Timeline,
+    graph: RoundGraph,
+    calls: np.ndarray,
+    waits: np.ndarray,
+    op_idx: np.ndarray,
+    external: list[int],
+    r0: int,
+    r1: int,
+    tid: int,
+) -> None:
+    """The host's order: segments between calls, calls with their ops, blocking calls with what they waited for."""
+    ev = tl.events
+    corr_to_ops: dict[int, list[int]] = {}
+    for j, c in enumerate(ev["corr"][op_idx].tolist()):
+        if c:
+            corr_to_ops.setdefault(c, []).append(j)
+    sync_types = _sync_types(tl)
+    items = sorted(
+        [(int(ev["start"][i]), 0, int(i)) for i in calls] + [(int(ev["start"][i]), 1, int(i)) for i in waits]
+    )
+    ext = sorted(external, key=lambda j: graph.ops[j].start)
+    samples = _samples(tl, r0, r1, tid, graph.framework)
+    names = _segment_names(tl, calls) if not samples[0].size else {}
+    t = 0
+    launched_before: list[int] = []
+    e_i = 0
+    for start, is_wait, i in items:
+        s, e = start - r0, int(ev["end"][i]) - r0
+        while e_i < len(ext) and graph.ops[ext[e_i]].start <= s:
+            graph.nodes.append(HostNode(EXTERNAL, 0, graph.ops[ext[e_i]].start, ops=[ext[e_i]]))
+            launched_before.append(ext[e_i])
+            e_i += 1
+        if s > t:
+            graph.nodes.append(_segment(t, s, samples, names.get(i, "")))
+        name = "end-of-round synchronize" if is_wait else tl.name(i)
+        own_ops = corr_to_ops.get(int(ev["corr"][i]), []) if not is_wait else []
+        launched_before.extend(own_ops)
+        node = HostNode(CALL, max(0, e - s), s, name=name, ops=own_ops)
+        blocking = is_wait or bool(SYNC_CALL.search(name))
+        done = [j for j in launched_before if graph.ops[j].end <= e + CLOCK_SLACK_NS]
+        if not blocking and own_ops and COPY_CALL.search(name):
+            # A copy call that returned only after its copy finished (a pageable copy, staged) held the host.
+            blocking = any(graph.ops[j].end <= e + CLOCK_SLACK_NS for j in own_ops)
+        if blocking:
+            node.kind = BLOCKING
+            node.waits = _wait_set(graph, done, sync_types.get(int(ev["corr"][i])), bool(is_wait))
+            finished = max((graph.ops[j].end for j in node.waits), default=s)
+            node.dur = max(0, e - max(s, finished))
+            if not is_wait and SYNC_CALL.search(name):
+                node.sync = _sync_kind(name, (sync_types.get(int(ev["corr"][i])) or (None, None))[0])
+        # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
+        # adds only the time it runs past the enclosing one.
+        node.dur = min(node.dur, max(0, e - t))
+        graph.nodes.append(node)
+        t = max(t, e)
+    while e_i < len(ext):
+        graph.nodes.append(HostNode(EXTERNAL, 0, graph.ops[ext[e_i]].start, ops=[ext[e_i]]))
+        e_i += 1
+    if r1 - r0 > t:
+        graph.nodes.append(_segment(t, r1 - r0, samples, ""))
+
+
+def _wait_set(graph: RoundGraph, done: list[int], sync: tuple[int, int] | None, whole: bool) -> list[int]:
+    """What a blocking call waited for: the ops issued before it that had finished when it returned
+    (on its stream, for a stream synchronisation whose record names the stream)."""
+    if whole or sync is None or sync[0] != SyncType.STREAM_SYNCHRONIZE:
+        return done
+    return [j for j in done if graph.ops[j].stream & 0xFFFFFFFF == sync[1] & 0xFFFFFFFF] or done
+
+
+def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
+    """CUPTI synchronisation records by correlation id: (type, stream)."""
+    ev = tl.events
+    s = ev[ev["kind"] == Kind.SYNC]
+    return {
+        int(c): (int(f), int(st))
+        for c, f, st in zip(s["corr"].tolist(), s["flags"].tolist(), s["stream"].tolist(), strict=True)
+        if c
+    }
+
+
+def _samples(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The test thread's CPU samples in the round: (start, end, module of the innermost frame); the modules
+    that are the framework's are added to `framework`."""
+    ev = tl.events
+    sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid))
+    mods = []
+    for i in sel.tolist():
+        leaf = tl.name(i).rsplit(";", 1)[-1]
+        mods.append(module_of(leaf))
+        if leaf == "<harness>" or any(m in leaf for m in FRAMEWORK_MARKERS):
+            framework.add(mods[-1])
+    return ev["start"][sel] - r0, ev["end"][sel] - r0, mods
+
+
+def _segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
+    """Without samples (an imported trace): a segment is named after the innermost CPU op or Python
+    frame around the call that ends it."""
+    out: dict[int, str] = {}
+    for i in calls.tolist():
+        p = int(tl.parent[i])
+        while p >= 0 and tl.events["kind"][p] not in (Kind.CALL, Kind.MODULE, Kind.SCOPE):
+            p = int(tl.parent[p])
+        if p >= 0:
+            out[i] = module_of(tl.name(p))
+    return out
+
+
+def _segment(a: int, b: int, samples: tuple[np.ndarray, np.ndarray, list[str]], name: str) -> HostNode:
+    s, e, mods = samples
+    node = HostNode(SEGMENT, b - a, a)
+    if len(s):
+        over = np.minimum(e, b) - np.maximum(s, a)
+        for k in np.flatnonzero(over > 0).tolist():
+            node.modules[mods[k]] = node.modules.get(mods[k], 0) + int(over[k])
+    elif name:
+        node.modules[name] = b - a
+    return node
+
+
+def _latencies(graph: RoundGraph) -> None:
+    """Each op's launch-to-start time and its gap after the op before it on its stream (see GpuOp)."""
+    issued: dict[int, int] = {}
+    for n in graph.nodes:
+        for j in n.ops:
+            issued[j] = n.start
+    prev: dict[int, int] = {}
+    queued: list[int] = []
+    free: list[int] = []
+    for j, op in enumerate(graph.ops):
+        busy = graph.stream_busy.get(op.stream, 0)
+        op.floor = busy if op.start + CLOCK_SLACK_NS >= busy else 0
+        k = prev.get(op.stream, -1)
+        if k >= 0 and op.start + CLOCK_SLACK_NS >= graph.ops[k].end:
+            op.after = k
+        before = max(op.floor, graph.ops[k].end if op.after >= 0 else 0)
+        at = issued.get(j, op.start)
+        if at < before and op.start <= before + max(CLOCK_SLACK_NS, op.start - at):
+            queued.append(j)
+            op.gap = max(0, op.start - before)
+        else:
+            free.append(j)
+            op.lat = max(0, op.start - at)
+        if k < 0 or op.end >= graph.ops[k].end:
+            prev[op.stream] = j
+    lat = int(np.median([graph.ops[j].lat for j in free])) if free else DEFAULT_LAT_NS
+    for j in queued:
+        op = graph.ops[j]
+        op.lat = min(max(0, op.start - issued.get(j, op.start)), lat)
+
+
+def copy_is_host_link(op: GpuOp) -> bool:
+    """A host<->device copy (what the link carries)."""
+    return op.kind == Kind.MEMCPY and op.copy in (CopyKind.HTOD, CopyKind.DTOH)

@@ -1,0 +1,414 @@
+"""What-ifs: each a transformation of the round graphs (graph.py), replayed (replay.py): what a fix would save.
+
+Built in, each standing for one bottleneck class:
+
+- *a CUDA graph* (launch_bound): in each stretch between synchronisations the launch calls, and
+  the short host segments before them (up to `DISPATCH_NS`: the framework's dispatch), cost
+  nothing but one launch per stretch;
+- *a kind of synchronisation removed* (sync_bound): those blocking calls stop waiting; what they
+  read is read at the round's end, where the end-of-round wait catches it;
+- *GPU work 2x faster* (gpu_bound): kernels and memsets take half as long (collectives excepted);
+- *collectives fully overlapped*, *collectives 2x faster* (communication_bound): collective kernels
+  (NCCL and the like, `comm.py`) cost nothing, or half;
+- *copies pinned and overlapped* (transfer_bound): host<->device copies run at
+  `PINNED_EFFICIENCY` of the link, their calls stop blocking, uploads are prefetched on a copy
+  stream from the round's start;
+- *the host's own work off the critical path* (cpu_bound): host segments longer than
+  `DISPATCH_NS` cost nothing (precomputed, cached, run ahead in a worker); named after the
+  user's module sampled most in them;
+- *a module's host work removed* (cpu_bound): the segments lose the time sampled in that module
+  (the user's top `MAX_MODULES`; the framework's modules are not candidates).
+
+More come through the `pytest_inferscope_whatifs` hook (hooks.py): a `WhatIf` whose `transform`
+returns the changed graph (or None where it does not apply). The class is the what-if that saves
+the most (`WhatIfTable.classify`). Pure functions; nothing here prints or writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..events import CopyKind, Kind
+from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
+from .comm import COMM_KERNEL
+from .context import Context
+from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, GpuOp, HostNode, RoundGraph, build_round, copy_is_host_link
+from .replay import replay
+
+#: Host segments up to this long right before a launch are the framework's dispatch, which a CUDA graph skips.
+DISPATCH_NS = 50_000
+#: Gap between consecutive kernels replayed from a CUDA graph (when the trace shows none of its own).
+GRAPH_GAP_NS = 1_000
+#: Pinned copies reach this share of the link's peak (docs/architecture.md, "Transfers and the link").
+PINNED_EFFICIENCY = 0.8
+#: Python modules whose removal is simulated, by sampled time.
+MAX_MODULES = 3
+#: A class needs a what-if saving at least this share of the round.
+MIN_SAVING = 0.1
+#: Two what-ifs of different classes whose savings differ by less than this share of the larger are both named.
+CLOSE_MARGIN = 0.25
+
+Transform = Callable[[RoundGraph], "RoundGraph | None"]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A change to simulate: `transform` returns the changed graph, or None where the change does not apply."""
+
+    change: str  # what changes, as the table says it ("a CUDA graph")
+    bottleneck: str  # the class it stands for
+    action: str  # the suggestion that applies it
+    transform: Transform
+    #: What must be done first for the fix to be possible (empty: nothing), given the graphs.
+    prerequisite: Callable[[list[RoundGraph]], str] | None = None
+
+
+def _copy(g: RoundGraph) -> RoundGraph:
+    return dataclasses.replace(
+        g,
+        nodes=[dataclasses.replace(n, ops=list(n.ops), waits=list(n.waits), modules=dict(n.modules)) for n in g.nodes],
+        ops=[dataclasses.replace(o) for o in g.ops],
+        stream_busy=dict(g.stream_busy),
+        counted=list(g.counted),
+    )
+
+
+def cuda_graph(g: RoundGraph) -> RoundGraph | None:
+    """Launches replayed from a CUDA graph: one launch per stretch between synchronisations."""
+    out = _copy(g)
+    gaps = sorted(o.gap for o in g.ops if o.gap > 0)
+    gap = gaps[len(gaps) // 2] if gaps else GRAPH_GAP_NS
+    first = True
+    changed = False
+    for i, n in enumerate(out.nodes):
+        if n.kind == BLOCKING:
+            first = True
+            continue
+        if n.kind != CALL or not n.ops:
+            continue
+        if i and out.nodes[i - 1].kind == SEGMENT and out.nodes[i - 1].dur <= DISPATCH_NS:
+            out.nodes[i - 1].dur = 0
+        if not first:
+            n.dur = 0
+            for j in n.ops:
+                out.ops[j].gap = max(out.ops[j].gap, gap)
+        first = False
+        changed = True
+    return out if changed else None
+
+
+def graph_prerequisite(graphs: list[RoundGraph]) -> str:
+    syncs = sum(1 for g in graphs for n in g.nodes if n.kind == BLOCKING and n.sync) / max(1, len(graphs))
+    if syncs < 1:
+        return ""
+    return (
+        f"a CUDA graph cannot hold a synchronisation: the {syncs:.0f} per round must be removed first "
+        "(simulated here with them kept, one graph per stretch between them)"
+    )
+
+
+def remove_syncs(kind: str) -> Transform:
+    """The blocking calls of one kind stop waiting; what they read is read at the round's end."""
+
+    def transform(g: RoundGraph) -> RoundGraph | None:
+        out = _copy(g)
+        hits = [n for n in out.nodes if n.kind == BLOCKING and n.sync == kind]
+        for n in hits:
+            n.kind, n.waits, n.dur = CALL, [], 0
+        return out if hits else None
+
+    return transform
+
+
+def _is_comm(o: GpuOp) -> bool:
+    return o.kind == Kind.KERNEL and bool(COMM_KERNEL.search(o.name))
+
+
+def faster_gpu(factor: float = 2.0) -> Transform:
+    """Compute (kernels and memsets, collectives left out: the interconnect bounds those) `factor` times faster."""
+
+    def transform(g: RoundGraph) -> RoundGraph | None:
+        out = _copy(g)
+        hits = [o for o in out.ops if o.kind in (Kind.KERNEL, Kind.MEMSET) and not _is_comm(o)]
+        for o in hits:
+            o.dur = round(o.dur / factor)
+        return out if hits else None
+
+    return transform
+
+
+def faster_comm(factor: float | None) -> Transform:
+    """Collective kernels (comm.py) `factor` times faster; None: fully overlapped, i.e. off the critical path."""
+
+    def transform(g: RoundGraph) -> RoundGraph | None:
+        out = _copy(g)
+        hits = [o for o in out.ops if _is_comm(o)]
+        for o in hits:
+            o.dur = 0 if factor is None else round(o.dur / factor)
+        return out if hits else None
+
+    return transform
+
+
+def pinned_copies(g: RoundGraph) -> RoundGraph | None:
+    """Copies at the pinned rate, their calls asynchronous, uploads prefetched on a copy stream."""
+    out = _copy(g)
+    link = out.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
+    hits = [j for j, o in enumerate(out.ops) if copy_is_host_link(o)]
+    if not hits or link <= 0:
+        return None
+    launch = sorted(n.dur for n in out.nodes if n.kind == CALL and n.ops and not _is_copy_call(out, n))
+    cheap = launch[len(launch) // 2] if launch else 0
+    moved: list[int] = []
+    for j in hits:
+        o = out.ops[j]
+        o.dur = min(o.dur, round(o.nbytes / link)) if o.nbytes else o.dur
+        if o.copy == CopyKind.HTOD:
+            moved.append(j)
+    copy_stream: dict[int, int] = {}  # device -> the last upload on its copy stream
+    for j in moved:
+        o = out.ops[j]
+        for k in out.ops:  # the op that followed it on its stream now follows the one before it
+            if k.after == j:
+                k.after = o.after
+        o.stream = -(((o.stream >> 32) + 1) << 1)  # a copy stream of its own, per device
+        o.after = copy_stream.get(o.stream, -1)
+        o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
+        copy_stream[o.stream] = j
+    for n in out.nodes:
+        if _is_copy_call(out, n) or (n.kind == BLOCKING and not n.sync and n.ops):
+            n.kind, n.waits, n.dur = CALL, [], min(n.dur, cheap)
+        n.ops = [j for j in n.ops if j not in moved]
+    out.nodes.insert(0, HostNode(EXTERNAL, 0, 0, name="prefetch", ops=moved))
+    return out
+
+
+def _is_copy_call(g: RoundGraph, n: HostNode) -> bool:
+    return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and all(copy_is_host_link(g.ops[j]) for j in n.ops)
+
+
+def remove_module(module: str) -> Transform:
+    def transform(g: RoundGraph) -> RoundGraph | None:
+        out = _copy(g)
+        hits = [n for n in out.nodes if n.kind == SEGMENT and n.modules.get(module)]
+        for n in hits:
+            n.dur = max(0, n.dur - n.modules[module])
+        return out if hits else None
+
+    return transform
+
+
+def host_off_path(g: RoundGraph) -> RoundGraph | None:
+    """The host's own work between launches (segments longer than the dispatch) moved off the critical path."""
+    out = _copy(g)
+    hits = [n for n in out.nodes if n.kind == SEGMENT and n.dur > DISPATCH_NS]
+    for n in hits:
+        n.dur = 0
+    return out if hits else None
+
+
+def _user_modules(graphs: list[RoundGraph], long_only: bool) -> list[str]:
+    """The user's Python modules by sampled time in the host segments (the framework's left out)."""
+    mods: dict[str, int] = {}
+    for g in graphs:
+        for n in g.nodes:
+            if n.kind == SEGMENT and (n.dur > DISPATCH_NS or not long_only):
+                for m, ns in n.modules.items():
+                    if m not in g.framework:
+                        mods[m] = mods.get(m, 0) + ns
+    return [m for m, _ in sorted(mods.items(), key=lambda kv: -kv[1])]
+
+
+def _off_path_action(module: str) -> str:
+    return f"Take {module}'s work off the critical path: cache or precompute its results, or run it ahead in a worker"
+
+
+def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
+    """The built-in what-ifs for these graphs (the kinds of synchronisation and the modules they hold)."""
+    out = [
+        WhatIf(
+            "a CUDA graph (launch overhead removed)",
+            "launch_bound",
+            "Capture the step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead'))",
+            cuda_graph,
+            graph_prerequisite,
+        )
+    ]
+    kinds: dict[str, int] = {}
+    for g in graphs:
+        for n in g.nodes:
+            if n.kind == BLOCKING and n.sync:
+                kinds[n.sync] = kinds.get(n.sync, 0) + 1
+    for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
+        per = count / max(1, len(graphs))
+        out.append(
+            WhatIf(
+                f"{kind} removed ({per:.0f} per round; reads moved to the round's end)",
+                "sync_bound",
+                f"Remove per-step synchronisations ({per:.0f} {kind} calls per round): keep values on the GPU "
+                "instead of .item() / .cpu() / printing CUDA tensors, and read results once at the end",
+                remove_syncs(kind),
+            )
+        )
+    out.append(
+        WhatIf(
+            "GPU work 2x faster",
+            "gpu_bound",
+            "Use lower precision (bf16/fp16 autocast) or TF32 for matrix work",
+            faster_gpu(2.0),
+        )
+    )
+    out += [
+        WhatIf(
+            "collectives fully overlapped with compute",
+            "communication_bound",
+            "Overlap the collectives with compute (async collectives on their own stream, the next layer's work "
+            "issued before waiting)",
+            faster_comm(None),
+        ),
+        WhatIf(
+            "collectives 2x faster",
+            "communication_bound",
+            "Move less data between GPUs (lower-precision activations, fewer or fused collectives, a parallel "
+            "layout that keeps more work local)",
+            faster_comm(2.0),
+        ),
+    ]
+    link = max((g.link_gb_s for g in graphs), default=0.0)
+    out.append(
+        WhatIf(
+            f"copies pinned ({PINNED_EFFICIENCY:.0%} of {link:.0f} GB/s), uploads overlapped with compute",
+            "transfer_bound",
+            "Pin the host memory (tensor.pin_memory() once, or DataLoader(pin_memory=True)) and copy with "
+            "non_blocking=True",
+            pinned_copies,
+        )
+    )
+    top = _user_modules(graphs, long_only=True)
+    out.append(
+        WhatIf(
+            "the host's own work between launches off the critical path" + (f" (mostly {top[0]})" if top else ""),
+            "cpu_bound",
+            _off_path_action(top[0])
+            if top
+            else "Prepare the next batch while the GPU runs this one (DataLoader workers with pin_memory, "
+            "or a producer thread), so GPU work is always queued ahead",
+            host_off_path,
+        )
+    )
+    for m in _user_modules(graphs, long_only=False)[:MAX_MODULES]:
+        out.append(WhatIf(f"{m}'s host work removed", "cpu_bound", _off_path_action(m), remove_module(m)))
+    return out
+
+
+@dataclass
+class WhatIfTable:
+    """The what-ifs simulated on a test's round graphs, the replay's error, and the verdict they give."""
+
+    rows: list[WhatIfRow]
+    measured_ms: float  # mean length of the replayed rounds, measured
+    replay_ms: float  # the same rounds replayed unchanged
+    rounds: int
+
+    @property
+    def replay_error(self) -> float:
+        return (self.replay_ms - self.measured_ms) / self.measured_ms if self.measured_ms else 0.0
+
+    def classify(self) -> tuple[str, float, str]:
+        """(class, confidence, one-line verdict): the class of the largest saving; confidence from the margin
+        to the best saving of another class; a close runner-up is named."""
+        best: dict[str, WhatIfRow] = {}
+        for r in self.rows:
+            if r.bottleneck not in best or r.saved_ms > best[r.bottleneck].saved_ms:
+                best[r.bottleneck] = r
+        ranked = sorted(best.values(), key=lambda r: -r.saved_ms)
+        if not ranked or ranked[0].saved_fraction < MIN_SAVING:
+            top = f"{ranked[0].change} saves {ranked[0].saved_fraction:.0%}" if ranked else "nothing applies"
+            return UNCLASSIFIED, 1.0, f"no simulated change saves {MIN_SAVING:.0%} of the round ({top})"
+        win = ranked[0]
+        runner = ranked[1] if len(ranked) > 1 else None
+        margin = (win.saved_ms - max(0.0, runner.saved_ms)) / win.saved_ms if runner else 1.0
+        verdict = f"{win.bottleneck}: {win.change} saves {win.saved_ms:.2f} ms per round ({win.saved_fraction:.0%})"
+        if runner and runner.saved_ms > 0 and margin < CLOSE_MARGIN:
+            verdict += (
+                f", and {runner.change} ({runner.bottleneck}) saves nearly as much: {runner.saved_ms:.2f} ms "
+                f"({runner.saved_fraction:.0%})"
+            )
+        return win.bottleneck, round(min(1.0, 0.5 + 0.5 * margin), 3), verdict
+
+    def suggestions(self) -> list[Suggestion]:
+        """One suggestion per saving what-if, the largest simulated saving first, each stating it."""
+        out = []
+        for r in sorted(self.rows, key=lambda r: -r.saved_ms):
+            if r.saved_ms <= 0:
+                continue
+            why = (
+                f"simulated: {r.change}: {self.replay_ms:.2f} -> {r.round_ms:.2f} ms per round, -{r.saved_fraction:.0%}"
+            )
+            if r.prerequisite:
+                why += f"; first: {r.prerequisite}"
+            out.append(Suggestion(r.action, why, r.saved_ms, "whatif"))
+        return out
+
+
+def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable:
+    """Replay every what-if on every graph; a what-if that applies to no round is left out."""
+    n = len(graphs)
+    base = [replay(g).round_ns for g in graphs]
+    base_ms = sum(base) / n / 1e6
+    rows = []
+    for w in whatifs:
+        changed = [w.transform(g) for g in graphs]
+        if all(c is None for c in changed):
+            continue
+        ns = [replay(c).round_ns if c is not None else b for c, b in zip(changed, base, strict=True)]
+        ms = sum(ns) / n / 1e6
+        saved = base_ms - ms
+        rows.append(
+            WhatIfRow(
+                change=w.change,
+                round_ms=round(ms, 4),
+                saved_ms=round(saved, 4),
+                saved_fraction=round(saved / base_ms, 4) if base_ms else 0.0,
+                bottleneck=w.bottleneck,
+                action=w.action,
+                prerequisite=w.prerequisite(graphs) if w.prerequisite else "",
+            )
+        )
+    rows.sort(key=lambda r: -r.saved_ms)
+    measured = sum(g.measured_ns for g in graphs) / n / 1e6
+    return WhatIfTable(rows=rows, measured_ms=round(measured, 4), replay_ms=round(base_ms, 4), rounds=n)
+
+
+#: Rounds replayed at most (spread over the API rounds): enough to average out one slow round.
+MAX_ROUNDS = 5
+
+
+def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
+    """The graphs of (up to `MAX_ROUNDS` of) the rounds whose launch calls were recorded, or why there are none."""
+    if not ctx.has_gpu:
+        return [], "no GPU work was recorded, so there is no round graph to replay"
+    idx = ctx.api_round_idx.tolist()
+    if len(idx) > MAX_ROUNDS:
+        step = len(idx) / MAX_ROUNDS
+        idx = [idx[int(k * step)] for k in range(MAX_ROUNDS)]
+    link = float(ctx.transfer["link_gb_s"])
+    graphs = [g for g in (build_round(ctx.timeline, int(i), link) for i in idx) if g is not None]
+    if not graphs:
+        return [], "no GPU work in the rounds whose launch calls were recorded"
+    if not any(g.launch_calls for g in graphs):
+        return [], "the trace records no launch calls (CUDA runtime events), so GPU work cannot be tied to the host"
+    return graphs, ""
+
+
+def diagnose(ctx: Context, extra: Iterable[WhatIf] = ()) -> tuple[WhatIfTable | None, str]:
+    """The what-if table of a test (built-in what-ifs, then `extra`), or None and why it cannot be built."""
+    graphs, why = round_graphs(ctx)
+    if not graphs:
+        return None, why
+    return simulate(graphs, [*builtin(graphs), *extra]), ""
+
+
+__all__ = ["GpuOp", "WhatIf", "WhatIfTable", "builtin", "diagnose", "round_graphs", "simulate"]

@@ -1,0 +1,191 @@
+"""The round graph, its replay and the what-ifs on hand-built graphs whose answers are worked out by hand (µs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_inferscope.analyzer.graph import BLOCKING, CALL, SEGMENT, GpuOp, HostNode, RoundGraph, module_of
+from pytest_inferscope.analyzer.replay import replay
+from pytest_inferscope.analyzer.whatif import (
+    GRAPH_GAP_NS,
+    PINNED_EFFICIENCY,
+    WhatIf,
+    builtin,
+    simulate,
+)
+from pytest_inferscope.events import CopyKind, Kind
+
+US = 1000
+STREAM = 7
+
+
+class G:
+    """A graph written step by step: host segments, launch calls, blocking calls; the round ends in a wait."""
+
+    def __init__(self) -> None:
+        self.nodes: list[HostNode] = []
+        self.ops: list[GpuOp] = []
+
+    def seg(self, us: float, **modules: float) -> G:
+        self.nodes.append(HostNode(SEGMENT, int(us * US), 0, modules={m: int(v * US) for m, v in modules.items()}))
+        return self
+
+    def launch(self, call_us: float, op_us: float, lat_us: float = 10, kind: int = Kind.KERNEL, **op: object) -> G:
+        after = len(self.ops) - 1  # one stream: each op follows the one before it
+        self.ops.append(GpuOp(kind, STREAM, int(op_us * US), int(lat_us * US), 0, 0, 0, after=after, **op))  # type: ignore[arg-type]
+        self.nodes.append(HostNode(CALL, int(call_us * US), 0, name="cudaLaunchKernel", ops=[len(self.ops) - 1]))
+        return self
+
+    def block(self, post_us: float, sync: str = "stream synchronize", own_last_op: bool = False) -> G:
+        node = HostNode(BLOCKING, int(post_us * US), 0, waits=list(range(len(self.ops))), sync=sync)
+        if own_last_op:  # a blocking copy call: it issued the last op
+            self.nodes.pop()
+            node.ops, node.name = [len(self.ops) - 1], "cudaMemcpyAsync"
+        self.nodes.append(node)
+        return self
+
+    def end(self, link_gb_s: float = 64.0, framework: tuple[str, ...] = ()) -> RoundGraph:
+        self.nodes.append(HostNode(BLOCKING, 0, 0, name="end-of-round synchronize", waits=list(range(len(self.ops)))))
+        g = RoundGraph(self.nodes, self.ops, 0, link_gb_s=link_gb_s, framework=set(framework))
+        g.counted = list(range(len(self.ops)))
+        g.measured_ns = replay(g).round_ns
+        return g
+
+
+def table(g: RoundGraph, extra: tuple[WhatIf, ...] = ()) -> dict[str, tuple[float, str]]:
+    t = simulate([g], [*builtin([g]), *extra])
+    return {r.change.split(" (")[0]: (r.saved_ms * 1000, r.bottleneck) for r in t.rows}
+
+
+def test_launch_bound_chain_a_cuda_graph_saves_the_launches() -> None:
+    g = G()
+    for _ in range(10):
+        g.seg(20).launch(5, 2)
+    graph = g.end()
+    # Host: 10 x (20 + 5) = 250; the last kernel is issued at 245, starts at 255, ends at 257.
+    assert replay(graph).round_ns == 257 * US
+    saved = table(graph)
+    # A CUDA graph: one launch (5) for the stretch; kernel 0 at 10..12, the others from 15 one after another
+    # with a 1 µs gap: kernel k (k >= 1) at 15 + 3 (k - 1), kernel 9 ends at 41.
+    assert GRAPH_GAP_NS == 1 * US
+    assert saved["a CUDA graph"] == (pytest.approx(257 - 41), "launch_bound")
+    t = simulate([graph], builtin([graph]))
+    assert t.classify()[0] == "launch_bound" and t.replay_error == 0.0
+    assert t.suggestions()[0].action.startswith("Capture the step in a CUDA graph")
+    assert "0.26 -> 0.04 ms per round, -84%" in t.suggestions()[0].rationale
+
+
+def sync_loop() -> RoundGraph:
+    g = G()
+    for _ in range(5):  # launch a 100 µs kernel, wait for it, 60 µs of the host's own work
+        g.launch(5, 100).block(5).seg(60)
+    return g.end()
+
+
+def test_sync_bound_loop_removing_the_syncs_saves_most_and_the_host_work_nearly_as_much() -> None:
+    graph = sync_loop()
+    # Per step: call at h, kernel h+10..h+110, the sync returns at h+115, host work to h+175: 5 steps, 875.
+    assert replay(graph).round_ns == 875 * US
+    saved = table(graph)
+    # Syncs removed: the host issues at 0, 65, 130, 195, 260 and ends at 325; the kernels queue: 10..510.
+    assert saved["stream synchronize removed"] == (pytest.approx(875 - 510), "sync_bound")
+    # Host work off the path: 115 per step.
+    assert saved["the host's own work between launches off the critical path"] == (
+        pytest.approx(875 - 575),
+        "cpu_bound",
+    )
+    # GPU 2x: 50 µs kernels, 125 per step.
+    assert saved["GPU work 2x faster"] == (pytest.approx(875 - 625), "gpu_bound")
+    t = simulate([graph], builtin([graph]))
+    cls, confidence, verdict = t.classify()
+    # 365 against 300: a margin of 18%, under CLOSE_MARGIN: both are named, and the confidence says it.
+    assert cls == "sync_bound" and confidence == pytest.approx(0.5 + 0.5 * 65 / 365, abs=1e-3)
+    assert "saves nearly as much" in verdict and "cpu_bound" in verdict
+    graph_row = next(r for r in t.rows if r.bottleneck == "launch_bound")
+    assert "must be removed first" in graph_row.prerequisite
+
+
+def test_gpu_bound_chain_saves_half_its_kernels() -> None:
+    g = G()
+    for _ in range(3):
+        g.seg(5).launch(5, 1000)
+    graph = g.end()
+    assert replay(graph).round_ns == 3015 * US  # 15..1015, 1015..2015, 2015..3015
+    saved = table(graph)
+    assert saved["GPU work 2x faster"] == (pytest.approx(1500), "gpu_bound")
+    assert simulate([graph], builtin([graph])).classify()[0] == "gpu_bound"
+
+
+def test_copy_bound_round_pinned_copies_run_at_the_link_and_overlap() -> None:
+    mb64 = 64 * 1024 * 1024
+    g = G().seg(10).launch(0, 6400, kind=Kind.MEMCPY, nbytes=mb64, copy=CopyKind.HTOD, pageable=True)
+    g.block(5, sync="", own_last_op=True).seg(10).launch(5, 100)
+    graph = g.end(link_gb_s=64.0)
+    # The copy call at 10 issues the copy (20..6420) and returns 5 after it: 6425; +10; the kernel at 6445..6545.
+    assert replay(graph).round_ns == 6545 * US
+    saved = table(graph)
+    pinned_us = mb64 / (64.0 * PINNED_EFFICIENCY) / US  # 1310.72 µs, prefetched from the round's start
+    assert saved["copies pinned"] == (pytest.approx(6545 - pinned_us, abs=0.1), "transfer_bound")  # rows keep 0.1 µs
+    assert simulate([graph], builtin([graph])).classify()[0] == "transfer_bound"
+
+
+def test_host_python_bound_round_names_the_users_module_not_the_frameworks() -> None:
+    graph = G().seg(5000, tok=3000, activation=2000).launch(5, 100).end(framework=("activation",))
+    assert replay(graph).round_ns == 5110 * US  # the kernel is issued at 5000: 5010..5110
+    saved = table(graph)
+    assert saved["the host's own work between launches off the critical path"] == (pytest.approx(5000), "cpu_bound")
+    assert saved["tok's host work removed"] == (pytest.approx(3000), "cpu_bound")
+    assert not any(k.startswith("activation") for k in saved)
+    t = simulate([graph], builtin([graph]))
+    assert t.classify()[0] == "cpu_bound"
+    assert t.suggestions()[0].action.startswith("Take tok's work off the critical path")
+
+
+def test_a_what_if_from_a_hook_takes_part_in_the_verdict() -> None:
+    graph = sync_loop()
+
+    def free_kernels(g: RoundGraph) -> RoundGraph:
+        ops = [GpuOp(o.kind, o.stream, 0, o.lat, o.gap, o.start, o.end, after=o.after) for o in g.ops]
+        return RoundGraph(g.nodes, ops, g.measured_ns, counted=g.counted)
+
+    # Kernels that take no time: per step the call (5), the sync until 10, then 5, the host's 60: 75 x 5 = 375.
+    mine = WhatIf("kernels for free", "gpu_bound", "Precompute the answers", free_kernels)
+    t = simulate([graph], [*builtin([graph]), mine])
+    assert (t.rows[0].change, t.rows[0].saved_ms) == ("kernels for free", pytest.approx(0.5))
+    assert t.classify()[0] == "gpu_bound"
+
+
+def test_nothing_saving_enough_is_unclassified_with_the_reason() -> None:
+    g = G()
+    for _ in range(20):  # the framework's short host steps (not followed by a launch, so no CUDA graph takes them)
+        g.seg(40)
+    graph = g.launch(0.5, 1).end()  # 811 µs; a CUDA graph would skip the last 40 (5%), 2x GPU half a µs
+    cls, _, verdict = simulate([graph], builtin([graph])).classify()
+    assert cls == "unclassified" and "no simulated change saves 10%" in verdict
+
+
+@pytest.mark.parametrize(
+    ("frame", "module"),
+    [
+        ("tokenizer:_is_punctuation (example_project/inferapp/tokenizer.py:12)", "tokenizer"),
+        ("torch/nn/modules/linear.py(125): forward", "linear"),
+        ("aten::linear", "aten::linear"),
+    ],
+)
+def test_module_of_sampled_and_kineto_frames(frame: str, module: str) -> None:
+    assert module_of(frame) == module
+
+
+def test_exposed_collectives_are_communication_bound_and_compute_2x_leaves_them() -> None:
+    # Host: 10 µs launches. GPU: a 100 µs GEMM, then a 400 µs all-reduce the next GEMM (100 µs) waits for.
+    nccl = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    g = G().launch(10, 100, name="gemm").launch(10, 400, name=nccl).launch(10, 100, name="gemm").end()
+    t = table(g)
+    # Replay: launch at 0..10 starts at 10 (lat) and runs to 110, then 510, then 610.
+    assert g.measured_ns == 610 * US
+    assert t["collectives fully overlapped with compute"] == (pytest.approx(400), "communication_bound")
+    assert t["collectives 2x faster"] == (pytest.approx(200), "communication_bound")
+    # Twice-faster compute halves the GEMMs only: 100 µs saved, not the all-reduce's 200 more.
+    assert t["GPU work 2x faster"] == (pytest.approx(100), "gpu_bound")
+    cls, _, verdict = simulate([g], builtin([g])).classify()
+    assert cls == "communication_bound" and verdict.startswith("communication_bound: collectives fully overlapped")
