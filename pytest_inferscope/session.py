@@ -112,7 +112,8 @@ class InferscopeSession:
         if self._gpu is None:
             from .collectors.gpu import select_backend
 
-            self._gpu = select_backend(self.settings.gpu, forced=os.environ.get("INFERSCOPE_COLLECTOR") or None)
+            forced = os.environ.get("INFERSCOPE_COLLECTOR") or None
+            self._gpu = select_backend(self.settings.gpu, forced=forced, trace_size_mb=self.settings.trace_size_mb)
             log.info("inferscope GPU collection: %s", self._gpu.describe())
         return self._gpu
 

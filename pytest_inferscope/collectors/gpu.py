@@ -98,22 +98,25 @@ def _cuda_device_present() -> str | None:
     return None
 
 
-def _load(backend: str) -> GpuCollector:
-    """Import and construct one backend; raises with the reason when it can't."""
+def _load(backend: str, trace_size_mb: float | None) -> GpuCollector:
+    """Import and construct one backend keeping `trace_size_mb` of records; raises with the reason when it can't."""
     module = {"native": ".gpu_native", "cupti-python": ".gpu_cuptipy"}[backend]
     try:
         mod = importlib.import_module(module, __package__)
     except ImportError as exc:
         raise RuntimeError(f"not available ({exc})") from exc
-    collector: GpuCollector = mod.create()  # raises RuntimeError with its reason
+    from .gpu_native import max_records_for
+
+    collector: GpuCollector = mod.create(max_records=max_records_for(trace_size_mb))  # RuntimeError: the reason
     return collector
 
 
-def select_backend(gpu: str = "auto", forced: str | None = None) -> Choice:
+def select_backend(gpu: str = "auto", forced: str | None = None, trace_size_mb: float | None = None) -> Choice:
     """Pick the GPU backend for `gpu` = auto | off | required.
 
     `forced` (from INFERSCOPE_COLLECTOR) names one backend; it is then the only candidate
-    and a failure is an error rather than a fallback.
+    and a failure is an error rather than a fallback. `trace_size_mb` (the resolved setting;
+    None: its default) caps the GPU records the backend keeps between drains.
     """
     if gpu == "off":
         return Choice(None, {"gpu": "switched off (--inferscope-gpu=off)"})
@@ -128,7 +131,7 @@ def select_backend(gpu: str = "auto", forced: str | None = None) -> Choice:
     else:
         for backend in (forced,) if forced else BACKENDS:
             try:
-                return Choice(_load(backend), reasons)
+                return Choice(_load(backend, trace_size_mb), reasons)
             except RuntimeError as exc:
                 reasons[backend] = str(exc)
     choice = Choice(None, reasons)
