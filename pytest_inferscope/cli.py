@@ -65,17 +65,14 @@ def _count(low: int) -> Callable[[str], int]:
 
 
 def parse_fraction(text: str) -> float:
-    """'5%' or '0.05' -> 0.05; a bare number of 1 or more is refused as ambiguous (did they mean %?)."""
-    t = text.strip()
+    """--max-regression: '5%' or '0.05' -> 0.05, by the parser of the max_regression option (one for every place)."""
+    from .options import OPTIONS_BY_NAME
+
+    spec = OPTIONS_BY_NAME["max_regression"]
     try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (0.05) or a percentage (5%)") from None
-    if not t.endswith("%") and value >= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is ambiguous: write {t}% for a percentage, or a fraction below 1")
-    if not 0 <= value <= 10:
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range: give 0% to 1000%")
-    return value
+        return float(spec.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} {exc}: {spec.hint}") from None
 
 
 def _alpha(text: str) -> float:

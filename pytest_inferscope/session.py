@@ -26,6 +26,7 @@ import pytest
 from .checks import validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
+from .marker import parse_marker
 from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 from .warning import InferscopeWarning
 
@@ -136,7 +137,7 @@ class InferscopeSession:
         marked = False
         for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
             marked = True
-            kwargs.update(marker.kwargs)
+            kwargs.update(parse_marker(marker.kwargs))  # validated at collection; typed by the options' parsers
         if not marked and not self.settings.all:
             return None
         s = self.settings
