@@ -14,6 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ..events import EVENT_DTYPE
+
 BACKENDS = ("native", "cupti-python")
 
 
@@ -74,6 +76,19 @@ class Choice:
         return "not collected (" + "; ".join(v if k == "gpu" else f"{k}: {v}" for k, v in self.reasons.items()) + ")"
 
 
+DEFAULT_TRACE_SIZE_MB = 100.0  # the trace_size_mb setting's default: also caps the GPU records kept between drains
+
+
+def max_records_for(trace_size_mb: float | None) -> int:
+    """How many GPU records `trace_size_mb` megabytes hold: the cap on records kept between drains.
+
+    The size is the resolved `trace_size_mb` setting (option, ini key, environment or config file),
+    validated there; None means the default.
+    """
+    size = DEFAULT_TRACE_SIZE_MB if trace_size_mb is None else trace_size_mb
+    return int(size * (1 << 20)) // EVENT_DTYPE.itemsize
+
+
 def require_driver() -> None:
     """Raise RuntimeError with the reason when the NVIDIA driver library cannot be loaded.
 
@@ -105,8 +120,6 @@ def _load(backend: str, trace_size_mb: float | None) -> GpuCollector:
         mod = importlib.import_module(module, __package__)
     except ImportError as exc:
         raise RuntimeError(f"not available ({exc})") from exc
-    from .gpu_native import max_records_for
-
     collector: GpuCollector = mod.create(max_records=max_records_for(trace_size_mb))  # RuntimeError: the reason
     return collector
 

@@ -40,8 +40,8 @@ from .cupti_records import (
     RecordConverter,
 )
 from .devsync import DeviceSync
-from .gpu import require_driver
-from .gpu_native import DEFAULT_BUFFER_MB, _foreign_profiler, every_api_call, max_records_for, traced_api
+from .gpu import max_records_for, require_driver
+from .gpu_native import DEFAULT_BUFFER_MB, _foreign_profiler, every_api_call, traced_api
 
 THREAD_ID_TYPE_SYSTEM = 1  # CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM: gettid(), as threading.get_native_id()
 FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED

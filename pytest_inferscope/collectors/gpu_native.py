@@ -19,10 +19,9 @@ import numpy as np
 
 from ..events import EVENT_DTYPE
 from .devsync import DeviceSync
-from .gpu import require_driver
+from .gpu import max_records_for, require_driver
 
 DEFAULT_BUFFER_MB = 8  # per CUPTI buffer; CUPTI asks for more buffers as it fills them
-DEFAULT_TRACE_SIZE_MB = 100.0  # the trace_size_mb setting's default: also caps the GPU records kept between drains
 
 #: Set to 1 to record every runtime/driver API call, not only the traced ones (for debugging; costs host time).
 ALL_API_ENV = "INFERSCOPE_CUPTI_ALL_API"
@@ -52,16 +51,6 @@ def traced_api(name: str) -> bool:
 def every_api_call() -> bool:
     """INFERSCOPE_CUPTI_ALL_API=1: record every API call (read at each start, as native/_cupti.c does)."""
     return os.environ.get(ALL_API_ENV) == "1"
-
-
-def max_records_for(trace_size_mb: float | None) -> int:
-    """How many GPU records `trace_size_mb` megabytes hold: the cap on records kept between drains.
-
-    The size is the resolved `trace_size_mb` setting (option, ini key, environment or config file),
-    validated there; None means the default.
-    """
-    size = DEFAULT_TRACE_SIZE_MB if trace_size_mb is None else trace_size_mb
-    return int(size * (1 << 20)) // EVENT_DTYPE.itemsize
 
 
 def _foreign_profiler() -> str | None:
