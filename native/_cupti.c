@@ -287,11 +287,12 @@ typedef struct {
     Map raw;                    /* name as CUPTI gives it -> index of its display form */
     int32_t api[2][CBID_CACHE]; /* [runtime, driver] cbid -> index + 1 (0: not yet) */
     uint64_t dropped, incomplete;
+    size_t name_limit; /* test only (_decode): intern fails beyond this many names, as on OOM; 0: no limit */
 } Sink;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* guards every Sink and g_sink */
 static Sink *g_sink;                                       /* where CUPTI's buffers go; NULL: nowhere */
-static size_t g_buffer_size = DEFAULT_BUFFER_SIZE;
+static size_t g_buffer_size = DEFAULT_BUFFER_SIZE;         /* guarded by g_lock: read on CUPTI's thread */
 
 static void sink_free(Sink *s) {
     free(s->ev);
@@ -326,6 +327,7 @@ static int32_t intern(Sink *s, const char *raw, char *(*display)(const char *)) 
     uint64_t h = hash_str(raw);
     const int32_t *hit = map_get(&s->raw, raw, h);
     if (hit) return *hit;
+    if (s->name_limit && s->n_names >= s->name_limit) return -1;
     if (s->n_names == s->cap_names) {
         size_t cap = s->cap_names ? 2 * s->cap_names : 256;
         char **names = realloc(s->names, cap * sizeof *names);
@@ -410,7 +412,7 @@ static void decode_record(Sink *s, const CUpti_Activity *r) {
         e->name = intern(s, k->name ? k->name : "<unnamed kernel>", demangle);
         e->stream = as_id(k->streamId);
         e->device = (int16_t)k->deviceId;
-        return;
+        break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const CUpti_ActivityMemcpy6 *m = (const void *)r;
@@ -422,7 +424,7 @@ static void decode_record(Sink *s, const CUpti_Activity *r) {
         e->name = intern(s, COPY_NAMES[m->copyKind < sizeof COPY_NAMES / sizeof *COPY_NAMES ? m->copyKind : 0], NULL);
         e->stream = as_id(m->streamId);
         e->device = (int16_t)m->deviceId;
-        return;
+        break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const CUpti_ActivityMemset4 *m = (const void *)r;
@@ -434,7 +436,7 @@ static void decode_record(Sink *s, const CUpti_Activity *r) {
         e->name = intern(s, "Memset", NULL);
         e->stream = as_id(m->streamId);
         e->device = (int16_t)m->deviceId;
-        return;
+        break;
     }
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER: {
@@ -448,7 +450,7 @@ static void decode_record(Sink *s, const CUpti_Activity *r) {
         e->corr = a->correlationId;
         e->tid = (int32_t)a->threadId;
         e->name = api_name(s, domain, a->cbid);
-        return;
+        break;
     }
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
         const CUpti_ActivitySynchronization2 *y = (const void *)r;
@@ -459,7 +461,7 @@ static void decode_record(Sink *s, const CUpti_Activity *r) {
         e->corr = y->correlationId;
         e->stream = as_id(y->streamId);
         e->name = intern(s, "Synchronization", NULL);
-        return;
+        break;
     }
     case CUPTI_ACTIVITY_KIND_MEMORY2: {
         const CUpti_ActivityMemory4 *m = (const void *)r;
@@ -472,7 +474,7 @@ static void decode_record(Sink *s, const CUpti_Activity *r) {
         e->stream = as_id(m->streamId);
         e->device = (int16_t)m->deviceId;
         e->name = intern(s, release ? "Memory free" : "Memory alloc", NULL);
-        return;
+        break;
     }
     case CUPTI_ACTIVITY_KIND_OVERHEAD: {
         const CUpti_ActivityOverhead3 *o = (const void *)r;
@@ -485,10 +487,16 @@ static void decode_record(Sink *s, const CUpti_Activity *r) {
         else if (o->objectKind >= CUPTI_ACTIVITY_OBJECT_DEVICE)
             e->device = (int16_t)o->objectId.dcs.deviceId;
         e->name = intern(s, overhead_name((uint32_t)o->overheadKind), NULL);
-        return;
+        break;
     }
     default:
         return; /* kinds we did not enable (another client's) are not ours to report */
+    }
+    /* A name that could not be interned (out of memory) must not reach Python as -1, where
+       names[-1] would silently give the record the last name: the record is dropped and counted. */
+    if (e->name < 0) {
+        s->n--;
+        s->dropped++;
     }
 }
 
@@ -500,9 +508,12 @@ static void decode_buffer(Sink *s, uint8_t *buffer, size_t valid) {
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     void *p = NULL;
-    if (posix_memalign(&p, 8, g_buffer_size) != 0) p = NULL; /* CUPTI then drops records and counts them */
+    pthread_mutex_lock(&g_lock);
+    size_t want = g_buffer_size;
+    pthread_mutex_unlock(&g_lock);
+    if (posix_memalign(&p, 8, want) != 0) p = NULL; /* CUPTI then drops records and counts them */
     *buffer = p;
-    *size = p ? g_buffer_size : 0;
+    *size = p ? want : 0;
     *max_records = 0;
 }
 
@@ -795,12 +806,12 @@ static PyObject *collector_start(Collector *self, PyObject *unused) {
     if (!other) {
         g_sink = &self->sink;
         self->sink.dropped = self->sink.incomplete = 0;
+        g_buffer_size = self->buffer_size;
     }
     pthread_mutex_unlock(&g_lock);
     if (other)
         return PyErr_Format(CuptiBusyError,
                             "another _cupti.Collector is collecting; CUPTI allows one activity client per process");
-    g_buffer_size = self->buffer_size;
     self->enabled = 0;
     self->apis[0] = '\0';
     self->tid_type_saved = lib.cuptiGetThreadIdType(&self->saved_tid_type) == CUPTI_SUCCESS;
@@ -855,28 +866,34 @@ static PyObject *collector_stop(Collector *self, PyObject *unused) {
 static PyObject *collector_drain(Collector *self, PyObject *unused) {
     (void)unused;
     if (!self->names) return PyErr_Format(PyExc_RuntimeError, "Collector.__init__ was not called");
+    Py_ssize_t have = PyList_Size(self->names);
+    if (have < 0) return NULL;
+    /* Snapshot under the lock, convert after: the Python C API can run arbitrary code (the GC,
+       finalizers) and must not run while CUPTI's thread waits on g_lock. The name strings stay put
+       until the Collector is freed (interning only appends), so their pointers can be copied. */
     pthread_mutex_lock(&g_lock);
     Event *ev = self->sink.ev;
     size_t n = self->sink.n;
     self->sink.ev = NULL;
     self->sink.n = self->sink.cap = 0;
-    int failed = 0;
-    for (Py_ssize_t i = PyList_Size(self->names); !failed && (size_t)i < self->sink.n_names; i++) {
-        const char *s = self->sink.names[i];
-        PyObject *name = PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+    size_t n_new = self->sink.n_names > (size_t)have ? self->sink.n_names - (size_t)have : 0;
+    char **fresh = n_new ? malloc(n_new * sizeof *fresh) : NULL;
+    if (fresh) memcpy(fresh, self->sink.names + have, n_new * sizeof *fresh);
+    pthread_mutex_unlock(&g_lock);
+    int failed = n_new && !fresh;
+    if (failed) PyErr_NoMemory();
+    for (size_t i = 0; !failed && i < n_new; i++) {
+        PyObject *name = PyUnicode_DecodeUTF8(fresh[i], (Py_ssize_t)strlen(fresh[i]), "replace");
         failed = !name || PyList_Append(self->names, name) < 0;
         Py_XDECREF(name);
     }
-    if (failed) self->sink.dropped += n;
-    pthread_mutex_unlock(&g_lock);
+    free(fresh);
     PyObject *buf = failed ? NULL : PyByteArray_FromStringAndSize((const char *)ev, (Py_ssize_t)(n * sizeof(Event)));
     free(ev);
-    if (!buf) {
-        if (!failed) {
-            pthread_mutex_lock(&g_lock);
-            self->sink.dropped += n;
-            pthread_mutex_unlock(&g_lock);
-        }
+    if (!buf) { /* the records are lost: counted, so the report says so */
+        pthread_mutex_lock(&g_lock);
+        self->sink.dropped += n;
+        pthread_mutex_unlock(&g_lock);
         return NULL;
     }
     return Py_BuildValue("(NN)", buf, PyList_GetSlice(self->names, 0, PY_SSIZE_T_MAX));
@@ -957,9 +974,13 @@ static PyObject *collector_enabled(Collector *self, PyObject *unused) {
 }
 
 /* Test-only: decode a synthetic activity buffer with the same code as CUPTI's, then drain. */
-static PyObject *collector_decode(Collector *self, PyObject *arg) {
+static PyObject *collector_decode(Collector *self, PyObject *args) {
     Py_buffer view;
     void *copy = NULL;
+    PyObject *arg;
+    Py_ssize_t name_limit = 0;
+    if (!PyArg_ParseTuple(args, "O|n", &arg, &name_limit)) return NULL;
+    if (name_limit < 0) return PyErr_Format(PyExc_ValueError, "name_limit must be >= 0");
     if (load_library(NULL) < 0 || PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     if (posix_memalign(&copy, 8, view.len ? (size_t)view.len : 8) != 0) {
         PyBuffer_Release(&view);
@@ -967,7 +988,9 @@ static PyObject *collector_decode(Collector *self, PyObject *arg) {
     }
     memcpy(copy, view.buf, (size_t)view.len);
     pthread_mutex_lock(&g_lock);
+    self->sink.name_limit = (size_t)name_limit;
     decode_buffer(&self->sink, copy, (size_t)view.len);
+    self->sink.name_limit = 0;
     pthread_mutex_unlock(&g_lock);
     free(copy);
     PyBuffer_Release(&view);
@@ -1006,7 +1029,9 @@ static PyMethodDef collector_methods[] = {
      "While collecting: runtime/driver API records off (False) or on again (True), the same calls traced."},
     {"api_records", (PyCFunction)collector_api_records, METH_NOARGS,
      "Which runtime and driver API calls the last start() records (all of them, and why, when not filtered)."},
-    {"_decode", (PyCFunction)collector_decode, METH_O, "Test only: decode a synthetic activity buffer, then drain."},
+    {"_decode", (PyCFunction)collector_decode, METH_VARARGS,
+     "Test only: _decode(buffer, name_limit=0): decode a synthetic activity buffer, then drain; interning a "
+     "name fails beyond name_limit names (as on OOM)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1076,11 +1101,9 @@ static int add_layout(PyObject *m) {
                                      FIELD(end), FIELD(value), FIELD(corr), FIELD(name), FIELD(tid), FIELD(stream),
                                      FIELD(device), FIELD(kind), FIELD(domain), FIELD(flags));
 #undef FIELD
-    if (!layout || PyModule_AddObject(m, "RECORD_LAYOUT", layout) < 0) {
-        Py_XDECREF(layout);
-        return -1;
-    }
-    return 0;
+    int rc = layout ? PyModule_AddObjectRef(m, "RECORD_LAYOUT", layout) : -1;
+    Py_XDECREF(layout);
+    return rc;
 }
 
 /* TRACED_APIS: {"runtime": {name: cbid}, "driver": {...}}, the calls recorded unless INFERSCOPE_CUPTI_ALL_API=1. */
@@ -1096,11 +1119,9 @@ static int add_traced(PyObject *m) {
         if (!names || PyDict_SetItemString(all, API_DOMAINS[d].label, names) < 0) Py_CLEAR(all);
         Py_XDECREF(names);
     }
-    if (!all || PyModule_AddObject(m, "TRACED_APIS", all) < 0) {
-        Py_XDECREF(all);
-        return -1;
-    }
-    return 0;
+    int rc = all ? PyModule_AddObjectRef(m, "TRACED_APIS", all) : -1;
+    Py_XDECREF(all);
+    return rc;
 }
 
 PyMODINIT_FUNC PyInit__cupti(void) {
@@ -1114,12 +1135,15 @@ PyMODINIT_FUNC PyInit__cupti(void) {
                                                "CUPTI is held by another profiler in this process.", CuptiError, NULL)
                    : NULL;
     PyObject *type = PyType_FromSpec(&collector_spec);
-    if (!CuptiBusyError || !type || PyModule_AddObject(m, "Collector", type) < 0 ||
-        PyModule_AddObject(m, "CuptiError", Py_NewRef(CuptiError)) < 0 ||
-        PyModule_AddObject(m, "CuptiBusyError", Py_NewRef(CuptiBusyError)) < 0 ||
-        PyModule_AddIntConstant(m, "API_VERSION", CUPTI_API_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(Event)) < 0 || add_layout(m) < 0 || add_traced(m) < 0) {
-        Py_XDECREF(type);
+    /* PyModule_AddObjectRef never steals: `type` is ours to release on every path, once. */
+    int failed = !CuptiBusyError || !type || PyModule_AddObjectRef(m, "Collector", type) < 0 ||
+                 PyModule_AddObjectRef(m, "CuptiError", CuptiError) < 0 ||
+                 PyModule_AddObjectRef(m, "CuptiBusyError", CuptiBusyError) < 0 ||
+                 PyModule_AddIntConstant(m, "API_VERSION", CUPTI_API_VERSION) < 0 ||
+                 PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(Event)) < 0 || add_layout(m) < 0 ||
+                 add_traced(m) < 0;
+    Py_XDECREF(type);
+    if (failed) {
         Py_DECREF(m);
         return NULL;
     }

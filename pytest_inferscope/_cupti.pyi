@@ -66,5 +66,5 @@ class Collector:
         """Which runtime/driver API calls the last start() records, per domain: the traced calls only, or every
         call and why (INFERSCOPE_CUPTI_ALL_API=1, a libcupti without per-API enabling); "" before any start."""
 
-    def _decode(self, buffer: bytes | bytearray | memoryview) -> tuple[bytearray, list[str]]:
+    def _decode(self, buffer: bytes | bytearray | memoryview, name_limit: int = 0, /) -> tuple[bytearray, list[str]]:
         """Test only: run the CUPTI-buffer decoder over a synthetic activity buffer, then drain."""

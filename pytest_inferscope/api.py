@@ -27,14 +27,14 @@ def standalone_settings() -> Settings:
     return resolve(cli={}, ini={}, env=os.environ, rootdir=Path.cwd())
 
 
-def _gpu_choice(gpu: str) -> Choice:
-    return _cached_choice(gpu, os.environ.get("INFERSCOPE_COLLECTOR") or None)
+def _gpu_choice(gpu: str, trace_size_mb: float | None = None) -> Choice:
+    return _cached_choice(gpu, os.environ.get("INFERSCOPE_COLLECTOR") or None, trace_size_mb)
 
 
 @cache
-def _cached_choice(gpu: str, forced: str | None) -> Choice:
-    """One backend choice per (mode, forced backend) per process: choosing loads libraries."""
-    return select_backend(gpu, forced=forced)
+def _cached_choice(gpu: str, forced: str | None, trace_size_mb: float | None) -> Choice:
+    """One backend choice per (mode, forced backend, record cap) per process: choosing loads libraries."""
+    return select_backend(gpu, forced=forced, trace_size_mb=trace_size_mb)
 
 
 class Profile:
@@ -95,7 +95,7 @@ def collecting(
         check_report_dir(Path(out))
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
     options = _options(settings, cpu, traced, gpu_rounds, profile_rounds)
-    coll = Collection(options, _gpu_choice(settings.gpu), name=name)
+    coll = Collection(options, _gpu_choice(settings.gpu, settings.trace_size_mb), name=name)
     coll.start()
     partial = ""
     try:

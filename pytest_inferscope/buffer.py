@@ -4,6 +4,11 @@ Collectors write here and nowhere else. A ring that fills either wraps (the olde
 events are overwritten and counted as dropped) or, when a spill directory is given,
 writes its full contents to disk and starts again, losing nothing. The dropped count
 always reaches the report.
+
+Two kinds of writer do not get a thread's ring. GPU drains go to a ring of their own (named
+"gpu"), so a GPU-heavy test cannot overwrite the events of the thread that stops the collection.
+ROUND spans (the latency samples every check reads) go to a ring that grows instead of wrapping:
+they are few, and losing one would change the verdict silently.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from .events import EVENT_DTYPE, Domain, Kind, StringTable
 
 DEFAULT_SIZE_MB = 100
 _MB = 1024 * 1024
+#: Kinds never dropped: recorded in a growing ring rather than the writer's wrapping one.
+KEPT_KINDS = frozenset({int(Kind.ROUND)})
+_KEPT_START = 64  # the kept ring's first capacity; it doubles when full
+GPU_RING = "gpu"
 
 
 class _Ring:
@@ -36,6 +45,12 @@ class _Ring:
         self.dropped = 0
         self.spilled: list[Path] = []
         self.label = label
+
+    def grow(self) -> None:
+        """Double the capacity, keeping every event (the kept ring only)."""
+        bigger = np.empty(max(16, 2 * len(self.data)), dtype=EVENT_DTYPE)
+        bigger[: self.pos] = self.data[: self.pos]
+        self.data = bigger
 
     def ordered(self) -> np.ndarray:
         if not self.wrapped:
@@ -65,7 +80,11 @@ class TraceBuffer:
         self.spill_dir = Path(spill_dir) if spill_dir is not None else None
         self._local = threading.local()
         self._rings: list[_Ring] = []
-        self._lock = threading.Lock()  # taken once per new thread, never per event
+        self._named: dict[str, _Ring] = {}
+        self._lock = threading.Lock()  # taken once per new ring, never per event
+        self._kept = _Ring(_KEPT_START, "rounds")
+        self._kept_lock = threading.Lock()  # rounds may end on several threads; a few per test
+        self._rings.append(self._kept)
 
     # -- writing ---------------------------------------------------------------
 
@@ -77,6 +96,23 @@ class TraceBuffer:
                 self._rings.append(ring)
             self._local.ring = ring
         return ring
+
+    def _named_ring(self, label: str) -> _Ring:
+        """The ring of a writer that is not a thread (a GPU drain), created on first use."""
+        with self._lock:
+            ring = self._named.get(label)
+            if ring is None:
+                ring = self._named[label] = _Ring(self.capacity, label)
+                self._rings.append(ring)
+        return ring
+
+    def _record_kept(self, row: tuple[int, ...]) -> None:
+        with self._kept_lock:
+            ring = self._kept
+            if ring.pos >= len(ring.data):
+                ring.grow()
+            ring.data[ring.pos] = row
+            ring.pos += 1
 
     def _make_room(self, ring: _Ring) -> None:
         """A full ring either spills to disk (nothing lost) or wraps (what follows overwrites the oldest)."""
@@ -109,13 +145,17 @@ class TraceBuffer:
         device: int = -1,
         domain: int = Domain.HOST,
     ) -> bool:
-        """Append one event to the calling thread's ring (the hot path)."""
+        """Append one event to the calling thread's ring (the hot path); ROUND spans are never dropped."""
+        row = (start, end, value, corr, name, tid, stream, device, kind, domain, flags)
+        if kind in KEPT_KINDS:
+            self._record_kept(row)
+            return True
         ring = self._ring()
         if ring.pos >= self.capacity:
             self._make_room(ring)
         if ring.wrapped:
             ring.dropped += 1  # this write overwrites the oldest kept event
-        ring.data[ring.pos] = (start, end, value, corr, name, tid, stream, device, kind, domain, flags)
+        ring.data[ring.pos] = row
         ring.pos += 1
         return not ring.wrapped
 
@@ -150,11 +190,14 @@ class TraceBuffer:
         self.attrs.append(dict(attrs))  # list.append is atomic under the GIL
         return len(self.attrs) - 1
 
-    def extend(self, records: np.ndarray) -> int:
-        """Append an array of EVENT_DTYPE records (a GPU drain); returns how many older events it overwrote."""
+    def extend(self, records: np.ndarray, ring_name: str | None = None) -> int:
+        """Append an array of EVENT_DTYPE records; returns how many older events it overwrote.
+
+        `ring_name` names a ring of its own (GPU_RING for a GPU drain); None: the calling thread's.
+        """
         if records.dtype != EVENT_DTYPE:
             raise TypeError(f"extend() takes EVENT_DTYPE records, got {records.dtype}")
-        ring = self._ring()
+        ring = self._named_ring(ring_name) if ring_name is not None else self._ring()
         lost = done = 0
         n = len(records)
         while done < n:
@@ -178,7 +221,7 @@ class TraceBuffer:
     def __len__(self) -> int:
         n = 0
         for ring in self._rings:
-            n += self.capacity if ring.wrapped else ring.pos
+            n += len(ring.data) if ring.wrapped else ring.pos
             n += sum(int(np.load(p, mmap_mode="r").shape[0]) for p in ring.spilled)
         return n
 

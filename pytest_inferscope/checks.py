@@ -1,191 +1,22 @@
 """Marker thresholds: what the marker accepts, validated at collection, and checked after the run.
 
-`MARKER_KEYS` is the one definition of the marker's keys (the docs are generated from it).
-`validate_marker` returns problems as sentences; `evaluate` returns one `CheckResult` per
-threshold, and a failure's message explains it with the evidence.
+The marker's keys and their validation live in `marker.py` (re-exported here); `evaluate`
+returns one `CheckResult` per threshold, and a failure's message explains it with the evidence.
 """
 
 from __future__ import annotations
 
-import difflib
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .results import BOTTLENECKS, LATENCY_STATS, UNCLASSIFIED, Analysis, CheckResult, LatencyStats
+from .marker import MARKER_KEYS, MarkerKey, validate_marker
+from .results import Analysis, CheckResult, LatencyStats
+
+__all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "evaluate", "validate_marker"]
 
 if TYPE_CHECKING:
     from .regression import RegressionVerdict
-
-
-@dataclass(frozen=True)
-class MarkerKey:
-    """One key of `@pytest.mark.inferscope(...)`."""
-
-    name: str
-    kind: str  # "number" | "fraction" | "int" | "choice"
-    help: str
-    low: float | None = None  # inclusive, unless low_open
-    high: float | None = None  # inclusive
-    low_open: bool = False  # values must be > low
-    choices: tuple[str, ...] = ()
-    gpu: bool = False  # needs GPU data to evaluate
-    threshold: bool = True  # False for settings (rounds, warmup, cpu, latency_stat)
-
-    def valid(self) -> str:
-        if self.kind == "choice":
-            return "one of " + ", ".join(repr(c) for c in self.choices)
-        what = {"number": "a number", "fraction": "a fraction", "int": "an integer"}[self.kind]
-        lo = "" if self.low is None else f" {'>' if self.low_open else '>='} {self.low:g}"
-        hi = "" if self.high is None else f" <= {self.high:g}"
-        # A number key with choices also takes those words (trace_rounds: N or 'all').
-        words = "".join(f" or {c!r}" for c in self.choices)
-        return f"{what}{lo}{' and' if lo and hi else ''}{hi}{words}"
-
-    def check(self, value: Any) -> str | None:
-        """None when `value` is valid, else what is wrong with it."""
-        if self.kind == "choice":
-            return None if value in self.choices else f"{value!r} is not {self.valid()}"
-        if isinstance(value, str) and value in self.choices:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"{value!r} is not {self.valid()}"
-        if self.kind == "int" and not isinstance(value, int):
-            return f"{value!r} is not {self.valid()}"
-        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
-        if not math.isfinite(value) or too_low or (self.high is not None and value > self.high):
-            return f"{value!r} is out of range: give {self.valid()}"
-        return None
-
-
-MARKER_KEYS: dict[str, MarkerKey] = {
-    k.name: k
-    for k in (
-        MarkerKey(
-            "max_latency_ms",
-            "number",
-            "fail when the round latency statistic (latency_stat) exceeds this",
-            low=0,
-            low_open=True,
-        ),
-        MarkerKey(
-            "latency_stat",
-            "choice",
-            "the statistic max_latency_ms is checked against (default: median)",
-            choices=LATENCY_STATS,
-            threshold=False,
-        ),
-        MarkerKey(
-            "max_regression",
-            "fraction",
-            "allowed latency regression against a stored baseline (0.05 = 5%)",
-            low=0,
-            high=10,
-        ),
-        MarkerKey(
-            "expect_bottleneck",
-            "choice",
-            "fail unless the analyzer classifies the test as this",
-            choices=(*BOTTLENECKS, UNCLASSIFIED),
-        ),
-        MarkerKey("max_host_memory_mb", "number", "fail when peak host RSS exceeds this many MB", low=0, low_open=True),
-        MarkerKey(
-            "max_overhead",
-            "fraction",
-            "fail when the profiler's estimated overhead exceeds this fraction",
-            low=0,
-            high=1,
-        ),
-        MarkerKey(
-            "max_gpu_idle",
-            "fraction",
-            "fail when the GPU is idle more than this fraction of the round",
-            low=0,
-            high=1,
-            gpu=True,
-        ),
-        MarkerKey(
-            "max_gpu_memory_mb",
-            "number",
-            "fail when peak GPU memory allocated exceeds this many MB",
-            low=0,
-            low_open=True,
-            gpu=True,
-        ),
-        MarkerKey(
-            "max_transfer_fraction",
-            "fraction",
-            "fail when host/device copies cover more than this fraction of the round",
-            low=0,
-            high=1,
-            gpu=True,
-        ),
-        MarkerKey(
-            "max_kernel_launches",
-            "number",
-            "fail when a round launches more GPU kernels than this (deterministic)",
-            low=0,
-            gpu=True,
-        ),
-        MarkerKey(
-            "max_h2d_bytes",
-            "number",
-            "fail when a round copies more bytes host-to-device than this (deterministic)",
-            low=0,
-            gpu=True,
-        ),
-        MarkerKey(
-            "max_syncs",
-            "number",
-            "fail when a round makes more blocking synchronisations than this (deterministic)",
-            low=0,
-            gpu=True,
-        ),
-        MarkerKey("rounds", "int", "measured calls of the test body", low=1, high=1_000_000, threshold=False),
-        MarkerKey(
-            "warmup", "int", "calls before the measured ones, not counted", low=0, high=1_000_000, threshold=False
-        ),
-        MarkerKey(
-            "round_cap",
-            "number",
-            "with the speed probe on, add rounds until `rounds` ran at the machine's usual speed, up to this "
-            "many times `rounds` in all (1 = never)",
-            low=1,
-            high=100,
-            threshold=False,
-        ),
-        MarkerKey(
-            "trace_rounds",
-            "int",
-            "extra rounds after the measured ones that record the GPU launch calls, which the measured rounds "
-            "are timed without; 'all' records them in every round (no trace round)",
-            low=1,
-            high=1000,
-            choices=("all",),
-            threshold=False,
-        ),
-        MarkerKey(
-            "gpu_rounds",
-            "choice",
-            "which rounds record GPU activity: 'measured' (warm-up and measured rounds), 'trace' (only rounds after "
-            "the measured ones, which are timed without CUPTI) or 'auto' (decided after the warm-up)",
-            choices=("measured", "trace", "auto"),
-            threshold=False,
-        ),
-        MarkerKey(
-            "cpu", "choice", "CPU collector mode for this test", choices=("sample", "trace", "off"), threshold=False
-        ),
-        MarkerKey(
-            "modules",
-            "int",
-            "record torch.nn.Module forwards to this depth for this test (0 = off)",
-            low=0,
-            high=32,
-            threshold=False,
-        ),
-    )
-}
 
 
 #: Deterministic per-round counts: the same every run of the same code, so CI can gate on them tightly.
@@ -194,29 +25,6 @@ _PER_ROUND = {
     "max_h2d_bytes": ("gpu.h2d_bytes_per_round", "host-to-device bytes"),
     "max_syncs": ("host.syncs_per_round", "blocking synchronisations"),
 }
-
-
-def validate_marker(nodeid: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
-    """Problems with one test's marker, each a sentence naming the test, the key and what is valid."""
-    problems = []
-    if args:
-        problems.append(
-            f"{nodeid}: @pytest.mark.inferscope takes keyword arguments only, got positional {args!r}; "
-            f"write e.g. @pytest.mark.inferscope(max_latency_ms=50)."
-        )
-    for key, value in kwargs.items():
-        spec = MARKER_KEYS.get(key)
-        if spec is None:
-            close = difflib.get_close_matches(key, MARKER_KEYS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            problems.append(
-                f"{nodeid}: unknown @pytest.mark.inferscope key {key!r}; {hint}valid keys: {', '.join(MARKER_KEYS)}."
-            )
-            continue
-        wrong = spec.check(value)
-        if wrong is not None:
-            problems.append(f"{nodeid}: @pytest.mark.inferscope({key}=...): {wrong} ({spec.help}).")
-    return problems
 
 
 def _mb(x: float | None) -> str:

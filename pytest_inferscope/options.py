@@ -59,60 +59,104 @@ def parse_path(value: Any) -> Path:
     return Path(value.strip()).expanduser()
 
 
-def optional(parse: Parse) -> Parse:
+class Optional:
+    """A parser that also takes None, which a config file gives for `key:` or `key: null` ("not set")."""
+
+    def __init__(self, parse: Parse) -> None:
+        self.parse = parse
+        self.valid = getattr(parse, "valid", "a valid value")  # what the wrapped parser accepts
+
+    def __call__(self, value: Any) -> Any:
+        return None if value is None else self.parse(value)
+
+
+def optional(parse: Parse) -> Optional:
     """Make a parser accept None, which a config file gives for `key:` or `key: null` ("not set")."""
-
-    def parse_optional(value: Any) -> Any:
-        return None if value is None else parse(value)
-
-    return parse_optional
+    return Optional(parse)
 
 
-def number(low: float, high: float = math.inf, *, integer: bool = False, low_inclusive: bool = True) -> Parse:
-    """Make a parser for a number in [low, high] (or (low, high]), a whole number if `integer`."""
-    kind = "a whole number" if integer else "a number"
+class Number:
+    """A parser for a number in [low, high] (or (low, high]), a whole number if `integer`.
 
-    def parse_number(value: Any) -> float | int:
+    A class rather than a closure so that the marker's docs and errors can say what it accepts (`valid`).
+    """
+
+    def __init__(self, low: float, high: float = math.inf, *, integer: bool = False, low_inclusive: bool = True):
+        self.low, self.high, self.integer, self.low_inclusive = low, high, integer, low_inclusive
+        kind = "an integer" if integer else "a number"
+        lo = f" {'>=' if low_inclusive else '>'} {low:g}"
+        hi = f" and <= {high:g}" if math.isfinite(high) else ""
+        self.valid = f"{kind}{lo}{hi}"
+
+    def __call__(self, value: Any) -> float | int:
+        kind = "a whole number" if self.integer else "a number"
         # bool is an int subclass, and YAML turns `yes` into True: never a number.
-        if isinstance(value, bool) or not isinstance(value, (int, str) if integer else (int, float, str)):
+        if isinstance(value, bool) or not isinstance(value, (int, str) if self.integer else (int, float, str)):
             raise ValueError(f"is not {kind}")
         try:
-            result = int(value) if integer else float(value)
+            result = int(value) if self.integer else float(value)
         except ValueError:
             raise ValueError(f"is not {kind}") from None
         # Written so that NaN fails both comparisons; inf fails a finite upper bound.
-        above_low = result >= low if low_inclusive else result > low
-        if not (above_low and result <= high):
+        above_low = result >= self.low if self.low_inclusive else result > self.low
+        if not (above_low and result <= self.high):
             raise ValueError("is out of range")
         return result
 
-    return parse_number
+
+def number(low: float, high: float = math.inf, *, integer: bool = False, low_inclusive: bool = True) -> Number:
+    """Make a parser for a number in [low, high] (or (low, high]), a whole number if `integer`."""
+    return Number(low, high, integer=integer, low_inclusive=low_inclusive)
 
 
-def choice(choices: tuple[str, ...]) -> Parse:
-    """Make a parser for one of `choices`, case-insensitive."""
+class Choice:
+    """A parser for one of `choices`, case-insensitive."""
 
-    def parse_choice(value: Any) -> str:
+    def __init__(self, choices: tuple[str, ...]) -> None:
+        self.choices = choices
+        self.valid = "one of " + ", ".join(repr(c) for c in choices)
+
+    def __call__(self, value: Any) -> str:
         # YAML 1.1 reads a bare `off`/`on` as a boolean, so `gpu: off` arrives as False.
         if isinstance(value, bool):
             value = "on" if value else "off"
-        if isinstance(value, str) and value.strip().lower() in choices:
+        if isinstance(value, str) and value.strip().lower() in self.choices:
             return value.strip().lower()
         raise ValueError("is not one of the choices")
 
-    return parse_choice
+
+def choice(choices: tuple[str, ...]) -> Choice:
+    """Make a parser for one of `choices`, case-insensitive."""
+    return Choice(choices)
 
 
-def fraction(high: float = 10.0) -> Parse:
-    """Make a parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%."""
-    plain, percent = number(0.0, high), number(0.0, 100.0 * high)
+class Fraction:
+    """A parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%.
 
-    def parse_fraction(value: Any) -> float:
+    Where more than 1 is allowed, a bare number above 1 is refused as ambiguous: `2` may mean
+    200% or a mistyped 2%, and a regression gate must not guess.
+    """
+
+    def __init__(self, high: float = 10.0) -> None:
+        self.high = high
+        self.plain, self.percent = Number(0.0, min(high, 1.0)), Number(0.0, 100.0 * high)
+        self.valid = f"a fraction >= 0 and <= {min(high, 1.0):g}, or a percentage up to {100 * high:g}% such as 5%"
+
+    def __call__(self, value: Any) -> float:
         if isinstance(value, str) and value.strip().endswith("%"):  # checked as a percentage: 20% is 0.2, not 20
-            return float(percent(value.strip()[:-1])) / 100.0
-        return float(plain(value))
+            return float(self.percent(value.strip()[:-1])) / 100.0
+        try:
+            return float(self.plain(value))
+        except ValueError as exc:
+            text = value.strip() if isinstance(value, str) else value
+            if self.high > 1 and str(exc) == "is out of range" and float(text) > 1:
+                raise ValueError(f"is ambiguous: write {text}% for a percentage, or a fraction of at most 1") from None
+            raise
 
-    return parse_fraction
+
+def fraction(high: float = 10.0) -> Fraction:
+    """Make a parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%."""
+    return Fraction(high)
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -135,11 +179,14 @@ def parse_gpus(value: Any) -> tuple[int, ...]:
     return gpus
 
 
+TRACE_ROUNDS_COUNT = number(1, 1000, integer=True)
+
+
 def parse_trace_rounds(value: Any) -> int | str:
     """Trace rounds: a whole number from 1 to 1000, or `all` (launch calls recorded in every round)."""
     if isinstance(value, str) and value.strip().lower() == "all":
         return "all"
-    return int(number(1, 1000, integer=True)(value))
+    return int(TRACE_ROUNDS_COUNT(value))
 
 
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)

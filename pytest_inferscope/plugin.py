@@ -29,13 +29,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "inferscope(**thresholds): profile this test's body (CPU, GPU, memory) over warm-up + rounds calls and "
-        "fail when a threshold is crossed; keys: max_latency_ms, latency_stat, max_regression, expect_bottleneck, "
-        "max_host_memory_mb, max_overhead, max_gpu_idle, max_gpu_memory_mb, max_transfer_fraction, rounds, warmup, "
-        "cpu. See docs/markers-and-options.md.",
-    )
+    from .marker import marker_help
+
+    config.addinivalue_line("markers", marker_help())
     settings = _config.settings_from_pytest(config)
     if not settings.enable:
         return

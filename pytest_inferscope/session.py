@@ -26,6 +26,7 @@ import pytest
 from .checks import validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
+from .marker import parse_marker
 from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 from .warning import InferscopeWarning
 
@@ -112,7 +113,8 @@ class InferscopeSession:
         if self._gpu is None:
             from .collectors.gpu import select_backend
 
-            self._gpu = select_backend(self.settings.gpu, forced=os.environ.get("INFERSCOPE_COLLECTOR") or None)
+            forced = os.environ.get("INFERSCOPE_COLLECTOR") or None
+            self._gpu = select_backend(self.settings.gpu, forced=forced, trace_size_mb=self.settings.trace_size_mb)
             log.info("inferscope GPU collection: %s", self._gpu.describe())
         return self._gpu
 
@@ -135,7 +137,7 @@ class InferscopeSession:
         marked = False
         for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
             marked = True
-            kwargs.update(marker.kwargs)
+            kwargs.update(parse_marker(marker.kwargs))  # validated at collection; typed by the options' parsers
         if not marked and not self.settings.all:
             return None
         s = self.settings

@@ -13,6 +13,7 @@ from ..merger import Timeline
 from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
 from .context import LAUNCH_GAP_NS, Context
 from .idle import CAUSES, IdleGaps, attribute_idle
+from .metrics import compute_metrics
 from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
 from .rules_comm import communication
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
@@ -96,7 +97,7 @@ def analyze(
     if ctx is None:
         ctx = Context(timeline, launch_gap_ns=launch_gap_ns)
     ctx.gpu_reason = gpu_reason or "no GPU data was collected"
-    ctx.metrics = ctx.compute_metrics()
+    ctx.metrics = compute_metrics(ctx)  # metrics.py owns the computation; the context only holds the result
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(rule(ctx))

@@ -244,12 +244,6 @@ class Context(GpuContext):
             )
         return parts
 
-    def compute_metrics(self) -> dict[str, float | None]:
-        """Flat, dotted metric names: what checks, custom rules and reports read."""
-        from .metrics import compute_metrics
-
-        return compute_metrics(self)
-
 
 _LABEL_LINE = re.compile(r"^(?P<head>.*) \((?P<path>.+):(?P<line>\d+)\)$")
 

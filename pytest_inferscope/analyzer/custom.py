@@ -34,6 +34,7 @@ from .expr import (
     parse_expression,
     tokenize,
 )
+from .metrics import compute_metrics
 
 __all__ = [
     "ALIASES", "FUNCTIONS", "CustomRuleError", "Expression", "ExpressionError", "RuleSpec", "Token",
@@ -46,13 +47,13 @@ Rule = Callable[[Context], list[Finding]]
 
 @functools.cache
 def metric_names() -> tuple[str, ...]:
-    """The names `Context.compute_metrics` produces (those of an empty timeline: the keys never depend on the run)."""
+    """The names `metrics.compute_metrics` produces (those of an empty timeline: the keys never depend on the run)."""
     import numpy as np
 
     from ..events import EVENT_DTYPE
     from ..merger import Timeline
 
-    return tuple(Context(Timeline(np.zeros(0, EVENT_DTYPE), np.zeros(0, np.int32), [])).compute_metrics())
+    return tuple(compute_metrics(Context(Timeline(np.zeros(0, EVENT_DTYPE), np.zeros(0, np.int32), []))))
 
 
 RULE_KEYS = ("name", "condition", "suggestion", "title", "cause", "share", "confidence_weight", "saving_ms")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ..buffer import TraceBuffer
+from ..buffer import GPU_RING, TraceBuffer
 from ..events import PROFILE_FLAG, TRACE_FLAG, WARMUP_FLAG, Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
 from ..warning import warn_once
@@ -223,7 +223,7 @@ class Collection:
         if len(records):
             records = records.copy()
             records["name"] = self.buffer.strings.remap(names)[records["name"]]
-            self.buffer.extend(records)
+            self.buffer.extend(records, GPU_RING)  # not the stopping thread's ring: its events would be overwritten
         return work_records(records) if len(records) else 0
 
     def after_warmup(self) -> None:

@@ -2,16 +2,50 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..results import CollectorInfo
-from .cpu import Tracer
+from .cpu import Sampler, Tracer
+from .gpu import Choice, GpuCollector
+from .gpu_rounds import GpuRoundsDecision
+from .memory import MemoryCollector
 
-if TYPE_CHECKING:
-    from . import Collection
+
+class _Options(Protocol):
+    """What is read here of `CollectionOptions`."""
+
+    @property
+    def sample_interval_ms(self) -> float: ...
+    @property
+    def modules(self) -> int: ...
+    @property
+    def trace_rounds(self) -> int | None: ...
 
 
-def collectors_info(self: Collection) -> list[CollectorInfo]:
+class Described(Protocol):
+    """What is read here of a `Collection`: a protocol, so that this module does not import the package
+    that imports it (no import cycle)."""
+
+    t0: int
+    t_end: int
+    sampler: Sampler | None
+    tracer: Tracer | None
+    gpu: GpuCollector | None
+    gpu_choice: Choice | None
+    gpu_error: str
+    gpu_rounds: GpuRoundsDecision | None
+    api_note: str
+    modules_note: str
+    memory: MemoryCollector
+    rounds: list[dict[str, Any]]
+
+    @property
+    def options(self) -> _Options: ...
+    @property
+    def lean(self) -> bool: ...
+
+
+def collectors_info(self: Described) -> list[CollectorInfo]:
     """The CPU, GPU and memory collectors' modes and overheads, for the report header."""
     wall = max(1, self.t_end - self.t0)
     cpu: CollectorInfo
@@ -47,7 +81,7 @@ def collectors_info(self: Collection) -> list[CollectorInfo]:
     return [cpu, gpu, mem]
 
 
-def _api_mode(self: Collection) -> str:
+def _api_mode(self: Described) -> str:
     """Which rounds recorded the launch calls, for the report header."""
     decided = self.gpu_rounds
     if decided is not None and self.lean:

@@ -14,6 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ..events import EVENT_DTYPE
+
 BACKENDS = ("native", "cupti-python")
 
 
@@ -74,6 +76,19 @@ class Choice:
         return "not collected (" + "; ".join(v if k == "gpu" else f"{k}: {v}" for k, v in self.reasons.items()) + ")"
 
 
+DEFAULT_TRACE_SIZE_MB = 100.0  # the trace_size_mb setting's default: also caps the GPU records kept between drains
+
+
+def max_records_for(trace_size_mb: float | None) -> int:
+    """How many GPU records `trace_size_mb` megabytes hold: the cap on records kept between drains.
+
+    The size is the resolved `trace_size_mb` setting (option, ini key, environment or config file),
+    validated there; None means the default.
+    """
+    size = DEFAULT_TRACE_SIZE_MB if trace_size_mb is None else trace_size_mb
+    return int(size * (1 << 20)) // EVENT_DTYPE.itemsize
+
+
 def require_driver() -> None:
     """Raise RuntimeError with the reason when the NVIDIA driver library cannot be loaded.
 
@@ -98,22 +113,23 @@ def _cuda_device_present() -> str | None:
     return None
 
 
-def _load(backend: str) -> GpuCollector:
-    """Import and construct one backend; raises with the reason when it can't."""
+def _load(backend: str, trace_size_mb: float | None) -> GpuCollector:
+    """Import and construct one backend keeping `trace_size_mb` of records; raises with the reason when it can't."""
     module = {"native": ".gpu_native", "cupti-python": ".gpu_cuptipy"}[backend]
     try:
         mod = importlib.import_module(module, __package__)
     except ImportError as exc:
         raise RuntimeError(f"not available ({exc})") from exc
-    collector: GpuCollector = mod.create()  # raises RuntimeError with its reason
+    collector: GpuCollector = mod.create(max_records=max_records_for(trace_size_mb))  # RuntimeError: the reason
     return collector
 
 
-def select_backend(gpu: str = "auto", forced: str | None = None) -> Choice:
+def select_backend(gpu: str = "auto", forced: str | None = None, trace_size_mb: float | None = None) -> Choice:
     """Pick the GPU backend for `gpu` = auto | off | required.
 
     `forced` (from INFERSCOPE_COLLECTOR) names one backend; it is then the only candidate
-    and a failure is an error rather than a fallback.
+    and a failure is an error rather than a fallback. `trace_size_mb` (the resolved setting;
+    None: its default) caps the GPU records the backend keeps between drains.
     """
     if gpu == "off":
         return Choice(None, {"gpu": "switched off (--inferscope-gpu=off)"})
@@ -128,7 +144,7 @@ def select_backend(gpu: str = "auto", forced: str | None = None) -> Choice:
     else:
         for backend in (forced,) if forced else BACKENDS:
             try:
-                return Choice(_load(backend), reasons)
+                return Choice(_load(backend, trace_size_mb), reasons)
             except RuntimeError as exc:
                 reasons[backend] = str(exc)
     choice = Choice(None, reasons)

@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..events import EVENT_DTYPE
 from .cupti_records import (
     A_CONCURRENT_KERNEL,
     A_DRIVER,
@@ -41,8 +40,8 @@ from .cupti_records import (
     RecordConverter,
 )
 from .devsync import DeviceSync
-from .gpu import require_driver
-from .gpu_native import DEFAULT_BUFFER_MB, _foreign_profiler, _trace_size_mb, every_api_call, traced_api
+from .gpu import max_records_for, require_driver
+from .gpu_native import DEFAULT_BUFFER_MB, _foreign_profiler, every_api_call, traced_api
 
 THREAD_ID_TYPE_SYSTEM = 1  # CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM: gettid(), as threading.get_native_id()
 FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
@@ -381,7 +380,7 @@ def create(
 ) -> CuptiPythonCollector:
     """The cupti-python collector, or RuntimeError with the reason it cannot run here.
 
-    Same arguments as `gpu_native.create`: `max_records` defaults to INFERSCOPE_TRACE_SIZE_MB
+    Same arguments as `gpu_native.create`: `max_records` defaults to the default trace size's
     worth of records; `driver` also records driver API calls (JAX, CuPy and Triton launches).
     """
     try:
@@ -396,5 +395,5 @@ def create(
     if missing is not None:
         raise RuntimeError(f"cupti-python cannot use CUPTI here: {missing}")
     if max_records is None:
-        max_records = int(_trace_size_mb() * (1 << 20)) // EVENT_DTYPE.itemsize
+        max_records = max_records_for(None)
     return CuptiPythonCollector(cupti, buffer_mb, max_records, driver=driver)

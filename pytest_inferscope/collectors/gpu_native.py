@@ -19,10 +19,9 @@ import numpy as np
 
 from ..events import EVENT_DTYPE
 from .devsync import DeviceSync
-from .gpu import require_driver
+from .gpu import max_records_for, require_driver
 
 DEFAULT_BUFFER_MB = 8  # per CUPTI buffer; CUPTI asks for more buffers as it fills them
-DEFAULT_TRACE_SIZE_MB = 100.0  # INFERSCOPE_TRACE_SIZE_MB: also caps the GPU records kept between drains
 
 #: Set to 1 to record every runtime/driver API call, not only the traced ones (for debugging; costs host time).
 ALL_API_ENV = "INFERSCOPE_CUPTI_ALL_API"
@@ -52,14 +51,6 @@ def traced_api(name: str) -> bool:
 def every_api_call() -> bool:
     """INFERSCOPE_CUPTI_ALL_API=1: record every API call (read at each start, as native/_cupti.c does)."""
     return os.environ.get(ALL_API_ENV) == "1"
-
-
-def _trace_size_mb() -> float:
-    try:
-        size = float(os.environ.get("INFERSCOPE_TRACE_SIZE_MB", DEFAULT_TRACE_SIZE_MB))
-    except ValueError:  # config.py reports a bad value to the user; here the default keeps collection going
-        return DEFAULT_TRACE_SIZE_MB
-    return size if size > 0 else DEFAULT_TRACE_SIZE_MB
 
 
 def _foreign_profiler() -> str | None:
@@ -146,7 +137,7 @@ def create(
 ) -> NativeGpuCollector:
     """The native collector, or RuntimeError with the reason it cannot run here.
 
-    `max_records` defaults to INFERSCOPE_TRACE_SIZE_MB worth of records; beyond it, records are
+    `max_records` defaults to the default trace size's worth of records (`max_records_for`); beyond it, records are
     counted in `dropped()`. `driver` also records driver API calls, which JAX and Triton launch
     through (torch's launches come as runtime calls either way).
     """
@@ -163,6 +154,6 @@ def create(
         raise RuntimeError(str(exc)) from exc
     require_driver()
     if max_records is None:
-        max_records = int(_trace_size_mb() * (1 << 20)) // EVENT_DTYPE.itemsize
+        max_records = max_records_for(None)
     collector = _cupti.Collector(buffer_mb << 20, max_records, driver=driver)
     return NativeGpuCollector(_cupti, collector)

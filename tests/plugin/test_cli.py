@@ -125,7 +125,7 @@ def test_a_raising_script_gets_a_partial_report_and_exit_1(work: Path, capsys: p
     assert main(["run", str(job), "--report", "out"]) == 1
     captured = capsys.readouterr()
     assert 'raise ValueError("boom in helper")' in captured.err and "ValueError: boom in helper" in captured.err
-    assert "runpy" not in captured.err and "cli.py" not in captured.err  # only the script's frames
+    assert "runpy" not in captured.err and "cli/run.py" not in captured.err  # only the script's frames
     assert "report is partial" in captured.err and "PARTIAL" in captured.out
     folder = only_report(work / "out")
     result = load_report(folder / "report.json")

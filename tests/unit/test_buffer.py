@@ -78,3 +78,32 @@ def test_threads_write_to_their_own_rings_without_loss() -> None:
 def test_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         TraceBuffer(size_mb=0)
+
+
+def test_round_spans_are_never_dropped_when_the_thread_ring_wraps() -> None:
+    buf = TraceBuffer(size_mb=0.001)
+    cap = buf.capacity
+    for i in range(cap * 5):  # the latency samples must outlive any amount of other events
+        if i % 7 == 0:
+            assert buf.record(Kind.ROUND, 0, i, i + 1, value=i // 7)
+        buf.record(Kind.MARK, 0, i, i)
+    events = buf.to_array()
+    rounds = events[events["kind"] == Kind.ROUND]
+    assert list(rounds["value"]) == list(range((cap * 5 + 6) // 7))
+    assert buf.dropped == cap * 4 and len(buf) == cap + len(rounds)
+    buf.clear()
+    assert len(buf) == 0
+
+
+def test_a_gpu_drain_goes_to_its_own_ring_and_cannot_overwrite_the_callers_events() -> None:
+    buf = TraceBuffer(size_mb=0.001)
+    cap = buf.capacity
+    for i in range(3):
+        buf.record(Kind.SCOPE, 0, i, i + 1)
+    recs = empty_events(cap + 4)
+    recs["kind"] = Kind.KERNEL
+    recs["start"] = np.arange(cap + 4) + 100
+    assert buf.extend(recs, "gpu") == 4
+    events = buf.to_array()
+    assert list(events[events["kind"] == Kind.SCOPE]["start"]) == [0, 1, 2]
+    assert len(events[events["kind"] == Kind.KERNEL]) == cap and buf.dropped == 4

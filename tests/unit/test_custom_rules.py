@@ -16,6 +16,7 @@ from pytest_inferscope.analyzer.custom import (
     parse_expression,
     tokenize,
 )
+from pytest_inferscope.analyzer.metrics import compute_metrics
 from pytest_inferscope.events import EVENT_DTYPE, WARMUP_FLAG, CopyKind, Domain, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import Timeline, merge
 
@@ -50,7 +51,7 @@ def build(
 
 def ctx_for(timeline: Timeline) -> Context:
     ctx = Context(timeline)
-    ctx.metrics = ctx.compute_metrics()
+    ctx.metrics = compute_metrics(ctx)
     return ctx
 
 

@@ -233,7 +233,7 @@ def test_inferscope_compare_uses_the_probe_readings_of_two_baseline_files(
     import argparse
 
     from pytest_inferscope.cli import EXIT_FAILED, EXIT_OK
-    from pytest_inferscope.cli_compare import cmd_compare
+    from pytest_inferscope.cli.compare import cmd_compare
 
     store = BaselineStore(tmp_path)
     store.save("a", [_result(_rounds(3.0, 20, seed=70), [FAST] * 21)], {})

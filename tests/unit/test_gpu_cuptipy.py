@@ -444,7 +444,7 @@ def test_select_backend_keeps_each_rejected_backends_reason(monkeypatch: pytest.
         gpu.select_backend("auto", forced="cupti-python")
 
     fake = FakeCupti()
-    monkeypatch.setattr(gpu_cuptipy, "create", lambda: CuptiPythonCollector(fake))
+    monkeypatch.setattr(gpu_cuptipy, "create", lambda **_: CuptiPythonCollector(fake))
     choice = gpu.select_backend("required")  # native missing: cupti-python is the fallback, native's reason kept
     assert choice.name == "cupti-python" and "native" in choice.reasons
     assert choice.describe().startswith("cupti-python (cupti-python")

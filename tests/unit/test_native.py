@@ -613,3 +613,41 @@ def test_constructor_rejects_bad_sizes(cupti: ModuleType) -> None:
         cupti.Collector(buffer_size=1000)
     with pytest.raises(ValueError):
         cupti.Collector(max_records=-1)
+
+
+def test_a_record_whose_name_cannot_be_interned_is_dropped_not_given_another_name(loaded: ModuleType) -> None:
+    collector = loaded.Collector()
+    # name_limit=1: interning a second name fails, as it does when memory runs out
+    buf, names = collector._decode(_buffer(_kernel(b"a", 1, 2, 1), _kernel(b"b", 3, 4, 2), _kernel(b"a", 5, 6, 3)), 1)
+    ev = _events(buf)
+    assert names == ["a"] and [names[i] for i in ev["name"]] == ["a", "a"]
+    assert list(ev["corr"]) == [1, 3] and collector.dropped() == 1
+    buf, names = collector._decode(_buffer(_kernel(b"b", 7, 8, 4)))  # without the limit, the name comes
+    assert [names[i] for i in _events(buf)["name"]] == ["b"]
+
+
+# -- what the C source must keep (no GPU can show these races) ------------------------------------------
+
+C_SOURCE = (REPO / "native" / "_cupti.c").read_text()
+_LOCKED = re.compile(r"pthread_mutex_lock\(&g_lock\);(.*?)pthread_mutex_unlock\(&g_lock\);", re.S)
+
+
+def test_no_python_c_api_call_while_g_lock_is_held() -> None:
+    """CUPTI's thread takes g_lock to decode; Python code run under it (GC, finalizers) could wait on the GIL."""
+    regions = _LOCKED.findall(C_SOURCE)
+    assert len(regions) >= 8
+    held = [r for r in regions if re.search(r"\bPy[A-Z_]\w*\(", r)]
+    assert held == [], held
+
+
+def test_the_cupti_buffer_size_is_read_and_written_under_g_lock() -> None:
+    uses = [m.start() for m in re.finditer(r"\bg_buffer_size\b", C_SOURCE)]
+    spans = [m.span(1) for m in _LOCKED.finditer(C_SOURCE)]
+    declaration = C_SOURCE.index("static size_t g_buffer_size")
+    outside = [u for u in uses if u != declaration + len("static size_t ") and not any(a <= u < b for a, b in spans)]
+    assert len(uses) >= 3 and outside == [], [C_SOURCE[u - 60 : u + 20] for u in outside]
+
+
+def test_module_init_uses_the_non_stealing_add_object() -> None:
+    """PyModule_AddObject steals only on success, which made the failure path decref twice and leak."""
+    assert "PyModule_AddObject(" not in C_SOURCE and "PyModule_AddObjectRef(" in C_SOURCE

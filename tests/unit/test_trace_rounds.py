@@ -407,7 +407,7 @@ def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
     from pytest_inferscope import api
 
     gpu = FakeGpu()
-    monkeypatch.setattr(api, "_gpu_choice", lambda _: Choice(gpu))  # type: ignore[arg-type]
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
 
     def body() -> None:
         gpu.calls.append("body")
@@ -421,3 +421,30 @@ def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
     gpu.calls.clear()
     api.measure(body, rounds=3, warmup=1, cpu="off")  # the default: measured, one trace call
     assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
+
+
+class FloodingGpu(FakeGpu):
+    """A backend whose drain returns more kernel records than a thread's ring holds."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def drain(self) -> tuple[np.ndarray, list[str]]:
+        recs = np.zeros(self.n, dtype=EVENT_DTYPE)
+        recs["kind"], recs["domain"], recs["start"] = Kind.KERNEL, Domain.DEVICE, np.arange(self.n)
+        recs["end"] = recs["start"] + 1
+        return recs, ["k"]
+
+
+def test_a_gpu_heavy_drain_keeps_every_round_span_of_the_thread_that_stops() -> None:
+    options = CollectionOptions(cpu="off", trace_size_mb=0.001)
+    gpu = FloodingGpu(50 * 21)
+    coll = Collection(options, Choice(gpu), name="t")  # type: ignore[arg-type]
+    coll.start()
+    coll.run_rounds(lambda: None, 5, 1)
+    raw = coll.stop()
+    rounds = raw.events[raw.events["kind"] == Kind.ROUND]
+    assert [int(v) for v in rounds["value"]] == [0, 1, 2, 3, 4, 5]
+    assert len(raw.events[raw.events["kind"] == Kind.TEST]) == 1  # the stopping thread's own span survives
+    assert raw.dropped == 50 * 21 - coll.buffer.capacity

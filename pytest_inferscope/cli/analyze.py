@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cli import (
+from .common import (
     DEFAULT_REPORT,
     EXIT_FAILED,
     EXIT_OK,
@@ -24,8 +24,8 @@ from .cli import (
 )
 
 if TYPE_CHECKING:
-    from .events import RawTrace
-    from .results import CollectorInfo
+    from ..events import RawTrace
+    from ..results import CollectorInfo
 
 
 @dataclass
@@ -46,8 +46,8 @@ class _Input:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """`inferscope analyze`: re-run merger, analyzer, checks and reporters on FILE; exit 1 if a check fails."""
-    from . import kineto
-    from .postprocess import Plan, process
+    from .. import kineto
+    from ..postprocess import Plan, process
 
     src = load_input(Path(args.file))
     report = Path(args.report) if args.report else DEFAULT_REPORT
@@ -68,7 +68,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def load_input(path: Path) -> _Input:
     """Find and read what `analyze` was given (see `inferscope analyze --help`); CliError when it can't."""
-    from . import kineto
+    from .. import kineto
 
     if path.is_dir():
         if (path / "raw.npz").is_file():
@@ -128,9 +128,9 @@ def _from_npz(path: Path) -> _Input:
 
     import numpy as np
 
-    from .events import GPU_KINDS, WARMUP_FLAG, Kind, RawTrace
-    from .reporters import ReportFormatError, load_report
-    from .results import CollectorInfo
+    from ..events import GPU_KINDS, WARMUP_FLAG, Kind, RawTrace
+    from ..reporters import ReportFormatError, load_report
+    from ..results import CollectorInfo
 
     try:
         raw = RawTrace.load(str(path))

@@ -21,8 +21,8 @@ from typing import Any
 import iniconfig
 import pytest
 
-from .cli import EXIT_OK, CliError, _Parser, echo
-from .config import OPTIONS, OPTIONS_BY_NAME, ConfigError, describe, resolve
+from ..config import OPTIONS, OPTIONS_BY_NAME, ConfigError, describe, resolve
+from .common import EXIT_OK, CliError, Parser, echo
 
 INI_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 
@@ -134,7 +134,7 @@ def _addopts(ini: IniFile | None) -> list[tuple[str, list[str]]]:
 
 def _cli_layer(args: argparse.Namespace, ini: IniFile | None) -> tuple[dict[str, Any], dict[str, str]]:
     """Options from addopts, PYTEST_ADDOPTS and this command line: name -> value, and name -> where."""
-    preview = _Parser(prog="pytest", add_help=False)
+    preview = Parser(prog="pytest", add_help=False)
     add_preview_options(preview)
     values: dict[str, Any] = {}
     where: dict[str, str] = {}

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .baseline import FORMAT as BASELINE_FORMAT
-from .baseline import BaselineEntry, BaselineError, BaselineStore, fingerprint, fingerprint_diff
-from .cli import EXIT_FAILED, EXIT_OK, CliError, echo
-from .drift import probe_applies
-from .regression import latency_verdict
-from .reporters import ReportFormatError, load_report
-from .stats import Comparison
+from ..baseline import FORMAT as BASELINE_FORMAT
+from ..baseline import BaselineEntry, BaselineError, BaselineStore, fingerprint, fingerprint_diff
+from ..drift import probe_applies
+from ..regression import latency_verdict
+from ..reporters import ReportFormatError, load_report
+from ..stats import Comparison
+from .common import EXIT_FAILED, EXIT_OK, CliError, echo
 
 #: Longest test id in the table; longer ones keep their start and end around an ellipsis.
 MAX_ID = 60

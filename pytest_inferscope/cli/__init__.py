@@ -1,0 +1,176 @@
+"""The `inferscope` command: profile a script, re-analyse a saved trace, compare two runs, show the settings.
+
+Exit codes: 0 ok; 1 the script raised, a regression was found or a threshold was crossed; 2 a usage
+or input error, printed as one paragraph on stderr that names the input and what is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from .. import __version__
+from .common import (
+    DEFAULT_REPORT,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Parser,
+    alpha,
+    count,
+    echo,
+    parse_fraction,
+)
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "build_parser", "echo", "main", "parse_fraction"]
+
+
+def _codes(one: str | None) -> str:
+    """The exit-code table of a command's --help; `one` says what exit code 1 means for it."""
+    lines = ["exit codes:", "  0  ok"] + ([f"  1  {one}"] if one else [])
+    return "\n".join([*lines, "  2  usage or input error (one paragraph on stderr naming the input)"])
+
+
+def _command(sub: Any, name: str, summary: str, description: str, one: str | None) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=textwrap.fill(description, 100), epilog=_codes(one),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand (also what `--help` prints)."""
+    # Imported here: `inferscope --help` and `run` need none of the other commands' imports.
+    from .analyze import cmd_analyze
+    from .compare import cmd_compare
+    from .config import add_preview_options, cmd_config_show
+    from .run import cmd_run
+
+    parser = Parser(
+        prog="inferscope", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_codes("the script raised, a regression was found, or a threshold was crossed"),
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"inferscope {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = _command(
+        sub, "run", "profile a Python script (no pytest needed)",
+        "Run SCRIPT as __main__ under CPU, GPU and memory collection and write its report. The whole script is "
+        "one round; with --rounds it runs N times after W warm-ups. scope() and mark_event() calls in it show in "
+        "the report. inferscope's options are recognised anywhere before a '--'; every other argument (and "
+        "everything after '--') goes to the script.",
+        "the script raised or exited with a non-zero status (its report is partial)",
+    )  # fmt: skip
+    run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] SCRIPT [ARGS ...]"
+    run.add_argument("--report", metavar="DIR", help=f"report folder (default: INFERSCOPE_REPORT or {DEFAULT_REPORT})")
+    run.add_argument("--rounds", type=count(1), metavar="N", help="measured runs of the script (default 1)")
+    run.add_argument("--warmup", type=count(0), metavar="W", help="unmeasured runs before them (default 0)")
+    run.add_argument("--cpu", choices=("sample", "trace", "off"), help="CPU collector mode (default: sample)")
+    run.add_argument("script", metavar="SCRIPT", help="the Python file to run")
+    run.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER, help="arguments for the script")
+    run.set_defaults(func=cmd_run)
+
+    analyze = _command(
+        sub, "analyze", "re-analyse a saved trace (ours or torch.profiler's)",
+        "Re-run merger, analyzer and reporters on FILE: an inferscope raw.npz, a report folder or its "
+        "report.json or trace.json (the raw.npz beside it is used), or a torch.profiler / Kineto Chrome trace "
+        "(.json or .json.gz, as export_chrome_trace() writes it).",
+        "a threshold recorded with the test was crossed",
+    )  # fmt: skip
+    analyze.add_argument("file", metavar="FILE", help="raw.npz, report folder, report.json or Chrome trace")
+    analyze.add_argument("--report", metavar="DIR", help=f"report folder (default: {DEFAULT_REPORT})")
+    analyze.set_defaults(func=cmd_analyze)
+
+    compare = _command(
+        sub, "compare", "latency regression table between two runs",
+        "Compare the round latencies of the tests in A (before) and B (after), matched by test id. A test "
+        "regressed when B is significantly slower (one-sided Mann-Whitney U at --alpha) and its median is more "
+        "than --max-regression slower. Tests in only one of them are listed as such.",
+        "a test regressed",
+    )  # fmt: skip
+    where = "a report.json, a report folder or root, an index.json, or a baseline file"
+    compare.add_argument("a", metavar="A", help=f"the run before: {where}")
+    compare.add_argument("b", metavar="B", help="the run after, the same kinds")
+    compare.add_argument("--max-regression", type=parse_fraction, default=0.05, metavar="FRACTION",
+                         help="allowed slowdown of the median, e.g. 5%% or 0.05 (default 5%%)")  # fmt: skip
+    compare.add_argument("--alpha", type=alpha, default=0.01, help="significance level (default 0.01)")
+    compare.set_defaults(func=cmd_compare)
+
+    config = sub.add_parser(
+        "config",
+        help="inspect the configuration",
+        epilog=_codes(None),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show = _command(
+        config.add_subparsers(dest="action", metavar="ACTION", required=True), "show",
+        "every effective setting, its value and where it came from",
+        "Print every setting as pytest would resolve it: from the pytest ini file pytest would use (its "
+        "inferscope_* keys and addopts), PYTEST_ADDOPTS, INFERSCOPE_* environment variables, the inferscope "
+        "config file (.inferscope.yaml or [tool.inferscope]) and the defaults. Pass --inferscope-* options to "
+        "preview them as if given to pytest.",
+        None,
+    )  # fmt: skip
+    show.add_argument("--rootdir", metavar="DIR", help="the rootdir; the ini file is searched from it upwards")
+    add_preview_options(show)
+    show.set_defaults(func=cmd_config_show)
+    return parser
+
+
+def _split_run(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split `run`'s arguments into inferscope's options, SCRIPT (None when missing) and the script's arguments.
+
+    After SCRIPT only our own long options are ours (until a '--'); anything else is the script's.
+    """
+    valued = {"--report", "--rounds", "--warmup", "--cpu"}
+    ours: list[str] = []
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":  # before SCRIPT: all ours
+        take = 2 if argv[i] in valued else 1
+        ours.extend(argv[i : i + take])
+        i += take
+    if i < len(argv) and argv[i] == "--":
+        i += 1
+    if i >= len(argv):
+        return ours, None, []
+    script, rest, theirs = argv[i], argv[i + 1 :], []
+    j = 0
+    while j < len(rest):
+        a = rest[j]
+        if a == "--":
+            theirs.extend(rest[j + 1 :])
+            break
+        if a in valued:  # with its value (argparse reports a missing one)
+            ours += rest[j : j + 2]
+            j += 2
+            continue
+        if a.split("=", 1)[0] in valued and "=" in a:
+            ours.append(a)
+        else:
+            theirs.append(a)
+        j += 1
+    return ours, script, theirs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `inferscope` console script; returns the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args_list[:1] == ["run"]:
+            ours, script, theirs = _split_run(args_list[1:])
+            if script is None and not {"-h", "--help"} & set(ours):
+                raise CliError("inferscope run: no SCRIPT given; e.g. `inferscope run infer.py --batch 8`.")
+            args_list = ["run", *ours, *([script] if script is not None else []), *theirs]
+        try:
+            args = build_parser().parse_args(args_list)
+        except SystemExit as e:  # --help, --version
+            return e.code if isinstance(e.code, int) else EXIT_OK
+        return int(args.func(args))
+    except CliError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,130 @@
+"""What every `inferscope` subcommand shares: exit codes, the one-paragraph error, the parser, output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..results import TestResult
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_REPORT = Path("inferscope-report")
+
+
+class CliError(Exception):
+    """A usage or input error: str() is the one paragraph printed on stderr; the exit code is 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one paragraph (CliError) instead of usage + exit."""
+
+    def error(self, message: str) -> Any:
+        raise CliError(f"{self.prog}: {message}. Run '{self.prog} --help' for the usage.")
+
+
+def echo(text: str = "") -> None:
+    """Print to stdout; a reader that went away (`| head`) does not turn the exit code into a traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def count(low: int) -> Callable[[str], int]:
+    """An argparse type for a whole number of at least `low`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} is less than {low}")
+        return value
+
+    return parse
+
+
+def parse_fraction(text: str) -> float:
+    """--max-regression: '5%' or '0.05' -> 0.05, by the parser of the max_regression option (one for every place)."""
+    from ..options import OPTIONS_BY_NAME
+
+    spec = OPTIONS_BY_NAME["max_regression"]
+    try:
+        return float(spec.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} {exc}: {spec.hint}") from None
+
+
+def alpha(text: str) -> float:
+    """A significance level in (0, 1), for --alpha."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a significance level between 0 and 1, e.g. 0.01")
+    return value
+
+
+def check_report_folder(report: Path) -> None:
+    """Create the report folder or raise CliError saying why it can't be used."""
+    from ..reporters.files import ReportDirError, check_report_dir
+
+    try:
+        check_report_dir(report)
+    except ReportDirError as e:
+        raise CliError(str(e).replace("--inferscope-report=DIR", "--report DIR")) from None
+
+
+def summary_lines(result: TestResult, report: Path) -> list[str]:
+    """The short summary `run` and `analyze` print: latency, bottleneck, top suggestion, report path."""
+    from ..reporters.markdown import fmt_conf, fmt_ms
+
+    lat, a = result.latency, result.analysis
+    n = len(lat.samples_ms)
+    rounds = f"{n} round{'s' if n != 1 else ''}" + (f", warm-up {len(lat.warmup_ms)}" if lat.warmup_ms else "")
+    latency = f"{fmt_ms(lat.median)} ms median ({rounds})" if n else "n/a (no round completed)"
+    if n > 1:
+        latency += f", IQR {fmt_ms(lat.iqr)} ms"
+    lines = [
+        f"inferscope: {result.nodeid}" + (" — PARTIAL" if result.partial_reason else ""),
+        f"  latency:        {latency}",
+        f"  bottleneck:     {a.bottleneck} (confidence {fmt_conf(a.confidence)})",
+    ]
+    if a.suggestions:
+        s = a.suggestions[0]
+        lines.append(f"  top suggestion: {s.action} (saves ~{fmt_ms(s.saving_ms)} ms per round)")
+    lines += [f"  not collected:  {c.name}: {c.reason}" for c in result.collectors if not c.active and c.reason]
+    lines += [f"  FAILED check:   {c.message}" for c in result.failed_checks]
+    lines.append(f"  report:         {report / result.files.get('md', result.slug + '/report.md')}")
+    return lines
+
+
+def write_index_with(report: Path, result: TestResult, tool: str) -> None:
+    """Write index.md/index.json for the folder: this result plus the still-readable ones listed before."""
+    from ..reporters import ReportFormatError, load_report, write_index
+
+    results = [result]
+    try:
+        old = json.loads((report / "index.json").read_text(encoding="utf-8"))
+        entries = old.get("tests", []) if isinstance(old, dict) else []
+    except (OSError, ValueError):
+        entries = []
+    for entry in entries:
+        rel = entry.get("files", {}).get("json") if isinstance(entry, dict) else None
+        if not isinstance(rel, str) or entry.get("nodeid") == result.nodeid:
+            continue
+        try:
+            results.append(load_report(report / rel))
+        except ReportFormatError:
+            continue  # its folder is gone or broken: the index only lists what can be opened
+    write_index(results, report, {"tool": tool, "environment": result.environment})

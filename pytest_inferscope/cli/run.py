@@ -1,0 +1,108 @@
+"""`inferscope run SCRIPT`: profile a Python script as one round (or --rounds of them), no pytest needed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+
+from .common import (
+    DEFAULT_REPORT,
+    EXIT_FAILED,
+    EXIT_OK,
+    CliError,
+    check_report_folder,
+    echo,
+    summary_lines,
+    write_index_with,
+)
+
+
+@contextmanager
+def _as_main(script: Path, args: list[str]) -> Iterator[None]:
+    """sys.argv and sys.path as `python SCRIPT ARGS` would set them, restored afterwards."""
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(script.parent))
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def _exec_script(script: Path) -> None:
+    """One round: run the script as __main__; exiting with status 0 is a normal end."""
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise
+
+
+def _script_frames(exc: BaseException, script: Path) -> TracebackType | None:
+    """The traceback from the script's first frame on (the runner's frames are noise)."""
+    tb = exc.__traceback__
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != str(script):
+        tb = tb.tb_next
+    return tb
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """`inferscope run`: profile SCRIPT as one round (or --rounds of them), write its report, print a summary."""
+    from .. import api
+    from ..collectors.gpu import GpuBackendError
+    from ..config import ConfigError
+
+    script = Path(args.script).absolute()
+    if not script.is_file():
+        what = "a folder" if script.is_dir() else "not found"
+        raise CliError(
+            f"inferscope run: {args.script} is {what}; give the path of a Python script, e.g. "
+            "`inferscope run infer.py --batch 8` (its arguments follow it)."
+        )
+    try:
+        settings = api.standalone_settings()
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+    report = Path(args.report) if args.report else (settings.report or DEFAULT_REPORT)
+    check_report_folder(report)
+    rounds = args.rounds or settings.rounds or 1
+    warmup = args.warmup if args.warmup is not None else (settings.warmup or 0)
+    name = os.path.normpath(args.script)  # the test id: `./job.py` and `job.py` compare as one
+    sink = api.Profile(name)
+    failure: BaseException | None = None
+    with _as_main(script, list(args.args)):
+        try:
+            with api.collecting(
+                name, sink, rounds=rounds, warmup=warmup, report_dir=report, thresholds=None, cpu=args.cpu
+            ) as coll:
+                coll.run_rounds(lambda: _exec_script(script), rounds, warmup)
+        except BaseException as e:  # the script's exception (KeyboardInterrupt too): report it, exit 1
+            failure = e
+    if sink.result is None and isinstance(failure, GpuBackendError):  # raised before the script started
+        raise CliError(f"inferscope run: {failure}")
+    if failure is not None:
+        if isinstance(failure, SystemExit):
+            code = failure.code
+            print(code if isinstance(code, str) else f"{args.script} exited with status {code}", file=sys.stderr)
+        else:
+            tb = _script_frames(failure, script)
+            print("".join(traceback.format_exception(type(failure), failure, tb)).rstrip(), file=sys.stderr)
+    if sink.result is None:  # the analysis itself failed: nothing to summarise
+        return EXIT_FAILED
+    write_index_with(report, sink.result, "inferscope run")
+    echo("\n".join(summary_lines(sink.result, report)))
+    if failure is not None:
+        print(
+            f"inferscope run: {args.script} raised {type(failure).__name__}; the report is partial "
+            "(it covers what ran before the exception).",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return EXIT_OK

@@ -1,0 +1,162 @@
+"""The keys of `@pytest.mark.inferscope(...)`: each defined on the parser of its setting.
+
+A key that is also an option (rounds, warmup, max_regression, ...) uses that option's parser
+from the option table, so the marker, the command line, the ini key, the environment, the
+config file and `inferscope compare` accept exactly the same values; a threshold only the
+marker has uses the same parser kinds. `validate_marker` turns a bad value into a sentence,
+`parse_marker` gives the typed values (5% -> 0.05), and `marker_help` is the `markers` ini
+line, generated from the table like docs/markers-and-options.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .options import OPTIONS_BY_NAME, TRACE_ROUNDS_COUNT, Parse, choice, fraction, number
+from .results import BOTTLENECKS, UNCLASSIFIED
+
+
+@dataclass(frozen=True)
+class MarkerKey:
+    """One key of `@pytest.mark.inferscope(...)`: its parser and what it is for."""
+
+    name: str
+    help: str
+    parse: Parse
+    gpu: bool = False  # needs GPU data to evaluate
+    threshold: bool = True  # False for settings (rounds, warmup, cpu, latency_stat)
+    valid_text: str = ""  # what the parser accepts; default: the parser's own `valid`
+
+    def valid(self) -> str:
+        """What this key accepts, for the docs and for error messages."""
+        return self.valid_text or str(getattr(self.parse, "valid", "a valid value"))
+
+    def check(self, value: Any) -> str | None:
+        """None when `value` is valid, else what is wrong with it."""
+        try:
+            self.parse(value)
+        except ValueError as exc:
+            reason = str(exc)
+            if reason.startswith("is ambiguous"):
+                return f"{value!r} {reason}"
+            if reason == "is out of range":
+                return f"{value!r} is out of range: give {self.valid()}"
+            return f"{value!r} is not {self.valid()}"
+        return None
+
+
+def _setting(name: str, help: str, valid_text: str = "") -> MarkerKey:
+    """A key that overrides the option of the same name, parsed by that option's parser."""
+    return MarkerKey(name, help, OPTIONS_BY_NAME[name].parse, threshold=False, valid_text=valid_text)
+
+
+def _option_threshold(name: str, help: str) -> MarkerKey:
+    """A threshold that is also an option (max_regression), parsed by that option's parser."""
+    return MarkerKey(name, help, OPTIONS_BY_NAME[name].parse)
+
+
+_POSITIVE = number(0, low_inclusive=False)
+_COUNT = number(0)
+
+MARKER_KEYS: dict[str, MarkerKey] = {
+    k.name: k
+    for k in (
+        MarkerKey("max_latency_ms", "fail when the round latency statistic (latency_stat) exceeds this", _POSITIVE),
+        _setting("latency_stat", "the statistic max_latency_ms is checked against (default: median)"),
+        _option_threshold("max_regression", "allowed latency regression against a stored baseline (0.05 = 5%)"),
+        MarkerKey(
+            "expect_bottleneck",
+            "fail unless the analyzer classifies the test as this",
+            choice((*BOTTLENECKS, UNCLASSIFIED)),
+        ),
+        MarkerKey("max_host_memory_mb", "fail when peak host RSS exceeds this many MB", _POSITIVE),
+        MarkerKey("max_overhead", "fail when the profiler's estimated overhead exceeds this fraction", fraction(1.0)),
+        MarkerKey(
+            "max_gpu_idle", "fail when the GPU is idle more than this fraction of the round", fraction(1.0), gpu=True
+        ),
+        MarkerKey("max_gpu_memory_mb", "fail when peak GPU memory allocated exceeds this many MB", _POSITIVE, gpu=True),
+        MarkerKey(
+            "max_transfer_fraction",
+            "fail when host/device copies cover more than this fraction of the round",
+            fraction(1.0),
+            gpu=True,
+        ),
+        MarkerKey(
+            "max_kernel_launches",
+            "fail when a round launches more GPU kernels than this (deterministic)",
+            _COUNT,
+            gpu=True,
+        ),
+        MarkerKey(
+            "max_h2d_bytes",
+            "fail when a round copies more bytes host-to-device than this (deterministic)",
+            _COUNT,
+            gpu=True,
+        ),
+        MarkerKey(
+            "max_syncs",
+            "fail when a round makes more blocking synchronisations than this (deterministic)",
+            _COUNT,
+            gpu=True,
+        ),
+        _setting("rounds", "measured calls of the test body"),
+        _setting("warmup", "calls before the measured ones, not counted"),
+        _setting(
+            "round_cap",
+            "with the speed probe on, add rounds until `rounds` ran at the machine's usual speed, up to this "
+            "many times `rounds` in all (1 = never)",
+        ),
+        _setting(
+            "trace_rounds",
+            "extra rounds after the measured ones that record the GPU launch calls, which the measured rounds "
+            "are timed without; 'all' records them in every round (no trace round)",
+            valid_text=f"{TRACE_ROUNDS_COUNT.valid} or 'all'",
+        ),
+        _setting(
+            "gpu_rounds",
+            "which rounds record GPU activity: 'measured' (warm-up and measured rounds), 'trace' (only rounds after "
+            "the measured ones, which are timed without CUPTI) or 'auto' (decided after the warm-up)",
+        ),
+        _setting("cpu", "CPU collector mode for this test"),
+        _setting("modules", "record torch.nn.Module forwards to this depth for this test (0 = off)"),
+    )
+}
+
+
+def validate_marker(nodeid: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
+    """Problems with one test's marker, each a sentence naming the test, the key and what is valid."""
+    problems = []
+    if args:
+        problems.append(
+            f"{nodeid}: @pytest.mark.inferscope takes keyword arguments only, got positional {args!r}; "
+            f"write e.g. @pytest.mark.inferscope(max_latency_ms=50)."
+        )
+    for key, value in kwargs.items():
+        spec = MARKER_KEYS.get(key)
+        if spec is None:
+            close = difflib.get_close_matches(key, MARKER_KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(
+                f"{nodeid}: unknown @pytest.mark.inferscope key {key!r}; {hint}valid keys: {', '.join(MARKER_KEYS)}."
+            )
+            continue
+        wrong = spec.check(value)
+        if wrong is not None:
+            problems.append(f"{nodeid}: @pytest.mark.inferscope({key}=...): {wrong} ({spec.help}).")
+    return problems
+
+
+def parse_marker(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A validated marker's values, typed by each key's parser ('5%' -> 0.05); unknown keys are kept as given."""
+    return {k: MARKER_KEYS[k].parse(v) if k in MARKER_KEYS else v for k, v in kwargs.items()}
+
+
+def marker_help() -> str:
+    """The `markers` ini line (`pytest --markers`): every key, from the table."""
+    return (
+        "inferscope(**thresholds): profile this test's body (CPU, GPU, memory) over warm-up + rounds calls and "
+        f"fail when a threshold is crossed; keys: {', '.join(MARKER_KEYS)}. See docs/markers-and-options.md."
+    )

@@ -1,0 +1,57 @@
+"""One parser per setting: the marker, the options (command line, ini, env, file) and `inferscope compare` agree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_inferscope.cli import main
+from pytest_inferscope.config import ConfigError, resolve
+from pytest_inferscope.marker import MARKER_KEYS, marker_help, parse_marker, validate_marker
+from pytest_inferscope.options import OPTIONS_BY_NAME
+
+NODE = "t.py::test_a"
+
+
+@pytest.mark.parametrize(("key", "value"), [("max_regression", "5%"), ("rounds", 10**7), ("max_gpu_idle", "20%")])
+def test_the_marker_takes_what_the_option_takes(key: str, value: object, tmp_path: Path) -> None:
+    assert validate_marker(NODE, (), {key: value}) == []
+    if key in OPTIONS_BY_NAME:
+        typed = resolve(cli={key: value}, ini={}, env={}, rootdir=tmp_path)
+        assert parse_marker({key: value})[key] == getattr(typed, key)
+
+
+def test_marker_values_are_typed_by_the_options_parsers() -> None:
+    assert parse_marker({"max_regression": "5%", "rounds": "3", "cpu": "OFF"}) == pytest.approx(
+        {"max_regression": 0.05, "rounds": 3, "cpu": "off"}
+    )
+
+
+@pytest.mark.parametrize("where", ["option", "marker", "compare"])
+def test_a_bare_regression_above_1_is_ambiguous_everywhere(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if where == "option":
+        with pytest.raises(ConfigError, match=r"'2' is ambiguous: write 2% for a percentage"):
+            resolve(cli={"max_regression": "2"}, ini={}, env={}, rootdir=tmp_path)
+    elif where == "marker":
+        (problem,) = validate_marker(NODE, (), {"max_regression": 2})
+        assert "max_regression" in problem and "2 is ambiguous: write 2% for a percentage" in problem
+    else:
+        assert main(["compare", str(tmp_path), str(tmp_path), "--max-regression", "2"]) == 2
+        assert "'2' is ambiguous: write 2% for a percentage" in capsys.readouterr().err
+    assert OPTIONS_BY_NAME["max_regression"].parse("200%") == 2.0  # a percentage says what it means
+
+
+def test_compare_takes_what_the_option_takes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 1000% is the option's upper bound; beyond it both refuse with the same reason
+    assert main(["compare", str(tmp_path), str(tmp_path), "--max-regression", "1001%"]) == 2
+    assert "'1001%' is out of range" in capsys.readouterr().err
+
+
+def test_the_markers_line_lists_every_key(pytester: pytest.Pytester) -> None:
+    assert all(key in marker_help() for key in MARKER_KEYS)
+    result = pytester.runpytest("--markers")
+    line = next(x for x in result.outlines if x.startswith("@pytest.mark.inferscope"))
+    assert all(key in line for key in MARKER_KEYS), line
