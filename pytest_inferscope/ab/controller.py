@@ -9,7 +9,6 @@ starts its own twin, pinned with it to the worker's core.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import tempfile
@@ -93,8 +92,8 @@ class ABController:
             )
         wi = self.workerinput or {}
         if "inferscope_ab_tree" in wi:
-            self.tree = Worktree(**{k: Path(v) if k in ("top", "path", "holder") else v
-                                    for k, v in wi["inferscope_ab_tree"].items()})  # fmt: skip
+            t = wi["inferscope_ab_tree"]
+            self.tree = Worktree(Path(t["top"]), t["ref"], t["commit"], Path(t["path"]), Path(t["holder"]))
         elif self.settings.ab is not None:
             self.tree = Worktree.create(self.config.invocation_params.dir, self.settings.ab)
             self.owns_tree = True
@@ -156,9 +155,7 @@ class ABController:
             ready = self.twin.recv(READY_TIMEOUT_S)
         except TwinDied as exc:
             self.cleanup()
-            raise pytest.UsageError(
-                f"--inferscope-ab: the tests could not be started at {self.label}: {exc}"
-            ) from exc
+            raise pytest.UsageError(f"--inferscope-ab: the tests could not be started at {self.label}: {exc}") from exc
         if ready.get("errors"):
             self.cleanup()
             raise pytest.UsageError(

@@ -226,6 +226,6 @@ def verdict_from(nodeid: str, ref: str, new_ms: Sequence[float], ref_ms: Sequenc
 def ab_message(data: dict[str, Any]) -> str:
     """ABVerdict.message() of a verdict kept as plain data (TestResult.ab)."""
     known = {f.name for f in dataclasses.fields(ABVerdict)}
-    kw = {k: (math.nan if v is None and k not in ("core",) else v) for k, v in data.items() if k in known}
+    kw: dict[str, Any] = {k: (math.nan if v is None and k != "core" else v) for k, v in data.items() if k in known}
     kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes") or []]
     return ABVerdict(**kw).message()
