@@ -3,6 +3,7 @@ pytest process taking turns round by round, and what the user sees (docs/ab.md).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -59,9 +60,23 @@ def test_regression_caught_unchanged_not_flagged(pytester: pytest.Pytester) -> N
     root = make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.003))
     (root / "untracked.txt").write_text("mine")  # the user's working tree must survive the run
     head = git(root, "rev-parse", "HEAD").strip()
-    result = run(pytester, "--inferscope-ab=HEAD~1", "--junitxml=junit.xml")
+    summary = root.parent / "step_summary.md"
+    pytester._monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = run(
+        pytester, "--inferscope-ab=HEAD~1", "--junitxml=junit.xml", f"--inferscope-report={root.parent / 'out'}"
+    )
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
+    step = summary.read_text()
+    assert "| vs HEAD~1 (" in step and "regressed" in step and "Performance regression against HEAD~1" in step
+    (folder,) = (root.parent / "out").glob("test_x.py__test_changed*")
+    report = json.loads((folder / "report.json").read_text())
+    assert report["ab"]["verdict"] == "regressed" and report["ab"]["pairs"] >= 10
+    assert len(report["ab"]["new_ms"]) == len(report["ab"]["ref_ms"]) == report["ab"]["pairs"]
+    md = (folder / "report.md").read_text()
+    assert "## A/B: against HEAD~1" in md and "Wilcoxon signed-rank" in md
+    html = (folder / "report.html").read_text()
+    assert "A/B: against HEAD~1" in html
     assert "FAILED test_x.py::test_changed - inferscope A/B: Performance regression" in out
     assert "inferscope A/B: Performance regression against HEAD~1" in out
     base = git(root, "rev-parse", "HEAD~1").strip()
