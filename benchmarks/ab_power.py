@@ -42,7 +42,7 @@ from pytest_inferscope.ab.paired import judge
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
 RULES = ("ab", "ab-cap1", "stored")
 
-TEST_FILE = '''
+TEST_FILE = """
 import pytest
 
 N = {n}
@@ -61,7 +61,7 @@ def work(n):
 @pytest.mark.parametrize("case", CASES)
 def test_work(case):
     work(round(N * FACTOR[case.split("-")[0]]))
-'''
+"""
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -129,7 +129,7 @@ def study(args: argparse.Namespace) -> list[str]:
         repo = Path(tmp) / "proj"
         make_repo(repo, n, args.trials, args.rounds, args.warmup, args.max_regression, args.seed)
         _git(repo, "checkout", "-q", "HEAD~1")
-        saved, t_save = pytest_run(repo, "--inferscope-save-baseline=main", "--inferscope-baseline-dir=" + tmp + "/bl")
+        _, t_save = pytest_run(repo, "--inferscope-save-baseline=main", "--inferscope-baseline-dir=" + tmp + "/bl")
         _git(repo, "checkout", "-q", "-")
         stored, t_cmp = pytest_run(repo, "--inferscope-compare=main", "--inferscope-baseline-dir=" + tmp + "/bl")
         ab, t_ab = pytest_run(repo, "--inferscope-ab=HEAD~1", f"--inferscope-report={tmp}/out")
