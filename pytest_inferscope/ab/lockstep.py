@@ -82,6 +82,8 @@ def lockstep(
     except TwinDied as exc:
         data["state"], data["reason"] = "dead", str(exc)
         in_test = False
+    except (KeyboardInterrupt, SystemExit):
+        raise  # the session stops: the twin is ended at unconfigure (ABController.cleanup), not waited for
     except BaseException:
         _abandon(twin, data)  # this side's body raised: the twin's test ends too, and pytest goes on
         raise

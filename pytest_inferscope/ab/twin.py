@@ -105,7 +105,7 @@ class Twin:
             with contextlib.suppress(Exception):
                 self.channel.send(cmd="exit")
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=3)  # idle between tests it exits at once; inside a test body it is killed
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

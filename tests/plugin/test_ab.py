@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -199,3 +200,36 @@ def test_xdist_each_worker_its_own_twin(pytester: pytest.Pytester) -> None:
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     assert f"this session may use {cores}" in refused.stderr.str()
     assert worktrees(root) == 1
+
+
+def test_ctrl_c_leaves_no_worktree_and_no_twin(pytester: pytest.Pytester) -> None:
+    body = f"""
+import os, time, pytest
+
+@pytest.mark.inferscope(rounds=400, warmup=0)
+def test_slow():
+    side = "twin" if os.environ.get("INFERSCOPE_AB_TWIN") else "here"
+    with open(os.path.join({str(pytester.path)!r}, side + ".pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(0.05)
+"""
+    root = make_repo(pytester, body, body + "\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", "test_x.py"],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    pids = [root / "here.pid", root / "twin.pid"]
+    for _ in range(600):
+        if all(p.exists() for p in pids) or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[0].decode()
+    assert worktrees(root) == 2  # the run is under way
+    twin = int(pids[1].read_text())
+    proc.send_signal(2)  # SIGINT, as Ctrl-C sends it
+    out = proc.communicate(timeout=60)[0].decode()
+    assert "KeyboardInterrupt" in out
+    assert worktrees(root) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(twin, 0)
