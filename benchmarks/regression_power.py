@@ -36,6 +36,7 @@ Targets: at most 1% flagged at 0%; at least 95% flagged at 10% with 20 rounds.
     python benchmarks/regression_power.py            # 100 trials per setting, about 10 minutes
     python benchmarks/regression_power.py --quick    # 20 trials, 20 rounds only, about a minute
     python benchmarks/regression_power.py --markdown # also print the tables as Markdown
+    python benchmarks/regression_power.py --ab --trials 200  # A/B mode through the plugin (ab_power.py)
 """
 
 from __future__ import annotations
@@ -388,6 +389,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="20 trials, 20 rounds: about a minute")
     p.add_argument("--markdown", action="store_true", help="also print the tables as Markdown")
     p.add_argument("--progress", action="store_true", help="report progress on stderr")
+    if argv is None:
+        argv = sys.argv[1:]
+    if "--ab" in argv:  # the A/B mode: the real plugin, two commits, pytest runs (benchmarks/ab_power.py)
+        from benchmarks.ab_power import main as ab_main
+
+        return ab_main([a for a in argv if a != "--ab"])
     args = p.parse_args(argv)
     if args.quick:
         args.trials, args.rounds = 20, (20,)

@@ -213,6 +213,13 @@ def parse_name(value: Any) -> str:
     raise ValueError("is not a valid name")
 
 
+def parse_ref(value: Any) -> str:
+    """A git revision: no whitespace, not starting with '-' (it is passed to git as an argument)."""
+    if isinstance(value, str) and value.strip() and not value.strip().startswith("-") and " " not in value.strip():
+        return value.strip()
+    raise ValueError("is not a git revision")
+
+
 def _one_of(choices: tuple[str, ...]) -> str:
     return ", ".join(choices[:-1]) + " or " + choices[-1]
 
@@ -396,6 +403,19 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "so give warmup 2 or more). Unless the marker says otherwise.",
         f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,
     ),
+    OptionSpec(
+        "ab", optional(parse_ref), None,
+        "A/B gate: run every profiled test also at this git REF (a temporary `git worktree`), in a second pytest "
+        "process taking turns with this one round by round on one CPU core, and fail the tests whose paired "
+        "latency regressed beyond max_regression (docs/ab.md).",
+        "give a git revision such as origin/main, HEAD~1 or a commit hash", "origin/main", metavar="REF",
+    ),
+    OptionSpec(
+        "ab_python", optional(parse_path), None,
+        "A/B gate against another environment: the second pytest process runs with this Python interpreter "
+        "(e.g. another virtualenv's bin/python); with --inferscope-ab, at that ref (docs/ab.md).",
+        "give the path of a Python interpreter", "../venv-old/bin/python", metavar="PATH",
+    ),
 )  # fmt: skip
 
 OPTIONS_BY_NAME: Mapping[str, OptionSpec] = MappingProxyType({spec.name: spec for spec in OPTIONS})
@@ -429,6 +449,8 @@ class Settings:
     round_cap: float
     trace_rounds: int | str  # N >= 1, or "all"
     gpu_rounds: GpuRounds
+    ab: str | None
+    ab_python: Path | None
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"
     sources: Mapping[str, str] = field(default_factory=dict, hash=False)

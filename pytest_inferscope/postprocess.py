@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ def process(
     comparison: Comparison | None = None,
     launch_gap_us: float = LAUNCH_GAP_NS / 1000,
     probe_ms: list[float] | None = None,
+    ab: Callable[[TestResult], dict[str, Any] | None] | None = None,
 ) -> tuple[TestResult, Timeline]:
     """Turn one raw collection into a checked, reported `TestResult` (`probe_ms`: drift.probe_ms readings)."""
     timeline = merge(raw)
@@ -130,6 +131,10 @@ def process(
         environment=dict(environment or {}),
         regression=regression.to_dict() if regression is not None else None,
     )
+    if ab is not None:  # the A/B verdict (ab.controller.finish): a regression fails the test like a check
+        result.ab = ab(result)
+        if result.ab is not None and result.ab.get("verdict") == "regressed" and verdict == "pass":
+            result.verdict = "fail"
     if report_dir is not None:
         write_test_reports(result, timeline, report_dir, raw=raw, idle=ctx.idle)
     return result, timeline

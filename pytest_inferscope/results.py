@@ -338,6 +338,7 @@ class TestResult(_Serial):
     environment: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # "md" -> path, relative to the report dir
     regression: dict[str, Any] | None = None  # RegressionVerdict.to_dict() when compared with a baseline
+    ab: dict[str, Any] | None = None  # ab.paired.ABVerdict.to_dict() with --inferscope-ab / --inferscope-ab-python
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -64,6 +64,9 @@ class InferscopeSession:
     """State for one pytest session (or one xdist worker)."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        from .ab import make_ab, twin_settings
+
+        settings = twin_settings(settings)  # in an A/B twin: no reports, baselines or twin of its own
         self.config = config
         self.settings = settings
         self.report_dir: Path | None = (
@@ -80,6 +83,9 @@ class InferscopeSession:
         self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
         self.custom_rules: list[Any] = []  # from .inferscope_rules.yaml, loaded at session start
         self.pinned_gpu: int | None = self._pin_gpu()
+        self.ab = make_ab(config, settings, self.plans)  # the A/B gate's plugin object (docs/ab.md), or None
+        if self.ab is not None:
+            config.pluginmanager.register(self.ab, "inferscope-ab")
         self.probe_seen: list[float] = []  # this process's speed-probe readings: the machine's usual speed so far
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
@@ -91,7 +97,7 @@ class InferscopeSession:
         It must happen before CUDA starts in the process, which is why it runs at configure time.
         """
         gpus = self.settings.gpus
-        if not gpus:
+        if not gpus or os.environ.get("INFERSCOPE_AB_TWIN"):  # a twin keeps its parent's GPU
             return None
         workerinput = getattr(self.config, "workerinput", None)
         if workerinput is None and self.config.getoption("numprocesses", None):
@@ -270,6 +276,8 @@ class InferscopeSession:
 
         @functools.wraps(original)
         def profiled(*args: Any, **kwargs: Any) -> Any:
+            if self.ab is not None:  # A/B: the rounds take turns with the twin's (ab/lockstep.py)
+                return self.ab.run_test(pyfuncitem.nodeid, coll, lambda: original(*args, **kwargs), plan)
             if not probing:
                 return coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup)
             from .drift import measure_steady
@@ -345,7 +353,12 @@ class InferscopeSession:
         rep.user_properties.extend(props)
         item.user_properties.extend(props)
         failed = result.failed_checks
-        if failed:
+        ab = result.ab or {}
+        if ab.get("verdict") == "regressed" and rep.passed:
+            from .ab.paired import ab_message
+
+            rep.outcome, rep.longrepr = "failed", f"inferscope A/B: {ab_message(ab)}"
+        elif failed:
             text = "\n".join(c.message for c in failed)
             if rep.passed:
                 rep.outcome = "failed"
@@ -395,6 +408,7 @@ class InferscopeSession:
                 comparison=comparison,
                 launch_gap_us=self.settings.launch_gap_us,
                 probe_ms=pending.probe_ms if not pending.partial else None,
+                ab=functools.partial(self.ab.finish, item.nodeid) if hasattr(self.ab, "finish") else None,
             )
         self.results.append(result)
         self.note_environment_change(result)
@@ -426,12 +440,14 @@ class InferscopeSession:
             return
         from .reporters.terminal import write_terminal_summary
 
-        notes = self.header_lines()[:1] + self._extra_rounds_notes() + self.notes
-        write_terminal_summary(terminalreporter, self.results, self.report_dir, notes)
+        notes = self.header_lines()[:1] + self._extra_rounds_notes() + self.notes + getattr(self.ab, "notes", [])
+        column = getattr(self.ab, "column", None)
+        write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
 
     def _extra_rounds_notes(self) -> list[str]:
         """One summary line when the speed probe made tests run more rounds than requested, and why."""
-        extra = {r.nodeid: len(r.latency.samples_ms) - r.rounds for r in self.results}
+        # A/B tests add pairs by their own sequential rule (ab/paired.py), not for the speed probe
+        extra = {r.nodeid: len(r.latency.samples_ms) - r.rounds for r in self.results if r.ab is None}
         extra = {k: v for k, v in extra.items() if v > 0}
         if not extra:
             return []

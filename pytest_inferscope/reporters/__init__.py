@@ -147,21 +147,28 @@ def append_step_summary(path: Path, results: list[TestResult], report_dir: Path 
 
     Appended, not replaced: other steps of the job write to the same file.
     """
-    from .terminal import vs_baseline
+    from .terminal import vs_baseline, vs_ref
 
+    ab = next((r.ab for r in results if r.ab), None)  # an A/B run: a column against the other side
+    ab_head = f" vs {ab.get('ref')} |" if ab else ""
     lines = [
         "## inferscope",
         "",
-        "| Test | Median (ms) | ± IQR | vs baseline | Bottleneck | Verdict |",
-        "|---|---|---|---|---|---|",
+        f"| Test | Median (ms) | ± IQR | vs baseline |{ab_head} Bottleneck | Verdict |",
+        "|---|---|---|---|" + ("---|" if ab else "") + "---|---|",
     ]
     for r in sorted(results, key=lambda r: r.nodeid):
         lat = r.latency
+        ab_cell = f" {vs_ref(r)} |" if ab else ""
         lines.append(
-            f"| `{r.nodeid}` | {lat.median:.3f} | {lat.iqr:.3f} | {vs_baseline(r)} | {r.analysis.bottleneck} "
+            f"| `{r.nodeid}` | {lat.median:.3f} | {lat.iqr:.3f} | {vs_baseline(r)} |{ab_cell} {r.analysis.bottleneck} "
             f"({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
         )
     failed = [c.message for r in results for c in r.failed_checks]
+    if any((r.ab or {}).get("verdict") == "regressed" for r in results):
+        from ..ab.paired import ab_message
+
+        failed += [f"`{r.nodeid}`: {ab_message(r.ab)}" for r in results if r.ab and r.ab.get("verdict") == "regressed"]
     if failed:
         lines += ["", "<details><summary>Failures</summary>", "", *(f"- {m}" for m in failed), "", "</details>"]
     if report_dir is not None:

@@ -44,6 +44,14 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
             ("inferscope.regression.p_value", _num(comparison.get("p_value"))),
             ("inferscope.regression.baseline", str(reg.get("baseline_name", ""))),
         ]
+    ab = result.ab
+    if ab is not None:
+        props += [
+            ("inferscope.ab.verdict", str(ab.get("verdict"))),
+            ("inferscope.ab.ratio", _num(ab.get("ratio"))),
+            ("inferscope.ab.p", _num(ab.get("p_value"))),
+            ("inferscope.ab.ref", str(ab.get("ref", ""))),
+        ]
     return props
 
 

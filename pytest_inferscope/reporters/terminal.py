@@ -22,13 +22,17 @@ _HEADER = ("test", "median ms", "± IQR", "spread", "rounds", "bottleneck", "vs 
 
 
 def write_terminal_summary(
-    tr: TerminalReporter, results: list[TestResult], report_dir: Path | None, header_lines: list[str]
+    tr: TerminalReporter,
+    results: list[TestResult],
+    report_dir: Path | None,
+    header_lines: list[str],
+    ab_column: str | None = None,
 ) -> None:
     """Write the inferscope section through `tr`, pytest's TerminalReporter."""
     if not results and not header_lines and report_dir is None:
         return
     tr.write_sep("=", "inferscope")
-    lines = summary_lines(results)
+    lines = summary_lines(results, ab_column)
     ordered = sorted(results, key=lambda r: r.nodeid)
     for i, line in enumerate(lines):
         r = ordered[i - 1] if 0 < i <= len(ordered) else None
@@ -44,21 +48,27 @@ def write_terminal_summary(
         tr.write_line(f"inferscope reports: {Path(report_dir) / 'index.html'} (and index.md)")
 
 
-def summary_lines(results: list[TestResult]) -> list[str]:
-    """A header and one aligned row per test, sorted by id; with no results, one line saying so."""
+def summary_lines(results: list[TestResult], ab_column: str | None = None) -> list[str]:
+    """A header and one aligned row per test, sorted by id; with no results, one line saying so.
+
+    `ab_column`: the title of the A/B column ("vs origin/main"), shown when the run was an A/B run.
+    """
     if not results:
         return ["no tests were profiled"]
     ordered = sorted(results, key=lambda r: r.nodeid)
     ids = short_ids([r.nodeid for r in ordered])
-    rows: list[tuple[str, ...]] = [_HEADER]
+    rows: list[tuple[str, ...]] = [(*_HEADER[:7], ab_column or "", _HEADER[7])]
     for r, short in zip(ordered, ids, strict=True):
         lat = r.latency
         median, iqr = (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}") if lat.samples_ms else ("n/a", "")
         spread = fmt_pct(lat.rel_spread) if lat.samples_ms and not math.isnan(lat.rel_spread) else "n/a"
         bottleneck = f"{r.analysis.bottleneck} ({fmt_conf(r.analysis.confidence)})"
         rows.append(
-            (short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, vs_baseline(r), verdict_label(r))
-        )
+            (short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, vs_baseline(r), vs_ref(r),
+             verdict_label(r))
+        )  # fmt: skip
+    if ab_column is None:
+        rows = [row[:7] + row[8:] for row in rows]
     if not any(r.regression for r in ordered):  # the column only when the run was compared with a baseline
         rows = [row[:6] + row[7:] for row in rows]
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
@@ -79,6 +89,16 @@ def vs_baseline(result: TestResult) -> str:
     ratio = (reg.get("latency") or {}).get("ratio")
     change = f"{100 * (ratio - 1):+.1f}% " if isinstance(ratio, float) and math.isfinite(ratio) else ""
     return f"{change}{reg.get('verdict')}"
+
+
+def vs_ref(result: TestResult) -> str:
+    """The A/B column: '+3.1% unchanged', '+22% regressed', 'new', or '—' when the test ran no A/B."""
+    ab = result.ab
+    if ab is None:
+        return "—"
+    ratio = ab.get("ratio")
+    change = f"{100 * (ratio - 1):+.1f}% " if isinstance(ratio, float) and math.isfinite(ratio) else ""
+    return f"{change}{ab.get('verdict')}"
 
 
 def short_ids(nodeids: list[str]) -> list[str]:

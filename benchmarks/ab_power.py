@@ -1,0 +1,190 @@
+"""A/B mode of the power study (`regression_power.py --ab`): the real plugin, two commits, pytest runs.
+
+A temporary git repository holds one test file, parametrized over trials and slowdowns: every
+test is one trial, its body `work(n)` (regression_power.work, calibrated to --target-ms). The
+first commit runs the base n everywhere; the second runs n × (1 + s) in the tests of slowdown s
+(s = 0: unchanged). The tests are ordered trial by trial, the slowdowns shuffled within a trial,
+so a noisy minute on the shared machine hits every setting alike. Then, in one go:
+
+- `ab`: `pytest --inferscope-ab=HEAD~1` at the second commit: every test takes turns with its
+  twin, `rounds` pairs (more, sequentially, up to the default round cap of 3x), pinned to one core;
+- `ab-cap1`: the same run's first `rounds` pairs only, judged with one look (the pairs from report.json);
+- `stored`: the stored-baseline gate on the same trials: `--inferscope-save-baseline=main` at the
+  first commit, then `--inferscope-compare=main` at the second (one baseline run, then the new run).
+
+Each verdict is read from the JUnit properties (inferscope.ab.verdict, inferscope.regression.verdict).
+
+    python benchmarks/regression_power.py --ab --trials 200   # the docs/regression-power.md table
+    python benchmarks/ab_power.py --trials 10                 # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import ROOT, header
+from benchmarks.regression_power import calibrate
+from pytest_inferscope.ab.paired import judge
+
+SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
+RULES = ("ab", "ab-cap1", "stored")
+
+TEST_FILE = """
+import pytest
+
+N = {n}
+FACTOR = {factors!r}  # slowdown (percent) -> iterations factor at this commit
+CASES = {cases!r}
+
+
+def work(n):
+    acc = 1
+    for _ in range(n):
+        acc = (acc * 31 + 7) % 1_000_003
+    return acc
+
+
+@pytest.mark.inferscope(rounds={rounds}, warmup={warmup}, max_regression={max_regression})
+@pytest.mark.parametrize("case", CASES)
+def test_work(case):
+    work(round(N * FACTOR[case.split("-")[0]]))
+"""
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+def make_repo(repo: Path, n: int, trials: int, rounds: int, warmup: int, max_regression: float, seed: int) -> None:
+    rng = random.Random(seed)
+    cases = []
+    for t in range(trials):
+        order = [f"s{round(100 * s)}-t{t}" for s in SLOWDOWNS]
+        rng.shuffle(order)
+        cases += order
+    common = {"n": n, "cases": cases, "rounds": rounds, "warmup": warmup, "max_regression": max_regression}
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "bench@example.com")
+    _git(repo, "config", "user.name", "bench")
+    base = {f"s{round(100 * s)}": 1.0 for s in SLOWDOWNS}
+    (repo / "test_work.py").write_text(TEST_FILE.format(factors=base, **common))
+    _git(repo, "add", "test_work.py")
+    _git(repo, "commit", "-qm", "base")
+    slower = {f"s{round(100 * s)}": 1.0 + s for s in SLOWDOWNS}
+    (repo / "test_work.py").write_text(TEST_FILE.format(factors=slower, **common))
+    _git(repo, "commit", "-qam", "slower")
+
+
+def pytest_run(repo: Path, *args: str) -> tuple[dict[str, dict[str, str]], float]:
+    """Run pytest in `repo`; each test's inferscope.* JUnit properties, and the wall time."""
+    xml = repo.parent / "junit.xml"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:benchmark",
+         f"--junitxml={xml}", *args],
+        cwd=repo, env=env, capture_output=True, check=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    props = {}
+    for case in ET.parse(xml).iter("testcase"):
+        name = case.get("name", "")
+        props[name[name.index("[") + 1 : -1]] = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+    return props, wall
+
+
+def cap1(report_dir: Path, rounds: int, max_regression: float, alpha: float) -> dict[str, str]:
+    """The verdict on each test's first `rounds` pairs, one look: as if no pairs had been added."""
+    out = {}
+    for path in report_dir.glob("*/report.json"):
+        data = json.loads(path.read_text())
+        ab = data.get("ab") or {}
+        new, ref = ab.get("new_ms") or [], ab.get("ref_ms") or []
+        case = data["nodeid"].split("[", 1)[1][:-1]
+        if len(new) >= rounds:
+            look = judge(new[:rounds], ref[:rounds], max_regression=max_regression, alpha=alpha, n_looks=1, last=True)
+            out[case] = look.verdict
+        else:
+            out[case] = ab.get("verdict", "?")
+    return out
+
+
+def study(args: argparse.Namespace) -> list[str]:
+    n = calibrate(args.target_ms)
+    with tempfile.TemporaryDirectory(prefix="ab-power-") as tmp:
+        repo = Path(tmp) / "proj"
+        make_repo(repo, n, args.trials, args.rounds, args.warmup, args.max_regression, args.seed)
+        _git(repo, "checkout", "-q", "HEAD~1")
+        _, t_save = pytest_run(repo, "--inferscope-save-baseline=main", "--inferscope-baseline-dir=" + tmp + "/bl")
+        _git(repo, "checkout", "-q", "-")
+        stored, t_cmp = pytest_run(repo, "--inferscope-compare=main", "--inferscope-baseline-dir=" + tmp + "/bl")
+        ab, t_ab = pytest_run(repo, "--inferscope-ab=HEAD~1", f"--inferscope-report={tmp}/out")
+        first = cap1(Path(tmp) / "out", args.rounds, args.max_regression, args.alpha)
+    verdicts = {
+        "ab": {k: v.get("inferscope.ab.verdict", "?") for k, v in ab.items()},
+        "ab-cap1": first,
+        "stored": {k: v.get("inferscope.regression.verdict", "?") for k, v in stored.items()},
+    }
+    pairs = [int(v.get("inferscope.rounds", "0")) for v in ab.values()]
+    lines = [
+        *header("A/B power study through the plugin", f"python {sys.version.split()[0]}"),
+        f"workload: pure-Python loop, {n} iterations (~{args.target_ms:g} ms); {args.trials} trials per slowdown; "
+        f"{args.rounds} pairs (ab: up to 3x by the sequential rule), warm-up {args.warmup}; max_regression "
+        f"{args.max_regression:g}, alpha {args.alpha:g}",
+        f"wall: save-baseline run {t_save:.0f} s, compare run {t_cmp:.0f} s, A/B run {t_ab:.0f} s; "
+        f"A/B pairs per test: median {sorted(pairs)[len(pairs) // 2] if pairs else 0}, max {max(pairs, default=0)}",
+        "",
+        "| rule | " + " | ".join(f"{round(100 * s)} % slower" for s in SLOWDOWNS) + " |",
+        "|---|" + "---|" * len(SLOWDOWNS),
+    ]
+    for rule in RULES:
+        cells = []
+        for s in SLOWDOWNS:
+            tag = f"s{round(100 * s)}-"
+            got = [v for k, v in verdicts[rule].items() if k.startswith(tag)]
+            flagged = sum(v == "regressed" for v in got)
+            other = Counter(v for v in got if v != "regressed")
+            unsure = f", {other['inconclusive']} inconclusive" if other["inconclusive"] else ""
+            cells.append(f"{flagged}/{len(got)} ({100 * flagged / max(1, len(got)):.1f} %{unsure})")
+            if args.verbose:
+                print(rule, tag, dict(other), file=sys.stderr)
+        lines.append(f"| {rule} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(
+        "(0 % column: false positives; the others: caught. A cell counts the tests whose verdict was regressed, "
+        "and says how many were inconclusive.)"
+    )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--trials", type=int, default=200, help="trials per slowdown (default 200)")
+    p.add_argument("--rounds", type=int, default=20, help="pairs per test before the sequential rule (default 20)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--target-ms", type=float, default=3.0)
+    p.add_argument("--max-regression", type=float, default=0.05)
+    p.add_argument("--alpha", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verbose", action="store_true", help="the other verdicts per cell, on stderr")
+    args = p.parse_args(argv)
+    print("\n".join(study(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""A/B gating: this checkout against a git ref (or another interpreter), interleaved round by round.
+
+worktree: the other side's code (a temporary `git worktree`) and the interpreter check;
+twin/channel: the second pytest process and the pipe to it; lockstep: the turn-taking of one test;
+paired: the statistics on the pairs and the verdict; controller: the plugin object tying them
+together for the session. See docs/ab.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
+
+    from ..checks import Plan
+    from ..options import Settings
+
+
+def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan]) -> Any:
+    """The A/B object of this process: the twin's server in a twin, the controller with --inferscope-ab*, or None."""
+    from .twin import ENV, twin_channel
+
+    if os.environ.get(ENV):
+        from .twin import TwinServer
+
+        channel = twin_channel()
+        assert channel is not None
+        return TwinServer(channel)
+    if settings.ab is None and settings.ab_python is None:
+        return None
+    from .controller import ABController
+
+    return ABController(config, settings, plans)
+
+
+def twin_settings(settings: Settings) -> Settings:
+    """In a twin: the settings without what only the parent does (reports, baselines, its own A/B, the probe)."""
+    from .twin import ENV
+
+    if not os.environ.get(ENV):
+        return settings
+    import dataclasses
+
+    return dataclasses.replace(
+        settings, report=None, compare=None, save_baseline=None, ab=None, ab_python=None, speed_probe="off"
+    )

@@ -1,0 +1,261 @@
+"""This side of an A/B run: prepares the other side (worktree, interpreter, twin), runs each profiled test's
+rounds in lockstep with the twin, and turns the pairs into an `ABVerdict` for the test's result.
+
+Registered as a plugin by the session when --inferscope-ab or --inferscope-ab-python is given. Under
+xdist the controller only checks the input, makes the worktree and picks the cores; each worker
+starts its own twin, pinned with it to the worker's core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .args import twin_args
+from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned
+from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages
+
+if TYPE_CHECKING:
+    from ..checks import Plan
+    from ..collectors import Collection
+    from ..options import Settings
+    from ..results import TestResult
+
+
+class TwinTestFailed(Exception):
+    """The test raised on the twin's side during a round."""
+
+
+class ABController:
+    """The A/B gate of one pytest process (or xdist worker, or the xdist controller)."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, plans: Mapping[str, Plan]) -> None:
+        self.config = config
+        self.settings = settings
+        self.plans = plans
+        self.tree: Worktree | None = None
+        self.owns_tree = False
+        self.twin: Twin | None = None
+        self.twin_plans: set[str] = set()
+        self.core: int | None = None
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []
+        self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+        n = config.getoption("numprocesses", None) if self.workerinput is None else None
+        self.workers = n if isinstance(n, int) and n > 0 else 0  # xdist controller: how many workers
+
+    # -- what the other side is -------------------------------------------------------
+
+    @property
+    def label(self) -> str:
+        parts = []
+        if self.tree is not None:
+            parts.append(self.tree.label())
+        elif self.settings.ab is not None:
+            parts.append(self.settings.ab)
+        if self.settings.ab_python is not None:
+            parts.append(f"python {self.settings.ab_python}")
+        return " with ".join(parts) or "the other side"
+
+    @property
+    def column(self) -> str:
+        """The terminal summary column's title."""
+        return f"vs {self.settings.ab or 'python ' + Path(str(self.settings.ab_python)).name}"
+
+    def _allowed_cores(self) -> list[int]:
+        return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+    # -- session ----------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        try:
+            self._prepare()
+        except ABInputError as exc:
+            self.cleanup()
+            raise pytest.UsageError(str(exc)) from exc
+
+    def _prepare(self) -> None:
+        cores = self._allowed_cores()
+        if self.workers > len(cores):
+            raise ABInputError(
+                f"--inferscope-ab with -n {self.workers}: each xdist worker and its twin need a CPU core of their "
+                f"own, and this session may use {len(cores)} ({', '.join(map(str, cores))}). Use -n {len(cores)} "
+                "or fewer."
+            )
+        wi = self.workerinput or {}
+        if "inferscope_ab_tree" in wi:
+            t = wi["inferscope_ab_tree"]
+            self.tree = Worktree(Path(t["top"]), t["ref"], t["commit"], Path(t["path"]), Path(t["holder"]))
+        elif self.settings.ab is not None:
+            self.tree = Worktree.create(self.config.invocation_params.dir, self.settings.ab)
+            self.owns_tree = True
+        env = self._twin_env()
+        if self.settings.ab_python is not None and not wi:
+            check_python(self._python(), env, self._twin_cwd())
+        if self.workers:
+            self.notes.append(
+                f"inferscope A/B: this checkout against {self.label}; each of the {self.workers} xdist workers "
+                f"takes turns with its own twin, the pair pinned to its own CPU core (cores {cores[: self.workers]})"
+            )
+            return
+        worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
+        self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
+        argv = [str(self._python()), "-m", "pytest", *twin_args(self._args(), self.tree), "-p", "no:xdist",
+                "-p", "no:cacheprovider"]  # fmt: skip
+        log = Path(tempfile.mkstemp(prefix="inferscope-twin-", suffix=".log")[1])
+        self.twin = Twin(argv, self._twin_cwd(), env, log, self.label)
+        if not wi:
+            self.notes.append(
+                f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
+                f"processes pinned to CPU core {self.core} (of the allowed {cores})"
+            )
+
+    def _python(self) -> Path:
+        return self.settings.ab_python if self.settings.ab_python is not None else Path(sys.executable)
+
+    def _args(self) -> list[str]:
+        wi = self.workerinput or {}
+        return list(wi.get("inferscope_ab_args", self.config.invocation_params.args))
+
+    def _twin_cwd(self) -> Path:
+        here = self.config.invocation_params.dir
+        return self.tree.map_path(here) if self.tree is not None else here
+
+    def _twin_env(self) -> dict[str, str]:
+        drop = ("GITHUB_STEP_SUMMARY", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
+        if self.tree is not None:
+            first = import_paths(self.tree.path)
+            env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH", "")])])
+            env[ENV_PACKAGES] = f"{self.tree.path}|{','.join(own_packages(self.tree.path))}"
+        return env
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """xdist controller: the workers share its worktree and the command line it was given."""
+        if self.tree is not None:
+            t = self.tree
+            node.workerinput["inferscope_ab_tree"] = {
+                "top": str(t.top), "ref": t.ref, "commit": t.commit, "path": str(t.path), "holder": str(t.holder),
+            }  # fmt: skip
+        node.workerinput["inferscope_ab_args"] = list(self.config.invocation_params.args)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.twin is None:
+            return
+        try:
+            ready = self.twin.recv(READY_TIMEOUT_S)
+        except TwinDied as exc:
+            self.cleanup()
+            raise pytest.UsageError(f"--inferscope-ab: the tests could not be started at {self.label}: {exc}") from exc
+        if ready.get("errors"):
+            self.cleanup()
+            raise pytest.UsageError(
+                f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(ready['errors'])}. Fix the "
+                "collection errors there (or choose another ref) before comparing against it."
+            )
+        self.twin_plans = set(ready.get("nodeids", []))
+        self._note_foreign(ready.get("foreign") or [])
+        removed = sorted(self.twin_plans - set(self.plans))
+        if removed and not self.workerinput:  # a worker sees every test too: the controller would say it N times
+            self.notes.append(
+                f"inferscope A/B: {len(removed)} profiled test(s) only at {self.label} (removed or renamed here): "
+                + ", ".join(removed[:10])
+                + (" ..." if len(removed) > 10 else "")
+            )
+        elif removed:
+            self.notes.append(f"inferscope A/B: {len(removed)} profiled test(s) only at {self.label}: " +
+                              ", ".join(removed[:10]))  # fmt: skip
+
+    def _note_foreign(self, foreign: list[str]) -> None:
+        if foreign and self.tree is not None and not any("cannot replace" in n for n in self.notes):
+            self.notes.append(
+                f"inferscope A/B: the twin imported {', '.join(foreign)}: an installed, non-editable package that "
+                f"the worktree of {self.tree.ref} cannot replace, so only the test files differ between the sides. "
+                "Install the project in editable mode (pip install -e .) or compare environments with "
+                "--inferscope-ab-python."
+            )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.workerinput is not None:
+            session.config.workeroutput["inferscope_ab_notes"] = self.notes  # type: ignore[attr-defined]
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        """End the twin and remove the worktree this process made; safe to call twice."""
+        if self.twin is not None:
+            self.twin.close()
+            with contextlib.suppress(OSError):
+                self.twin.log.unlink()
+        if self.tree is not None and self.owns_tree:
+            self.tree.remove()
+            self.owns_tree = False
+
+    # -- one test -----------------------------------------------------------------------
+
+    def run_test(self, nodeid: str, coll: Collection, body: Callable[[], Any], plan: Plan) -> Any:
+        """The test's rounds, in lockstep with the twin when it has the test; returns the body's last result."""
+        data: dict[str, Any] = {"state": "paired", "new_ms": [], "ref_ms": [], "look": None, "metrics": {}}
+        self.pending[nodeid] = data
+        twin = self.twin
+        if twin is None or twin.dead:
+            data["state"], data["reason"] = "dead", (twin.dead if twin is not None else "no twin ran")
+            return coll.run_rounds(body, plan.rounds, plan.warmup)
+        if nodeid not in self.twin_plans:
+            data["state"] = "new"
+            return coll.run_rounds(body, plan.rounds, plan.warmup)
+        try:
+            twin.send(cmd="run", nodeid=nodeid, core=self.core)
+            msg = twin.recv()
+        except TwinDied as exc:
+            data["state"], data["reason"] = "dead", str(exc)
+            return coll.run_rounds(body, plan.rounds, plan.warmup)
+        if msg.get("type") == "result":
+            data["state"], data["error"] = "twin_failed", msg.get("error") or "not run there"
+            return coll.run_rounds(body, plan.rounds, plan.warmup)
+        from .lockstep import lockstep
+
+        max_regression = float(plan.thresholds.get("max_regression", self.settings.max_regression))
+        with pinned(self.core):
+            return lockstep(twin, coll, body, plan, data, max_regression, self.settings.alpha)
+
+    def finish(self, nodeid: str, result: TestResult) -> dict[str, Any] | None:
+        """The test's ABVerdict as plain data (None when it ran no A/B), its deterministic metrics compared."""
+        data = self.pending.pop(nodeid, None)
+        if data is None:
+            return None
+        from ..baseline import DETERMINISTIC_METRICS
+        from ..stats import compare_metric
+        from .paired import ABVerdict, PairedLook, verdict_from
+
+        self._note_foreign(data.get("foreign") or [])
+        state = data["state"]
+        if state == "new":
+            verdict = ABVerdict(nodeid, "new", f"the test is not profiled at {self.label}", self.label)
+        elif state == "dead":
+            verdict = ABVerdict(nodeid, "inconclusive", str(data.get("reason")), self.label)
+        elif state == "twin_failed" and data["look"] is None:
+            reason = f"the test failed at {self.label}, so there is nothing to compare; this checkout's result stands"
+            verdict = ABVerdict(nodeid, "inconclusive", reason, self.label, twin_error=str(data.get("error")))
+        else:
+            changes = [
+                c for name in DETERMINISTIC_METRICS
+                if (c := compare_metric(name, data["metrics"].get(name), result.analysis.metrics.get(name)))
+            ]  # fmt: skip
+            look: PairedLook = data["look"]
+            verdict = verdict_from(nodeid, self.label, data["new_ms"], data["ref_ms"], look, data["looks"], changes)
+            if state != "paired":
+                verdict.verdict, verdict.twin_error = "inconclusive", str(data.get("error") or data.get("reason"))
+                verdict.reason = f"the twin stopped after {look.pairs} pairs ({state}): {verdict.twin_error}"
+        verdict.core = self.core
+        return verdict.to_dict()

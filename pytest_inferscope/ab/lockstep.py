@@ -1,0 +1,122 @@
+"""The turn-taking of one test: warm-up on both sides, then pairs of rounds in alternating order (AB, BA,
+AB, ...), with a look at the pairs after every `rounds` of them, up to the round cap."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .paired import judge, looks
+from .twin import Twin, TwinDied
+
+if TYPE_CHECKING:
+    from ..checks import Plan
+    from ..collectors import Collection
+
+
+class _TwinFailed(Exception):
+    pass
+
+
+def lockstep(
+    twin: Twin,
+    coll: Collection,
+    body: Callable[[], Any],
+    plan: Plan,
+    data: dict[str, Any],
+    max_regression: float,
+    alpha: float,
+) -> Any:
+    """Run the test's rounds here and on the twin, one at a time; the pairs and the look go into `data`."""
+    result: Any = None
+    index = 0
+
+    def here(warmup: bool) -> float:
+        nonlocal result, index
+        with coll.round(index, warmup=warmup):
+            result = body()
+        index += 1
+        return float(coll.rounds[-1]["wall_ns"]) / 1e6
+
+    def there(i: int, warmup: bool, first: bool = False) -> float:
+        twin.send(cmd="round", index=i, warmup=warmup, first=first)
+        msg = twin.recv()
+        if msg.get("type") == "error":
+            raise _TwinFailed(str(msg.get("error")))
+        return float(msg["ms"])
+
+    points = looks(plan.rounds, max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9)))
+    data["looks"] = len(points)
+    new, ref = data["new_ms"], data["ref_ms"]
+    in_test = True
+    try:
+        for w in range(plan.warmup):
+            if w % 2 == 0:
+                here(True)
+                there(w, True)
+            else:
+                there(w, True)
+                here(True)
+        coll.after_warmup()
+        k = 0
+        for j, point in enumerate(points):
+            while k < point:
+                if k % 2 == 0:  # AB, then BA: neither side always goes first
+                    a = here(False)
+                    b = there(plan.warmup + k, False, first=k == 0)
+                else:
+                    b = there(plan.warmup + k, False, first=k == 0)
+                    a = here(False)
+                new.append(a)
+                ref.append(b)
+                k += 1
+            look = judge(new, ref, max_regression=max_regression, alpha=alpha, n_looks=len(points),
+                         last=j == len(points) - 1)  # fmt: skip
+            data["look"] = look
+            if look.final:
+                break
+        twin.send(cmd="end")
+    except _TwinFailed as exc:
+        data["state"], data["error"] = "twin_failed", str(exc)
+    except TwinDied as exc:
+        data["state"], data["reason"] = "dead", str(exc)
+        in_test = False
+    except (KeyboardInterrupt, SystemExit):
+        raise  # the session stops: the twin is ended at unconfigure (ABController.cleanup), not waited for
+    except BaseException:
+        _abandon(twin, data)  # this side's body raised: the twin's test ends too, and pytest goes on
+        raise
+    if data["look"] is None and new:
+        data["look"] = judge(new, ref, max_regression=max_regression, alpha=alpha, n_looks=len(points), last=True)
+    # The current side's result stands: its requested rounds are completed here alone.
+    measured = sum(1 for r in coll.rounds if not r.get("warmup") and not r.get("trace"))
+    for _ in range(plan.rounds - measured):
+        here(False)
+    if in_test:
+        _read_result(twin, data)
+    traced = coll.run_trace_rounds(body, index)
+    return result if traced is None else traced[0]
+
+
+def _read_result(twin: Twin, data: dict[str, Any]) -> None:
+    """The twin's end of the test: its error, if any, and its deterministic metrics."""
+    try:
+        while (msg := twin.recv()).get("type") != "result":
+            pass
+    except TwinDied as exc:
+        if data["state"] == "paired":
+            data["state"], data["reason"] = "dead", str(exc)
+        return
+    data["metrics"] = msg.get("metrics") or {}
+    data["foreign"] = msg.get("foreign") or []
+    if msg.get("error") and data["state"] == "paired":
+        data["state"], data["error"] = "twin_failed", msg["error"]
+
+
+def _abandon(twin: Twin, data: dict[str, Any]) -> None:
+    try:
+        twin.send(cmd="end")
+        _read_result(twin, data)
+    except TwinDied:
+        pass

@@ -1,0 +1,231 @@
+"""The A/B verdict on pairs of rounds: a Wilcoxon signed-rank test on their log ratios, a bootstrap CI of
+the median ratio, and a sequential rule whose false-positive rate holds over every look it takes.
+
+Pair i is (this checkout's round i, the twin's round i), run back to back on one core, so the
+machine's drift is shared by both halves and cancels in their ratio. The rule is the stored-baseline
+gate's two-part rule (`stats.compare_samples`) on pairs: significant at alpha AND a median ratio
+beyond max_regression. Looks are taken at every `step` pairs up to the cap; each look tests at
+alpha / looks (Bonferroni over looks), so the chance of any false "regressed" stays at most alpha.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..stats import MetricChange, _norm_sf
+
+#: Bootstrap resamples for the CI of the median ratio; seeded, so a report is reproducible.
+BOOTSTRAP = 2000
+
+
+def signed_rank_p(d: Sequence[float]) -> tuple[float, float]:
+    """One-sided p-values (greater, less) of the Wilcoxon signed-rank test that the d's centre is 0.
+
+    Exact (the distribution of the rank sum by counting) without ties and zeros; with them, the
+    normal approximation with the tie correction. Zeros are dropped (Wilcoxon's convention).
+    """
+    x = np.asarray([v for v in d if v != 0.0], dtype=float)
+    n = x.size
+    if n == 0:
+        return 1.0, 1.0
+    a = np.abs(x)
+    order = np.argsort(a, kind="mergesort")
+    ranks = np.empty(n)
+    ranks[order] = np.arange(1, n + 1, dtype=float)
+    tied = len(np.unique(a)) < n
+    if tied:  # midranks
+        for v in np.unique(a):
+            m = a == v
+            ranks[m] = ranks[m].mean()
+    w = float(ranks[x > 0].sum())
+    total = n * (n + 1) / 2
+    if not tied:
+        counts = np.zeros(int(total) + 1)
+        counts[0] = 1.0
+        for r in range(1, n + 1):  # subsets of {1..n} by their sum
+            counts[r:] = counts[r:] + counts[:-r].copy()
+        probs = counts / counts.sum()
+        k = round(w)
+        return float(probs[k:].sum()), float(probs[: k + 1].sum())
+    _, tie_counts = np.unique(a, return_counts=True)
+    var = n * (n + 1) * (2 * n + 1) / 24 - float((tie_counts**3 - tie_counts).sum()) / 48
+    if var <= 0:
+        return 1.0, 1.0
+    mean = total / 2
+    sd = math.sqrt(var)
+    return _norm_sf((w - mean - 0.5) / sd), _norm_sf((mean - w - 0.5) / sd)
+
+
+def median_ratio_ci(logs: Sequence[float], confidence: float, seed: int = 0) -> tuple[float, float, float]:
+    """exp(median of the log ratios) and its bootstrap percentile CI at `confidence`."""
+    x = np.asarray(logs, dtype=float)
+    med = float(np.exp(np.median(x)))
+    if x.size < 2:
+        return med, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    boot = np.median(x[rng.integers(0, x.size, size=(BOOTSTRAP, x.size))], axis=1)
+    tail = 100 * (1 - confidence) / 2
+    lo, hi = np.percentile(boot, [tail, 100 - tail])
+    return med, float(np.exp(lo)), float(np.exp(hi))
+
+
+def looks(first: int, cap: int) -> list[int]:
+    """The pair counts at which the rule looks: every `first` pairs, and the cap."""
+    first = max(1, first)
+    points = list(range(first, cap + 1, first))
+    if not points or points[-1] != cap:
+        points.append(max(cap, first))
+    return points
+
+
+@dataclass
+class PairedLook:
+    """The test on the pairs so far: what it says and whether it is final."""
+
+    verdict: str  # regressed | improved | unchanged | inconclusive
+    reason: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float  # one-sided, in the direction of the ratio
+    pairs: int
+    final: bool
+
+
+def judge(
+    new_ms: Sequence[float], ref_ms: Sequence[float], *, max_regression: float, alpha: float, n_looks: int, last: bool
+) -> PairedLook:
+    """One look at the pairs: the verdict at alpha / n_looks, final when clear or when `last`."""
+    n = min(len(new_ms), len(ref_ms))
+    level = alpha / max(1, n_looks)
+    if n == 0:
+        return PairedLook("inconclusive", "no pairs were measured", math.nan, math.nan, math.nan, math.nan, 0, True)
+    logs = [math.log(a / b) for a, b in zip(new_ms[:n], ref_ms[:n], strict=True) if a > 0 and b > 0]
+    ratio, lo, hi = median_ratio_ci(logs, confidence=1 - 2 * level)
+    p_up, p_down = signed_rank_p(logs)
+    up, down = 1.0 + max_regression, 1.0 / (1.0 + max_regression)
+    p = p_up if ratio >= 1 else p_down
+    change = f"{100 * (ratio - 1):+.1f}%"
+    test = f"signed-rank p={p:.2g} at alpha {alpha:g}/{n_looks} look(s)"
+
+    def look(verdict: str, reason: str, final: bool = True) -> PairedLook:
+        return PairedLook(verdict, reason, ratio, lo, hi, p, n, final)
+
+    if p_up < level and ratio > up:
+        return look("regressed", f"{change} slower over {n} pairs ({test}), beyond the allowed {max_regression:.3g}.")
+    if p_down < level and ratio < down:
+        return look("improved", f"{change} faster over {n} pairs ({test}).")
+    if math.isfinite(lo) and down < lo and hi < up:
+        return look("unchanged", f"{change} over {n} pairs; the CI {lo:.3f}-{hi:.3f} lies within the allowed change.")
+    if not last:
+        return look("inconclusive", f"not yet clear after {n} pairs", final=False)
+    if 2.0**-n >= level:
+        return look(
+            "inconclusive",
+            f"{n} pairs cannot reach significance at alpha {alpha:g}/{n_looks} (the smallest p of {n} pairs is "
+            f"{2.0**-n:.2g}); give the test more rounds or a higher --inferscope-round-cap.",
+        )
+    if ratio > up or ratio < down:
+        return look(
+            "inconclusive",
+            f"{change} over {n} pairs, beyond the allowed {max_regression:.3g}, but not significant ({test}); the "
+            "pairs disagree too much to tell. Run on a quieter machine or with more rounds.",
+        )
+    return look("unchanged", f"{change} over {n} pairs, within the allowed {max_regression:.3g} ({test}).")
+
+
+@dataclass
+class ABVerdict:
+    """One test, this checkout against the other side: the verdict, the pairs, the evidence."""
+
+    nodeid: str
+    verdict: str  # regressed | improved | unchanged | inconclusive | new | removed
+    reason: str
+    ref: str  # what the other side is: "origin/main (3f2a9c1)", "python ../venv/bin/python"
+    ratio: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan
+    pairs: int = 0
+    looks: int = 0
+    new_median_ms: float = math.nan
+    ref_median_ms: float = math.nan
+    new_ms: list[float] = field(default_factory=list)
+    ref_ms: list[float] = field(default_factory=list)
+    core: int | None = None
+    metric_changes: list[MetricChange] = field(default_factory=list)
+    twin_error: str = ""  # the test's failure on the other side
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "regressed"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+    def message(self) -> str:
+        """The evidence, as the failure text and the report line."""
+        head = {
+            "regressed": "Performance regression against",
+            "improved": "Faster than",
+            "unchanged": "No significant change against",
+            "inconclusive": "Inconclusive A/B comparison with",
+            "new": "New test, not at",
+            "removed": "Test not run here, only at",
+        }.get(self.verdict, self.verdict)
+        lines = [f"{head} {self.ref}: {self.reason}"]
+        if self.pairs:
+            core = f", both pinned to CPU core {self.core}" if self.core is not None else ""
+            lines.append(
+                f"  latency: median {self.ref_median_ms:.4g} ms ({self.ref}) -> {self.new_median_ms:.4g} ms (this "
+                f"checkout); median pair ratio {self.ratio:.3f}, CI {self.ci_low:.3f}-{self.ci_high:.3f}; "
+                f"signed-rank p={self.p_value:.2g}; {self.pairs} pairs in alternating order{core}."
+            )
+        lines += [f"  metric: {m.message}" for m in self.metric_changes]
+        if self.twin_error:
+            lines.append(f"  at {self.ref}: {self.twin_error}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def verdict_from(nodeid: str, ref: str, new_ms: Sequence[float], ref_ms: Sequence[float], look: PairedLook,
+                 n_looks: int, metric_changes: list[MetricChange]) -> ABVerdict:  # fmt: skip
+    """The ABVerdict of a finished sequence of pairs; a changed deterministic metric makes it regressed."""
+    verdict, reason = look.verdict, look.reason
+    bad = [m for m in metric_changes if m.regressed]
+    if bad and verdict != "regressed":
+        verdict, reason = "regressed", f"{len(bad)} deterministic metric(s) rose; latency: {reason}"
+    return ABVerdict(
+        nodeid=nodeid,
+        verdict=verdict,
+        reason=reason,
+        ref=ref,
+        ratio=look.ratio,
+        ci_low=look.ci_low,
+        ci_high=look.ci_high,
+        p_value=look.p_value,
+        pairs=look.pairs,
+        looks=n_looks,
+        new_median_ms=float(np.median(new_ms)) if len(new_ms) else math.nan,
+        ref_median_ms=float(np.median(ref_ms)) if len(ref_ms) else math.nan,
+        new_ms=[float(x) for x in new_ms],
+        ref_ms=[float(x) for x in ref_ms],
+        metric_changes=metric_changes,
+    )
+
+
+def ab_message(data: dict[str, Any]) -> str:
+    """ABVerdict.message() of a verdict kept as plain data (TestResult.ab)."""
+    known = {f.name for f in dataclasses.fields(ABVerdict)}
+    kw: dict[str, Any] = {k: (math.nan if v is None and k != "core" else v) for k, v in data.items() if k in known}
+    kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes") or []]
+    return ABVerdict(**kw).message()

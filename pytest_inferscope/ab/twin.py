@@ -1,0 +1,216 @@
+"""The twin: a second pytest process that runs the same tests at the other side, one round when told.
+
+Parent side: `Twin` starts it (its own session, so the terminal's Ctrl-C reaches only the parent,
+which then ends it), reads its "ready" line after collection and drives it. Twin side:
+`TwinServer`, registered in the twin by the session when INFERSCOPE_AB_TWIN is set, replaces
+pytest's run loop with a loop over the parent's commands:
+
+    parent -> twin   {"cmd": "run", "nodeid", "core"} | {"cmd": "round", "index", "warmup"} | {"cmd": "end"}
+                     | {"cmd": "exit"}
+    twin -> parent   {"type": "ready", "nodeids", "errors", "foreign"} | {"type": "started"}
+                     | {"type": "round", "ms"} | {"type": "error", "error"} | {"type": "result", ...}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .channel import Channel, ChannelClosed
+
+if TYPE_CHECKING:
+    from ..collectors import Collection
+
+ENV = "INFERSCOPE_AB_TWIN"  # "rfd,wfd" in the twin
+ENV_PACKAGES = "INFERSCOPE_AB_PACKAGES"  # "tree|name,name": packages the twin must import from tree
+#: How long the parent waits for the twin's collection, and for one answer during a test.
+READY_TIMEOUT_S, ANSWER_TIMEOUT_S = 300.0, 600.0
+
+
+def twin_channel() -> Channel | None:
+    """In the twin: the channel to the parent; None in any other process."""
+    fds = os.environ.get(ENV)
+    if not fds:
+        return None
+    r, w = (int(x) for x in fds.split(","))
+    return Channel(r, w)
+
+
+class TwinDied(Exception):
+    """The twin exited or stopped answering; the message says how, with the end of its output."""
+
+
+class Twin:
+    """Parent side of one twin process."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str], log: Path, label: str) -> None:
+        self.label = label
+        self.log = log
+        p2c_r, p2c_w = os.pipe()
+        c2p_r, c2p_w = os.pipe()
+        env = {**env, ENV: f"{p2c_r},{c2p_w}"}
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                pass_fds=(p2c_r, c2p_w), start_new_session=True,
+            )  # fmt: skip
+        os.close(p2c_r)
+        os.close(c2p_w)
+        self.channel = Channel(c2p_r, p2c_w)
+        self.dead = ""  # why it is no longer usable
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def recv(self, timeout: float = ANSWER_TIMEOUT_S) -> dict[str, Any]:
+        if self.dead:
+            raise TwinDied(self.dead)
+        try:
+            return self.channel.recv(timeout)
+        except (ChannelClosed, ValueError) as exc:
+            code = self.proc.poll()
+            how = f"exited with status {code}" if code is not None else f"stopped answering ({exc})"
+            self.dead = f"the twin pytest process at {self.label} {how}"
+            tail = self.tail(5)
+            if tail:
+                self.dead += "; its last output:\n" + tail
+            self.close()
+            raise TwinDied(self.dead) from exc
+
+    def send(self, **msg: Any) -> None:
+        if self.dead:
+            raise TwinDied(self.dead)
+        try:
+            self.channel.send(**msg)
+        except ChannelClosed as exc:
+            self.dead = f"the twin pytest process at {self.label} is gone ({exc})"
+            self.close()
+            raise TwinDied(self.dead) from exc
+
+    def close(self) -> None:
+        """Ask it to exit, then make sure it did; no process is left behind."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self.channel.send(cmd="exit")
+            try:
+                self.proc.wait(timeout=3)  # idle between tests it exits at once; inside a test body it is killed
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.channel.close()
+
+
+class TwinServer:
+    """Twin side: serves the parent's commands instead of pytest's own run loop."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.errors: list[str] = []
+        self.plans: set[str] = set()
+        self.failure = ""
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.errors.append(f"{report.nodeid or 'collection'}: {report.longreprtext.strip().splitlines()[-1:]}")
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from ..plugin import get_session
+
+        ours = get_session(session.config)
+        nodeids = sorted(ours.plans) if ours is not None else []
+        self.channel.send(type="ready", nodeids=nodeids, errors=self.errors, foreign=foreign_imports())
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        if session.testsfailed and not session.config.option.continue_on_collection_errors:
+            return True  # the ready line carried the errors; the parent stops the run
+        items = {item.nodeid: item for item in session.items}
+        while True:
+            try:
+                msg = self.channel.recv()
+            except ChannelClosed:
+                return True  # the parent is gone: stop
+            if msg.get("cmd") != "run":
+                return True
+            self._run(items.get(str(msg.get("nodeid"))), msg)
+
+    def _run(self, item: pytest.Item | None, msg: dict[str, Any]) -> None:
+        if item is None:
+            self.channel.send(type="result", missing=True)
+            return
+        self.core = msg.get("core")
+        self.failure = ""
+        item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+        from ..plugin import get_session
+
+        ours = get_session(item.config)
+        result = next((r for r in reversed(ours.results) if r.nodeid == item.nodeid), None) if ours else None
+        metrics = result.analysis.metrics if result is not None else {}
+        self.channel.send(type="result", error=self.failure, metrics=metrics, foreign=foreign_imports())
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed and not self.failure:
+            self.failure = f"{report.when} failed: " + (report.longreprtext.strip().splitlines() or [""])[-1]
+
+    def run_test(self, nodeid: str, coll: Collection, body: Callable[[], Any], plan: Any) -> Any:
+        """The rounds of one test, each when the parent says; pinned to the parent's core meanwhile."""
+        self.channel.send(type="started")
+        result = None
+        with pinned(self.core):
+            while True:
+                msg = self.channel.recv()
+                if msg.get("cmd") != "round":
+                    break
+                warmup = bool(msg.get("warmup"))
+                if not warmup and msg.get("first"):
+                    coll.after_warmup()
+                try:
+                    with coll.round(int(msg["index"]), warmup=warmup):
+                        result = body()
+                except BaseException as exc:
+                    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                    self.channel.send(type="error", error=text)
+                    raise
+                self.channel.send(type="round", ms=float(coll.rounds[-1]["wall_ns"]) / 1e6)
+        return result
+
+
+@contextlib.contextmanager
+def pinned(core: int | None) -> Any:
+    """This thread on one CPU core for the block, its previous cores restored afterwards."""
+    if core is None or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(core)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def foreign_imports() -> list[str]:
+    """In the twin: the checkout's packages it imported from anywhere but the worktree (e.g. site-packages)."""
+    spec = os.environ.get(ENV_PACKAGES, "")
+    tree, _, names = spec.partition("|")
+    if not tree or not names:
+        return []
+    out = []
+    for name in names.split(","):
+        mod = sys.modules.get(name)
+        where = getattr(mod, "__file__", None)
+        if where and not Path(where).resolve().is_relative_to(Path(tree).resolve()):
+            out.append(f"{name} from {where}")
+    return out

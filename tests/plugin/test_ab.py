@@ -1,0 +1,235 @@
+"""--inferscope-ab / --inferscope-ab-python end to end: a real git repository with two commits, a twin
+pytest process taking turns round by round, and what the user sees (docs/ab.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+BODY = """
+import os, time, pytest
+
+def spin(seconds):
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+
+@pytest.mark.inferscope(rounds=10, warmup=1)
+def test_changed():
+    spin({changed})
+
+@pytest.mark.inferscope(rounds=10, warmup=1)
+def test_same():
+    spin(0.002)
+"""
+
+
+def git(where: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(pytester: pytest.Pytester, first: str, second: str) -> Path:
+    """A git repository in the pytester folder: `first` committed, then `second` (test_x.py) committed on top."""
+    root = pytester.path
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "test_x.py").write_text(first)
+    git(root, "add", "test_x.py")
+    git(root, "commit", "-qm", "first")
+    (root / "test_x.py").write_text(second)
+    git(root, "commit", "-qam", "second", "--allow-empty")
+    return root
+
+
+def worktrees(root: Path) -> int:
+    return len(git(root, "worktree", "list").strip().splitlines())
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", *args)
+
+
+def test_regression_caught_unchanged_not_flagged(pytester: pytest.Pytester) -> None:
+    root = make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.003))
+    (root / "untracked.txt").write_text("mine")  # the user's working tree must survive the run
+    head = git(root, "rev-parse", "HEAD").strip()
+    summary = root.parent / "step_summary.md"
+    pytester._monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = run(
+        pytester, "--inferscope-ab=HEAD~1", "--junitxml=junit.xml", f"--inferscope-report={root.parent / 'out'}"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    step = summary.read_text()
+    assert "| vs HEAD~1 (" in step and "regressed" in step and "Performance regression against HEAD~1" in step
+    (folder,) = (root.parent / "out").glob("test_x.py__test_changed*")
+    report = json.loads((folder / "report.json").read_text())
+    assert report["ab"]["verdict"] == "regressed" and report["ab"]["pairs"] >= 10
+    assert len(report["ab"]["new_ms"]) == len(report["ab"]["ref_ms"]) == report["ab"]["pairs"]
+    md = (folder / "report.md").read_text()
+    assert "## A/B: against HEAD~1" in md and "Wilcoxon signed-rank" in md
+    html = (folder / "report.html").read_text()
+    assert "A/B: against HEAD~1" in html
+    assert "FAILED test_x.py::test_changed - inferscope A/B: Performance regression" in out
+    assert "inferscope A/B: Performance regression against HEAD~1" in out
+    base = git(root, "rev-parse", "HEAD~1").strip()
+    assert f"HEAD~1 ({base[:10]})" in out  # the ref and its commit
+    assert "signed-rank p=" in out and "pairs in alternating order, both pinned to CPU core" in out
+    assert "vs HEAD~1" in out  # the terminal summary column
+    same = next(line for line in result.outlines if line.startswith("test_x.py::test_same"))
+    assert "unchanged" in same
+    props = {
+        (case.get("name"), p.get("name")): p.get("value")
+        for case in ET.parse(root / "junit.xml").iter("testcase")
+        for p in case.iter("property")
+    }
+    assert props[("test_changed", "inferscope.ab.verdict")] == "regressed"
+    assert float(props[("test_changed", "inferscope.ab.ratio")]) > 1.3
+    assert float(props[("test_changed", "inferscope.ab.p")]) < 0.01
+    assert props[("test_same", "inferscope.ab.verdict")] == "unchanged"
+    assert props[("test_same", "inferscope.ab.ref")].startswith("HEAD~1")
+    # nothing of the user's repository changed, and the worktree is gone
+    assert worktrees(root) == 1
+    assert git(root, "rev-parse", "HEAD").strip() == head
+    assert (root / "untracked.txt").read_text() == "mine"
+    assert sorted(git(root, "status", "--porcelain").split()) == ["??", "??", "junit.xml", "untracked.txt"]
+
+
+def test_new_and_removed_tests(pytester: pytest.Pytester) -> None:
+    old = BODY.format(changed=0.002) + "\n@pytest.mark.inferscope(rounds=5)\ndef test_old():\n    spin(0.001)\n"
+    new = BODY.format(changed=0.002) + "\n@pytest.mark.inferscope(rounds=5)\ndef test_new():\n    spin(0.001)\n"
+    make_repo(pytester, old, new)
+    result = run(pytester, "--inferscope-ab=HEAD~1")
+    result.assert_outcomes(passed=3)
+    line = next(line for line in result.outlines if line.startswith("test_x.py::test_new"))
+    assert line.split()[-2:] == ["new", "pass"]
+    result.stdout.fnmatch_lines(["*1 profiled test(s) only at HEAD~1*removed or renamed here*test_x.py::test_old*"])
+
+
+def test_test_failing_on_the_twin_side(pytester: pytest.Pytester) -> None:
+    broken = BODY.format(changed=0.002).replace("    spin(0.002)\n", "    assert False, 'broken at the ref'\n", 1)
+    make_repo(pytester, broken, BODY.format(changed=0.002))
+    result = run(pytester, "--inferscope-ab=HEAD~1", "-rA")
+    result.assert_outcomes(passed=2)  # this checkout's result stands
+    line = next(line for line in result.outlines if line.startswith("test_x.py::test_changed"))
+    assert "inconclusive" in line
+
+
+def test_twin_dying_mid_run(pytester: pytest.Pytester) -> None:
+    dying = BODY.format(changed=0.002).replace(
+        "    spin(0.002)\n", "    spin(0.002)\n    if os.environ.get('INFERSCOPE_AB_TWIN'):\n        os._exit(3)\n", 1
+    )
+    root = make_repo(pytester, dying, BODY.format(changed=0.002))
+    result = run(pytester, "--inferscope-ab=HEAD~1", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=2)  # the session completes
+    props = {
+        (case.get("name"), p.get("name")): p.get("value")
+        for case in ET.parse(root / "junit.xml").iter("testcase")
+        for p in case.iter("property")
+    }
+    assert props[("test_changed", "inferscope.ab.verdict")] == "inconclusive"
+    assert props[("test_same", "inferscope.ab.verdict")] == "inconclusive"  # the twin is gone for later tests too
+    assert worktrees(root) == 1
+
+
+def test_ab_python_same_code_unchanged(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x=BODY.format(changed=0.002))
+    result = run(pytester, f"--inferscope-ab-python={sys.executable}")
+    result.assert_outcomes(passed=2)
+    assert "regressed" not in result.stdout.str()
+    result.stdout.fnmatch_lines([f"*vs python {Path(sys.executable).name}*"])
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("unknown ref", "git does not know the revision 'no-such-branch'"),
+        ("not a repo", "is not inside a git repository"),
+        ("does not collect", "the tests do not collect at HEAD~1"),
+        ("no interpreter", "no such interpreter"),
+        ("no plugin", "cannot run pytest with pytest-inferscope"),
+    ],
+)
+def test_bad_input_is_a_usage_error(pytester: pytest.Pytester, case: str, expected: str) -> None:
+    body = BODY.format(changed=0.002).replace("@pytest.mark", "@pytest.mark.inferscope(rounds=2)\n@pytest.mark", 1)
+    args = ["--inferscope-ab=HEAD~1"]
+    if case == "unknown ref":
+        make_repo(pytester, body, body)
+        args = ["--inferscope-ab=no-such-branch"]
+    elif case == "not a repo":
+        pytester.makepyfile(test_x=body)
+        if subprocess.run(["git", "rev-parse"], cwd=pytester.path, capture_output=True).returncode == 0:
+            pytest.skip("the temporary folder is inside a git repository here")
+    elif case == "does not collect":
+        make_repo(pytester, "def broken(:\n", body)
+    elif case == "no interpreter":
+        pytester.makepyfile(test_x=body)
+        args = [f"--inferscope-ab-python={pytester.path / 'nope' / 'python'}"]
+    else:
+        fake = pytester.path / "python"
+        fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'pytest'\" >&2\nexit 1\n")
+        fake.chmod(0o755)
+        pytester.makepyfile(test_x=body)
+        args = [f"--inferscope-ab-python={fake}"]
+    result = run(pytester, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert expected in result.stderr.str()
+    result.stdout.no_fnmatch_line("*passed*")  # before any test ran
+    if (pytester.path / ".git").exists():
+        assert worktrees(pytester.path) == 1
+
+
+def test_xdist_each_worker_its_own_twin(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    cores = len(os.sched_getaffinity(0))
+    root = make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.004))
+    if cores >= 2:
+        result = run(pytester, "--inferscope-ab=HEAD~1", "-n", "2")
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.fnmatch_lines(["*each of the 2 xdist workers takes turns with its own twin*"])
+        assert "regressed" in next(line for line in result.outlines if line.startswith("test_x.py::test_changed"))
+    refused = run(pytester, "--inferscope-ab=HEAD~1", "-n", str(cores + 1))
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"this session may use {cores}" in refused.stderr.str()
+    assert worktrees(root) == 1
+
+
+def test_ctrl_c_leaves_no_worktree_and_no_twin(pytester: pytest.Pytester) -> None:
+    body = f"""
+import os, time, pytest
+
+@pytest.mark.inferscope(rounds=400, warmup=0)
+def test_slow():
+    side = "twin" if os.environ.get("INFERSCOPE_AB_TWIN") else "here"
+    with open(os.path.join({str(pytester.path)!r}, side + ".pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(0.05)
+"""
+    root = make_repo(pytester, body, body + "\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", "test_x.py"],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    pids = [root / "here.pid", root / "twin.pid"]
+    for _ in range(600):
+        if all(p.exists() for p in pids) or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[0].decode()
+    assert worktrees(root) == 2  # the run is under way
+    twin = int(pids[1].read_text())
+    proc.send_signal(2)  # SIGINT, as Ctrl-C sends it
+    out = proc.communicate(timeout=60)[0].decode()
+    assert "KeyboardInterrupt" in out
+    assert worktrees(root) == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(twin, 0)
