@@ -83,7 +83,8 @@ class InferscopeSession:
         self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
         self.custom_rules: list[Any] = []  # from .inferscope_rules.yaml, loaded at session start
         self.pinned_gpu: int | None = self._pin_gpu()
-        self.ab = make_ab(config, settings, self.plans)  # the A/B gate's plugin object (docs/ab.md), or None
+        # The A/B gate's plugin object (docs/ab.md), or None.
+        self.ab = make_ab(config, settings, self.plans, self.results)
         if self.ab is not None:
             config.pluginmanager.register(self.ab, "inferscope-ab")
         self.probe_seen: list[float] = []  # this process's speed-probe readings: the machine's usual speed so far

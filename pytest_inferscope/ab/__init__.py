@@ -9,7 +9,7 @@ together for the session. See docs/ab.md.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,10 +17,15 @@ if TYPE_CHECKING:
 
     from ..checks import Plan
     from ..options import Settings
+    from ..results import TestResult
 
 
-def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan]) -> Any:
-    """The A/B object of this process: the twin's server in a twin, the controller with --inferscope-ab*, or None."""
+def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan], results: Sequence[TestResult]) -> Any:
+    """The A/B object of this process: the twin's server in a twin, the controller with --inferscope-ab*, or None.
+
+    `plans` and `results` are the session's own (filled as the run goes), so the twin reads them without
+    importing the session back.
+    """
     from .twin import ENV, twin_channel
 
     if os.environ.get(ENV):
@@ -28,7 +33,7 @@ def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan]
 
         channel = twin_channel()
         assert channel is not None
-        return TwinServer(channel)
+        return TwinServer(channel, plans, results)
     if settings.ab is None and settings.ab_python is None:
         return None
     from .controller import ABController

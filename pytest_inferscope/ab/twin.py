@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from .channel import Channel, ChannelClosed
 
 if TYPE_CHECKING:
     from ..collectors import Collection
+    from ..results import TestResult
 
 ENV = "INFERSCOPE_AB_TWIN"  # "rfd,wfd" in the twin
 ENV_PACKAGES = "INFERSCOPE_AB_PACKAGES"  # "tree|name,name": packages the twin must import from tree
@@ -115,8 +116,9 @@ class Twin:
 class TwinServer:
     """Twin side: serves the parent's commands instead of pytest's own run loop."""
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: Channel, plans: Mapping[str, Any], results: Sequence[TestResult]) -> None:
         self.channel = channel
+        self._plans, self._results = plans, results  # the session's, filled as the run goes
         self.errors: list[str] = []
         self.plans: set[str] = set()
         self.failure = ""
@@ -126,10 +128,7 @@ class TwinServer:
             self.errors.append(f"{report.nodeid or 'collection'}: {report.longreprtext.strip().splitlines()[-1:]}")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from ..plugin import get_session
-
-        ours = get_session(session.config)
-        nodeids = sorted(ours.plans) if ours is not None else []
+        nodeids = sorted(self._plans)
         self.channel.send(type="ready", nodeids=nodeids, errors=self.errors, foreign=foreign_imports())
 
     @pytest.hookimpl(tryfirst=True)
@@ -153,10 +152,7 @@ class TwinServer:
         self.core = msg.get("core")
         self.failure = ""
         item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
-        from ..plugin import get_session
-
-        ours = get_session(item.config)
-        result = next((r for r in reversed(ours.results) if r.nodeid == item.nodeid), None) if ours else None
+        result = next((r for r in reversed(self._results) if r.nodeid == item.nodeid), None)
         metrics = result.analysis.metrics if result is not None else {}
         self.channel.send(type="result", error=self.failure, metrics=metrics, foreign=foreign_imports())
 
