@@ -33,6 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "inferscope(**thresholds): profile this test's body (CPU, GPU, memory) over warm-up + rounds calls and "
         "fail when a threshold is crossed; keys: max_latency_ms, latency_stat, max_regression, expect_bottleneck, "
+        "expect_fix, min_fix_saving, "
         "max_host_memory_mb, max_overhead, max_gpu_idle, max_gpu_memory_mb, max_transfer_fraction, rounds, warmup, "
         "cpu. See docs/markers-and-options.md.",
     )
