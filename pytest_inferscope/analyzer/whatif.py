@@ -15,7 +15,9 @@ Built in, each standing for one bottleneck class:
   `DISPATCH_NS` cost nothing (precomputed, cached, run ahead in a worker); named after the
   user's module sampled most in them;
 - *a module's host work removed* (cpu_bound): the segments lose the time sampled in that module
-  (the user's top `MAX_MODULES`; the framework's modules are not candidates).
+  (the user's top `MAX_MODULES`; the framework's modules are not candidates);
+- *GPU allocator calls removed* (memory_bound): cudaMalloc/cudaFree and the driver's allocation calls
+  cost nothing (host memory growth is not in the graph: the rules still find it).
 
 More come through the `pytest_inferscope_whatifs` hook (hooks.py): a `WhatIf` whose `transform`
 returns the changed graph (or None where it does not apply). The class is the what-if that saves
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from ..events import CopyKind, Kind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
 from .context import Context
+from .context_gpu import ALLOC_CALL
 from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, GpuOp, HostNode, RoundGraph, build_round, copy_is_host_link
 from .replay import replay
 
@@ -187,6 +190,16 @@ def host_off_path(g: RoundGraph) -> RoundGraph | None:
     return out if hits else None
 
 
+def no_allocator(g: RoundGraph) -> RoundGraph | None:
+    """The GPU allocator's calls (cudaMalloc/cudaFree and the driver's) cost nothing: buffers reused, or the
+    caching allocator warm (cudaFree also waits for the device, so its wait goes too)."""
+    out = _copy(g)
+    hits = [n for n in out.nodes if n.kind in (CALL, BLOCKING) and ALLOC_CALL.search(n.name)]
+    for n in hits:
+        n.kind, n.waits, n.dur = CALL, [], 0
+    return out if hits else None
+
+
 def _user_modules(graphs: list[RoundGraph], long_only: bool) -> list[str]:
     """The user's Python modules by sampled time in the host segments (the framework's left out)."""
     mods: dict[str, int] = {}
@@ -246,6 +259,15 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
             "Pin the host memory (tensor.pin_memory() once, or DataLoader(pin_memory=True)) and copy with "
             "non_blocking=True",
             pinned_copies,
+        )
+    )
+    out.append(
+        WhatIf(
+            "GPU allocator calls removed",
+            "memory_bound",
+            "Reuse device buffers across calls (preallocate outputs, use out=, keep shapes static) so the "
+            "allocator is not called inside the loop",
+            no_allocator,
         )
     )
     top = _user_modules(graphs, long_only=True)

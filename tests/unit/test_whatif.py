@@ -174,3 +174,16 @@ def test_nothing_saving_enough_is_unclassified_with_the_reason() -> None:
 )
 def test_module_of_sampled_and_kineto_frames(frame: str, module: str) -> None:
     assert module_of(frame) == module
+
+
+def test_allocator_calls_in_the_loop_are_memory_bound() -> None:
+    g = G().seg(5).launch(5, 100)
+    g.nodes.append(HostNode(CALL, 2000 * US, 0, name="cudaMalloc"))  # the caching allocator growing
+    graph = g.seg(5).launch(5, 100).end()
+    # 5 + 5 (kernel 15..115) + 2000 + 5 + the second call at 2015 (kernel 2025..2125).
+    assert replay(graph).round_ns == 2125 * US
+    saved = table(graph)
+    # Without it the second kernel is issued at 15 and queues behind the first: 115..215.
+    assert saved["GPU allocator calls removed"] == (pytest.approx(2125 - 215), "memory_bound")
+    t = simulate([graph], builtin([graph]))
+    assert t.classify()[0] == "memory_bound" and t.suggestions()[0].action.startswith("Reuse device buffers")
