@@ -36,6 +36,8 @@ from .context import Context
 from .context_gpu import ALLOC_CALL
 from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, GpuOp, HostNode, RoundGraph, build_round, copy_is_host_link
 from .replay import replay
+from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
+from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
 
 #: Host segments up to this long right before a launch are the framework's dispatch, which a CUDA graph skips.
 DISPATCH_NS = 50_000
@@ -222,7 +224,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
         WhatIf(
             "a CUDA graph (launch overhead removed)",
             "launch_bound",
-            "Capture the step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead'))",
+            CUDA_GRAPH,
             cuda_graph,
             graph_prerequisite,
         )
@@ -247,7 +249,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
         WhatIf(
             "GPU work 2x faster",
             "gpu_bound",
-            "Use lower precision (bf16/fp16 autocast) or TF32 for matrix work",
+            LOWER_PRECISION,
             faster_gpu(2.0),
         )
     )
@@ -256,8 +258,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
         WhatIf(
             f"copies pinned ({PINNED_EFFICIENCY:.0%} of {link:.0f} GB/s), uploads overlapped with compute",
             "transfer_bound",
-            "Pin the host memory (tensor.pin_memory() once, or DataLoader(pin_memory=True)) and copy with "
-            "non_blocking=True",
+            PIN_MEMORY,
             pinned_copies,
         )
     )
@@ -265,8 +266,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
         WhatIf(
             "GPU allocator calls removed",
             "memory_bound",
-            "Reuse device buffers across calls (preallocate outputs, use out=, keep shapes static) so the "
-            "allocator is not called inside the loop",
+            REUSE_BUFFERS,
             no_allocator,
         )
     )
