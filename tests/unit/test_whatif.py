@@ -101,8 +101,9 @@ def test_sync_bound_loop_removing_the_syncs_saves_most_and_the_host_work_nearly_
     # 365 against 300: a margin of 18%, under CLOSE_MARGIN: both are named, and the confidence says it.
     assert cls == "sync_bound" and confidence == pytest.approx(0.5 + 0.5 * 65 / 365, abs=1e-3)
     assert "saves nearly as much" in verdict and "cpu_bound" in verdict
-    graph_row = next(r for r in t.rows if r.bottleneck == "launch_bound")
-    assert "must be removed first" in graph_row.prerequisite
+    # Each launch starts a stretch after a sync, and the host work before it is the host's own: a CUDA graph
+    # changes nothing here, so it is not in the table.
+    assert not any(r.bottleneck == "launch_bound" for r in t.rows)
 
 
 def test_gpu_bound_chain_saves_half_its_kernels() -> None:
