@@ -96,6 +96,9 @@ def evaluate(
                 f" Evidence: {ev}.{where}" if failed else ""
             )
             out.append(CheckResult(key, "failed" if failed else "passed", limit, got, msg))
+        elif key == "expect_fix":
+            least = float(thresholds.get("min_fix_saving", MIN_FIX_SAVING))
+            out.append(_expect_fix(analysis, limit, least, gpu_required, f" Evidence: {ev}.{where}"))
         elif key == "max_host_memory_mb":
             peak = m.get("mem.rss_peak_mb")
             if peak is None:
@@ -159,3 +162,24 @@ class Plan:
     trace_rounds: int | str = "all"  # trace rounds after the measured ones (launch calls recorded), or "all"
     gpu_rounds: str = "measured"  # which rounds record GPU activity: measured | trace | auto
     lean_trace_rounds: int | str = "all"  # trace rounds when only they record GPU activity (trace, or auto gone lean)
+
+
+#: expect_fix's default: the fix must save this share of the round.
+MIN_FIX_SAVING = 0.15
+
+
+def _expect_fix(analysis: Analysis, cls: str, least: float, gpu_required: bool, evidence: str) -> CheckResult:
+    """expect_fix: the best simulated fix of class `cls` saves at least `least` of the round."""
+    if not analysis.whatif:
+        why = analysis.whatif_replay.get("fallback") or "no what-if table was built"
+        status = "failed" if gpu_required else "not_evaluated"
+        return CheckResult("expect_fix", status, cls, None, f"expect_fix: not evaluated: {why}.")
+    rows = [r for r in analysis.whatif if r.bottleneck == cls]
+    best = max(rows, key=lambda r: r.saved_fraction, default=None)
+    saved = best.saved_fraction if best is not None else 0.0
+    failed = saved < least
+    what = f"{best.change} saves {saved:.1%} of the round" if best is not None else "no simulated fix of that class"
+    msg = f"expect_fix: the best {cls} fix simulated: {what}; at least {least:.0%} expected."
+    return CheckResult(
+        "expect_fix", "failed" if failed else "passed", cls, round(saved, 4), msg + (evidence if failed else "")
+    )

@@ -72,6 +72,19 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             "fail unless the analyzer classifies the test as this",
             choice((*BOTTLENECKS, UNCLASSIFIED)),
         ),
+        MarkerKey(
+            "expect_fix",
+            "fail unless a simulated fix of this class (the what-if table) saves at least min_fix_saving of the "
+            "round: what holds on every GPU when the class itself may differ between them",
+            choice(BOTTLENECKS),
+            gpu=True,
+        ),
+        MarkerKey(
+            "min_fix_saving",
+            "the share of the round expect_fix's fix must save (default 0.15)",
+            fraction(1.0),
+            threshold=False,
+        ),
         MarkerKey("max_host_memory_mb", "fail when peak host RSS exceeds this many MB", _POSITIVE),
         MarkerKey("max_overhead", "fail when the profiler's estimated overhead exceeds this fraction", fraction(1.0)),
         MarkerKey(

@@ -81,7 +81,9 @@ def test_pageable_feature_upload_is_transfer_bound(pageable_features: torch.Tens
     assert torch.allclose(pooled, torch.ones(64, device="cuda"))
 
 
-@pytest.mark.inferscope(expect_bottleneck="sync_bound", rounds=5, warmup=1)
+# Which fix saves more here, the syncs' or faster kernels', differs between the H100 and the H200
+# (docs/scenarios.md): what holds on both is that removing the syncs saves at least 15% of the round.
+@pytest.mark.inferscope(expect_fix="sync_bound", min_fix_saving=0.15, rounds=5, warmup=1)
 def test_per_step_convergence_check_is_sync_bound() -> None:
     """Iterative refinement that reads a scalar back (`.item()`) after every small step: host and GPU take turns."""
     gen = torch.Generator(device="cuda").manual_seed(0)

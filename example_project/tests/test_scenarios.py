@@ -26,11 +26,17 @@ def _state(s: Scenario) -> State:
     return s.setup(torch.device("cuda" if CUDA else "cpu"))
 
 
+#: Scenarios whose class legitimately differs between GPU models (docs/scenarios.md, "What-if calibration"):
+#: the sync loop is as GPU-heavy as it is sync-bound, so which fix saves more depends on the GPU and the host.
+#: They assert what holds on every GPU: the fix of their class saves at least 15% of the round.
+BY_FIX = {"sync_bound"}
+
+
 def _marker(name: str, expect: bool) -> pytest.MarkDecorator:
     s = SCENARIOS[name]
     kw: dict[str, object] = {"rounds": s.rounds, "warmup": s.warmup}
     if expect:
-        kw["expect_bottleneck"] = s.expected
+        kw["expect_fix" if name in BY_FIX else "expect_bottleneck"] = s.expected
     return pytest.mark.inferscope(**kw)
 
 

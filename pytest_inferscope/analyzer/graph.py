@@ -20,6 +20,7 @@ or writes.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -206,28 +207,30 @@ def _host_nodes(
     samples = _samples(tl, r0, r1, tid, graph.framework)
     names = _segment_names(tl, calls) if not samples[0].size else {}
     t = 0
-    launched_before: list[int] = []
+    issued = _Issued(graph.ops)
     e_i = 0
     for start, is_wait, i in items:
         s, e = start - r0, int(ev["end"][i]) - r0
         while e_i < len(ext) and graph.ops[ext[e_i]].start <= s:
             graph.nodes.append(HostNode(EXTERNAL, 0, graph.ops[ext[e_i]].start, ops=[ext[e_i]]))
-            launched_before.append(ext[e_i])
+            issued.add(ext[e_i])
             e_i += 1
         if s > t:
             graph.nodes.append(_segment(t, s, samples, names.get(i, "")))
         name = "end-of-round synchronize" if is_wait else tl.name(i)
         own_ops = corr_to_ops.get(int(ev["corr"][i]), []) if not is_wait else []
-        launched_before.extend(own_ops)
+        for j in own_ops:
+            issued.add(j)
         node = HostNode(CALL, max(0, e - s), s, name=name, ops=own_ops)
         blocking = is_wait or bool(SYNC_CALL.search(name))
-        done = [j for j in launched_before if graph.ops[j].end <= e + CLOCK_SLACK_NS]
         if not blocking and own_ops and COPY_CALL.search(name):
             # A copy call that returned only after its copy finished (a pageable copy, staged) held the host.
             blocking = any(graph.ops[j].end <= e + CLOCK_SLACK_NS for j in own_ops)
         if blocking:
             node.kind = BLOCKING
-            node.waits = _wait_set(graph, done, sync_types.get(int(ev["corr"][i])), bool(is_wait))
+            sync = sync_types.get(int(ev["corr"][i]))
+            on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not is_wait else None
+            node.waits = issued.finished(e + CLOCK_SLACK_NS, on) or issued.finished(e + CLOCK_SLACK_NS)
             finished = max((graph.ops[j].end for j in node.waits), default=s)
             node.dur = max(0, e - max(s, finished))
             if not is_wait and SYNC_CALL.search(name):
@@ -244,12 +247,34 @@ def _host_nodes(
         graph.nodes.append(_segment(t, r1 - r0, samples, ""))
 
 
-def _wait_set(graph: RoundGraph, done: list[int], sync: tuple[int, int] | None, whole: bool) -> list[int]:
-    """What a blocking call waited for: the ops issued before it that had finished when it returned
-    (on its stream, for a stream synchronisation whose record names the stream)."""
-    if whole or sync is None or sync[0] != SyncType.STREAM_SYNCHRONIZE:
-        return done
-    return [j for j in done if graph.ops[j].stream & 0xFFFFFFFF == sync[1] & 0xFFFFFFFF] or done
+class _Issued:
+    """The ops issued so far, per stream in issue order, for what a blocking call waited for: on each stream
+    (or only its own, for a stream synchronisation whose record names it), the op that ended last among the
+    longest run of ops that had all finished when the call returned. One op per stream stands for the run:
+    a stream runs its ops in order, so the others had finished before it (replay.py keeps that order)."""
+
+    def __init__(self, ops: list[GpuOp]) -> None:
+        self.ops = ops
+        self.ends: dict[int, list[int]] = {}  # per stream: the latest end so far, in issue order
+        self.last: dict[int, list[int]] = {}  # per stream: the op holding it
+
+    def add(self, j: int) -> None:
+        stream, end = self.ops[j].stream, self.ops[j].end
+        ends, last = self.ends.setdefault(stream, []), self.last.setdefault(stream, [])
+        if ends and ends[-1] >= end:
+            end, j = ends[-1], last[-1]
+        ends.append(end)
+        last.append(j)
+
+    def finished(self, at: int, stream: int | None = None) -> list[int]:
+        out = []
+        for key, ends in self.ends.items():
+            if stream is not None and key & 0xFFFFFFFF != stream & 0xFFFFFFFF:
+                continue
+            k = bisect.bisect_right(ends, at)
+            if k:
+                out.append(self.last[key][k - 1])
+        return out
 
 
 def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
@@ -263,18 +288,23 @@ def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
     }
 
 
-def _samples(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The test thread's CPU samples in the round: (start, end, module of the innermost frame); the modules
-    that are the framework's are added to `framework`."""
+Samples = tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]
+
+
+def _samples(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> Samples:
+    """The test thread's CPU samples in the round, by start: (start, end, the latest end so far, module of the
+    innermost frame); the modules that are the framework's are added to `framework`."""
     ev = tl.events
     sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid))
+    sel = sel[np.argsort(ev["start"][sel], kind="stable")]
     mods = []
     for i in sel.tolist():
         leaf = tl.name(i).rsplit(";", 1)[-1]
         mods.append(module_of(leaf))
         if leaf == "<harness>" or any(m in leaf for m in FRAMEWORK_MARKERS):
             framework.add(mods[-1])
-    return ev["start"][sel] - r0, ev["end"][sel] - r0, mods
+    ends = ev["end"][sel] - r0
+    return ev["start"][sel] - r0, ends, np.maximum.accumulate(ends) if len(ends) else ends, mods
 
 
 def _segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
@@ -290,13 +320,16 @@ def _segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
     return out
 
 
-def _segment(a: int, b: int, samples: tuple[np.ndarray, np.ndarray, list[str]], name: str) -> HostNode:
-    s, e, mods = samples
+def _segment(a: int, b: int, samples: Samples, name: str) -> HostNode:
+    s, e, run_end, mods = samples
     node = HostNode(SEGMENT, b - a, a)
     if len(s):
-        over = np.minimum(e, b) - np.maximum(s, a)
-        for k in np.flatnonzero(over > 0).tolist():
-            node.modules[mods[k]] = node.modules.get(mods[k], 0) + int(over[k])
+        # Only the samples that can overlap [a, b): from the first whose running end passes a to the last before b.
+        k0, k1 = int(np.searchsorted(run_end, a, side="right")), int(np.searchsorted(s, b, side="left"))
+        for k in range(k0, k1):
+            over = min(int(e[k]), b) - max(int(s[k]), a)
+            if over > 0:
+                node.modules[mods[k]] = node.modules.get(mods[k], 0) + over
     elif name:
         node.modules[name] = b - a
     return node

@@ -13,6 +13,9 @@ from .context import Context
 from .idle import CAUSES
 from .rules import _pct
 
+#: Suggestions the what-if table (whatif.py) makes too: the same text, so the two are one suggestion.
+LOWER_PRECISION = "Use lower precision (bf16/fp16 autocast) or TF32 for matrix work"
+CUDA_GRAPH = "Capture the step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead'))"
 #: GPU kernels must cover at least this share of the round to call it GPU-bound.
 GPU_BUSY_MIN = 0.6
 #: Share of the round host and GPU must take turns around syncs (or the host block in them) to report it.
@@ -65,7 +68,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
             events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_gpu_rounds), 5),
             suggestions=[
                 Suggestion(
-                    "Use lower precision (bf16/fp16 autocast) or TF32 for matrix work",
+                    LOWER_PRECISION,
                     f"kernels take {kernel_ms:.2f} ms per round; tensor-core paths are typically ~2x faster",
                     kernel_ms * 0.4,
                     "gpu_saturation",
@@ -286,7 +289,7 @@ def launch_overhead(ctx: Context) -> list[Finding]:
             events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_gpu_rounds), 5),
             suggestions=[
                 Suggestion(
-                    "Capture the step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead'))",
+                    CUDA_GRAPH,
                     f"replaying {lz['per_round']:.0f} launches as one graph removes most of the {host_us:.0f} µs "
                     "host cost of each",
                     wall_ms * share * 0.7,

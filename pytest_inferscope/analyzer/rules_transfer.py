@@ -24,6 +24,14 @@ ALLOC_MIN = 0.1
 #: when at least GPU_CACHED_MIN_MB is held that way.
 GPU_CACHED_FRACTION = 0.3
 GPU_CACHED_MIN_MB = 1024.0
+#: Suggestions the what-if table (whatif.py) makes too: the same text, so the two are one suggestion.
+PIN_MEMORY = (
+    "Pin the host memory (tensor.pin_memory() once, or DataLoader(pin_memory=True)) and copy with non_blocking=True"
+)
+REUSE_BUFFERS = (
+    "Reuse device buffers across calls (preallocate outputs, use out=, keep shapes static) so the "
+    "allocator is not called inside the loop"
+)
 
 
 def transfers(ctx: Context) -> list[Finding]:
@@ -47,8 +55,7 @@ def transfers(ctx: Context) -> list[Finding]:
         pg_ms = ctx.per_gpu_round_ms(t["pageable_ns"])
         suggestions.append(
             Suggestion(
-                "Pin the host memory (tensor.pin_memory() once, or DataLoader(pin_memory=True)) and copy with "
-                "non_blocking=True",
+                PIN_MEMORY,
                 f"{t['pageable_count'] / n:.0f} copies per round from pageable memory took {pg_ms:.2f} ms at "
                 f"{t['pageable_bytes'] / max(1.0, t['pageable_ns']):.1f} GB/s; pinned, they would take about "
                 f"{pinned_ms:.2f} ms on a {link:.0f} GB/s link, and could overlap compute",
@@ -169,8 +176,7 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
             "gpu_memory_pressure",
         ),
         Suggestion(
-            "Reuse device buffers across calls (preallocate outputs, use out=, keep shapes static) so the "
-            "allocator is not called inside the loop",
+            REUSE_BUFFERS,
             f"{len(ctx.alloc_calls) / ctx.n_api_rounds:.0f} allocator calls per round took {alloc_ms:.2f} ms",
             alloc_ms * 0.8,
             "gpu_memory_pressure",

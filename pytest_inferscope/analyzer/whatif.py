@@ -17,7 +17,9 @@ Built in, each standing for one bottleneck class:
   `DISPATCH_NS` cost nothing (precomputed, cached, run ahead in a worker); named after the
   user's module sampled most in them;
 - *a module's host work removed* (cpu_bound): the segments lose the time sampled in that module
-  (the user's top `MAX_MODULES`; the framework's modules are not candidates).
+  (the user's top `MAX_MODULES`; the framework's modules are not candidates);
+- *GPU allocator calls removed* (memory_bound): cudaMalloc/cudaFree and the driver's allocation calls
+  cost nothing (host memory growth is not in the graph: the rules still find it).
 
 More come through the `pytest_inferscope_whatifs` hook (hooks.py): a `WhatIf` whose `transform`
 returns the changed graph (or None where it does not apply). The class is the what-if that saves
@@ -29,13 +31,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
 
 from ..events import CopyKind, Kind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
 from .comm import COMM_KERNEL
 from .context import Context
+from .context_gpu import ALLOC_CALL
 from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, GpuOp, HostNode, RoundGraph, build_round, copy_is_host_link
 from .replay import replay
+from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
+from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
 
 #: Host segments up to this long right before a launch are the framework's dispatch, which a CUDA graph skips.
 DISPATCH_NS = 50_000
@@ -51,6 +59,7 @@ MIN_SAVING = 0.1
 CLOSE_MARGIN = 0.25
 
 Transform = Callable[[RoundGraph], "RoundGraph | None"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -65,38 +74,59 @@ class WhatIf:
     prerequisite: Callable[[list[RoundGraph]], str] | None = None
 
 
-def _copy(g: RoundGraph) -> RoundGraph:
-    return dataclasses.replace(
-        g,
-        nodes=[dataclasses.replace(n, ops=list(n.ops), waits=list(n.waits), modules=dict(n.modules)) for n in g.nodes],
-        ops=[dataclasses.replace(o) for o in g.ops],
-        stream_busy=dict(g.stream_busy),
-        counted=list(g.counted),
-    )
+def _clone(x: T) -> T:
+    y = object.__new__(type(x))
+    y.__dict__.update(x.__dict__)
+    return y
+
+
+class _Edit:
+    """A copy of a graph that clones a node or an op only when a transformation changes it (copy on write: a
+    round can hold 50,000 nodes, and most what-ifs change a few of them). Lists and dicts inside a node are
+    shared: a transformation assigns new ones (`n.ops = [...]`), never changes them in place."""
+
+    def __init__(self, g: RoundGraph) -> None:
+        self.g = dataclasses.replace(g, nodes=list(g.nodes), ops=list(g.ops))
+        self._nodes: set[int] = set()
+        self._ops: set[int] = set()
+
+    def node(self, i: int) -> HostNode:
+        if i not in self._nodes:
+            self.g.nodes[i] = _clone(self.g.nodes[i])
+            self._nodes.add(i)
+        return self.g.nodes[i]
+
+    def op(self, j: int) -> GpuOp:
+        if j not in self._ops:
+            self.g.ops[j] = _clone(self.g.ops[j])
+            self._ops.add(j)
+        return self.g.ops[j]
+
+    def result(self) -> RoundGraph | None:
+        """The changed graph, or None when nothing changed (the what-if does not apply)."""
+        return self.g if self._nodes or self._ops else None
 
 
 def cuda_graph(g: RoundGraph) -> RoundGraph | None:
     """Launches replayed from a CUDA graph: one launch per stretch between synchronisations."""
-    out = _copy(g)
+    out = _Edit(g)
     gaps = sorted(o.gap for o in g.ops if o.gap > 0)
     gap = gaps[len(gaps) // 2] if gaps else GRAPH_GAP_NS
     first = True
-    changed = False
-    for i, n in enumerate(out.nodes):
+    for i, n in enumerate(g.nodes):
         if n.kind == BLOCKING:
             first = True
             continue
         if n.kind != CALL or not n.ops:
             continue
-        if i and out.nodes[i - 1].kind == SEGMENT and out.nodes[i - 1].dur <= DISPATCH_NS:
-            out.nodes[i - 1].dur = 0
+        if i and g.nodes[i - 1].kind == SEGMENT and 0 < g.nodes[i - 1].dur <= DISPATCH_NS:
+            out.node(i - 1).dur = 0
         if not first:
-            n.dur = 0
+            out.node(i).dur = 0
             for j in n.ops:
-                out.ops[j].gap = max(out.ops[j].gap, gap)
+                out.op(j).gap = max(g.ops[j].gap, gap)
         first = False
-        changed = True
-    return out if changed else None
+    return out.result()
 
 
 def graph_prerequisite(graphs: list[RoundGraph]) -> str:
@@ -109,15 +139,20 @@ def graph_prerequisite(graphs: list[RoundGraph]) -> str:
     )
 
 
+def _unblock(out: _Edit, i: int, dur: int) -> None:
+    n = out.node(i)
+    n.kind, n.waits, n.dur = CALL, [], dur
+
+
 def remove_syncs(kind: str) -> Transform:
     """The blocking calls of one kind stop waiting; what they read is read at the round's end."""
 
     def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _copy(g)
-        hits = [n for n in out.nodes if n.kind == BLOCKING and n.sync == kind]
-        for n in hits:
-            n.kind, n.waits, n.dur = CALL, [], 0
-        return out if hits else None
+        out = _Edit(g)
+        for i, n in enumerate(g.nodes):
+            if n.kind == BLOCKING and n.sync == kind:
+                _unblock(out, i, 0)
+        return out.result()
 
     return transform
 
@@ -130,11 +165,11 @@ def faster_gpu(factor: float = 2.0) -> Transform:
     """Compute (kernels and memsets, collectives left out: the interconnect bounds those) `factor` times faster."""
 
     def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _copy(g)
-        hits = [o for o in out.ops if o.kind in (Kind.KERNEL, Kind.MEMSET) and not _is_comm(o)]
-        for o in hits:
-            o.dur = round(o.dur / factor)
-        return out if hits else None
+        out = _Edit(g)
+        for j, o in enumerate(g.ops):
+            if o.kind in (Kind.KERNEL, Kind.MEMSET) and not _is_comm(o):
+                out.op(j).dur = round(o.dur / factor)
+        return out.result()
 
     return transform
 
@@ -143,70 +178,86 @@ def faster_comm(factor: float | None) -> Transform:
     """Collective kernels (comm.py) `factor` times faster; None: fully overlapped, i.e. off the critical path."""
 
     def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _copy(g)
-        hits = [o for o in out.ops if _is_comm(o)]
-        for o in hits:
-            o.dur = 0 if factor is None else round(o.dur / factor)
-        return out if hits else None
+        out = _Edit(g)
+        for j, o in enumerate(g.ops):
+            if _is_comm(o):
+                out.op(j).dur = 0 if factor is None else round(o.dur / factor)
+        return out.result()
 
     return transform
 
 
 def pinned_copies(g: RoundGraph) -> RoundGraph | None:
     """Copies at the pinned rate, their calls asynchronous, uploads prefetched on a copy stream."""
-    out = _copy(g)
-    link = out.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
-    hits = [j for j, o in enumerate(out.ops) if copy_is_host_link(o)]
+    link = g.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
+    hits = [j for j, o in enumerate(g.ops) if copy_is_host_link(o)]
     if not hits or link <= 0:
         return None
-    launch = sorted(n.dur for n in out.nodes if n.kind == CALL and n.ops and not _is_copy_call(out, n))
+    out = _Edit(g)
+    launch = sorted(n.dur for n in g.nodes if n.kind == CALL and n.ops and not _is_copy_call(g, n))
     cheap = launch[len(launch) // 2] if launch else 0
-    moved: list[int] = []
+    moved = [j for j in hits if g.ops[j].copy == CopyKind.HTOD]
     for j in hits:
-        o = out.ops[j]
-        o.dur = min(o.dur, round(o.nbytes / link)) if o.nbytes else o.dur
-        if o.copy == CopyKind.HTOD:
-            moved.append(j)
-    copy_stream: dict[int, int] = {}  # device -> the last upload on its copy stream
+        if g.ops[j].nbytes:
+            out.op(j).dur = min(g.ops[j].dur, round(g.ops[j].nbytes / link))
+    followers: dict[int, list[int]] = {}
+    for k, o in enumerate(g.ops):
+        followers.setdefault(o.after, []).append(k)
+    copy_stream: dict[int, int] = {}  # per device: the last upload on its copy stream
     for j in moved:
-        o = out.ops[j]
-        for k in out.ops:  # the op that followed it on its stream now follows the one before it
-            if k.after == j:
-                k.after = o.after
+        o = out.op(j)
+        for k in followers.get(j, []):  # the op that followed it on its stream now follows the one before it
+            out.op(k).after = o.after
+            followers.setdefault(o.after, []).append(k)
         o.stream = -(((o.stream >> 32) + 1) << 1)  # a copy stream of its own, per device
         o.after = copy_stream.get(o.stream, -1)
         o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
         copy_stream[o.stream] = j
-    for n in out.nodes:
-        if _is_copy_call(out, n) or (n.kind == BLOCKING and not n.sync and n.ops):
-            n.kind, n.waits, n.dur = CALL, [], min(n.dur, cheap)
-        n.ops = [j for j in n.ops if j not in moved]
-    out.nodes.insert(0, HostNode(EXTERNAL, 0, 0, name="prefetch", ops=moved))
-    return out
+    gone = set(moved)
+    for i, n in enumerate(g.nodes):
+        if _is_copy_call(g, n) or (n.kind == BLOCKING and not n.sync and n.ops):
+            _unblock(out, i, min(n.dur, cheap))
+        if gone.intersection(n.ops):
+            out.node(i).ops = [j for j in n.ops if j not in gone]
+    edited = out.result()
+    if edited is not None:
+        edited.nodes.insert(0, HostNode(EXTERNAL, 0, 0, name="prefetch", ops=moved))
+    return edited
 
 
 def _is_copy_call(g: RoundGraph, n: HostNode) -> bool:
     return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and all(copy_is_host_link(g.ops[j]) for j in n.ops)
 
 
+def _segments(g: RoundGraph, dur: Callable[[HostNode], int | None]) -> RoundGraph | None:
+    """The segments `dur` gives a new length (None: unchanged)."""
+    out = _Edit(g)
+    for i, n in enumerate(g.nodes):
+        if n.kind == SEGMENT and (d := dur(n)) is not None and d != n.dur:
+            out.node(i).dur = d
+    return out.result()
+
+
 def remove_module(module: str) -> Transform:
     def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _copy(g)
-        hits = [n for n in out.nodes if n.kind == SEGMENT and n.modules.get(module)]
-        for n in hits:
-            n.dur = max(0, n.dur - n.modules[module])
-        return out if hits else None
+        return _segments(g, lambda n: max(0, n.dur - n.modules[module]) if module in n.modules else None)
 
     return transform
 
 
 def host_off_path(g: RoundGraph) -> RoundGraph | None:
     """The host's own work between launches (segments longer than the dispatch) moved off the critical path."""
-    out = _copy(g)
-    hits = [n for n in out.nodes if n.kind == SEGMENT and n.dur > DISPATCH_NS]
-    for n in hits:
-        n.dur = 0
-    return out if hits else None
+    return _segments(g, lambda n: 0 if n.dur > DISPATCH_NS else None)
+
+
+def no_allocator(g: RoundGraph) -> RoundGraph | None:
+    """The GPU allocator's calls (cudaMalloc/cudaFree and the driver's) cost nothing: buffers reused, or the
+    caching allocator warm (cudaFree also waits for the device, so its wait goes too)."""
+    out = _Edit(g)
+    for i, n in enumerate(g.nodes):
+        if n.kind in (CALL, BLOCKING) and ALLOC_CALL.search(n.name):
+            _unblock(out, i, 0)
+    return out.result()
 
 
 def _user_modules(graphs: list[RoundGraph], long_only: bool) -> list[str]:
@@ -225,13 +276,32 @@ def _off_path_action(module: str) -> str:
     return f"Take {module}'s work off the critical path: cache or precompute its results, or run it ahead in a worker"
 
 
+#: The collectives' what-ifs (communication_bound): kernels that move data between GPUs (comm.py).
+COMM_WHATIFS = [
+    WhatIf(
+        "collectives fully overlapped with compute",
+        "communication_bound",
+        "Overlap the collectives with compute (async collectives on their own stream, the next layer's work "
+        "issued before waiting)",
+        faster_comm(None),
+    ),
+    WhatIf(
+        "collectives 2x faster",
+        "communication_bound",
+        "Move less data between GPUs (lower-precision activations, fewer or fused collectives, a parallel "
+        "layout that keeps more work local)",
+        faster_comm(2.0),
+    ),
+]
+
+
 def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
     """The built-in what-ifs for these graphs (the kinds of synchronisation and the modules they hold)."""
     out = [
         WhatIf(
             "a CUDA graph (launch overhead removed)",
             "launch_bound",
-            "Capture the step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead'))",
+            CUDA_GRAPH,
             cuda_graph,
             graph_prerequisite,
         )
@@ -256,34 +326,26 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
         WhatIf(
             "GPU work 2x faster",
             "gpu_bound",
-            "Use lower precision (bf16/fp16 autocast) or TF32 for matrix work",
+            LOWER_PRECISION,
             faster_gpu(2.0),
         )
     )
-    out += [
-        WhatIf(
-            "collectives fully overlapped with compute",
-            "communication_bound",
-            "Overlap the collectives with compute (async collectives on their own stream, the next layer's work "
-            "issued before waiting)",
-            faster_comm(None),
-        ),
-        WhatIf(
-            "collectives 2x faster",
-            "communication_bound",
-            "Move less data between GPUs (lower-precision activations, fewer or fused collectives, a parallel "
-            "layout that keeps more work local)",
-            faster_comm(2.0),
-        ),
-    ]
+    out += COMM_WHATIFS
     link = max((g.link_gb_s for g in graphs), default=0.0)
     out.append(
         WhatIf(
             f"copies pinned ({PINNED_EFFICIENCY:.0%} of {link:.0f} GB/s), uploads overlapped with compute",
             "transfer_bound",
-            "Pin the host memory (tensor.pin_memory() once, or DataLoader(pin_memory=True)) and copy with "
-            "non_blocking=True",
+            PIN_MEMORY,
             pinned_copies,
+        )
+    )
+    out.append(
+        WhatIf(
+            "GPU allocator calls removed",
+            "memory_bound",
+            REUSE_BUFFERS,
+            no_allocator,
         )
     )
     top = _user_modules(graphs, long_only=True)
@@ -384,6 +446,8 @@ def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable
 
 #: Rounds replayed at most (spread over the API rounds): enough to average out one slow round.
 MAX_ROUNDS = 5
+#: Host nodes replayed at most, over the rounds (fewer rounds for long ones; at least one round).
+MAX_NODES = 40_000
 
 
 def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
@@ -391,9 +455,13 @@ def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
     if not ctx.has_gpu:
         return [], "no GPU work was recorded, so there is no round graph to replay"
     idx = ctx.api_round_idx.tolist()
-    if len(idx) > MAX_ROUNDS:
-        step = len(idx) / MAX_ROUNDS
-        idx = [idx[int(k * step)] for k in range(MAX_ROUNDS)]
+    ev = ctx.timeline.events
+    calls = int(np.count_nonzero((ev["kind"] == Kind.RUNTIME) & ctx.in_api_rounds)) / max(1, len(idx))
+    # Replaying is Python, node by node: keep it to about MAX_NODES nodes (a call and a segment per launch).
+    most = max(1, min(MAX_ROUNDS, int(MAX_NODES // max(1.0, 2 * calls))))
+    if len(idx) > most:
+        step = len(idx) / most
+        idx = [idx[int(k * step)] for k in range(most)]
     link = float(ctx.transfer["link_gb_s"])
     graphs = [g for g in (build_round(ctx.timeline, int(i), link) for i in idx) if g is not None]
     if not graphs:

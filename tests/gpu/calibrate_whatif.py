@@ -16,6 +16,10 @@ under bf16 autocast (the "GPU work 2x faster" row, with the kernel speed-up the 
 
     python3 tests/gpu/calibrate_whatif.py [--out DIR] [--only scenarios|models] [--cpu-smoke]
 
+Part 3, the scenarios' slow variants recorded with torch.profiler (tests/gpu/kineto_scenarios.py, in a
+process of its own) into DIR/kineto/<scenario>.json.gz and read back by the Kineto importer: their class
+and what-ifs beside the live collection's (copy them into tests/data/kineto/ to keep them).
+
 Prints the tables and writes DIR/whatif_calibration.md and .json (DIR: $OUT, else ./whatif-calibration).
 `--cpu-smoke` runs the same code on the CPU with tiny sizes (a stand-in model where transformers, timm
 or torchvision are missing), to check the script, not the numbers. About 4-6 minutes on an H100.
@@ -256,11 +260,66 @@ def models(device: Any, choice: Any, smoke: bool) -> tuple[list[dict[str, Any]],
     return rows, applied
 
 
+# -- the scenarios through torch.profiler --------------------------------------------------------
+
+
+def kineto_traces(out: Path, smoke: bool) -> list[Path]:
+    """Record the scenarios with torch.profiler in a process of its own (one CUPTI client per process)."""
+    import subprocess
+
+    cmd = [sys.executable, str(Path(__file__).with_name("kineto_scenarios.py")), "--out", str(out)]
+    done = subprocess.run(cmd + (["--cpu-smoke"] if smoke else []), capture_output=True, text=True)
+    if done.returncode:
+        print(f"kineto_scenarios.py failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        return []
+    return [Path(line) for line in done.stdout.splitlines() if line.endswith(".json.gz")]
+
+
+def kineto_rows(paths: list[Path], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each imported trace's class and what-ifs beside the live collection's."""
+    from pytest_inferscope import kineto
+    from pytest_inferscope.analyzer import analyze
+    from pytest_inferscope.merger import merge
+
+    by_name = {r["scenario"]: r for r in live if "slow" in r}
+    rows = []
+    for p in paths:
+        name = p.name.removesuffix(".json.gz")
+        a = analyze(merge(kineto.load(p).raw), kineto.RULES)
+        mine = {
+            "class": a.bottleneck,
+            "confidence": a.confidence,
+            "replay_error": a.whatif_replay.get("replay_error"),
+            "whatif": [(r.change, r.saved_fraction) for r in a.whatif[:3]],
+        }
+        ref = by_name.get(name, {}).get("slow", {})
+        live = [(w["change"], w["saved_fraction"]) for w in ref.get("whatif", [])[:3]]
+        rows.append(
+            {"scenario": name, "trace": str(p), "kineto": mine, "live_class": ref.get("class"), "live_whatif": live}
+        )
+    return rows
+
+
 # -- output ------------------------------------------------------------------------------------
 
 
 def pct(x: Any) -> str:
     return "n/a" if x is None else f"{x:+.0%}"
+
+
+def kineto_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["", "## The scenarios imported from torch.profiler traces, beside the live collection", "",
+             "| scenario | live class | Kineto class | replay error | live top what-ifs | Kineto top what-ifs |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        k = r["kineto"]
+        live = "; ".join(f"{c}: -{f:.0%}" for c, f in r["live_whatif"])
+        imp = "; ".join(f"{c}: -{f:.0%}" for c, f in k["whatif"])
+        lines.append(
+            f"| {r['scenario']} | {r['live_class']} | {k['class']} ({k['confidence']:.2f}) | "
+            f"{pct(k['replay_error'])} | {live} | {imp} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def table(scen: list[dict[str, Any]], mods: list[dict[str, Any]], applied: list[dict[str, Any]]) -> str:
@@ -336,17 +395,20 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if cuda else "cpu")
     choice = select_backend("required" if cuda else "off")
     t0 = time.monotonic()
+    traces = kineto_traces(args.out / "kineto", args.cpu_smoke) if args.only != "models" else []
     scen = scenarios(device, choice, args.cpu_smoke) if args.only != "models" else []
+    kin = kineto_rows(traces, scen)
     mods, applied = models(device, choice, args.cpu_smoke) if args.only != "scenarios" else ([], [])
     gpu = torch.cuda.get_device_name(0) if cuda else "CPU"
     head = (f"{datetime.date.today().isoformat()}, {gpu}, torch {torch.__version__}, "
             f"commit {os.environ.get('COMMIT', '?')}, {time.monotonic() - t0:.0f} s")  # fmt: skip
-    text = f"# What-if calibration\n\n{head}\n\n" + table(scen, mods, applied)
+    text = f"# What-if calibration\n\n{head}\n\n" + table(scen, mods, applied) + kineto_table(kin)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "whatif_calibration.md").write_text(text)
     (args.out / "whatif_calibration.json").write_text(
-        json.dumps({"head": head, "scenarios": scen, "models": mods, "applied": applied}, indent=1, default=str)
-    )
+        json.dumps({"head": head, "scenarios": scen, "models": mods, "applied": applied, "kineto": kin}, indent=1,
+                   default=str)
+    )  # fmt: skip
     print(text)
     missed = [r["scenario"] for r in scen if (r.get("fix") or {}).get("error") is not None
               and abs(r["fix"]["error"]) > TOLERANCE]  # fmt: skip

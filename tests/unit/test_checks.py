@@ -129,3 +129,39 @@ def test_deterministic_counts_need_gpu_data() -> None:
     (check,) = evaluate({"max_kernel_launches": 10}, _analysis(), LAT, gpu_collected=False, gpu_reason="no GPU")
     assert check.status == "not_evaluated" and "no GPU" in check.message
     assert validate_marker(NODE, (), {"max_syncs": -1})
+
+
+def _with_whatif(sync_saves: float, gpu_saves: float) -> Analysis:
+    from pytest_inferscope.results import WhatIfRow
+
+    a = _analysis()
+    a.bottleneck = "gpu_bound" if gpu_saves > sync_saves else "sync_bound"
+    a.whatif = [
+        WhatIfRow("GPU work 2x faster", 20 * (1 - gpu_saves), 20 * gpu_saves, gpu_saves, "gpu_bound"),
+        WhatIfRow("stream synchronize removed", 20 * (1 - sync_saves), 20 * sync_saves, sync_saves, "sync_bound"),
+    ]
+    return a
+
+
+def test_expect_fix_passes_when_the_fix_saves_enough_whatever_the_class() -> None:
+    # The H200 recording's sync loop: gpu_bound by a nose, the syncs' removal saving 25%.
+    (check,) = evaluate({"expect_fix": "sync_bound"}, _with_whatif(0.25, 0.28), LAT, gpu_collected=True)
+    assert check.status == "passed" and check.measured == 0.25
+    assert "stream synchronize removed saves 25.0% of the round; at least 15% expected" in check.message
+
+
+def test_expect_fix_fails_below_min_fix_saving_with_the_evidence() -> None:
+    thresholds = {"expect_fix": "sync_bound", "min_fix_saving": 0.3}
+    (check,) = evaluate(thresholds, _with_whatif(0.25, 0.28), LAT, gpu_collected=True, report="out/r.md")
+    assert check.status == "failed" and "at least 30% expected" in check.message and "out/r.md" in check.message
+    (other,) = evaluate({"expect_fix": "transfer_bound"}, _with_whatif(0.25, 0.28), LAT, gpu_collected=True)
+    assert other.status == "failed" and "no simulated fix of that class" in other.message
+
+
+def test_expect_fix_without_a_table_says_why() -> None:
+    a = _analysis()
+    a.whatif_replay = {"decided_by": "rules", "fallback": "the trace records no launch calls"}
+    (check,) = evaluate({"expect_fix": "sync_bound"}, a, LAT, gpu_collected=True)
+    assert check.status == "not_evaluated" and "no launch calls" in check.message
+    (required,) = evaluate({"expect_fix": "sync_bound"}, a, LAT, gpu_collected=True, gpu_required=True)
+    assert required.status == "failed"

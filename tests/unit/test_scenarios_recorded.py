@@ -50,6 +50,8 @@ def test_sync_bound_verdict_names_the_syncs_beside_the_gpu() -> None:
     gpu = next(r for r in a.whatif if r.bottleneck == "gpu_bound")
     assert sync.saved_fraction >= 0.15 and sync.saved_ms >= 0.75 * gpu.saved_ms
     assert [s.rule for s in a.suggestions[:2]] == ["whatif", "whatif"]
+    graph = next(r for r in a.whatif if r.bottleneck == "launch_bound")
+    assert "the 200 per round must be removed first" in graph.prerequisite
     assert any("Remove per-step synchronisations" in s.action for s in a.suggestions[:2])
 
 
