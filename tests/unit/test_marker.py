@@ -66,3 +66,9 @@ def test_a_tests_plan_is_frozen_once_made() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.rounds = 4  # type: ignore[misc]
     assert plan.thresholds == {"max_regression": 0.05}
+
+
+def test_a_percentage_above_100_on_pytests_command_line_is_parsed_once(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--inferscope-show-config", "--inferscope-max-regression=500%")
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.re_match_lines([r"max_regression +5\.0 +cli --inferscope-max-regression$"])
