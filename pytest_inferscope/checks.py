@@ -147,9 +147,9 @@ def evaluate(
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
-    """How one test is profiled: rounds, warm-up and the marker's thresholds."""
+    """How one test is profiled: rounds, warm-up and the marker's thresholds (typed by `parse_marker`)."""
 
     nodeid: str
     rounds: int = 1

@@ -264,9 +264,12 @@ def _cli_type(spec: OptionSpec) -> Callable[[str], Any]:
 
     def parse_cli(text: str) -> Any:
         try:
-            return _parse(spec, text, _Origin(f"cli {spec.flag}", spec.flag, "="))
+            _parse(spec, text, _Origin(f"cli {spec.flag}", spec.flag, "="))
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
+        # The text, checked: resolve() parses it once, as it parses every layer. Its typed value parsed
+        # again would not always mean the same (500% is 5.0, and a bare 5.0 is an ambiguous fraction).
+        return text
 
     return parse_cli
 

@@ -59,7 +59,7 @@ def parse_path(value: Any) -> Path:
     return Path(value.strip()).expanduser()
 
 
-class Optional:
+class OptionalParser:
     """A parser that also takes None, which a config file gives for `key:` or `key: null` ("not set")."""
 
     def __init__(self, parse: Parse) -> None:
@@ -70,12 +70,12 @@ class Optional:
         return None if value is None else self.parse(value)
 
 
-def optional(parse: Parse) -> Optional:
+def optional(parse: Parse) -> OptionalParser:
     """Make a parser accept None, which a config file gives for `key:` or `key: null` ("not set")."""
-    return Optional(parse)
+    return OptionalParser(parse)
 
 
-class Number:
+class NumberParser:
     """A parser for a number in [low, high] (or (low, high]), a whole number if `integer`.
 
     A class rather than a closure so that the marker's docs and errors can say what it accepts (`valid`).
@@ -104,12 +104,12 @@ class Number:
         return result
 
 
-def number(low: float, high: float = math.inf, *, integer: bool = False, low_inclusive: bool = True) -> Number:
+def number(low: float, high: float = math.inf, *, integer: bool = False, low_inclusive: bool = True) -> NumberParser:
     """Make a parser for a number in [low, high] (or (low, high]), a whole number if `integer`."""
-    return Number(low, high, integer=integer, low_inclusive=low_inclusive)
+    return NumberParser(low, high, integer=integer, low_inclusive=low_inclusive)
 
 
-class Choice:
+class ChoiceParser:
     """A parser for one of `choices`, case-insensitive."""
 
     def __init__(self, choices: tuple[str, ...]) -> None:
@@ -125,12 +125,12 @@ class Choice:
         raise ValueError("is not one of the choices")
 
 
-def choice(choices: tuple[str, ...]) -> Choice:
+def choice(choices: tuple[str, ...]) -> ChoiceParser:
     """Make a parser for one of `choices`, case-insensitive."""
-    return Choice(choices)
+    return ChoiceParser(choices)
 
 
-class Fraction:
+class FractionParser:
     """A parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%.
 
     Where more than 1 is allowed, a bare number above 1 is refused as ambiguous: `2` may mean
@@ -139,7 +139,7 @@ class Fraction:
 
     def __init__(self, high: float = 10.0) -> None:
         self.high = high
-        self.plain, self.percent = Number(0.0, min(high, 1.0)), Number(0.0, 100.0 * high)
+        self.plain, self.percent = NumberParser(0.0, min(high, 1.0)), NumberParser(0.0, 100.0 * high)
         self.valid = f"a fraction >= 0 and <= {min(high, 1.0):g}, or a percentage up to {100 * high:g}% such as 5%"
 
     def __call__(self, value: Any) -> float:
@@ -154,9 +154,9 @@ class Fraction:
             raise
 
 
-def fraction(high: float = 10.0) -> Fraction:
+def fraction(high: float = 10.0) -> FractionParser:
     """Make a parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%."""
-    return Fraction(high)
+    return FractionParser(high)
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

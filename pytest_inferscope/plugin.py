@@ -6,6 +6,7 @@ No state lives here: `pytest_configure` resolves the settings once and registers
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
 import pytest
@@ -26,6 +27,20 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     _config.add_options(parser)
+    # Hidden: `inferscope config show` runs pytest with it, so that pytest itself finds the configuration.
+    parser.getgroup("inferscope").addoption(
+        "--inferscope-show-config", action="store_true", default=False, help=argparse.SUPPRESS
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """`--inferscope-show-config`: print the resolved settings and their sources, then end the run."""
+    if not config.getoption("inferscope_show_config"):
+        return None
+    from .cli.config import print_settings
+
+    return print_settings(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:

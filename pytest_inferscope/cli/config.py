@@ -1,40 +1,32 @@
-"""`inferscope config show`: every effective setting, its value and where it came from, as pytest would see it.
+"""`inferscope config show`: every effective setting, its value and where it came from, as pytest sees it.
 
-The layers are `config.resolve`'s; this module only finds what pytest would read: the ini file
-(the first of pytest.toml, .pytest.toml, pytest.ini, .pytest.ini, pyproject.toml with a pytest
-table, tox.ini with [pytest], setup.cfg with [tool:pytest], walking up from the folder, as
-pytest 9 does), its `inferscope_*` keys and `addopts`, and `PYTEST_ADDOPTS`.
+The command does not look for pytest's configuration itself: it runs pytest (in this process)
+with the hidden `--inferscope-show-config` option, so pytest finds the ini file, applies
+`addopts` and `PYTEST_ADDOPTS` and picks the rootdir as it would for a test run, and the plugin's
+`pytest_cmdline_main` prints the resolved settings (`print_settings`) and ends the run there,
+before any test is collected.
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
 import difflib
 import os
 import shlex
 import sys
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import iniconfig
-import pytest
+from ..config import OPTIONS, OPTIONS_BY_NAME, describe
+from ..options import OptionSpec
+from .common import EXIT_OK, EXIT_USAGE, CliError, echo
 
-from ..config import OPTIONS, OPTIONS_BY_NAME, ConfigError, describe, resolve
-from .common import EXIT_OK, CliError, Parser, echo
+if TYPE_CHECKING:
+    import pytest
 
-INI_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
-
-
-@dataclass
-class IniFile:
-    """The file pytest takes its configuration from, and the keys of its pytest section."""
-
-    path: Path
-    section: str  # "[pytest]", "[tool.pytest.ini_options]", ... or "" when it has none
-    values: dict[str, Any] = field(default_factory=dict)
-    toml_mode: bool = False  # [tool.pytest] / pytest.toml: native TOML values
+SHOW_FLAG = "--inferscope-show-config"
 
 
 def add_preview_options(parser: argparse.ArgumentParser) -> None:
@@ -46,111 +38,58 @@ def add_preview_options(parser: argparse.ArgumentParser) -> None:
             metavar = spec.metavar or ("{" + ",".join(spec.choices) + "}" if spec.choices else "VALUE")
             group.add_argument(spec.flag, dest=f"opt_{spec.name}", metavar=metavar, help=text)
         else:
-            value = spec.action == "store_true"
-            group.add_argument(spec.flag, dest=f"opt_{spec.name}", action="store_const", const=value, help=text)
+            group.add_argument(spec.flag, dest=f"opt_{spec.name}", action="store_true", help=text)
 
 
-def _ini_error(path: Path, e: iniconfig.ParseError) -> CliError:
-    return CliError(f"{path}:{e.lineno + 1}: pytest cannot parse this ini file ({e.msg}); fix the line.")
-
-
-def read_ini(path: Path) -> IniFile | None:
-    """The pytest configuration in `path`, or None when it has none (so pytest keeps looking)."""
-    if path.suffix in (".ini", ".cfg"):
-        try:
-            ini = iniconfig.IniConfig(str(path))
-        except iniconfig.ParseError as e:
-            raise _ini_error(path, e) from None
-        section = "pytest" if path.suffix == ".ini" else "tool:pytest"
-        if section in ini:
-            return IniFile(path, f"[{section}]", dict(ini[section].items()))
-        if path.suffix == ".cfg" and "pytest" in ini:
-            raise CliError(f"{path}: a [pytest] section in setup.cfg is not read by pytest; rename it [tool:pytest].")
-        return IniFile(path, "") if path.name in ("pytest.ini", ".pytest.ini") else None
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise CliError(f"{path}: pytest cannot read this file ({e}).") from None
-    if path.name in ("pytest.toml", ".pytest.toml"):
-        table = data.get("pytest") or {}
-        return IniFile(path, "[pytest]" if table else "", dict(table), toml_mode=True)
-    tool = data.get("tool", {}).get("pytest", {})
-    native = {k: v for k, v in tool.items() if k != "ini_options"}
-    if native and "ini_options" in tool:
-        raise CliError(f"{path}: pytest refuses both [tool.pytest] and [tool.pytest.ini_options]; keep one.")
-    if native:
-        return IniFile(path, "[tool.pytest]", native, toml_mode=True)
-    if "ini_options" in tool:
-        values = {k: v if isinstance(v, list) else str(v) for k, v in tool["ini_options"].items()}
-        return IniFile(path, "[tool.pytest.ini_options]", values)
-    return None
-
-
-def find_ini(start: Path) -> IniFile | None:
-    """The ini file pytest would use when run in `start` (see the module docstring)."""
-    first_pyproject = None
-    for base in (start, *start.parents):
-        for name in INI_NAMES:
-            p = base / name
-            if p.is_file():
-                if name == "pyproject.toml" and first_pyproject is None:
-                    first_pyproject = p
-                found = read_ini(p)
-                if found is not None:
-                    return found
-    # Like pytest: a pyproject.toml without a pytest table still fixes the rootdir.
-    return IniFile(first_pyproject, "") if first_pyproject is not None else None
-
-
-def _ini_settings(ini: IniFile) -> dict[str, Any]:
-    out = {}
-    for spec in OPTIONS:
-        if spec.ini not in ini.values:
-            continue
-        value = ini.values[spec.ini]
-        # pytest 9.2 types the inferscope_* keys (config._ini_type): plain TOML values then reach resolve(),
-        # which parses them as it parses the run's. Before 9.2 pytest itself rejects them.
-        if not isinstance(value, str) and pytest.version_tuple[:2] < (9, 2):
-            raise CliError(
-                f"{ini.path}: {spec.ini} = {value!r} in {ini.section}: with pytest before 9.2 the inferscope_* keys "
-                f'of pytest\'s own configuration take quoted strings, e.g. {spec.ini} = "{spec.example}"; or move '
-                "the setting to a [tool.inferscope] table, which takes plain TOML values."
-            )
-        out[spec.name] = value
-    return out
-
-
-def _addopts(ini: IniFile | None) -> list[tuple[str, list[str]]]:
-    """(where, arguments) of pytest's extra arguments, in the order pytest applies them (later wins)."""
+def _preview_args(args: argparse.Namespace) -> list[str]:
+    """The previewed options as pytest's command line."""
     out = []
-    if ini is not None and "addopts" in ini.values:
-        raw = ini.values["addopts"]
-        words = [str(w) for w in raw] if isinstance(raw, list) else shlex.split(str(raw))
-        out.append((f"addopts in {ini.path.name}", words))
-    if os.environ.get("PYTEST_ADDOPTS"):
-        out.append(("PYTEST_ADDOPTS", shlex.split(os.environ["PYTEST_ADDOPTS"])))
+    for spec in OPTIONS:
+        value = getattr(args, f"opt_{spec.name}", None)
+        if value is True and spec.action != "store":
+            out.append(spec.flag)
+        elif value not in (None, False):
+            out.append(f"{spec.flag}={value}")
     return out
 
 
-def _cli_layer(args: argparse.Namespace, ini: IniFile | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """Options from addopts, PYTEST_ADDOPTS and this command line: name -> value, and name -> where."""
-    preview = Parser(prog="pytest", add_help=False)
-    add_preview_options(preview)
-    values: dict[str, Any] = {}
-    where: dict[str, str] = {}
-    layers = []
-    for label, words in _addopts(ini):
-        try:
-            layers.append((label, preview.parse_known_args(words)[0]))
-        except CliError as e:
-            raise CliError(f"{label}: {e}".replace(" Run 'pytest --help' for the usage.", "")) from None
-    layers.append(("", args))
-    for label, ns in layers:
-        for spec in OPTIONS:
-            value = getattr(ns, f"opt_{spec.name}", None)
-            if value is not None:
-                values[spec.name], where[spec.name] = value, label
-    return values, where
+def cmd_config_show(args: argparse.Namespace) -> int:
+    """`inferscope config show`: pytest resolves and prints the settings (see the module docstring)."""
+    import pytest
+
+    where: list[str] = []
+    if args.rootdir is not None:
+        rootdir = Path(args.rootdir).absolute()
+        if not rootdir.is_dir():
+            raise CliError(f"inferscope config show: --rootdir {args.rootdir} is not a folder.")
+        # As an argument, the folder is where pytest looks for its ini file (then upwards); --rootdir fixes the rootdir.
+        where = [f"--rootdir={rootdir}", str(rootdir)]
+    # `-p inferscope`: the plugin also where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set (pytest skips it if loaded).
+    code = pytest.main([SHOW_FLAG, "-p", "inferscope", "-p", "no:cacheprovider", *_preview_args(args), *where])
+    return EXIT_OK if code == 0 else EXIT_USAGE
+
+
+# --- inside pytest (plugin.pytest_cmdline_main) ----------------------------------------------------
+
+
+def _ini_keys(inipath: Path) -> tuple[str, list[str]]:
+    """The section pytest reads in `inipath` (the file pytest chose) and its keys; ("", []) without one."""
+    try:
+        if inipath.suffix == ".toml":
+            data = tomllib.loads(inipath.read_text(encoding="utf-8"))
+            if inipath.name in ("pytest.toml", ".pytest.toml"):
+                table, name = data.get("pytest"), "[pytest]"
+            elif isinstance(data.get("tool", {}).get("pytest", {}).get("ini_options"), dict):
+                table, name = data["tool"]["pytest"]["ini_options"], "[tool.pytest.ini_options]"
+            else:
+                table, name = data.get("tool", {}).get("pytest"), "[tool.pytest]"
+            return (name, list(table)) if table else ("", [])
+        parser = configparser.RawConfigParser()
+        parser.read(inipath, encoding="utf-8")
+        section = "tool:pytest" if inipath.suffix == ".cfg" else "pytest"
+        return (f"[{section}]", list(parser[section])) if parser.has_section(section) else ("", [])
+    except (OSError, UnicodeDecodeError, ValueError, configparser.Error):  # pytest read it; only the label is lost
+        return "", []
 
 
 def _config_file(rootdir: Path) -> str:
@@ -166,41 +105,47 @@ def _config_file(rootdir: Path) -> str:
     return "none"
 
 
-def cmd_config_show(args: argparse.Namespace) -> int:
-    """`inferscope config show`: print each setting with its value and source, as pytest would resolve them."""
-    if args.rootdir is not None:
-        rootdir = Path(args.rootdir).absolute()
-        if not rootdir.is_dir():
-            raise CliError(f"inferscope config show: --rootdir {args.rootdir} is not a folder.")
-        ini = find_ini(rootdir)
-    else:
-        ini = find_ini(Path.cwd())
-        rootdir = ini.path.parent if ini is not None else Path.cwd()
-    cli, where = _cli_layer(args, ini)
-    ini_values = _ini_settings(ini) if ini is not None else {}
+def _given(spec: OptionSpec, words: list[str]) -> bool:
+    return any(w == spec.flag or w.startswith(spec.flag + "=") for w in words)
+
+
+def _option_origin(config: pytest.Config, spec: OptionSpec) -> str:
+    """Where an option on pytest's command line came from: typed, PYTEST_ADDOPTS or the ini file's addopts."""
+    if _given(spec, [str(a) for a in config.invocation_params.args]):
+        return ""
+    if _given(spec, shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))):
+        return "PYTEST_ADDOPTS"
+    return f"addopts in {config.inipath.name}" if config.inipath is not None else ""
+
+
+def print_settings(config: pytest.Config) -> int:
+    """Print every setting with its value and source, as this pytest run resolved them; the exit code."""
+    import pytest
+
+    from ..config import settings_from_pytest
+
     try:
-        settings = resolve(
-            cli=cli, ini=ini_values, env=os.environ, rootdir=rootdir, ini_path=ini.path if ini is not None else None
-        )
-    except ConfigError as e:
-        raise CliError(str(e)) from None
-    for key in sorted(k for k in (ini.values if ini else {}) if k.startswith("inferscope_")):
+        settings = settings_from_pytest(config)
+    except pytest.UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    section, keys = _ini_keys(config.inipath) if config.inipath is not None else ("", [])
+    for key in sorted(k for k in keys if k.startswith("inferscope_")):
         if key.removeprefix("inferscope_") not in OPTIONS_BY_NAME:
             close = difflib.get_close_matches(key, [s.ini for s in OPTIONS], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            assert ini is not None
-            print(f"warning: {ini.path}: unknown ini key {key!r}{hint}; pytest ignores it.", file=sys.stderr)
-    ini_text = f"{ini.path} {ini.section or '(no pytest section)'}" if ini else "none found"
+            print(f"warning: {config.inipath}: unknown ini key {key!r}{hint}; pytest ignores it.", file=sys.stderr)
+    ini_text = f"{config.inipath} {section or '(no pytest section)'}" if config.inipath else "none found"
     lines = [
-        f"rootdir: {rootdir}",
+        f"rootdir: {config.rootpath}",
         f"pytest ini file: {ini_text}",
-        f"inferscope config file: {_config_file(rootdir)}",
+        f"inferscope config file: {_config_file(config.rootpath)}",
         "",
     ]
     rows = [["setting", "value", "source"]]
     for name, value, source in describe(settings):
-        if source.startswith("cli ") and where.get(name):
-            source += f" (from {where[name]})"
+        if source.startswith("cli ") and (origin := _option_origin(config, OPTIONS_BY_NAME[name])):
+            source += f" (from {origin})"
         rows.append([name, value, source])
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -181,18 +181,18 @@ class _Cols:
         return np.maximum(self.ev["stream"], 0)
 
 
-def _write_events(f: _Writer, tl: Timeline, c: _Cols, frames: _Frames) -> int:
-    """Every event as a trace row, kind by kind; returns the number of rows."""
-    ev = tl.events
-    kind, name, corr, value, present = c.kind, c.name, c.corr, ev["value"], c.present
-    # JSON string literals of the names, made on first use: most of a big table is never used.
-    names: Callable[[int], bytes] = functools.cache(lambda i: _quote(tl.strings[i]))
-    start, dur = c.start, c.dur
-    count = 0
+class _Rows:
+    """Writes rows of byte templates whose '#' marks are filled from columns; counts them."""
 
-    def rows(sel: np.ndarray, template: bytes, cols: list[Column], key: Any = None, tail: Tail | None = None) -> None:
+    def __init__(self, f: _Writer, tl: Timeline, c: _Cols) -> None:
+        self.f, self.tl, self.c, self.count = f, tl, c, 0
+        # JSON string literals of the names, made on first use: most of a big table is never used.
+        self.names: Callable[[int], bytes] = functools.cache(lambda i: _quote(tl.strings[i]))
+
+    def __call__(
+        self, sel: np.ndarray, template: bytes, cols: list[Column], key: Any = None, tail: Tail | None = None
+    ) -> None:
         """Rows of `template` whose '#' marks are filled from `cols` (full-length, picked by `sel`)."""
-        nonlocal count
         literal = template.split(b"#")
         pieces: list[Piece] = [literal[0]]
         picked: dict[int, np.ndarray] = {}  # a column used twice is picked (and formatted) once
@@ -200,104 +200,148 @@ def _write_events(f: _Writer, tl: Timeline, c: _Cols, frames: _Frames) -> int:
             if id(column) not in picked:
                 picked[id(column)] = column[sel]
             pieces += [(picked[id(column)], milli), lit]
-        count += rowwriter.emit(f, len(sel), pieces, key, tail)
+        self.count += rowwriter.emit(self.f, len(sel), pieces, key, tail)
 
-    def name_tail(i: int) -> bytes:
-        return b'"name":%s},\n' % names(i)
+    def name_tail(self, i: int) -> bytes:
+        return b'"name":%s},\n' % self.names(i)
 
-    def span(cat: bytes, gpu: bool) -> tuple[bytes, list[Column]]:
+    def span(self, cat: bytes, gpu: bool) -> tuple[bytes, list[Column]]:
+        """An "X" slice's template and columns: on the host (pid 1, the thread) or a GPU (its pid, the stream)."""
+        c = self.c
         pid: list[Column] = [(c.gpu_pid, False)] if gpu else []
         t = b'{"ph":"X","cat":"%s","pid":%s,"tid":#,"ts":#,"dur":#' % (cat, b"#" if gpu else b"%d" % HOST_PID)
-        return t, [*pid, (c.stream if gpu else c.tid, False), (start, True), (dur, True)]
+        return t, [*pid, (c.stream if gpu else c.tid, False), (c.start, True), (c.dur, True)]
 
+
+def _write_events(f: _Writer, tl: Timeline, c: _Cols, frames: _Frames) -> int:
+    """Every event as a trace row, kind by kind; returns the number of rows."""
+    rows = _Rows(f, tl, c)
+    _host_rows(rows, frames)
+    flow_in, flow_out = _flows(c)
+    _call_rows(rows, flow_out)
+    _gpu_rows(rows, flow_in)
+    _mark_rows(rows)
+    _counter_rows(rows)
+    return rows.count
+
+
+def _host_rows(rows: _Rows, frames: _Frames) -> None:
+    """Host spans (test, rounds, scopes, modules, ...) and CPU samples."""
+    c, ev = rows.c, rows.tl.events
     for k, cat in _HOST_SPANS.items():
-        if not present[k]:
+        if not c.present[k]:
             continue
-        sel = np.flatnonzero(kind == k)
-        t, cols = span(cat, False)
+        sel = np.flatnonzero(c.kind == k)
+        t, cols = rows.span(cat, False)
         if k == Kind.ROUND:
             warmup = np.zeros(len(ev), dtype=np.uint8)  # full length, as `rows` wants, but filled only here
             warmup[sel] = ev["flags"][sel] & 1
-            t, cols = t + b',"args":{"round":#,"warmup":#}', [*cols, (value, False), (warmup, False)]
-        rows(sel, t + b",", cols, name[sel], name_tail)
-
+            t, cols = t + b',"args":{"round":#,"warmup":#}', [*cols, (ev["value"], False), (warmup, False)]
+        rows(sel, t + b",", cols, c.name[sel], rows.name_tail)
     # A sample's name is its folded stack "outer;...;leaf": the slice shows the leaf and points
     # ("sf") into the shared stackFrames tree instead of repeating the stack in every row.
-    if present[Kind.SAMPLE]:
-        sel = np.flatnonzero(kind == Kind.SAMPLE)
-        t, cols = span(b"sample", False)
-        rows(sel, t + b",", cols, name[sel], lambda i: frames.sample_tail(tl.strings[i]))
+    if c.present[Kind.SAMPLE]:
+        sel = np.flatnonzero(c.kind == Kind.SAMPLE)
+        t, cols = rows.span(b"sample", False)
+        rows(sel, t + b",", cols, c.name[sel], lambda i: frames.sample_tail(rows.tl.strings[i]))
 
-    # Flows: from the launch (runtime call) to the GPU work it issued, matched by correlation id.
-    # The first launch of a correlation id starts the flow; every GPU record with that id ends one.
-    flow_out = flow_in = None
-    if present[Kind.RUNTIME] and present[list(_GPU_WORK)].any():
-        gpu = np.flatnonzero(c.of(*_GPU_WORK) & (corr != 0))
-        rts = np.flatnonzero((kind == Kind.RUNTIME) & (corr != 0))
-        if len(gpu) and len(rts):
-            launch = _first_with(corr[rts], corr[gpu])
-            found = launch >= 0
-            flow_in, flow_out = np.zeros(len(ev), bool), np.zeros(len(ev), bool)
-            flow_in[gpu[found]] = True
-            flow_out[rts[launch[found]]] = True
 
-    def linked(sel: np.ndarray, flow: np.ndarray | None) -> list[tuple[np.ndarray, bytes]]:
-        """`sel` split into (rows without a flow, b""), (rows with one, their flow fields)."""
-        if flow is None:
-            return [(sel, b"")]
-        on = flow[sel]
-        fields = b',"bind_id":#,"flow_out":true' if flow is flow_out else b',"bind_id":#,"flow_in":true'
-        return [(sel[~on], b""), (sel[on], fields)]
+def _flows(c: _Cols) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(GPU records, launch calls) with a flow arrow, as full-length masks; None when no flow.
 
+    Flows go from the launch (runtime call) to the GPU work it issued, matched by correlation id:
+    the first launch of a correlation id starts the flow; every GPU record with that id ends one.
+    """
+    kind, corr = c.kind, c.corr
+    if not (c.present[Kind.RUNTIME] and c.present[list(_GPU_WORK)].any()):
+        return None, None
+    gpu = np.flatnonzero(c.of(*_GPU_WORK) & (corr != 0))
+    rts = np.flatnonzero((kind == Kind.RUNTIME) & (corr != 0))
+    if not (len(gpu) and len(rts)):
+        return None, None
+    launch = _first_with(corr[rts], corr[gpu])
+    found = launch >= 0
+    flow_in, flow_out = np.zeros(len(kind), bool), np.zeros(len(kind), bool)
+    flow_in[gpu[found]] = True
+    flow_out[rts[launch[found]]] = True
+    return flow_in, flow_out
+
+
+def _linked(sel: np.ndarray, flow: np.ndarray | None, out: bool) -> list[tuple[np.ndarray, bytes]]:
+    """`sel` split into (rows without a flow, b""), (rows with one, their flow fields: out of a launch, or in)."""
+    if flow is None:
+        return [(sel, b"")]
+    on = flow[sel]
+    fields = b',"bind_id":#,"flow_out":true' if out else b',"bind_id":#,"flow_in":true'
+    return [(sel[~on], b""), (sel[on], fields)]
+
+
+def _call_rows(rows: _Rows, flow_out: np.ndarray | None) -> None:
+    """Runtime/driver API calls (flows start here) and synchronisations seen on the host."""
+    c = rows.c
     for mask, cat, flow in (
-        (kind == Kind.RUNTIME if present[Kind.RUNTIME] else None, b"runtime", flow_out),
-        ((kind == Kind.SYNC) & c.on_host if present[Kind.SYNC] else None, b"sync", None),
+        (c.kind == Kind.RUNTIME if c.present[Kind.RUNTIME] else None, b"runtime", flow_out),
+        ((c.kind == Kind.SYNC) & c.on_host if c.present[Kind.SYNC] else None, b"sync", None),
     ):
         if mask is None:
             continue
-        for sel, flow_fields in linked(np.flatnonzero(mask), flow):
-            t, cols = span(cat, False)
-            cols += [(corr, False)] * (1 + bool(flow_fields))  # bind_id is the correlation id
-            rows(sel, t + flow_fields + b',"args":{"correlation":#},', cols, name[sel], name_tail)
+        for sel, flow_fields in _linked(np.flatnonzero(mask), flow, out=True):
+            t, cols = rows.span(cat, False)
+            cols += [(c.corr, False)] * (1 + bool(flow_fields))  # bind_id is the correlation id
+            rows(sel, t + flow_fields + b',"args":{"correlation":#},', cols, c.name[sel], rows.name_tail)
 
+
+def _gpu_rows(rows: _Rows, flow_in: np.ndarray | None) -> None:
+    """Kernels, copies, memsets and device-side synchronisations, on their GPU and stream (flows end here)."""
+    c, ev = rows.c, rows.tl.events
     for k, cat in _GPU_CATS.items():
-        if not present[k]:
+        if not c.present[k]:
             continue
-        of_kind = np.flatnonzero((kind == k) & ~c.on_host if k == Kind.SYNC else kind == k)
-        for sel, flow_fields in linked(of_kind, flow_in):
-            t, cols = span(cat, True)
-            t, cols = t + flow_fields + b',"args":{"correlation":#', [*cols, *[(corr, False)] * (1 + bool(flow_fields))]
+        of_kind = np.flatnonzero((c.kind == k) & ~c.on_host if k == Kind.SYNC else c.kind == k)
+        for sel, flow_fields in _linked(of_kind, flow_in, out=False):
+            t, cols = rows.span(cat, True)
+            t, cols = (
+                t + flow_fields + b',"args":{"correlation":#',
+                [*cols, *[(c.corr, False)] * (1 + bool(flow_fields))],
+            )
             if k == Kind.MEMCPY:
                 # The name and the copy's direction together pick the tail, so key on both.
-                pairs = (name[sel].astype(np.int64) << 32) | (ev["flags"][sel] & 0xFFFFFF)
+                pairs = (c.name[sel].astype(np.int64) << 32) | (ev["flags"][sel] & 0xFFFFFF)
                 uniq, key = np.unique(pairs, return_inverse=True)
-                tails = [b'%s},"name":%s},\n' % (_copy_args(p & 0xFFFFFF), names(p >> 32)) for p in uniq.tolist()]
-                rows(sel, t + b',"bytes":#,', [*cols, (value, False)], key.reshape(-1), tails.__getitem__)
+                tails = [b'%s},"name":%s},\n' % (_copy_args(p & 0xFFFFFF), rows.names(p >> 32)) for p in uniq.tolist()]
+                rows(sel, t + b',"bytes":#,', [*cols, (ev["value"], False)], key.reshape(-1), tails.__getitem__)
             elif k == Kind.MEMSET:
-                rows(sel, t + b',"bytes":#},', [*cols, (value, False)], name[sel], name_tail)
+                rows(sel, t + b',"bytes":#},', [*cols, (ev["value"], False)], c.name[sel], rows.name_tail)
             else:
-                rows(sel, t + b"},", cols, name[sel], name_tail)
+                rows(sel, t + b"},", cols, c.name[sel], rows.name_tail)
 
-    if present[Kind.MARK]:
-        sel = np.flatnonzero(kind == Kind.MARK)
-        marks = [(int(n), int(v)) for n, v in zip(name[sel].tolist(), value[sel].tolist(), strict=True)]
-        t = b'{"ph":"i","s":"t","cat":"mark","pid":%d,"tid":#,"ts":#,' % HOST_PID
-        rows(sel, t, [(c.tid, False), (start, True)],
-             np.arange(len(sel)), lambda i: _mark_tail(names(marks[i][0]), tl.attrs, marks[i][1]))  # fmt: skip
 
+def _mark_rows(rows: _Rows) -> None:
+    c, tl = rows.c, rows.tl
+    if not c.present[Kind.MARK]:
+        return
+    sel = np.flatnonzero(c.kind == Kind.MARK)
+    marks = [(int(n), int(v)) for n, v in zip(c.name[sel].tolist(), tl.events["value"][sel].tolist(), strict=True)]
+    t = b'{"ph":"i","s":"t","cat":"mark","pid":%d,"tid":#,"ts":#,' % HOST_PID
+    rows(sel, t, [(c.tid, False), (c.start, True)],
+         np.arange(len(sel)), lambda i: _mark_tail(rows.names(marks[i][0]), tl.attrs, marks[i][1]))  # fmt: skip
+
+
+def _counter_rows(rows: _Rows) -> None:
+    """Host RSS and, per GPU, the memory allocated (allocations minus frees), as counters."""
+    c, value, start = rows.c, rows.tl.events["value"], rows.c.start
     counter = b'{"ph":"C","pid":%d,"ts":#,"name":"%s","args":{"%s MiB":#}},\n'
-    if present[Kind.MEMORY]:
-        sel = np.flatnonzero(kind == Kind.MEMORY)
+    if c.present[Kind.MEMORY]:
+        sel = np.flatnonzero(c.kind == Kind.MEMORY)
         rss = [(start[sel], True), (value[sel] * 1000 // _MIB, True)]
         rows(np.arange(len(sel)), counter % (HOST_PID, b"host memory", b"RSS"), rss)
-    if present[Kind.GPU_MEMORY]:
-        gpu_mem = np.flatnonzero(kind == Kind.GPU_MEMORY)
+    if c.present[Kind.GPU_MEMORY]:
+        gpu_mem = np.flatnonzero(c.kind == Kind.GPU_MEMORY)
         for d in _unique(c.device[gpu_mem]):
             sel = gpu_mem[c.device[gpu_mem] == d]
             allocated = np.cumsum(value[sel]) * 1000 // _MIB  # allocations minus frees, in time order
             t = counter % (GPU_PID_BASE + max(d, 0), b"GPU memory", b"allocated")
             rows(np.arange(len(sel)), t, [(start[sel], True), (allocated, True)])  # columns per row already
-    return count
 
 
 def _first_with(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:

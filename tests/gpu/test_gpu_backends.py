@@ -551,6 +551,39 @@ def test_cupy_and_jax_bodies_are_profiled_without_torch(framework: str, backend:
         assert sum(kernels.values()) >= 5 and out["driver_records"] > 0, kernels
 
 
+SMALL_CAP = """
+import json, torch
+from pytest_inferscope import api
+from pytest_inferscope.collectors.gpu import max_records_for
+
+x = torch.ones(256, device="cuda")
+torch.cuda.synchronize()
+r = api.measure(lambda: [x.add_(1) for _ in range(2000)], rounds=4, warmup=1, trace_rounds="all", cpu="off")
+settings = api.standalone_settings()
+backend = api._gpu_choice(settings.gpu, settings.trace_size_mb).collector  # the one measure() used (cached)
+print(json.dumps({"trace_size_mb": settings.trace_size_mb, "backend_dropped": backend.dropped(),
+                  "dropped": r.dropped_events, "samples": len(r.latency.samples_ms), "cap": max_records_for(0.05)}))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_config_files_trace_size_caps_the_gpu_records_and_keeps_every_round(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trace_size_mb from the config file (not the environment) reaches the backend; 10,000 kernels overflow it."""
+    if backend == "cupti-python" and importlib.util.find_spec("cupti") is None and not _required():
+        pytest.skip("cupti-python not installed")
+    (tmp_path / ".inferscope.yaml").write_text("trace_size_mb: 0.05\n")
+    monkeypatch.chdir(tmp_path)  # the config file of the working folder, as measure() reads it
+    monkeypatch.delenv("INFERSCOPE_TRACE_SIZE_MB", raising=False)
+    out = run_python(SMALL_CAP, backend, timeout=240)
+    _report(f"{backend} small cap", **out)
+    assert out["trace_size_mb"] == 0.05 and out["samples"] == 4  # the latency samples are never dropped
+    # 5 calls x 2,000 kernels and as many launch records: the backend keeps `cap` of them and counts the rest
+    assert out["backend_dropped"] >= 2 * 5 * 2000 - out["cap"], out
+    assert out["dropped"] >= out["backend_dropped"]
+
+
 def test_no_gpu_process_is_left_behind() -> None:
     """Runs last in this module: every interpreter above has exited; none still holds the GPU (or CUPTI)."""
     smi = shutil.which("nvidia-smi")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -478,3 +479,21 @@ def test_executable_smoke(work: Path) -> None:
     assert shown.returncode == 0 and "sample_interval_ms" in shown.stdout, shown.stderr
     bad = run_exe("analyze", "missing.json", cwd=work)
     assert bad.returncode == 2 and bad.stderr.strip().endswith("missing.json: no such file or folder.")
+
+
+def test_pytest_itself_prints_the_settings_it_resolved_and_collects_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\naddopts = --inferscope-warmup=2\ninferscope_cpu = off\n")
+    pytester.makepyfile("def test_never_run():\n    raise AssertionError('collected')\n")
+    result = pytester.runpytest("--inferscope-show-config", "--inferscope-rounds=4", "-o", "inferscope_gpu=off")
+    assert result.ret == 0 and "collected" not in result.stdout.str()
+    result.stdout.re_match_lines(
+        [
+            rf"pytest ini file: {re.escape(str(pytester.path / 'tox.ini'))} \[pytest\]",
+            r"rounds +4 +cli --inferscope-rounds$",
+            r"warmup +2 +cli --inferscope-warmup \(from addopts in tox.ini\)$",
+            r"gpu +off +ini inferscope_gpu$",  # -o overrides: pytest's own ini handling, nothing re-implemented
+            r"cpu +off +ini inferscope_cpu$",
+        ],
+        consecutive=False,
+    )
+    assert "--inferscope-show-config" not in pytester.runpytest("--help").stdout.str()  # internal to config show

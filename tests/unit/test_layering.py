@@ -36,7 +36,6 @@ KNOWN_LONG_FUNCTIONS = {
     "postprocess.py:process",
     "regression.py:latency_verdict",
     "regression.py:compare_to_baseline",
-    "reporters/trace.py:_write_events",
     "stats.py:compare_samples",
 }
 

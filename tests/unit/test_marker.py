@@ -55,3 +55,20 @@ def test_the_markers_line_lists_every_key(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
     line = next(x for x in result.outlines if x.startswith("@pytest.mark.inferscope"))
     assert all(key in line for key in MARKER_KEYS), line
+
+
+def test_a_tests_plan_is_frozen_once_made() -> None:
+    import dataclasses
+
+    from pytest_inferscope.checks import Plan
+
+    plan = Plan(NODE, rounds=3, thresholds=parse_marker({"max_regression": "5%"}))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.rounds = 4  # type: ignore[misc]
+    assert plan.thresholds == {"max_regression": 0.05}
+
+
+def test_a_percentage_above_100_on_pytests_command_line_is_parsed_once(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--inferscope-show-config", "--inferscope-max-regression=500%")
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.re_match_lines([r"max_regression +5\.0 +cli --inferscope-max-regression$"])
