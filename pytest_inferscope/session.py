@@ -136,7 +136,11 @@ class InferscopeSession:
         for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
             marked = True
             kwargs.update(marker.kwargs)
-        if not marked and not self.settings.all:
+        # A test that asks for the `inferscope` fixture (directly or through another fixture) asked to be
+        # profiled, as pytest-benchmark's `benchmark` does: like a marked test with no keys, but with the
+        # rounds of an unmarked one unless options say otherwise.
+        asked = "inferscope" in getattr(item, "fixturenames", ())
+        if not marked and not self.settings.all and not asked:
             return None
         s = self.settings
         default_rounds, default_warmup = (MARKED_ROUNDS, MARKED_WARMUP) if marked else (1, 0)
@@ -412,9 +416,21 @@ class InferscopeSession:
     def fixture(self, request: pytest.FixtureRequest) -> InferscopeFixture:
         from .api import InferscopeFixture
 
-        handle = InferscopeFixture(request.node.nodeid, request.node.nodeid in self.plans)
-        self.fixtures[request.node.nodeid] = handle
+        node = request.node
+        profiled = node.nodeid in self.plans
+        # Profiled only because it asked for the fixture: a `profile()` block in its body takes over.
+        by_fixture = profiled and not self.settings.all and node.get_closest_marker("inferscope") is None
+        release = functools.partial(self._release, node.nodeid) if by_fixture else None
+        handle = InferscopeFixture(node.nodeid, profiled, release=release)
+        self.fixtures[node.nodeid] = handle
         return handle
+
+    def _release(self, nodeid: str) -> None:
+        """Stop profiling a test whose body profiles a block itself (`inferscope.profile()`): no report of its own."""
+        pending = self._pending.get(nodeid)
+        if pending is not None:
+            pending.skipped = True
+            pending.collection.stop()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if (not self.results and not self.notes) or hasattr(self.config, "workerinput"):
