@@ -143,6 +143,8 @@ def parse_trace_rounds(value: Any) -> int | str:
 
 
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
+#: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
+MARKED_ROUNDS, MARKED_WARMUP = 5, 1
 #: Trace rounds when only they record GPU activity (gpu_rounds trace, or auto gone lean) and the user did not
 #: set --inferscope-trace-rounds: every GPU metric is read from them, so more than the one launch-call round.
 LEAN_TRACE_ROUNDS = 3
@@ -186,6 +188,9 @@ class OptionSpec:
     ini: str = ""  # default inferscope_<name>
     action: Literal["store", "store_true", "store_false"] = "store"  # the store_* flags take no value
     metavar: str | None = None
+    #: The default as a newcomer reads it, in the flag's own sense ("profiling on" for --inferscope-disable,
+    #: "no reports" for an unset folder); empty: the default value itself.
+    default_text: str = ""
 
     def __post_init__(self) -> None:
         # Derived names are filled in here so that the table spells out only the exceptions.
@@ -213,26 +218,37 @@ _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
-        "enable", parse_bool, True, "Whether inferscope profiles at all; --inferscope-disable turns it off for a run.",
+        "enable", parse_bool, True,
+        "Switch profiling off for this run: marked tests and tests using the inferscope fixture run once, "
+        "unprofiled, and no report or baseline is written (as env: INFERSCOPE_ENABLE=0).",
         _BOOL_HINT, "false", flag="--inferscope-disable", action="store_false",
+        default_text="profiling on (this flag not given)",
     ),
     OptionSpec(
-        "report", optional(parse_path), None, "Folder to write the reports to (Markdown, JSON, Chrome trace).",
+        "report", optional(parse_path), None,
+        "Folder to write the reports to: index.html and index.md, and per profiled test report.html, report.md, "
+        "report.json and trace.json (Perfetto). E.g. --inferscope-report=out/inferscope.",
         "give a folder path", "out/inferscope", metavar="DIR",
+        default_text="no reports (the terminal summary only)",
     ),
     OptionSpec(
-        "all", parse_bool, False, "Profile every test, not only those marked @pytest.mark.inferscope.",
+        "all", parse_bool, False,
+        "Profile every test, not only those marked @pytest.mark.inferscope or using the inferscope fixture "
+        "(one round each, unless --inferscope-rounds says otherwise).",
         _BOOL_HINT, "true", action="store_true",
+        default_text="off (only marked tests and tests using the fixture are profiled)",
     ),
     OptionSpec(
         "rounds", optional(number(1, integer=True)), None,
-        "Measured rounds per test, unless the marker says otherwise (unset: 1 round for unmarked tests).",
+        "Measured rounds per profiled test, unless its marker gives rounds=. E.g. --inferscope-rounds=20.",
         "give the number of measured rounds per test, a whole number of at least 1", "20", metavar="N",
+        default_text=f"{MARKED_ROUNDS} for a marked test, 1 for an unmarked one",
     ),
     OptionSpec(
         "warmup", optional(number(0, integer=True)), None,
-        "Unmeasured warm-up rounds per test, unless the marker says otherwise.",
+        "Unmeasured warm-up rounds before the measured ones, per profiled test, unless its marker gives warmup=.",
         "give the number of warm-up rounds per test, a whole number of at least 0", "3", metavar="N",
+        default_text=f"{MARKED_WARMUP} for a marked test, 0 for an unmarked one",
     ),
     OptionSpec(
         "gpu", choice(_GPU_MODES), "auto",
@@ -244,13 +260,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         f"set the log level to {_one_of(_LOG_LEVELS)}", "info", choices=_LOG_LEVELS,
     ),
     OptionSpec(
-        "trace_size_mb", number(0.0, 65536.0, low_inclusive=False), 100.0, "Size of each thread's trace buffer in MB.",
+        "trace_size_mb", number(0.0, 65536.0, low_inclusive=False), 100.0,
+        "Size of each thread's trace buffer in MB; a full one wraps (or spills, with --inferscope-trace-spill) and "
+        "the report counts the dropped events.",
         "give the trace buffer size in megabytes, more than 0 and at most 65536", "200", metavar="MB",
     ),
     OptionSpec(
         "trace_spill", optional(parse_path), None,
         "Folder a full trace buffer spills to; unset, a full buffer wraps and counts the dropped events.",
-        "give a folder path", "/tmp/inferscope-spill", metavar="DIR",
+        "give a folder path", "/tmp/inferscope-spill", metavar="DIR", default_text="not set (a full buffer wraps)",
     ),
     OptionSpec(
         "cpu", choice(_CPU_MODES), "sample",
@@ -283,18 +301,24 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "gpus", optional(parse_gpus), None,
         "GPUs to spread xdist workers over, one per worker (worker N gets the N-th, round robin), set as "
-        "CUDA_VISIBLE_DEVICES before CUDA starts; without xdist the first is used.",
+        "CUDA_VISIBLE_DEVICES before CUDA starts; without xdist the first is used. "
+        "E.g. -n 4 --inferscope-gpus=0,1,2,3.",
         "give GPU indices separated by commas", "0,1,2,3", metavar="LIST",
+        default_text="not set (CUDA_VISIBLE_DEVICES left as it is)",
     ),
     OptionSpec(
         "save_baseline", optional(parse_name), None,
-        "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept).",
+        "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept). "
+        "E.g. --inferscope-save-baseline=main.",
         "give a name of letters, digits, '.', '-' and '_'", "main", metavar="NAME",
+        default_text="not set (nothing saved)",
     ),
     OptionSpec(
         "compare", optional(parse_name), None,
-        "Compare every profiled test against the baseline NAME and fail the tests that regressed.",
+        "Compare every profiled test against the baseline NAME and fail the tests that regressed. "
+        "E.g. --inferscope-compare=main.",
         "give the name of a saved baseline (letters, digits, '.', '-' and '_')", "main", metavar="NAME",
+        default_text="not set (no comparison)",
     ),
     OptionSpec(
         "baseline_dir", parse_path, Path(".inferscope/baselines"), "Folder the baselines are kept in.",

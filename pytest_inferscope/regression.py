@@ -32,7 +32,15 @@ from .drift import (
     steady_rounds,
 )
 from .results import TestResult
-from .stats import Comparison, MetricChange, compare_metric, compare_samples, noise_warnings, separation
+from .stats import (
+    Comparison,
+    MetricChange,
+    compare_metric,
+    compare_samples,
+    gate_blind_spots,
+    noise_warnings,
+    separation,
+)
 
 
 @dataclass
@@ -352,3 +360,20 @@ def compare_to_baseline(
         steady=steady,
         noise_floor=floor,
     )
+
+
+def gate_blind_notes(results: Sequence[TestResult], *, alpha: float, saving: bool) -> list[str]:
+    """One terminal line per gated test whose rounds the regression gate can never judge, and why.
+
+    A test is gated when it has a `max_regression` (a marker's, or the run's with a baseline to compare
+    with), or when its rounds are saved as a baseline (`saving`), which a later run compares against.
+    """
+    lines = []
+    for r in sorted(results, key=lambda r: r.nodeid):
+        if not saving and "max_regression" not in r.thresholds:
+            continue
+        if r.partial_reason:
+            continue  # a partial run's rounds are neither compared nor saved
+        for problem in gate_blind_spots(r.latency.samples_ms, alpha=alpha):
+            lines.append(f"inferscope: {r.nodeid}: {problem}")
+    return lines

@@ -26,7 +26,7 @@ import pytest
 from .checks import validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
-from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
+from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP, lean_rounds_conflict
 from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
@@ -42,8 +42,6 @@ log = logging.getLogger("pytest_inferscope")
 
 #: Custom analyzer rules, read from the rootdir (docs/custom-rules.md).
 CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
-#: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
-MARKED_ROUNDS, MARKED_WARMUP = 5, 1
 
 
 @dataclass
@@ -433,11 +431,26 @@ class InferscopeSession:
             pending.collection.stop()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if (not self.results and not self.notes) or hasattr(self.config, "workerinput"):
+        if hasattr(self.config, "workerinput"):
             return
+        s = self.settings
+        asked = [f"{o}={v}" for o, v in (("--inferscope-report", s.report), ("--inferscope-compare", s.compare),
+                 ("--inferscope-save-baseline", s.save_baseline)) if v is not None]  # fmt: skip
+        if not self.results and asked:
+            from .reporters.terminal import nothing_profiled_line
+
+            terminalreporter.write_sep("=", "inferscope")
+            for line in [*self.notes, nothing_profiled_line(asked)]:
+                terminalreporter.write_line(line)
+            return
+        if not self.results and not self.notes:
+            return
+        from .regression import gate_blind_notes
         from .reporters.terminal import write_terminal_summary
 
-        notes = self.header_lines()[:1] + self._extra_rounds_notes() + self.notes
+        saving = self.settings.save_baseline is not None
+        blind = gate_blind_notes(self.results, alpha=self.settings.alpha, saving=saving)
+        notes = self.header_lines()[:1] + self._extra_rounds_notes() + blind + self.notes
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes)
 
     def _extra_rounds_notes(self) -> list[str]:

@@ -44,6 +44,15 @@ def write_terminal_summary(
         tr.write_line(f"inferscope reports: {Path(report_dir) / 'index.html'} (and index.md)")
 
 
+def nothing_profiled_line(asked: list[str]) -> str:
+    """The one line for a run that asked for reports or a baseline (`asked`: those options) but profiled nothing."""
+    return (
+        f"inferscope: no test was profiled, so {' and '.join(asked)} had nothing to work on. Profile a test by "
+        "marking it @pytest.mark.inferscope (e.g. @pytest.mark.inferscope(rounds=20)) or giving it the "
+        "inferscope fixture (def test_x(inferscope): ...), or pass --inferscope-all to profile every test."
+    )
+
+
 def summary_lines(results: list[TestResult]) -> list[str]:
     """A header and one aligned row per test, sorted by id; with no results, one line saying so."""
     if not results:
