@@ -436,7 +436,7 @@ class InferscopeSession:
         s = self.settings
         asked = [f"{o}={v}" for o, v in (("--inferscope-report", s.report), ("--inferscope-compare", s.compare),
                  ("--inferscope-save-baseline", s.save_baseline)) if v is not None]  # fmt: skip
-        if not self.results and asked:
+        if not self.results and not self.plans and asked:  # plans: a test that asked to be profiled was there
             from .reporters.terminal import nothing_profiled_line
 
             terminalreporter.write_sep("=", "inferscope")
