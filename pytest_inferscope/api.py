@@ -209,10 +209,13 @@ def measure(
 class InferscopeFixture:
     """The `inferscope` fixture: scopes and events inside the body, and the result after it."""
 
-    def __init__(self, nodeid: str, profiled: bool) -> None:
+    def __init__(self, nodeid: str, profiled: bool, release: Callable[[], None] | None = None) -> None:
         self.nodeid = nodeid
         self.profiled = profiled  # the plugin profiles this test's body
         self.result: TestResult | None = None  # set after the call phase of a profiled test
+        # Set when the test is profiled only because it asked for this fixture: stops that profiling,
+        # so that a `profile()` block in the body can take over (a marked test's cannot).
+        self._release = release
 
     def scope(self, name: str) -> AbstractContextManager[Any]:
         """A named scope; shows in the report with its time."""
@@ -223,7 +226,14 @@ class InferscopeFixture:
         mark_event(name, **attrs)
 
     def profile(self, name: str | None = None, **kwargs: Any) -> AbstractContextManager[Profile]:
-        """Profile a block inside an unprofiled test, to assert on its result yourself."""
+        """Profile a block inside a test that is not marked, to assert on its result yourself.
+
+        The test's own profiling (it asked for the fixture) stops here and leaves no report: the block's
+        result is the measurement the test asked for.
+        """
+        if active() is not None and self._release is not None:
+            self._release()
+            self._release = None
         if active() is not None:
             raise RuntimeError(
                 f"{self.nodeid} is already profiled by @pytest.mark.inferscope or --inferscope-all; "

@@ -277,7 +277,8 @@ def _cli_type(spec: OptionSpec) -> Callable[[str], Any]:
 def _help(spec: OptionSpec) -> str:
     choices = f" Choices: {', '.join(spec.choices)}." if spec.choices else ""
     # argparse treats % in help as a format character.
-    text = f"{spec.help}{choices} Default: {_format(spec.default)}. Env {spec.env}, ini {spec.ini}."
+    default = spec.default_text or _format(spec.default)
+    text = f"{spec.help}{choices} Default: {default}. Env {spec.env}, ini {spec.ini}."
     return text.replace("%", "%%")
 
 

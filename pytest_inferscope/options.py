@@ -8,16 +8,31 @@ setting means one `OptionSpec` here and one `Settings` field.
 from __future__ import annotations
 
 import functools
-import math
-import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
-__all__ = ["OPTIONS", "OPTIONS_BY_NAME", "OptionSpec", "Settings", "default_settings"]
+from .parsers import (
+    TRACE_ROUNDS_COUNT,
+    Parse,
+    choice,
+    fraction,
+    number,
+    optional,
+    parse_bool,
+    parse_gpus,
+    parse_name,
+    parse_path,
+    parse_ref,
+    parse_trace_rounds,
+)
+
+__all__ = [
+    "OPTIONS", "OPTIONS_BY_NAME", "TRACE_ROUNDS_COUNT", "OptionSpec", "Parse", "Settings", "choice", "default_settings",
+    "fraction", "number", "parse_trace_rounds",
+]  # fmt: skip
 
 GpuMode = Literal["auto", "off", "required"]
 CpuMode = Literal["sample", "trace", "off"]
@@ -26,170 +41,9 @@ LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
 ProbeMode = Literal["auto", "on", "off"]
 GpuRounds = Literal["measured", "trace", "auto"]
 
-Parse = Callable[[Any], Any]
-
-
-# Value parsers. Each takes a string (CLI, env, ini) or an already-typed value (YAML, TOML, a
-# parsed CLI value) and returns the typed value, or raises ValueError with a short reason that
-# completes "<name>=<value> ...". What *is* valid is the spec's `hint`, so reasons stay short.
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-def parse_bool(value: Any) -> bool:
-    """Parse a yes/no setting: a bool, 0/1, or 1/0, true/false, yes/no, on/off in any case."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ValueError("is not a yes/no value")
-
-
-def parse_path(value: Any) -> Path:
-    """Parse a folder path; `~` is expanded, relative paths are kept (resolve() anchors file ones)."""
-    if isinstance(value, os.PathLike):
-        return Path(value)
-    if not isinstance(value, str):
-        raise ValueError("is not a folder path")
-    if not value.strip():
-        raise ValueError("is empty")
-    return Path(value.strip()).expanduser()
-
-
-class OptionalParser:
-    """A parser that also takes None, which a config file gives for `key:` or `key: null` ("not set")."""
-
-    def __init__(self, parse: Parse) -> None:
-        self.parse = parse
-        self.valid = getattr(parse, "valid", "a valid value")  # what the wrapped parser accepts
-
-    def __call__(self, value: Any) -> Any:
-        return None if value is None else self.parse(value)
-
-
-def optional(parse: Parse) -> OptionalParser:
-    """Make a parser accept None, which a config file gives for `key:` or `key: null` ("not set")."""
-    return OptionalParser(parse)
-
-
-class NumberParser:
-    """A parser for a number in [low, high] (or (low, high]), a whole number if `integer`.
-
-    A class rather than a closure so that the marker's docs and errors can say what it accepts (`valid`).
-    """
-
-    def __init__(self, low: float, high: float = math.inf, *, integer: bool = False, low_inclusive: bool = True):
-        self.low, self.high, self.integer, self.low_inclusive = low, high, integer, low_inclusive
-        kind = "an integer" if integer else "a number"
-        lo = f" {'>=' if low_inclusive else '>'} {low:g}"
-        hi = f" and <= {high:g}" if math.isfinite(high) else ""
-        self.valid = f"{kind}{lo}{hi}"
-
-    def __call__(self, value: Any) -> float | int:
-        kind = "a whole number" if self.integer else "a number"
-        # bool is an int subclass, and YAML turns `yes` into True: never a number.
-        if isinstance(value, bool) or not isinstance(value, (int, str) if self.integer else (int, float, str)):
-            raise ValueError(f"is not {kind}")
-        try:
-            result = int(value) if self.integer else float(value)
-        except ValueError:
-            raise ValueError(f"is not {kind}") from None
-        # Written so that NaN fails both comparisons; inf fails a finite upper bound.
-        above_low = result >= self.low if self.low_inclusive else result > self.low
-        if not (above_low and result <= self.high):
-            raise ValueError("is out of range")
-        return result
-
-
-def number(low: float, high: float = math.inf, *, integer: bool = False, low_inclusive: bool = True) -> NumberParser:
-    """Make a parser for a number in [low, high] (or (low, high]), a whole number if `integer`."""
-    return NumberParser(low, high, integer=integer, low_inclusive=low_inclusive)
-
-
-class ChoiceParser:
-    """A parser for one of `choices`, case-insensitive."""
-
-    def __init__(self, choices: tuple[str, ...]) -> None:
-        self.choices = choices
-        self.valid = "one of " + ", ".join(repr(c) for c in choices)
-
-    def __call__(self, value: Any) -> str:
-        # YAML 1.1 reads a bare `off`/`on` as a boolean, so `gpu: off` arrives as False.
-        if isinstance(value, bool):
-            value = "on" if value else "off"
-        if isinstance(value, str) and value.strip().lower() in self.choices:
-            return value.strip().lower()
-        raise ValueError("is not one of the choices")
-
-
-def choice(choices: tuple[str, ...]) -> ChoiceParser:
-    """Make a parser for one of `choices`, case-insensitive."""
-    return ChoiceParser(choices)
-
-
-class FractionParser:
-    """A parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%.
-
-    Where more than 1 is allowed, a bare number above 1 is refused as ambiguous: `2` may mean
-    200% or a mistyped 2%, and a regression gate must not guess.
-    """
-
-    def __init__(self, high: float = 10.0) -> None:
-        self.high = high
-        self.plain, self.percent = NumberParser(0.0, min(high, 1.0)), NumberParser(0.0, 100.0 * high)
-        self.valid = f"a fraction >= 0 and <= {min(high, 1.0):g}, or a percentage up to {100 * high:g}% such as 5%"
-
-    def __call__(self, value: Any) -> float:
-        if isinstance(value, str) and value.strip().endswith("%"):  # checked as a percentage: 20% is 0.2, not 20
-            return float(self.percent(value.strip()[:-1])) / 100.0
-        try:
-            return float(self.plain(value))
-        except ValueError as exc:
-            text = value.strip() if isinstance(value, str) else value
-            if self.high > 1 and str(exc) == "is out of range" and float(text) > 1:
-                raise ValueError(f"is ambiguous: write {text}% for a percentage, or a fraction of at most 1") from None
-            raise
-
-
-def fraction(high: float = 10.0) -> FractionParser:
-    """Make a parser for a fraction in [0, high], written as 0.05 or as a percentage, 5%."""
-    return FractionParser(high)
-
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def parse_gpus(value: Any) -> tuple[int, ...]:
-    """A comma-separated list of GPU indices, e.g. 0,1,2,3."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if isinstance(value, list | tuple):
-        value = ",".join(str(v) for v in value)
-    if not isinstance(value, str):
-        raise ValueError("is not a list of GPU indices")
-    try:
-        gpus = tuple(int(part) for part in value.split(","))
-    except ValueError:
-        raise ValueError("is not a list of GPU indices") from None
-    if not gpus or any(g < 0 for g in gpus):
-        raise ValueError("is not a list of GPU indices")
-    return gpus
-
-
-TRACE_ROUNDS_COUNT = number(1, 1000, integer=True)
-
-
-def parse_trace_rounds(value: Any) -> int | str:
-    """Trace rounds: a whole number from 1 to 1000, or `all` (launch calls recorded in every round)."""
-    if isinstance(value, str) and value.strip().lower() == "all":
-        return "all"
-    return int(TRACE_ROUNDS_COUNT(value))
-
-
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
+#: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
+MARKED_ROUNDS, MARKED_WARMUP = 5, 1
 #: Trace rounds when only they record GPU activity (gpu_rounds trace, or auto gone lean) and the user did not
 #: set --inferscope-trace-rounds: every GPU metric is read from them, so more than the one launch-call round.
 LEAN_TRACE_ROUNDS = 3
@@ -204,20 +58,6 @@ def lean_rounds_conflict(trace_rounds: Any, gpu_rounds: Any, where: str) -> str 
         "none (launch calls in every round). Give trace_rounds a number (1 to 1000; the default with "
         f"gpu_rounds 'trace' is {LEAN_TRACE_ROUNDS}), or set gpu_rounds to 'measured' or 'auto'."
     )
-
-
-def parse_name(value: Any) -> str:
-    """A baseline name: letters, digits, '.', '-' and '_', so it is a safe file name."""
-    if isinstance(value, str) and _NAME.fullmatch(value.strip()):
-        return value.strip()
-    raise ValueError("is not a valid name")
-
-
-def parse_ref(value: Any) -> str:
-    """A git revision: no whitespace, not starting with '-' (it is passed to git as an argument)."""
-    if isinstance(value, str) and value.strip() and not value.strip().startswith("-") and " " not in value.strip():
-        return value.strip()
-    raise ValueError("is not a git revision")
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -244,6 +84,9 @@ class OptionSpec:
     # [tool.pytest] against it: bool, int or float when that is all the value can be; `int | str` and
     # the like when it also has a text form (trace_rounds `all`, max_regression `5%`); str otherwise.
     toml_type: Any = str
+    #: The default as a newcomer reads it, in the flag's own sense ("profiling on" for --inferscope-disable,
+    #: "no reports" for an unset folder); empty: the default value itself.
+    default_text: str = ""
 
     def __post_init__(self) -> None:
         # Derived names are filled in here so that the table spells out only the exceptions.
@@ -271,26 +114,41 @@ _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
-        "enable", parse_bool, True, "Whether inferscope profiles at all; --inferscope-disable turns it off for a run.",
-        _BOOL_HINT, "false", flag="--inferscope-disable", action="store_false", toml_type=bool,
+        "enable", parse_bool, True,
+        "Switch profiling off for this run: marked tests and tests using the inferscope fixture run once, "
+        "unprofiled, and no report or baseline is written (as env: INFERSCOPE_ENABLE=0).",
+        _BOOL_HINT, "false", flag="--inferscope-disable", action="store_false",
+        default_text="profiling on (this flag not given)",
+        toml_type=bool,
     ),
     OptionSpec(
-        "report", optional(parse_path), None, "Folder to write the reports to (Markdown, JSON, Chrome trace).",
+        "report", optional(parse_path), None,
+        "Folder to write the reports to: index.html and index.md, and per profiled test report.html, report.md, "
+        "report.json and trace.json (Perfetto). E.g. --inferscope-report=out/inferscope.",
         "give a folder path", "out/inferscope", metavar="DIR",
+        default_text="no reports (the terminal summary only)",
     ),
     OptionSpec(
-        "all", parse_bool, False, "Profile every test, not only those marked @pytest.mark.inferscope.",
-        _BOOL_HINT, "true", action="store_true", toml_type=bool,
+        "all", parse_bool, False,
+        "Profile every test, not only those marked @pytest.mark.inferscope or using the inferscope fixture "
+        "(one round each, unless --inferscope-rounds says otherwise).",
+        _BOOL_HINT, "true", action="store_true",
+        default_text="off (only marked tests and tests using the fixture are profiled)",
+        toml_type=bool,
     ),
     OptionSpec(
         "rounds", optional(number(1, integer=True)), None,
-        "Measured rounds per test, unless the marker says otherwise (unset: 1 round for unmarked tests).",
-        "give the number of measured rounds per test, a whole number of at least 1", "20", metavar="N", toml_type=int,
+        "Measured rounds per profiled test, unless its marker gives rounds=. E.g. --inferscope-rounds=20.",
+        "give the number of measured rounds per test, a whole number of at least 1", "20", metavar="N",
+        default_text=f"{MARKED_ROUNDS} for a marked test, 1 for an unmarked one",
+        toml_type=int,
     ),
     OptionSpec(
         "warmup", optional(number(0, integer=True)), None,
-        "Unmeasured warm-up rounds per test, unless the marker says otherwise.",
-        "give the number of warm-up rounds per test, a whole number of at least 0", "3", metavar="N", toml_type=int,
+        "Unmeasured warm-up rounds before the measured ones, per profiled test, unless its marker gives warmup=.",
+        "give the number of warm-up rounds per test, a whole number of at least 0", "3", metavar="N",
+        default_text=f"{MARKED_WARMUP} for a marked test, 0 for an unmarked one",
+        toml_type=int,
     ),
     OptionSpec(
         "gpu", choice(_GPU_MODES), "auto",
@@ -302,13 +160,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         f"set the log level to {_one_of(_LOG_LEVELS)}", "info", choices=_LOG_LEVELS,
     ),
     OptionSpec(
-        "trace_size_mb", number(0.0, 65536.0, low_inclusive=False), 100.0, "Size of each thread's trace buffer in MB.",
-        "give the trace buffer size in megabytes, more than 0 and at most 65536", "200", metavar="MB", toml_type=float,
+        "trace_size_mb", number(0.0, 65536.0, low_inclusive=False), 100.0,
+        "Size of each thread's trace buffer in MB; a full one wraps (or spills, with --inferscope-trace-spill) and "
+        "the report counts the dropped events.",
+        "give the trace buffer size in megabytes, more than 0 and at most 65536", "200", metavar="MB",
+        toml_type=float,
     ),
     OptionSpec(
         "trace_spill", optional(parse_path), None,
         "Folder a full trace buffer spills to; unset, a full buffer wraps and counts the dropped events.",
-        "give a folder path", "/tmp/inferscope-spill", metavar="DIR",
+        "give a folder path", "/tmp/inferscope-spill", metavar="DIR", default_text="not set (a full buffer wraps)",
     ),
     OptionSpec(
         "cpu", choice(_CPU_MODES), "sample",
@@ -341,18 +202,25 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "gpus", optional(parse_gpus), None,
         "GPUs to spread xdist workers over, one per worker (worker N gets the N-th, round robin), set as "
-        "CUDA_VISIBLE_DEVICES before CUDA starts; without xdist the first is used.",
-        "give GPU indices separated by commas", "0,1,2,3", metavar="LIST", toml_type=int | str,
+        "CUDA_VISIBLE_DEVICES before CUDA starts; without xdist the first is used. "
+        "E.g. -n 4 --inferscope-gpus=0,1,2,3.",
+        "give GPU indices separated by commas", "0,1,2,3", metavar="LIST",
+        default_text="not set (CUDA_VISIBLE_DEVICES left as it is)",
+        toml_type=int | str,
     ),
     OptionSpec(
         "save_baseline", optional(parse_name), None,
-        "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept).",
+        "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept). "
+        "E.g. --inferscope-save-baseline=main.",
         "give a name of letters, digits, '.', '-' and '_'", "main", metavar="NAME",
+        default_text="not set (nothing saved)",
     ),
     OptionSpec(
         "compare", optional(parse_name), None,
-        "Compare every profiled test against the baseline NAME and fail the tests that regressed.",
+        "Compare every profiled test against the baseline NAME and fail the tests that regressed. "
+        "E.g. --inferscope-compare=main.",
         "give the name of a saved baseline (letters, digits, '.', '-' and '_')", "main", metavar="NAME",
+        default_text="not set (no comparison)",
     ),
     OptionSpec(
         "baseline_dir", parse_path, Path(".inferscope/baselines"), "Folder the baselines are kept in.",

@@ -32,7 +32,15 @@ from .drift import (
     steady_rounds,
 )
 from .results import TestResult
-from .stats import Comparison, MetricChange, compare_metric, compare_samples, noise_warnings, separation
+from .stats import (
+    Comparison,
+    MetricChange,
+    compare_metric,
+    compare_samples,
+    gate_blind_spots,
+    noise_warnings,
+    separation,
+)
 
 
 @dataclass
@@ -351,4 +359,49 @@ def compare_to_baseline(
         baseline_timestamp=baseline_entry.timestamp,
         steady=steady,
         noise_floor=floor,
+    )
+
+
+def gate_blind_notes(results: Sequence[TestResult], *, alpha: float, saving: bool) -> list[str]:
+    """One terminal line per gated test whose rounds the regression gate can never judge, and why.
+
+    A test is gated when it has a `max_regression` (a marker's, or the run's with a baseline to compare
+    with), or when its rounds are saved as a baseline (`saving`), which a later run compares against.
+    """
+    lines = []
+    for r in sorted(results, key=lambda r: r.nodeid):
+        if not saving and "max_regression" not in r.thresholds:
+            continue
+        if r.partial_reason:
+            continue  # a partial run's rounds are neither compared nor saved
+        for problem in gate_blind_spots(r.latency.samples_ms, alpha=alpha):
+            lines.append(f"inferscope: {r.nodeid}: {problem}")
+    return lines
+
+
+def extra_rounds_notes(results: Sequence[TestResult]) -> list[str]:
+    """One summary line when the speed probe made tests run more rounds than requested, and why."""
+    # A/B tests add pairs by their own sequential rule (ab/paired.py), not for the speed probe
+    extra = {r.nodeid: len(r.latency.samples_ms) - r.rounds for r in results if r.ab is None}
+    extra = {k: v for k, v in extra.items() if v > 0}
+    if not extra:
+        return []
+    worst = max(extra, key=lambda k: extra[k])
+    return [
+        f"inferscope: the machine was busy: {len(extra)} test(s) ran {sum(extra.values())} rounds more than "
+        f"requested (most: {worst}, +{extra[worst]}) to get their requested rounds at its usual speed "
+        "(speed probe; at most --inferscope-round-cap times the rounds). Their latency statistics cover every "
+        "round that ran; the regression gate compares the steady ones."
+    ]
+
+
+def environment_note(result: TestResult) -> str | None:
+    """The summary line for a test compared with a baseline recorded in another environment, or None."""
+    diffs = (result.regression or {}).get("fingerprint_differences") or []
+    if not diffs:
+        return None
+    name = (result.regression or {}).get("baseline_name", "")
+    return (
+        f"inferscope: environment differs from baseline {name!r} ({'; '.join(diffs)}): "
+        "latency was not compared (inconclusive) for the tests it recorded elsewhere"
     )

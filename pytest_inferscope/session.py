@@ -13,7 +13,6 @@ import inspect
 import logging
 import math
 import os
-import sys
 import traceback
 import warnings
 from collections.abc import Generator
@@ -26,8 +25,9 @@ import pytest
 from .checks import validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
+from .gpus import pin_gpu
 from .marker import parse_marker
-from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
+from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP, lean_rounds_conflict
 from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
@@ -43,8 +43,6 @@ log = logging.getLogger("pytest_inferscope")
 
 #: Custom analyzer rules, read from the rootdir (docs/custom-rules.md).
 CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
-#: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
-MARKED_ROUNDS, MARKED_WARMUP = 5, 1
 
 
 @dataclass
@@ -82,7 +80,7 @@ class InferscopeSession:
         self.saving_to: Baseline | None = None  # the existing baseline --inferscope-save-baseline appends to
         self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
         self.custom_rules: list[Any] = []  # from .inferscope_rules.yaml, loaded at session start
-        self.pinned_gpu: int | None = self._pin_gpu()
+        self.pinned_gpu: int | None = pin_gpu(config, settings.gpus)
         # The A/B gate's plugin object (docs/ab.md), or None.
         self.ab = make_ab(config, settings, self.plans, self.results)
         if self.ab is not None:
@@ -91,29 +89,6 @@ class InferscopeSession:
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
     # -- setup ---------------------------------------------------------------------
-
-    def _pin_gpu(self) -> int | None:
-        """With --inferscope-gpus, give this process (xdist worker N: the N-th GPU, round robin) one GPU.
-
-        It must happen before CUDA starts in the process, which is why it runs at configure time.
-        """
-        gpus = self.settings.gpus
-        if not gpus or os.environ.get("INFERSCOPE_AB_TWIN"):  # a twin keeps its parent's GPU
-            return None
-        workerinput = getattr(self.config, "workerinput", None)
-        if workerinput is None and self.config.getoption("numprocesses", None):
-            return None  # the xdist controller runs no tests: only its workers take a GPU
-        worker = int(str(workerinput["workerid"]).removeprefix("gw")) if workerinput else 0
-        gpu = gpus[worker % len(gpus)]
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            raise pytest.UsageError(
-                f"--inferscope-gpus={','.join(map(str, gpus))}: CUDA was already started in this process (by a "
-                f"conftest or plugin using CUDA at import), so GPU {gpu} can no longer be pinned. Move the CUDA "
-                "work into fixtures, or set CUDA_VISIBLE_DEVICES yourself and drop --inferscope-gpus."
-            )
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        return gpu
 
     def gpu_choice(self) -> Choice:
         """The GPU backend, chosen once per session (raises GpuBackendError when required and absent)."""
@@ -145,7 +120,11 @@ class InferscopeSession:
         for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
             marked = True
             kwargs.update(parse_marker(marker.kwargs))  # validated at collection; typed by the options' parsers
-        if not marked and not self.settings.all:
+        # A test that asks for the `inferscope` fixture (directly or through another fixture) asked to be
+        # profiled, as pytest-benchmark's `benchmark` does: like a marked test with no keys, but with the
+        # rounds of an unmarked one unless options say otherwise.
+        asked = "inferscope" in getattr(item, "fixturenames", ())
+        if not marked and not self.settings.all and not asked:
             return None
         s = self.settings
         default_rounds, default_warmup = (MARKED_ROUNDS, MARKED_WARMUP) if marked else (1, 0)
@@ -421,44 +400,53 @@ class InferscopeSession:
 
     def note_environment_change(self, result: TestResult) -> None:  # also called by xdist.XdistHooks
         """Say once, in the summary, that the baseline was recorded elsewhere: never a silent comparison."""
-        diffs = (result.regression or {}).get("fingerprint_differences") or []
-        if diffs and not any(n.startswith("inferscope: environment differs") for n in self.notes):
-            name = (result.regression or {}).get("baseline_name", "")
-            self.notes.append(
-                f"inferscope: environment differs from baseline {name!r} ({'; '.join(diffs)}): "
-                "latency was not compared (inconclusive) for the tests it recorded elsewhere"
-            )
+        from .regression import environment_note
+
+        note = environment_note(result)
+        if note and not any(n.startswith(note.split(" (")[0]) for n in self.notes):
+            self.notes.append(note)
 
     def fixture(self, request: pytest.FixtureRequest) -> InferscopeFixture:
         from .api import InferscopeFixture
 
-        handle = InferscopeFixture(request.node.nodeid, request.node.nodeid in self.plans)
-        self.fixtures[request.node.nodeid] = handle
+        node = request.node
+        profiled = node.nodeid in self.plans
+        # Profiled only because it asked for the fixture: a `profile()` block in its body takes over.
+        by_fixture = profiled and not self.settings.all and node.get_closest_marker("inferscope") is None
+        release = functools.partial(self._release, node.nodeid) if by_fixture else None
+        handle = InferscopeFixture(node.nodeid, profiled, release=release)
+        self.fixtures[node.nodeid] = handle
         return handle
 
+    def _release(self, nodeid: str) -> None:
+        """Stop profiling a test whose body profiles a block itself (`inferscope.profile()`): no report of its own."""
+        pending = self._pending.get(nodeid)
+        if pending is not None:
+            pending.skipped = True
+            pending.collection.stop()
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if (not self.results and not self.notes) or hasattr(self.config, "workerinput"):
+        if hasattr(self.config, "workerinput"):
             return
+        from .reporters.terminal import nothing_profiled_line
+
+        nothing = nothing_profiled_line(self.settings) if not self.results and not self.plans else None
+        if nothing is not None:  # plans: a test that asked to be profiled was there
+            terminalreporter.write_sep("=", "inferscope")
+            for line in [*self.notes, nothing]:
+                terminalreporter.write_line(line)
+            return
+        if not self.results and not self.notes:
+            return
+        from .regression import extra_rounds_notes, gate_blind_notes
         from .reporters.terminal import write_terminal_summary
 
-        notes = self.header_lines()[:1] + self._extra_rounds_notes() + self.notes + getattr(self.ab, "notes", [])
+        saving = self.settings.save_baseline is not None
+        blind = gate_blind_notes(self.results, alpha=self.settings.alpha, saving=saving)
+        notes = [*self.header_lines()[:1], *extra_rounds_notes(self.results), *blind, *self.notes]
+        notes += getattr(self.ab, "notes", [])
         column = getattr(self.ab, "column", None)
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
-
-    def _extra_rounds_notes(self) -> list[str]:
-        """One summary line when the speed probe made tests run more rounds than requested, and why."""
-        # A/B tests add pairs by their own sequential rule (ab/paired.py), not for the speed probe
-        extra = {r.nodeid: len(r.latency.samples_ms) - r.rounds for r in self.results if r.ab is None}
-        extra = {k: v for k, v in extra.items() if v > 0}
-        if not extra:
-            return []
-        worst = max(extra, key=lambda k: extra[k])
-        return [
-            f"inferscope: the machine was busy: {len(extra)} test(s) ran {sum(extra.values())} rounds more than "
-            f"requested (most: {worst}, +{extra[worst]}) to get their requested rounds at its usual speed "
-            "(speed probe; at most --inferscope-round-cap times the rounds). Their latency statistics cover every "
-            "round that ran; the regression gate compares the steady ones."
-        ]
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index

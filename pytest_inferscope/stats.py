@@ -384,6 +384,35 @@ def _rounds_for_power(sigma: float, max_regression: float, alpha: float, have: i
     return now, hi
 
 
+def gate_blind_spots(
+    samples_ms: Sequence[float] | np.ndarray, *, alpha: float, timer_resolution_ns: float | None = None
+) -> list[str]:
+    """The warnings of `noise_warnings` that hold whatever the spread: rounds too short for the timer, or too
+    few for a one-sided Mann–Whitney test at `alpha` to ever reach significance (the gate can never fire)."""
+    s = np.asarray(samples_ms, dtype=float).ravel()
+    s = s[np.isfinite(s)]
+    if s.size == 0:
+        return []
+    out: list[str] = []
+    res_ns = (
+        timer_resolution_ns if timer_resolution_ns is not None else time.get_clock_info("perf_counter").resolution * 1e9
+    )
+    shortest_ns = float(s.min()) * 1e6
+    if res_ns > 0 and shortest_ns < MIN_TICKS_PER_ROUND * res_ns:
+        out.append(
+            f"Rounds too short: the shortest took {shortest_ns / 1e3:.3g} µs, under {MIN_TICKS_PER_ROUND}× the "
+            f"timer resolution ({res_ns:.3g} ns), so timer granularity is a visible part of each sample; "
+            "do more work per round."
+        )
+    need = min_rounds_for_significance(alpha)
+    if s.size < need:
+        out.append(
+            f"Too few rounds: with {s.size} rounds per side this test can never detect a regression at "
+            f"alpha={alpha:g}; use at least {need}."
+        )
+    return out
+
+
 def noise_warnings(
     samples_ms: Sequence[float],
     *,
@@ -410,23 +439,8 @@ def noise_warnings(
             "the machine was busy or the rounds do different work. Close other load, pin the CPU frequency, "
             "or run more rounds."
         )
-    res_ns = (
-        timer_resolution_ns if timer_resolution_ns is not None else time.get_clock_info("perf_counter").resolution * 1e9
-    )
-    shortest_ns = float(s.min()) * 1e6
-    if res_ns > 0 and shortest_ns < MIN_TICKS_PER_ROUND * res_ns:
-        out.append(
-            f"Rounds too short: the shortest took {shortest_ns / 1e3:.3g} µs, under {MIN_TICKS_PER_ROUND}× the "
-            f"timer resolution ({res_ns:.3g} ns), so timer granularity is a visible part of each sample; "
-            "do more work per round."
-        )
-    need = min_rounds_for_significance(alpha)
-    if s.size < need:
-        out.append(
-            f"Too few rounds: with {s.size} rounds per side this test can never detect a regression at "
-            f"alpha={alpha:g}; use at least {need}."
-        )
-    elif spread > 0 and math.isfinite(spread) and max_regression > 0:
+    out += gate_blind_spots(s, alpha=alpha, timer_resolution_ns=timer_resolution_ns)
+    if s.size >= min_rounds_for_significance(alpha) and spread > 0 and math.isfinite(spread) and max_regression > 0:
         power, want = _rounds_for_power(spread / _IQR_PER_SIGMA, max_regression, alpha, int(s.size))
         if power < TARGET_POWER - 0.05:  # a margin for the simulation's own noise
             more = "more than " if want >= _MAX_ROUNDS else "about "

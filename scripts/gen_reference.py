@@ -34,7 +34,8 @@ def render() -> str:
     lines += [
         "",
         "A marked test that names neither `rounds` nor `warmup` runs 1 warm-up and 5 measured rounds, unless",
-        "the options below say otherwise; an unmarked test profiled with `--inferscope-all` runs one round.",
+        "the options below say otherwise; an unmarked test profiled with `--inferscope-all`, or because it uses",
+        "the `inferscope` fixture, runs one round.",
         "A GPU threshold on a run without GPU data is reported as *not evaluated* with the reason, and fails",
         "the test when GPU collection is required (`--inferscope-gpu=required`).",
         "",
@@ -50,7 +51,7 @@ def render() -> str:
     ]
     for o in OPTIONS:
         flag = o.flag if o.action == "store" else f"{o.flag} (flag)"
-        default = "none" if o.default is None else f"`{o.default}`"
+        default = o.default_text or ("none" if o.default is None else f"`{o.default}`")
         lines.append(f"| `{flag}` | `{o.env}` | `{o.ini}` / `{o.name}` | {default} | {o.help} |")
     return "\n".join(lines) + "\n"
 

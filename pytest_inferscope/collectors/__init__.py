@@ -354,6 +354,8 @@ class Collection:
         return _Round(self, index, warmup, extra)
 
     def _end_round(self, index: int, warmup: bool, raised: bool, start: int, before: Counters, extra: int = 0) -> None:
+        if not self._running:
+            return  # stopped inside the body (a nested profile took over): nothing more is recorded
         # Wait for the round's GPU work (it must not leak into the next round) and record the
         # wait, so the analyzer can tell a host spinning in a sync from a host doing work.
         wait0 = host_clock_ns()
@@ -406,6 +408,8 @@ class Collection:
         """Call `body` warmup + rounds times, then the trace rounds (`trace_rounds`); returns the last result."""
         result: R | None = None
         for i in range(warmup + rounds):
+            if i and not self._running:
+                break  # stopped inside the body: the rounds left would measure nothing
             if i == warmup:
                 self.after_warmup()
             with self.round(i, warmup=i < warmup):
@@ -415,6 +419,8 @@ class Collection:
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) this collection runs: none without GPU collection or `all`."""
+        if not self._running:
+            return 0
         if self.lean and self.options.lean_trace_rounds is not None:
             return self.options.lean_trace_rounds
         if self.gpu is None or self.options.trace_rounds is None or self.api_on:

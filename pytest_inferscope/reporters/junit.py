@@ -35,6 +35,12 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
     if report_dir is not None and "trace" in result.files:
         props.append(("inferscope.trace", str(Path(report_dir) / result.files["trace"])))
     props += [(f"inferscope.check.{c.key}", c.status) for c in result.checks]
+    # The user's scopes (the fixture's or scope()'s), so CI can chart a stage, not only the whole body.
+    props += [
+        (f"inferscope.scope.{s.path}.mean_ms", _num(s.mean_ms)) for s in result.analysis.scopes if s.kind == "scope"
+    ]
+    if result.marks:
+        props.append(("inferscope.marks", str(len(result.marks))))
     reg = result.regression
     if reg is not None:
         comparison = reg.get("latency") or {}

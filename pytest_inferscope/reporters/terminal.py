@@ -16,6 +16,8 @@ from .markdown import fmt_conf, fmt_ms, fmt_pct, verdict_label
 if TYPE_CHECKING:
     from pytest import TerminalReporter
 
+    from ..options import Settings
+
 #: Longest test id shown; longer ones keep their start and end around an ellipsis.
 MAX_ID = 60
 _HEADER = ("test", "median ms", "± IQR", "spread", "rounds", "bottleneck", "vs baseline", "verdict")
@@ -46,6 +48,23 @@ def write_terminal_summary(
         tr.write_line(line)
     if report_dir is not None:
         tr.write_line(f"inferscope reports: {Path(report_dir) / 'index.html'} (and index.md)")
+
+
+def nothing_profiled_line(settings: Settings) -> str | None:
+    """The line for a run that asked for reports or a baseline but profiled nothing; None if it asked for neither."""
+    given = (
+        ("--inferscope-report", settings.report),
+        ("--inferscope-compare", settings.compare),
+        ("--inferscope-save-baseline", settings.save_baseline),
+    )
+    asked = [f"{option}={value}" for option, value in given if value is not None]
+    if not asked:
+        return None
+    return (
+        f"inferscope: no test was profiled, so {' and '.join(asked)} had nothing to work on. Profile a test by "
+        "marking it @pytest.mark.inferscope (e.g. @pytest.mark.inferscope(rounds=20)) or giving it the "
+        "inferscope fixture (def test_x(inferscope): ...), or pass --inferscope-all to profile every test."
+    )
 
 
 def summary_lines(results: list[TestResult], ab_column: str | None = None) -> list[str]:

@@ -1,0 +1,133 @@
+"""The `inferscope` fixture profiles the test that asks for it: the README's example as written."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Fixtures for the README's example: a tiny "pipeline" whose stages take measurable time.
+CONFTEST = """
+import time
+import pytest
+
+class Pipeline:
+    def preprocess(self, texts):
+        time.sleep(0.002)
+        return [len(t) for t in texts]
+
+    def forward(self, batch):
+        time.sleep(0.003)
+        return sum(batch)
+
+@pytest.fixture
+def pipeline():
+    return Pipeline()
+
+@pytest.fixture
+def texts():
+    return ["a", "bb", "ccc"]
+
+@pytest.fixture
+def model():
+    return lambda batch: sum(batch)
+
+@pytest.fixture
+def batch():
+    return list(range(100))
+"""
+
+
+def readme_example() -> str:
+    """The README's first Python block, exactly as a user copies it."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"```python\n(.*?)```", text, re.S)
+    assert match is not None, "README.md has no ```python block"
+    assert "def test_pipeline(pipeline, texts, inferscope)" in match[1]
+    return match[1]
+
+
+def _check_pipeline_report(out: Path) -> None:
+    (d,) = [p for p in out.iterdir() if p.is_dir() and "test_pipeline" in p.name]
+    data = json.loads((d / "report.json").read_text())
+    scopes = {s["path"]: s for s in data["analysis"]["scopes"] if s["kind"] == "scope"}
+    assert set(scopes) == {"tokenize", "forward"}
+    assert scopes["tokenize"]["mean_ms"] >= 2.0 and scopes["forward"]["mean_ms"] >= 3.0  # the sleeps
+    assert [(m["name"], m["attrs"]) for m in data["marks"]] == [("batch_ready", {"size": 3})]
+    md = (d / "report.md").read_text()
+    assert "tokenize" in md and "batch_ready" in md
+    assert "tokenize" in (d / "report.html").read_text()
+    index = (out / "index.md").read_text()
+    assert "test_pipeline" in index and "test_batch_inference" in index
+
+
+def _junit_props(path: Path, name: str) -> dict[str, str]:
+    (case,) = [c for c in ET.parse(path).iter("testcase") if c.get("name") == name]
+    return {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_readme_fixture_example_is_profiled_as_written(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_readme=readme_example())
+    # max_latency_ms=25 holds: model(batch) sums 100 numbers; expect_bottleneck="gpu_bound" cannot hold
+    # without a GPU, so that test fails with its evidence, as the README's marker asks.
+    result = pytester.runpytest(*xdist, "--inferscope-report=out", "--junitxml=junit.xml", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*= inferscope =*"])
+    result.stdout.fnmatch_lines(["test_readme.py::test_pipeline * 1 *pass*"])
+    _check_pipeline_report(pytester.path / "out")
+    props = _junit_props(pytester.path / "junit.xml", "test_pipeline")
+    assert props["inferscope.rounds"] == "1" and props["inferscope.marks"] == "1"
+    assert float(props["inferscope.scope.forward.mean_ms"]) >= 3.0
+    assert props["inferscope.report"].endswith("report.md")
+
+
+def test_fixture_rounds_follow_the_options_and_a_marker_gives_thresholds(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        CALLS = []
+
+        def test_plain(inferscope):
+            CALLS.append(1)
+
+        @pytest.mark.inferscope(max_latency_ms=0.000001, rounds=2, warmup=0)
+        def test_marked(inferscope):
+            pass
+
+        def test_count():
+            assert len(CALLS) == 3  # --inferscope-rounds=2 --inferscope-warmup=1
+        """
+    )
+    result = pytester.runpytest("--inferscope-rounds=2", "--inferscope-warmup=1", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_marked*max_latency_ms*"])
+    result.stdout.fnmatch_lines(["*test_plain * 2 *pass*"])
+    off = pytester.runpytest("--inferscope-disable", "-p", "no:randomly", "-k", "not count")
+    off.assert_outcomes(passed=2)
+    assert "= inferscope =" not in off.stdout.str()
+
+
+def test_profile_inside_a_fixture_test_takes_over(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import time
+
+        def test_block(inferscope):
+            with inferscope.profile("block") as p:
+                time.sleep(0.002)
+            assert p.result.latency.median >= 2.0
+            assert inferscope.result is None
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "--inferscope-rounds=3")
+    result.assert_outcomes(passed=1)
+    # The block's result is the measurement; the test leaves no report of its own.
+    assert not (pytester.path / "out" / "index.md").exists()

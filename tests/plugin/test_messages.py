@@ -1,0 +1,73 @@
+"""Help and messages as a newcomer meets them: `pytest --help`, a run that profiled nothing, a blind gate."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_inferscope.options import OPTIONS
+
+
+def _help_of(text: str, flag: str) -> str:
+    """One option's help paragraph in `pytest --help`, joined onto one line."""
+    start = text.index(f"  {flag}")
+    rest = text[start + len(flag) + 2 :]
+    end = re.search(r"\n  --", rest)
+    return " ".join((rest[: end.start()] if end else rest).split())
+
+
+def test_help_says_what_each_flag_does_and_its_default_in_its_own_sense(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    text = result.stdout.str()
+    disable = _help_of(text, "--inferscope-disable")
+    assert "Default: true" not in disable
+    assert "Switch profiling off" in disable and "Default: profiling on" in disable
+    assert "Default: off (only marked tests and tests using the fixture" in _help_of(text, "--inferscope-all")
+    assert "Default: 5 for a marked test, 1 for an unmarked one" in _help_of(text, "--inferscope-rounds=N")
+    assert "Default: no reports" in _help_of(text, "--inferscope-report=DIR")
+    for spec in OPTIONS:  # every option is there, with a default and its env and ini names
+        assert spec.flag in text
+    assert text.count("Default: ") >= len(OPTIONS)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--inferscope-report=out"], ["--inferscope-save-baseline=main"]],
+    ids=["report", "save-baseline"],
+)
+def test_a_run_that_profiled_nothing_says_how_to_profile_a_test(pytester: pytest.Pytester, args: list[str]) -> None:
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    result = pytester.runpytest(*args)
+    result.stdout.fnmatch_lines(
+        [
+            "*= inferscope =*",
+            f"inferscope: no test was profiled, so {args[0]} had nothing to work on. Profile a test by marking it "
+            "@pytest.mark.inferscope*inferscope fixture*--inferscope-all*",
+        ]
+    )
+    assert not (pytester.path / "out" / "index.md").exists()
+    quiet = pytester.runpytest()  # nothing asked for: nothing said
+    assert "no test was profiled" not in quiet.stdout.str()
+
+
+def test_a_gate_that_can_never_fire_is_said_once_per_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(max_regression=0.05, rounds=2, warmup=0)
+        def test_few():
+            sum(range(1000))
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_ungated():
+            sum(range(1000))
+        """
+    )
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["inferscope: test_a_gate*.py::test_few: Too few rounds: with 2 rounds per side*"])
+    assert result.stdout.str().count("Too few rounds") == 1  # test_ungated has no gate: nothing to say
+    saving = pytester.runpytest("-p", "no:randomly", "--inferscope-save-baseline=main")
+    assert saving.stdout.str().count("Too few rounds") == 2  # saved rounds are gated on later
