@@ -86,7 +86,7 @@ def make_repo(repo: Path, n: int, trials: int, rounds: int, warmup: int, max_reg
     _git(repo, "commit", "-qm", "base")
     slower = {f"s{round(100 * s)}": 1.0 + s for s in SLOWDOWNS}
     (repo / "test_work.py").write_text(TEST_FILE.format(factors=slower, **common))
-    _git(repo, "commit", "-qam", "slower")
+    _git(repo, "commit", "-qam", "slower", "--allow-empty")
 
 
 def pytest_run(repo: Path, *args: str) -> tuple[dict[str, dict[str, str]], float]:

@@ -350,19 +350,13 @@ class InferscopeSession:
         props = junit_properties(result, self.report_dir)
         rep.user_properties.extend(props)
         item.user_properties.extend(props)
-        failed = result.failed_checks
-        ab = result.ab or {}
-        if ab.get("verdict") == "regressed" and rep.passed:
-            from .ab.paired import ab_message
+        from .reporters.terminal import failure_text
 
-            rep.outcome, rep.longrepr = "failed", f"inferscope A/B: {ab_message(ab)}"
-        elif failed:
-            text = "\n".join(c.message for c in failed)
-            if rep.passed:
-                rep.outcome = "failed"
-                rep.longrepr = f"inferscope: {len(failed)} threshold(s) crossed\n{text}"
-            else:
-                rep.sections.append(("inferscope thresholds", text))
+        text = failure_text(result)
+        if text and rep.passed:
+            rep.outcome, rep.longrepr = "failed", text
+        elif text:
+            rep.sections.append(("inferscope thresholds", text))
         return rep
 
     def _finish(self, item: pytest.Item, pending: _Pending) -> TestResult:
@@ -433,26 +427,11 @@ class InferscopeSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if (not self.results and not self.notes) or hasattr(self.config, "workerinput"):
             return
-        from .reporters.terminal import write_terminal_summary
+        from .reporters.terminal import extra_rounds_lines, write_terminal_summary
 
-        notes = self.header_lines()[:1] + self._extra_rounds_notes() + self.notes + getattr(self.ab, "notes", [])
+        notes = self.header_lines()[:1] + extra_rounds_lines(self.results) + self.notes + getattr(self.ab, "notes", [])
         column = getattr(self.ab, "column", None)
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
-
-    def _extra_rounds_notes(self) -> list[str]:
-        """One summary line when the speed probe made tests run more rounds than requested, and why."""
-        # A/B tests add pairs by their own sequential rule (ab/paired.py), not for the speed probe
-        extra = {r.nodeid: len(r.latency.samples_ms) - r.rounds for r in self.results if r.ab is None}
-        extra = {k: v for k, v in extra.items() if v > 0}
-        if not extra:
-            return []
-        worst = max(extra, key=lambda k: extra[k])
-        return [
-            f"inferscope: the machine was busy: {len(extra)} test(s) ran {sum(extra.values())} rounds more than "
-            f"requested (most: {worst}, +{extra[worst]}) to get their requested rounds at its usual speed "
-            "(speed probe; at most --inferscope-round-cap times the rounds). Their latency statistics cover every "
-            "round that ran; the regression gate compares the steady ones."
-        ]
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index

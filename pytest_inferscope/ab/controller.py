@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .args import twin_args
-from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned
+from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned, quiet_heap
 from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class ABController:
         self.twin_plans: set[str] = set()
         self.core: int | None = None
         self.pending: dict[str, dict[str, Any]] = {}
+        self.tests_run = 0
         self.notes: list[str] = []
         self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         n = config.getoption("numprocesses", None) if self.workerinput is None else None
@@ -226,8 +227,10 @@ class ABController:
         from .lockstep import lockstep
 
         max_regression = float(plan.thresholds.get("max_regression", self.settings.max_regression))
-        with pinned(self.core):
-            return lockstep(twin, coll, body, plan, data, max_regression, self.settings.alpha)
+        with pinned(self.core), quiet_heap():
+            self.tests_run += 1
+            here_first = self.tests_run % 2 == 1  # which side starts alternates from test to test
+            return lockstep(twin, coll, body, plan, data, max_regression, self.settings.alpha, here_first)
 
     def finish(self, nodeid: str, result: TestResult) -> dict[str, Any] | None:
         """The test's ABVerdict as plain data (None when it ran no A/B), its deterministic metrics compared."""

@@ -27,8 +27,16 @@ def lockstep(
     data: dict[str, Any],
     max_regression: float,
     alpha: float,
+    here_first: bool = True,
 ) -> Any:
-    """Run the test's rounds here and on the twin, one at a time; the pairs and the look go into `data`."""
+    """Run the test's rounds here and on the twin, one at a time; the pairs and the look go into `data`.
+
+    The sides strictly alternate (ABAB..., or BABA... when not `here_first`): every round follows one of
+    the other side's. ABBA order (AB, BA, AB, ...) runs each side twice in a row at every pair boundary,
+    and the second of two back-to-back rounds measured slower (docs/ab.md): with ABBA, the first round of
+    every pair was the slow one, and a side's pair ratios split into two groups. The caller alternates
+    `here_first` from test to test, so neither side always goes first.
+    """
     result: Any = None
     index = 0
 
@@ -52,7 +60,7 @@ def lockstep(
     in_test = True
     try:
         for w in range(plan.warmup):
-            if w % 2 == 0:
+            if here_first:
                 here(True)
                 there(w, True)
             else:
@@ -62,7 +70,7 @@ def lockstep(
         k = 0
         for j, point in enumerate(points):
             while k < point:
-                if k % 2 == 0:  # AB, then BA: neither side always goes first
+                if here_first:
                     a = here(False)
                     b = there(plan.warmup + k, False, first=k == 0)
                 else:

@@ -14,6 +14,7 @@ pytest's run loop with a loop over the parent's commands:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import subprocess
 import sys
@@ -168,7 +169,7 @@ class TwinServer:
         """The rounds of one test, each when the parent says; pinned to the parent's core meanwhile."""
         self.channel.send(type="started")
         result = None
-        with pinned(self.core):
+        with pinned(self.core), quiet_heap():
             while True:
                 msg = self.channel.recv()
                 if msg.get("cmd") != "round":
@@ -199,6 +200,23 @@ def pinned(core: int | None) -> Any:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def quiet_heap() -> Any:
+    """The objects alive before the rounds out of the garbage collector's way while they run.
+
+    The two processes' heaps differ (this side holds pytest's reports and every result so far), and
+    a full collection walks the whole heap: unchecked, the bigger side's rounds would pay more for
+    the same garbage. gc.freeze() moves what exists now to the permanent generation, so a collection
+    during the rounds costs both sides what their bodies allocate.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def foreign_imports() -> list[str]:
