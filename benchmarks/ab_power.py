@@ -93,6 +93,7 @@ def pytest_run(repo: Path, *args: str) -> tuple[dict[str, dict[str, str]], float
     """Run pytest in `repo`; each test's inferscope.* JUnit properties, and the wall time."""
     xml = repo.parent / "junit.xml"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.setdefault("PYTHONHASHSEED", "0")  # as docs/ab.md advises: both sides hash alike
     t0 = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:benchmark",

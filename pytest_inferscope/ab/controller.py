@@ -118,6 +118,12 @@ class ABController:
                 f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
                 f"processes pinned to CPU core {self.core} (of the allowed {cores})"
             )
+            if not os.environ.get("PYTHONHASHSEED"):
+                self.notes.append(
+                    "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on "
+                    "the development VM that alone moved whole runs' ratios by a few per cent (docs/ab.md). Set "
+                    "PYTHONHASHSEED=0 for A/B runs: the twin inherits it."
+                )
 
     def _python(self) -> Path:
         return self.settings.ab_python if self.settings.ab_python is not None else Path(sys.executable)

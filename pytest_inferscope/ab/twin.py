@@ -1,7 +1,6 @@
 """The twin: a second pytest process that runs the same tests at the other side, one round when told.
 
-Parent side: `Twin` starts it (its own session, so the terminal's Ctrl-C reaches only the parent,
-which then ends it), reads its "ready" line after collection and drives it. Twin side:
+Parent side: `Twin` starts it (in this session; it ignores Ctrl-C, and the parent ends it), reads its "ready" line after collection and drives it. Twin side:
 `TwinServer`, registered in the twin by the session when INFERSCOPE_AB_TWIN is set, replaces
 pytest's run loop with a loop over the parent's commands:
 
@@ -16,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -61,8 +61,11 @@ class Twin:
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                pass_fds=(p2c_r, c2p_w), start_new_session=True,
+                pass_fds=(p2c_r, c2p_w),
             )  # fmt: skip
+            # Same session as this process, not a new one: with the kernel's autogroup scheduling a new
+            # session is a scheduling group of its own, and the two sides would get the shared core on
+            # different terms. Ctrl-C reaches the twin too; it ignores it (TwinServer) and this side ends it.
         os.close(p2c_r)
         os.close(c2p_w)
         self.channel = Channel(c2p_r, p2c_w)
@@ -117,6 +120,7 @@ class TwinServer:
     """Twin side: serves the parent's commands instead of pytest's own run loop."""
 
     def __init__(self, channel: Channel) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends this process
         self.channel = channel
         self.errors: list[str] = []
         self.plans: set[str] = set()
