@@ -1,6 +1,7 @@
 """The twin: a second pytest process that runs the same tests at the other side, one round when told.
 
-Parent side: `Twin` starts it (in this session; it ignores Ctrl-C, and the parent ends it), reads its "ready" line after collection and drives it. Twin side:
+Parent side: `Twin` starts it (in this session; it ignores Ctrl-C, and the parent ends it), reads
+its "ready" line after collection and drives it. Twin side:
 `TwinServer`, registered in the twin by the session when INFERSCOPE_AB_TWIN is set, replaces
 pytest's run loop with a loop over the parent's commands:
 
