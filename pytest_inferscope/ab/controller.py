@@ -172,15 +172,12 @@ class ABController:
         self.twin_plans = set(ready.get("nodeids", []))
         self._note_foreign(ready.get("foreign") or [])
         removed = sorted(self.twin_plans - set(self.plans))
-        if removed and not self.workerinput:  # a worker sees every test too: the controller would say it N times
+        if removed:  # under xdist every worker finds the same: the controller keeps one copy (xdist.py)
             self.notes.append(
                 f"inferscope A/B: {len(removed)} profiled test(s) only at {self.label} (removed or renamed here): "
                 + ", ".join(removed[:10])
                 + (" ..." if len(removed) > 10 else "")
             )
-        elif removed:
-            self.notes.append(f"inferscope A/B: {len(removed)} profiled test(s) only at {self.label}: " +
-                              ", ".join(removed[:10]))  # fmt: skip
 
     def _note_foreign(self, foreign: list[str]) -> None:
         if foreign and self.tree is not None and not any("cannot replace" in n for n in self.notes):

@@ -191,11 +191,14 @@ def test_bad_input_is_a_usage_error(pytester: pytest.Pytester, case: str, expect
 def test_xdist_each_worker_its_own_twin(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     cores = len(os.sched_getaffinity(0))
-    root = make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.004))
+    old = BODY.format(changed=0.002) + "\n@pytest.mark.inferscope(rounds=3)\ndef test_old():\n    spin(0.001)\n"
+    root = make_repo(pytester, old, BODY.format(changed=0.004))
     if cores >= 2:
         result = run(pytester, "--inferscope-ab=HEAD~1", "-n", "2")
         result.assert_outcomes(passed=1, failed=1)
         result.stdout.fnmatch_lines(["*each of the 2 xdist workers takes turns with its own twin*"])
+        removed = [line for line in result.outlines if "only at HEAD~1" in line]
+        assert len(removed) == 1 and "test_x.py::test_old" in removed[0]  # said once, not once per worker
         assert "regressed" in next(line for line in result.outlines if line.startswith("test_x.py::test_changed"))
     refused = run(pytester, "--inferscope-ab=HEAD~1", "-n", str(cores + 1))
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
