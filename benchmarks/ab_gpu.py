@@ -101,7 +101,7 @@ def make_repo(repo: Path, args: argparse.Namespace) -> None:
     _git(repo, "commit", "-qm", "base")
     changed = {**same, "fwd5": (1, 1.0), "dec10": (0, 1.1)}
     (repo / "test_ab.py").write_text(TEST_FILE.format(extra=changed, **common))
-    _git(repo, "commit", "-qam", "slower")
+    _git(repo, "commit", "-qam", "slower", "--allow-empty")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -86,13 +86,14 @@ def make_repo(repo: Path, n: int, trials: int, rounds: int, warmup: int, max_reg
     _git(repo, "commit", "-qm", "base")
     slower = {f"s{round(100 * s)}": 1.0 + s for s in SLOWDOWNS}
     (repo / "test_work.py").write_text(TEST_FILE.format(factors=slower, **common))
-    _git(repo, "commit", "-qam", "slower")
+    _git(repo, "commit", "-qam", "slower", "--allow-empty")
 
 
 def pytest_run(repo: Path, *args: str) -> tuple[dict[str, dict[str, str]], float]:
     """Run pytest in `repo`; each test's inferscope.* JUnit properties, and the wall time."""
     xml = repo.parent / "junit.xml"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.setdefault("PYTHONHASHSEED", "0")  # as docs/ab.md advises: both sides hash alike
     t0 = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:benchmark",

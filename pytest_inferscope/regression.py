@@ -379,22 +379,6 @@ def gate_blind_notes(results: Sequence[TestResult], *, alpha: float, saving: boo
     return lines
 
 
-def extra_rounds_notes(results: Sequence[TestResult]) -> list[str]:
-    """One summary line when the speed probe made tests run more rounds than requested, and why."""
-    # A/B tests add pairs by their own sequential rule (ab/paired.py), not for the speed probe
-    extra = {r.nodeid: len(r.latency.samples_ms) - r.rounds for r in results if r.ab is None}
-    extra = {k: v for k, v in extra.items() if v > 0}
-    if not extra:
-        return []
-    worst = max(extra, key=lambda k: extra[k])
-    return [
-        f"inferscope: the machine was busy: {len(extra)} test(s) ran {sum(extra.values())} rounds more than "
-        f"requested (most: {worst}, +{extra[worst]}) to get their requested rounds at its usual speed "
-        "(speed probe; at most --inferscope-round-cap times the rounds). Their latency statistics cover every "
-        "round that ran; the regression gate compares the steady ones."
-    ]
-
-
 def environment_note(result: TestResult) -> str | None:
     """The summary line for a test compared with a baseline recorded in another environment, or None."""
     diffs = (result.regression or {}).get("fingerprint_differences") or []

@@ -332,19 +332,13 @@ class InferscopeSession:
         props = junit_properties(result, self.report_dir)
         rep.user_properties.extend(props)
         item.user_properties.extend(props)
-        failed = result.failed_checks
-        ab = result.ab or {}
-        if ab.get("verdict") == "regressed" and rep.passed:
-            from .ab.paired import ab_message
+        from .reporters.terminal import failure_text
 
-            rep.outcome, rep.longrepr = "failed", f"inferscope A/B: {ab_message(ab)}"
-        elif failed:
-            text = "\n".join(c.message for c in failed)
-            if rep.passed:
-                rep.outcome = "failed"
-                rep.longrepr = f"inferscope: {len(failed)} threshold(s) crossed\n{text}"
-            else:
-                rep.sections.append(("inferscope thresholds", text))
+        text = failure_text(result)
+        if text and rep.passed:
+            rep.outcome, rep.longrepr = "failed", text
+        elif text:
+            rep.sections.append(("inferscope thresholds", text))
         return rep
 
     def _finish(self, item: pytest.Item, pending: _Pending) -> TestResult:
@@ -438,12 +432,12 @@ class InferscopeSession:
             return
         if not self.results and not self.notes:
             return
-        from .regression import extra_rounds_notes, gate_blind_notes
-        from .reporters.terminal import write_terminal_summary
+        from .regression import gate_blind_notes
+        from .reporters.terminal import extra_rounds_lines, write_terminal_summary
 
         saving = self.settings.save_baseline is not None
         blind = gate_blind_notes(self.results, alpha=self.settings.alpha, saving=saving)
-        notes = [*self.header_lines()[:1], *extra_rounds_notes(self.results), *blind, *self.notes]
+        notes = [*self.header_lines()[:1], *extra_rounds_lines(self.results), *blind, *self.notes]
         notes += getattr(self.ab, "notes", [])
         column = getattr(self.ab, "column", None)
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .args import twin_args
-from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned
+from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned, quiet_heap
 from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class ABController:
         self.twin_plans: set[str] = set()
         self.core: int | None = None
         self.pending: dict[str, dict[str, Any]] = {}
+        self.tests_run = 0
         self.notes: list[str] = []
         self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         n = config.getoption("numprocesses", None) if self.workerinput is None else None
@@ -117,6 +118,12 @@ class ABController:
                 f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
                 f"processes pinned to CPU core {self.core} (of the allowed {cores})"
             )
+            if not os.environ.get("PYTHONHASHSEED"):
+                self.notes.append(
+                    "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on "
+                    "the development VM that alone moved whole runs' ratios by a few per cent (docs/ab.md). Set "
+                    "PYTHONHASHSEED=0 for A/B runs: the twin inherits it."
+                )
 
     def _python(self) -> Path:
         return self.settings.ab_python if self.settings.ab_python is not None else Path(sys.executable)
@@ -165,15 +172,12 @@ class ABController:
         self.twin_plans = set(ready.get("nodeids", []))
         self._note_foreign(ready.get("foreign") or [])
         removed = sorted(self.twin_plans - set(self.plans))
-        if removed and not self.workerinput:  # a worker sees every test too: the controller would say it N times
+        if removed:  # under xdist every worker finds the same: the controller keeps one copy (xdist.py)
             self.notes.append(
                 f"inferscope A/B: {len(removed)} profiled test(s) only at {self.label} (removed or renamed here): "
                 + ", ".join(removed[:10])
                 + (" ..." if len(removed) > 10 else "")
             )
-        elif removed:
-            self.notes.append(f"inferscope A/B: {len(removed)} profiled test(s) only at {self.label}: " +
-                              ", ".join(removed[:10]))  # fmt: skip
 
     def _note_foreign(self, foreign: list[str]) -> None:
         if foreign and self.tree is not None and not any("cannot replace" in n for n in self.notes):
@@ -226,8 +230,10 @@ class ABController:
         from .lockstep import lockstep
 
         max_regression = float(plan.thresholds.get("max_regression", self.settings.max_regression))
-        with pinned(self.core):
-            return lockstep(twin, coll, body, plan, data, max_regression, self.settings.alpha)
+        with pinned(self.core), quiet_heap():
+            self.tests_run += 1
+            here_first = self.tests_run % 2 == 1  # which side starts alternates from test to test
+            return lockstep(twin, coll, body, plan, data, max_regression, self.settings.alpha, here_first)
 
     def finish(self, nodeid: str, result: TestResult) -> dict[str, Any] | None:
         """The test's ABVerdict as plain data (None when it ran no A/B), its deterministic metrics compared."""

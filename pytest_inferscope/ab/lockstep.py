@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .paired import judge, looks
@@ -27,8 +28,16 @@ def lockstep(
     data: dict[str, Any],
     max_regression: float,
     alpha: float,
+    here_first: bool = True,
 ) -> Any:
-    """Run the test's rounds here and on the twin, one at a time; the pairs and the look go into `data`."""
+    """Run the test's rounds here and on the twin, one at a time; the pairs and the look go into `data`.
+
+    The sides strictly alternate (ABAB..., or BABA... when not `here_first`): every round follows one of
+    the other side's. ABBA order (AB, BA, AB, ...) runs each side twice in a row at every pair boundary,
+    and the second of two back-to-back rounds measured slower (docs/ab.md): with ABBA, the first round of
+    every pair was the slow one, and a side's pair ratios split into two groups. The caller alternates
+    `here_first` from test to test, so neither side always goes first.
+    """
     result: Any = None
     index = 0
 
@@ -52,22 +61,12 @@ def lockstep(
     in_test = True
     try:
         for w in range(plan.warmup):
-            if w % 2 == 0:
-                here(True)
-                there(w, True)
-            else:
-                there(w, True)
-                here(True)
+            _pair(here_first, partial(here, True), partial(there, w, True))
         coll.after_warmup()
         k = 0
         for j, point in enumerate(points):
             while k < point:
-                if k % 2 == 0:  # AB, then BA: neither side always goes first
-                    a = here(False)
-                    b = there(plan.warmup + k, False, first=k == 0)
-                else:
-                    b = there(plan.warmup + k, False, first=k == 0)
-                    a = here(False)
+                a, b = _pair(here_first, partial(here, False), partial(there, plan.warmup + k, False, first=k == 0))
                 new.append(a)
                 ref.append(b)
                 k += 1
@@ -97,6 +96,15 @@ def lockstep(
         _read_result(twin, data)
     traced = coll.run_trace_rounds(body, index)
     return result if traced is None else traced[0]
+
+
+def _pair(here_first: bool, here: Callable[[], float], there: Callable[[], float]) -> tuple[float, float]:
+    """One round on each side, in the given order: (this side's ms, the twin's ms)."""
+    if here_first:
+        a = here()
+        return a, there()
+    b = there()
+    return here(), b
 
 
 def _read_result(twin: Twin, data: dict[str, Any]) -> None:

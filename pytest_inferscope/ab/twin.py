@@ -1,7 +1,7 @@
 """The twin: a second pytest process that runs the same tests at the other side, one round when told.
 
-Parent side: `Twin` starts it (its own session, so the terminal's Ctrl-C reaches only the parent,
-which then ends it), reads its "ready" line after collection and drives it. Twin side:
+Parent side: `Twin` starts it (in this session; it ignores Ctrl-C, and the parent ends it), reads
+its "ready" line after collection and drives it. Twin side:
 `TwinServer`, registered in the twin by the session when INFERSCOPE_AB_TWIN is set, replaces
 pytest's run loop with a loop over the parent's commands:
 
@@ -14,7 +14,9 @@ pytest's run loop with a loop over the parent's commands:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -61,8 +63,11 @@ class Twin:
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                pass_fds=(p2c_r, c2p_w), start_new_session=True,
+                pass_fds=(p2c_r, c2p_w),
             )  # fmt: skip
+            # Same session as this process, not a new one: with the kernel's autogroup scheduling a new
+            # session is a scheduling group of its own, and the two sides would get the shared core on
+            # different terms. Ctrl-C reaches the twin too; it ignores it (TwinServer) and this side ends it.
         os.close(p2c_r)
         os.close(c2p_w)
         self.channel = Channel(c2p_r, p2c_w)
@@ -117,6 +122,7 @@ class TwinServer:
     """Twin side: serves the parent's commands instead of pytest's own run loop."""
 
     def __init__(self, channel: Channel, plans: Mapping[str, Any], results: Sequence[TestResult]) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends this process
         self.channel = channel
         self._plans, self._results = plans, results  # the session's, filled as the run goes
         self.errors: list[str] = []
@@ -164,7 +170,7 @@ class TwinServer:
         """The rounds of one test, each when the parent says; pinned to the parent's core meanwhile."""
         self.channel.send(type="started")
         result = None
-        with pinned(self.core):
+        with pinned(self.core), quiet_heap():
             while True:
                 msg = self.channel.recv()
                 if msg.get("cmd") != "round":
@@ -195,6 +201,23 @@ def pinned(core: int | None) -> Any:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def quiet_heap() -> Any:
+    """The objects alive before the rounds out of the garbage collector's way while they run.
+
+    The two processes' heaps differ (this side holds pytest's reports and every result so far), and
+    a full collection walks the whole heap: unchecked, the bigger side's rounds would pay more for
+    the same garbage. gc.freeze() moves what exists now to the permanent generation, so a collection
+    during the rounds costs both sides what their bodies allocate.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def foreign_imports() -> list[str]:

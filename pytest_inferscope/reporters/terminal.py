@@ -137,3 +137,33 @@ def short_ids(nodeids: list[str]) -> list[str]:
             s = s[:head] + "…" + s[-(MAX_ID - 1 - head) :]
         out.append(s)
     return out
+
+
+def failure_text(result: TestResult) -> str:
+    """What fails a test that passed on its own: an A/B regression and crossed thresholds ('' when none)."""
+    texts = []
+    ab = result.ab or {}
+    if ab.get("verdict") == "regressed":
+        from ..ab.paired import ab_message
+
+        texts.append(f"inferscope A/B: {ab_message(ab)}")
+    failed = result.failed_checks
+    if failed:
+        texts.append(f"inferscope: {len(failed)} threshold(s) crossed\n" + "\n".join(c.message for c in failed))
+    return "\n".join(texts)
+
+
+def extra_rounds_lines(results: list[TestResult]) -> list[str]:
+    """One summary line when the speed probe made tests run more rounds than requested, and why."""
+    # A/B tests add pairs by their own sequential rule (ab/paired.py), not for the speed probe
+    extra = {r.nodeid: len(r.latency.samples_ms) - r.rounds for r in results if r.ab is None}
+    extra = {k: v for k, v in extra.items() if v > 0}
+    if not extra:
+        return []
+    worst = max(extra, key=lambda k: extra[k])
+    return [
+        f"inferscope: the machine was busy: {len(extra)} test(s) ran {sum(extra.values())} rounds more than "
+        f"requested (most: {worst}, +{extra[worst]}) to get their requested rounds at its usual speed "
+        "(speed probe; at most --inferscope-round-cap times the rounds). Their latency statistics cover every "
+        "round that ran; the regression gate compares the steady ones."
+    ]
