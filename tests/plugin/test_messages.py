@@ -72,3 +72,44 @@ def test_a_gate_that_can_never_fire_is_said_once_per_test(pytester: pytest.Pytes
     # Saving turns the speed probe on, which adds rounds at busy moments (a loaded CI machine): no extra rounds here.
     saving = pytester.runpytest("-p", "no:randomly", "--inferscope-save-baseline=main", "--inferscope-round-cap=1")
     assert saving.stdout.str().count("Too few rounds") == 2  # saved rounds are gated on later
+
+
+def test_rounds_too_short_for_the_clock_are_said_once_per_gated_test(pytester: pytest.Pytester) -> None:
+    # Linux's perf_counter ticks in ns, too fine for a round through the plugin to be "too short"; a
+    # conftest gives the run a coarse clock (1 ms), as some platforms' timers are, to reach the line. In a
+    # process of its own, so the patched clock cannot leak into the tests that run after this one.
+    pytester.makeconftest(
+        """
+        import types
+        import pytest_inferscope.stats as stats
+
+        class _Time:
+            def __getattr__(self, name):
+                return getattr(stats_time, name)
+
+            @staticmethod
+            def get_clock_info(name):
+                return types.SimpleNamespace(resolution=1e-3)
+
+        stats_time = stats.time
+        stats.time = _Time()
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(max_regression=0.05, rounds=30, warmup=0)
+        def test_short():
+            pass
+
+        @pytest.mark.inferscope(rounds=30, warmup=0)
+        def test_ungated():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["inferscope: test_rounds_too_short*.py::test_short: Rounds too short: the shortest *"])
+    assert result.stdout.str().count("Rounds too short") == 1  # test_ungated has no gate: nothing to say
+    assert "Too few rounds" not in result.stdout.str()  # 30 rounds are enough at alpha 0.01
