@@ -436,31 +436,28 @@ def test_native_toml_ini_values(project: pytest.Pytester) -> None:
 
 
 @NATIVE_TOML
-def test_native_toml_ini_value_of_the_wrong_type(project: pytest.Pytester) -> None:
-    # pytest's own type check names the file and key; the plugin adds what the setting takes.
-    project.makepyprojecttoml("[tool.pytest]\ninferscope_rounds = true\n")
-    result = run_pytest(project)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["ERROR: *pyproject.toml: *'inferscope_rounds'*bool: True. inferscope_rounds: give the number of measured "
+@pytest.mark.parametrize(
+    ("toml", "error"),
+    [
+        # pytest's own type check names the file and key; the plugin adds what the setting takes.
+        ("inferscope_rounds = true",
+         "ERROR: *pyproject.toml: *'inferscope_rounds'*bool: True. inferscope_rounds: give the number of measured "
          "rounds per test, a whole number of at least 1, e.g. inferscope_rounds = 20; or move the setting to a "
-         "?tool.inferscope? table*(rounds = 20)."]
-    )  # fmt: skip
-    # A value of the right type goes through the setting's parser, with its message and the file.
-    project.makepyprojecttoml("[tool.pytest]\ninferscope_rounds = 0\ninferscope_all = true\n")
+         "?tool.inferscope? table*(rounds = 20)."),
+        # A value of the right type goes through the setting's parser, with its message and the file.
+        ("inferscope_rounds = 0\ninferscope_all = true",
+         "ERROR: *pyproject.toml: pytest ini option inferscope_rounds = 0 is out of range: give the number of "
+         "measured rounds per test, a whole number of at least 1, e.g. inferscope_rounds = 20."),
+        ('inferscope_gpu = "sometimes"',
+         "ERROR: *pyproject.toml: pytest ini option inferscope_gpu = 'sometimes' is not one of the choices: "
+         '*auto, off or required, e.g. inferscope_gpu = "required".'),
+    ],
+)  # fmt: skip
+def test_native_toml_ini_value_of_the_wrong_type(project: pytest.Pytester, toml: str, error: str) -> None:
+    project.makepyprojecttoml(f"[tool.pytest]\n{toml}\n")
     result = run_pytest(project)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["ERROR: *pyproject.toml: pytest ini option inferscope_rounds = 0 is out of range: give the number of "
-         "measured rounds per test, a whole number of at least 1, e.g. inferscope_rounds = 20."]
-    )  # fmt: skip
-    project.makepyprojecttoml('[tool.pytest]\ninferscope_gpu = "sometimes"\n')
-    result = run_pytest(project)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["ERROR: *pyproject.toml: pytest ini option inferscope_gpu = 'sometimes' is not one of the choices: "
-         '*auto, off or required, e.g. inferscope_gpu = "required".']
-    )  # fmt: skip
+    result.stderr.fnmatch_lines([error])
 
 
 @pytest.mark.skipif(not (9, 0) <= pytest.version_tuple[:2] < (9, 2), reason="pytest 9.0 and 9.1 only")
