@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ..events import PROFILE_FLAG, TRACE_FLAG, WARMUP_FLAG, Kind
+from ..events import Kind
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
+from ..rounds import RoundKind, kinds_of, row_kind
 
 _MS = 1e6
 _MB = 1024 * 1024
@@ -62,35 +63,38 @@ class RoundsContext:
     # -- rounds ----------------------------------------------------------------
 
     @cached_property
-    def round_idx(self) -> np.ndarray:
-        """Indices of the measured rounds (all but the trace and profile rounds when every round was a warm-up)."""
+    def _round_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ROUND spans' indices and their RoundKind."""
         ev = self.timeline.events
         rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
-        plain = rounds[(ev["flags"][rounds] & (TRACE_FLAG | PROFILE_FLAG)) == 0]
-        measured = plain[(ev["flags"][plain] & WARMUP_FLAG) == 0]
-        return measured if len(measured) else (plain if len(plain) else rounds)
+        return rounds, kinds_of(ev["flags"][rounds])
+
+    @cached_property
+    def round_idx(self) -> np.ndarray:
+        """Indices of the measured rounds (else the warm-up rounds; else every round)."""
+        rounds, kinds = self._round_spans
+        measured = rounds[kinds == RoundKind.MEASURED]
+        if len(measured):
+            return measured
+        warmup = rounds[kinds == RoundKind.WARMUP]
+        return warmup if len(warmup) else rounds
 
     @cached_property
     def trace_idx(self) -> np.ndarray:
-        """Indices of the trace rounds (launch calls recorded; not latency samples).
-
-        A round flagged both trace and warm-up is neither a trace round nor a warm-up round here.
-        """
-        return self._extra_rounds(TRACE_FLAG)
+        """Indices of the trace rounds (launch calls recorded; not latency samples)."""
+        return self._rounds_of(RoundKind.TRACE)
 
     @cached_property
     def profile_idx(self) -> np.ndarray:
         """Indices of the profile rounds: lean mode's GPU rounds (`--inferscope-gpu-rounds=trace`).
 
-        The settling round right after CUPTI starts, flagged profile and warm-up, is not one of them.
+        The settling round right after CUPTI starts is not one of them.
         """
-        return self._extra_rounds(PROFILE_FLAG)
+        return self._rounds_of(RoundKind.PROFILE)
 
-    def _extra_rounds(self, flag: int) -> np.ndarray:
-        ev = self.timeline.events
-        rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
-        flags = ev["flags"][rounds]
-        extra = rounds[((flags & flag) != 0) & ((flags & WARMUP_FLAG) == 0)]
+    def _rounds_of(self, kind: RoundKind) -> np.ndarray:
+        rounds, kinds = self._round_spans
+        extra = rounds[kinds == kind]
         return extra if len(extra) < len(rounds) else np.zeros(0, dtype=rounds.dtype)
 
     @property
@@ -194,9 +198,8 @@ class RoundsContext:
     @cached_property
     def latency(self) -> LatencyStats:
         ev = self.timeline.events
-        rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
-        flags = ev["flags"][rounds]
-        warm = rounds[((flags & WARMUP_FLAG) != 0) & ((flags & (TRACE_FLAG | PROFILE_FLAG)) == 0)]
+        rounds, kinds = self._round_spans
+        warm = rounds[kinds == RoundKind.WARMUP]
         trace = np.sort(np.concatenate((self.profile_idx, self.trace_idx)))  # the rounds after the measured ones
         return LatencyStats.from_samples(
             list(self.round_ms),
@@ -248,8 +251,9 @@ class RoundsContext:
     def counters(self) -> dict[str, float]:
         """Sums of the per-round process counters over the measured rounds."""
         rows: list[dict[str, Any]] = list(self.timeline.meta.get("rounds", []))
-        plain = [r for r in rows if not r.get("trace")] or rows
-        measured = [r for r in plain if not r.get("warmup")] or plain
+        kinds = [row_kind(r) for r in rows]
+        plain = [r for r, k in zip(rows, kinds, strict=True) if not k.after_measured] or rows
+        measured = [r for r in plain if row_kind(r) is not RoundKind.WARMUP] or plain
         keys = ("wall_ns", "thread_cpu_ns", "user_ns", "sys_ns", "minflt", "majflt", "nvcsw", "nivcsw", "runqueue_ns")
         out = {k: float(sum(r.get(k, 0) for r in measured)) for k in keys}
         out["rounds"] = float(len(measured))
@@ -260,7 +264,7 @@ class RoundsContext:
 
     @cached_property
     def rss_per_round(self) -> np.ndarray:
-        rows = [r for r in self.timeline.meta.get("rounds", []) if not r.get("warmup") and not r.get("trace")]
+        rows = [r for r in self.timeline.meta.get("rounds", []) if row_kind(r) is RoundKind.MEASURED]
         return np.array([r.get("rss_end", 0) for r in rows], dtype=float)
 
     # -- helpers for rules ---------------------------------------------------------

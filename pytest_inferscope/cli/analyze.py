@@ -128,9 +128,10 @@ def _from_npz(path: Path) -> _Input:
 
     import numpy as np
 
-    from ..events import GPU_KINDS, WARMUP_FLAG, Kind, RawTrace
+    from ..events import GPU_KINDS, Kind, RawTrace
     from ..reporters import ReportFormatError, load_report
     from ..results import CollectorInfo
+    from ..rounds import RoundKind, kinds_of
 
     try:
         raw = RawTrace.load(str(path))
@@ -150,7 +151,7 @@ def _from_npz(path: Path) -> _Input:
     tests = ev[ev["kind"] == Kind.TEST]
     nodeid = raw.strings[int(tests["name"][0])] if len(tests) else path.parent.name
     rounds = ev[ev["kind"] == Kind.ROUND]
-    warm = int(np.count_nonzero(rounds["flags"] & WARMUP_FLAG))
+    warm = int(np.count_nonzero(kinds_of(rounds["flags"]) == RoundKind.WARMUP))
     has_gpu = bool(np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)).any())
     sampler = raw.meta.get("sampler")
     sampler = sampler if isinstance(sampler, dict) else {}
