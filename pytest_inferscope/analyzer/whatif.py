@@ -6,7 +6,8 @@ Built in, each standing for one bottleneck class:
   the short host segments before them (up to `DISPATCH_NS`: the framework's dispatch), cost
   nothing but one launch per stretch;
 - *a kind of synchronisation removed* (sync_bound): those blocking calls stop waiting; what they
-  read is read at the round's end, where the end-of-round wait catches it;
+  read (a copy of up to `READ_BYTES` to the host) is read at the round's end, where the end-of-round
+  wait catches it, so the copy and its call go too;
 - *GPU work 2x faster* (gpu_bound): kernels and memsets take half as long (collectives excepted);
 - *collectives fully overlapped*, *collectives 2x faster* (communication_bound): collective kernels
   (NCCL and the like, `comm.py`) cost nothing, or half;
@@ -53,6 +54,8 @@ GRAPH_GAP_NS = 1_000
 PINNED_EFFICIENCY = 0.8
 #: Python modules whose removal is simulated, by sampled time.
 MAX_MODULES = 3
+#: A device-to-host copy up to this size that a removed sync waited for is a read moved to the round's end.
+READ_BYTES = 64 * 1024
 #: A class needs a what-if saving at least this share of the round.
 MIN_SAVING = 0.1
 #: Two what-ifs of different classes whose savings differ by less than this share of the larger are both named.
@@ -145,16 +148,30 @@ def _unblock(out: _Edit, i: int, dur: int) -> None:
 
 
 def remove_syncs(kind: str) -> Transform:
-    """The blocking calls of one kind stop waiting; what they read is read at the round's end."""
+    """The blocking calls of one kind stop waiting; what they read is read at the round's end.
+
+    The read is the small device-to-host copy a sync waited for (`.item()` is a copy of the value, then a
+    stream synchronize): its call and its copy go too, since one copy at the end reads every value at once.
+    """
 
     def transform(g: RoundGraph) -> RoundGraph | None:
         out = _Edit(g)
+        issuer = {j: i for i, n in enumerate(g.nodes) if n.kind == CALL for j in n.ops}
         for i, n in enumerate(g.nodes):
             if n.kind == BLOCKING and n.sync == kind:
                 _unblock(out, i, 0)
+                for j in n.waits:
+                    if _is_read(g.ops[j]) and j in issuer:
+                        out.node(issuer[j]).dur = 0
+                        out.op(j).dur = 0
         return out.result()
 
     return transform
+
+
+def _is_read(o: GpuOp) -> bool:
+    """A copy of a few values to the host: what a per-step `.item()` or `.tolist()` reads."""
+    return o.kind == Kind.MEMCPY and o.copy == CopyKind.DTOH and 0 < o.nbytes <= READ_BYTES
 
 
 def _is_comm(o: GpuOp) -> bool:

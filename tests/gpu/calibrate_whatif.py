@@ -98,7 +98,9 @@ def summary(result: Any) -> dict[str, Any]:
     }
 
 
-def scenarios(device: Any, choice: Any, smoke: bool) -> list[dict[str, Any]]:
+def scenarios(device: Any, choice: Any, smoke: bool, repeats: int = 1) -> list[dict[str, Any]]:
+    """Each scenario's slow and fixed variants, `repeats` times in alternation (slow, fixed, slow, fixed, ...), so
+    a drift of the machine (clocks, a neighbour) falls on both; the savings are medians over the pairs."""
     from inferapp.scenarios import SCENARIOS
 
     rows = []
@@ -107,17 +109,40 @@ def scenarios(device: Any, choice: Any, smoke: bool) -> list[dict[str, Any]]:
             rows.append({"scenario": name, "skipped": "needs CUDA"})
             continue
         rounds, warmup = (2, 1) if smoke else (s.rounds, s.warmup)
-        state = s.setup(device)
-        slow = collect(f"{name}-slow", lambda st=state, f=s.slow: f(st), rounds, warmup, choice)
-        state = s.setup(device)
-        fixed = collect(f"{name}-fixed", lambda st=state, f=s.fixed: f(st), rounds, warmup, choice)
+        pairs = []
+        for _ in range(repeats):
+            state = s.setup(device)
+            slow = collect(f"{name}-slow", lambda st=state, f=s.slow: f(st), rounds, warmup, choice)
+            state = s.setup(device)
+            fixed = collect(f"{name}-fixed", lambda st=state, f=s.fixed: f(st), rounds, warmup, choice)
+            pairs.append((slow, fixed))
+        slow, fixed = pairs[0]
         row: dict[str, Any] = {"scenario": name, "expected": s.expected, "slow": summary(slow), "fixed": summary(fixed)}
         if name in FIX_WHATIF:
-            row["fix"] = compare(slow, fixed, FIX_WHATIF[name])
+            row["fix"] = median_of([compare(a, b, FIX_WHATIF[name]) for a, b in pairs])
         if name == "gpu_bound":
-            row["fix_at_measured_speedup"] = replay_at_speedup(slow, fixed, kernel_speedup(slow, fixed))
+            row["fix_at_measured_speedup"] = median_of(
+                [replay_at_speedup(a, b, kernel_speedup(a, b)) for a, b in pairs]
+            )
         rows.append(row)
     return rows
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One comparison from several pairs: the median prediction and measurement, their error, the pairs' spread."""
+    import statistics
+
+    out = dict(runs[0])
+    predicted = [r["predicted_ms"] for r in runs if r.get("predicted_ms") is not None]
+    measured = [r["measured_ms"] for r in runs if r.get("measured_ms") is not None]
+    if not predicted or not measured:
+        return out
+    p, m = statistics.median(predicted), statistics.median(measured)
+    out.update(predicted_ms=round(p, 3), measured_ms=round(m, 3), error=round((p - m) / m, 3) if m else None,
+               pairs=len(runs), measured_range=[min(measured), max(measured)])  # fmt: skip
+    if "factor" in out:
+        out["factor"] = statistics.median(r["factor"] for r in runs if r.get("factor"))
+    return out
 
 
 def replay_at_speedup(slow: Any, fixed: Any, factor: float | None) -> dict[str, Any]:
@@ -322,6 +347,15 @@ def kineto_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measured_cell(fx: dict[str, Any]) -> str:
+    """The measured saving, with the spread over the slow/fixed pairs when there were several."""
+    lo_hi = fx.get("measured_range")
+    cell = str(fx.get("measured_ms", "-"))
+    if not lo_hi or fx.get("pairs", 1) < 2:
+        return cell
+    return f"{cell} ({lo_hi[0]:.2f} … {lo_hi[1]:.2f}, {fx['pairs']} pairs)"
+
+
 def table(scen: list[dict[str, Any]], mods: list[dict[str, Any]], applied: list[dict[str, Any]]) -> str:
     cols = (
         "scenario",
@@ -344,7 +378,7 @@ def table(scen: list[dict[str, Any]], mods: list[dict[str, Any]], applied: list[
         lines.append(
             f"| {r['scenario']} | {s['class']} ({s['confidence']:.2f}) | {s['decided_by']} | "
             f"{pct(s['replay_error'])} | {fx.get('change', '-')} | {fx.get('predicted_ms', '-')} | "
-            f"{fx.get('measured_ms', '-')} | {pct(fx.get('error'))} | {f['class']} ({f['confidence']:.2f}) |"
+            f"{measured_cell(fx)} | {pct(fx.get('error'))} | {f['class']} ({f['confidence']:.2f}) |"
         )
         if "fix_at_measured_speedup" in r:
             m = r["fix_at_measured_speedup"]
@@ -384,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "whatif-calibration"))
     ap.add_argument("--only", choices=("scenarios", "models"), default=None)
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: checks the script only")
+    ap.add_argument("--repeats", type=int, default=3, help="slow/fixed pairs per scenario, run in alternation")
     args = ap.parse_args(argv)
 
     import torch
@@ -396,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     choice = select_backend("required" if cuda else "off")
     t0 = time.monotonic()
     traces = kineto_traces(args.out / "kineto", args.cpu_smoke) if args.only != "models" else []
-    scen = scenarios(device, choice, args.cpu_smoke) if args.only != "models" else []
+    repeats = 1 if args.cpu_smoke else args.repeats
+    scen = scenarios(device, choice, args.cpu_smoke, repeats) if args.only != "models" else []
     kin = kineto_rows(traces, scen)
     mods, applied = models(device, choice, args.cpu_smoke) if args.only != "scenarios" else ([], [])
     gpu = torch.cuda.get_device_name(0) if cuda else "CPU"

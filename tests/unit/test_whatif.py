@@ -106,6 +106,20 @@ def test_sync_bound_loop_removing_the_syncs_saves_most_and_the_host_work_nearly_
     assert not any(r.bottleneck == "launch_bound" for r in t.rows)
 
 
+@pytest.mark.parametrize(("nbytes", "saved_us"), [(4, 885 - 510), (1 << 20, 885 - 520)])
+def test_removing_a_sync_moves_the_small_read_it_waited_for_to_the_rounds_end(nbytes: int, saved_us: int) -> None:
+    g = G()
+    for _ in range(5):  # a 100 µs kernel, `.item()`: an 8 µs copy call (2 µs of copy), a sync; 60 µs of host work
+        g.launch(5, 100).launch(8, 2, kind=Kind.MEMCPY, copy=CopyKind.DTOH, nbytes=nbytes).block(5).seg(60)
+    graph = g.end()
+    # Per step: kernel h+10..h+110, the copy queues behind it to h+112, the sync returns at h+117, host to h+177.
+    assert replay(graph).round_ns == 885 * US
+    # A read of a few values moves to the end with the sync: the host issues a kernel every 65 µs, and the
+    # kernels queue from 10 to 510. A 1 MiB copy is not a read: its call (8) and copy (2) stay, so kernel k
+    # starts at 10 + 102 k and the last copy ends at 520.
+    assert table(graph)["stream synchronize removed"] == (pytest.approx(saved_us), "sync_bound")
+
+
 def test_gpu_bound_chain_saves_half_its_kernels() -> None:
     g = G()
     for _ in range(3):
