@@ -151,22 +151,40 @@ def remove_syncs(kind: str) -> Transform:
     """The blocking calls of one kind stop waiting; what they read is read at the round's end.
 
     The read is the small device-to-host copy a sync waited for (`.item()` is a copy of the value, then a
-    stream synchronize): its call and its copy go too, since one copy at the end reads every value at once.
+    stream synchronize): it goes too, since one copy at the end reads every value at once: its copy, its
+    call, the host segments between the call and the sync, and the short segment (up to `DISPATCH_NS`: the
+    framework's dispatch of the read) right before the call.
     """
 
     def transform(g: RoundGraph) -> RoundGraph | None:
         out = _Edit(g)
         issuer = {j: i for i, n in enumerate(g.nodes) if n.kind == CALL for j in n.ops}
+        stretch = 0  # the first node after the previous blocking call: a read is issued in the sync's own stretch
         for i, n in enumerate(g.nodes):
-            if n.kind == BLOCKING and n.sync == kind:
+            if n.kind != BLOCKING:
+                continue
+            if n.sync == kind:
                 _unblock(out, i, 0)
                 for j in n.waits:
-                    if _is_read(g.ops[j]) and j in issuer:
-                        out.node(issuer[j]).dur = 0
-                        out.op(j).dur = 0
+                    if _is_read(g.ops[j]) and stretch <= issuer.get(j, -1) < i:
+                        _drop_read(out, issuer[j], i, j)
+            stretch = i + 1
         return out.result()
 
     return transform
+
+
+def _drop_read(out: _Edit, call: int, sync: int, op: int) -> None:
+    """The read issued by node `call` and waited for by node `sync` (op `op`) costs nothing."""
+    g = out.g
+    out.node(call).dur = 0
+    out.op(op).dur = 0
+    for k in range(call + 1, sync):
+        if g.nodes[k].kind == SEGMENT and g.nodes[k].dur:
+            out.node(k).dur = 0
+    before = call - 1
+    if before >= 0 and g.nodes[before].kind == SEGMENT and 0 < g.nodes[before].dur <= DISPATCH_NS:
+        out.node(before).dur = 0
 
 
 def _is_read(o: GpuOp) -> bool:

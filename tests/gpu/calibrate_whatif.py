@@ -98,7 +98,7 @@ def summary(result: Any) -> dict[str, Any]:
     }
 
 
-def scenarios(device: Any, choice: Any, smoke: bool, repeats: int = 1) -> list[dict[str, Any]]:
+def scenarios(device: Any, choice: Any, smoke: bool, repeats: int = 1, rounds: int = 0) -> list[dict[str, Any]]:
     """Each scenario's slow and fixed variants, `repeats` times in alternation (slow, fixed, slow, fixed, ...), so
     a drift of the machine (clocks, a neighbour) falls on both; the savings are medians over the pairs."""
     from inferapp.scenarios import SCENARIOS
@@ -108,13 +108,13 @@ def scenarios(device: Any, choice: Any, smoke: bool, repeats: int = 1) -> list[d
         if s.gpu and device.type != "cuda":
             rows.append({"scenario": name, "skipped": "needs CUDA"})
             continue
-        rounds, warmup = (2, 1) if smoke else (s.rounds, s.warmup)
+        n, warmup = (2, 1) if smoke else (max(rounds, s.rounds), s.warmup)
         pairs = []
         for _ in range(repeats):
             state = s.setup(device)
-            slow = collect(f"{name}-slow", lambda st=state, f=s.slow: f(st), rounds, warmup, choice)
+            slow = collect(f"{name}-slow", lambda st=state, f=s.slow: f(st), n, warmup, choice)
             state = s.setup(device)
-            fixed = collect(f"{name}-fixed", lambda st=state, f=s.fixed: f(st), rounds, warmup, choice)
+            fixed = collect(f"{name}-fixed", lambda st=state, f=s.fixed: f(st), n, warmup, choice)
             pairs.append((slow, fixed))
         slow, fixed = pairs[0]
         row: dict[str, Any] = {"scenario": name, "expected": s.expected, "slow": summary(slow), "fixed": summary(fixed)}
@@ -419,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("scenarios", "models"), default=None)
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: checks the script only")
     ap.add_argument("--repeats", type=int, default=3, help="slow/fixed pairs per scenario, run in alternation")
+    ap.add_argument("--rounds", type=int, default=15, help="measured rounds per variant, at least the scenario's")
     args = ap.parse_args(argv)
 
     import torch
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     traces = kineto_traces(args.out / "kineto", args.cpu_smoke) if args.only != "models" else []
     repeats = 1 if args.cpu_smoke else args.repeats
-    scen = scenarios(device, choice, args.cpu_smoke, repeats) if args.only != "models" else []
+    scen = scenarios(device, choice, args.cpu_smoke, repeats, args.rounds) if args.only != "models" else []
     kin = kineto_rows(traces, scen)
     mods, applied = models(device, choice, args.cpu_smoke) if args.only != "scenarios" else ([], [])
     gpu = torch.cuda.get_device_name(0) if cuda else "CPU"
