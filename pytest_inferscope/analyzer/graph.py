@@ -37,6 +37,8 @@ SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
 #: Launch-to-start time assumed for queued work when no op of the round started on an idle stream
 #: (14-17 µs measured on the H200, docs/gpu-validation.md).
 DEFAULT_LAT_NS = 15_000
+#: A device-to-host copy up to this size that a blocking call waited for is a read (`.item()`, `.tolist()`).
+READ_BYTES = 64 * 1024
 #: Kineto names that are Python frames: "path/to/file.py(123): function".
 _PYFRAME = re.compile(r"^(?P<file>[^()]*?)(?:\.py)?\((?P<line>\d+)\): (?P<fn>.+)$")
 
@@ -369,3 +371,26 @@ def _latencies(graph: RoundGraph) -> None:
 def copy_is_host_link(op: GpuOp) -> bool:
     """A host<->device copy (what the link carries)."""
     return op.kind == Kind.MEMCPY and op.copy in (CopyKind.HTOD, CopyKind.DTOH)
+
+
+def reads(g: RoundGraph, sync: int, stretch: int, dispatch_ns: int) -> tuple[list[int], list[int]]:
+    """The reads blocking node `sync` waited for, issued in its own stretch (nodes `stretch` to `sync`): small
+    device-to-host copies. Their host nodes (the copy call, the segments from it to the sync, and the segment
+    right before the call when it is no longer than `dispatch_ns`: the framework's dispatch of the read) and
+    their ops."""
+    nodes: list[int] = []
+    ops: list[int] = []
+    for call in range(stretch, sync):
+        n = g.nodes[call]
+        read = [j for j in n.ops if j in g.nodes[sync].waits and _is_read(g.ops[j])] if n.kind == CALL else []
+        if not read:
+            continue
+        ops += read
+        nodes += [call] + [k for k in range(call + 1, sync) if g.nodes[k].kind == SEGMENT]
+        if call > 0 and g.nodes[call - 1].kind == SEGMENT and g.nodes[call - 1].dur <= dispatch_ns:
+            nodes.append(call - 1)
+    return nodes, ops
+
+
+def _is_read(o: GpuOp) -> bool:
+    return o.kind == Kind.MEMCPY and o.copy == CopyKind.DTOH and 0 < o.nbytes <= READ_BYTES

@@ -6,8 +6,7 @@ Built in, each standing for one bottleneck class:
   the short host segments before them (up to `DISPATCH_NS`: the framework's dispatch), cost
   nothing but one launch per stretch;
 - *a kind of synchronisation removed* (sync_bound): those blocking calls stop waiting; what they
-  read (a copy of up to `READ_BYTES` to the host) is read at the round's end, where the end-of-round
-  wait catches it, so the copy and its call go too;
+  read (`graph.reads`) is read at the round's end, where the end-of-round wait catches it;
 - *GPU work 2x faster* (gpu_bound): kernels and memsets take half as long (collectives excepted);
 - *collectives fully overlapped*, *collectives 2x faster* (communication_bound): collective kernels
   (NCCL and the like, `comm.py`) cost nothing, or half;
@@ -41,7 +40,7 @@ from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
 from .comm import COMM_KERNEL
 from .context import Context
 from .context_gpu import ALLOC_CALL
-from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, GpuOp, HostNode, RoundGraph, build_round, copy_is_host_link
+from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, GpuOp, HostNode, RoundGraph, build_round, copy_is_host_link, reads
 from .replay import replay
 from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
@@ -54,8 +53,6 @@ GRAPH_GAP_NS = 1_000
 PINNED_EFFICIENCY = 0.8
 #: Python modules whose removal is simulated, by sampled time.
 MAX_MODULES = 3
-#: A device-to-host copy up to this size that a removed sync waited for is a read moved to the round's end.
-READ_BYTES = 64 * 1024
 #: A class needs a what-if saving at least this share of the round.
 MIN_SAVING = 0.1
 #: Two what-ifs of different classes whose savings differ by less than this share of the larger are both named.
@@ -150,46 +147,27 @@ def _unblock(out: _Edit, i: int, dur: int) -> None:
 def remove_syncs(kind: str) -> Transform:
     """The blocking calls of one kind stop waiting; what they read is read at the round's end.
 
-    The read is the small device-to-host copy a sync waited for (`.item()` is a copy of the value, then a
-    stream synchronize): it goes too, since one copy at the end reads every value at once: its copy, its
-    call, the host segments between the call and the sync, and the short segment (up to `DISPATCH_NS`: the
-    framework's dispatch of the read) right before the call.
+    The reads they waited for (`graph.reads`: `.item()` is a small copy, then a sync) go too: one copy
+    at the end reads every value at once.
     """
 
     def transform(g: RoundGraph) -> RoundGraph | None:
         out = _Edit(g)
-        issuer = {j: i for i, n in enumerate(g.nodes) if n.kind == CALL for j in n.ops}
-        stretch = 0  # the first node after the previous blocking call: a read is issued in the sync's own stretch
+        stretch = 0  # the first node after the previous blocking call
         for i, n in enumerate(g.nodes):
             if n.kind != BLOCKING:
                 continue
             if n.sync == kind:
                 _unblock(out, i, 0)
-                for j in n.waits:
-                    if _is_read(g.ops[j]) and stretch <= issuer.get(j, -1) < i:
-                        _drop_read(out, issuer[j], i, j)
+                nodes, ops = reads(g, i, stretch, DISPATCH_NS)
+                for k in nodes:
+                    out.node(k).dur = 0
+                for j in ops:
+                    out.op(j).dur = 0
             stretch = i + 1
         return out.result()
 
     return transform
-
-
-def _drop_read(out: _Edit, call: int, sync: int, op: int) -> None:
-    """The read issued by node `call` and waited for by node `sync` (op `op`) costs nothing."""
-    g = out.g
-    out.node(call).dur = 0
-    out.op(op).dur = 0
-    for k in range(call + 1, sync):
-        if g.nodes[k].kind == SEGMENT and g.nodes[k].dur:
-            out.node(k).dur = 0
-    before = call - 1
-    if before >= 0 and g.nodes[before].kind == SEGMENT and 0 < g.nodes[before].dur <= DISPATCH_NS:
-        out.node(before).dur = 0
-
-
-def _is_read(o: GpuOp) -> bool:
-    """A copy of a few values to the host: what a per-step `.item()` or `.tolist()` reads."""
-    return o.kind == Kind.MEMCPY and o.copy == CopyKind.DTOH and 0 < o.nbytes <= READ_BYTES
 
 
 def _is_comm(o: GpuOp) -> bool:

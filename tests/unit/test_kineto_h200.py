@@ -36,13 +36,14 @@ def test_the_imported_trace_gets_the_live_class_and_top_whatif(scenario: str) ->
 
 def test_the_sync_scenario_names_the_syncs_as_the_live_run_does() -> None:
     # On the H200 the per-step .item() loop is launch_bound by a small margin in both: a CUDA graph saves
-    # most. Removing the syncs saved 17% of the live round but 4.7% of the imported one: torch.profiler's
-    # own cost per CPU op (GPU.md: +100-240% per call) lengthens the host segments, so the GPU waits on
-    # the host more and the host on the GPU less. The imported trace still has the syncs and their what-if.
+    # most. Removing the syncs saved 17% of the live round. Of the imported one it saved 4.7% while only the
+    # waits went: torch.profiler's own cost per CPU op (GPU.md: +100-240% per call) lengthens the host
+    # segments, the `.item()` dispatch among them. Since the reads go with the syncs (their copy, call and
+    # dispatch: graph.reads), it saves 17.6% there too.
     a = analyze(merge(kineto.load(DATA / "sync_bound.json.gz").raw), kineto.RULES)
     syncs = [r for r in a.whatif if r.bottleneck == "sync_bound"]
     assert syncs and syncs[0].change.startswith("stream synchronize removed (200 per round")
-    assert 0.02 < syncs[0].saved_fraction < 0.17, [(r.change, r.saved_fraction) for r in a.whatif]
+    assert 0.12 < syncs[0].saved_fraction < 0.22, [(r.change, r.saved_fraction) for r in a.whatif]
 
 
 def test_the_memory_scenario_needs_counters_a_kineto_trace_lacks() -> None:
