@@ -29,6 +29,7 @@ rather than an inconclusive verdict. Every round that ran is kept; the gate stil
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -183,6 +184,26 @@ def extra_rounds_note(ran: int, requested: int) -> str:
     )
 
 
+def run_queue_clock() -> Callable[[], float]:
+    """A clock of the seconds the calling thread has waited on the run queue, runnable but not running.
+
+    Linux keeps it in /proc/thread-self/schedstat (second field, ns); elsewhere the clock reads 0.
+    """
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return lambda: 0.0
+
+    def read() -> float:
+        try:
+            return int(os.pread(fd, 128, 0).split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    read.close = lambda: os.close(fd)  # type: ignore[attr-defined]
+    return read
+
+
 def measure_steady(
     run_round: Callable[[int], float | None],
     rounds: int,
@@ -192,32 +213,42 @@ def measure_steady(
     probe: Callable[[], float] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     cpu_clock: Callable[[], float] = time.thread_time,
+    queue_clock: Callable[[], float] | None = None,
 ) -> Measured:
     """Run measured rounds `run_round(0)`, `run_round(1)`, ... with a probe reading before the first and after each.
 
     After the requested `rounds`, it goes on while fewer than `rounds` rounds are steady (against
     the reference of `prior`, e.g. the baseline's and this session's readings, and the readings so
-    far) and the rounds are CPU-bound (the thread's CPU time at least CPU_BOUND_WORKING of the
-    wall time: otherwise the probe says nothing about them), until `max_rounds` have run.
+    far) and the rounds are CPU-bound (in the median round, the thread's CPU time is at least
+    CPU_BOUND_WORKING of the wall time: otherwise the probe says nothing about them), until
+    `max_rounds` have run. Time the thread waited on the run queue (`queue_clock`, by default
+    `run_queue_clock()`) counts as work: a CPU-bound test on a loaded machine is runnable but held
+    off the CPU, which is the busy moment to make up for, not a test that sleeps. The median round,
+    not the total: a round can also wait for the GIL or be charged a wait late.
     `run_round` may return the seconds the round spent in the plugin's end-of-round device wait:
     that time does not count as CPU work, since a host spinning in it burns CPU time while the GPU
     works (a GPU-bound round must not look CPU-bound and be made up for).
     """
     probe = probe or probe_ms  # looked up now, so a test can replace drift.probe_ms
+    queued = queue_clock or run_queue_clock()
     readings = [probe()]
-    wall = cpu = 0.0
+    shares: list[float] = []
     steady, share = 0, 1.0
-    for i in range(max(rounds, max_rounds)):
-        c0, t0 = cpu_clock(), clock()
-        waited = run_round(i) or 0.0
-        wall, cpu = wall + clock() - t0, cpu + max(0.0, cpu_clock() - c0 - waited)
-        readings.append(probe())
-        if i + 1 < rounds:
-            continue
-        share = cpu / wall if wall > 0 else 1.0
-        steady = int(steady_mask(readings, probe_reference(prior, readings)).sum())
-        if steady >= rounds or share < CPU_BOUND_WORKING:
-            break
+    try:
+        for i in range(max(rounds, max_rounds)):
+            q0, c0, t0 = queued(), cpu_clock(), clock()
+            waited = run_round(i) or 0.0
+            wall, cpu = clock() - t0, max(0.0, cpu_clock() - c0 - waited) + max(0.0, queued() - q0)
+            shares.append(min(1.0, cpu / wall) if wall > 0 else 1.0)
+            readings.append(probe())
+            if i + 1 < rounds:
+                continue
+            share = float(np.median(shares))
+            steady = int(steady_mask(readings, probe_reference(prior, readings)).sum())
+            if steady >= rounds or share < CPU_BOUND_WORKING:
+                break
+    finally:
+        getattr(queued, "close", lambda: None)()
     return Measured(readings, rounds, steady, share, capped=steady < rounds and share >= CPU_BOUND_WORKING)
 
 

@@ -4,8 +4,9 @@ Part 1, the labelled scenarios (example_project/inferapp/scenarios.py): each slo
 variant run under a real collection (launch calls recorded in every round, CPU sampling every 1 ms), as
 tests/gpu/record_scenarios.py runs them. For each: the class, the verdict, the replay error, and the
 simulated saving of the what-if that does what the fixed variant does, against the measured saving
-(slow median - fixed median); the target is within +/-25 %. Slow and fixed run in alternation, `--repeats`
-pairs of `--rounds` measured rounds each; the error is the median of the pairs' own errors. For gpu_bound the fix (bf16) is not the
+(slow median - fixed median); the target is within +/-25 %. Slow and fixed run in alternation,
+`--repeats` pairs of `--rounds` measured rounds each; the error is the median of the pairs' own
+errors. For gpu_bound the fix (bf16) is not the
 built-in 2x: the table also replays the slow rounds with the kernels as much faster as the fixed
 variant's kernels are.
 
