@@ -113,8 +113,8 @@ def plain(call: Callable[[], Any], sync: Callable[[], None], warmup: int, calls:
     return samples, (time.perf_counter_ns() - t0) / 1e6
 
 
-def profiled(mode: str, call: Callable[[], Any], warmup: int, calls: int) -> tuple[list[float], float]:
-    """The plugin's per-round latencies of the measured rounds, and the test's whole time in ms."""
+def profiled(mode: str, call: Callable[[], Any], warmup: int, calls: int) -> tuple[list[float], float, str]:
+    """The measured rounds' latencies, the test's whole time in ms, and its GPU collector's mode."""
     from pytest_inferscope import measure
 
     env, kwargs = MODES[mode]
@@ -130,7 +130,8 @@ def profiled(mode: str, call: Callable[[], Any], warmup: int, calls: int) -> tup
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return list(result.latency.samples_ms), whole
+    gpu = next((c.mode if c.enabled else c.reason for c in result.collectors if c.name == "gpu"), "")
+    return list(result.latency.samples_ms), whole, gpu
 
 
 def bench(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
@@ -144,17 +145,20 @@ def bench(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
     modes = ["plain", *args.modes]
     per_call: dict[str, list[float]] = {m: [] for m in modes}
     whole: dict[str, list[float]] = {m: [] for m in modes}
+    gpu_modes: dict[str, list[str]] = {m: [] for m in args.modes}  # which rounds recorded what, per repetition
     for rep in range(args.reps):
         order = modes[rep % len(modes) :] + modes[: rep % len(modes)]
         for mode in order:
             if mode == "plain":
                 samples, total = plain(call, sync, args.warmup, args.calls)
             else:
-                samples, total = profiled(mode, call, args.warmup, args.calls)
+                samples, total, gpu = profiled(mode, call, args.warmup, args.calls)
+                gpu_modes[mode].append(gpu)
             per_call[mode].append(statistics.median(samples))
             whole[mode].append(total)
     out: dict[str, Any] = {"plain_ms": statistics.median(per_call["plain"]), "modes": {}, "per_rep": per_call}
     out["whole_per_rep"] = whole
+    out["gpu_mode_per_rep"] = gpu_modes
     for mode in args.modes:
         ratios = [m / p - 1 for m, p in zip(per_call[mode], per_call["plain"], strict=True)]
         wratios = [m / p - 1 for m, p in zip(whole[mode], whole["plain"], strict=True)]
