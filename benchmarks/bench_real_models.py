@@ -130,7 +130,7 @@ def profiled(mode: str, call: Callable[[], Any], warmup: int, calls: int) -> tup
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    gpu = next((c.mode if c.enabled else c.reason for c in result.collectors if c.name == "gpu"), "")
+    gpu = next((c.mode if c.active else c.reason for c in result.collectors if c.name == "gpu"), "")
     return list(result.latency.samples_ms), whole, gpu
 
 
