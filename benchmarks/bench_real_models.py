@@ -13,7 +13,8 @@ for the measured rounds (what a latency threshold sees), the plain figure is eac
 rotates every repetition, so machine drift hits them alike; each figure is the median over repetitions
 of (mode median / plain median in the same repetition) - 1.
 
-Modes: `plain`; `default` (measure() with default settings); `lean` (gpu_rounds="trace"); and the
+Modes: `plain`; `default` (measure() with default settings: gpu_rounds="auto"); `lean` (gpu_rounds="trace");
+`measured` (gpu_rounds="measured", the default until 2026-11-25); and the
 parts of the default: `rounds` (CPU sampler off, no GPU collection: the round machinery alone),
 `sampler` (stack sampling, no GPU collection), `cupti` (GPU collection, sampler off).
 
@@ -45,6 +46,7 @@ from benchmarks._common import header, quartiles
 MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "default": ({}, {}),
     "lean": ({}, {"gpu_rounds": "trace"}),
+    "measured": ({}, {"gpu_rounds": "measured"}),  # the default before 2026-11-25
     "rounds": ({"INFERSCOPE_GPU": "off"}, {"cpu": "off"}),
     "sampler": ({"INFERSCOPE_GPU": "off"}, {"cpu": "sample"}),
     "cupti": ({}, {"cpu": "off"}),

@@ -863,6 +863,16 @@ static PyObject *collector_stop(Collector *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+static PyObject *collector_flush(Collector *self, PyObject *unused) {
+    (void)unused;
+    if (!self->active) Py_RETURN_NONE;
+    PyThreadState *ts = PyEval_SaveThread(); /* flushing runs our callback, which never needs the GIL */
+    CUptiResult rc = lib.cuptiActivityFlushAll(0);
+    PyEval_RestoreThread(ts);
+    if (rc != CUPTI_SUCCESS) return raise_cupti("cuptiActivityFlushAll(0)", rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *collector_drain(Collector *self, PyObject *unused) {
     (void)unused;
     if (!self->names) return PyErr_Format(PyExc_RuntimeError, "Collector.__init__ was not called");
@@ -1018,6 +1028,8 @@ static PyMethodDef collector_methods[] = {
      "Enable activity collection. Raises CuptiBusyError when another CUPTI client holds CUPTI."},
     {"stop", (PyCFunction)collector_stop, METH_NOARGS,
      "Flush (then force-flush) and disable collection. Does not synchronise the device; never finalizes."},
+    {"flush", (PyCFunction)collector_flush, METH_NOARGS,
+     "While collecting: hand the records of finished work to drain(), collection going on."},
     {"drain", (PyCFunction)collector_drain, METH_NOARGS,
      "(bytearray of 48-byte EVENT_DTYPE records since the last drain, the full names list)."},
     {"dropped", (PyCFunction)collector_dropped, METH_NOARGS, "Records lost since start (CUPTI's and ours)."},

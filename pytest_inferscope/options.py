@@ -261,14 +261,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "give a number of trace rounds from 1 to 1000, or all", "all", metavar="N|all", toml_type=int | str,
     ),
     OptionSpec(
-        "gpu_rounds", choice(_GPU_ROUNDS), "measured",
+        "gpu_rounds", choice(_GPU_ROUNDS), "auto",
         "Which rounds record GPU activity (CUPTI): measured (warm-up and measured rounds record kernels, copies "
         "and memsets; launch calls per --inferscope-trace-rounds), trace (the measured rounds are timed without "
         f"CUPTI; after them a settling round, {LEAN_TRACE_ROUNDS} profile rounds that record GPU activity without "
         "the launch calls (as many as --inferscope-trace-rounds when it is given) and the trace rounds), or auto "
-        "(decided per test after the warm-up: trace when the warm-up's GPU records would "
-        "have cost the measured rounds more than 1%, else measured; judged from the warm-up rounds after the first, "
-        "so give warmup 2 or more). Unless the marker says otherwise.",
+        "(decided per test after the warm-up: trace when the warm-up's GPU records, at ~1 µs each, would "
+        "have cost the measured rounds more than 1%, else measured; with one warm-up round, that round counts as "
+        "up to 3x slower than the rounds after it, since CUPTI's first use slows it). "
+        "Unless the marker says otherwise.",
         f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,
     ),
     OptionSpec(

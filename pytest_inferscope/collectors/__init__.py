@@ -26,7 +26,7 @@ from ..warning import warn_once
 from .cpu import Sampler, Tracer
 from .devsync import DeviceSync
 from .gpu import Choice, GpuBackendError
-from .gpu_rounds import GpuRoundsDecision, decide_auto, trace_setting, work_records
+from .gpu_rounds import GpuRoundsDecision, busy_ns, decide_auto, trace_setting, work_records
 from .link import link_meta
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
@@ -210,27 +210,37 @@ class Collection:
                     "(torch.profiler, Nsight) or run without INFERSCOPE_GPU=required."
                 ) from exc
 
-    def _stop_gpu(self) -> int:
-        """Synchronise, take a clock pair, stop the backend and keep its records; returns the GPU work records."""
+    def _stop_gpu(self) -> tuple[int, int]:
+        """Synchronise, take a clock pair, stop the backend and keep its records.
+
+        Returns the GPU work records' count and the time the GPU was busy with them (ns).
+        """
         assert self.gpu is not None
         if self.gpu_recording:
             self.gpu.synchronize()
             self._clock_pair()
             self.gpu_recording = False
             self.gpu.stop()
+        return self._keep_gpu_records()
+
+    def _keep_gpu_records(self) -> tuple[int, int]:
+        """Drain the backend into the GPU ring; the work records' count and GPU busy time (ns)."""
+        assert self.gpu is not None
         records, names = self.gpu.drain()
         self._gpu_dropped += self.gpu.dropped()
         if len(records):
             records = records.copy()
             records["name"] = self.buffer.strings.remap(names)[records["name"]]
             self.buffer.extend(records, GPU_RING)  # not the stopping thread's ring: its events would be overwritten
-        return work_records(records) if len(records) else 0
+        return (work_records(records), busy_ns(records)) if len(records) else (0, 0)
 
     def after_warmup(self) -> None:
         """gpu_rounds auto: after the warm-up rounds, whether the measured rounds record GPU activity.
 
-        The warm-up's records are flushed and counted (`gpu_rounds.decide_auto`); the backend then stays
-        stopped until the trace rounds (lean), or starts again with the launch calls off (measured).
+        The warm-up's records are flushed and counted (`gpu_rounds.decide_auto`). Lean: the backend
+        stops until the rounds after the measured ones. Measured: it goes on recording, never stopped,
+        since the first call after CUPTI starts again is slow; a backend that cannot flush while
+        recording is stopped to count and started again (with the launch calls off).
         """
         o = self.options
         if o.gpu_rounds != "auto" or self.gpu is None or not self.gpu_recording or o.lean_trace_rounds is None:
@@ -239,14 +249,22 @@ class Collection:
         if not warm:
             self.gpu_rounds = decide_auto(0, [], o.lean_trace_rounds)
             return
+        flush = getattr(self.gpu, "flush", None)
         try:
-            n = self._stop_gpu()
+            if flush is None:
+                n, busy = self._stop_gpu()
+            else:
+                self.gpu.synchronize()
+                flush()
+                n, busy = self._keep_gpu_records()
+            self.gpu_rounds = decide_auto(n, warm, o.lean_trace_rounds, busy // len(warm))
+            if self.gpu_rounds.mode == "trace" and self.gpu_recording:
+                self._stop_gpu()
         except Exception as exc:
             self.gpu_error = f"{self.gpu.name} failed while pausing after the warm-up: {exc}"
             self.gpu = None
             return
-        self.gpu_rounds = decide_auto(n, warm, o.lean_trace_rounds)
-        if self.gpu_rounds.mode == "measured":
+        if self.gpu_rounds.mode == "measured" and not self.gpu_recording:
             self.gpu.synchronize()
             self._start_gpu()
             if self.gpu is not None and o.trace_rounds is not None:

@@ -43,6 +43,13 @@ class GpuCollector(Protocol):
         """Records collected since the last drain, and the names their `name` field indexes."""
         ...
 
+    def flush(self) -> None:
+        """While collecting: hand the records of finished work to `drain`, without stopping.
+
+        Optional: a backend without it is stopped and started again where the records are needed
+        mid-collection (gpu_rounds auto after the warm-up).
+        """
+
     def dropped(self) -> int:
         """Records CUPTI or the backend could not keep, since start."""
         ...

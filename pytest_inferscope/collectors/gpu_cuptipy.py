@@ -298,6 +298,14 @@ class CuptiPythonCollector:
                 self._cupti.set_thread_id_type(self._saved_tid_type)
             self._saved_tid_type = None
 
+    def flush(self) -> None:
+        if not self._active:
+            return
+        try:
+            self._cupti.activity_flush_all(0)
+        except Exception as exc:
+            raise CuptiError(f"flushing cupti-python's records failed: {exc}") from exc
+
     def drain(self) -> tuple[np.ndarray, list[str]]:
         with self._lock:
             return self._converter.take()

@@ -103,6 +103,9 @@ class NativeGpuCollector:
         """While collecting: the runtime/driver API records (each launch's CPU side) off, or on again."""
         self._c.set_api_records(on)
 
+    def flush(self) -> None:
+        self._c.flush()
+
     def drain(self) -> tuple[np.ndarray, list[str]]:
         buf, names = self._c.drain()
         return np.frombuffer(buf, dtype=EVENT_DTYPE), names

@@ -4,9 +4,11 @@
 `--inferscope-trace-rounds`). `trace` ("lean" measured rounds): CUPTI records nothing until the
 measured rounds are done; then one settling round, the profile rounds (GPU activity without the
 launch calls, read for every GPU figure: analyzer/base.py, `gpu_round_idx`) and the trace rounds
-(the launch calls). `auto`: the warm-up rounds record as `measured`; then, if their GPU records per
-round at `RECORD_COST_NS` each would cost the measured rounds more than `AUTO_LEAN_ABOVE` of the
-fastest warm-up round, the measured rounds go lean.
+(the launch calls). `auto` (the default): the warm-up rounds record as `measured`; then, if their
+GPU records per round at `RECORD_COST_NS` each would cost the measured rounds more than
+`AUTO_LEAN_ABOVE` of a round's time, the measured rounds go lean. The round's time is the fastest
+warm-up round after the first; with one warm-up round, the first round over `FIRST_ROUND_SLOWDOWN`,
+but never less than the GPU's busy time in it (a GPU-bound round is not faster than its kernels).
 
 Policy only; the `Collection` (collectors/__init__.py) pauses and resumes the backend.
 """
@@ -20,10 +22,15 @@ import numpy as np
 
 from ..events import Kind
 
-#: Host cost of one CUPTI activity record (kernel, copy, memset) to the round that makes it: about 0.5 µs,
-#: measured on the H200 (docs/gpu-validation.md, 2026-11-21): kernel records alone cost ~2.7% of a
-#: 0.31 ms forward that launches 18 kernels, 0.027 x 310 µs / 18 = 0.47 µs per record.
-RECORD_COST_NS = 500
+#: Host cost of one CUPTI activity record (kernel, copy, memset) to the round that makes it: about 1 µs.
+#: Measured per call on timm ViT-B/16 (256 kernels per call, launch-heavy), CUPTI recording in the measured
+#: rounds against none, 2026-11-25 (docs/gpu-validation.md): 1.1 µs per record on the H200, 0.64 µs on the H100.
+#: (On the H200's 18-kernel small forward it was 0.47 µs, 2026-11-21.) The larger one: auto errs towards lean.
+RECORD_COST_NS = 1000
+#: With one warm-up round, auto takes the round to be at most this many times slower than the rounds after it:
+#: the first call after CUPTI starts pays CUPTI's first use of each kernel (2026-11-25: ViT-B/16 20.6 against
+#: 7.75 ms on the H100, 11.3 against 7.3 on the H200; ResNet-50 17.6 / 9.9 and 12.5 / 8.3).
+FIRST_ROUND_SLOWDOWN = 3.0
 #: auto: the measured rounds go lean when the warm-up's records would cost them more than this fraction.
 AUTO_LEAN_ABOVE = 0.01
 #: The GPU records whose count drives the decision: the ones each launch of GPU work produces.
@@ -47,24 +54,50 @@ class GpuRoundsDecision:
 
 def work_records(records: np.ndarray) -> int:
     """GPU work records (kernels, copies, memsets) among drained records."""
-    return int(np.count_nonzero(np.isin(records["kind"], np.asarray(WORK_KINDS, dtype=np.uint8))))
+    return int(np.count_nonzero(_work(records)))
 
 
-def decide_auto(n_records: int, warm_round_ns: list[int], lean_trace_rounds: int) -> GpuRoundsDecision:
-    """auto's decision from the warm-up rounds' GPU work records and their host times.
+def _work(records: np.ndarray) -> np.ndarray:
+    return np.isin(records["kind"], np.asarray(WORK_KINDS, dtype=np.uint8))
+
+
+def busy_ns(records: np.ndarray) -> int:
+    """The time the GPU was busy with the work records (the union of their intervals, in ns)."""
+    work = records[_work(records)] if len(records) else records
+    if not len(work):
+        return 0
+    order = np.argsort(work["start"], kind="stable")
+    start, end = work["start"][order], np.maximum.accumulate(work["end"][order])
+    # a new busy stretch begins where a record starts after every earlier one ended
+    new = np.empty(len(start), dtype=bool)
+    new[0], new[1:] = True, start[1:] > end[:-1]
+    firsts, lasts = np.flatnonzero(new), np.append(np.flatnonzero(new)[1:] - 1, len(start) - 1)
+    return int((end[lasts] - start[firsts]).sum())
+
+
+def decide_auto(n_records: int, warm_round_ns: list[int], lean_trace_rounds: int, busy: int = 0) -> GpuRoundsDecision:
+    """auto's decision from the warm-up rounds' GPU work records, their host times and GPU busy time (ns, all rounds).
 
     The round time is the fastest warm-up round after the first when there are two or more: the
-    first call after a collection starts runs several times slower (its first-use costs; 3.8 ms
-    against 0.33 ms for the small forward on the H200, 2026-11-21), so with one warm-up round the
-    estimate is low and auto keeps the GPU in the measured rounds (the cautious side).
+    first call after a collection starts runs slower (CUPTI's first use of each kernel; the small
+    forward on the H200 took 3.8 ms against 0.33 ms, 2026-11-21). With one warm-up round it is that
+    round over FIRST_ROUND_SLOWDOWN, or the GPU's busy time per round when that is longer.
     """
     if not warm_round_ns:
         return GpuRoundsDecision("auto", "measured", "GPU activity recorded in every round (auto: no warm-up round "
                                  "to decide from)")  # fmt: skip
     per_round = n_records / len(warm_round_ns)
-    fastest = max(1, min(warm_round_ns[1:] or warm_round_ns))
+    if len(warm_round_ns) > 1:
+        fastest = max(1, min(warm_round_ns[1:]))
+        judged = f"{fastest / 1e6:.2f} ms round"
+    else:
+        fastest = max(1, int(warm_round_ns[0] / FIRST_ROUND_SLOWDOWN), busy)
+        judged = (
+            f"{fastest / 1e6:.2f} ms round (from the one warm-up round of {warm_round_ns[0] / 1e6:.2f} ms, "
+            "the first after CUPTI started)"
+        )
     cost = per_round * RECORD_COST_NS / fastest
-    what = f"the warm-up's {per_round:.0f} GPU records (kernels, copies, memsets) per {fastest / 1e6:.2f} ms round"
+    what = f"the warm-up's {per_round:.0f} GPU records (kernels, copies, memsets) per {judged}"
     if cost > AUTO_LEAN_ABOVE:
         plural = "s" if lean_trace_rounds != 1 else ""
         reason = (

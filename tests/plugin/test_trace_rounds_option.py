@@ -153,14 +153,28 @@ def test_gpu_rounds_trace_starts_the_gpu_collection_only_after_the_measured_roun
     assert f"GPU activity recorded only after the measured rounds, in {profile} profile round" in gpu["mode"]
 
 
-def test_gpu_rounds_measured_is_the_default_and_starts_the_gpu_collection_first(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    ("args", "events"),
+    [
+        # auto, the default: this backend records nothing and cannot flush, so it is stopped after the warm-up
+        # to count its records, and started again for the measured rounds (none recorded: measured)
+        ((), [("start", 0), ("stop", 1), ("start", 1), ("stop", 5)]),
+        (("--inferscope-gpu-rounds=measured",), [("start", 0), ("stop", 5)]),
+    ],
+)
+def test_gpu_rounds_auto_is_the_default_and_measured_starts_the_gpu_collection_first(
+    pytester: pytest.Pytester, args: tuple[str, ...], events: list[tuple[str, int]]
+) -> None:
     pytester.makeconftest(COUNTING_GPU)
     pytester.makepyfile(
         test_t=BODY.format(marker="", expected=5)
-        + "\ndef test_events(request):\n    import conftest\n    assert conftest.EVENTS == [('start', 0), ('stop', 5)]"
+        + f"\ndef test_events(request):\n    import conftest\n    assert conftest.EVENTS == {events!r}"
         + ", conftest.EVENTS\n"
     )
-    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=3)
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-report=out", *args)
+    result.assert_outcomes(passed=3)
+    gpu = next(c for c in _report(pytester)["collectors"] if c["name"] == "gpu")
+    assert ("GPU activity recorded in the measured rounds" in gpu["mode"]) == (not args)
 
 
 def test_a_bad_gpu_rounds_option_is_a_clear_error(pytester: pytest.Pytester) -> None:

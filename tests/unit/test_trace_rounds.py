@@ -419,7 +419,7 @@ def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
     assert gpu.calls == b * 4 + ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
     assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 4
     gpu.calls.clear()
-    api.measure(body, rounds=3, warmup=1, cpu="off")  # the default: measured, one trace call
+    api.measure(body, rounds=3, warmup=1, gpu_rounds="measured", cpu="off")  # measured, one trace call
     assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
 
 
