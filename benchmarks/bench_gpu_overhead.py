@@ -247,8 +247,15 @@ class Modes:
             raw = coll.stop()
             t1 = now()
             process(raw, Plan(nodeid=mode, rounds=CALLS, warmup=WARMUP), coll.collectors_info())
-            walls = [r["wall_ns"] / 1e6 for r in coll.rounds if not r.get("trace")]  # warm-up and measured
-            trace = [r["wall_ns"] / 1e6 for r in coll.rounds if r.get("trace") and not r.get("warmup")]
+            from pytest_inferscope.rounds import RoundKind, row_kind
+
+            kinds = [row_kind(r) for r in coll.rounds]
+            walls = [r["wall_ns"] / 1e6 for r, k in zip(coll.rounds, kinds, strict=True) if not k.after_measured]
+            trace = [
+                r["wall_ns"] / 1e6
+                for r, k in zip(coll.rounds, kinds, strict=True)
+                if k in (RoundKind.PROFILE, RoundKind.TRACE)
+            ]
             return {"calls": walls[WARMUP:], "first": walls[0], "whole": (t1 - t0) / 1e6, "post": (now() - t1) / 1e6,
                     "trace": trace}  # fmt: skip
         walls = []
@@ -274,7 +281,7 @@ class Modes:
             self._start(coll, mode)
             t0 = now()
             for i in range(n):
-                with coll.round(i, warmup=False):
+                with coll.round(i):
                     fn()
             t1 = now()
             coll.stop()

@@ -274,12 +274,13 @@ class Modes:
     def _rounds(self, n: int, options: Any, choice: Any, warmup: int = 0) -> list[float]:
         """The measured rounds' times of one collection of `warmup` + n rounds (warm-up and trace rounds left out)."""
         from pytest_inferscope.collectors import Collection
+        from pytest_inferscope.rounds import RoundKind, row_kind
 
         coll = Collection(options, choice, name="round cost")
         coll.start()
         coll.run_rounds(self.fn, n, warmup)
         coll.stop()
-        return [r["wall_ns"] / 1e6 for r in coll.rounds if not r.get("trace") and not r.get("warmup")]
+        return [r["wall_ns"] / 1e6 for r in coll.rounds if row_kind(r) is RoundKind.MEASURED]
 
 
 def each_op(torch: Any, modes: Modes, n: int) -> dict[str, float]:

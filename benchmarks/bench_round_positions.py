@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.bench_gpu_overhead import Workloads, environment
     from pytest_inferscope.collectors import Collection, CollectionOptions
     from pytest_inferscope.collectors.gpu import Choice, select_backend
+    from pytest_inferscope.rounds import row_kind
 
     w = Workloads(torch)
     w.warm()
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             coll.start()
             coll.run_rounds(fn, CALLS, warm)
             coll.stop()
-            return [r["wall_ns"] / 1e6 for r in coll.rounds if not r.get("trace")]
+            return [r["wall_ns"] / 1e6 for r in coll.rounds if not row_kind(r).after_measured]
 
         return run
 

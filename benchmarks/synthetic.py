@@ -41,7 +41,6 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
 
 from pytest_inferscope.events import (
     EVENT_DTYPE,
-    WARMUP_FLAG,
     CopyKind,
     Domain,
     Kind,
@@ -51,6 +50,7 @@ from pytest_inferscope.events import (
     StringTable,
     copy_flags,
 )
+from pytest_inferscope.rounds import RoundKind, kind_flags
 
 ROUNDS = 20
 WARMUP_ROUNDS = 3
@@ -567,7 +567,7 @@ class _Generator:
             np.array([re, pre_e, tok_e, fwd_e, post_e]),
         )
         spans["kind"][0], spans["value"][0] = Kind.ROUND, r
-        spans["flags"][0] = WARMUP_FLAG if r < WARMUP_ROUNDS else 0
+        spans["flags"][0] = kind_flags(RoundKind.WARMUP if r < WARMUP_ROUNDS else RoundKind.MEASURED)
         self.scopes += [(tok_s, tok_e, "tokenize"), (pre_s, pre_e, "preprocess")]
         self.scopes += [(fwd_s, fwd_e, "forward"), (post_s, post_e, "postprocess")]
         # Depth-first order: the k-th exit of a module closes its k-th enter.

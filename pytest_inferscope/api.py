@@ -18,6 +18,7 @@ from .merger import Timeline
 from .postprocess import Plan, process
 from .reporters.files import check_report_dir
 from .results import TestResult
+from .rounds import RoundKind
 
 __all__ = ["InferscopeFixture", "Profile", "mark_event", "measure", "profile", "scope"]
 
@@ -139,7 +140,7 @@ def profile(
     """
     sink = Profile(name)
     block = collecting(name, sink, rounds=1, warmup=0, report_dir=report_dir, thresholds=thresholds, cpu=cpu)
-    with block as coll, coll.round(0, warmup=False):
+    with block as coll, coll.round(0, RoundKind.MEASURED):
         yield sink
 
 

@@ -22,7 +22,7 @@ class Kind(enum.IntEnum):
     """What a record describes. Spans have start < end; instants have start == end."""
 
     TEST = 1  # the profiled test body, all rounds
-    ROUND = 2  # one call of the test body; value = round index, flags: WARMUP_FLAG, TRACE_FLAG (and RAISED)
+    ROUND = 2  # one call of the test body; value = round index, flags: its rounds.RoundKind (and RAISED)
     SCOPE = 3  # a user scope (`scope()` / fixture)
     MODULE = 4  # a torch.nn.Module forward
     MARK = 5  # `mark_event`; value = index into the attrs list
@@ -95,15 +95,6 @@ class MemoryFlag(enum.IntFlag):
     RSS = 0
     BOUNDARY = 1  # read at a round boundary (the others are periodic samples)
 
-
-WARMUP_FLAG = 1
-#: A ROUND flag: a trace round, run after the measured ones with the launch calls (CUPTI's RUNTIME and
-#: DRIVER records) recorded; not a latency sample. (Bit 1 is collectors.RAISED_FLAG.)
-TRACE_FLAG = 4
-#: A ROUND flag: a profile round, run in lean mode (`--inferscope-gpu-rounds=trace`) after the measured
-#: ones, which ran without CUPTI: GPU activity recorded without the launch calls, as the measured rounds
-#: record it by default; the GPU figures are read from these rounds. Not a latency sample.
-PROFILE_FLAG = 8
 
 EVENT_DTYPE = np.dtype(
     [

@@ -231,9 +231,13 @@ class InferscopeSession:
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
         plan = self.plans.get(pyfuncitem.nodeid)
         original = pyfuncitem.obj
-        if plan is None or inspect.iscoroutinefunction(original):
+        if plan is None:
+            return (yield)
+        if inspect.iscoroutinefunction(original):
+            warnings.warn(InferscopeWarning(_async_not_profiled(pyfuncitem.nodeid)), stacklevel=1)
             return (yield)
         from .collectors import Collection, CollectionOptions
+        from .collectors.schedule import Steadying
 
         s = self.settings
         options = CollectionOptions(
@@ -253,41 +257,23 @@ class InferscopeSession:
         probing = s.speed_probe == "on" or (
             s.speed_probe == "auto" and (s.compare is not None or s.save_baseline is not None)
         )
+        # The probe's made-up rounds (drift.measure_steady), judged against the usual speed: the readings
+        # of the baseline compared with (or appended to), and this session's.
+        steady = None
+        if probing:
+            known = self.baseline or self.saving_to
+            runs = known.history.get(pyfuncitem.nodeid, [])[-5:] if known is not None else []
+            prior = [*self.probe_seen[-1000:], *(x for run in runs for x in run.probe_ms)]
+            steady = Steadying(max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9)), prior)
 
         @functools.wraps(original)
         def profiled(*args: Any, **kwargs: Any) -> Any:
             if self.ab is not None:  # A/B: the rounds take turns with the twin's (ab/lockstep.py)
                 return self.ab.run_test(pyfuncitem.nodeid, coll, lambda: original(*args, **kwargs), plan)
-            if not probing:
-                return coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup)
-            from .drift import measure_steady
-
-            result = None
-            for i in range(plan.warmup):
-                with coll.round(i, warmup=True):
-                    result = original(*args, **kwargs)
-            coll.after_warmup()  # gpu_rounds auto: whether the measured rounds record GPU activity
-
-            def measured(i: int) -> float:
-                nonlocal result
-                with coll.round(plan.warmup + i, warmup=False):
-                    result = original(*args, **kwargs)
-                return float(coll.rounds[-1]["sync_ns"]) / 1e9 if coll.rounds else 0.0  # the end-of-round wait
-
-            # The probe runs between rounds, outside their spans: round i lies between readings i and
-            # i+1. Rounds the probe calls unsteady are made up for, up to the cap (drift.measure_steady).
-            # Usual speed: the readings of the baseline compared with (or appended to), and this session's.
-            known = self.baseline or self.saving_to
-            runs = known.history.get(pyfuncitem.nodeid, [])[-5:] if known is not None else []
-            prior = [*self.probe_seen[-1000:], *(x for run in runs for x in run.probe_ms)]
-            cap = max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9))
-            done = measure_steady(measured, plan.rounds, cap, prior=prior)
-            log.debug("inferscope %s: %s", pyfuncitem.nodeid, done)
-            pending.probe_ms.extend(done.probe_ms)
-            self.probe_seen.extend(done.probe_ms)
-            # After every measured round (those measure_steady added too): the trace rounds, if any.
-            traced = coll.run_trace_rounds(lambda: original(*args, **kwargs), len(coll.rounds))
-            return result if traced is None else traced[0]
+            result = coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup, steady)
+            pending.probe_ms.extend(coll.probe_ms)
+            self.probe_seen.extend(coll.probe_ms)
+            return result
 
         pyfuncitem.obj = profiled
         coll.start()
@@ -476,3 +462,12 @@ class InferscopeSession:
         saved = sum(1 for r in self.results if r.outcome == "passed" and not r.partial_reason and r.latency.samples_ms)
         self.notes.append(f"inferscope: saved baseline {name!r} ({saved} tests) to {path}")
         return True
+
+
+def _async_not_profiled(nodeid: str) -> str:
+    return (
+        f"inferscope: {nodeid} is an async test, which inferscope cannot call in rounds (its body runs in the "
+        "event loop of the plugin that awaits it), so it was not profiled and has no report. Profile the "
+        "awaited work inside the test with `with pytest_inferscope.profile():`, or move the model call into a "
+        "synchronous test."
+    )

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ..rounds import RoundKind, row_kind
 from .paired import judge, looks
 from .twin import Twin, TwinDied
 
@@ -43,10 +44,11 @@ def lockstep(
 
     def here(warmup: bool) -> float:
         nonlocal result, index
-        with coll.round(index, warmup=warmup):
+        with coll.round(index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
             result = body()
         index += 1
-        return float(coll.rounds[-1]["wall_ns"]) / 1e6
+        last = coll.last_round
+        return float(last["wall_ns"]) / 1e6 if last else math.nan
 
     def there(i: int, warmup: bool, first: bool = False) -> float:
         twin.send(cmd="round", index=i, warmup=warmup, first=first)
@@ -89,7 +91,7 @@ def lockstep(
     if data["look"] is None and new:
         data["look"] = judge(new, ref, max_regression=max_regression, alpha=alpha, n_looks=len(points), last=True)
     # The current side's result stands: its requested rounds are completed here alone.
-    measured = sum(1 for r in coll.rounds if not r.get("warmup") and not r.get("trace"))
+    measured = sum(1 for r in coll.rounds if row_kind(r) is RoundKind.MEASURED)
     for _ in range(plan.rounds - measured):
         here(False)
     if in_test:

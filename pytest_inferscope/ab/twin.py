@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..rounds import RoundKind
 from .channel import Channel, ChannelClosed
 
 if TYPE_CHECKING:
@@ -179,13 +181,14 @@ class TwinServer:
                 if not warmup and msg.get("first"):
                     coll.after_warmup()
                 try:
-                    with coll.round(int(msg["index"]), warmup=warmup):
+                    with coll.round(int(msg["index"]), RoundKind.WARMUP if warmup else RoundKind.MEASURED):
                         result = body()
                 except BaseException as exc:
                     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                     self.channel.send(type="error", error=text)
                     raise
-                self.channel.send(type="round", ms=float(coll.rounds[-1]["wall_ns"]) / 1e6)
+                last = coll.last_round
+                self.channel.send(type="round", ms=float(last["wall_ns"]) / 1e6 if last else math.nan)
         return result
 
 

@@ -1,6 +1,6 @@
 """The measured rounds of a timeline and their counters: what every rule and view reads first.
 
-Trace rounds (events.TRACE_FLAG; `--inferscope-trace-rounds`) run after the measured ones with the
+Trace rounds (RoundKind.TRACE; `--inferscope-trace-rounds`) run after the measured ones with the
 GPU launch calls recorded, which the measured rounds are timed without. Everything taken from the
 launch calls (launch linkage, sync and copy calls, allocator calls, idle causes) comes from the
 *API rounds*: the trace rounds when there are any, else the measured rounds (launch calls recorded

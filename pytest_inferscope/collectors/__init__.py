@@ -20,8 +20,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..buffer import GPU_RING, TraceBuffer
-from ..events import PROFILE_FLAG, TRACE_FLAG, WARMUP_FLAG, Kind, MemoryFlag, RawTrace, host_clock_ns
+from ..events import Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
+from ..rounds import RoundKind, kind_flags, row_kind
 from ..warning import warn_once
 from .cpu import Sampler, Tracer
 from .devsync import DeviceSync
@@ -30,6 +31,7 @@ from .gpu_rounds import GpuRoundsDecision, busy_ns, decide_auto, trace_setting, 
 from .link import link_meta
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
+from .schedule import RoundSchedule, Steadying, after_measured, run
 
 R = TypeVar("R")
 RAISED_FLAG = 2  # a span whose body raised
@@ -95,10 +97,10 @@ CHAIN_COUNTERS_NS = 1_000_000
 class _Round:
     """The context of one round (a class, not a generator, so its frames count as the harness's)."""
 
-    __slots__ = ("_before", "_coll", "_extra", "_index", "_start", "_warmup")
+    __slots__ = ("_before", "_coll", "_index", "_kind", "_start")
 
-    def __init__(self, coll: Collection, index: int, warmup: bool, extra: int = 0) -> None:
-        self._coll, self._index, self._warmup, self._extra = coll, index, warmup, extra
+    def __init__(self, coll: Collection, index: int, kind: RoundKind) -> None:
+        self._coll, self._index, self._kind = coll, index, kind
         self._start = 0
         self._before: Counters | None = None
 
@@ -110,7 +112,7 @@ class _Round:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         assert self._before is not None
-        self._coll._end_round(self._index, self._warmup, exc_type is not None, self._start, self._before, self._extra)
+        self._coll._end_round(self._index, self._kind, exc_type is not None, self._start, self._before)
 
 
 class Collection:
@@ -143,6 +145,8 @@ class Collection:
         self.gpu_recording = False
         self.gpu_rounds: GpuRoundsDecision | None = None
         self._gpu_dropped = 0  # dropped by collections paused before the last one (a start resets the count)
+        #: The speed probe's readings around the measured rounds, when they were made up for (drift.measure_steady).
+        self.probe_ms: list[float] = []
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -160,10 +164,10 @@ class Collection:
             assert self.options.lean_trace_rounds is not None
             self.gpu_rounds = trace_setting(self.options.lean_trace_rounds)
         elif self.gpu is not None:
-            self._start_gpu(stopping_memory=True)
+            self.start_gpu(stopping_memory=True)
         if self.gpu is not None and self.gpu_recording and self.options.trace_rounds is not None:
             try:
-                self._api_records(False)
+                self.api_records(False)
             except Exception as exc:  # then recorded throughout, as before trace rounds: said in the header
                 self.api_on = True
                 self.api_note = f"launch calls recorded in every round (switching them off failed: {exc})"
@@ -186,7 +190,7 @@ class Collection:
         if self.tracer is not None:
             self.tracer.start()
 
-    def _start_gpu(self, stopping_memory: bool = False) -> None:
+    def start_gpu(self, stopping_memory: bool = False) -> None:
         """Start the GPU backend (and take a clock pair); a failure degrades to CPU-only, said once."""
         assert self.gpu is not None
         try:
@@ -245,7 +249,7 @@ class Collection:
         o = self.options
         if o.gpu_rounds != "auto" or self.gpu is None or not self.gpu_recording or o.lean_trace_rounds is None:
             return
-        warm = [int(r["wall_ns"]) for r in self.rounds if r.get("warmup") and not r.get("trace")]
+        warm = [int(r["wall_ns"]) for r in self.rounds if row_kind(r) is RoundKind.WARMUP]
         if not warm:
             self.gpu_rounds = decide_auto(0, [], o.lean_trace_rounds)
             return
@@ -266,10 +270,10 @@ class Collection:
             return
         if self.gpu_rounds.mode == "measured" and not self.gpu_recording:
             self.gpu.synchronize()
-            self._start_gpu()
+            self.start_gpu()
             if self.gpu is not None and o.trace_rounds is not None:
                 with contextlib.suppress(Exception):  # then recorded throughout, said in the header
-                    self._api_records(False)
+                    self.api_records(False)
 
     @property
     def lean(self) -> bool:
@@ -323,11 +327,11 @@ class Collection:
         """`gpu_rounds`: "trace" when only the trace rounds recorded GPU activity (the analyzer reads it)."""
         if self.gpu_rounds is None:
             return {}
-        traced = any(r.get("trace") for r in self.rounds)
+        traced = any(row_kind(r).after_measured for r in self.rounds)
         mode = "trace" if self.lean and traced else "measured"
         return {"gpu_rounds": mode, "gpu_rounds_decision": self.gpu_rounds.to_json()}
 
-    def _api_records(self, on: bool) -> None:
+    def api_records(self, on: bool) -> None:
         """Launch-call records on or off (both backends' `set_api_records`); a backend without it keeps them on."""
         assert self.gpu is not None
         switch = getattr(self.gpu, "set_api_records", None)
@@ -363,15 +367,25 @@ class Collection:
 
     # -- inside the body -------------------------------------------------------
 
-    def round(self, index: int, warmup: bool, extra: int = 0) -> _Round:
-        """One call of the body: a ROUND span, the device synchronised before it ends, counters kept.
+    def round(self, index: int, kind: RoundKind = RoundKind.MEASURED) -> _Round:
+        """One call of the body: a ROUND span of its `kind`, the device synchronised before it ends, counters kept.
 
-        `extra`: 0 for a warm-up or measured round, else the flag of a round after the measured ones
-        (TRACE_FLAG or PROFILE_FLAG): not a latency sample, and its counters are left out.
+        Only MEASURED rounds are latency samples; the counters of the rounds after them (settling,
+        profile, trace) are left out of the measured rounds' (rounds.RoundKind).
         """
-        return _Round(self, index, warmup, extra)
+        return _Round(self, index, kind)
 
-    def _end_round(self, index: int, warmup: bool, raised: bool, start: int, before: Counters, extra: int = 0) -> None:
+    @property
+    def running(self) -> bool:
+        """Between `start()` and `stop()` (a nested profile that took over stops it inside the body)."""
+        return self._running
+
+    @property
+    def last_round(self) -> dict[str, Any] | None:
+        """The last round's counter row (its `wall_ns`, and `sync_ns`: the end-of-round device wait)."""
+        return self.rounds[-1] if self.rounds else None
+
+    def _end_round(self, index: int, kind: RoundKind, raised: bool, start: int, before: Counters) -> None:
         if not self._running:
             return  # stopped inside the body (a nested profile took over): nothing more is recorded
         # Wait for the round's GPU work (it must not leak into the next round) and record the
@@ -393,22 +407,11 @@ class Collection:
         strings = self.buffer.strings
         if end - wait0 > 1_000:
             self.buffer.record(Kind.WAIT, strings.intern("device synchronize (end of round)"), wait0, end, tid=tid)
-        flags = (WARMUP_FLAG if warmup else 0) | (RAISED_FLAG if raised else 0) | extra
+        flags = kind_flags(kind) | (RAISED_FLAG if raised else 0)
         self.buffer.record(Kind.ROUND, strings.intern(f"round {index}"), start, end, value=index, flags=flags, tid=tid)
         self.buffer.record(Kind.MEMORY, 0, end, end, value=after.rss, flags=MemoryFlag.BOUNDARY, tid=tid)
-        row = before.delta(after)
-        row.update(
-            index=index,
-            warmup=warmup,
-            raised=raised,
-            start_ns=start - self.t0,
-            wall_ns=end - start,
-            sync_ns=end - wait0,
-        )
-        if extra:
-            row["trace"] = True  # not a measured round: the analyzer's counters leave it out
-            if extra & PROFILE_FLAG:
-                row["profile"] = True
+        row: dict[str, Any] = {**before.delta(after), "index": index, "kind": kind.name, "raised": raised}
+        row.update(start_ns=start - self.t0, wall_ns=end - start, sync_ns=end - wait0)
         self.rounds.append(row)
 
     def _counters_before(self) -> Counters:
@@ -422,18 +425,9 @@ class Collection:
             return self._after[1]
         return Counters.now(self.proc)
 
-    def run_rounds(self, body: Callable[[], R], rounds: int, warmup: int) -> R:
-        """Call `body` warmup + rounds times, then the trace rounds (`trace_rounds`); returns the last result."""
-        result: R | None = None
-        for i in range(warmup + rounds):
-            if i and not self._running:
-                break  # stopped inside the body: the rounds left would measure nothing
-            if i == warmup:
-                self.after_warmup()
-            with self.round(i, warmup=i < warmup):
-                result = body()
-        traced = self.run_trace_rounds(body, warmup + rounds)
-        return result if traced is None else traced[0]  # type: ignore[return-value]
+    def run_rounds(self, body: Callable[[], R], rounds: int, warmup: int, steady: Steadying | None = None) -> R:
+        """The test's rounds (`schedule.run`): warm-up, measured (made up for when `steady`), after them."""
+        return run(self, body, RoundSchedule(rounds, warmup, steady))
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) this collection runs: none without GPU collection or `all`."""
@@ -446,53 +440,8 @@ class Collection:
         return self.options.trace_rounds
 
     def run_trace_rounds(self, body: Callable[[], R], first_index: int) -> tuple[R] | None:
-        """After the measured rounds: the trace rounds, with the launch calls recorded (None: none ran).
-
-        The measured rounds ran without the launch calls (CUPTI's RUNTIME/DRIVER records cost most
-        of CUPTI's per-launch overhead); these rounds record them, so the analyzer can take launch
-        linkage, sync and copy calls and idle causes from them (analyzer/base.py, `api_round_idx`).
-        """
-        n = self.trace_rounds_due()
-        if not n:
-            return None
-        assert self.gpu is not None
-        self.gpu.synchronize()  # the measured rounds' GPU work finished before the switch
-        if self.lean:  # lean: CUPTI starts here, every kind (launch calls too), and records until stop()
-            self._start_gpu()
-            if self.gpu is None:
-                return None
-            self.api_on = True  # a fresh start records every kind
-            # Launch calls off first: the profile rounds record GPU activity as measured rounds do by
-            # default, so their host is not slowed by the launch-call records (+6-9% on small bodies).
-            if self.options.trace_rounds is not None:
-                with contextlib.suppress(Exception):  # then the profile rounds record the launch calls too
-                    self._api_records(False)
-            switched = not self.api_on
-            # The first call after CUPTI starts runs far slower (+190% against +60% for a first call
-            # without it, small forward on the H200: docs/gpu-validation.md), which would skew every GPU
-            # figure read from the profile rounds: one settling round first, flagged warm-up and
-            # profile, which the analyzer leaves out of both (analyzer/base.py `profile_idx`).
-            with self.round(first_index, warmup=True, extra=PROFILE_FLAG):
-                result: tuple[R] | None = (body(),)
-            for i in range(n):
-                with self.round(first_index + 1 + i, warmup=False, extra=PROFILE_FLAG):
-                    result = (body(),)
-            if not switched:
-                return result
-            self.gpu.synchronize()
-            self._api_records(True)
-            first_index += 1 + n
-            n = self.options.trace_rounds or 0
-        else:
-            self._api_records(True)
-            result = None
-        try:
-            for i in range(n):
-                with self.round(first_index + i, warmup=False, extra=TRACE_FLAG):
-                    result = (body(),)
-        finally:
-            self._api_records(False)
-        return result
+        """After the measured rounds: the settling, profile and trace rounds (`schedule.after_measured`)."""
+        return after_measured(self, body, first_index)
 
     def scope(self, name: str) -> _Scope:
         return _Scope(self, name)

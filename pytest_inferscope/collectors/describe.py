@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..results import CollectorInfo
+from ..rounds import RoundKind, row_kind
 from .cpu import Sampler, Tracer
 from .gpu import Choice, GpuCollector
 from .gpu_rounds import GpuRoundsDecision
@@ -91,7 +92,7 @@ def _api_mode(self: Described) -> str:
     elif self.options.trace_rounds is None:
         note = "launch calls recorded in every round"
     else:
-        traced = sum(1 for r in self.rounds if r.get("trace"))
+        traced = sum(1 for r in self.rounds if row_kind(r) is RoundKind.TRACE)
         note = (
             f"launch calls recorded only in the {traced} trace round{'s' if traced != 1 else ''} after the measured "
             "ones (--inferscope-trace-rounds)"

@@ -56,6 +56,7 @@ import numpy as np, torch
 import bench_gpu_overhead as bench
 from pytest_inferscope import api
 from pytest_inferscope.events import Kind
+from pytest_inferscope.rounds import RoundKind, kinds_of
 
 w = bench.Workloads(torch)
 w.warm()
@@ -68,7 +69,8 @@ def round_records(tl):
         rt = ev[inside & (ev["kind"] == Kind.RUNTIME)]
         launches = rt[np.array(["LaunchKernel" in tl.strings[i] for i in rt["name"]], dtype=bool)]
         k = ev[inside & (ev["kind"] == Kind.KERNEL)]
-        out.append({{"flags": int(r["flags"]), "kernels": int(len(k)), "launches": int(len(launches)),
+        kind = RoundKind(int(kinds_of(np.array([r["flags"]]))[0])).name
+        out.append({{"kind": kind, "kernels": int(len(k)), "launches": int(len(launches)),
                     "api_records": int(len(rt)), "linked": int(np.isin(k["corr"], launches["corr"]).sum())}})
     return out
 """

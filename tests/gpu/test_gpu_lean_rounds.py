@@ -45,7 +45,7 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
     for label, run in out.items():
         _report(
             f"{backend} {label}",
-            rounds=[(r["flags"], r["kernels"], r["launches"], r["linked"]) for r in run["rounds"]],
+            rounds=[(r["kind"], r["kernels"], r["launches"], r["linked"]) for r in run["rounds"]],
             causality=run["causality"],
             residual_us=round(run["residual_ns"] / 1e3, 2),
             pairs=run["pairs"],
@@ -54,12 +54,13 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
             **{k.split(".", 1)[1]: (None if v is None else round(v, 4)) for k, v in run["metrics"].items()},
         )
     lean = out["trace"]
-    # warm-up, 5 measured rounds; CUPTI starts: the settling round (warm-up and profile, 9), 3 profile
-    # rounds (8: GPU activity without the launch calls), 3 trace rounds (4: the launch calls too)
-    assert [r["flags"] for r in lean["rounds"]] == [1, 0, 0, 0, 0, 0, 9, 8, 8, 8, 4, 4, 4]
-    plain = [r for r in lean["rounds"] if r["flags"] in (0, 1)]
-    profile = [r for r in lean["rounds"] if r["flags"] in (8, 9)]
-    trace = [r for r in lean["rounds"] if r["flags"] == 4]
+    # warm-up, 5 measured rounds; CUPTI starts: the settling round, 3 profile rounds (GPU activity
+    # without the launch calls), 3 trace rounds (the launch calls too)
+    kinds = ["WARMUP"] + ["MEASURED"] * 5 + ["SETTLING"] + ["PROFILE"] * 3 + ["TRACE"] * 3
+    assert [r["kind"] for r in lean["rounds"]] == kinds
+    plain = [r for r in lean["rounds"] if r["kind"] in ("WARMUP", "MEASURED")]
+    profile = [r for r in lean["rounds"] if r["kind"] in ("SETTLING", "PROFILE")]
+    trace = [r for r in lean["rounds"] if r["kind"] == "TRACE"]
     assert all(r["kernels"] == 0 and r["launches"] == 0 for r in plain), plain
     assert all(r["kernels"] > 0 and r["launches"] == 0 for r in profile), profile
     assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in trace), trace

@@ -43,24 +43,24 @@ def test_measured_rounds_have_kernels_but_no_launch_calls_and_trace_rounds_have_
     for label, run in (("trace_rounds=2", traced), ("all", every)):
         _report(
             f"{backend} {label}",
-            rounds=[(r["flags"], r["kernels"], r["launches"], r["api_records"], r["linked"]) for r in run["rounds"]],
+            rounds=[(r["kind"], r["kernels"], r["launches"], r["api_records"], r["linked"]) for r in run["rounds"]],
             causality=run["causality"],
             bottleneck=run["bottleneck"],
             mode=run["mode"],
             **{k.split(".", 1)[1]: (None if v is None else round(v, 4)) for k, v in run["metrics"].items()},
         )
     # trace_rounds=2: 1 warm-up + 5 measured rounds without launch calls, then 2 trace rounds with them
-    flags = [r["flags"] for r in traced["rounds"]]
-    assert flags == [1, 0, 0, 0, 0, 0, 4, 4], flags
-    plain = [r for r in traced["rounds"] if not r["flags"] & 4]
-    trace = [r for r in traced["rounds"] if r["flags"] & 4]
+    kinds = [r["kind"] for r in traced["rounds"]]
+    assert kinds == ["WARMUP"] + ["MEASURED"] * 5 + ["TRACE"] * 2, kinds
+    plain = [r for r in traced["rounds"] if r["kind"] != "TRACE"]
+    trace = [r for r in traced["rounds"] if r["kind"] == "TRACE"]
     assert all(r["kernels"] > 0 and r["api_records"] == 0 for r in plain), plain
     assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in trace), trace
     assert traced["causality"] == 0 and traced["clock_ok"]
     assert traced["samples"] == 5 and len(traced["trace_ms"]) == 2
     assert "only in the 2 trace rounds" in traced["mode"]
     # all: every round records the launch calls, and no trace round runs
-    assert [r["flags"] for r in every["rounds"]] == [1, 0, 0, 0, 0, 0]
+    assert [r["kind"] for r in every["rounds"]] == ["WARMUP"] + ["MEASURED"] * 5
     assert all(r["launches"] >= r["kernels"] == r["linked"] > 0 for r in every["rounds"]), every["rounds"]
     assert every["causality"] == 0 and every["trace_ms"] == [] and "every round" in every["mode"]
     # The kernel count per measured round comes from the measured rounds' kernel records either way.

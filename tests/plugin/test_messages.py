@@ -113,3 +113,19 @@ def test_rounds_too_short_for_the_clock_are_said_once_per_gated_test(pytester: p
     result.stdout.fnmatch_lines(["inferscope: test_rounds_too_short*.py::test_short: Rounds too short: the shortest *"])
     assert result.stdout.str().count("Rounds too short") == 1  # test_ungated has no gate: nothing to say
     assert "Too few rounds" not in result.stdout.str()  # 30 rounds are enough at alpha 0.01
+
+
+def test_a_marked_async_test_is_said_not_to_be_profiled(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_a="""
+import asyncio, pytest
+
+@pytest.mark.inferscope(rounds=3)
+async def test_async_model():
+    await asyncio.sleep(0)
+"""
+    )
+    result = pytester.runpytest("-p", "no:randomly", "-W", "always")
+    out = result.stdout.str()
+    assert "test_a.py::test_async_model is an async test, which inferscope cannot call in rounds" in out
+    assert "with pytest_inferscope.profile():" in out

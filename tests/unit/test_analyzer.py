@@ -4,9 +4,10 @@ import numpy as np
 
 from pytest_inferscope.analyzer import BottleneckAnalyzer, analyze, classify
 from pytest_inferscope.analyzer.context import union_ns
-from pytest_inferscope.events import EVENT_DTYPE, WARMUP_FLAG, Domain, Kind, MemoryKind, RawTrace, copy_flags
+from pytest_inferscope.events import EVENT_DTYPE, Domain, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import merge
 from pytest_inferscope.results import UNCLASSIFIED, Finding
+from pytest_inferscope.rounds import RoundKind, kind_flags
 
 MS = 1_000_000
 _MB = 1024 * 1024
@@ -47,7 +48,8 @@ def build(
     corr = 1
     for i in range(total):
         w = i < warmup
-        rows.append((t, t + dur, i, 0, 1, 1, -1, -1, Kind.ROUND, Domain.HOST, WARMUP_FLAG if w else 0))
+        kind = kind_flags(RoundKind.WARMUP if w else RoundKind.MEASURED)
+        rows.append((t, t + dur, i, 0, 1, 1, -1, -1, Kind.ROUND, Domain.HOST, kind))
         for stack, frac in samples or []:
             if stack not in strings:
                 strings.append(stack)

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from pytest_inferscope.collectors import RAISED_FLAG, Collection, CollectionOptions, active, mark_event, scope
-from pytest_inferscope.events import WARMUP_FLAG, Kind
+from pytest_inferscope.events import Kind
+from pytest_inferscope.rounds import RoundKind, kinds_of
 
 
 def busy_python(n: int = 200_000) -> int:
@@ -35,7 +36,7 @@ def test_rounds_scopes_and_marks_are_recorded() -> None:
     _, raw = run(body, rounds=3, warmup=1)
     ev = raw.events
     rounds = ev[ev["kind"] == Kind.ROUND]
-    assert len(rounds) == 4 and list(rounds["flags"] & WARMUP_FLAG) == [1, 0, 0, 0]
+    assert list(kinds_of(rounds["flags"])) == [RoundKind.WARMUP] + [RoundKind.MEASURED] * 3
     assert (ev["kind"] == Kind.SCOPE).sum() == 4 and (ev["kind"] == Kind.TEST).sum() == 1
     marks = ev[ev["kind"] == Kind.MARK]
     assert raw.attrs[marks["value"][0]] == {"size": 32}
@@ -166,7 +167,7 @@ def test_back_to_back_rounds_share_one_counter_reading_and_a_pause_reads_afresh(
     coll.run_rounds(lambda: None, 3, 0)
     assert len(reads) == 1 + 3  # the first round's start, then each round's end (the next round's start)
     time.sleep(0.005)  # user code between rounds (the fixture's API): not charged to the next round
-    with coll.round(3, warmup=False):
+    with coll.round(3, RoundKind.MEASURED):
         pass
     assert len(reads) == 4 + 2
     coll.stop()

@@ -17,8 +17,9 @@ from pytest_inferscope.analyzer.custom import (
     tokenize,
 )
 from pytest_inferscope.analyzer.metrics import compute_metrics
-from pytest_inferscope.events import EVENT_DTYPE, WARMUP_FLAG, CopyKind, Domain, Kind, MemoryKind, RawTrace, copy_flags
+from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Domain, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import Timeline, merge
+from pytest_inferscope.rounds import RoundKind, kind_flags
 
 MS = 1_000_000
 _MB = 1024 * 1024
@@ -33,7 +34,8 @@ def build(
     rows, meta = [], []
     dur, t, rss = int(round_ms * MS), 0, 500 * _MB
     for i in range(n_rounds + 1):
-        rows.append((t, t + dur, i, 0, 1, 1, -1, -1, Kind.ROUND, Domain.HOST, WARMUP_FLAG if i == 0 else 0))
+        kind = kind_flags(RoundKind.WARMUP if i == 0 else RoundKind.MEASURED)
+        rows.append((t, t + dur, i, 0, 1, 1, -1, -1, Kind.ROUND, Domain.HOST, kind))
         if copy is not None:
             s = t + dur // 20
             flags = copy_flags(CopyKind.HTOD, MemoryKind.PAGEABLE, MemoryKind.DEVICE)

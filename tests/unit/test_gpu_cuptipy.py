@@ -411,7 +411,7 @@ def test_a_collection_merges_cupti_python_records_into_its_buffer() -> None:
     choice = gpu.Choice(CuptiPythonCollector(fake), {"native": "not built"})
     coll = Collection(CollectionOptions(cpu="off"), choice, name="fake")
     coll.start()
-    with coll.round(0, warmup=False):
+    with coll.round(0):
         fake.pending = [api(211, 123_500, 123_510, 1, 7), kernel("_Z6squarePfi", 123_520, 123_600, 1)]
     raw = coll.stop()
     device = raw.events[raw.events["domain"] == Domain.DEVICE]

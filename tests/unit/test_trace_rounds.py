@@ -19,9 +19,6 @@ from pytest_inferscope.collectors import Collection, CollectionOptions
 from pytest_inferscope.collectors.gpu import Choice
 from pytest_inferscope.events import (
     EVENT_DTYPE,
-    PROFILE_FLAG,
-    TRACE_FLAG,
-    WARMUP_FLAG,
     Domain,
     Kind,
     MemoryKind,
@@ -30,6 +27,8 @@ from pytest_inferscope.events import (
 )
 from pytest_inferscope.merger import merge
 from pytest_inferscope.options import OPTIONS_BY_NAME, parse_trace_rounds
+from pytest_inferscope.rounds import RoundKind as RK
+from pytest_inferscope.rounds import kind_flags, kinds_of, row_kind
 
 MS = 1_000_000
 ROUND_MS = 2.0
@@ -83,9 +82,8 @@ def steady(
         is_trace = i >= warmup + rounds + profile
         stretch = trace_stretch if is_trace else 1.0
         dur = int(ROUND_MS * stretch * MS)
-        flags = (
-            (WARMUP_FLAG if i < warmup else 0) | (TRACE_FLAG if is_trace else 0) | (PROFILE_FLAG if is_profile else 0)
-        )
+        kind = RK.WARMUP if i < warmup else RK.TRACE if is_trace else RK.PROFILE if is_profile else RK.MEASURED
+        flags = kind_flags(kind)
         strings.append(f"round {i}")
         rows.append((t, t + dur, i, 0, len(strings) - 1, 1, -1, -1, Kind.ROUND, Domain.HOST, flags))
         for kind, name, s, e, slot, value, f in ROUND:
@@ -207,13 +205,13 @@ def test_lean_profile_rounds_give_the_gpu_figures_and_the_trace_round_the_launch
 
 
 def test_the_settling_round_after_cupti_starts_counts_as_neither_trace_nor_warm_up() -> None:
-    """Lean mode runs one round flagged warm-up and trace right after CUPTI starts (its first call is slow):
-    here it lost its kernels, which would show in every GPU figure if the analyzer read it."""
+    """Lean mode runs one settling round right after CUPTI starts (its first call is slow): here it lost its
+    kernels, which would show in every GPU figure if the analyzer read it."""
     raw = steady(5, 4, gpu_in_measured=False)
     ev = raw.events
     rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
     settle = rounds[6]  # after 1 warm-up and 5 measured rounds
-    ev["flags"][settle] |= WARMUP_FLAG
+    ev["flags"][settle] = kind_flags(RK.SETTLING)
     inside = (ev["start"] >= ev["start"][settle]) & (ev["start"] < ev["end"][settle])
     raw.events = ev[~(inside & (ev["kind"] == Kind.KERNEL))]
     ctx = Context(merge(raw))
@@ -330,9 +328,10 @@ def test_trace_rounds_run_after_the_measured_ones_with_the_launch_calls_switched
     coll, raw, _ = _run(2, gpu)
     assert gpu.calls == ["start", "api off", *["body"] * 4, "api on", "body", "body", "api off", "stop"]
     rounds = raw.events[raw.events["kind"] == Kind.ROUND]
-    assert [int(f) & (WARMUP_FLAG | TRACE_FLAG) for f in rounds["flags"]] == [1, 0, 0, 0, 4, 4]
+    kinds = [RK.WARMUP, RK.MEASURED, RK.MEASURED, RK.MEASURED, RK.TRACE, RK.TRACE]
+    assert list(kinds_of(rounds["flags"])) == kinds
     assert [int(v) for v in rounds["value"]] == [0, 1, 2, 3, 4, 5]
-    assert [bool(r.get("trace")) for r in coll.rounds] == [False] * 4 + [True] * 2
+    assert [row_kind(r) for r in coll.rounds] == kinds
     assert "launch calls recorded only in the 2 trace rounds" in coll.collectors_info()[1].mode
     lat = Context(merge(raw)).latency
     assert len(lat.samples_ms) == 3 and len(lat.trace_ms) == 2
@@ -347,7 +346,7 @@ def test_all_records_launch_calls_throughout_and_runs_no_trace_round() -> None:
 
 def test_no_trace_round_runs_without_gpu_collection_or_without_the_switch() -> None:
     _, raw, seen = _run(1, None)
-    assert len(seen) == 4 and not np.any(raw.events["flags"][raw.events["kind"] == Kind.ROUND] & TRACE_FLAG)
+    assert len(seen) == 4 and RK.TRACE not in kinds_of(raw.events["flags"][raw.events["kind"] == Kind.ROUND])
     gpu = FakeGpu(switch=False)
     coll, _, seen = _run(1, gpu)
     assert len(seen) == 4 and "cannot switch them off" in coll.collectors_info()[1].mode

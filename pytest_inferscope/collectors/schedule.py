@@ -1,0 +1,146 @@
+"""The round schedule of one test and the one loop that runs it.
+
+Warm-up rounds, then the measured rounds (the latency samples; with the speed probe on, made up for
+while the machine was busy: drift.measure_steady), then, when GPU activity is collected, the rounds
+after them: a settling round and profile rounds in lean mode, and the trace rounds that record the
+launch calls (collectors/gpu_rounds.py). Every round is a `Collection.round` of its `RoundKind`.
+The plugin, `measure()`, `inferscope run` and the A/B twin's own side all come through `run`; the
+A/B pair loop (ab/lockstep.py) calls the same `Collection.round`, `after_warmup` and `after_measured`
+between its turns, since the twin process decides when this side's next round may start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from ..rounds import RoundKind
+from .gpu import GpuCollector
+
+R = TypeVar("R")
+
+
+class Collection(Protocol):
+    """What the schedule drives of a `Collection` (a protocol: the package imports this module, not back)."""
+
+    gpu: GpuCollector | None
+    api_on: bool
+    probe_ms: list[float]
+    rounds: list[dict[str, Any]]
+
+    @property
+    def options(self) -> Any: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def lean(self) -> bool: ...
+    @property
+    def last_round(self) -> dict[str, Any] | None: ...
+    def round(self, index: int, kind: RoundKind = ...) -> AbstractContextManager[None]: ...
+    def after_warmup(self) -> None: ...
+    def trace_rounds_due(self) -> int: ...
+    def start_gpu(self, stopping_memory: bool = ...) -> None: ...
+    def api_records(self, on: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class Steadying:
+    """Measured rounds made up for while the speed probe reads the machine as busy, up to `cap` rounds in all."""
+
+    cap: int
+    prior: Sequence[float] = field(default=())  # the usual speed: the baseline's and this session's readings
+
+
+@dataclass(frozen=True)
+class RoundSchedule:
+    """How many rounds of each kind before the rounds after the measured ones (which the collection decides)."""
+
+    rounds: int
+    warmup: int
+    steady: Steadying | None = None
+
+
+def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
+    """Call `body` in the schedule's rounds; returns the last call's result (a trace round's included)."""
+    result: R | None = None
+    for i in range(schedule.warmup):
+        if i and not coll.running:
+            break  # stopped inside the body: the rounds left would measure nothing
+        with coll.round(i, RoundKind.WARMUP):
+            result = body()
+    coll.after_warmup()  # gpu_rounds auto: whether the measured rounds record GPU activity
+
+    def measured(i: int) -> float:
+        nonlocal result
+        with coll.round(schedule.warmup + i, RoundKind.MEASURED):
+            result = body()
+        last = coll.last_round
+        return float(last["sync_ns"]) / 1e9 if last else 0.0  # the end-of-round device wait, in s
+
+    if schedule.steady is None:
+        for i in range(schedule.rounds):
+            if (i or schedule.warmup) and not coll.running:
+                break
+            measured(i)
+    elif coll.running:
+        from ..drift import measure_steady
+
+        # The probe runs between rounds, outside their spans: round i lies between readings i and i+1.
+        done = measure_steady(measured, schedule.rounds, schedule.steady.cap, prior=schedule.steady.prior)
+        coll.probe_ms.extend(done.probe_ms)
+    traced = after_measured(coll, body, len(coll.rounds))
+    return result if traced is None else traced[0]  # type: ignore[return-value]
+
+
+def after_measured(coll: Collection, body: Callable[[], R], first_index: int) -> tuple[R] | None:
+    """After the measured rounds: the trace rounds, with the launch calls recorded (None: none ran).
+
+    The measured rounds ran without the launch calls (CUPTI's RUNTIME/DRIVER records cost most
+    of CUPTI's per-launch overhead); these rounds record them, so the analyzer can take launch
+    linkage, sync and copy calls and idle causes from them (analyzer/base.py, `api_round_idx`).
+    In lean mode CUPTI starts here: a settling round, then the profile rounds, then the trace rounds.
+    """
+    n = coll.trace_rounds_due()
+    if not n:
+        return None
+    assert coll.gpu is not None
+    coll.gpu.synchronize()  # the measured rounds' GPU work finished before the switch
+    if coll.lean:  # lean: CUPTI starts here, every kind (launch calls too), and records until stop()
+        coll.start_gpu()
+        if coll.gpu is None:
+            return None
+        coll.api_on = True  # a fresh start records every kind
+        # Launch calls off first: the profile rounds record GPU activity as measured rounds do by
+        # default, so their host is not slowed by the launch-call records (+6-9% on small bodies).
+        if coll.options.trace_rounds is not None:
+            with contextlib.suppress(Exception):  # then the profile rounds record the launch calls too
+                coll.api_records(False)
+        switched = not coll.api_on
+        # The first call after CUPTI starts runs far slower (+190% against +60% for a first call
+        # without it, small forward on the H200: docs/gpu-validation.md), which would skew every GPU
+        # figure read from the profile rounds: one settling round first (RoundKind.SETTLING),
+        # which the analyzer reads nothing from.
+        with coll.round(first_index, RoundKind.SETTLING):
+            result: tuple[R] | None = (body(),)
+        for i in range(n):
+            with coll.round(first_index + 1 + i, RoundKind.PROFILE):
+                result = (body(),)
+        if not switched:
+            return result
+        coll.gpu.synchronize()
+        coll.api_records(True)
+        first_index += 1 + n
+        n = coll.options.trace_rounds or 0
+    else:
+        coll.api_records(True)
+        result = None
+    try:
+        for i in range(n):
+            with coll.round(first_index + i, RoundKind.TRACE):
+                result = (body(),)
+    finally:
+        coll.api_records(False)
+    return result
