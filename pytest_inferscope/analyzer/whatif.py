@@ -33,14 +33,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import numpy as np
-
 from ..events import CopyKind, Kind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
 from .comm import COMM_KERNEL
 from .context import Context
 from .context_gpu import ALLOC_CALL
-from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, GpuOp, HostNode, RoundGraph, build_round, copy_is_host_link, reads
+from .graph import (
+    BLOCKING,
+    CALL,
+    EXTERNAL,
+    SEGMENT,
+    GpuOp,
+    HostNode,
+    RoundGraph,
+    copy_is_host_link,
+    reads,
+    round_graphs,
+)
 from .replay import replay
 from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
@@ -455,33 +464,6 @@ def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable
     rows.sort(key=lambda r: -r.saved_ms)
     measured = sum(g.measured_ns for g in graphs) / n / 1e6
     return WhatIfTable(rows=rows, measured_ms=round(measured, 4), replay_ms=round(base_ms, 4), rounds=n)
-
-
-#: Rounds replayed at most (spread over the API rounds): enough to average out one slow round.
-MAX_ROUNDS = 5
-#: Host nodes replayed at most, over the rounds (fewer rounds for long ones; at least one round).
-MAX_NODES = 40_000
-
-
-def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
-    """The graphs of (up to `MAX_ROUNDS` of) the rounds whose launch calls were recorded, or why there are none."""
-    if not ctx.has_gpu:
-        return [], "no GPU work was recorded, so there is no round graph to replay"
-    idx = ctx.api_round_idx.tolist()
-    ev = ctx.timeline.events
-    calls = int(np.count_nonzero((ev["kind"] == Kind.RUNTIME) & ctx.in_api_rounds)) / max(1, len(idx))
-    # Replaying is Python, node by node: keep it to about MAX_NODES nodes (a call and a segment per launch).
-    most = max(1, min(MAX_ROUNDS, int(MAX_NODES // max(1.0, 2 * calls))))
-    if len(idx) > most:
-        step = len(idx) / most
-        idx = [idx[int(k * step)] for k in range(most)]
-    link = float(ctx.transfer["link_gb_s"])
-    graphs = [g for g in (build_round(ctx.timeline, int(i), link) for i in idx) if g is not None]
-    if not graphs:
-        return [], "no GPU work in the rounds whose launch calls were recorded"
-    if not any(g.launch_calls for g in graphs):
-        return [], "the trace records no launch calls (CUDA runtime events), so GPU work cannot be tied to the host"
-    return graphs, ""
 
 
 def diagnose(ctx: Context, extra: Iterable[WhatIf] = ()) -> tuple[WhatIfTable | None, str]:

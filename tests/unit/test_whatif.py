@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_inferscope.analyzer.graph import BLOCKING, CALL, SEGMENT, GpuOp, HostNode, RoundGraph, module_of
+from pytest_inferscope.analyzer.graph import (
+    BLOCKING,
+    CALL,
+    MIN_CALL_SHARE,
+    SEGMENT,
+    GpuOp,
+    HostNode,
+    RoundGraph,
+    module_of,
+    trim_recording_cost,
+)
 from pytest_inferscope.analyzer.replay import replay
 from pytest_inferscope.analyzer.whatif import (
     GRAPH_GAP_NS,
@@ -217,3 +227,26 @@ def test_allocator_calls_in_the_loop_are_memory_bound() -> None:
     assert saved["GPU allocator calls removed"] == (pytest.approx(2125 - 215), "memory_bound")
     t = simulate([graph], builtin([graph]))
     assert t.classify()[0] == "memory_bound" and t.suggestions()[0].action.startswith("Reuse device buffers")
+
+
+def test_a_trace_rounds_recording_cost_is_taken_off_its_calls_before_the_what_ifs() -> None:
+    """A trace round records the launch calls; each cost 10 µs more there than in the timed rounds. Taken off the
+    calls, the graph replays about the timed round, and a CUDA graph saves about what it saves there."""
+
+    def launch_loop(call_us: float) -> RoundGraph:
+        g = G()
+        for _ in range(10):
+            g.seg(20).launch(call_us, 2)
+        return g.end()
+
+    timed, traced = launch_loop(5), launch_loop(15)
+    assert (timed.measured_ns, traced.measured_ns) == (257 * US, 350 * US)
+    assert table(timed)["a CUDA graph"][0] == pytest.approx(216) and table(traced)["a CUDA graph"][0] == 299
+    # 93 µs over 150 µs of calls: each keeps 38% of its 15 µs (5.7 µs; the timed rounds' calls took 5).
+    assert trim_recording_cost(traced, timed.measured_ns) == 93 * US
+    assert traced.measured_ns == 257 * US and [n.dur for n in traced.nodes if n.kind == CALL] == [5700] * 10
+    assert replay(traced).round_ns == pytest.approx(257 * US, rel=0.03)
+    assert table(traced)["a CUDA graph"][0] == pytest.approx(216, rel=0.03)
+    # Never more than the calls can give (MIN_CALL_SHARE of each is kept), and nothing when not slower.
+    assert trim_recording_cost(traced, 0) == 10 * (5700 - int(5700 * MIN_CALL_SHARE))
+    assert trim_recording_cost(launch_loop(5), 10**9) == 0
