@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from .merger import Timeline, merge
 from .regression import RegressionVerdict, compare_to_baseline
 from .reporters import write_test_reports
 from .reporters.files import slugify
-from .results import CollectorInfo, TestResult
+from .results import Analysis, CollectorInfo, LatencyStats, TestResult
 
 
 @dataclass
@@ -31,64 +32,76 @@ class Comparison:
     history: list[BaselineEntry] = field(default_factory=list)  # every saved run of the test, oldest first
 
 
+@dataclass
+class Judged:
+    """What `judge` made of one collection: the result, the merged timeline and the analyzer's context."""
+
+    result: TestResult
+    timeline: Timeline
+    ctx: Context
+
+
 def process(
     raw: RawTrace,
     plan: Plan,
-    collectors: list[CollectorInfo],
+    collectors: list[CollectorInfo] | None = None,
+    *,
+    report_dir: Path | None = None,
+    ab: Callable[[TestResult], dict[str, Any] | None] | None = None,
+    environment: Mapping[str, Any] | None = None,
+    **how: Any,
+) -> tuple[TestResult, Timeline]:
+    """Turn one raw collection into a checked, reported `TestResult`: `judge`, then the A/B verdict and the reports.
+
+    The plan and the environment are kept in the trace's meta first, so the raw.npz written beside the
+    reports says how it was made (`inferscope analyze` re-runs it from there). `how`: `judge`'s keywords.
+    """
+    raw.meta["plan"] = dataclasses.asdict(plan)
+    raw.meta["environment"] = dict(environment or _meta_dict(raw, "environment"))
+    judged = judge(raw, plan, collectors, report_dir=report_dir, **how)
+    result = judged.result
+    if ab is not None:  # the A/B verdict (ab.controller.finish): a regression fails the test like a check
+        result.ab = ab(result)
+        if result.ab is not None and result.ab.get("verdict") == "regressed" and result.verdict == "pass":
+            result.verdict = "fail"
+    if report_dir is not None:
+        write_test_reports(result, judged.timeline, report_dir, raw=raw, idle=judged.ctx.idle)
+    return result, judged.timeline
+
+
+def judge(
+    raw: RawTrace,
+    plan: Plan,
+    collectors: list[CollectorInfo] | None = None,
     *,
     outcome: str = "passed",
     partial_reason: str = "",
     gpu_required: bool = False,
     report_dir: Path | None = None,
-    environment: Mapping[str, Any] | None = None,
     rules: Iterable[Rule] = DEFAULT_RULES,
     whatifs: Iterable[WhatIf] = (),
     comparison: Comparison | None = None,
     launch_gap_us: float = LAUNCH_GAP_NS / 1000,
-    probe_ms: list[float] | None = None,
-    ab: Callable[[TestResult], dict[str, Any] | None] | None = None,
-) -> tuple[TestResult, Timeline]:
-    """Turn one raw collection into a checked, reported `TestResult` (`probe_ms`: drift.probe_ms readings)."""
+) -> Judged:
+    """Merge, analyze and check one collection: no I/O (`report_dir` only names the report in messages).
+
+    `collectors` default to the ones the collection described (`raw.meta["collectors"]`), the environment
+    to `raw.meta["environment"]`; the speed probe's readings come with the trace (`raw.meta["probe_ms"]`).
+    """
     timeline = merge(raw)
-    gpu = next((c for c in collectors if c.name == "gpu"), None)
-    gpu_collected = bool(gpu and gpu.active and timeline.has_gpu)
-    if gpu is not None and gpu.active and not timeline.clock.ok:
-        gpu_reason = f"GPU times discarded: {timeline.clock.note}"
-    elif gpu is not None and gpu.active:
-        gpu_reason = "the GPU backend ran but recorded no GPU work"
-    else:
-        gpu_reason = gpu.reason if gpu is not None else "no GPU backend ran"
+    if collectors is None:
+        described = raw.meta.get("collectors")
+        collectors = [CollectorInfo.from_dict(c) for c in described] if isinstance(described, list) else []
+    environment = _meta_dict(raw, "environment")
+    gpu_collected, gpu_reason = _gpu_state(collectors, timeline)
     ctx = Context(timeline, launch_gap_ns=round(launch_gap_us * 1000))
     analysis = analyze(timeline, rules, gpu_reason=gpu_reason, ctx=ctx, whatifs=whatifs)
     latency = ctx.latency
-    if probe_ms:
-        latency.probe_ms = list(probe_ms)
     slug = slugify(plan.nodeid)
-    report = str(report_dir / slug / "report.md") if report_dir is not None else ""
-    cpu = next((c for c in collectors if c.name == "cpu"), None)
     thresholds = dict(plan.thresholds)
-    regression: RegressionVerdict | None = None
-    regression_note = "no baseline to compare against in this run (use --inferscope-compare=NAME)"
-    if comparison is not None:
-        # Comparing a session against a baseline gates every test on it; the marker can set its own limit.
-        thresholds.setdefault("max_regression", comparison.max_regression)
-        if comparison.entry is None:
-            regression_note = (
-                f"{plan.nodeid} is not in baseline {comparison.baseline_name!r} "
-                f"({comparison.tests_in_baseline} tests); save one with --inferscope-save-baseline"
-            )
-        elif not partial_reason:
-            draft = TestResult(plan.nodeid, "", outcome, "pass", plan.rounds, plan.warmup, latency, analysis,
-                               environment=dict(environment or {}))  # fmt: skip
-            regression = compare_to_baseline(
-                comparison.entry,
-                draft,
-                max_regression=float(thresholds["max_regression"]),
-                alpha=comparison.alpha,
-                environment=environment,
-                baseline_name=comparison.baseline_name,
-                history=comparison.history,
-            )
+    regression, regression_note = _compare(comparison, plan, thresholds, latency, analysis, environment,
+                                           outcome=outcome, partial_reason=partial_reason)  # fmt: skip
+    cpu = next((c for c in collectors if c.name == "cpu"), None)
     checks = evaluate(
         thresholds,
         analysis,
@@ -98,19 +111,11 @@ def process(
         gpu_collected=gpu_collected,
         gpu_reason=gpu_reason,
         gpu_required=gpu_required,
-        report=report,
+        report=str(report_dir / slug / "report.md") if report_dir is not None else "",
         regression=regression,
         regression_note=regression_note,
     )
     verdict = "partial" if partial_reason else ("fail" if any(c.status == "failed" for c in checks) else "pass")
-    marks = [
-        {
-            "name": timeline.name(i),
-            "t_ms": float(timeline.events["start"][i]) / 1e6,
-            "attrs": timeline.attrs[int(timeline.events["value"][i])] if timeline.events["value"][i] >= 0 else {},
-        }
-        for i in timeline.mask(Kind.MARK).nonzero()[0].tolist()
-    ]
     result = TestResult(
         nodeid=plan.nodeid,
         slug=slug,
@@ -127,14 +132,73 @@ def process(
         dropped_events=timeline.dropped,
         event_count=len(timeline),
         partial_reason=partial_reason,
-        marks=marks,
-        environment=dict(environment or {}),
+        marks=_marks(timeline),
+        environment=environment,
         regression=regression.to_dict() if regression is not None else None,
     )
-    if ab is not None:  # the A/B verdict (ab.controller.finish): a regression fails the test like a check
-        result.ab = ab(result)
-        if result.ab is not None and result.ab.get("verdict") == "regressed" and verdict == "pass":
-            result.verdict = "fail"
-    if report_dir is not None:
-        write_test_reports(result, timeline, report_dir, raw=raw, idle=ctx.idle)
-    return result, timeline
+    return Judged(result, timeline, ctx)
+
+
+def _meta_dict(raw: RawTrace, key: str) -> dict[str, Any]:
+    value = raw.meta.get(key)
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _gpu_state(collectors: list[CollectorInfo], timeline: Timeline) -> tuple[bool, str]:
+    """Whether GPU work was collected, and if not, why (for the checks and the report)."""
+    gpu = next((c for c in collectors if c.name == "gpu"), None)
+    if gpu is not None and gpu.active and not timeline.clock.ok:
+        return False, f"GPU times discarded: {timeline.clock.note}"
+    if gpu is not None and gpu.active:
+        return timeline.has_gpu, "the GPU backend ran but recorded no GPU work"
+    return False, gpu.reason if gpu is not None else "no GPU backend ran"
+
+
+def _compare(
+    comparison: Comparison | None,
+    plan: Plan,
+    thresholds: dict[str, Any],
+    latency: LatencyStats,
+    analysis: Analysis,
+    environment: dict[str, Any],
+    *,
+    outcome: str,
+    partial_reason: str,
+) -> tuple[RegressionVerdict | None, str]:
+    """The regression verdict against the baseline (None when there is none to give), and the note why not."""
+    if comparison is None:
+        return None, "no baseline to compare against in this run (use --inferscope-compare=NAME)"
+    # Comparing a session against a baseline gates every test on it; the marker can set its own limit.
+    thresholds.setdefault("max_regression", comparison.max_regression)
+    if comparison.entry is None:
+        return None, (
+            f"{plan.nodeid} is not in baseline {comparison.baseline_name!r} "
+            f"({comparison.tests_in_baseline} tests); save one with --inferscope-save-baseline"
+        )
+    if partial_reason:
+        return None, "no baseline to compare against in this run (use --inferscope-compare=NAME)"
+    draft = TestResult(plan.nodeid, "", outcome, "pass", plan.rounds, plan.warmup, latency, analysis,
+                       environment=environment)  # fmt: skip
+    verdict = compare_to_baseline(
+        comparison.entry,
+        draft,
+        max_regression=float(thresholds["max_regression"]),
+        alpha=comparison.alpha,
+        environment=environment,
+        baseline_name=comparison.baseline_name,
+        history=comparison.history,
+    )
+    return verdict, ""
+
+
+def _marks(timeline: Timeline) -> list[dict[str, Any]]:
+    """The mark_event()s: name, time in ms, attributes."""
+    ev = timeline.events
+    return [
+        {
+            "name": timeline.name(i),
+            "t_ms": float(ev["start"][i]) / 1e6,
+            "attrs": timeline.attrs[int(ev["value"][i])] if ev["value"][i] >= 0 else {},
+        }
+        for i in timeline.mask(Kind.MARK).nonzero()[0].tolist()
+    ]

@@ -53,7 +53,6 @@ class _Pending:
     raw: RawTrace | None = None
     partial: str = ""
     skipped: bool = False
-    probe_ms: list[float] = field(default_factory=list)  # drift.probe_ms around the measured rounds
     extra: list[Any] = field(default_factory=list)  # collectors from pytest_inferscope_collectors
     extra_metrics: dict[str, float | None] = field(default_factory=dict)
 
@@ -271,7 +270,6 @@ class InferscopeSession:
             if self.ab is not None:  # A/B: the rounds take turns with the twin's (ab/lockstep.py)
                 return self.ab.run_test(pyfuncitem.nodeid, coll, lambda: original(*args, **kwargs), plan)
             result = coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup, steady)
-            pending.probe_ms.extend(coll.probe_ms)
             self.probe_seen.extend(coll.probe_ms)
             return result
 
@@ -355,7 +353,7 @@ class InferscopeSession:
             result, _ = process(
                 pending.raw,
                 plan,
-                pending.collection.collectors_info(),
+                None,  # the collectors as the collection described them (raw.meta)
                 outcome="failed" if pending.partial else "passed",
                 partial_reason=pending.partial,
                 gpu_required=self.settings.gpu == "required",
@@ -367,7 +365,6 @@ class InferscopeSession:
                 ],
                 comparison=comparison,
                 launch_gap_us=self.settings.launch_gap_us,
-                probe_ms=pending.probe_ms if not pending.partial else None,
                 ab=functools.partial(self.ab.finish, item.nodeid) if hasattr(self.ab, "finish") else None,
             )
         self.results.append(result)

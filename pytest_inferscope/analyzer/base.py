@@ -201,11 +201,13 @@ class RoundsContext:
         rounds, kinds = self._round_spans
         warm = rounds[kinds == RoundKind.WARMUP]
         trace = np.sort(np.concatenate((self.profile_idx, self.trace_idx)))  # the rounds after the measured ones
-        return LatencyStats.from_samples(
+        stats = LatencyStats.from_samples(
             list(self.round_ms),
             list((ev["end"][warm] - ev["start"][warm]) / _MS),
             list((ev["end"][trace] - ev["start"][trace]) / _MS),
         )
+        stats.probe_ms = [float(x) for x in self.timeline.meta.get("probe_ms") or []]  # drift's readings, if any
+        return stats
 
     @property
     def n_rounds(self) -> int:

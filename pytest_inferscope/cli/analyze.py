@@ -1,13 +1,15 @@
 """`inferscope analyze FILE`: re-run merger, analyzer and reporters on a saved trace.
 
-FILE is an inferscope `raw.npz` (with the plan, collectors and environment from the report.json
-beside it, when there is one), a report folder or its report.json or trace.json (the raw.npz
-beside it is used), or a torch.profiler / Kineto Chrome trace, imported by `kineto.py`.
+FILE is an inferscope `raw.npz` (which keeps the test's plan, the collectors' descriptions, the
+environment and the speed probe's readings; for traces saved before it did, they come from the
+report.json beside it), a report folder or its report.json or trace.json (the raw.npz beside it is
+used), or a torch.profiler / Kineto Chrome trace, imported by `kineto.py`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +44,7 @@ class _Input:
     outcome: str = "passed"
     partial: str = ""
     kineto: bool = False
+    plan: dict[str, Any] | None = None  # the test's plan as the collection kept it (raw.meta["plan"])
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -52,10 +55,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     src = load_input(Path(args.file))
     report = Path(args.report) if args.report else DEFAULT_REPORT
     check_report_folder(report)
-    plan = Plan(
-        nodeid=src.nodeid, rounds=src.rounds, warmup=src.warmup, thresholds=src.thresholds,
-        latency_stat=str(src.thresholds.get("latency_stat", "median")),
-    )  # fmt: skip
+    if src.plan is not None:
+        known = {f.name for f in dataclasses.fields(Plan)}
+        plan = Plan(**{k: v for k, v in src.plan.items() if k in known})
+    else:
+        plan = Plan(
+            nodeid=src.nodeid, rounds=src.rounds, warmup=src.warmup, thresholds=src.thresholds,
+            latency_stat=str(src.thresholds.get("latency_stat", "median")),
+        )  # fmt: skip
     common: dict[str, Any] = {"outcome": src.outcome, "partial_reason": src.partial, "environment": src.environment}
     if src.kineto:
         result, _ = process(src.raw, plan, src.collectors, rules=kineto.RULES, report_dir=report, **common)
@@ -140,11 +147,18 @@ def _from_npz(path: Path) -> _Input:
             f"inferscope analyze: {path} is not a readable inferscope raw trace (.npz): {e}. It may be truncated; "
             "re-run the test to record it again."
         ) from None
+    r = None
     if (path.parent / "report.json").is_file():
         try:
             r = load_report(path.parent / "report.json")
         except ReportFormatError as e:
             raise CliError(f"inferscope analyze: {e}") from None
+    plan, described, env = raw.meta.get("plan"), raw.meta.get("collectors"), raw.meta.get("environment")
+    if isinstance(plan, dict) and isinstance(described, list):  # the trace says how it was made
+        return _Input(raw, str(plan.get("nodeid", path.parent.name)), [CollectorInfo.from_dict(c) for c in described],
+                      env if isinstance(env, dict) else {}, outcome=r.outcome if r else "passed",
+                      partial=r.partial_reason if r else "", plan=plan)  # fmt: skip
+    if r is not None:  # saved before the trace kept its plan: from the report beside it
         return _Input(raw, r.nodeid, r.collectors, r.environment, r.rounds, r.warmup, r.thresholds, r.outcome,
                       r.partial_reason)  # fmt: skip
     ev = raw.events

@@ -320,6 +320,8 @@ class Collection:
                 "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
                 **link_meta(getattr(self.gpu, "bus_ids", [])),
                 **self._gpu_rounds_meta(),
+                "probe_ms": list(self.probe_ms),  # the speed probe around the measured rounds, when it ran
+                "collectors": [c.to_dict() for c in self.collectors_info()],
             },
         )
 

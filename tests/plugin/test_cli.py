@@ -16,7 +16,7 @@ import pytest
 import pytest_inferscope
 from pytest_inferscope import kineto
 from pytest_inferscope.cli import _split_run, main, parse_fraction
-from pytest_inferscope.events import CopyKind, Kind, MemoryKind, unpack_copy_flags
+from pytest_inferscope.events import CopyKind, Kind, MemoryKind, RawTrace, unpack_copy_flags
 from pytest_inferscope.reporters import load_report, write_index, write_test_reports
 from pytest_inferscope.reporters.files import slugify
 from pytest_inferscope.results import Analysis, LatencyStats, TestResult
@@ -201,11 +201,16 @@ def test_analyze_our_raw_trace_and_report_folder(work: Path, capsys: pytest.Capt
 def test_analyze_a_raw_trace_alone(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(script(work, SCOPED)), "--rounds", "2", "--warmup", "1", "--report", "first"]) == 0
     (work / "copy").mkdir()
+    original = load_report(only_report(work / "first") / "report.json")
     (only_report(work / "first") / "raw.npz").rename(work / "copy" / "raw.npz")  # no report.json beside it
     assert main(["analyze", str(work / "copy" / "raw.npz"), "--report", "again"]) == 0
     result = load_report(only_report(work / "again") / "report.json")
-    assert result.nodeid == str(work / "job.py")  # from the trace's test span
+    assert result.nodeid == str(work / "job.py")
     assert (result.rounds, result.warmup, len(result.latency.samples_ms)) == (2, 1, 2)
+    # The trace says how it was made: the plan, the collectors as they described themselves, the machine.
+    assert [c.to_dict() for c in result.collectors] == [c.to_dict() for c in original.collectors]
+    assert result.environment == original.environment and result.environment
+    assert result.thresholds == original.thresholds
     assert {s.path for s in result.analysis.scopes} == {"tokenize", "forward"}
     (work / "copy" / "raw.npz").write_bytes(b"PK\x03\x04 truncated")
     assert main(["analyze", str(work / "copy" / "raw.npz")]) == 2
@@ -215,9 +220,9 @@ def test_analyze_a_raw_trace_alone(work: Path, capsys: pytest.CaptureFixture[str
 def test_analyze_rechecks_the_recorded_thresholds(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(script(work, SCOPED)), "--report", "first"]) == 0
     report_json = only_report(work / "first") / "report.json"
-    data = json.loads(report_json.read_text())
-    data["thresholds"] = {"max_latency_ms": 1e-6}  # as if the test had been marked with it
-    report_json.write_text(json.dumps(data))
+    raw = RawTrace.load(str(report_json.parent / "raw.npz"))  # the trace keeps the plan it was made with
+    raw.meta["plan"]["thresholds"] = {"max_latency_ms": 1e-6}  # type: ignore[index]  # as if the test had been marked
+    raw.save(str(report_json.parent / "raw.npz"))
     capsys.readouterr()
     assert main(["analyze", str(report_json), "--report", "again"]) == 1
     assert "FAILED check:   max_latency_ms: median latency" in capsys.readouterr().out

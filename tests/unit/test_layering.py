@@ -33,7 +33,6 @@ KNOWN_LONG_FUNCTIONS = {
     "analyzer/rules_gpu.py:sync_stall",
     "analyzer/rules_transfer.py:transfers",
     "checks.py:evaluate",
-    "postprocess.py:process",
     "regression.py:latency_verdict",
     "regression.py:compare_to_baseline",
     "stats.py:compare_samples",
