@@ -107,6 +107,36 @@ def _covering(spans_s: np.ndarray, spans_e: np.ndarray, at: np.ndarray) -> tuple
     return covered, s[arg[kk]]
 
 
+def _device_gaps(g: np.ndarray, r_start: np.ndarray, r_end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One device's idle intervals in the rounds (`g`: its records by start), and the record after each (-1: none).
+
+    Lead-in, between the runs of busy records of a round, and the tail; and rounds in which it did nothing.
+    """
+    rid = np.clip(np.searchsorted(r_start, g["start"], side="right") - 1, 0, len(r_start) - 1)
+    run_end = np.maximum.accumulate(g["end"])
+    new = np.ones(len(g), dtype=bool)
+    new[1:] = (g["start"][1:] > run_end[:-1]) | (rid[1:] != rid[:-1])
+    first = np.flatnonzero(new)
+    run_s, run_rid = g["start"][first], rid[first]
+    # The run's end: the latest end among its own records (not an earlier round's).
+    run_e = np.maximum.reduceat(g["end"], first)
+    # Idle intervals: lead-in, between runs of a round, tail. `nxt` is the record after the gap (-1: none).
+    lead = np.ones(len(first), dtype=bool)
+    lead[1:] = run_rid[1:] != run_rid[:-1]
+    tail = np.ones(len(first), dtype=bool)
+    tail[:-1] = run_rid[1:] != run_rid[:-1]
+    a = np.concatenate((r_start[run_rid[lead]], run_e[~tail], run_e[tail]))
+    b = np.concatenate((run_s[lead], run_s[np.flatnonzero(~tail) + 1], r_end[run_rid[tail]]))
+    nxt = np.concatenate((first[lead], first[np.flatnonzero(~tail) + 1], np.full(int(tail.sum()), -1)))
+    # Rounds in which this device did nothing at all: idle throughout, the host launched nothing.
+    empty = np.setdiff1d(np.arange(len(r_start)), run_rid)
+    a = np.concatenate((a, r_start[empty]))
+    b = np.concatenate((b, r_end[empty]))
+    nxt = np.concatenate((nxt, np.full(len(empty), -1)))
+    keep = b > a
+    return a[keep], b[keep], nxt[keep]
+
+
 def attribute_idle(
     events: np.ndarray,
     in_rounds: np.ndarray,
@@ -136,31 +166,7 @@ def attribute_idle(
     for dev in np.unique(ev["device"][gpu_mask]).tolist():
         g = ev[gpu_mask & (ev["device"] == dev)]
         g = g[np.argsort(g["start"], kind="stable")]
-        rid = np.clip(np.searchsorted(r_start, g["start"], side="right") - 1, 0, len(r_start) - 1)
-        run_end = np.maximum.accumulate(g["end"])
-        new = np.ones(len(g), dtype=bool)
-        new[1:] = (g["start"][1:] > run_end[:-1]) | (rid[1:] != rid[:-1])
-        first = np.flatnonzero(new)
-        last = np.append(first[1:] - 1, len(g) - 1)
-        run_s, run_rid = g["start"][first], rid[first]
-        # The run's end: the latest end among its own records (not an earlier round's).
-        run_e = np.maximum.reduceat(g["end"], first)
-        # Idle intervals: lead-in, between runs of a round, tail. `nxt` is the record after the gap (-1: none).
-        lead = np.ones(len(first), dtype=bool)
-        lead[1:] = run_rid[1:] != run_rid[:-1]
-        tail = np.ones(len(first), dtype=bool)
-        tail[:-1] = run_rid[1:] != run_rid[:-1]
-        a = np.concatenate((r_start[run_rid[lead]], run_e[~tail], run_e[tail]))
-        b = np.concatenate((run_s[lead], run_s[np.flatnonzero(~tail) + 1], r_end[run_rid[tail]]))
-        nxt = np.concatenate((first[lead], first[np.flatnonzero(~tail) + 1], np.full(int(tail.sum()), -1)))
-        del last
-        # Rounds in which this device did nothing at all: idle throughout, the host launched nothing.
-        empty = np.setdiff1d(np.arange(len(r_start)), run_rid)
-        a = np.concatenate((a, r_start[empty]))
-        b = np.concatenate((b, r_end[empty]))
-        nxt = np.concatenate((nxt, np.full(len(empty), -1)))
-        keep = b > a
-        a, b, nxt = a[keep], b[keep], nxt[keep]
+        a, b, nxt = _device_gaps(g, r_start, r_end)
         cause = np.full(len(a), HOST_WAIT, dtype=np.uint8)
         has_next = nxt >= 0
         # When was the next record launched?

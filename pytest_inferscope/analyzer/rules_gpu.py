@@ -173,6 +173,31 @@ def _off_critical_path(module: str, fns: list[tuple[str, float]], wait_ms: float
     )
 
 
+def _sync_evidence(
+    ctx: Context, calls: np.ndarray, lines: list[tuple[str, float]], blocked_frac: float, turn_ns: float, stalls: float
+) -> dict[str, object]:
+    """sync_stall's evidence: time blocked, calls per round by name, and where they were issued."""
+    tl = ctx.timeline
+    n_api = ctx.n_api_rounds  # the calls were read from the API rounds (base.py)
+    evidence: dict[str, object] = {
+        "blocked in syncs per round (ms)": round(ctx.per_round_ms(ctx.wait_ns["user"]), 3),
+        "blocked share of the round": _pct(blocked_frac),
+        "sync calls per round": round(len(calls) / n_api, 1),
+        "GPU idle gaps after a sync or blocking copy, per round": round(stalls, 1),
+        "turn-taking per round (ms)": round(ctx.per_gpu_round_ms(turn_ns), 3),
+        **_idle_evidence(ctx),
+    }
+    by_name: dict[str, list[float]] = {}
+    dur = (calls["end"] - calls["start"]).astype(float)
+    for n, d in zip(calls["name"].tolist(), dur.tolist(), strict=True):
+        by_name.setdefault(tl.strings[n], []).append(d)
+    for name, ds in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:3]:
+        evidence[name] = f"{len(ds) / n_api:.1f} per round, {ctx.per_api_round_ms(sum(ds)):.3f} ms per round"
+    for i, (where, ms) in enumerate(lines[:3], 1):
+        evidence[f"issued from {i}"] = f"{where} ({ms:.2f} ms/round sampled)"
+    return evidence
+
+
 def sync_stall(ctx: Context) -> list[Finding]:
     """Host and GPU take turns around synchronisations the test asked for (`.item()`, `.cpu()`, blocking copies).
 
@@ -188,32 +213,15 @@ def sync_stall(ctx: Context) -> list[Finding]:
     frac = turn_ns / max(1, ctx.gpu_wall_ns)
     if frac < SYNC_MIN and blocked_frac < SYNC_MIN:
         return []
-    tl, ev = ctx.timeline, ctx.timeline.events
-    calls = ev[ctx.sync_calls]
-    dur = (calls["end"] - calls["start"]).astype(float)
-    by_name: dict[str, list[float]] = {}
-    for n, d in zip(calls["name"].tolist(), dur.tolist(), strict=True):
-        by_name.setdefault(tl.strings[n], []).append(d)
+    calls = ctx.timeline.events[ctx.sync_calls]
     # Where in the user's code the syncs were issued: the stacks sampled while the thread was blocked in them.
     lines = ctx.samples_inside(calls["start"], calls["end"], lines=True, api=True)
     stalls = ctx.idle_per_round("sync_stall")
-    n_api = ctx.n_api_rounds  # the calls were read from the API rounds (base.py)
-    evidence: dict[str, object] = {
-        "blocked in syncs per round (ms)": round(ctx.per_round_ms(ctx.wait_ns["user"]), 3),
-        "blocked share of the round": _pct(blocked_frac),
-        "sync calls per round": round(len(calls) / n_api, 1),
-        "GPU idle gaps after a sync or blocking copy, per round": round(stalls, 1),
-        "turn-taking per round (ms)": round(ctx.per_gpu_round_ms(turn_ns), 3),
-        **_idle_evidence(ctx),
-    }
-    for name, ds in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:3]:
-        evidence[name] = f"{len(ds) / n_api:.1f} per round, {ctx.per_api_round_ms(sum(ds)):.3f} ms per round"
-    for i, (where, ms) in enumerate(lines[:3], 1):
-        evidence[f"issued from {i}"] = f"{where} ({ms:.2f} ms/round sampled)"
+    evidence = _sync_evidence(ctx, calls, lines, blocked_frac, turn_ns, stalls)
     sync_ms = ctx.per_round_ms(ctx.wait_ns["user"])
     turn_ms = ctx.per_gpu_round_ms(turn_ns)
     first = lines[0][0].split(" (")[0] if lines else "the test body"
-    per_round = len(calls) / n_api
+    per_round = len(calls) / ctx.n_api_rounds
     if frac < SYNC_MIN:
         return [
             Finding(

@@ -28,9 +28,7 @@ MAX_FUNCTION_LINES = 80
 #: the test says so.
 KNOWN_LONG_MODULES: set[str] = set()
 KNOWN_LONG_FUNCTIONS = {
-    "analyzer/idle.py:attribute_idle",
     "analyzer/metrics.py:compute_metrics",
-    "analyzer/rules_gpu.py:sync_stall",
     "analyzer/rules_transfer.py:transfers",
     "checks.py:evaluate",
     "regression.py:latency_verdict",
