@@ -253,6 +253,13 @@ def latency_verdict(
                 f"least {min_samples} steady rounds (the others ran on a busy machine), and {MIN_HISTORY} are needed."
             )
         return latency, note, None, warnings
+    return _within_floor(latency, floor, new_median, max_regression, warnings), note, floor.floor, warnings
+
+
+def _within_floor(
+    latency: Comparison, floor: NoiseFloor, new_median: float, max_regression: float, warnings: list[str]
+) -> Comparison:
+    """A regressed or improved latency within the run-to-run noise floor becomes inconclusive (warnings: appended)."""
     if floor.floor > 1.0 + max_regression:
         warnings.append(
             f"run-to-run drift: {floor.describe()}; that is more than the allowed {100 * max_regression:.3g}%, "
@@ -270,7 +277,35 @@ def latency_verdict(
             f"{new_median:.4g} ms, is {off_centre:.3f}x the centre of the saved runs, and {floor.describe()}. "
             "The latest baseline run may just have been measured at a different machine speed.",
         )
-    return latency, note, floor.floor, warnings
+    return latency
+
+
+def _metric_changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], tolerance: float | Mapping[str, float]
+) -> list[MetricChange]:
+    """The deterministic metrics that changed beyond their tolerance (one for all, or one per name)."""
+    changes = []
+    for name in DETERMINISTIC_METRICS:
+        tol = tolerance.get(name, 0.0) if isinstance(tolerance, Mapping) else tolerance
+        change = compare_metric(name, before.get(name), after.get(name), tol)
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def _overall(latency: Comparison, changes: list[MetricChange], differences: list[str]) -> tuple[str, str]:
+    """The verdict and its reason: a changed environment makes it inconclusive; else latency and metrics decide."""
+    regressed_metrics = [m for m in changes if m.regressed]
+    if differences:
+        return "inconclusive", (
+            f"the environment differs from the baseline's ({len(differences)} difference(s), listed below), so the "
+            f"latency comparison is not a fair one; it would have been {latency.verdict!r}. Record a baseline "
+            "on this environment to gate on it."
+        )
+    if latency.verdict == "regressed" or regressed_metrics:
+        parts = [latency.reason] if latency.verdict == "regressed" else []
+        return "regressed", " ".join(parts + [m.message for m in regressed_metrics])
+    return latency.verdict, latency.reason
 
 
 def compare_to_baseline(
@@ -316,13 +351,7 @@ def compare_to_baseline(
     extra = extra_rounds_note(len(result.latency.samples_ms), result.rounds)
     if extra:
         steady = f"{steady}; {extra}" if steady else extra
-    new_metrics = result.analysis.metrics
-    changes = []
-    for name in DETERMINISTIC_METRICS:
-        tol = metric_tolerance.get(name, 0.0) if isinstance(metric_tolerance, Mapping) else metric_tolerance
-        change = compare_metric(name, baseline_entry.metrics.get(name), new_metrics.get(name), tol)
-        if change is not None:
-            changes.append(change)
+    changes = _metric_changes(baseline_entry.metrics, result.analysis.metrics, metric_tolerance)
     now_fp = fingerprint(result.environment if environment is None else environment)
     differences = fingerprint_diff(baseline_entry.fingerprint, now_fp, ignore_fingerprint)
     warnings = [
@@ -330,21 +359,7 @@ def compare_to_baseline(
         for label, samples in (("this run", result.latency.samples_ms), ("baseline", baseline_entry.samples_ms))
         for w in noise_warnings(samples, max_regression=max_regression, alpha=alpha)
     ] + drift_warnings
-    regressed_metrics = [m for m in changes if m.regressed]
-    if differences:
-        verdict = "inconclusive"
-        reason = (
-            f"the environment differs from the baseline's ({len(differences)} difference(s), listed below), so the "
-            f"latency comparison is not a fair one; it would have been {latency.verdict!r}. Record a baseline "
-            "on this environment to gate on it."
-        )
-    elif latency.verdict == "regressed" or regressed_metrics:
-        verdict = "regressed"
-        parts = [latency.reason] if latency.verdict == "regressed" else []
-        parts += [m.message for m in regressed_metrics]
-        reason = " ".join(parts)
-    else:
-        verdict, reason = latency.verdict, latency.reason
+    verdict, reason = _overall(latency, changes, differences)
     return RegressionVerdict(
         nodeid=result.nodeid,
         verdict=verdict,

@@ -31,8 +31,6 @@ KNOWN_LONG_FUNCTIONS = {
     "analyzer/metrics.py:compute_metrics",
     "analyzer/rules_transfer.py:transfers",
     "checks.py:evaluate",
-    "regression.py:latency_verdict",
-    "regression.py:compare_to_baseline",
     "stats.py:compare_samples",
 }
 
