@@ -58,21 +58,8 @@ def evaluate(
     m = analysis.metrics
     where = f" Report: {report}" if report else ""
     ev = _evidence(analysis, latency)
-    out: list[CheckResult] = []
-
-    def add(key: str, limit: Any, measured: Any, failed: bool, what: str, fmt: Callable[[Any], str] = str) -> None:
-        status = "failed" if failed else "passed"
-        verb = "exceeds" if failed else "within"
-        msg = f"{key}: {what} {fmt(measured)} {verb} limit {fmt(limit)}."
-        if failed:
-            msg += f" Evidence: {ev}.{where}"
-        out.append(CheckResult(key, status, limit, measured, msg))
-
-    def not_evaluated(key: str, limit: Any, why: str, fail: bool = False) -> None:
-        status = "failed" if fail else "not_evaluated"
-        extra = " GPU collection is required (--inferscope-gpu=required), so this fails." if fail else ""
-        out.append(CheckResult(key, status, limit, None, f"{key}: not evaluated: {why}.{extra}{where if fail else ''}"))
-
+    out = _Results(f" Evidence: {ev}.{where}", where)
+    add, not_evaluated = out.add, out.not_evaluated
     stat = thresholds.get("latency_stat", latency_stat)
     for key, limit in thresholds.items():
         spec = MARKER_KEYS.get(key)
@@ -90,15 +77,10 @@ def evaluate(
             value = latency.get(stat)
             add(key, limit, value, value > limit, f"{stat} latency", lambda v: f"{v:.3f} ms")
         elif key == "expect_bottleneck":
-            got = analysis.bottleneck
-            failed = got != limit
-            msg = f"expect_bottleneck: classified {got} (confidence {analysis.confidence:.2f}), expected {limit}." + (
-                f" Evidence: {ev}.{where}" if failed else ""
-            )
-            out.append(CheckResult(key, "failed" if failed else "passed", limit, got, msg))
+            out.bottleneck(analysis, limit)
         elif key == "expect_fix":
             least = float(thresholds.get("min_fix_saving", MIN_FIX_SAVING))
-            out.append(_expect_fix(analysis, limit, least, gpu_required, f" Evidence: {ev}.{where}"))
+            out.append(_expect_fix(analysis, limit, least, gpu_required, out.evidence))
         elif key == "max_host_memory_mb":
             peak = m.get("mem.rss_peak_mb")
             if peak is None:
@@ -111,17 +93,7 @@ def evaluate(
             else:
                 add(key, limit, overhead, overhead > limit, "estimated profiler overhead", lambda v: f"{100 * v:.2f}%")
         elif key == "max_regression":
-            if regression is None:
-                not_evaluated(key, limit, regression_note)
-            elif regression.verdict == "inconclusive":
-                not_evaluated(key, limit, regression.reason.rstrip("."))
-            else:
-                ratio = regression.latency.ratio
-                status = "failed" if regression.failed else "passed"
-                msg = f"max_regression: {regression.message()}"
-                if regression.failed:
-                    msg += where
-                out.append(CheckResult(key, status, limit, ratio, msg))
+            out.regression(limit, regression, regression_note)
         elif key == "max_gpu_idle":
             idle = m.get("gpu.idle_fraction")
             add(key, limit, idle, (idle or 0.0) > limit, "GPU idle fraction", lambda v: f"{100 * v:.1f}%")
@@ -144,7 +116,40 @@ def evaluate(
             frac = m.get("gpu.transfer_fraction")
             add(key, limit, frac, (frac or 0.0) > limit, "transfer fraction", lambda v: f"{100 * v:.1f}%")
     out.sort(key=lambda c: {"failed": 0, "not_evaluated": 1, "passed": 2}[c.status])
-    return out
+    return list(out)
+
+
+class _Results(list[CheckResult]):
+    """The checks of one test as `evaluate` adds them; failures carry `evidence` (and the report path)."""
+
+    def __init__(self, evidence: str, where: str) -> None:
+        super().__init__()
+        self.evidence, self.where = evidence, where
+
+    def add(self, key: str, limit: Any, value: Any, failed: bool, what: str, fmt: Callable[[Any], str] = str) -> None:
+        verb = "exceeds" if failed else "within"
+        msg = f"{key}: {what} {fmt(value)} {verb} limit {fmt(limit)}." + (self.evidence if failed else "")
+        self.append(CheckResult(key, "failed" if failed else "passed", limit, value, msg))
+
+    def not_evaluated(self, key: str, limit: Any, why: str, fail: bool = False) -> None:
+        status = "failed" if fail else "not_evaluated"
+        extra = " GPU collection is required (--inferscope-gpu=required), so this fails." if fail else ""
+        msg = f"{key}: not evaluated: {why}.{extra}{self.where if fail else ''}"
+        self.append(CheckResult(key, status, limit, None, msg))
+
+    def bottleneck(self, analysis: Analysis, expected: Any) -> None:
+        got, failed = analysis.bottleneck, analysis.bottleneck != expected
+        msg = f"expect_bottleneck: classified {got} (confidence {analysis.confidence:.2f}), expected {expected}."
+        self.append(CheckResult("expect_bottleneck", "failed" if failed else "passed", expected, got,
+                                msg + (self.evidence if failed else "")))  # fmt: skip
+
+    def regression(self, limit: Any, regression: RegressionVerdict | None, note: str) -> None:
+        if regression is None or regression.verdict == "inconclusive":
+            self.not_evaluated("max_regression", limit, note if regression is None else regression.reason.rstrip("."))
+            return
+        msg = f"max_regression: {regression.message()}" + (self.where if regression.failed else "")
+        self.append(CheckResult("max_regression", "failed" if regression.failed else "passed", limit,
+                                regression.latency.ratio, msg))  # fmt: skip
 
 
 @dataclass(frozen=True)
