@@ -253,20 +253,12 @@ def compare_samples(
     p(new faster) < alpha and ratio < 1 / (1 + max_regression). Otherwise unchanged, and the
     reason says which condition failed. The CI is at confidence 1 - alpha.
     """
-    for ok, what, value in (
-        (0.0 < alpha < 1.0, "alpha must be between 0 and 1", alpha),
-        (0.0 <= max_regression < math.inf, "max_regression must be a fraction >= 0 (0.05 = 5%)", max_regression),
-        (min_samples >= 1, "min_samples must be at least 1", min_samples),
-        (max_spread > 0.0, "max_spread must be > 0", max_spread),
-    ):
-        if not ok:
-            raise ValueError(f"{what}, not {value!r}")
+    _check_knobs(alpha, max_regression, min_samples, max_spread)
     base = np.asarray(base_ms, dtype=float).ravel()
     new = np.asarray(new_ms, dtype=float).ravel()
     if not (np.all(np.isfinite(base)) and np.all(np.isfinite(new))):
         raise ValueError("the latency samples contain NaN or infinity")
-    conf = 1.0 - alpha
-    nan = math.nan
+    conf, nan = 1.0 - alpha, math.nan
     bm = float(np.median(base)) if base.size else nan
     nm = float(np.median(new)) if new.size else nan
     ratio, low, high, p_slower, p_faster = nan, nan, nan, nan, nan
@@ -295,22 +287,10 @@ def compare_samples(
     # Rounds that vary too much make the medians imprecise, not a shift of several times their spread
     # unclear: when even the fast new rounds are slower than the slow baseline rounds by more than the
     # allowed regression (10th against 90th percentile), the spread is no reason for doubt.
-    apart = separation(base, new) > 1.0 + max_regression
-    despite = ""
-    for label, s in (("the baseline's", base), ("this run's", new)):
-        spread = rel_spread(s)
-        if not spread <= max_spread and apart and p_slower < alpha:
-            despite = (
-                f" {label.capitalize()} rounds vary by {100 * spread:.0f}% of the median, but even the fast new "
-                "rounds (10th percentile) are slower than the slow baseline ones (90th) by more than that."
-            )
-        elif not spread <= max_spread:
-            return result(
-                "inconclusive",
-                p_dir,
-                f"Spread too high: {label} rounds vary by {100 * spread:.0f}% of the median (IQR/median) "
-                f"> {100 * max_spread:.0f}%, so the medians cannot be compared reliably.",
-            )
+    apart = separation(base, new) > 1.0 + max_regression and p_slower < alpha
+    too_wide, despite = _spread_doubt(base, new, max_spread, apart)
+    if too_wide:
+        return result("inconclusive", p_dir, too_wide)
     change = _pct(ratio - 1.0)
     numbers = f"median {bm:.4g} → {nm:.4g} ms, ratio {ratio:.3f}, {100 * conf:.0f}% CI {low:.3f}–{high:.3f}"
     slower_sig, faster_sig = p_slower < alpha, p_faster < alpha
@@ -337,6 +317,35 @@ def compare_samples(
     else:
         why = f"{change}, not significant (p={p_dir:.2g} ≥ {alpha:g})"
     return result("unchanged", p_dir, f"Unchanged: {why} ({numbers}).")
+
+
+def _check_knobs(alpha: float, max_regression: float, min_samples: int, max_spread: float) -> None:
+    for ok, what, value in (
+        (0.0 < alpha < 1.0, "alpha must be between 0 and 1", alpha),
+        (0.0 <= max_regression < math.inf, "max_regression must be a fraction >= 0 (0.05 = 5%)", max_regression),
+        (min_samples >= 1, "min_samples must be at least 1", min_samples),
+        (max_spread > 0.0, "max_spread must be > 0", max_spread),
+    ):
+        if not ok:
+            raise ValueError(f"{what}, not {value!r}")
+
+
+def _spread_doubt(base: np.ndarray, new: np.ndarray, max_spread: float, apart: bool) -> tuple[str, str]:
+    """(why the spread makes the medians incomparable, or ''; the note when a clear separation overrides it)."""
+    despite = ""
+    for label, s in (("the baseline's", base), ("this run's", new)):
+        spread = rel_spread(s)
+        if not spread <= max_spread and apart:
+            despite = (
+                f" {label.capitalize()} rounds vary by {100 * spread:.0f}% of the median, but even the fast new "
+                "rounds (10th percentile) are slower than the slow baseline ones (90th) by more than that."
+            )
+        elif not spread <= max_spread:
+            return (
+                f"Spread too high: {label} rounds vary by {100 * spread:.0f}% of the median (IQR/median) "
+                f"> {100 * max_spread:.0f}%, so the medians cannot be compared reliably."
+            ), despite
+    return "", despite
 
 
 def _u_threshold(n: int, alpha: float) -> float:

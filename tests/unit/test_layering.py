@@ -30,7 +30,6 @@ KNOWN_LONG_MODULES: set[str] = set()
 KNOWN_LONG_FUNCTIONS = {
     "analyzer/metrics.py:compute_metrics",
     "analyzer/rules_transfer.py:transfers",
-    "stats.py:compare_samples",
 }
 
 
