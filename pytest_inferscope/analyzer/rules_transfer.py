@@ -5,6 +5,8 @@ Each a small pure function from a `Context` to findings with evidence, like thos
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..events import Kind
@@ -34,20 +36,9 @@ REUSE_BUFFERS = (
 )
 
 
-def transfers(ctx: Context) -> list[Finding]:
-    """Host<->device copies take a large share of the round: bytes, bandwidth against the link, pageable
-    sources, blocking copies and copies that could overlap compute but don't."""
-    if not ctx.has_gpu:
-        return []
-    frac = ctx.metrics.get("gpu.transfer_fraction") or 0.0
-    t = ctx.transfer
-    if frac < TRANSFER_MIN or not t["count"]:
-        return []
-    n = ctx.n_gpu_rounds
-    copy_ms = ctx.per_gpu_round_ms(t["union_ns"])
-    link = t["link_gb_s"]
-    util = t["gb_per_s"] / link if link else 0.0
-    mb = t["bytes"] / n / _MB
+def _transfer_suggestions(ctx: Context, t: dict[str, Any], copy_ms: float, mb: float) -> list[Suggestion]:
+    """transfers' suggestions: pin, make asynchronous, overlap, compact dtypes, keep on the device."""
+    n, link = ctx.n_gpu_rounds, t["link_gb_s"]
     suggestions: list[Suggestion] = []
     if t["pageable_count"]:
         # Pinned, the same bytes would move at about PINNED_EFFICIENCY of the link.
@@ -105,6 +96,24 @@ def transfers(ctx: Context) -> list[Finding]:
             "transfers",
         )
     )
+    return suggestions
+
+
+def transfers(ctx: Context) -> list[Finding]:
+    """Host<->device copies take a large share of the round: bytes, bandwidth against the link, pageable
+    sources, blocking copies and copies that could overlap compute but don't."""
+    if not ctx.has_gpu:
+        return []
+    frac = ctx.metrics.get("gpu.transfer_fraction") or 0.0
+    t = ctx.transfer
+    if frac < TRANSFER_MIN or not t["count"]:
+        return []
+    n = ctx.n_gpu_rounds
+    copy_ms = ctx.per_gpu_round_ms(t["union_ns"])
+    link = t["link_gb_s"]
+    util = t["gb_per_s"] / link if link else 0.0
+    mb = t["bytes"] / n / _MB
+    suggestions = _transfer_suggestions(ctx, t, copy_ms, mb)
     pg = t["pageable_count"]
     summary = (
         f"Copies covered {_pct(frac)} of the measured time: {mb:.1f} MB per round at {t['gb_per_s']:.1f} GB/s, "
