@@ -14,16 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import (
-    DEFAULT_REPORT,
-    EXIT_FAILED,
-    EXIT_OK,
-    CliError,
-    check_report_folder,
-    echo,
-    summary_lines,
-    write_index_with,
-)
+from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report_folder, conclude
 
 if TYPE_CHECKING:
     from ..events import RawTrace
@@ -68,8 +59,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         result, _ = process(src.raw, plan, src.collectors, rules=kineto.RULES, report_dir=report, **common)
     else:
         result, _ = process(src.raw, plan, src.collectors, report_dir=report, **common)
-    write_index_with(report, result, "inferscope analyze")
-    echo("\n".join(summary_lines(result, report)))
+    conclude(report, result, "inferscope analyze")
     return EXIT_FAILED if result.failed_checks else EXIT_OK
 
 

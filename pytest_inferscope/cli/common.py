@@ -109,6 +109,12 @@ def summary_lines(result: TestResult, report: Path) -> list[str]:
     return lines
 
 
+def conclude(report: Path, result: TestResult, tool: str) -> None:
+    """The end of `run` and `analyze`: the folder's index with this result, then the short summary."""
+    write_index_with(report, result, tool)
+    echo("\n".join(summary_lines(result, report)))
+
+
 def write_index_with(report: Path, result: TestResult, tool: str) -> None:
     """Write index.md/index.json for the folder: this result plus the still-readable ones listed before."""
     from ..reporters import ReportFormatError, load_report, write_index

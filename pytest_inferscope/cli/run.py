@@ -12,16 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from .common import (
-    DEFAULT_REPORT,
-    EXIT_FAILED,
-    EXIT_OK,
-    CliError,
-    check_report_folder,
-    echo,
-    summary_lines,
-    write_index_with,
-)
+from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report_folder, conclude
 
 
 @contextmanager
@@ -96,8 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("".join(traceback.format_exception(type(failure), failure, tb)).rstrip(), file=sys.stderr)
     if sink.result is None:  # the analysis itself failed: nothing to summarise
         return EXIT_FAILED
-    write_index_with(report, sink.result, "inferscope run")
-    echo("\n".join(summary_lines(sink.result, report)))
+    conclude(report, sink.result, "inferscope run")
     if failure is not None:
         print(
             f"inferscope run: {args.script} raised {type(failure).__name__}; the report is partial "

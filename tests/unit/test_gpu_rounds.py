@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_trace_rounds import FakeGpu
 
 from pytest_inferscope.collectors.gpu_rounds import (
     AUTO_LEAN_ABOVE,
@@ -80,14 +81,11 @@ def test_trace_with_all_trace_rounds_is_one_error_naming_both(tmp_path: Path) ->
     assert resolve(cli={"gpu_rounds": "auto", "trace_rounds": "all"}, ini={}, env={}, rootdir=tmp_path)
 
 
-class _RecordingGpu:
+class _RecordingGpu(FakeGpu):
     """A GPU backend whose every body call leaves `per_call` 1 µs kernel records, handed over by flush or stop."""
 
-    name = "fake"
-
     def __init__(self, per_call: int, flushes: bool = True) -> None:
-        self.bus_ids: list[str] = []
-        self.calls: list[str] = []
+        super().__init__()
         self.per_call, self.pending, self.ready, self.t = per_call, 0, 0, 0
         if not flushes:
             self.flush = None  # type: ignore[assignment]  # a backend that can only stop
@@ -96,18 +94,12 @@ class _RecordingGpu:
         self.calls.append("body")
         self.pending += self.per_call
 
-    def start(self) -> None:
-        self.calls.append("start")
-
-    def set_api_records(self, on: bool) -> None:
-        self.calls.append(f"api {'on' if on else 'off'}")
-
     def flush(self) -> None:
         self.calls.append("flush")
         self.ready, self.pending = self.ready + self.pending, 0
 
     def stop(self) -> None:
-        self.calls.append("stop")
+        super().stop()
         self.ready, self.pending = self.ready + self.pending, 0
 
     def drain(self) -> tuple[np.ndarray, list[str]]:
@@ -118,18 +110,6 @@ class _RecordingGpu:
         self.t += 2_000 * self.ready
         self.ready = 0
         return recs, ["k"]
-
-    def dropped(self) -> int:
-        return 0
-
-    def timestamp(self) -> int:
-        return 0
-
-    def synchronize(self) -> None:
-        pass
-
-    def version(self) -> str:
-        return "fake 1"
 
 
 def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float) -> TestResult:
