@@ -16,7 +16,7 @@ from .results import Analysis, CheckResult, LatencyStats
 __all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "evaluate", "validate_marker"]
 
 if TYPE_CHECKING:
-    from .regression import RegressionVerdict
+    from .results import RegressionVerdict
 
 
 #: Deterministic per-round counts: the same every run of the same code, so CI can gate on them tightly.

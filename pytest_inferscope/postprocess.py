@@ -14,10 +14,10 @@ from .baseline import BaselineEntry
 from .checks import Plan, evaluate
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
-from .regression import RegressionVerdict, compare_to_baseline
+from .regression import compare_to_baseline
 from .reporters import write_test_reports
 from .reporters.files import slugify
-from .results import Analysis, CollectorInfo, LatencyStats, TestResult
+from .results import Analysis, CollectorInfo, LatencyStats, RegressionVerdict, TestResult
 
 
 @dataclass
@@ -134,7 +134,7 @@ def judge(
         partial_reason=partial_reason,
         marks=_marks(timeline),
         environment=environment,
-        regression=regression.to_dict() if regression is not None else None,
+        regression=regression,
     )
     return Judged(result, timeline, ctx)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ from .drift import (
     steady_mask,
     steady_rounds,
 )
-from .results import TestResult
+from .results import RegressionVerdict, TestResult
 from .stats import (
     Comparison,
     MetricChange,
@@ -41,80 +40,6 @@ from .stats import (
     noise_warnings,
     separation,
 )
-
-
-@dataclass
-class RegressionVerdict:
-    """One test against its baseline entry: the verdict, the latency comparison and everything else that moved."""
-
-    nodeid: str
-    verdict: str  # "regressed" | "improved" | "unchanged" | "inconclusive"
-    reason: str
-    latency: Comparison
-    metric_changes: list[MetricChange] = field(default_factory=list)
-    bottleneck_before: str = ""
-    bottleneck_after: str = ""
-    fingerprint_differences: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    baseline_name: str = ""
-    baseline_timestamp: str = ""
-    steady: str = ""  # which rounds the speed probe let through, when it was used
-    noise_floor: float | None = None  # ratio a shift must clear, from the baseline's history
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict == "regressed"
-
-    @property
-    def bottleneck_changed(self) -> bool:
-        return self.bottleneck_before != self.bottleneck_after
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (for report.json and xdist's workeroutput)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["latency"] = self.latency.to_dict()
-        d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
-        d["bottleneck_changed"] = self.bottleneck_changed
-        return d
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RegressionVerdict:
-        known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in known}
-        kw["latency"] = Comparison.from_dict(data["latency"])
-        kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes", [])]
-        return cls(**kw)
-
-    def message(self) -> str:
-        """The explanation for a test failure (or a report line): the verdict and the evidence behind it."""
-        c = self.latency
-        against = f"baseline {self.baseline_name!r}" if self.baseline_name else "the baseline"
-        if self.baseline_timestamp:
-            against += f" (recorded {self.baseline_timestamp})"
-        head = {
-            "regressed": "Performance regression against",
-            "improved": "Faster than",
-            "unchanged": "No significant change against",
-            "inconclusive": "Inconclusive comparison with",
-        }[self.verdict]
-        lines = [f"{head} {against}: {self.reason}"]
-        if math.isfinite(c.ratio):
-            lines.append(
-                f"  latency: median {c.base_median:.4g} ms ({c.base_n} rounds) → {c.new_median:.4g} ms "
-                f"({c.new_n} rounds), {100 * (c.ratio - 1):+.1f}% (ratio {c.ratio:.3f}, "
-                f"{100 * c.confidence:.0f}% CI {c.ci_low:.3f}–{c.ci_high:.3f}); one-sided Mann–Whitney "
-                f"p={c.p_value:.2g} (alpha {c.alpha:g}); allowed regression {100 * c.max_regression:.3g}%."
-            )
-        if self.steady:
-            lines.append(f"  machine speed: {self.steady}.")
-        if self.noise_floor is not None:
-            lines.append(f"  run-to-run noise floor: ratio {self.noise_floor:.3f} (from the baseline's history).")
-        lines += [f"  metric: {m.message}" for m in self.metric_changes]
-        if self.bottleneck_changed:
-            lines.append(f"  bottleneck: {self.bottleneck_before or 'none'} → {self.bottleneck_after or 'none'}.")
-        lines += [f"  environment: {d}" for d in self.fingerprint_differences]
-        lines += [f"  warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
 
 
 def _median(samples: Sequence[float]) -> float:
@@ -396,10 +321,11 @@ def gate_blind_notes(results: Sequence[TestResult], *, alpha: float, saving: boo
 
 def environment_note(result: TestResult) -> str | None:
     """The summary line for a test compared with a baseline recorded in another environment, or None."""
-    diffs = (result.regression or {}).get("fingerprint_differences") or []
-    if not diffs:
+    reg = result.regression
+    diffs = reg.fingerprint_differences if reg is not None else []
+    if reg is None or not diffs:
         return None
-    name = (result.regression or {}).get("baseline_name", "")
+    name = reg.baseline_name
     return (
         f"inferscope: environment differs from baseline {name!r} ({'; '.join(diffs)}): "
         "latency was not compared (inconclusive) for the tests it recorded elsewhere"

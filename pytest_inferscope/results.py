@@ -11,8 +11,11 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from .stats import Comparison, MetricChange
 
 #: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15).
 SCHEMA_VERSION = 2
@@ -75,6 +78,8 @@ def _plain(value: Any) -> Any:
     if t is list or t is tuple:
         return [_plain(v) for v in value]
     names = _FIELDS.get(t) or field_names(t)
+    if names is not None and t in _SELF_SERIAL:
+        return value.to_dict()
     if names is not None:
         return {name: _plain(getattr(value, name)) for name in names}
     if isinstance(value, dict):
@@ -103,6 +108,8 @@ def _build(tp: Any, data: Any) -> Any:
     if origin is dict:
         _, arg = typing.get_args(tp)
         return {k: _build(arg, v) for k, v in data.items()}
+    if tp in _SELF_SERIAL:
+        return tp.from_dict(data)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         hints = typing.get_type_hints(tp)
         kwargs = {f.name: _build(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data}
@@ -314,6 +321,80 @@ class ClockFit(_Serial):
 
 
 @dataclass
+class RegressionVerdict:
+    """One test against its baseline entry: the verdict, the latency comparison and everything else that moved."""
+
+    nodeid: str
+    verdict: str  # "regressed" | "improved" | "unchanged" | "inconclusive"
+    reason: str
+    latency: Comparison
+    metric_changes: list[MetricChange] = field(default_factory=list)
+    bottleneck_before: str = ""
+    bottleneck_after: str = ""
+    fingerprint_differences: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    baseline_name: str = ""
+    baseline_timestamp: str = ""
+    steady: str = ""  # which rounds the speed probe let through, when it was used
+    noise_floor: float | None = None  # ratio a shift must clear, from the baseline's history
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "regressed"
+
+    @property
+    def bottleneck_changed(self) -> bool:
+        return self.bottleneck_before != self.bottleneck_after
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for report.json and xdist's workeroutput; `_plain` calls it for a TestResult)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["latency"] = self.latency.to_dict()
+        d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
+        d["bottleneck_changed"] = self.bottleneck_changed
+        return typing.cast(dict[str, Any], _plain(d))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RegressionVerdict:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        kw["latency"] = Comparison.from_dict(data["latency"])
+        kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes", [])]
+        return cls(**kw)
+
+    def message(self) -> str:
+        """The explanation for a test failure (or a report line): the verdict and the evidence behind it."""
+        c = self.latency
+        against = f"baseline {self.baseline_name!r}" if self.baseline_name else "the baseline"
+        if self.baseline_timestamp:
+            against += f" (recorded {self.baseline_timestamp})"
+        head = {
+            "regressed": "Performance regression against",
+            "improved": "Faster than",
+            "unchanged": "No significant change against",
+            "inconclusive": "Inconclusive comparison with",
+        }[self.verdict]
+        lines = [f"{head} {against}: {self.reason}"]
+        if math.isfinite(c.ratio):
+            lines.append(
+                f"  latency: median {c.base_median:.4g} ms ({c.base_n} rounds) → {c.new_median:.4g} ms "
+                f"({c.new_n} rounds), {100 * (c.ratio - 1):+.1f}% (ratio {c.ratio:.3f}, "
+                f"{100 * c.confidence:.0f}% CI {c.ci_low:.3f}–{c.ci_high:.3f}); one-sided Mann–Whitney "
+                f"p={c.p_value:.2g} (alpha {c.alpha:g}); allowed regression {100 * c.max_regression:.3g}%."
+            )
+        if self.steady:
+            lines.append(f"  machine speed: {self.steady}.")
+        if self.noise_floor is not None:
+            lines.append(f"  run-to-run noise floor: ratio {self.noise_floor:.3f} (from the baseline's history).")
+        lines += [f"  metric: {m.message}" for m in self.metric_changes]
+        if self.bottleneck_changed:
+            lines.append(f"  bottleneck: {self.bottleneck_before or 'none'} → {self.bottleneck_after or 'none'}.")
+        lines += [f"  environment: {d}" for d in self.fingerprint_differences]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+@dataclass
 class TestResult(_Serial):
     """Everything about one profiled test; what reporters render and xdist ships."""
 
@@ -337,10 +418,14 @@ class TestResult(_Serial):
     marks: list[dict[str, Any]] = field(default_factory=list)  # mark_event()s: name, t_ms, attrs
     environment: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # "md" -> path, relative to the report dir
-    regression: dict[str, Any] | None = None  # RegressionVerdict.to_dict() when compared with a baseline
+    regression: RegressionVerdict | None = None  # when compared with a baseline (regression.compare_to_baseline)
     ab: dict[str, Any] | None = None  # ab.paired.ABVerdict.to_dict() with --inferscope-ab / --inferscope-ab-python
     schema_version: int = SCHEMA_VERSION
 
     @property
     def failed_checks(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "failed"]
+
+
+#: Dataclasses that serialise themselves (their own to_dict / from_dict: NaN kept as None and back).
+_SELF_SERIAL: frozenset[type] = frozenset({RegressionVerdict})

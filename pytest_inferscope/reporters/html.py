@@ -22,7 +22,7 @@ import jinja2
 from markupsafe import Markup
 
 from ..merger import Timeline
-from ..results import LatencyStats, TestResult
+from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_open
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
 from .markdown import TEMPLATES, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
@@ -119,15 +119,18 @@ def _assets() -> dict[str, Markup]:
     return out
 
 
-def latency_chart(lat: LatencyStats, regression: dict[str, Any] | None, width: int = 560, height: int = 150) -> Markup:
+def latency_chart(
+    lat: LatencyStats, regression: RegressionVerdict | None, width: int = 560, height: int = 150
+) -> Markup:
     """An inline SVG: one bar per round (warm-up grey, trace rounds hatched), this run's median, and the baseline's."""
     samples = [("warm-up", x) for x in lat.warmup_ms] + [("round", x) for x in lat.samples_ms]
     samples += [("trace", x) for x in lat.trace_ms]  # after the measured rounds, as they ran
     samples = [(k, x) for k, x in samples if x is not None and math.isfinite(x)]
     if not samples:
         return Markup('<p class="muted">No round completed: nothing to chart.</p>')
-    base = (regression or {}).get("latency") or {}
-    base_median = base.get("base_median")
+    base_median = regression.latency.base_median if regression is not None else None
+    if base_median is not None and not math.isfinite(base_median):
+        base_median = None
     # Scaled to the measured rounds (and the baseline): a slow first warm-up must not flatten them;
     # a bar above the scale is cut, marked, and keeps its value in its tooltip.
     scaled = [x for k, x in samples if k == "round"] or [x for _, x in samples]
@@ -169,8 +172,8 @@ def latency_chart(lat: LatencyStats, regression: dict[str, Any] | None, width: i
                 f"▲<title>{label}: {fmt_ms(v)} ms, above the scale</title></text>"
             )
     lines = [("median", lat.median, "this run's median")]
-    if isinstance(base_median, int | float) and math.isfinite(base_median):
-        lines.append(("baseline", float(base_median), f"baseline {(regression or {}).get('baseline_name', '')} median"))
+    if base_median is not None and regression is not None:
+        lines.append(("baseline", float(base_median), f"baseline {regression.baseline_name} median"))
     for cls, v, what in lines:
         if v is None or not math.isfinite(v):
             continue

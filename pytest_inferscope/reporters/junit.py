@@ -43,12 +43,11 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
         props.append(("inferscope.marks", str(len(result.marks))))
     reg = result.regression
     if reg is not None:
-        comparison = reg.get("latency") or {}
         props += [
-            ("inferscope.regression.verdict", str(reg.get("verdict"))),
-            ("inferscope.regression.ratio", _num(comparison.get("ratio"))),
-            ("inferscope.regression.p_value", _num(comparison.get("p_value"))),
-            ("inferscope.regression.baseline", str(reg.get("baseline_name", ""))),
+            ("inferscope.regression.verdict", reg.verdict),
+            ("inferscope.regression.ratio", _num(reg.latency.ratio)),
+            ("inferscope.regression.p_value", _num(reg.latency.p_value)),
+            ("inferscope.regression.baseline", reg.baseline_name),
         ]
     ab = result.ab
     if ab is not None:

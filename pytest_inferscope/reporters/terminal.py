@@ -105,9 +105,9 @@ def vs_baseline(result: TestResult) -> str:
     reg = result.regression
     if reg is None:
         return "—"
-    ratio = (reg.get("latency") or {}).get("ratio")
+    ratio = reg.latency.ratio
     change = f"{100 * (ratio - 1):+.1f}% " if isinstance(ratio, float) and math.isfinite(ratio) else ""
-    return f"{change}{reg.get('verdict')}"
+    return f"{change}{reg.verdict}"
 
 
 def vs_ref(result: TestResult) -> str:

@@ -4,6 +4,7 @@ decodes it), idle gaps and their causes, escaping, self-containment, and the rep
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import re
@@ -40,9 +41,11 @@ from pytest_inferscope.results import (
     EventRef,
     Finding,
     LatencyStats,
+    RegressionVerdict,
     Suggestion,
     TestResult,
 )
+from pytest_inferscope.stats import Comparison
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -413,8 +416,11 @@ def test_latency_chart_draws_every_round_and_the_baseline() -> None:
     svg = latency_chart(lat, None)
     assert svg.count('<rect class="bar"') == 3 and svg.count('<rect class="warm"') == 1
     assert 'class="median"' in svg and 'class="baseline"' not in svg
-    compared = latency_chart(lat, {"baseline_name": "main", "latency": {"base_median": 9.0}})
+    c = Comparison("unchanged", 11 / 9, 1.1, 1.3, 0.2, "", 9.0, 11.0, 3, 3)
+    compared = latency_chart(lat, RegressionVerdict("t", "unchanged", "", c, baseline_name="main"))
     assert 'class="baseline"' in compared and "baseline main median: 9.00 ms" in compared
+    nan = dataclasses.replace(c, base_median=math.nan)  # a baseline without rounds: no line
+    assert 'class="baseline"' not in latency_chart(lat, RegressionVerdict("t", "inconclusive", "", nan))
     assert "nothing to chart" in latency_chart(LatencyStats.from_samples([]), None)
     heights = [float(h) for h in re.findall(r'class="bar" x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)"', svg)]
     assert heights == sorted(heights) and not math.isclose(heights[0], heights[-1])

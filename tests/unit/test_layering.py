@@ -133,7 +133,7 @@ def test_the_cycle_finder_finds_a_cycle_and_only_it() -> None:
 
 def test_the_graph_sees_relative_lazy_and_type_only_imports() -> None:
     assert f"{ROOT}.merger" in GRAPH[f"{ROOT}.analyzer"]  # from ..merger import Timeline
-    assert f"{ROOT}.regression" in GRAPH[f"{ROOT}.checks"]  # under if TYPE_CHECKING
+    assert f"{ROOT}.options" in GRAPH[f"{ROOT}.reporters.terminal"]  # only under if TYPE_CHECKING
     assert f"{ROOT}.cli.compare" in GRAPH[f"{ROOT}.cli"]  # inside build_parser()
 
 
