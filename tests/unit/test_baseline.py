@@ -410,3 +410,20 @@ def test_verdict_round_trips_as_plain_data() -> None:
     back = RegressionVerdict.from_dict(data)
     assert back.message() == v.message()
     assert back.metric_changes == v.metric_changes and back.verdict == v.verdict
+
+
+def test_a_test_results_regression_verdict_is_typed_and_round_trips_as_plain_data() -> None:
+    """report.json and xdist carry the verdict as plain data (NaN as null), and it comes back typed."""
+    from pytest_inferscope.results import Analysis, LatencyStats, TestResult
+    from pytest_inferscope.stats import Comparison
+
+    c = Comparison("inconclusive", math.nan, math.nan, math.nan, math.nan, "no rounds", 1.0, math.nan, 3, 0)
+    verdict = RegressionVerdict("t", "inconclusive", "no rounds", c, bottleneck_before="a", bottleneck_after="b")
+    result = TestResult("t", "t", "passed", "pass", 1, 0, LatencyStats.from_samples([1.0]), Analysis("x", 0.5),
+                        regression=verdict)  # fmt: skip
+    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert data["regression"]["bottleneck_changed"] is True and data["regression"]["latency"]["ratio"] is None
+    back = TestResult.from_dict(data).regression
+    assert (
+        isinstance(back, RegressionVerdict) and math.isnan(back.latency.ratio) and back.message() == verdict.message()
+    )
