@@ -88,7 +88,7 @@ def python_side(sizes: list[int], reps: int, out: Path) -> Path:
             timeline_payload(tl, gaps)
             payload.append((time.perf_counter() - t) * 1e3)
             t = time.perf_counter()
-            top_kernels(tl, 17)
+            top_kernels(tl)
             kernels.append((time.perf_counter() - t) * 1e3)
         size = path.stat().st_size
         print(

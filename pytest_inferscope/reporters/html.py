@@ -49,7 +49,7 @@ def write_html_report(
     page = _env().get_template("report.html.j2").render(
         r=result, lat=result.latency, a=result.analysis, verdict=verdict_label(result),
         suggestions=sorted(result.analysis.suggestions, key=lambda s: -(s.saving_ms or 0.0)),
-        kernels=top_kernels(timeline, len(result.latency.samples_ms), f=fields) if timeline is not None else [],
+        kernels=top_kernels(timeline, f=fields) if timeline is not None else [],
         chart=latency_chart(result.latency, result.regression),
         manifest=_script_json(payload.manifest if payload is not None else None),
         data=Markup(_DATA_MARK), assets=_assets(), idle=_idle_summary(result, payload, gaps), cats=CATS,

@@ -30,11 +30,12 @@ import numpy as np
 
 from ..events import CopyKind, Kind, unpack_copy_flags
 from ..merger import Timeline
+from ..rounds import RoundKind, kinds_of
 from .trace import _unique
 
 #: Colour categories, by lane kind; the index is the `cat` value. The browser has the same lists.
 CATS: dict[str, list[str]] = {
-    "rounds": ["test", "round", "warm-up round", "mark"],
+    "rounds": ["test", "measured round", "round not measured (warm-up, profile, trace)", "mark"],
     "scopes": ["scope"],
     "modules": ["module"],
     "python": ["sample", "call"],
@@ -145,8 +146,9 @@ def _table(kinds: tuple[int, ...]) -> np.ndarray:
 def _cpu_cats(name: str, f: Fields, rows: np.ndarray) -> np.ndarray:
     k = f["kind"][rows]
     if name == "rounds":
-        warm = (f["flags"][rows] & 1) != 0
-        return np.select([k == Kind.TEST, k == Kind.MARK, warm], [0, 3, 2], 1).astype(np.uint8)
+        unmeasured = k == Kind.ROUND
+        unmeasured[unmeasured] = kinds_of(f["flags"][rows][unmeasured]) != RoundKind.MEASURED
+        return np.select([k == Kind.TEST, k == Kind.MARK, unmeasured], [0, 3, 2], 1).astype(np.uint8)
     if name == "python":
         return (k == Kind.CALL).astype(np.uint8)
     if name == "runtime":
@@ -378,17 +380,21 @@ def timeline_payload(tl: Timeline, gaps: Gaps | None = None, f: Fields | None = 
     return encode(tl, lanes, f)
 
 
-def top_kernels(tl: Timeline, measured_rounds: int, limit: int = 15, f: Fields | None = None) -> list[dict[str, Any]]:
-    """The kernels with the most GPU time inside the measured rounds, per round, longest first."""
+def top_kernels(tl: Timeline, limit: int = 15, f: Fields | None = None) -> list[dict[str, Any]]:
+    """The kernels with the most GPU time inside the rounds GPU activity is read from, per round, longest first.
+
+    Those are the measured rounds; in lean mode (meta "gpu_rounds": "trace", the measured rounds timed
+    without CUPTI) the profile rounds, or the trace rounds of traces recorded before there were any.
+    A trace with none of those counts all its rounds, and one with no ROUND span all its kernels as one round.
+    """
     f = f or Fields(tl.events)
     kind = f["kind"]
     k = np.flatnonzero(kind == Kind.KERNEL)
     if not len(k):
         return []
-    r = np.flatnonzero(kind == Kind.ROUND)
-    measured = r[(f["flags"][r] & 1) == 0]
-    if len(measured):
-        rs, re_ = f["start"][measured], f["end"][measured]
+    rounds = gpu_rounds(tl, f)
+    if len(rounds):
+        rs, re_ = f["start"][rounds], f["end"][rounds]
         order = np.argsort(rs)
         rs, re_ = rs[order], re_[order]
         pos = np.searchsorted(rs, f["start"][k], side="right") - 1
@@ -396,7 +402,7 @@ def top_kernels(tl: Timeline, measured_rounds: int, limit: int = 15, f: Fields |
         k = k[inside]
     if not len(k):
         return []
-    n = max(1, measured_rounds)
+    n = max(1, len(rounds))
     names = f["name"][k]
     dur = (f["end"][k] - f["start"][k]).astype(np.float64)
     total = np.bincount(names, weights=dur)
@@ -415,3 +421,17 @@ def top_kernels(tl: Timeline, measured_rounds: int, limit: int = 15, f: Fields |
         }
         for i in top.tolist()
     ]
+
+
+def gpu_rounds(tl: Timeline, f: Fields | None = None) -> np.ndarray:
+    """Indices of the ROUND spans GPU activity is read from (see `top_kernels`)."""
+    f = f or Fields(tl.events)
+    r = np.flatnonzero(f["kind"] == Kind.ROUND)
+    kinds = kinds_of(f["flags"][r])
+    wanted = [RoundKind.MEASURED]
+    if tl.meta.get("gpu_rounds") == "trace":
+        wanted = [RoundKind.PROFILE, RoundKind.TRACE, RoundKind.MEASURED]
+    for kind in wanted:
+        if np.any(kinds == kind):
+            return r[kinds == kind]
+    return r  # only warm-up rounds, say: all of them

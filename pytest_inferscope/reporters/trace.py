@@ -36,6 +36,7 @@ import numpy as np
 
 from ..events import CopyKind, Kind, MemoryKind, unpack_copy_flags
 from ..merger import Timeline
+from ..rounds import RoundKind, kinds_of
 from . import rowwriter
 from .files import atomic_open
 from .rowwriter import Column, Piece, Tail
@@ -234,9 +235,18 @@ def _host_rows(rows: _Rows, frames: _Frames) -> None:
         sel = np.flatnonzero(c.kind == k)
         t, cols = rows.span(cat, False)
         if k == Kind.ROUND:
-            warmup = np.zeros(len(ev), dtype=np.uint8)  # full length, as `rows` wants, but filled only here
-            warmup[sel] = ev["flags"][sel] & 1
-            t, cols = t + b',"args":{"round":#,"warmup":#}', [*cols, (ev["value"], False), (warmup, False)]
+            kinds = kinds_of(ev["flags"][sel])
+            t += b',"args":{"round":#,"kind":"%s"},'
+            for kind in np.unique(kinds).tolist():  # a few rounds: one template per kind
+                name = RoundKind(kind).name.lower().encode()
+                rows(
+                    sel[kinds == kind],
+                    t % name,
+                    [*cols, (ev["value"], False)],
+                    c.name[sel[kinds == kind]],
+                    rows.name_tail,
+                )
+            continue
         rows(sel, t + b",", cols, c.name[sel], rows.name_tail)
     # A sample's name is its folded stack "outer;...;leaf": the slice shows the leaf and points
     # ("sf") into the shared stackFrames tree instead of repeating the stack in every row.

@@ -45,6 +45,7 @@ from pytest_inferscope.results import (
     Suggestion,
     TestResult,
 )
+from pytest_inferscope.rounds import RoundKind, kind_flags
 from pytest_inferscope.stats import Comparison
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +119,14 @@ def gpu_timeline() -> Timeline:
     for r in range(2):
         t = r * 10 * MS
         rows += [
-            ev(Kind.ROUND, t, t + 10 * MS, name=1, value=r, flags=1 if r == 0 else 0),
+            ev(
+                Kind.ROUND,
+                t,
+                t + 10 * MS,
+                name=1,
+                value=r,
+                flags=kind_flags(RoundKind.WARMUP if r == 0 else RoundKind.MEASURED),
+            ),
             ev(Kind.SCOPE, t + MS, t + 9 * MS, name=2),
             ev(Kind.SCOPE, t + 2 * MS, t + 4 * MS, name=3),  # nested in "forward"
             ev(Kind.MODULE, t + 2 * MS, t + 8 * MS, name=12),
@@ -235,7 +243,7 @@ def test_lanes_host_above_gpu_one_per_stream_with_nesting_rows(tmp_path: Path) -
     assert lane_columns(lanes["test thread 7 · scopes"], blob)["depth"].tolist() == [0, 1] * 2
     rounds = lane_columns(lanes["test thread 7 · rounds"], blob)
     cats = [CATS["rounds"][int(c)] for c in rounds["cat"]]
-    assert cats == ["test", "warm-up round", "mark", "round", "mark"]
+    assert cats == ["test", "round not measured (warm-up, profile, trace)", "mark", "measured round", "mark"]
     runtime = lane_columns(lanes["test thread 7 · runtime API"], blob)
     names = [manifest["strings"][int(n)] for n in runtime["name"]]
     assert [CATS["runtime"][int(c)] for c in runtime["cat"]][names.index("cudaStreamSynchronize")] == "synchronize"
@@ -396,10 +404,40 @@ def test_header_findings_suggestions_and_tables(tmp_path: Path) -> None:
 
 
 def test_top_kernels_count_the_measured_rounds_only() -> None:
-    (gemm, softmax) = top_kernels(gpu_timeline(), measured_rounds=1)
+    (gemm, softmax) = top_kernels(gpu_timeline())
     assert gemm["name"] == "gemm" and gemm["count_per_round"] == 2 and gemm["ms_per_round"] == pytest.approx(1.0)
     assert softmax["count_per_round"] == 1 and softmax["share"] == pytest.approx(1 / 3)
     assert gemm["mean_us"] == pytest.approx(500.0) and gemm["max_us"] == pytest.approx(500.0)
+
+
+def lean_timeline() -> Timeline:
+    """Lean mode: a warm-up and two measured rounds timed without CUPTI, then a settling and two profile rounds."""
+    kinds = [RoundKind.WARMUP, RoundKind.MEASURED, RoundKind.MEASURED, RoundKind.SETTLING, RoundKind.PROFILE,
+             RoundKind.PROFILE]  # fmt: skip
+    rows = [ev(Kind.TEST, 0, 60 * MS, name=0)]
+    for r, kind in enumerate(kinds):
+        t = r * 10 * MS
+        rows.append(ev(Kind.ROUND, t, t + 10 * MS, name=1, value=r, flags=kind_flags(kind)))
+        if kind in (RoundKind.WARMUP, RoundKind.SETTLING, RoundKind.PROFILE):  # CUPTI on
+            rows.append(ev(Kind.KERNEL, t + MS, t + 3 * MS, name=5, device=0, stream=7, tid=-1))
+    tl = timeline(rows)
+    tl.meta["gpu_rounds"] = "trace"
+    return tl
+
+
+def test_top_kernels_of_a_lean_trace_count_the_profile_rounds_only() -> None:
+    (gemm,) = top_kernels(lean_timeline())  # not the warm-up's, nor the settling round's
+    assert gemm["count_per_round"] == 1 and gemm["ms_per_round"] == pytest.approx(2.0)
+    measured = timeline([r for r in lean_timeline().events.tolist()])
+    assert top_kernels(measured) == []  # without "gpu_rounds": "trace", the measured rounds: no kernel in them
+
+
+def test_the_rounds_lane_marks_every_round_that_is_not_a_latency_sample() -> None:
+    lane = next(lane for lane in build_lanes(lean_timeline()) if lane.kind == "rounds")
+    labels = CATS["rounds"]
+    cats = [labels[c] for c in lane.cols["cat"][1:].tolist()]  # after the test span
+    unmeasured = labels[2]
+    assert cats == [unmeasured, "measured round", "measured round", unmeasured, unmeasured, unmeasured]
 
 
 def test_latency_chart_is_scaled_to_the_measured_rounds_and_cuts_a_slow_warm_up() -> None:

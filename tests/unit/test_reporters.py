@@ -44,6 +44,7 @@ from pytest_inferscope.results import (
     Suggestion,
     TestResult,
 )
+from pytest_inferscope.rounds import RoundKind, kind_flags
 
 # ---- builders ------------------------------------------------------------------------------
 
@@ -178,8 +179,8 @@ STRINGS = [
 def small_timeline() -> Timeline:
     rows = [
         ev(Kind.TEST, 0, 10_000_000, name=0),
-        ev(Kind.ROUND, 0, 5_000_000, name=1, value=0, flags=1),
-        ev(Kind.ROUND, 5_000_000, 10_000_000, name=1, value=1),
+        ev(Kind.ROUND, 0, 5_000_000, name=1, value=0, flags=kind_flags(RoundKind.WARMUP)),
+        ev(Kind.ROUND, 5_000_000, 10_000_000, name=1, value=1, flags=kind_flags(RoundKind.MEASURED)),
         ev(Kind.SCOPE, 100_000, 4_000_000, name=2),
         ev(Kind.MODULE, 150_000, 3_000_000, name=9),
         ev(Kind.SAMPLE, 200_000, 1_200_000, name=7),
@@ -683,7 +684,8 @@ def test_trace_has_every_event_type_at_the_right_microsecond(tmp_path: Path) -> 
         "src_kind": "pageable",
         "dst_kind": "device",
     }
-    assert by_name["round"]["args"] in ({"round": 0, "warmup": 1}, {"round": 1, "warmup": 0})
+    rounds = sorted((e["args"]["round"], e["args"]["kind"]) for e in evs if e.get("cat") == "round")
+    assert rounds == [(0, "warmup"), (1, "measured")]
     scopes = sorted(e["ts"] for e in evs if e.get("cat") == "scope")
     assert scopes == [-2.5, 100.0]  # negative times keep their sign
     mark = next(e for e in evs if e["ph"] == "i")
