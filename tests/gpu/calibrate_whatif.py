@@ -52,13 +52,19 @@ FIX_WHATIF = {
     "sync_bound": "stream synchronize removed",
 }
 TOLERANCE = 0.25
+#: Where each collection's raw trace is kept (`--save-raw`), to replay its what-ifs offline; None: not kept.
+SAVE_RAW: Path | None = None
 
 
 def collect(name: str, body: Callable[[], Any], rounds: int, warmup: int, choice: Any) -> Any:
     """One collection of `body`, analysed as the plugin does; the `TestResult`."""
     from record_scenarios import run_variant
 
-    _, result = run_variant(name, lambda _st: body(), None, rounds, warmup, choice)
+    raw, result = run_variant(name, lambda _st: body(), None, rounds, warmup, choice)
+    if SAVE_RAW is not None:
+        SAVE_RAW.mkdir(parents=True, exist_ok=True)
+        with open(SAVE_RAW / f"{name}.npz", "wb") as f:
+            raw.save(f)
     return result
 
 
@@ -434,7 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: checks the script only")
     ap.add_argument("--repeats", type=int, default=3, help="slow/fixed pairs per scenario, run in alternation")
     ap.add_argument("--rounds", type=int, default=15, help="measured rounds per variant, at least the scenario's")
+    ap.add_argument("--save-raw", type=Path, help="keep each collection's raw trace here (<name>.npz)")
     args = ap.parse_args(argv)
+    global SAVE_RAW
+    SAVE_RAW = args.save_raw
 
     import torch
 
