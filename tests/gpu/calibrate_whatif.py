@@ -63,7 +63,7 @@ def collect(name: str, body: Callable[[], Any], rounds: int, warmup: int, choice
     raw, result = run_variant(name, lambda _st: body(), None, rounds, warmup, choice)
     if SAVE_RAW is not None:
         SAVE_RAW.mkdir(parents=True, exist_ok=True)
-        with open(SAVE_RAW / f"{name}.npz", "wb") as f:
+        with open(SAVE_RAW / f"{name.replace('+', '__')}.npz", "wb") as f:
             raw.save(f)
     return result
 
