@@ -242,7 +242,7 @@ class Modes:
             coll = Collection(options, choice, name=mode)
             self._start(coll, mode)
             if choice.collector is not None and coll.gpu is None:
-                raise RuntimeError(f"{mode} did not collect: {coll.gpu_error}")
+                raise RuntimeError(f"{mode} did not collect: {coll.gpu_session.error}")
             coll.run_rounds(fn, CALLS, WARMUP)
             raw = coll.stop()
             t1 = now()

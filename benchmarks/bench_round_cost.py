@@ -307,7 +307,7 @@ def each_op(torch: Any, modes: Modes, n: int) -> dict[str, float]:
         for k, v in ops.items():
             out[f"{k}, CUPTI on"] = per(v)
         out["CUPTI timestamp, CUPTI on"] = per(modes.native.collector.timestamp)
-        out["clock pair (3 readings), CUPTI on"] = per(coll._clock_pair)
+        out["clock pair (3 readings), CUPTI on"] = per(coll.gpu_session.clock_pair)
     finally:
         coll.stop()
     return out

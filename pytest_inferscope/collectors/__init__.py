@@ -9,7 +9,6 @@ function call and record nothing.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -19,16 +18,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ..buffer import GPU_RING, TraceBuffer
+from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
 from ..rounds import RoundKind, kind_flags, row_kind
-from ..warning import warn_once
 from .cpu import Sampler, Tracer
 from .devsync import DeviceSync
-from .gpu import Choice, GpuBackendError
-from .gpu_rounds import GpuRoundsDecision, busy_ns, decide_auto, trace_setting, work_records
-from .link import link_meta
+from .gpu import Choice, GpuBackendError, GpuCollector
+from .gpu_session import GpuSession
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
 from .schedule import RoundSchedule, Steadying, after_measured, run
@@ -122,9 +119,8 @@ class Collection:
         self.options = options
         self.name = name
         self.buffer = TraceBuffer(size_mb=options.trace_size_mb, spill_dir=options.trace_spill)
-        self.gpu_choice = gpu
-        self.gpu = gpu.collector if gpu is not None else None
-        self.gpu_error = ""
+        #: The GPU backend across the collection: its start, pauses, launch-call switches, clock pairs, stop.
+        self.gpu_session = GpuSession(gpu, self.buffer, options)
         self.memory = MemoryCollector()
         self.proc: ProcFiles | None = None  # open while collecting, on the thread that started
         self._devsync = DeviceSync()  # the end-of-round wait when no GPU backend collects
@@ -134,17 +130,9 @@ class Collection:
         self.modules: ModuleTracker | None = None
         self.modules_note = "off"
         self.rounds: list[dict[str, Any]] = []
-        self.clock_pairs: list[tuple[int, int]] = []
         self.t0 = 0
         self.t_end = 0
         self._running = False
-        #: Whether launch calls are being recorded now, and how the collection used them (for the header).
-        self.api_on = True
-        self.api_note = ""
-        #: Whether CUPTI records now; which rounds recorded GPU activity, and why (gpu_rounds.py).
-        self.gpu_recording = False
-        self.gpu_rounds: GpuRoundsDecision | None = None
-        self._gpu_dropped = 0  # dropped by collections paused before the last one (a start resets the count)
         #: The speed probe's readings around the measured rounds, when they were made up for (drift.measure_steady).
         self.probe_ms: list[float] = []
 
@@ -159,18 +147,11 @@ class Collection:
             )
         tid = threading.get_native_id()
         self.memory.start()
-        lean = self.options.gpu_rounds == "trace" and self.options.lean_trace_rounds is not None
-        if self.gpu is not None and lean:  # CUPTI starts right before the trace rounds
-            assert self.options.lean_trace_rounds is not None
-            self.gpu_rounds = trace_setting(self.options.lean_trace_rounds)
-        elif self.gpu is not None:
-            self.start_gpu(stopping_memory=True)
-        if self.gpu is not None and self.gpu_recording and self.options.trace_rounds is not None:
-            try:
-                self.api_records(False)
-            except Exception as exc:  # then recorded throughout, as before trace rounds: said in the header
-                self.api_on = True
-                self.api_note = f"launch calls recorded in every round (switching them off failed: {exc})"
+        try:
+            self.gpu_session.start()
+        except GpuBackendError:  # required, and it could not start: the test fails here
+            self.memory.stop(0)
+            raise
         if self.options.cpu == "sample":
             self.sampler = Sampler(self.buffer, self.options.sample_interval_ms, threading.get_ident(), tid)
         elif self.options.cpu == "trace":
@@ -190,95 +171,15 @@ class Collection:
         if self.tracer is not None:
             self.tracer.start()
 
-    def start_gpu(self, stopping_memory: bool = False) -> None:
-        """Start the GPU backend (and take a clock pair); a failure degrades to CPU-only, said once."""
-        assert self.gpu is not None
-        try:
-            self.gpu.start()
-            self.gpu_recording = True
-            self._clock_pair()
-        except Exception as exc:  # any backend failure degrades to CPU-only, said once
-            self.gpu_error = f"{self.gpu.name} could not start: {exc}"
-            self.gpu, self.gpu_recording = None, False
-            if not self.options.gpu_required:
-                warn_once(
-                    f"gpu-start:{exc}",
-                    f"inferscope: {self.gpu_error}; GPU activity is not collected for this test (CPU and "
-                    "memory collection continue, and the report says why).",
-                )
-            if self.options.gpu_required:
-                if stopping_memory:
-                    self.memory.stop(0)
-                raise GpuBackendError(
-                    f"GPU collection is required but {self.gpu_error}. Close the other profiler "
-                    "(torch.profiler, Nsight) or run without INFERSCOPE_GPU=required."
-                ) from exc
-
-    def _stop_gpu(self) -> tuple[int, int]:
-        """Synchronise, take a clock pair, stop the backend and keep its records.
-
-        Returns the GPU work records' count and the time the GPU was busy with them (ns).
-        """
-        assert self.gpu is not None
-        if self.gpu_recording:
-            self.gpu.synchronize()
-            self._clock_pair()
-            self.gpu_recording = False
-            self.gpu.stop()
-        return self._keep_gpu_records()
-
-    def _keep_gpu_records(self) -> tuple[int, int]:
-        """Drain the backend into the GPU ring; the work records' count and GPU busy time (ns)."""
-        assert self.gpu is not None
-        records, names = self.gpu.drain()
-        self._gpu_dropped += self.gpu.dropped()
-        if len(records):
-            records = records.copy()
-            records["name"] = self.buffer.strings.remap(names)[records["name"]]
-            self.buffer.extend(records, GPU_RING)  # not the stopping thread's ring: its events would be overwritten
-        return (work_records(records), busy_ns(records)) if len(records) else (0, 0)
+    @property
+    def gpu(self) -> GpuCollector | None:
+        """The GPU backend collecting now (None: none was chosen, or it failed: `gpu_session.error` says why)."""
+        return self.gpu_session.collector
 
     def after_warmup(self) -> None:
-        """gpu_rounds auto: after the warm-up rounds, whether the measured rounds record GPU activity.
-
-        The warm-up's records are flushed and counted (`gpu_rounds.decide_auto`). Lean: the backend
-        stops until the rounds after the measured ones. Measured: it goes on recording, never stopped,
-        since the first call after CUPTI starts again is slow; a backend that cannot flush while
-        recording is stopped to count and started again (with the launch calls off).
-        """
-        o = self.options
-        if o.gpu_rounds != "auto" or self.gpu is None or not self.gpu_recording or o.lean_trace_rounds is None:
-            return
+        """gpu_rounds auto: after the warm-up rounds, whether the measured rounds record GPU activity."""
         warm = [int(r["wall_ns"]) for r in self.rounds if row_kind(r) is RoundKind.WARMUP]
-        if not warm:
-            self.gpu_rounds = decide_auto(0, [], o.lean_trace_rounds)
-            return
-        flush = getattr(self.gpu, "flush", None)
-        try:
-            if flush is None:
-                n, busy = self._stop_gpu()
-            else:
-                self.gpu.synchronize()
-                flush()
-                n, busy = self._keep_gpu_records()
-            self.gpu_rounds = decide_auto(n, warm, o.lean_trace_rounds, busy // len(warm))
-            if self.gpu_rounds.mode == "trace" and self.gpu_recording:
-                self._stop_gpu()
-        except Exception as exc:
-            self.gpu_error = f"{self.gpu.name} failed while pausing after the warm-up: {exc}"
-            self.gpu = None
-            return
-        if self.gpu_rounds.mode == "measured" and not self.gpu_recording:
-            self.gpu.synchronize()
-            self.start_gpu()
-            if self.gpu is not None and o.trace_rounds is not None:
-                with contextlib.suppress(Exception):  # then recorded throughout, said in the header
-                    self.api_records(False)
-
-    @property
-    def lean(self) -> bool:
-        """Whether the measured rounds ran (or run) without GPU activity records."""
-        return self.gpu is not None and self.gpu_rounds is not None and self.gpu_rounds.mode == "trace"
+        self.gpu_session.after_warmup(warm)
 
     def stop(self) -> RawTrace:
         """Stop every collector (idempotent) and return what was collected."""
@@ -294,11 +195,7 @@ class Collection:
             self.buffer.record(
                 Kind.TEST, self.buffer.strings.intern(self.name), self.t0, self.t_end, tid=threading.get_native_id()
             )
-            if self.gpu is not None:
-                try:
-                    self._stop_gpu()
-                except Exception as exc:
-                    self.gpu_error = f"{self.gpu.name} failed while stopping: {exc}"
+            self.gpu_session.stop()
             if self.proc is not None:
                 self.proc.close()
             self._devsync.release()
@@ -308,8 +205,8 @@ class Collection:
             events=self.buffer.to_array(),
             strings=list(self.buffer.strings.strings),
             attrs=list(self.buffer.attrs),
-            clock_pairs=self.clock_pairs,
-            dropped=self.buffer.dropped + self._gpu_dropped,
+            clock_pairs=self.gpu_session.clock_pairs,
+            dropped=self.buffer.dropped + self.gpu_session.dropped,
             t0_ns=self.t0,
             meta={
                 "rounds": self.rounds,
@@ -318,43 +215,11 @@ class Collection:
                 "sampler": self._sampler_meta(),
                 "torch_threads": _torch_threads(),
                 "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-                **link_meta(getattr(self.gpu, "bus_ids", [])),
-                **self._gpu_rounds_meta(),
+                **self.gpu_session.meta(any(row_kind(r).after_measured for r in self.rounds)),
                 "probe_ms": list(self.probe_ms),  # the speed probe around the measured rounds, when it ran
                 "collectors": [c.to_dict() for c in self.collectors_info()],
             },
         )
-
-    def _gpu_rounds_meta(self) -> dict[str, Any]:
-        """`gpu_rounds`: "trace" when only the trace rounds recorded GPU activity (the analyzer reads it)."""
-        if self.gpu_rounds is None:
-            return {}
-        traced = any(row_kind(r).after_measured for r in self.rounds)
-        mode = "trace" if self.lean and traced else "measured"
-        return {"gpu_rounds": mode, "gpu_rounds_decision": self.gpu_rounds.to_json()}
-
-    def api_records(self, on: bool) -> None:
-        """Launch-call records on or off (both backends' `set_api_records`); a backend without it keeps them on."""
-        assert self.gpu is not None
-        switch = getattr(self.gpu, "set_api_records", None)
-        if switch is None:
-            self.api_note = "launch calls recorded in every round (this backend cannot switch them off)"
-            return
-        switch(on)
-        self.api_on = on
-
-    def _clock_pair(self) -> None:
-        """The tightest of three back-to-back (host, device) readings."""
-        assert self.gpu is not None
-        best: tuple[int, int, int] | None = None
-        for _ in range(3):
-            h0 = host_clock_ns()
-            d = self.gpu.timestamp()
-            h1 = host_clock_ns()
-            if best is None or h1 - h0 < best[0]:
-                best = (h1 - h0, (h0 + h1) // 2, d)
-        assert best is not None
-        self.clock_pairs.append((best[1], best[2]))
 
     def _sampler_meta(self) -> dict[str, Any]:
         if self.sampler is not None:
@@ -398,11 +263,7 @@ class Collection:
         else:  # not collecting GPU activity, but GPU work (any framework's) must not leak into the next round
             self._devsync()
         end = host_clock_ns()
-        if self.gpu is not None and self.gpu_recording:
-            # A reading every round: with only the start and stop pairs the fit's residual is
-            # always 0 and proves nothing; with these it shows how well the clocks agree.
-            with contextlib.suppress(Exception):  # the start and stop pairs remain
-                self._clock_pair()
+        self.gpu_session.round_clock_pair()
         after = Counters.now(self.proc)
         self._after = (host_clock_ns(), after)
         tid = threading.get_native_id()
@@ -433,13 +294,7 @@ class Collection:
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) this collection runs: none without GPU collection or `all`."""
-        if not self._running:
-            return 0
-        if self.lean and self.options.lean_trace_rounds is not None:
-            return self.options.lean_trace_rounds
-        if self.gpu is None or self.options.trace_rounds is None or self.api_on:
-            return 0
-        return self.options.trace_rounds
+        return self.gpu_session.trace_rounds_due() if self._running else 0
 
     def run_trace_rounds(self, body: Callable[[], R], first_index: int) -> tuple[R] | None:
         """After the measured rounds: the settling, profile and trace rounds (`schedule.after_measured`)."""

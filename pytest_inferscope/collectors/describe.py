@@ -7,8 +7,7 @@ from typing import Any, Protocol
 from ..results import CollectorInfo
 from ..rounds import RoundKind, row_kind
 from .cpu import Sampler, Tracer
-from .gpu import Choice, GpuCollector
-from .gpu_rounds import GpuRoundsDecision
+from .gpu_session import GpuSession
 from .memory import MemoryCollector
 
 
@@ -31,19 +30,13 @@ class Described(Protocol):
     t_end: int
     sampler: Sampler | None
     tracer: Tracer | None
-    gpu: GpuCollector | None
-    gpu_choice: Choice | None
-    gpu_error: str
-    gpu_rounds: GpuRoundsDecision | None
-    api_note: str
+    gpu_session: GpuSession
     modules_note: str
     memory: MemoryCollector
     rounds: list[dict[str, Any]]
 
     @property
     def options(self) -> _Options: ...
-    @property
-    def lean(self) -> bool: ...
 
 
 def collectors_info(self: Described) -> list[CollectorInfo]:
@@ -71,10 +64,12 @@ def collectors_info(self: Described) -> list[CollectorInfo]:
         cpu = CollectorInfo(
             "cpu", True, "scopes and rounds only", reason="sampling off (--inferscope-cpu=off)", overhead=0.0
         )
-    if self.gpu is not None:
-        gpu = CollectorInfo("gpu", True, f"{self.gpu.name} CUPTI ({self.gpu.version()}); {_api_mode(self)}")
+    session = self.gpu_session
+    if session.collector is not None:
+        backend = session.collector
+        gpu = CollectorInfo("gpu", True, f"{backend.name} CUPTI ({backend.version()}); {_api_mode(self)}")
     else:
-        reason = self.gpu_error or (self.gpu_choice.describe() if self.gpu_choice else "GPU collection not set up")
+        reason = session.error or (session.choice.describe() if session.choice else "GPU collection not set up")
         gpu = CollectorInfo("gpu", False, "none", reason=reason.removeprefix("not collected (").removesuffix(")"))
     if self.options.modules > 0:
         cpu.mode += f"; modules: {self.modules_note}"
@@ -84,11 +79,12 @@ def collectors_info(self: Described) -> list[CollectorInfo]:
 
 def _api_mode(self: Described) -> str:
     """Which rounds recorded the launch calls, for the report header."""
-    decided = self.gpu_rounds
-    if decided is not None and self.lean:
+    session = self.gpu_session
+    decided = session.decision
+    if decided is not None and session.lean:
         return decided.reason
-    if self.api_note:
-        note = self.api_note
+    if session.api_note:
+        note = session.api_note
     elif self.options.trace_rounds is None:
         note = "launch calls recorded in every round"
     else:

@@ -10,7 +10,7 @@ GPU records per round at `RECORD_COST_NS` each would cost the measured rounds mo
 warm-up round after the first; with one warm-up round, the first round over `FIRST_ROUND_SLOWDOWN`,
 but never less than the GPU's busy time in it (a GPU-bound round is not faster than its kernels).
 
-Policy only; the `Collection` (collectors/__init__.py) pauses and resumes the backend.
+Policy only; the `GpuSession` (collectors/gpu_session.py) pauses and resumes the backend.
 """
 
 from __future__ import annotations

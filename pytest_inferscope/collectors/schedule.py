@@ -11,14 +11,13 @@ between its turns, since the twin process decides when this side's next round ma
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from ..rounds import RoundKind
-from .gpu import GpuCollector
+from .gpu_session import GpuSession
 
 R = TypeVar("R")
 
@@ -26,8 +25,7 @@ R = TypeVar("R")
 class Collection(Protocol):
     """What the schedule drives of a `Collection` (a protocol: the package imports this module, not back)."""
 
-    gpu: GpuCollector | None
-    api_on: bool
+    gpu_session: GpuSession
     probe_ms: list[float]
     rounds: list[dict[str, Any]]
 
@@ -36,14 +34,10 @@ class Collection(Protocol):
     @property
     def running(self) -> bool: ...
     @property
-    def lean(self) -> bool: ...
-    @property
     def last_round(self) -> dict[str, Any] | None: ...
     def round(self, index: int, kind: RoundKind = ...) -> AbstractContextManager[None]: ...
     def after_warmup(self) -> None: ...
     def trace_rounds_due(self) -> int: ...
-    def start_gpu(self, stopping_memory: bool = ...) -> None: ...
-    def api_records(self, on: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -106,19 +100,12 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     n = coll.trace_rounds_due()
     if not n:
         return None
-    assert coll.gpu is not None
-    coll.gpu.synchronize()  # the measured rounds' GPU work finished before the switch
-    if coll.lean:  # lean: CUPTI starts here, every kind (launch calls too), and records until stop()
-        coll.start_gpu()
-        if coll.gpu is None:
+    gpu = coll.gpu_session
+    gpu.synchronize()  # the measured rounds' GPU work finished before the switch
+    if gpu.lean:  # lean: CUPTI starts here (launch calls off when it can) and records until stop()
+        if not gpu.begin_profile():
             return None
-        coll.api_on = True  # a fresh start records every kind
-        # Launch calls off first: the profile rounds record GPU activity as measured rounds do by
-        # default, so their host is not slowed by the launch-call records (+6-9% on small bodies).
-        if coll.options.trace_rounds is not None:
-            with contextlib.suppress(Exception):  # then the profile rounds record the launch calls too
-                coll.api_records(False)
-        switched = not coll.api_on
+        switched = not gpu.api_on  # else the profile rounds recorded the launch calls too
         # The first call after CUPTI starts runs far slower (+190% against +60% for a first call
         # without it, small forward on the H200: docs/gpu-validation.md), which would skew every GPU
         # figure read from the profile rounds: one settling round first (RoundKind.SETTLING),
@@ -130,17 +117,17 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
                 result = (body(),)
         if not switched:
             return result
-        coll.gpu.synchronize()
-        coll.api_records(True)
+        gpu.synchronize()
+        gpu.launch_calls(True)
         first_index += 1 + n
         n = coll.options.trace_rounds or 0
     else:
-        coll.api_records(True)
+        gpu.launch_calls(True)
         result = None
     try:
         for i in range(n):
             with coll.round(first_index + i, RoundKind.TRACE):
                 result = (body(),)
     finally:
-        coll.api_records(False)
+        gpu.launch_calls(False)
     return result

@@ -1,0 +1,256 @@
+"""The GPU backend across one collection: when it records, the launch-call switch, clock pairs, one failure policy.
+
+The `Collection` (collectors/__init__.py) owns one `GpuSession`. It starts the backend with the
+collection (or, when the measured rounds are lean, leaves it off until the rounds after them),
+pauses or flushes it after the warm-up for gpu_rounds auto (collectors/gpu_rounds.py), switches the
+launch-call records for the profile and trace rounds (collectors/schedule.py calls `begin_profile`
+and `launch_calls` at those boundaries), takes the clock pairs, and stops and drains it into the
+trace buffer. A backend that fails to start, to pause after the warm-up or to stop and drain goes
+through `_fail`, the one place that decides what that does to the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
+
+from ..buffer import GPU_RING, TraceBuffer
+from ..events import host_clock_ns
+from ..warning import warn_once
+from .gpu import Choice, GpuBackendError, GpuCollector
+from .gpu_rounds import GpuRoundsDecision, busy_ns, decide_auto, trace_setting, work_records
+from .link import link_meta
+
+
+class _Options(Protocol):
+    """What is read here of `CollectionOptions` (a protocol: the package imports this module, not back)."""
+
+    @property
+    def gpu_required(self) -> bool: ...
+    @property
+    def trace_rounds(self) -> int | None: ...
+    @property
+    def gpu_rounds(self) -> str: ...
+    @property
+    def lean_trace_rounds(self) -> int | None: ...
+
+
+class GpuSession:
+    """One collection's GPU backend, from the collection's start to its stop (`collector` None: none collects)."""
+
+    def __init__(self, choice: Choice | None, buffer: TraceBuffer, options: _Options) -> None:
+        self.choice = choice
+        self.collector: GpuCollector | None = choice.collector if choice is not None else None  # None once failed
+        self.buffer, self.options = buffer, options
+        self.error = ""  # why the backend stopped collecting, for the report header
+        self.recording = False  # whether CUPTI records now
+        #: Whether launch calls are being recorded now, and how the collection used them (for the header).
+        self.api_on = True
+        self.api_note = ""
+        self.decision: GpuRoundsDecision | None = None  # which rounds recorded GPU activity, and why
+        self.clock_pairs: list[tuple[int, int]] = []
+        self.dropped = 0  # records the backend could not keep, summed at each drain (a start resets its count)
+
+    # -- the one failure policy -------------------------------------------------------------------
+
+    def _fail(self, what: str, exc: Exception, starting: bool = False) -> None:
+        """The backend failed `what` ("could not start", "failed while stopping", ...).
+
+        It is dropped for the rest of the collection (stopped first, best effort, when it was
+        recording: left on, it would slow the rounds and refuse the next collection's start), the
+        reason kept for the report header and said once as a warning. A failed start raises
+        GpuBackendError instead when GPU collection is required (INFERSCOPE_GPU=required): the test
+        cannot be measured as asked. A later failure cannot undo the rounds that ran: it is said.
+        """
+        assert self.collector is not None
+        collector, self.collector = self.collector, None
+        self.error = f"{collector.name} {what}: {exc}"
+        if self.recording:
+            self.recording = False
+            with contextlib.suppress(Exception):  # the failure that matters is the one being reported
+                collector.stop()
+        if starting and self.options.gpu_required:
+            raise GpuBackendError(
+                f"GPU collection is required but {self.error}. Close the other profiler "
+                "(torch.profiler, Nsight) or run without INFERSCOPE_GPU=required."
+            ) from exc
+        warn_once(
+            f"gpu:{what}:{exc}",
+            f"inferscope: {self.error}; GPU activity is not collected for the rest of this test (CPU and memory "
+            "collection continue, and the report header says why).",
+        )
+
+    # -- the collection's start and stop ----------------------------------------------------------
+
+    def start(self) -> None:
+        """At the collection's start: CUPTI starts unless the measured rounds are lean; launch calls off when asked."""
+        o = self.options
+        if self.collector is None:
+            return
+        if o.gpu_rounds == "trace" and o.lean_trace_rounds is not None:  # CUPTI starts right before the trace rounds
+            self.decision = trace_setting(o.lean_trace_rounds)
+            return
+        self._start()
+        if self.recording and o.trace_rounds is not None:
+            self._launch_calls_off()
+
+    def _start(self) -> None:
+        """Start the backend (every kind recorded, launch calls too) and take a clock pair."""
+        assert self.collector is not None
+        try:
+            self.collector.start()
+            self.recording, self.api_on = True, True
+            self.clock_pair()
+        except Exception as exc:
+            self._fail("could not start", exc, starting=True)
+
+    def stop(self) -> None:
+        """At the collection's stop: the backend stopped and its records kept (nothing once it failed)."""
+        if self.collector is not None:
+            try:
+                self._stop()
+            except Exception as exc:
+                self._fail("failed while stopping", exc)
+
+    def _stop(self) -> tuple[int, int]:
+        """Synchronise, take a clock pair, stop the backend and keep its records.
+
+        Returns the GPU work records' count and the time the GPU was busy with them (ns).
+        """
+        assert self.collector is not None
+        if self.recording:
+            self.collector.synchronize()
+            self.clock_pair()
+            self.recording = False
+            self.collector.stop()
+        return self._keep_records()
+
+    def _keep_records(self) -> tuple[int, int]:
+        """Drain the backend into the GPU ring; the work records' count and GPU busy time (ns)."""
+        assert self.collector is not None
+        records, names = self.collector.drain()
+        self.dropped += self.collector.dropped()
+        if len(records):
+            records = records.copy()
+            records["name"] = self.buffer.strings.remap(names)[records["name"]]
+            self.buffer.extend(records, GPU_RING)  # not the stopping thread's ring: its events would be overwritten
+        return (work_records(records), busy_ns(records)) if len(records) else (0, 0)
+
+    def meta(self, after_measured_ran: bool) -> dict[str, Any]:
+        """The raw trace's GPU meta: the link, and `gpu_rounds` ("trace" when only the rounds after the
+        measured ones recorded GPU activity: the analyzer reads it) with the decision."""
+        out = link_meta(getattr(self.collector, "bus_ids", []))
+        if self.decision is not None:
+            mode = "trace" if self.lean and after_measured_ran else "measured"
+            out.update(gpu_rounds=mode, gpu_rounds_decision=self.decision.to_json())
+        return out
+
+    # -- between the rounds -------------------------------------------------------------------------
+
+    @property
+    def lean(self) -> bool:
+        """Whether the measured rounds ran (or run) without GPU activity records."""
+        return self.collector is not None and self.decision is not None and self.decision.mode == "trace"
+
+    def after_warmup(self, warm_ns: list[int]) -> None:
+        """gpu_rounds auto: after the warm-up rounds (`warm_ns`: their wall times), whether the measured rounds
+        record GPU activity.
+
+        The warm-up's records are flushed and counted (`gpu_rounds.decide_auto`). Lean: the backend
+        stops until the rounds after the measured ones. Measured: it goes on recording, never stopped,
+        since the first call after CUPTI starts again is slow; a backend that cannot flush while
+        recording is stopped to count and started again (with the launch calls off).
+        """
+        o = self.options
+        if o.gpu_rounds != "auto" or self.collector is None or not self.recording or o.lean_trace_rounds is None:
+            return
+        if not warm_ns:
+            self.decision = decide_auto(0, [], o.lean_trace_rounds)
+            return
+        flush = getattr(self.collector, "flush", None)
+        try:
+            if flush is None:
+                n, busy = self._stop()
+            else:
+                self.collector.synchronize()
+                flush()
+                n, busy = self._keep_records()
+            self.decision = decide_auto(n, warm_ns, o.lean_trace_rounds, busy // len(warm_ns))
+            if self.decision.mode == "trace" and self.recording:
+                self._stop()
+        except Exception as exc:
+            self._fail("failed while pausing after the warm-up", exc)
+            return
+        if self.decision.mode == "measured" and not self.recording:
+            self.collector.synchronize()
+            self._start()
+            if self.collector is not None and o.trace_rounds is not None:
+                self._launch_calls_off()
+
+    def trace_rounds_due(self) -> int:
+        """How many trace rounds (lean: profile rounds) run after the measured ones: none without GPU collection,
+        with trace_rounds `all`, or with the launch calls on throughout."""
+        o = self.options
+        if self.lean and o.lean_trace_rounds is not None:
+            return o.lean_trace_rounds
+        if self.collector is None or o.trace_rounds is None or self.api_on:
+            return 0
+        return o.trace_rounds
+
+    def begin_profile(self) -> bool:
+        """Lean, after the measured rounds: CUPTI starts, launch calls off if asked; False: it could not start.
+
+        Launch calls off first: the profile rounds record GPU activity as measured rounds do by default,
+        so their host is not slowed by the launch-call records (+6-9% on small bodies).
+        """
+        self._start()
+        if self.collector is None:
+            return False
+        if self.options.trace_rounds is not None:
+            self._launch_calls_off()
+        return True
+
+    def synchronize(self) -> None:
+        """Wait for all GPU work of the process."""
+        assert self.collector is not None
+        self.collector.synchronize()
+
+    def round_clock_pair(self) -> None:
+        """After a round, while recording: a clock pair. With only the start and stop pairs the fit's
+        residual is always 0 and proves nothing; with these it shows how well the clocks agree."""
+        if self.collector is not None and self.recording:
+            with contextlib.suppress(Exception):  # the start and stop pairs remain
+                self.clock_pair()
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _launch_calls_off(self) -> None:
+        """Launch-call records off; when that fails they stay on throughout, said in the header."""
+        try:
+            self.launch_calls(False)
+        except Exception as exc:
+            self.api_on = True
+            self.api_note = f"launch calls recorded in every round (switching them off failed: {exc})"
+
+    def launch_calls(self, on: bool) -> None:
+        """Launch-call records on or off (both backends' `set_api_records`); a backend without it keeps them on."""
+        assert self.collector is not None
+        switch = getattr(self.collector, "set_api_records", None)
+        if switch is None:
+            self.api_note = "launch calls recorded in every round (this backend cannot switch them off)"
+            return
+        switch(on)
+        self.api_on = on
+
+    def clock_pair(self) -> None:
+        """The tightest of three back-to-back (host, device) readings."""
+        assert self.collector is not None
+        best: tuple[int, int, int] | None = None
+        for _ in range(3):
+            h0 = host_clock_ns()
+            d = self.collector.timestamp()
+            h1 = host_clock_ns()
+            if best is None or h1 - h0 < best[0]:
+                best = (h1 - h0, (h0 + h1) // 2, d)
+        assert best is not None
+        self.clock_pairs.append((best[1], best[2]))
