@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 # numpy cannot be imported twice in one process, and pytester's inline runs drop modules first
 # imported inside them from sys.modules. The plugin imports numpy only when it profiles, so
@@ -33,3 +34,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if os.environ.get("INFERSCOPE_GPU") == "required":
         pytest.fail(f"INFERSCOPE_GPU=required but the GPU tests cannot run: {reason}", pytrace=False)
     pytest.skip(f"GPU test: {reason} (set INFERSCOPE_GPU=required to make this a failure)")
+
+
+#: The README's pipeline example needs these fixtures; tests that run it (or the docs' examples) write them
+#: into their pytester project's conftest, with the stages' sleeps (seconds) filled in.
+PIPELINE_STANDINS = """
+import time
+import pytest
+
+class Pipeline:
+    def preprocess(self, texts):
+        time.sleep({preprocess_s})
+        return [len(t) for t in texts]
+
+    def forward(self, batch):
+        time.sleep({forward_s})
+        return sum(batch)
+
+@pytest.fixture
+def pipeline():
+    return Pipeline()
+
+@pytest.fixture
+def texts():
+    return ["a", "bb", "ccc"]
+"""
+
+
+@pytest.fixture
+def pipeline_conftest() -> Callable[[float, float], str]:
+    """The stand-ins above, given the preprocess and forward sleeps: a conftest's text, to extend."""
+    return lambda preprocess_s, forward_s: PIPELINE_STANDINS.format(preprocess_s=preprocess_s, forward_s=forward_s)

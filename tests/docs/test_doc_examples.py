@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +25,8 @@ _NOT_RUN = re.compile(r"<!--\s*not-run:\s*(\S.*?)\s*-->\s*$")
 KINETO_TRACE = ROOT / "tests" / "data" / "kineto" / "gpu_steps.json"
 RUNNABLE = ("", "python", "bash", "sh", "shell", "console")
 
-#: Fixtures the examples use: small stand-ins for a model and a pipeline, taking measurable time.
+#: Fixtures the examples use beside the pipeline stand-ins (`pipeline_conftest`): a model taking measurable time.
 CONFTEST = """
-import time
-import pytest
-
 class Logits:
     shape = (8, 4)
 
@@ -37,15 +35,6 @@ class Model:
         sum(i * i for i in range(100_000))  # CPU-bound, as a small model on CPU torch is
         return Logits()
 
-class Pipeline:
-    def preprocess(self, texts):
-        time.sleep(0.001)
-        return [len(t) for t in texts]
-
-    def forward(self, batch):
-        time.sleep(0.001)
-        return sum(batch)
-
 @pytest.fixture
 def model():
     return Model()
@@ -53,14 +42,6 @@ def model():
 @pytest.fixture
 def batch():
     return {"input_ids": list(range(8))}
-
-@pytest.fixture
-def pipeline():
-    return Pipeline()
-
-@pytest.fixture
-def texts():
-    return ["a", "bb", "ccc"]
 
 requests = texts
 """
@@ -133,8 +114,10 @@ def _commands(block: Block) -> list[str]:
 
 
 @pytest.mark.parametrize("block", [b for b in RUN if _kind(b) == "pytest"], ids=lambda b: b.id)
-def test_pytest_example_runs(block: Block, pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(CONFTEST)
+def test_pytest_example_runs(
+    block: Block, pytester: pytest.Pytester, pipeline_conftest: Callable[[float, float], str]
+) -> None:
+    pytester.makeconftest(pipeline_conftest(0.001, 0.001) + CONFTEST)
     pytester.makepyfile(test_example=block.text)
     result = pytester.runpytest_subprocess("--inferscope-report=out", "-p", "no:randomly")
     outcomes = result.parseoutcomes()

@@ -5,34 +5,15 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Fixtures for the README's example: a tiny "pipeline" whose stages take measurable time.
+#: The README's example's fixtures beside the pipeline stand-ins (`pipeline_conftest`, here 2 ms and 3 ms a stage).
 CONFTEST = """
-import time
-import pytest
-
-class Pipeline:
-    def preprocess(self, texts):
-        time.sleep(0.002)
-        return [len(t) for t in texts]
-
-    def forward(self, batch):
-        time.sleep(0.003)
-        return sum(batch)
-
-@pytest.fixture
-def pipeline():
-    return Pipeline()
-
-@pytest.fixture
-def texts():
-    return ["a", "bb", "ccc"]
-
 @pytest.fixture
 def model():
     return lambda batch: sum(batch)
@@ -72,8 +53,10 @@ def _junit_props(path: Path, name: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_readme_fixture_example_is_profiled_as_written(pytester: pytest.Pytester, xdist: list[str]) -> None:
-    pytester.makeconftest(CONFTEST)
+def test_readme_fixture_example_is_profiled_as_written(
+    pytester: pytest.Pytester, xdist: list[str], pipeline_conftest: Callable[[float, float], str]
+) -> None:
+    pytester.makeconftest(pipeline_conftest(0.002, 0.003) + CONFTEST)
     pytester.makepyfile(test_readme=readme_example())
     # max_latency_ms=25 holds: model(batch) sums 100 numbers; expect_bottleneck="gpu_bound" cannot hold
     # without a GPU, so that test fails with its evidence, as the README's marker asks.
