@@ -6,7 +6,7 @@ analysed once, each repetition times on a fresh file:
 * `write_html_report(result, timeline, path)`: lanes, idle gaps, the typed-array columns, base64,
   the Jinja2 page, the atomic write (what `write_test_reports` adds for report.html), once as
   `write_test_reports` calls it today (the analyzer's idle attribution recomputed inside), once
-  given the attribution the analysis already made (`idle=Context.idle`);
+  given the attribution the analysis already made (`idle=Context.gpu.idle`);
 * its parts: `timeline_payload` (lanes + idle gaps + columns) and `top_kernels`.
 
 Then, unless --no-browser, the 1,000,000-event report is opened in headless Chromium over the
@@ -56,7 +56,7 @@ def result_for(tl: object, n: int) -> TestResult:
     analysis = analyze(tl, ctx=ctx)  # type: ignore[arg-type]
     return TestResult(
         nodeid=f"bench::synthetic[{n}]", slug=f"synthetic-{n}", outcome="passed", verdict="pass", rounds=17, warmup=3,
-        latency=ctx.latency, analysis=analysis, event_count=n,
+        latency=ctx.rounds.latency, analysis=analysis, event_count=n,
         collectors=[CollectorInfo("cpu", True, "sampling 1 ms"), CollectorInfo("gpu", True, "synthetic")],
     )  # fmt: skip
 
@@ -73,7 +73,7 @@ def python_side(sizes: list[int], reps: int, out: Path) -> Path:
     for n in sizes:
         tl = merge(make_raw_trace(n, seed=0))
         result = result_for(tl, n)
-        idle = Context(tl).idle
+        idle = Context(tl).gpu.idle
         gaps = analyzer_gaps(idle, CAUSES)
         write, given, payload, kernels = [], [], [], []
         path = out / f"report-{n}.html"

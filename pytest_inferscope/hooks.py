@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 def pytest_inferscope_rules(config: pytest.Config) -> list[Rule] | None:
     """Return analyzer rules to run after the built-in ones.
 
-    A rule is a pure function `rule(ctx: pytest_inferscope.analyzer.Context) -> list[Finding]`;
+    A rule is a pure function `rule(ctx: pytest_inferscope.analyzer.Context) -> list[Finding]`,
+    reading the context's views (`ctx.rounds`, `ctx.gpu`, `ctx.cpu`) and its `ctx.metrics`;
     a finding whose `cause` names a bottleneck class takes part in the classification.
     Every implementation's list is used.
     """

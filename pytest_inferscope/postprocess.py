@@ -65,7 +65,7 @@ def process(
         if result.ab is not None and result.ab.get("verdict") == "regressed" and result.verdict == "pass":
             result.verdict = "fail"
     if report_dir is not None:
-        write_test_reports(result, judged.timeline, report_dir, raw=raw, idle=judged.ctx.idle)
+        write_test_reports(result, judged.timeline, report_dir, raw=raw, idle=judged.ctx.gpu.idle)
     return result, judged.timeline
 
 
@@ -96,7 +96,7 @@ def judge(
     gpu_collected, gpu_reason = _gpu_state(collectors, timeline)
     ctx = Context(timeline, launch_gap_ns=round(launch_gap_us * 1000))
     analysis = analyze(timeline, rules, gpu_reason=gpu_reason, ctx=ctx, whatifs=whatifs)
-    latency = ctx.latency
+    latency = ctx.rounds.latency
     slug = slugify(plan.nodeid)
     thresholds = dict(plan.thresholds)
     regression, regression_note = _compare(comparison, plan, thresholds, latency, analysis, environment,

@@ -91,7 +91,7 @@ def analyze(
     The class is the simulated fix that saves the most (`whatif.py`), when the rounds' graphs can be
     built; otherwise it comes from the findings (`classify`), and `Analysis.whatif_replay` says why.
     `whatifs` are simulated after the built-in ones (the `pytest_inferscope_whatifs` hook).
-    `ctx` lets a caller that needs the context too (for the latency statistics, or `ctx.idle` for
+    `ctx` lets a caller that needs the context too (for the latency statistics, or `ctx.gpu.idle` for
     a timeline view) build it once; `launch_gap_ns` is used when the context is built here.
     """
     if ctx is None:
@@ -140,10 +140,10 @@ def analyze(
         findings=findings,
         suggestions=suggestions,
         breakdown=ctx.breakdown(),
-        hotspots=ctx.hotspots[:20],
-        scopes=ctx.scopes,
+        hotspots=ctx.cpu.hotspots[:20],
+        scopes=ctx.cpu.scopes,
         metrics=ctx.metrics,
-        gpu=ctx.gpu_summary(),
+        gpu=ctx.gpu.summary(ctx.metrics.get("gpu.memory_peak_mb")),
         whatif=table.rows if table is not None else [],
         whatif_replay=replayed,
     )
@@ -156,7 +156,7 @@ def idle_gaps(timeline: Timeline, launch_gap_ns: int = LAUNCH_GAP_NS) -> IdleGap
     (host_wait, launch_gap, sync_stall, round_end, other); see `idle.py` for the definitions.
     Empty without GPU data.
     """
-    return Context(timeline, launch_gap_ns=launch_gap_ns).idle
+    return Context(timeline, launch_gap_ns=launch_gap_ns).gpu.idle
 
 
 class BottleneckAnalyzer:

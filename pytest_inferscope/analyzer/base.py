@@ -1,4 +1,4 @@
-"""The measured rounds of a timeline and their counters: what every rule and view reads first.
+"""`Rounds`: the rounds of a timeline and their counters, the context's view that the GPU and CPU views read first.
 
 Trace rounds (RoundKind.TRACE; `--inferscope-trace-rounds`) run after the measured ones with the
 GPU launch calls recorded, which the measured rounds are timed without. Everything taken from the
@@ -16,7 +16,7 @@ Pure functions of a `Timeline`; nothing here prints or writes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -50,15 +50,14 @@ def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
     return int(np.sum(run_ends - s[idx]))
 
 
-@dataclass
-class RoundsContext:
-    """A timeline seen through its measured (non-warm-up) rounds."""
+@dataclass(eq=False)
+class Rounds:
+    """A timeline seen through its rounds: which are measured, trace, profile and GPU rounds; counters, latency.
+
+    The context's first view (`Context.rounds`); the GPU and CPU views read the timeline through it.
+    """
 
     timeline: Timeline
-    gpu_reason: str = "no GPU data was collected"
-    metrics: dict[str, float | None] = field(default_factory=dict)
-    #: A gap between queued GPU work shorter than this is a launch gap (see `idle.py`).
-    launch_gap_ns: int = LAUNCH_GAP_NS
 
     # -- rounds ----------------------------------------------------------------
 
@@ -269,25 +268,24 @@ class RoundsContext:
         rows = [r for r in self.timeline.meta.get("rounds", []) if row_kind(r) is RoundKind.MEASURED]
         return np.array([r.get("rss_end", 0) for r in rows], dtype=float)
 
-    # -- helpers for rules ---------------------------------------------------------
-
     def per_round_ms(self, ns: float) -> float:
         return ns / _MS / self.n_rounds
 
-    def refs(self, idx: np.ndarray | list[int], limit: int = 5) -> list[EventRef]:
-        """The longest of the given events, as report references."""
-        ev = self.timeline.events
-        idx = np.asarray(idx, dtype=np.int64)
-        if not len(idx):
-            return []
-        dur = ev["end"][idx] - ev["start"][idx]
-        top = idx[np.argsort(-dur, kind="stable")[:limit]]
-        return [
-            EventRef(
-                kind=Kind(int(ev["kind"][i])).name.lower(),
-                name=self.timeline.name(int(i)),
-                start_ms=float(ev["start"][i]) / _MS,
-                duration_ms=float(ev["end"][i] - ev["start"][i]) / _MS,
-            )
-            for i in top
-        ]
+
+def event_refs(timeline: Timeline, idx: np.ndarray | list[int], limit: int = 5) -> list[EventRef]:
+    """The longest of the given events, as report references."""
+    ev = timeline.events
+    idx = np.asarray(idx, dtype=np.int64)
+    if not len(idx):
+        return []
+    dur = ev["end"][idx] - ev["start"][idx]
+    top = idx[np.argsort(-dur, kind="stable")[:limit]]
+    return [
+        EventRef(
+            kind=Kind(int(ev["kind"][i])).name.lower(),
+            name=timeline.name(int(i)),
+            start_ms=float(ev["start"][i]) / _MS,
+            duration_ms=float(ev["end"][i] - ev["start"][i]) / _MS,
+        )
+        for i in top
+    ]

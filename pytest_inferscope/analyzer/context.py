@@ -1,31 +1,42 @@
-"""What every rule reads: the measured rounds, their counters, and aggregates computed once.
+"""What every rule reads: the `Context`, composed of three views of one timeline, and the CPU view.
 
-`Context` joins the rounds (`base.py`), the GPU view (`context_gpu.py`) and, here, CPU samples,
-scopes and the breakdown; the metrics are computed in `metrics.py`. Pure functions of a
-`Timeline`; nothing here prints or writes.
+`Context` owns the rounds view (`Rounds`, base.py), the GPU view (`GpuView`, context_gpu.py) and
+the CPU view (`CpuView`, here: CPU samples, hotspots, scopes), and joins their parts of the
+breakdown; the metrics are computed in `metrics.py`. Pure functions of a `Timeline`; nothing here
+prints or writes.
 """
 
 from __future__ import annotations
 
 import linecache
 import re
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
 from ..events import GPU_KINDS, Kind
-from ..results import BreakdownPart, Hotspot, ScopeStat
-from .base import _MS, LAUNCH_GAP_NS, RoundsContext, union_ns
-from .context_gpu import COPY_CALL, LAUNCH_HOST_NS, SYNC_CALL, GpuContext
+from ..merger import Timeline
+from ..results import BreakdownPart, EventRef, Hotspot, ScopeStat
+from .base import _MS, LAUNCH_GAP_NS, Rounds, event_refs, union_ns
+from .context_gpu import GpuView
 
-__all__ = ["COPY_CALL", "LAUNCH_GAP_NS", "LAUNCH_HOST_NS", "SYNC_CALL", "Context", "RoundsContext", "union_ns"]
+__all__ = ["LAUNCH_GAP_NS", "Context", "CpuView", "GpuView", "Rounds", "union_ns"]
 
 #: Python files that are the framework rather than the user's code, for "framework overhead".
 FRAMEWORK_MARKERS = ("(torch/", "(transformers/", "(accelerate/", "/torch/", "/transformers/")
 
 
-class Context(GpuContext):
-    """A timeline seen through its measured rounds: every rule's input (`analyze` fills `metrics`)."""
+@dataclass(eq=False)
+class CpuView:
+    """The test's CPU side (`Context.cpu`): stack samples and hotspots, scopes (with the GPU work
+    launched in them), the breakdown's CPU parts. Reads the timeline through its `Rounds`."""
+
+    rounds: Rounds
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.rounds.timeline
 
     # -- CPU samples ------------------------------------------------------------
 
@@ -33,7 +44,7 @@ class Context(GpuContext):
     def sample_weights(self) -> dict[int, float]:
         """Sampled ns per folded-stack name id, inside measured rounds."""
         ev = self.timeline.events
-        sel = (ev["kind"] == Kind.SAMPLE) & self.in_rounds
+        sel = (ev["kind"] == Kind.SAMPLE) & self.rounds.in_rounds
         names, dur = ev["name"][sel], (ev["end"][sel] - ev["start"][sel]).astype(float)
         if not len(names):
             return {}
@@ -52,7 +63,7 @@ class Context(GpuContext):
             self_ns[frames[-1]] = self_ns.get(frames[-1], 0.0) + w
             for f in set(frames):
                 total_ns[f] = total_ns.get(f, 0.0) + w
-        n, wall = self.n_rounds, max(1, self.wall_ns)
+        n, wall = self.rounds.n_rounds, max(1, self.rounds.wall_ns)
         spots = [
             Hotspot(
                 function=f,
@@ -77,9 +88,9 @@ class Context(GpuContext):
         the sample's value), followed by that line's source where the file can be read here:
         "mod:fn (path.py:42: `x.item()`)". Traces recorded before the sampler kept lines name the function.
         """
-        ev = self.timeline.events
-        sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (self.in_api_rounds if api else self.in_rounds))
-        per_round = self.per_api_round_ms if api else self.per_round_ms
+        ev, r = self.timeline.events, self.rounds
+        sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (r.in_api_rounds if api else r.in_rounds))
+        per_round = r.per_api_round_ms if api else r.per_round_ms
         if not len(sel) or not len(starts):
             return []
         order = np.argsort(starts)
@@ -107,10 +118,6 @@ class Context(GpuContext):
 
     # -- scopes -----------------------------------------------------------------
 
-    def path(self, i: int) -> str:
-        """Scope path of a scope or module span: the names of its enclosing scopes and modules."""
-        return self._paths[i]
-
     @cached_property
     def _paths(self) -> dict[int, str]:
         """Paths of every scope and module span, each built once from its parent's."""
@@ -133,9 +140,9 @@ class Context(GpuContext):
         """
         tl = self.timeline
         ev = tl.events
-        if not self.has_gpu:
+        if not self.timeline.has_gpu:
             return {}, {}
-        gpu = np.flatnonzero(tl.mask(*GPU_KINDS) & self.in_api_rounds)
+        gpu = np.flatnonzero(tl.mask(*GPU_KINDS) & self.rounds.in_api_rounds)
         parents = tl.parent[gpu]
         keep = parents >= 0
         gpu, parents = gpu[keep], parents[keep]
@@ -153,9 +160,9 @@ class Context(GpuContext):
 
     @cached_property
     def scopes(self) -> list[ScopeStat]:
-        tl = self.timeline
+        tl, r = self.timeline, self.rounds
         ev = tl.events
-        idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE) & self.in_rounds)
+        idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE) & r.in_rounds)
         paths = self._paths
         agg: dict[tuple[str, str], list[float]] = {}
         kinds, durs = ev["kind"][idx].tolist(), (ev["end"][idx] - ev["start"][idx]).tolist()
@@ -166,14 +173,14 @@ class Context(GpuContext):
             agg.setdefault(key, []).append(float(d))
         # GPU time per scope: from the API rounds (their GPU records know their launch's span), per API round.
         api_idx = idx
-        if self.has_trace_rounds:
-            api_idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE) & self.in_api_rounds)
+        if r.has_trace_rounds:
+            api_idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE) & r.in_api_rounds)
         for i, k in zip(api_idx.tolist(), ev["kind"][api_idx].tolist(), strict=True):
             g = gpu_agg.setdefault((paths[i], "scope" if k == Kind.SCOPE else "module"), [0.0, 0.0])
             g[0] += gpu_ns.get(i, 0.0)
             g[1] += launches.get(i, 0.0)
-        wall, n, n_api = max(1, self.wall_ns), self.n_rounds, self.n_api_rounds
-        has_gpu = self.has_gpu
+        wall, n, n_api = max(1, r.wall_ns), r.n_rounds, r.n_api_rounds
+        has_gpu = tl.has_gpu
         out = [
             ScopeStat(
                 path=p,
@@ -190,59 +197,31 @@ class Context(GpuContext):
         out.sort(key=lambda s: s.total_ms, reverse=True)
         return out
 
-    def breakdown(self) -> list[BreakdownPart]:
-        """The report's Timeline Breakdown, per measured round (parts may overlap)."""
-        wall = max(1, self.wall_ns)
-        c = self.counters
-        cpu_ns = c.get("thread_cpu_ns", 0.0)
-        if self.has_counters:
-            parts = [
-                BreakdownPart("CPU (test thread on CPU)", self.per_round_ms(cpu_ns), cpu_ns / wall),
-                BreakdownPart(
-                    "CPU wait (test thread off CPU)",
-                    self.per_round_ms(max(0.0, wall - cpu_ns)),
-                    max(0.0, wall - cpu_ns) / wall,
-                ),
-            ]
-        else:
+    def thread_parts(self) -> list[BreakdownPart]:
+        """The breakdown's test-thread parts: on and off CPU, from the per-round counters."""
+        r = self.rounds
+        wall = max(1, r.wall_ns)
+        cpu_ns = r.counters.get("thread_cpu_ns", 0.0)
+        if not r.has_counters:
             why = "the collection kept no per-round CPU counters (e.g. an imported torch.profiler trace)"
-            parts = [
+            return [
                 BreakdownPart("CPU (test thread on CPU)", None, None, collected=False, reason=why),
                 BreakdownPart("CPU wait (test thread off CPU)", None, None, collected=False, reason=why),
             ]
-        if self.has_gpu:
-            kernels = self.gpu[np.isin(self.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
-            k_ns = union_ns(kernels["start"], kernels["end"])
-            cp = self.copies["all"]
-            c_ns = union_ns(cp["start"], cp["end"])
-            g_wall, where = max(1, self.gpu_wall_ns), f" ({self.gpu_rounds_kind} rounds)" if self.gpu_lean else ""
-            parts.append(BreakdownPart(f"GPU compute{where}", self.per_gpu_round_ms(k_ns), k_ns / g_wall))
-            parts.append(
-                BreakdownPart(f"Transfers (host/device copies){where}", self.per_gpu_round_ms(c_ns), c_ns / g_wall)
-            )
-        else:
-            parts.append(BreakdownPart("GPU compute", None, None, collected=False, reason=self.gpu_reason))
-            parts.append(
-                BreakdownPart("Transfers (host/device copies)", None, None, collected=False, reason=self.gpu_reason)
-            )
-        if self.sample_weights:
-            fw = self.framework_ns
-            parts.append(
-                BreakdownPart(
-                    "Framework (torch modules and the native ops they call, sampled)", self.per_round_ms(fw), fw / wall
-                )
-            )
-        else:
-            parts.append(
-                BreakdownPart(
-                    "Framework (torch modules and the native ops they call, sampled)",
-                    None,
-                    None,
-                    collected=False,
-                    reason="no CPU stack samples (sampling off or rounds too short)",
-                )
-            )
-        return parts
+        off = max(0.0, wall - cpu_ns)
+        return [
+            BreakdownPart("CPU (test thread on CPU)", r.per_round_ms(cpu_ns), cpu_ns / wall),
+            BreakdownPart("CPU wait (test thread off CPU)", r.per_round_ms(off), off / wall),
+        ]
+
+    def framework_part(self) -> BreakdownPart:
+        """The breakdown's framework part: sampled time in the framework's Python code."""
+        label = "Framework (torch modules and the native ops they call, sampled)"
+        if not self.sample_weights:
+            reason = "no CPU stack samples (sampling off or rounds too short)"
+            return BreakdownPart(label, None, None, collected=False, reason=reason)
+        fw = self.framework_ns
+        return BreakdownPart(label, self.rounds.per_round_ms(fw), fw / max(1, self.rounds.wall_ns))
 
 
 _LABEL_LINE = re.compile(r"^(?P<head>.*) \((?P<path>.+):(?P<line>\d+)\)$")
@@ -256,3 +235,30 @@ def at_line(label: str, line: int) -> str:
     source = linecache.getline(m["path"], line).strip()
     shown = f": `{source[:77] + '...' if len(source) > 80 else source}`" if source else ""
     return f"{m['head']} ({m['path']}:{line}{shown})"
+
+
+class Context:
+    """Every rule's input: a timeline seen through its rounds (`rounds`), its GPU work (`gpu`) and its CPU
+    samples (`cpu`). `analyze` fills `metrics` (metrics.py) and `gpu_reason` (why there is no GPU data)."""
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        gpu_reason: str = "no GPU data was collected",
+        metrics: dict[str, float | None] | None = None,
+        launch_gap_ns: int = LAUNCH_GAP_NS,
+    ) -> None:
+        self.timeline = timeline
+        self.gpu_reason = gpu_reason
+        self.metrics: dict[str, float | None] = {} if metrics is None else metrics
+        self.rounds = Rounds(timeline)
+        self.gpu = GpuView(self.rounds, launch_gap_ns)
+        self.cpu = CpuView(self.rounds)
+
+    def refs(self, idx: np.ndarray | list[int], limit: int = 5) -> list[EventRef]:
+        """The longest of the given events, as report references."""
+        return event_refs(self.timeline, idx, limit)
+
+    def breakdown(self) -> list[BreakdownPart]:
+        """The report's Timeline Breakdown, per measured round (parts may overlap)."""
+        return [*self.cpu.thread_parts(), *self.gpu.breakdown(self.gpu_reason), self.cpu.framework_part()]

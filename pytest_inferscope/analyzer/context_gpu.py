@@ -1,4 +1,4 @@
-"""The GPU side of the context: GPU records, copies, blocking calls, launches, per-stream summary.
+"""`GpuView`, the GPU side of the context: GPU records, copies, blocking calls, launches, per-stream summary.
 
 GPU activity (kernels, copies, memsets: busy time, counts, bytes) is read from the measured rounds;
 what the launch calls tell (sync, copy and allocator calls, blocking copies, idle causes) from the
@@ -10,13 +10,16 @@ Pure functions of a `Timeline`; nothing here prints or writes.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, unpack_copy_flags
-from .base import _MB, _MS, RoundsContext, union_ns
+from ..merger import Timeline
+from ..results import BreakdownPart
+from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, union_ns
 from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle
 
 #: Runtime/driver calls that block the calling thread until the device catches up.
@@ -44,22 +47,35 @@ def _intersection_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.
     return union_ns(a_s, a_e) + union_ns(b_s, b_e) - both
 
 
-class GpuContext(RoundsContext):
-    """GPU records of the measured rounds, and what the GPU rules read about them."""
+@dataclass(eq=False)
+class GpuView:
+    """GPU records of the GPU rounds, and what the GPU rules read about them (`Context.gpu`).
 
-    @cached_property
-    def gpu(self) -> np.ndarray:
-        """GPU work records inside the GPU rounds (the measured rounds, or the trace rounds when lean)."""
-        ev = self.timeline.events
-        return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.in_gpu_rounds]
+    Reads the timeline through its `Rounds`; `launch_gap_ns` is the idle attribution's (see `idle.py`).
+    """
+
+    rounds: Rounds
+    #: A gap between queued GPU work shorter than this is a launch gap (see `idle.py`).
+    launch_gap_ns: int = LAUNCH_GAP_NS
 
     @property
-    def has_gpu(self) -> bool:
+    def timeline(self) -> Timeline:
+        return self.rounds.timeline
+
+    @cached_property
+    def records(self) -> np.ndarray:
+        """GPU work records inside the GPU rounds (the measured rounds, or the trace rounds when lean)."""
+        ev = self.timeline.events
+        return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.rounds.in_gpu_rounds]
+
+    @property
+    def collected(self) -> bool:
+        """Whether the timeline has GPU activity at all."""
         return self.timeline.has_gpu
 
     @cached_property
     def copies(self) -> dict[str, np.ndarray]:
-        cp = self.gpu[self.gpu["kind"] == Kind.MEMCPY]
+        cp = self.records[self.records["kind"] == Kind.MEMCPY]
         kind, src, dst = unpack_copy_flags(cp["flags"])
         return {
             "all": cp,
@@ -69,16 +85,11 @@ class GpuContext(RoundsContext):
         }
 
     @cached_property
-    def test_tid(self) -> int | None:
-        ev = self.timeline.events
-        return int(ev["tid"][self.round_idx[0]]) if len(self.round_idx) else None
-
-    @cached_property
     def sync_calls(self) -> np.ndarray:
         """Indices of the test's blocking runtime calls (synchronisations, blocking copies) in the API rounds."""
         tl = self.timeline
         ev = tl.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_api_rounds)
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
         if not len(rt):
             return rt
         names = self._name_table(SYNC_CALL)[ev["name"][rt]]
@@ -95,7 +106,7 @@ class GpuContext(RoundsContext):
         """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in the API rounds."""
         tl = self.timeline
         ev = tl.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_api_rounds)
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
         return rt[self._name_table(COPY_CALL)[ev["name"][rt]]] if len(rt) else rt
 
     @cached_property
@@ -106,16 +117,16 @@ class GpuContext(RoundsContext):
         scaled (`api_scale`); "all" is the measured rounds' own end-of-round waits plus the time the
         trace rounds' syncs and copy calls held the thread outside their end-of-round waits, scaled.
         """
-        ev = self.timeline.events
-        own = ev[(ev["kind"] == Kind.WAIT) & self.in_rounds]
+        ev, r = self.timeline.events, self.rounds
+        own = ev[(ev["kind"] == Kind.WAIT) & r.in_rounds]
         user = ev[self.sync_calls]
         copies = ev[self.copy_calls]
         round_end = union_ns(own["start"], own["end"])
-        if self.has_trace_rounds:
-            own = ev[(ev["kind"] == Kind.WAIT) & self.in_api_rounds]
+        if r.has_trace_rounds:
+            own = ev[(ev["kind"] == Kind.WAIT) & r.in_api_rounds]
         held = np.concatenate((own, user, copies))
-        scale = self.api_scale
-        if not self.has_trace_rounds:
+        scale = r.api_scale
+        if not r.has_trace_rounds:
             return {
                 "user": union_ns(user["start"], user["end"]),
                 "round_end": round_end,
@@ -133,17 +144,18 @@ class GpuContext(RoundsContext):
     @cached_property
     def launches(self) -> dict[str, float]:
         """Kernel launch statistics over the measured rounds."""
-        k = self.gpu[self.gpu["kind"] == Kind.KERNEL]
+        k = self.records[self.records["kind"] == Kind.KERNEL]
         n = len(k)
         # The host's launching time: its CPU time outside device waits (a thread spinning in a
         # synchronize burns CPU, but not launching).
-        busy = max(0.0, min(self.counters.get("thread_cpu_ns", 0.0), self.wall_ns - self.wait_ns["all"]))
-        per_launch = busy / n if n and self.has_counters else float("inf")
-        if self.gpu_lean and n and self.has_counters:  # kernels of the trace rounds, host time of the measured
-            per_launch = busy / self.n_rounds / (n / self.n_gpu_rounds)
+        r = self.rounds
+        busy = max(0.0, min(r.counters.get("thread_cpu_ns", 0.0), r.wall_ns - self.wait_ns["all"]))
+        per_launch = busy / n if n and r.has_counters else float("inf")
+        if r.gpu_lean and n and r.has_counters:  # kernels of the trace rounds, host time of the measured
+            per_launch = busy / r.n_rounds / (n / r.n_gpu_rounds)
         return {
             "count": float(n),
-            "per_round": n / self.n_gpu_rounds,
+            "per_round": n / r.n_gpu_rounds,
             "mean_kernel_ns": float(np.mean(k["end"] - k["start"])) if n else 0.0,
             "host_ns_per_launch": per_launch,
         }
@@ -153,7 +165,7 @@ class GpuContext(RoundsContext):
         """Many tiny kernels, each costing the host more than it costs the GPU: the host is busy launching."""
         lz = self.launches
         return (
-            self.has_gpu
+            self.collected
             and lz["per_round"] >= 100
             and lz["host_ns_per_launch"] < LAUNCH_HOST_NS
             and lz["mean_kernel_ns"] < lz["host_ns_per_launch"]
@@ -169,7 +181,7 @@ class GpuContext(RoundsContext):
         """
         blocking = np.union1d(self.sync_calls, self.copy_calls)
         return attribute_idle(
-            self.timeline.events, self.in_api_rounds, self.api_round_idx, blocking, self.launch_gap_ns
+            self.timeline.events, self.rounds.in_api_rounds, self.rounds.api_round_idx, blocking, self.launch_gap_ns
         )
 
     @cached_property
@@ -180,11 +192,11 @@ class GpuContext(RoundsContext):
         time: the measured rounds' gaps have no launch calls to attribute, and a trace round's host is
         slower (its launch calls are recorded), so its gaps are longer, but split the same way.
         """
-        if self.gpu_api_same:  # the launch calls' rounds are the GPU rounds
+        if self.rounds.gpu_api_same:  # the launch calls' rounds are the GPU rounds
             return 1.0
         none = np.zeros(0, dtype=np.int64)
         measured = attribute_idle(
-            self.timeline.events, self.in_gpu_rounds, self.gpu_round_idx, none, self.launch_gap_ns
+            self.timeline.events, self.rounds.in_gpu_rounds, self.rounds.gpu_round_idx, none, self.launch_gap_ns
         )
         traced = self.idle.total_ns()
         return measured.total_ns() / traced if traced else 0.0
@@ -192,7 +204,7 @@ class GpuContext(RoundsContext):
     def idle_ns(self, cause: str | None = None) -> float:
         """Idle ns of one cause (all when None) over the measured rounds, summed over devices."""
         ns = self.idle.total_ns(cause)
-        return ns * self.idle_scale if self.has_trace_rounds else ns
+        return ns * self.idle_scale if self.rounds.has_trace_rounds else ns
 
     def idle_totals(self) -> dict[str, float]:
         return {c: self.idle_ns(c) for c in CAUSES}
@@ -200,16 +212,16 @@ class GpuContext(RoundsContext):
     def turn_taking_ns(self) -> float:
         """`IdleGaps.turn_taking_ns` over the measured rounds (scaled like the idle time)."""
         ns = self.idle.turn_taking_ns()
-        return ns * self.idle_scale if self.has_trace_rounds else ns
+        return ns * self.idle_scale if self.rounds.has_trace_rounds else ns
 
     def idle_per_round(self, cause: str) -> float:
         """Idle intervals of one cause per round (of the rounds they were read from)."""
-        return int(np.count_nonzero(self.idle.mask(cause))) / self.n_api_rounds
+        return int(np.count_nonzero(self.idle.mask(cause))) / self.rounds.n_api_rounds
 
     def idle_fraction(self, cause: str) -> float:
         """Idle time of one cause over the measured wall time (per device, averaged over devices)."""
-        devices = max(1, len(np.unique(self.gpu["device"]))) if self.has_gpu else 1
-        return self.idle_ns(cause) / max(1, self.gpu_wall_ns) / devices
+        devices = max(1, len(np.unique(self.records["device"]))) if self.collected else 1
+        return self.idle_ns(cause) / max(1, self.rounds.gpu_wall_ns) / devices
 
     def host_wait_fraction(self) -> float:
         """Host-wait idle over the measured wall time, less the part the host spent in allocator calls
@@ -218,18 +230,18 @@ class GpuContext(RoundsContext):
         ev = self.timeline.events
         alloc = ev[self.alloc_calls]
         in_alloc = _intersection_ns(self.idle.start_ns[sel], self.idle.end_ns[sel], alloc["start"], alloc["end"])
-        devices = max(1, len(np.unique(self.gpu["device"]))) if self.has_gpu else 1
+        devices = max(1, len(np.unique(self.records["device"]))) if self.collected else 1
         rest: float = max(0, self.idle.total_ns("host_wait") - in_alloc)
-        if self.has_trace_rounds:
+        if self.rounds.has_trace_rounds:
             rest = rest * self.idle_scale
-        return rest / max(1, self.gpu_wall_ns) / devices
+        return rest / max(1, self.rounds.gpu_wall_ns) / devices
 
     @cached_property
     def transfer(self) -> dict[str, float]:
         """Host<->device copies: bytes, time, bandwidth against the link, blocking copies, overlap with compute."""
         cp = self.copies
         hd = np.concatenate((cp["h2d"], cp["d2h"]))
-        kinds = self.gpu[np.isin(self.gpu["kind"], [Kind.KERNEL, Kind.MEMSET])]
+        kinds = self.records[np.isin(self.records["kind"], [Kind.KERNEL, Kind.MEMSET])]
         dur = (hd["end"] - hd["start"]).astype(float)
         nbytes = hd["value"].astype(float)
         big = (nbytes >= LINK_MEASURE_MIN_BYTES) & (dur > 0)
@@ -240,9 +252,9 @@ class GpuContext(RoundsContext):
         overlap = _intersection_ns(hd["start"], hd["end"], kinds["start"], kinds["end"]) if len(kinds) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)
-        if not self.gpu_api_same:  # copies matched to their calls where those were recorded
+        if not self.rounds.gpu_api_same:  # copies matched to their calls where those were recorded
             blocking, blocked_ns = self._blocking_copies(self._api_host_copies())
-            scale = self.gpu_api_scale
+            scale = self.rounds.gpu_api_scale
             blocking, blocked_ns = round(blocking * scale), round(blocked_ns * scale)
         else:
             blocking, blocked_ns = self._blocking_copies(hd)
@@ -268,7 +280,7 @@ class GpuContext(RoundsContext):
     def _api_host_copies(self) -> np.ndarray:
         """Host<->device copy records of the API rounds."""
         ev = self.timeline.events
-        cp = ev[(ev["kind"] == Kind.MEMCPY) & self.in_api_rounds]
+        cp = ev[(ev["kind"] == Kind.MEMCPY) & self.rounds.in_api_rounds]
         kind, _, _ = unpack_copy_flags(cp["flags"])
         return cp[np.isin(kind, [CopyKind.HTOD, CopyKind.DTOH])]
 
@@ -303,12 +315,12 @@ class GpuContext(RoundsContext):
     def alloc_calls(self) -> np.ndarray:
         """Indices of the test's allocator calls (cudaMalloc/cudaFree and the driver's) in the API rounds."""
         ev = self.timeline.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.in_api_rounds)
+        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
         return rt[self._name_table(ALLOC_CALL)[ev["name"][rt]]] if len(rt) else rt
 
     def merged_busy(self) -> tuple[np.ndarray, np.ndarray]:
         """The GPU's busy intervals (kernels, copies, memsets on any stream), merged."""
-        g = self.gpu
+        g = self.records
         if not len(g):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         order = np.argsort(g["start"], kind="stable")
@@ -319,12 +331,15 @@ class GpuContext(RoundsContext):
         idx = np.flatnonzero(new)
         return s[idx], np.append(run_end[idx[1:] - 1], run_end[-1])
 
-    def gpu_summary(self) -> dict[str, Any]:
-        """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round)."""
-        if not self.has_gpu:
+    def summary(self, memory_peak_mb: float | None = None) -> dict[str, Any]:
+        """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round).
+
+        `memory_peak_mb` is the metric's (`gpu.memory_peak_mb`), shown as it is.
+        """
+        if not self.collected:
             return {}
-        tl, g, n = self.timeline, self.gpu, self.n_gpu_rounds
-        per_round_ms = self.per_gpu_round_ms
+        tl, g, rounds = self.timeline, self.records, self.rounds
+        n, per_round_ms = rounds.n_gpu_rounds, rounds.per_gpu_round_ms
         streams = []
         key = (g["device"].astype(np.int64) << 32) | (g["stream"].astype(np.int64) & 0xFFFFFFFF)
         for k in np.unique(key).tolist():
@@ -338,14 +353,14 @@ class GpuContext(RoundsContext):
                     "kernels_per_round": float(np.count_nonzero(sel["kind"] == Kind.KERNEL)) / n,
                     "copies_per_round": float(np.count_nonzero(sel["kind"] == Kind.MEMCPY)) / n,
                     "busy_ms_per_round": per_round_ms(busy),
-                    "busy_share": busy / max(1, self.gpu_wall_ns),
+                    "busy_share": busy / max(1, rounds.gpu_wall_ns),
                 }
             )
         # Idle gaps: between merged busy intervals inside the same round.
         s, e = self.merged_busy()
         gaps = s[1:] - e[:-1]
-        if len(self.gpu_round_idx) and len(gaps):
-            r = tl.events[self.gpu_round_idx]
+        if len(rounds.gpu_round_idx) and len(gaps):
+            r = tl.events[rounds.gpu_round_idx]
             rid = np.searchsorted(np.sort(r["start"]), s, side="right") - 1
             gaps = gaps[rid[1:] == rid[:-1]]
         gaps = gaps[gaps > 0]
@@ -381,18 +396,36 @@ class GpuContext(RoundsContext):
             }
         syncs: dict[str, dict[str, float]] = {}
         ev = tl.events
-        n_api = self.n_api_rounds  # the sync calls are read from the API rounds
+        n_api = rounds.n_api_rounds  # the sync calls are read from the API rounds
         for i in self.sync_calls.tolist():
             entry = syncs.setdefault(tl.name(i), {"count_per_round": 0.0, "blocked_ms_per_round": 0.0})
             entry["count_per_round"] += 1 / n_api
             entry["blocked_ms_per_round"] += float(ev["end"][i] - ev["start"][i]) / _MS / n_api
         return {
-            **({"rounds": self.gpu_rounds_label} if self.gpu_lean else {}),
+            **({"rounds": rounds.gpu_rounds_label} if rounds.gpu_lean else {}),
             **({"gpu_rounds": decided} if (decided := tl.meta.get("gpu_rounds_decision")) else {}),
             "streams": streams,
             "idle_gaps": idle,
             "copies": copies,
             "syncs": syncs,
-            "round_end_wait_ms_per_round": self.per_round_ms(self.wait_ns["round_end"]),
-            "memory_peak_mb": self.metrics.get("gpu.memory_peak_mb"),
+            "round_end_wait_ms_per_round": rounds.per_round_ms(self.wait_ns["round_end"]),
+            "memory_peak_mb": memory_peak_mb,
         }
+
+    def breakdown(self, reason: str) -> list[BreakdownPart]:
+        """The breakdown's GPU parts: compute and transfers per GPU round (`reason`: why there are none)."""
+        if not self.collected:
+            return [
+                BreakdownPart("GPU compute", None, None, collected=False, reason=reason),
+                BreakdownPart("Transfers (host/device copies)", None, None, collected=False, reason=reason),
+            ]
+        r = self.rounds
+        kernels = self.records[np.isin(self.records["kind"], [Kind.KERNEL, Kind.MEMSET])]
+        k_ns = union_ns(kernels["start"], kernels["end"])
+        cp = self.copies["all"]
+        c_ns = union_ns(cp["start"], cp["end"])
+        g_wall, where = max(1, r.gpu_wall_ns), f" ({r.gpu_rounds_kind} rounds)" if r.gpu_lean else ""
+        return [
+            BreakdownPart(f"GPU compute{where}", r.per_gpu_round_ms(k_ns), k_ns / g_wall),
+            BreakdownPart(f"Transfers (host/device copies){where}", r.per_gpu_round_ms(c_ns), c_ns / g_wall),
+        ]

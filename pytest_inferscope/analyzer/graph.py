@@ -441,20 +441,20 @@ MAX_NODES = 40_000
 
 def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
     """The graphs of (up to `MAX_ROUNDS` of) the rounds whose launch calls were recorded, or why there are none."""
-    if not ctx.has_gpu:
+    if not ctx.gpu.collected:
         return [], "no GPU work was recorded, so there is no round graph to replay"
-    idx = ctx.api_round_idx.tolist()
+    idx = ctx.rounds.api_round_idx.tolist()
     ev = ctx.timeline.events
-    calls = int(np.count_nonzero((ev["kind"] == Kind.RUNTIME) & ctx.in_api_rounds)) / max(1, len(idx))
+    calls = int(np.count_nonzero((ev["kind"] == Kind.RUNTIME) & ctx.rounds.in_api_rounds)) / max(1, len(idx))
     # Replaying is Python, node by node: keep it to about MAX_NODES nodes (a call and a segment per launch).
     most = max(1, min(MAX_ROUNDS, int(MAX_NODES // max(1.0, 2 * calls))))
     if len(idx) > most:
         step = len(idx) / most
         idx = [idx[int(k * step)] for k in range(most)]
-    link = float(ctx.transfer["link_gb_s"])
+    link = float(ctx.gpu.transfer["link_gb_s"])
     # trace rounds: their recorded calls cost host time the timed rounds did not pay (graph.trim_recording_cost)
-    walls = ev["end"][ctx.gpu_round_idx] - ev["start"][ctx.gpu_round_idx]
-    ref = None if ctx.gpu_api_same or not len(walls) else int(np.median(walls))
+    walls = ev["end"][ctx.rounds.gpu_round_idx] - ev["start"][ctx.rounds.gpu_round_idx]
+    ref = None if ctx.rounds.gpu_api_same or not len(walls) else int(np.median(walls))
     graphs = build_rounds(ctx.timeline, idx, link, ref)
     if not graphs:
         return [], "no GPU work in the rounds whose launch calls were recorded"

@@ -21,13 +21,13 @@ if TYPE_CHECKING:
 
 def compute_metrics(ctx: Context) -> dict[str, float | None]:
     """Flat, dotted metric names, computed from the context once per analysis."""
-    lat = ctx.latency
+    lat = ctx.rounds.latency
     m: dict[str, float | None] = {
         f"latency_ms.{k}": getattr(lat, k) for k in ("median", "mean", "p90", "p99", "min", "max", "iqr", "stdev")
     }
     _cpu_metrics(ctx, m)
     _memory_metrics(ctx, m)
-    if ctx.has_gpu:
+    if ctx.gpu.collected:
         _gpu_metrics(ctx, m)
     else:
         m.update({f"gpu.{k}": None for k in GPU_METRICS})
@@ -36,7 +36,7 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
     extra = ctx.timeline.meta.get("extra_metrics")
     if isinstance(extra, dict):
         m.update({str(k): None if v is None else float(v) for k, v in extra.items() if k not in m})
-    if not ctx.has_counters:
+    if not ctx.rounds.has_counters:
         # Absent is not zero: without per-round counters the CPU and host-memory metrics are unknown.
         for key in m:
             if key.startswith(("cpu.", "mem.")) and key != "cpu.samples":
@@ -46,10 +46,10 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
 
 def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     """The test thread's and the process's CPU: busy, working, waiting, threads against cores."""
-    c, wall = ctx.counters, max(1, ctx.wall_ns)
-    m["rounds"] = float(len(ctx.round_idx))
+    c, wall = ctx.rounds.counters, max(1, ctx.rounds.wall_ns)
+    m["rounds"] = float(len(ctx.rounds.round_idx))
     cpu = c.get("thread_cpu_ns", 0.0)
-    waits = ctx.wait_ns
+    waits = ctx.gpu.wait_ns
     m["cpu.test_thread_busy"] = cpu / wall
     # A thread spinning in a CUDA sync burns CPU time while it waits: busy time outside the
     # waits is what the host really spent working.
@@ -65,7 +65,7 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["cpu.torch_threads"] = float(ctx.timeline.meta.get("torch_threads") or 0) or None
     m["host.wait_fraction"] = waits["all"] / wall
     m["host.sync_fraction"] = waits["user"] / wall
-    m["host.syncs_per_round"] = len(ctx.sync_calls) / ctx.n_api_rounds  # read where the calls were recorded
+    m["host.syncs_per_round"] = len(ctx.gpu.sync_calls) / ctx.rounds.n_api_rounds  # read where the calls were recorded
     m["host.copy_call_fraction"] = waits["copy_calls"] / wall
     m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
     proc = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
@@ -75,17 +75,17 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["cpu.available_cores"] = cores
     threads = m["cpu.torch_threads"]
     m["cpu.threads_per_core"] = threads / cores if threads else None
-    m["cpu.involuntary_switches_per_round"] = c.get("nivcsw", 0.0) / ctx.n_rounds
-    m["cpu.samples"] = float(np.count_nonzero((ctx.timeline.events["kind"] == Kind.SAMPLE) & ctx.in_rounds))
+    m["cpu.involuntary_switches_per_round"] = c.get("nivcsw", 0.0) / ctx.rounds.n_rounds
+    m["cpu.samples"] = float(np.count_nonzero((ctx.timeline.events["kind"] == Kind.SAMPLE) & ctx.rounds.in_rounds))
 
 
 def _memory_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     """Host RSS and faults per round; the GPU memory torch's allocator reported."""
-    c = ctx.counters
+    c = ctx.rounds.counters
     mem = ctx.timeline.meta.get("memory", {})
     m["mem.rss_peak_mb"] = mem.get("rss_peak", 0) / _MB if mem else None
     m["mem.rss_growth_mb"] = (c.get("rss_last", 0.0) - c.get("rss_first", 0.0)) / _MB if "rss_first" in c else None
-    m["mem.minor_faults_per_round"] = c.get("minflt", 0.0) / ctx.n_rounds
+    m["mem.minor_faults_per_round"] = c.get("minflt", 0.0) / ctx.rounds.n_rounds
     m["mem.major_faults"] = c.get("majflt", 0.0)
     m["gpu.memory_peak_mb"] = mem.get("gpu_allocated_peak") / _MB if mem.get("gpu_allocated_peak") else None
     reserved, total = mem.get("gpu_reserved_peak"), mem.get("gpu_total")
@@ -124,38 +124,38 @@ GPU_METRICS = (
 
 def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     """From the GPU rounds: the measured rounds, or the profile rounds when lean (base.py `gpu_round_idx`)."""
-    wall, n_gpu = max(1, ctx.gpu_wall_ns), ctx.n_gpu_rounds
-    busy = union_ns(ctx.gpu["start"], ctx.gpu["end"])
-    cp = ctx.copies
+    wall, n_gpu = max(1, ctx.rounds.gpu_wall_ns), ctx.rounds.n_gpu_rounds
+    busy = union_ns(ctx.gpu.records["start"], ctx.gpu.records["end"])
+    cp = ctx.gpu.copies
     # Collective kernels (NCCL) occupy the GPU while waiting for peers: communication, not compute (comm.py).
-    comm = comm_mask(ctx.gpu, ctx.timeline.strings)
-    compute = ctx.gpu[np.isin(ctx.gpu["kind"], [Kind.KERNEL, Kind.MEMSET]) & ~comm]
+    comm = comm_mask(ctx.gpu.records, ctx.timeline.strings)
+    compute = ctx.gpu.records[np.isin(ctx.gpu.records["kind"], [Kind.KERNEL, Kind.MEMSET]) & ~comm]
     m["gpu.busy_fraction"] = busy / wall
     m["gpu.compute_fraction"] = union_ns(compute["start"], compute["end"]) / wall
-    devices = per_device(ctx.gpu, ctx.timeline.strings)
+    devices = per_device(ctx.gpu.records, ctx.timeline.strings)
     m["gpu.communication_fraction"] = max((d.comm_ns for d in devices), default=0) / wall
     m["gpu.communication_exposed_fraction"] = max((d.exposed_ns for d in devices), default=0) / wall
     total = sum(d.comm_ns for d in devices)
     m["gpu.communication_overlap"] = sum(d.overlap_ns for d in devices) / total if total else None
     m["gpu.idle_fraction"] = 1.0 - busy / wall
-    m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu["kind"] == Kind.KERNEL) / n_gpu
+    m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu.records["kind"] == Kind.KERNEL) / n_gpu
     m["gpu.transfer_fraction"] = union_ns(cp["all"]["start"], cp["all"]["end"]) / wall
     m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / n_gpu
     m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / n_gpu
     ev = ctx.timeline.events
-    allocs = (ev["kind"] == Kind.GPU_MEMORY) & (ev["value"] > 0) & ctx.in_gpu_rounds
+    allocs = (ev["kind"] == Kind.GPU_MEMORY) & (ev["value"] > 0) & ctx.rounds.in_gpu_rounds
     m["gpu.allocations_per_round"] = float(np.count_nonzero(allocs)) / n_gpu
     for cause in CAUSES:
-        m[f"gpu.idle_{cause}_fraction"] = ctx.idle_fraction(cause)
-    t = ctx.transfer
+        m[f"gpu.idle_{cause}_fraction"] = ctx.gpu.idle_fraction(cause)
+    t = ctx.gpu.transfer
     m["gpu.transfer_gb_per_s"] = t["gb_per_s"] if t["count"] else None
     m["gpu.link_gb_per_s"] = t["link_gb_s"]
     m["gpu.link_utilisation"] = t["gb_per_s"] / t["link_gb_s"] if t["count"] else None
     m["gpu.pageable_copy_bytes_fraction"] = t["pageable_bytes"] / t["bytes"] if t["bytes"] else None
     m["gpu.blocking_copies_per_round"] = t["blocking_count"] / n_gpu
     m["gpu.copy_overlap_fraction"] = t["overlap_ns"] / t["union_ns"] if t["union_ns"] else None
-    alloc = ev[ctx.alloc_calls]
-    scale = ctx.gpu_api_scale  # allocator calls are read in the API rounds
+    alloc = ev[ctx.gpu.alloc_calls]
+    scale = ctx.rounds.gpu_api_scale  # allocator calls are read in the API rounds
     m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) * scale / wall
 
 

@@ -51,18 +51,19 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     """
     busy = ctx.metrics.get("cpu.test_thread_working") or 0.0
     user_busy = ctx.metrics.get("cpu.test_thread_user_busy") or 0.0
-    if user_busy < CPU_BUSY_MIN or ctx.launch_dominated:
+    if user_busy < CPU_BUSY_MIN or ctx.gpu.launch_dominated:
         return []  # (a host busy launching tiny kernels is the launch rule's finding)
-    if ctx.has_gpu:
+    if ctx.gpu.collected:
         # With GPU data the CPU bounds the round only while the GPU waits for it: that is the
         # host-wait idle time, gpu_idle_host's finding (host work while the GPU computes is
         # overlapped; host work after a sync is the sync's cost).
         return []
     share = min(1.0, user_busy)
-    round_ms = ctx.per_round_ms(ctx.wall_ns)
-    spots = [(h.function, h.self_ms) for h in ctx.hotspots if h.self_ms > 0][:5]
+    r = ctx.rounds
+    round_ms = r.per_round_ms(r.wall_ns)
+    spots = [(h.function, h.self_ms) for h in ctx.cpu.hotspots if h.self_ms > 0][:5]
     evidence: dict[str, object] = {
-        "test thread CPU per round (ms)": round(ctx.per_round_ms(ctx.counters.get("thread_cpu_ns", 0.0)), 3),
+        "test thread CPU per round (ms)": round(r.per_round_ms(r.counters.get("thread_cpu_ns", 0.0)), 3),
         "wall per round (ms)": round(round_ms, 3),
         "test thread on CPU or waiting for a core, outside device waits": _pct(busy),
         "waiting for a core (CPU contention)": _pct(ctx.metrics.get("cpu.test_thread_runqueue") or 0.0),
@@ -105,7 +106,6 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
             )
         )
     top = f"; hottest: {spots[0][0].split(' (')[0]} ({spots[0][1]:.2f} ms/round)" if spots else ""
-    rounds = ctx.round_idx
     return [
         Finding(
             rule="cpu_saturation",
@@ -115,7 +115,7 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
             share=share,
             confidence=min(1.0, user_busy / 0.8) * _sample_confidence(ctx, floor=0.85),
             evidence=evidence,
-            events=ctx.refs(rounds, 3),
+            events=ctx.refs(r.round_idx, 3),
             suggestions=suggestions,
         )
     ]
@@ -127,10 +127,10 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
         return []  # no CPU counters: nothing to say about waiting
     busy = ctx.metrics.get("cpu.test_thread_working") or 0.0
     waiting = 1.0 - busy
-    if waiting < 0.3 or ctx.has_gpu:
+    if waiting < 0.3 or ctx.gpu.collected:
         return []  # with a GPU, waiting is the sync and idle rules' business
-    spots = [h for h in ctx.hotspots if h.self_ms > 0][:3]
-    wait_ms = ctx.per_round_ms(ctx.wall_ns) * waiting
+    spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0][:3]
+    wait_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns) * waiting
     return [
         Finding(
             rule="off_cpu_wait",
@@ -162,11 +162,11 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
 
 def memory_pressure(ctx: Context) -> list[Finding]:
     """Host memory grows round over round, or the kernel spends the time faulting pages in."""
-    c = ctx.counters
-    rss = ctx.rss_per_round
+    c = ctx.rounds.counters
+    rss = ctx.rounds.rss_per_round
     n = len(rss)
     growth_per_round = float(np.polyfit(np.arange(n), rss, 1)[0]) / _MB if n >= 3 else 0.0
-    wall = max(1, ctx.wall_ns)
+    wall = max(1, ctx.rounds.wall_ns)
     sys_share = c.get("sys_ns", 0.0) / wall
     faults = ctx.metrics.get("mem.minor_faults_per_round") or 0.0
     major = c.get("majflt", 0.0)
@@ -190,7 +190,7 @@ def memory_pressure(ctx: Context) -> list[Finding]:
         "major page faults": int(major),
         "kernel (system) CPU time / wall": _pct(sys_share),
     }
-    round_ms = ctx.per_round_ms(wall)
+    round_ms = ctx.rounds.per_round_ms(wall)
     suggestions = []
     if growing:
         suggestions.append(
@@ -233,7 +233,7 @@ def memory_pressure(ctx: Context) -> list[Finding]:
             confidence=confidence,
             evidence=evidence,
             suggestions=suggestions,
-            events=ctx.refs(ctx.round_idx, 3),
+            events=ctx.refs(ctx.rounds.round_idx, 3),
         )
     ]
 
@@ -248,7 +248,7 @@ def cpu_contention(ctx: Context) -> list[Finding]:
     cores = int(m.get("cpu.available_cores") or 1)
     threads = m.get("cpu.torch_threads")
     proc = m.get("cpu.process_utilisation") or 0.0
-    round_ms = ctx.per_round_ms(ctx.wall_ns)
+    round_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns)
     switches = m.get("cpu.involuntary_switches_per_round") or 0.0
     per_ms = switches / round_ms if round_ms else 0.0
     oversubscribed = threads is not None and threads > cores

@@ -20,35 +20,36 @@ COMM_MIN = 0.05
 
 def communication(ctx: Context) -> list[Finding]:
     """Collective kernels ran while the device had no compute to overlap them: communication-bound."""
-    if not ctx.has_gpu:
+    if not ctx.gpu.collected:
         return []
     strings = ctx.timeline.strings
-    devices = per_device(ctx.gpu, strings)
+    devices = per_device(ctx.gpu.records, strings)
     if not devices:
         return []
-    wall = max(1, ctx.gpu_wall_ns)
+    wall = max(1, ctx.rounds.gpu_wall_ns)
     worst = max(devices, key=lambda d: d.exposed_ns)
     share = worst.exposed_ns / wall
     if share < COMM_MIN:
         return []
-    comm = comm_mask(ctx.gpu, strings)
-    k = ctx.gpu[comm]
+    comm = comm_mask(ctx.gpu.records, strings)
+    k = ctx.gpu.records[comm]
     dur = (k["end"] - k["start"]).astype(float)
     weights = np.bincount(k["name"], weights=dur)
     top = [int(i) for i in np.argsort(-weights)[:3] if weights[i] > 0]
+    per_round_ms = ctx.rounds.per_gpu_round_ms
     evidence: dict[str, object] = {}
     for d in devices:
         overlap = d.overlap_fraction
         evidence[f"device {d.device}"] = (
-            f"communication {ctx.per_gpu_round_ms(d.comm_ns):.2f} ms/round ({d.kernels} collective kernels), "
-            f"{_pct(overlap or 0.0)} of it overlapped by compute, exposed {ctx.per_gpu_round_ms(d.exposed_ns):.2f} "
+            f"communication {per_round_ms(d.comm_ns):.2f} ms/round ({d.kernels} collective kernels), "
+            f"{_pct(overlap or 0.0)} of it overlapped by compute, exposed {per_round_ms(d.exposed_ns):.2f} "
             f"ms/round ({_pct(d.exposed_ns / wall)} of the round)"
         )
     for i, n in enumerate(top, 1):
-        evidence[f"collective {i}"] = f"{strings[n][:120]}: {ctx.per_gpu_round_ms(float(weights[n])):.2f} ms/round"
-    exposed_ms = ctx.per_gpu_round_ms(worst.exposed_ns)
-    comm_ms = ctx.per_gpu_round_ms(worst.comm_ns)
-    idx = np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_gpu_rounds)
+        evidence[f"collective {i}"] = f"{strings[n][:120]}: {per_round_ms(float(weights[n])):.2f} ms/round"
+    exposed_ms = per_round_ms(worst.exposed_ns)
+    comm_ms = per_round_ms(worst.comm_ns)
+    idx = np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds)
     chosen = idx[comm_mask(ctx.timeline.events[idx], strings)] if len(idx) else idx
     return [
         Finding(

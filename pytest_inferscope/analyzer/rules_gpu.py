@@ -26,17 +26,18 @@ HOST_WAIT_MIN = 0.3
 
 def gpu_saturation(ctx: Context) -> list[Finding]:
     """GPU kernels ran most of the round: the body is GPU-bound (copies are the transfers rule's)."""
-    if not ctx.has_gpu:
+    if not ctx.gpu.collected:
         return []
     compute = ctx.metrics.get("gpu.compute_fraction") or 0.0
     # Compute the host sat blocked through, just before a sync stall, would have overlapped the
     # host's own work had the host not stopped to wait: while they take turns, that part of the
     # GPU's time does not bound the round (see idle.py, `turn_taking_ns`).
-    hidden = (ctx.turn_taking_ns() - ctx.idle_ns("sync_stall")) / max(1, ctx.gpu_wall_ns)
+    hidden = (ctx.gpu.turn_taking_ns() - ctx.gpu.idle_ns("sync_stall")) / max(1, ctx.rounds.gpu_wall_ns)
     busy = max(0.0, compute - hidden)
     if busy < GPU_BUSY_MIN:
         return []
-    k = ctx.gpu[ctx.gpu["kind"] == Kind.KERNEL]
+    k = ctx.gpu.records[ctx.gpu.records["kind"] == Kind.KERNEL]
+    kernels_per_round = len(k) / ctx.rounds.n_gpu_rounds
     names = k["name"]
     dur = (k["end"] - k["start"]).astype(float)
     weights = np.bincount(names, weights=dur) if len(k) else np.zeros(0)
@@ -45,16 +46,16 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     evidence: dict[str, object] = {
         "GPU computing": _pct(compute),
         "of it while the host waited in syncs it then paid for (turn-taking)": _pct(compute - busy),
-        "kernels per round": round(len(k) / ctx.n_gpu_rounds),
+        "kernels per round": round(kernels_per_round),
         **_idle_evidence(ctx),
     }
     for i, n in enumerate(top, 1):
         t = float(dur[names == n].sum())
         evidence[f"kernel {i}"] = (
-            f"{ctx.timeline.strings[int(n)]}: {ctx.per_gpu_round_ms(t):.3f} ms/round ({_pct(t / total)})"
+            f"{ctx.timeline.strings[int(n)]}: {ctx.rounds.per_gpu_round_ms(t):.3f} ms/round ({_pct(t / total)})"
         )
-    round_ms = ctx.per_round_ms(ctx.wall_ns)
-    kernel_ms = ctx.per_gpu_round_ms(total)
+    round_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns)
+    kernel_ms = ctx.rounds.per_gpu_round_ms(total)
     return [
         Finding(
             rule="gpu_saturation",
@@ -65,7 +66,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
             share=busy,
             confidence=min(1.0, 0.7 + 0.3 * busy),
             evidence=evidence,
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_gpu_rounds), 5),
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds), 5),
             suggestions=[
                 Suggestion(
                     LOWER_PRECISION,
@@ -75,7 +76,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
                 ),
                 Suggestion(
                     "Compile the model (torch.compile) to fuse elementwise kernels",
-                    f"{len(k) / ctx.n_gpu_rounds:.0f} kernels per round; fusion cuts memory traffic between them",
+                    f"{kernels_per_round:.0f} kernels per round; fusion cuts memory traffic between them",
                     kernel_ms * 0.15,
                     "gpu_saturation",
                 ),
@@ -93,15 +94,16 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
     had drained and the host was not blocked in a synchronisation. The functions named are those
     sampled during those gaps.
     """
-    if not ctx.has_gpu or ctx.launch_dominated:
+    if not ctx.gpu.collected or ctx.gpu.launch_dominated:
         return []  # (a host busy launching tiny kernels is the launch rule's finding)
-    share = ctx.host_wait_fraction()
+    share = ctx.gpu.host_wait_fraction()
     if share < HOST_WAIT_MIN:
         return []
-    gaps = ctx.idle.mask("host_wait")
-    in_gaps = ctx.samples_inside(ctx.idle.start_ns[gaps], ctx.idle.end_ns[gaps], api=True)
-    spots = in_gaps[:3] or [(h.function, h.self_ms) for h in ctx.hotspots if h.self_ms > 0][:3]
-    wait_ms = ctx.per_gpu_round_ms(ctx.idle_ns("host_wait"))
+    gaps = ctx.gpu.idle.mask("host_wait")
+    in_gaps = ctx.cpu.samples_inside(ctx.gpu.idle.start_ns[gaps], ctx.gpu.idle.end_ns[gaps], api=True)
+    spots = in_gaps[:3] or [(h.function, h.self_ms) for h in ctx.cpu.hotspots if h.self_ms > 0][:3]
+    per_round_ms = ctx.rounds.per_gpu_round_ms
+    wait_ms = per_round_ms(ctx.gpu.idle_ns("host_wait"))
     suggestions = [_off_critical_path(module, fns, wait_ms) for module, fns in _by_module(in_gaps or spots)[:2]]
     suggestions.append(
         Suggestion(
@@ -109,7 +111,7 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
             "or a producer thread), so GPU work is always queued ahead",
             rationale=f"the GPU waited {wait_ms:.2f} ms per round for the host to launch work",
             # Overlapping hides at most the shorter of the two: the host's wait or the GPU's work.
-            saving_ms=min(wait_ms, ctx.per_gpu_round_ms(ctx.transfer["compute_ns"])),
+            saving_ms=min(wait_ms, per_round_ms(ctx.gpu.transfer["compute_ns"])),
             rule="gpu_idle_host",
         )
     )
@@ -117,7 +119,7 @@ def gpu_idle_host(ctx: Context) -> list[Finding]:
         suggestions.append(
             Suggestion(
                 action="Give the GPU more work per launch (larger batches), so each host step keeps it busy longer",
-                rationale=f"{ctx.per_gpu_round_ms(ctx.gpu_wall_ns):.2f} ms rounds, {_pct(share)} of them with the GPU "
+                rationale=f"{per_round_ms(ctx.rounds.gpu_wall_ns):.2f} ms rounds, {_pct(share)} of them with the GPU "
                 "idle "
                 "waiting for the host",
                 saving_ms=wait_ms * 0.3,
@@ -178,13 +180,13 @@ def _sync_evidence(
 ) -> dict[str, object]:
     """sync_stall's evidence: time blocked, calls per round by name, and where they were issued."""
     tl = ctx.timeline
-    n_api = ctx.n_api_rounds  # the calls were read from the API rounds (base.py)
+    n_api = ctx.rounds.n_api_rounds  # the calls were read from the API rounds (base.py)
     evidence: dict[str, object] = {
-        "blocked in syncs per round (ms)": round(ctx.per_round_ms(ctx.wait_ns["user"]), 3),
+        "blocked in syncs per round (ms)": round(ctx.rounds.per_round_ms(ctx.gpu.wait_ns["user"]), 3),
         "blocked share of the round": _pct(blocked_frac),
         "sync calls per round": round(len(calls) / n_api, 1),
         "GPU idle gaps after a sync or blocking copy, per round": round(stalls, 1),
-        "turn-taking per round (ms)": round(ctx.per_gpu_round_ms(turn_ns), 3),
+        "turn-taking per round (ms)": round(ctx.rounds.per_gpu_round_ms(turn_ns), 3),
         **_idle_evidence(ctx),
     }
     by_name: dict[str, list[float]] = {}
@@ -192,7 +194,7 @@ def _sync_evidence(
     for n, d in zip(calls["name"].tolist(), dur.tolist(), strict=True):
         by_name.setdefault(tl.strings[n], []).append(d)
     for name, ds in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:3]:
-        evidence[name] = f"{len(ds) / n_api:.1f} per round, {ctx.per_api_round_ms(sum(ds)):.3f} ms per round"
+        evidence[name] = f"{len(ds) / n_api:.1f} per round, {ctx.rounds.per_api_round_ms(sum(ds)):.3f} ms per round"
     for i, (where, ms) in enumerate(lines[:3], 1):
         evidence[f"issued from {i}"] = f"{where} ({ms:.2f} ms/round sampled)"
     return evidence
@@ -206,22 +208,22 @@ def sync_stall(ctx: Context) -> list[Finding]:
     time before it as the gap lasted. Syncs after which the GPU never waits (one `.cpu()` at the
     end of the call) cost nothing here; they are reported as information.
     """
-    if not ctx.has_gpu or not len(ctx.sync_calls):
+    if not ctx.gpu.collected or not len(ctx.gpu.sync_calls):
         return []
     blocked_frac = ctx.metrics.get("host.sync_fraction") or 0.0
-    turn_ns = ctx.turn_taking_ns()
-    frac = turn_ns / max(1, ctx.gpu_wall_ns)
+    turn_ns = ctx.gpu.turn_taking_ns()
+    frac = turn_ns / max(1, ctx.rounds.gpu_wall_ns)
     if frac < SYNC_MIN and blocked_frac < SYNC_MIN:
         return []
-    calls = ctx.timeline.events[ctx.sync_calls]
+    calls = ctx.timeline.events[ctx.gpu.sync_calls]
     # Where in the user's code the syncs were issued: the stacks sampled while the thread was blocked in them.
-    lines = ctx.samples_inside(calls["start"], calls["end"], lines=True, api=True)
-    stalls = ctx.idle_per_round("sync_stall")
+    lines = ctx.cpu.samples_inside(calls["start"], calls["end"], lines=True, api=True)
+    stalls = ctx.gpu.idle_per_round("sync_stall")
     evidence = _sync_evidence(ctx, calls, lines, blocked_frac, turn_ns, stalls)
-    sync_ms = ctx.per_round_ms(ctx.wait_ns["user"])
-    turn_ms = ctx.per_gpu_round_ms(turn_ns)
+    sync_ms = ctx.rounds.per_round_ms(ctx.gpu.wait_ns["user"])
+    turn_ms = ctx.rounds.per_gpu_round_ms(turn_ns)
     first = lines[0][0].split(" (")[0] if lines else "the test body"
-    per_round = len(calls) / ctx.n_api_rounds
+    per_round = len(calls) / ctx.rounds.n_api_rounds
     if frac < SYNC_MIN:
         return [
             Finding(
@@ -234,7 +236,7 @@ def sync_stall(ctx: Context) -> list[Finding]:
                 share=frac,
                 confidence=0.8,
                 evidence=evidence,
-                events=ctx.refs(ctx.sync_calls, 5),
+                events=ctx.refs(ctx.gpu.sync_calls, 5),
             )
         ]
     return [
@@ -249,7 +251,7 @@ def sync_stall(ctx: Context) -> list[Finding]:
             share=frac,
             confidence=min(1.0, 0.7 + frac),
             evidence=evidence,
-            events=ctx.refs(ctx.sync_calls, 5),
+            events=ctx.refs(ctx.gpu.sync_calls, 5),
             suggestions=[
                 Suggestion(
                     f"Remove per-step synchronisations in {first}: keep values on the GPU instead of "
@@ -272,13 +274,13 @@ def sync_stall(ctx: Context) -> list[Finding]:
 
 def launch_overhead(ctx: Context) -> list[Finding]:
     """Many tiny kernels, each cheaper on the GPU than its launch on the host: the body is launch-bound."""
-    if not ctx.launch_dominated:
+    if not ctx.gpu.launch_dominated:
         return []
-    lz = ctx.launches
+    lz = ctx.gpu.launches
     compute = ctx.metrics.get("gpu.compute_fraction") or 0.0
     share = max(0.0, 1.0 - compute)
     host_us, kernel_us = lz["host_ns_per_launch"] / 1e3, lz["mean_kernel_ns"] / 1e3
-    wall_ms = ctx.per_round_ms(ctx.wall_ns)
+    wall_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns)
     return [
         Finding(
             rule="launch_overhead",
@@ -294,7 +296,7 @@ def launch_overhead(ctx: Context) -> list[Finding]:
                 "host CPU per launch (µs)": round(host_us, 2),
                 "GPU computing": _pct(compute),
             },
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.in_gpu_rounds), 5),
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds), 5),
             suggestions=[
                 Suggestion(
                     CUDA_GRAPH,
@@ -317,15 +319,15 @@ def launch_overhead(ctx: Context) -> list[Finding]:
 def _idle_evidence(ctx: Context) -> dict[str, object]:
     """GPU idle time per round by cause (idle.py), for a finding's evidence."""
     return {
-        f"GPU idle: {cause.replace('_', ' ')} (ms/round)": round(ctx.per_gpu_round_ms(ns), 3)
-        for cause, ns in ctx.idle_totals().items()
+        f"GPU idle: {cause.replace('_', ' ')} (ms/round)": round(ctx.rounds.per_gpu_round_ms(ns), 3)
+        for cause, ns in ctx.gpu.idle_totals().items()
         if ns
     }
 
 
 def _gap_refs(ctx: Context, sel: np.ndarray, limit: int = 5) -> list[EventRef]:
     """The longest selected idle gaps, as report references."""
-    idle = ctx.idle
+    idle = ctx.gpu.idle
     idx = np.flatnonzero(sel)
     if not len(idx):
         return []

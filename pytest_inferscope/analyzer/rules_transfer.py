@@ -38,12 +38,12 @@ REUSE_BUFFERS = (
 
 def _transfer_suggestions(ctx: Context, t: dict[str, Any], copy_ms: float, mb: float) -> list[Suggestion]:
     """transfers' suggestions: pin, make asynchronous, overlap, compact dtypes, keep on the device."""
-    n, link = ctx.n_gpu_rounds, t["link_gb_s"]
+    n, link = ctx.rounds.n_gpu_rounds, t["link_gb_s"]
     suggestions: list[Suggestion] = []
     if t["pageable_count"]:
         # Pinned, the same bytes would move at about PINNED_EFFICIENCY of the link.
         pinned_ms = t["pageable_bytes"] / (link * PINNED_EFFICIENCY) / 1e6 / n
-        pg_ms = ctx.per_gpu_round_ms(t["pageable_ns"])
+        pg_ms = ctx.rounds.per_gpu_round_ms(t["pageable_ns"])
         suggestions.append(
             Suggestion(
                 PIN_MEMORY,
@@ -55,8 +55,8 @@ def _transfer_suggestions(ctx: Context, t: dict[str, Any], copy_ms: float, mb: f
             )
         )
     if t["blocking_count"]:
-        blocked_ms = ctx.per_gpu_round_ms(t["blocking_ns"])
-        compute_ms = ctx.per_gpu_round_ms(t["compute_ns"])
+        blocked_ms = ctx.rounds.per_gpu_round_ms(t["blocking_ns"])
+        compute_ms = ctx.rounds.per_gpu_round_ms(t["compute_ns"])
         suggestions.append(
             Suggestion(
                 "Make the copies asynchronous: .to(device, non_blocking=True) from pinned memory, and synchronise "
@@ -67,8 +67,8 @@ def _transfer_suggestions(ctx: Context, t: dict[str, Any], copy_ms: float, mb: f
                 "transfers",
             )
         )
-    exposed_ms = ctx.per_gpu_round_ms(t["exposed_ns"])
-    compute_ms = ctx.per_gpu_round_ms(t["compute_ns"])
+    exposed_ms = ctx.rounds.per_gpu_round_ms(t["exposed_ns"])
+    compute_ms = ctx.rounds.per_gpu_round_ms(t["compute_ns"])
     if exposed_ms > 0 and compute_ms > 0:
         suggestions.append(
             Suggestion(
@@ -102,14 +102,14 @@ def _transfer_suggestions(ctx: Context, t: dict[str, Any], copy_ms: float, mb: f
 def transfers(ctx: Context) -> list[Finding]:
     """Host<->device copies take a large share of the round: bytes, bandwidth against the link, pageable
     sources, blocking copies and copies that could overlap compute but don't."""
-    if not ctx.has_gpu:
+    if not ctx.gpu.collected:
         return []
     frac = ctx.metrics.get("gpu.transfer_fraction") or 0.0
-    t = ctx.transfer
+    t = ctx.gpu.transfer
     if frac < TRANSFER_MIN or not t["count"]:
         return []
-    n = ctx.n_gpu_rounds
-    copy_ms = ctx.per_gpu_round_ms(t["union_ns"])
+    n = ctx.rounds.n_gpu_rounds
+    copy_ms = ctx.rounds.per_gpu_round_ms(t["union_ns"])
     link = t["link_gb_s"]
     util = t["gb_per_s"] / link if link else 0.0
     mb = t["bytes"] / n / _MB
@@ -145,7 +145,7 @@ def transfers(ctx: Context) -> list[Finding]:
                 "blocking copies per round": round(t["blocking_count"] / n, 1),
                 "copy time overlapping kernels": _pct(t["overlap_ns"] / t["union_ns"] if t["union_ns"] else 0.0),
             },
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.MEMCPY) & ctx.in_gpu_rounds), 5),
+            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.MEMCPY) & ctx.rounds.in_gpu_rounds), 5),
             suggestions=suggestions,
         )
     ]
@@ -164,7 +164,8 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
     churn = alloc_frac >= ALLOC_MIN
     if not (near or caching or churn):
         return []
-    alloc_ms = ctx.per_gpu_round_ms(alloc_frac * ctx.gpu_wall_ns)
+    alloc_ms = ctx.rounds.per_gpu_round_ms(alloc_frac * ctx.rounds.gpu_wall_ns)
+    calls = len(ctx.gpu.alloc_calls) / ctx.rounds.n_api_rounds  # read in the API rounds
     evidence: dict[str, object] = {
         "allocated peak (MB)": round(m.get("gpu.memory_peak_mb") or 0.0, 1),
         "reserved peak (MB)": round(reserved_mb, 1),
@@ -172,7 +173,7 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
         "reserved / total": _pct(used or 0.0),
         "reserved but not allocated at the peak": _pct(cached or 0.0),
         "allocator calls per round (ms)": round(alloc_ms, 3),
-        "allocator calls per round": round(len(ctx.alloc_calls) / ctx.n_api_rounds, 1),
+        "allocator calls per round": round(calls, 1),
     }
     suggestions = [
         Suggestion(
@@ -186,7 +187,7 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
         ),
         Suggestion(
             REUSE_BUFFERS,
-            f"{len(ctx.alloc_calls) / ctx.n_api_rounds:.0f} allocator calls per round took {alloc_ms:.2f} ms",
+            f"{calls:.0f} allocator calls per round took {alloc_ms:.2f} ms",
             alloc_ms * 0.8,
             "gpu_memory_pressure",
         ),
@@ -218,7 +219,7 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
             share=alloc_frac,
             confidence=0.9 if churn else 0.7,
             evidence=evidence,
-            events=ctx.refs(ctx.alloc_calls, 5),
+            events=ctx.refs(ctx.gpu.alloc_calls, 5),
             # Without time in the allocator there is no time to save: information only.
             suggestions=suggestions if churn else [],
         )

@@ -44,7 +44,7 @@ def write_test_reports(
 
     `raw` (the collection before merging) is kept as `raw.npz`, so `inferscope analyze` can
     re-run merger, analyzer and reporters from disk. `idle` is the analyzer's GPU idle attribution
-    (`Context.idle`), shaded in report.html; when not given, report.html computes it.
+    (`Context.gpu.idle`), shaded in report.html; when not given, report.html computes it.
 
     The same dict is stored in `result.files` (and so in report.json). A partial result (the test
     raised) is written the same way; its report says so at the top.

@@ -41,7 +41,7 @@ def always_thermal(ctx):
     # A rule: a pure function of the analysis context, returning findings with evidence.
     return [Finding(rule="thermal", title="Thermal throttling", summary="clocks dropped",
                     cause="gpu_bound", share=0.99, confidence=1.0,
-                    evidence={"rounds": ctx.n_rounds},
+                    evidence={"rounds": ctx.rounds.n_rounds},
                     suggestions=[Suggestion("cool it", "hot", 1.0, "thermal"),
                                  Suggestion("slow down", "hot", 0.5, "thermal")])]
 

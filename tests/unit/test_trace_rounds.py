@@ -161,20 +161,20 @@ def test_the_analysis_from_trace_rounds_equals_the_one_with_launch_calls_in_ever
 def test_with_gpu_activity_only_in_trace_rounds_every_gpu_figure_comes_from_them(trace: int) -> None:
     every = analyze(merge(steady(5)))
     lean_tl = merge(steady(5, trace, gpu_in_measured=False))
-    ctx = Context(lean_tl)
-    assert ctx.gpu_lean and np.array_equal(ctx.gpu_round_idx, ctx.trace_idx) and ctx.n_gpu_rounds == trace
+    r = Context(lean_tl).rounds
+    assert r.gpu_lean and np.array_equal(r.gpu_round_idx, r.trace_idx) and r.n_gpu_rounds == trace
     lean = analyze(lean_tl)
     # Identical rounds: what the trace rounds show per round is what every round showed.
     for key in API_METRICS + ACTIVITY_METRICS:
         assert lean.metrics[key] == pytest.approx(every.metrics[key], rel=1e-6, abs=1e-9), key
     assert lean.metrics["gpu.kernel_launches_per_round"] == 5  # not 5 x trace / 5 measured rounds
-    assert len(ctx.latency.samples_ms) == 5 and len(ctx.latency.trace_ms) == trace  # latency: measured rounds
+    assert len(r.latency.samples_ms) == 5 and len(r.latency.trace_ms) == trace  # latency: measured rounds
     assert lean.bottleneck == every.bottleneck
     assert [f.rule for f in lean.findings] == [f.rule for f in every.findings]
     # Thresholds on GPU figures read the trace rounds too, and fail where the every-round analysis fails.
     limits = {"max_gpu_idle": 0.01, "max_kernel_launches": 4, "max_h2d_bytes": 1 << 20, "max_syncs": 1}
-    got = evaluate(limits, lean, ctx.latency, gpu_collected=True)
-    ref = evaluate(limits, every, Context(merge(steady(5))).latency, gpu_collected=True)
+    got = evaluate(limits, lean, r.latency, gpu_collected=True)
+    ref = evaluate(limits, every, Context(merge(steady(5))).rounds.latency, gpu_collected=True)
     assert [(c.key, c.status) for c in got] == [(c.key, c.status) for c in ref]
     assert [c.status for c in got] == ["failed"] * 4
     for a, b in zip(got, ref, strict=True):
@@ -188,11 +188,11 @@ def test_lean_profile_rounds_give_the_gpu_figures_and_the_trace_round_the_launch
     profile rounds; the idle causes keep their trace-round shares."""
     every = analyze(merge(steady(5)))
     tl = merge(steady(5, 1, gpu_in_measured=False, profile=3, trace_stretch=stretch))
-    ctx = Context(tl)
-    assert ctx.gpu_lean and len(ctx.profile_idx) == 3 and len(ctx.trace_idx) == 1 and not ctx.gpu_api_same
-    assert np.array_equal(ctx.gpu_round_idx, ctx.profile_idx) and np.array_equal(ctx.api_round_idx, ctx.trace_idx)
-    assert ctx.gpu_api_scale == 3.0 and ctx.api_scale == 5.0
-    assert len(ctx.latency.samples_ms) == 5 and len(ctx.latency.trace_ms) == 4 and len(ctx.latency.warmup_ms) == 1
+    r = Context(tl).rounds
+    assert r.gpu_lean and len(r.profile_idx) == 3 and len(r.trace_idx) == 1 and not r.gpu_api_same
+    assert np.array_equal(r.gpu_round_idx, r.profile_idx) and np.array_equal(r.api_round_idx, r.trace_idx)
+    assert r.gpu_api_scale == 3.0 and r.api_scale == 5.0
+    assert len(r.latency.samples_ms) == 5 and len(r.latency.trace_ms) == 4 and len(r.latency.warmup_ms) == 1
     lean = analyze(tl)
     for key in ACTIVITY_METRICS + tuple(f"gpu.idle_{c}_fraction" for c in ("host_wait", "launch_gap", "sync_stall")):
         assert lean.metrics[key] == pytest.approx(every.metrics[key], rel=1e-3, abs=1e-9), key
@@ -214,9 +214,9 @@ def test_the_settling_round_after_cupti_starts_counts_as_neither_trace_nor_warm_
     ev["flags"][settle] = kind_flags(RK.SETTLING)
     inside = (ev["start"] >= ev["start"][settle]) & (ev["start"] < ev["end"][settle])
     raw.events = ev[~(inside & (ev["kind"] == Kind.KERNEL))]
-    ctx = Context(merge(raw))
-    assert len(ctx.trace_idx) == 3 and len(ctx.latency.trace_ms) == 3 and len(ctx.latency.warmup_ms) == 1
-    assert len(ctx.latency.samples_ms) == 5
+    r = Context(merge(raw)).rounds
+    assert len(r.trace_idx) == 3 and len(r.latency.trace_ms) == 3 and len(r.latency.warmup_ms) == 1
+    assert len(r.latency.samples_ms) == 5
     lean = analyze(merge(raw))
     ref = analyze(merge(steady(5, 3, gpu_in_measured=False)))
     for key in ACTIVITY_METRICS + API_METRICS:
@@ -238,22 +238,23 @@ def test_idle_causes_keep_their_trace_round_shares_when_the_trace_round_runs_slo
 
 def test_trace_rounds_are_no_latency_sample_and_no_measured_round() -> None:
     tl = merge(steady(5, 2, api_in_measured=False))
-    ctx = Context(tl)
-    lat = ctx.latency
+    r = Context(tl).rounds
+    lat = r.latency
     assert len(lat.samples_ms) == 5 and len(lat.warmup_ms) == 1 and len(lat.trace_ms) == 2
     assert lat.samples_ms == pytest.approx([ROUND_MS] * 5) and lat.trace_ms == pytest.approx([ROUND_MS] * 2)
-    assert len(ctx.round_idx) == 5 and len(ctx.trace_idx) == 2 and ctx.n_api_rounds == 2 and ctx.api_scale == 2.5
-    assert ctx.counters["rounds"] == 5  # the per-round counters leave the trace rows out too
+    assert len(r.round_idx) == 5 and len(r.trace_idx) == 2 and r.n_api_rounds == 2 and r.api_scale == 2.5
+    assert r.counters["rounds"] == 5  # the per-round counters leave the trace rows out too
     kernels = tl.events["kind"] == Kind.KERNEL
-    assert np.count_nonzero(kernels & ctx.in_rounds) == 25 and np.count_nonzero(kernels & ctx.in_api_rounds) == 10
+    assert np.count_nonzero(kernels & r.in_rounds) == 25 and np.count_nonzero(kernels & r.in_api_rounds) == 10
     assert analyze(tl).metrics["rounds"] == 5
 
 
 def test_without_trace_rounds_the_api_rounds_are_the_measured_rounds() -> None:
     ctx = Context(merge(steady(5)))
-    assert not ctx.has_trace_rounds and ctx.api_scale == 1.0 and ctx.idle_scale == 1.0
-    assert np.array_equal(ctx.api_round_idx, ctx.round_idx) and ctx.in_api_rounds is ctx.in_rounds
-    assert ctx.latency.trace_ms == []
+    r = ctx.rounds
+    assert not r.has_trace_rounds and r.api_scale == 1.0 and ctx.gpu.idle_scale == 1.0
+    assert np.array_equal(r.api_round_idx, r.round_idx) and r.in_api_rounds is r.in_rounds
+    assert r.latency.trace_ms == []
 
 
 def test_the_causality_check_reads_only_kernels_whose_launch_was_recorded() -> None:
@@ -333,7 +334,7 @@ def test_trace_rounds_run_after_the_measured_ones_with_the_launch_calls_switched
     assert [int(v) for v in rounds["value"]] == [0, 1, 2, 3, 4, 5]
     assert [row_kind(r) for r in coll.rounds] == kinds
     assert "launch calls recorded only in the 2 trace rounds" in coll.collectors_info()[1].mode
-    lat = Context(merge(raw)).latency
+    lat = Context(merge(raw)).rounds.latency
     assert len(lat.samples_ms) == 3 and len(lat.trace_ms) == 2
 
 
