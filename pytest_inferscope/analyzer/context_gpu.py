@@ -332,10 +332,8 @@ class GpuView:
         return s[idx], np.append(run_end[idx[1:] - 1], run_end[-1])
 
     def summary(self, memory_peak_mb: float | None = None) -> dict[str, Any]:
-        """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round).
-
-        `memory_peak_mb` is the metric's (`gpu.memory_peak_mb`), shown as it is.
-        """
+        """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round);
+        `memory_peak_mb` (the metric `gpu.memory_peak_mb`) as given."""
         if not self.collected:
             return {}
         tl, g, rounds = self.timeline, self.records, self.rounds
