@@ -61,7 +61,7 @@ class CpuView:
             if frames == ["<harness>"]:
                 continue
             self_ns[frames[-1]] = self_ns.get(frames[-1], 0.0) + w
-            for f in set(frames):
+            for f in dict.fromkeys(frames):  # each frame once per sample, in a fixed order
                 total_ns[f] = total_ns.get(f, 0.0) + w
         n, wall = self.rounds.n_rounds, max(1, self.rounds.wall_ns)
         spots = [
@@ -73,7 +73,7 @@ class CpuView:
             )
             for f, t in total_ns.items()
         ]
-        spots.sort(key=lambda h: (h.self_ms, h.total_ms), reverse=True)
+        spots.sort(key=lambda h: (-h.self_ms, -h.total_ms, h.function))  # ties by name: the same order every run
         return spots
 
     def samples_inside(

@@ -97,6 +97,12 @@ def build(
     )
 
 
+def test_hotspots_that_tie_are_listed_by_name() -> None:
+    raw = build(cpu_busy=0.97, samples=[("zeta:z (z.py:1)", 0.4), ("alpha:a (a.py:1)", 0.4), ("mid:m (m.py:1)", 0.1)])
+    names = [h.function for h in BottleneckAnalyzer(merge(raw)).analyze().hotspots]
+    assert names == ["alpha:a (a.py:1)", "zeta:z (z.py:1)", "mid:m (m.py:1)"]
+
+
 def test_cpu_bound_names_the_hot_function_with_evidence() -> None:
     raw = build(
         cpu_busy=0.97,
