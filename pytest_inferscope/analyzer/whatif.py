@@ -29,6 +29,7 @@ the most (`WhatIfTable.classify`). Pure functions; nothing here prints or writes
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -180,7 +181,17 @@ def remove_syncs(kind: str) -> Transform:
 
 
 def _is_comm(o: GpuOp) -> bool:
-    return o.kind == Kind.KERNEL and bool(COMM_KERNEL.search(o.name))
+    return o.kind == Kind.KERNEL and _comm_name(o.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _comm_name(name: str) -> bool:
+    return bool(COMM_KERNEL.search(name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _alloc_name(name: str) -> bool:
+    return bool(ALLOC_CALL.search(name))
 
 
 def faster_gpu(factor: float = 2.0) -> Transform:
@@ -277,7 +288,7 @@ def no_allocator(g: RoundGraph) -> RoundGraph | None:
     caching allocator warm (cudaFree also waits for the device, so its wait goes too)."""
     out = _Edit(g)
     for i, n in enumerate(g.nodes):
-        if n.kind in (CALL, BLOCKING) and ALLOC_CALL.search(n.name):
+        if n.kind in (CALL, BLOCKING) and _alloc_name(n.name):
             _unblock(out, i, 0)
     return out.result()
 
