@@ -79,6 +79,15 @@ class HostNode:
 
 
 @dataclass
+class Derived:
+    """A graph copied from `base` with only nodes `nodes` and ops `ops` changed (the rest are base's objects)."""
+
+    base: RoundGraph
+    nodes: set[int]
+    ops: set[int]
+
+
+@dataclass
 class RoundGraph:
     """A round as a dependency graph; `measured_ns` is its measured length."""
 
@@ -92,6 +101,8 @@ class RoundGraph:
     link_gb_s: float = 0.0
     #: Modules of `HostNode.modules` that are the framework's Python (torch, transformers), not the user's.
     framework: set[str] = field(default_factory=set)
+    #: A what-if's copy: the graph it was copied from and the nodes and ops it changed (replay.Replayer).
+    derived: Derived | None = field(default=None, repr=False, compare=False)
 
     @property
     def launch_calls(self) -> int:

@@ -44,6 +44,7 @@ from .graph import (
     CALL,
     EXTERNAL,
     SEGMENT,
+    Derived,
     GpuOp,
     HostNode,
     RoundGraph,
@@ -51,7 +52,7 @@ from .graph import (
     reads,
     round_graphs,
 )
-from .replay import replay
+from .replay import Replayer
 from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
 
@@ -96,7 +97,8 @@ class _Edit:
     shared: a transformation assigns new ones (`n.ops = [...]`), never changes them in place."""
 
     def __init__(self, g: RoundGraph) -> None:
-        self.g = dataclasses.replace(g, nodes=list(g.nodes), ops=list(g.ops))
+        self.base = g
+        self.g = dataclasses.replace(g, nodes=list(g.nodes), ops=list(g.ops), derived=None)
         self._nodes: set[int] = set()
         self._ops: set[int] = set()
 
@@ -114,7 +116,10 @@ class _Edit:
 
     def result(self) -> RoundGraph | None:
         """The changed graph, or None when nothing changed (the what-if does not apply)."""
-        return self.g if self._nodes or self._ops else None
+        if not self._nodes and not self._ops:
+            return None
+        self.g.derived = Derived(self.base, self._nodes, self._ops)
+        return self.g
 
 
 def cuda_graph(g: RoundGraph) -> RoundGraph | None:
@@ -255,6 +260,7 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
     edited = out.result()
     if edited is not None:
         edited.nodes.insert(0, HostNode(EXTERNAL, 0, 0, name="prefetch", ops=moved))
+        edited.derived = None  # a node more: not a copy node for node
     return edited
 
 
@@ -451,14 +457,15 @@ class WhatIfTable:
 def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable:
     """Replay every what-if on every graph; a what-if that applies to no round is left out."""
     n = len(graphs)
-    base = [replay(g).round_ns for g in graphs]
+    replayers = [Replayer(g) for g in graphs]
+    base = [r.round_ns(g) for r, g in zip(replayers, graphs, strict=True)]
     base_ms = sum(base) / n / 1e6
     rows = []
     for w in whatifs:
         changed = [w.transform(g) for g in graphs]
         if all(c is None for c in changed):
             continue
-        ns = [replay(c).round_ns if c is not None else b for c, b in zip(changed, base, strict=True)]
+        ns = [r.round_ns(c) if c is not None else b for r, c, b in zip(replayers, changed, base, strict=True)]
         ms = sum(ns) / n / 1e6
         saved = base_ms - ms
         rows.append(
