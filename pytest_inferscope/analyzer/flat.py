@@ -12,14 +12,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 import numpy as np
 
-from .graph import BLOCKING, EXTERNAL, SEGMENT, RoundGraph
+from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, Derived, RoundGraph
 
-#: Node kind codes; any other kind replays as a call.
-K_SEGMENT, K_CALL, K_BLOCKING, K_EXTERNAL = 0, 1, 2, 3
-_CODES = {SEGMENT: K_SEGMENT, BLOCKING: K_BLOCKING, EXTERNAL: K_EXTERNAL}
+#: Node kind codes; any other kind (K_OTHER) replays as a call.
+K_SEGMENT, K_CALL, K_BLOCKING, K_EXTERNAL, K_OTHER = 0, 1, 2, 3, 4
+_CODES = {SEGMENT: K_SEGMENT, CALL: K_CALL, BLOCKING: K_BLOCKING, EXTERNAL: K_EXTERNAL}
 
 
 @dataclass
@@ -36,6 +37,8 @@ class Flat:
     op_floor: np.ndarray
     op_start: np.ndarray
     op_after: np.ndarray
+    op_kind: np.ndarray
+    op_name: list[str]
     counted: np.ndarray
 
 
@@ -48,7 +51,7 @@ def flatten(g: RoundGraph) -> Flat:
     """The graph as arrays."""
     nodes, ops = g.nodes, g.ops
     return Flat(
-        kind=np.array([_CODES.get(n.kind, K_CALL) for n in nodes], dtype=np.int8),
+        kind=np.array([_CODES.get(n.kind, K_OTHER) for n in nodes], dtype=np.int8),
         dur=_ints([n.dur for n in nodes]),
         node_ops=[n.ops for n in nodes],
         waits=[n.waits for n in nodes],
@@ -58,6 +61,8 @@ def flatten(g: RoundGraph) -> Flat:
         op_floor=_ints([o.floor for o in ops]),
         op_start=_ints([o.start for o in ops]),
         op_after=_ints([o.after for o in ops]),
+        op_kind=_ints([o.kind for o in ops]),
+        op_name=[o.name for o in ops],
         counted=np.asarray(g.counted, dtype=np.int64),
     )
 
@@ -70,7 +75,7 @@ def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Fl
     if nodes:
         idx = np.fromiter(nodes, dtype=np.int64, count=len(nodes))
         changed = [g.nodes[i] for i in idx.tolist()]
-        kind = np.array([_CODES.get(n.kind, K_CALL) for n in changed], dtype=np.int8)
+        kind = np.array([_CODES.get(n.kind, K_OTHER) for n in changed], dtype=np.int8)
         same = bool((kind == base.kind[idx]).all())
         f.kind, f.dur = _assign(base.kind, idx, kind), _assign(base.dur, idx, _ints([n.dur for n in changed]))
         f.node_ops, f.waits = list(base.node_ops), list(base.waits)
@@ -81,9 +86,12 @@ def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Fl
     if ops:
         idx = np.fromiter(ops, dtype=np.int64, count=len(ops))
         changed_ops = [g.ops[j] for j in idx.tolist()]
-        for name in ("dur", "lat", "gap", "floor", "start", "after"):
+        for name in ("dur", "lat", "gap", "floor", "start", "after", "kind"):
             values = _ints([getattr(o, name) for o in changed_ops])
             setattr(f, "op_" + name, _assign(getattr(base, "op_" + name), idx, values))
+        f.op_name = list(base.op_name)
+        for j, o in zip(idx.tolist(), changed_ops, strict=True):
+            f.op_name[j] = o.name
         same = same and bool((f.op_after[idx] == base.op_after[idx]).all())
     return f, same
 
@@ -93,6 +101,29 @@ def _assign(a: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
     out = a.astype(np.result_type(a, values))
     out[idx] = values
     return out
+
+
+def materialise(g: RoundGraph, f: Flat, changed: Flat) -> RoundGraph:
+    """A copy of `g` (whose arrays are `f`) with the lengths of `changed`: its changed nodes and ops copied."""
+    nodes, ops = list(g.nodes), list(g.ops)
+    node_idx = np.flatnonzero(changed.dur != f.dur).tolist()
+    for i in node_idx:
+        nodes[i] = dataclasses.replace(nodes[i], dur=_py(changed.dur[i]))
+    fields = ("dur", "lat", "gap", "floor", "start")
+    differs = np.zeros(len(ops), dtype=bool)
+    for name in fields:
+        differs |= getattr(changed, "op_" + name) != getattr(f, "op_" + name)
+    op_idx = np.flatnonzero(differs).tolist()
+    for j in op_idx:
+        values: dict[str, Any] = {k: _py(getattr(changed, "op_" + k)[j]) for k in fields}
+        ops[j] = dataclasses.replace(ops[j], **values)
+    out = dataclasses.replace(g, nodes=nodes, ops=ops)
+    out.derived = Derived(g, set(node_idx), set(op_idx))
+    return out
+
+
+def _py(x: np.generic) -> Any:
+    return x.item()
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .flat import Plan, compile_plan, flatten, patch, shape_of
+from .flat import Flat, Plan, compile_plan, flatten, materialise, patch, shape_of
 from .graph import BLOCKING, EXTERNAL, SEGMENT, RoundGraph
 
 
@@ -148,6 +148,16 @@ class Replayer:
         else:
             return replay(graph).round_ns
         return (replay_walk(graph) if plan is None else replay_plan(plan)).round_ns
+
+    def round_ns_of(self, f: Flat) -> int:
+        """The replayed round of this graph with the lengths of `f` (its arrays, changed: edits.ArrayTransform)."""
+        base = self.flat
+        same = f.kind is base.kind and f.node_ops is base.node_ops and f.waits is base.waits
+        same = same and f.op_after is base.op_after and self.shape is not None
+        plan = compile_plan(f, self.shape if same else None)
+        if plan is None:
+            return replay_walk(materialise(self.graph, base, f)).round_ns
+        return replay_plan(plan).round_ns
 
 
 def replay_error(graphs: list[RoundGraph]) -> float:

@@ -34,11 +34,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..events import CopyKind, Kind
+from ..events import CopyKind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
-from .comm import COMM_KERNEL
 from .context import Context
 from .context_gpu import ALLOC_CALL
+from .edits import DISPATCH_NS, GRAPH_GAP_NS, ArrayTransform, comm_kernels, compute, cuda_graph_arrays, faster
 from .graph import (
     BLOCKING,
     CALL,
@@ -56,10 +56,6 @@ from .replay import Replayer
 from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
 
-#: Host segments up to this long right before a launch are the framework's dispatch, which a CUDA graph skips.
-DISPATCH_NS = 50_000
-#: Gap between consecutive kernels replayed from a CUDA graph (when the trace shows none of its own).
-GRAPH_GAP_NS = 1_000
 #: Pinned copies reach this share of the link's peak (docs/architecture.md, "Transfers and the link").
 PINNED_EFFICIENCY = 0.8
 #: Python modules whose removal is simulated, by sampled time.
@@ -122,26 +118,10 @@ class _Edit:
         return self.g
 
 
-def cuda_graph(g: RoundGraph) -> RoundGraph | None:
-    """Launches replayed from a CUDA graph: one launch per stretch between synchronisations."""
-    out = _Edit(g)
-    gaps = sorted(o.gap for o in g.ops if o.gap > 0)
-    gap = gaps[len(gaps) // 2] if gaps else GRAPH_GAP_NS
-    first = True
-    for i, n in enumerate(g.nodes):
-        if n.kind == BLOCKING:
-            first = True
-            continue
-        if n.kind != CALL or not n.ops:
-            continue
-        if i and g.nodes[i - 1].kind == SEGMENT and 0 < g.nodes[i - 1].dur <= DISPATCH_NS:
-            out.node(i - 1).dur = 0
-        if not first:
-            out.node(i).dur = 0
-            for j in n.ops:
-                out.op(j).gap = max(g.ops[j].gap, gap)
-        first = False
-    return out.result()
+#: Launches replayed from a CUDA graph: in each stretch between synchronisations the launch calls after the
+#: first, and the dispatch segments (up to DISPATCH_NS) before each, cost nothing; the kernels keep their gaps,
+#: at least the median gap of the round (or GRAPH_GAP_NS).
+cuda_graph = ArrayTransform(cuda_graph_arrays)
 
 
 def graph_prerequisite(graphs: list[RoundGraph]) -> str:
@@ -185,15 +165,6 @@ def remove_syncs(kind: str) -> Transform:
     return transform
 
 
-def _is_comm(o: GpuOp) -> bool:
-    return o.kind == Kind.KERNEL and _comm_name(o.name)
-
-
-@functools.lru_cache(maxsize=4096)
-def _comm_name(name: str) -> bool:
-    return bool(COMM_KERNEL.search(name))
-
-
 @functools.lru_cache(maxsize=4096)
 def _alloc_name(name: str) -> bool:
     return bool(ALLOC_CALL.search(name))
@@ -201,28 +172,12 @@ def _alloc_name(name: str) -> bool:
 
 def faster_gpu(factor: float = 2.0) -> Transform:
     """Compute (kernels and memsets, collectives left out: the interconnect bounds those) `factor` times faster."""
-
-    def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _Edit(g)
-        for j, o in enumerate(g.ops):
-            if o.kind in (Kind.KERNEL, Kind.MEMSET) and not _is_comm(o):
-                out.op(j).dur = round(o.dur / factor)
-        return out.result()
-
-    return transform
+    return ArrayTransform(faster(compute, factor))
 
 
 def faster_comm(factor: float | None) -> Transform:
     """Collective kernels (comm.py) `factor` times faster; None: fully overlapped, i.e. off the critical path."""
-
-    def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _Edit(g)
-        for j, o in enumerate(g.ops):
-            if _is_comm(o):
-                out.op(j).dur = 0 if factor is None else round(o.dur / factor)
-        return out.result()
-
-    return transform
+    return ArrayTransform(faster(comm_kernels, factor))
 
 
 def pinned_copies(g: RoundGraph) -> RoundGraph | None:
@@ -462,10 +417,10 @@ def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable
     base_ms = sum(base) / n / 1e6
     rows = []
     for w in whatifs:
-        changed = [w.transform(g) for g in graphs]
+        changed = [_whatif_ns(r, w.transform) for r in replayers]
         if all(c is None for c in changed):
             continue
-        ns = [r.round_ns(c) if c is not None else b for r, c, b in zip(replayers, changed, base, strict=True)]
+        ns = [b if c is None else c for c, b in zip(changed, base, strict=True)]
         ms = sum(ns) / n / 1e6
         saved = base_ms - ms
         rows.append(
@@ -484,6 +439,15 @@ def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable
     return WhatIfTable(rows=rows, measured_ms=round(measured, 4), replay_ms=round(base_ms, 4), rounds=n)
 
 
+def _whatif_ns(r: Replayer, transform: Transform) -> int | None:
+    """The round replayed with the change, or None where it does not apply."""
+    if isinstance(transform, ArrayTransform):  # on the graph's arrays: no copy of the graph
+        f = transform.on_arrays(r.flat)
+        return None if f is None else r.round_ns_of(f)
+    c = transform(r.graph)
+    return None if c is None else r.round_ns(c)
+
+
 def diagnose(ctx: Context, extra: Iterable[WhatIf] = ()) -> tuple[WhatIfTable | None, str]:
     """The what-if table of a test (built-in what-ifs, then `extra`), or None and why it cannot be built."""
     graphs, why = round_graphs(ctx)
@@ -492,4 +456,4 @@ def diagnose(ctx: Context, extra: Iterable[WhatIf] = ()) -> tuple[WhatIfTable | 
     return simulate(graphs, [*builtin(graphs), *extra]), ""
 
 
-__all__ = ["GpuOp", "WhatIf", "WhatIfTable", "builtin", "diagnose", "round_graphs", "simulate"]
+__all__ = ["GRAPH_GAP_NS", "GpuOp", "WhatIf", "WhatIfTable", "builtin", "diagnose", "round_graphs", "simulate"]

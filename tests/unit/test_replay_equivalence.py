@@ -27,7 +27,7 @@ from pytest_inferscope.analyzer.graph import (
     round_graphs,
 )
 from pytest_inferscope.analyzer.replay import Replayer, replay, replay_plan, replay_walk
-from pytest_inferscope.analyzer.whatif import builtin
+from pytest_inferscope.analyzer.whatif import _whatif_ns, builtin
 from pytest_inferscope.events import Kind, RawTrace
 from pytest_inferscope.merger import merge
 
@@ -185,6 +185,7 @@ def whatif_graphs(graphs: list[RoundGraph]) -> list[RoundGraph]:
         assert replayer.round_ns(g) == reference(g)[0]
         for w in builtin(graphs):
             c = w.transform(g)
+            assert _whatif_ns(replayer, w.transform) == (None if c is None else reference(c)[0]), w.change
             if c is not None:
                 assert replayer.round_ns(c) == reference(c)[0], w.change
                 out.append(c)
