@@ -21,6 +21,7 @@ or writes.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -172,27 +173,25 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
 def _ops(tl: Timeline, op_idx: np.ndarray, r0: int, own: np.ndarray) -> tuple[list[GpuOp], list[int]]:
     ev = tl.events[op_idx]
     copy, src, dst = unpack_copy_flags(ev["flags"])
-    keys = _stream_key(ev)
-    ops = []
-    for j in range(len(ev)):
-        k = int(ev["kind"][j])
-        is_copy = k == Kind.MEMCPY
-        ops.append(
-            GpuOp(
-                kind=k,
-                stream=int(keys[j]),
-                dur=int(ev["end"][j] - ev["start"][j]),
-                lat=0,
-                gap=0,
-                start=int(ev["start"][j]) - r0,
-                end=int(ev["end"][j]) - r0,
-                nbytes=int(ev["value"][j]) if k != Kind.KERNEL else 0,
-                copy=int(copy[j]) if is_copy else 0,
-                pageable=bool(is_copy and MemoryKind.PAGEABLE in (int(src[j]), int(dst[j]))),
-                name=tl.strings[int(ev["name"][j])],
-            )
-        )
-    return ops, [j for j in range(len(ev)) if not own[j]]
+    is_copy = ev["kind"] == Kind.MEMCPY
+    pageable = is_copy & ((src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE))
+    nbytes = np.where(ev["kind"] != Kind.KERNEL, ev["value"], 0).astype(np.int64)
+    columns = (
+        ev["kind"].astype(np.int64).tolist(),
+        _stream_key(ev).tolist(),
+        (ev["end"] - ev["start"]).astype(np.int64).tolist(),
+        (ev["start"] - r0).astype(np.int64).tolist(),
+        (ev["end"] - r0).astype(np.int64).tolist(),
+        nbytes.tolist(),
+        np.where(is_copy, copy, 0).astype(np.int64).tolist(),
+        pageable.tolist(),
+        [tl.strings[k] for k in ev["name"].tolist()],
+    )
+    ops = [
+        GpuOp(kind=k, stream=st, dur=d, lat=0, gap=0, start=a, end=b, nbytes=nb, copy=c, pageable=pg, name=name)
+        for k, st, d, a, b, nb, c, pg, name in zip(*columns, strict=True)
+    ]
+    return ops, np.flatnonzero(~own).tolist()
 
 
 def _host_nodes(
@@ -213,41 +212,42 @@ def _host_nodes(
         if c:
             corr_to_ops.setdefault(c, []).append(j)
     sync_types = _sync_types(tl)
-    items = sorted(
-        [(int(ev["start"][i]), 0, int(i)) for i in calls] + [(int(ev["start"][i]), 1, int(i)) for i in waits]
-    )
+    both = np.concatenate([calls, waits])
+    is_wait = [0] * len(calls) + [1] * len(waits)
+    columns = [c.astype(np.int64).tolist() for c in (ev["end"][both] - r0, ev["corr"][both], ev["name"][both])]
+    starts = (ev["start"][both] - r0).astype(np.int64).tolist()
+    items = sorted(zip(starts, is_wait, both.tolist(), *columns, strict=True))
     ext = sorted(external, key=lambda j: graph.ops[j].start)
     samples = _samples(tl, r0, r1, tid, graph.framework)
-    names = _segment_names(tl, calls) if not samples[0].size else {}
+    names = _segment_names(tl, calls) if not samples[0] else {}
     t = 0
     issued = _Issued(graph.ops)
     e_i = 0
-    for start, is_wait, i in items:
-        s, e = start - r0, int(ev["end"][i]) - r0
+    for s, wait, i, e, corr, name_id in items:
         while e_i < len(ext) and graph.ops[ext[e_i]].start <= s:
             graph.nodes.append(HostNode(EXTERNAL, 0, graph.ops[ext[e_i]].start, ops=[ext[e_i]]))
             issued.add(ext[e_i])
             e_i += 1
         if s > t:
             graph.nodes.append(_segment(t, s, samples, names.get(i, "")))
-        name = "end-of-round synchronize" if is_wait else tl.name(i)
-        own_ops = corr_to_ops.get(int(ev["corr"][i]), []) if not is_wait else []
+        name = "end-of-round synchronize" if wait else tl.strings[name_id]
+        own_ops = corr_to_ops.get(corr, []) if not wait else []
         for j in own_ops:
             issued.add(j)
         node = HostNode(CALL, max(0, e - s), s, name=name, ops=own_ops)
-        blocking = is_wait or bool(SYNC_CALL.search(name))
-        if not blocking and own_ops and COPY_CALL.search(name):
+        blocking = wait or _is_sync_call(name)
+        if not blocking and own_ops and _is_copy_call(name):
             # A copy call that returned only after its copy finished (a pageable copy, staged) held the host.
             blocking = any(graph.ops[j].end <= e + CLOCK_SLACK_NS for j in own_ops)
         if blocking:
             node.kind = BLOCKING
-            sync = sync_types.get(int(ev["corr"][i]))
-            on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not is_wait else None
+            sync = sync_types.get(corr)
+            on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not wait else None
             node.waits = issued.finished(e + CLOCK_SLACK_NS, on) or issued.finished(e + CLOCK_SLACK_NS)
             finished = max((graph.ops[j].end for j in node.waits), default=s)
             node.dur = max(0, e - max(s, finished))
-            if not is_wait and SYNC_CALL.search(name):
-                node.sync = _sync_kind(name, (sync_types.get(int(ev["corr"][i])) or (None, None))[0])
+            if not wait and _is_sync_call(name):
+                node.sync = _sync_kind(name, (sync_types.get(corr) or (None, None))[0])
         # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
         # adds only the time it runs past the enclosing one.
         node.dur = min(node.dur, max(0, e - t))
@@ -258,6 +258,16 @@ def _host_nodes(
         e_i += 1
     if r1 - r0 > t:
         graph.nodes.append(_segment(t, r1 - r0, samples, ""))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_sync_call(name: str) -> bool:
+    return bool(SYNC_CALL.search(name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_copy_call(name: str) -> bool:
+    return bool(COPY_CALL.search(name))
 
 
 class _Issued:
@@ -301,7 +311,7 @@ def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
     }
 
 
-Samples = tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]
+Samples = tuple[list[int], list[int], list[int], list[str]]
 
 
 def _samples(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> Samples:
@@ -316,8 +326,9 @@ def _samples(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> S
         mods.append(module_of(leaf))
         if leaf == "<harness>" or any(m in leaf for m in FRAMEWORK_MARKERS):
             framework.add(mods[-1])
-    ends = ev["end"][sel] - r0
-    return ev["start"][sel] - r0, ends, np.maximum.accumulate(ends) if len(ends) else ends, mods
+    ends = (ev["end"][sel] - r0).astype(np.int64)
+    run_end = np.maximum.accumulate(ends) if len(ends) else ends
+    return (ev["start"][sel] - r0).astype(np.int64).tolist(), ends.tolist(), run_end.tolist(), mods
 
 
 def _segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
@@ -336,11 +347,10 @@ def _segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
 def _segment(a: int, b: int, samples: Samples, name: str) -> HostNode:
     s, e, run_end, mods = samples
     node = HostNode(SEGMENT, b - a, a)
-    if len(s):
+    if s:
         # Only the samples that can overlap [a, b): from the first whose running end passes a to the last before b.
-        k0, k1 = int(np.searchsorted(run_end, a, side="right")), int(np.searchsorted(s, b, side="left"))
-        for k in range(k0, k1):
-            over = min(int(e[k]), b) - max(int(s[k]), a)
+        for k in range(bisect.bisect_right(run_end, a), bisect.bisect_left(s, b)):
+            over = min(e[k], b) - max(s[k], a)
             if over > 0:
                 node.modules[mods[k]] = node.modules.get(mods[k], 0) + over
     elif name:
