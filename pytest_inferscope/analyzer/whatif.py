@@ -187,15 +187,19 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
     if not hits or link <= 0:
         return None
     out = _Edit(g)
-    launch = sorted(n.dur for n in g.nodes if n.kind == CALL and n.ops and not _is_copy_call(g, n))
+    copies = set(hits)
+    issuing = [(i, n) for i, n in enumerate(g.nodes) if n.ops]
+    launch = sorted(n.dur for _, n in issuing if n.kind == CALL and not _is_copy_call(n, copies))
     cheap = launch[len(launch) // 2] if launch else 0
     moved = [j for j in hits if g.ops[j].copy == CopyKind.HTOD]
     for j in hits:
         if g.ops[j].nbytes:
             out.op(j).dur = min(g.ops[j].dur, round(g.ops[j].nbytes / link))
-    followers: dict[int, list[int]] = {}
+    gone = set(moved)
+    followers: dict[int, list[int]] = {j: [] for j in moved}
     for k, o in enumerate(g.ops):
-        followers.setdefault(o.after, []).append(k)
+        if o.after in gone:
+            followers[o.after].append(k)
     copy_stream: dict[int, int] = {}  # per device: the last upload on its copy stream
     for j in moved:
         o = out.op(j)
@@ -206,9 +210,8 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
         o.after = copy_stream.get(o.stream, -1)
         o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
         copy_stream[o.stream] = j
-    gone = set(moved)
-    for i, n in enumerate(g.nodes):
-        if _is_copy_call(g, n) or (n.kind == BLOCKING and not n.sync and n.ops):
+    for i, n in issuing:
+        if _is_copy_call(n, copies) or (n.kind == BLOCKING and not n.sync):
             _unblock(out, i, min(n.dur, cheap))
         if gone.intersection(n.ops):
             out.node(i).ops = [j for j in n.ops if j not in gone]
@@ -219,8 +222,9 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
     return edited
 
 
-def _is_copy_call(g: RoundGraph, n: HostNode) -> bool:
-    return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and all(copy_is_host_link(g.ops[j]) for j in n.ops)
+def _is_copy_call(n: HostNode, copies: set[int]) -> bool:
+    """A call (or blocking call) that issued host<->device copies (`copies`) only."""
+    return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and all(j in copies for j in n.ops)
 
 
 def _segments(g: RoundGraph, dur: Callable[[HostNode], int | None]) -> RoundGraph | None:
