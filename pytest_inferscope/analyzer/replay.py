@@ -11,8 +11,9 @@ every op that ended inside the measured round has ended.
 With the graph unchanged this reproduces the measured round up to what the graph leaves out
 (dependencies between streams, work released by other threads): `replay_error` says how far.
 
-Two ways compute the same thing: `replay_plan` with array operations, stretch by stretch (flat.py),
-and `replay_walk` node by node, where the arrays do not apply or would not pay off. Pure functions;
+Two ways compute the same thing: `replay_walk` node by node, and `replay_plan` with array operations,
+stretch by stretch (flat.py), for a graph and its what-if copies (`Replayer`), where the arrays apply
+and pay off. Pure functions;
 nothing here prints or writes.
 """
 
@@ -38,9 +39,9 @@ class Replay:
 
 
 def replay(graph: RoundGraph) -> Replay:
-    """Recompute the round from its graph (see the module docstring)."""
-    plan = compile_plan(flatten(graph))
-    return replay_walk(graph) if plan is None else replay_plan(plan)
+    """Recompute the round from its graph (see the module docstring). One replay of a graph walks it: reading
+    a graph into arrays costs more than the walk; `Replayer` pays it once for a graph and its what-ifs."""
+    return replay_walk(graph)
 
 
 def replay_walk(graph: RoundGraph) -> Replay:

@@ -188,8 +188,8 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
         return None
     out = _Edit(g)
     copies = set(hits)
-    issuing = [(i, n) for i, n in enumerate(g.nodes) if n.ops]
-    launch = sorted(n.dur for _, n in issuing if n.kind == CALL and not _is_copy_call(n, copies))
+    issuing = [(i, n, _is_copy_call(n, copies)) for i, n in enumerate(g.nodes) if n.ops]
+    launch = sorted(n.dur for _, n, copy_call in issuing if n.kind == CALL and not copy_call)
     cheap = launch[len(launch) // 2] if launch else 0
     moved = [j for j in hits if g.ops[j].copy == CopyKind.HTOD]
     for j in hits:
@@ -210,10 +210,10 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
         o.after = copy_stream.get(o.stream, -1)
         o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
         copy_stream[o.stream] = j
-    for i, n in issuing:
-        if _is_copy_call(n, copies) or (n.kind == BLOCKING and not n.sync):
+    for i, n, copy_call in issuing:
+        if copy_call or (n.kind == BLOCKING and not n.sync):
             _unblock(out, i, min(n.dur, cheap))
-        if gone.intersection(n.ops):
+        if not gone.isdisjoint(n.ops):
             out.node(i).ops = [j for j in n.ops if j not in gone]
     edited = out.result()
     if edited is not None:
@@ -224,7 +224,7 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
 
 def _is_copy_call(n: HostNode, copies: set[int]) -> bool:
     """A call (or blocking call) that issued host<->device copies (`copies`) only."""
-    return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and all(j in copies for j in n.ops)
+    return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and copies.issuperset(n.ops)
 
 
 def _segments(g: RoundGraph, dur: Callable[[HostNode], int | None]) -> RoundGraph | None:
