@@ -32,6 +32,7 @@ from ..merger import Timeline
 from .context import FRAMEWORK_MARKERS, Context
 from .context_gpu import COPY_CALL, SYNC_CALL
 from .idle import CLOCK_SLACK_NS
+from .issued import Issued
 
 #: Node kinds.
 SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
@@ -213,51 +214,59 @@ def _host_nodes(
             corr_to_ops.setdefault(c, []).append(j)
     sync_types = _sync_types(tl)
     both = np.concatenate([calls, waits])
-    is_wait = [0] * len(calls) + [1] * len(waits)
-    columns = [c.astype(np.int64).tolist() for c in (ev["end"][both] - r0, ev["corr"][both], ev["name"][both])]
-    starts = (ev["start"][both] - r0).astype(np.int64).tolist()
-    items = sorted(zip(starts, is_wait, both.tolist(), *columns, strict=True))
-    ext = sorted(external, key=lambda j: graph.ops[j].start)
+    wait = np.concatenate([np.zeros(len(calls), dtype=np.int64), np.ones(len(waits), dtype=np.int64)])
+    order = np.lexsort((both, wait, ev["start"][both]))  # by start; calls first; by index
+    both, wait = both[order], wait[order]
+    s, e = (ev["start"][both] - r0).astype(np.int64), (ev["end"][both] - r0).astype(np.int64)
+    t = np.concatenate([[0], np.maximum.accumulate(np.maximum(e, 0))]) if len(e) else np.zeros(1, dtype=np.int64)
+    ops = graph.ops
+    ext = sorted(external, key=lambda j: ops[j].start)
+    ext_at = np.searchsorted(s, [ops[j].start for j in ext], side="left").tolist()  # the item they come before
     samples = _samples(tl, r0, r1, tid, graph.framework)
     names = _segment_names(tl, calls) if not samples[0] else {}
-    t = 0
-    issued = _Issued(graph.ops)
+    corrs, is_wait = ev["corr"][both].tolist(), wait.tolist()
+    own = [[] if w else corr_to_ops.get(c, []) for c, w in zip(corrs, is_wait, strict=True)]
+    issued = Issued(ops, ext, ext_at, own)
+    if samples[0]:  # the segments that samples can overlap (see _segment); the others have no modules
+        sampled = (np.searchsorted(samples[2], t[:-1], side="right") < np.searchsorted(samples[0], s)).tolist()
+    else:
+        sampled = [True] * len(s)
     e_i = 0
-    for s, wait, i, e, corr, name_id in items:
-        while e_i < len(ext) and graph.ops[ext[e_i]].start <= s:
-            graph.nodes.append(HostNode(EXTERNAL, 0, graph.ops[ext[e_i]].start, ops=[ext[e_i]]))
-            issued.add(ext[e_i])
+    columns = (s.tolist(), e.tolist(), t[:-1].tolist(), both.tolist(), corrs, ev["name"][both].tolist(), is_wait)
+    items = zip(*columns, own, sampled, strict=True)
+    for k, (start, end, before, i, corr, name_id, w, own_ops, busy) in enumerate(items):
+        while e_i < len(ext) and ext_at[e_i] <= k:
+            graph.nodes.append(HostNode(EXTERNAL, 0, ops[ext[e_i]].start, ops=[ext[e_i]]))
             e_i += 1
-        if s > t:
-            graph.nodes.append(_segment(t, s, samples, names.get(i, "")))
-        name = "end-of-round synchronize" if wait else tl.strings[name_id]
-        own_ops = corr_to_ops.get(corr, []) if not wait else []
-        for j in own_ops:
-            issued.add(j)
-        node = HostNode(CALL, max(0, e - s), s, name=name, ops=own_ops)
-        blocking = wait or _is_sync_call(name)
+        if start > before:
+            seg = HostNode(SEGMENT, start - before, before)
+            if busy:
+                seg = _segment(before, start, samples, names.get(i, ""))
+            graph.nodes.append(seg)
+        name = "end-of-round synchronize" if w else tl.strings[name_id]
+        node = HostNode(CALL, max(0, end - start), start, name=name, ops=own_ops)
+        blocking = w or _is_sync_call(name)
         if not blocking and own_ops and _is_copy_call(name):
             # A copy call that returned only after its copy finished (a pageable copy, staged) held the host.
-            blocking = any(graph.ops[j].end <= e + CLOCK_SLACK_NS for j in own_ops)
+            blocking = any(ops[j].end <= end + CLOCK_SLACK_NS for j in own_ops)
         if blocking:
             node.kind = BLOCKING
             sync = sync_types.get(corr)
-            on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not wait else None
-            node.waits = issued.finished(e + CLOCK_SLACK_NS, on) or issued.finished(e + CLOCK_SLACK_NS)
-            finished = max((graph.ops[j].end for j in node.waits), default=s)
-            node.dur = max(0, e - max(s, finished))
-            if not wait and _is_sync_call(name):
-                node.sync = _sync_kind(name, (sync_types.get(corr) or (None, None))[0])
+            on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not w else None
+            node.waits = issued.finished(k, end + CLOCK_SLACK_NS, on) or issued.finished(k, end + CLOCK_SLACK_NS)
+            finished = max((ops[j].end for j in node.waits), default=start)
+            node.dur = max(0, end - max(start, finished))
+            if not w and _is_sync_call(name):
+                node.sync = _sync_kind(name, (sync or (None, None))[0])
         # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
         # adds only the time it runs past the enclosing one.
-        node.dur = min(node.dur, max(0, e - t))
+        node.dur = min(node.dur, max(0, end - before))
         graph.nodes.append(node)
-        t = max(t, e)
     while e_i < len(ext):
-        graph.nodes.append(HostNode(EXTERNAL, 0, graph.ops[ext[e_i]].start, ops=[ext[e_i]]))
+        graph.nodes.append(HostNode(EXTERNAL, 0, ops[ext[e_i]].start, ops=[ext[e_i]]))
         e_i += 1
-    if r1 - r0 > t:
-        graph.nodes.append(_segment(t, r1 - r0, samples, ""))
+    if r1 - r0 > int(t[-1]):
+        graph.nodes.append(_segment(int(t[-1]), r1 - r0, samples, ""))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -268,36 +277,6 @@ def _is_sync_call(name: str) -> bool:
 @functools.lru_cache(maxsize=4096)
 def _is_copy_call(name: str) -> bool:
     return bool(COPY_CALL.search(name))
-
-
-class _Issued:
-    """The ops issued so far, per stream in issue order, for what a blocking call waited for: on each stream
-    (or only its own, for a stream synchronisation whose record names it), the op that ended last among the
-    longest run of ops that had all finished when the call returned. One op per stream stands for the run:
-    a stream runs its ops in order, so the others had finished before it (replay.py keeps that order)."""
-
-    def __init__(self, ops: list[GpuOp]) -> None:
-        self.ops = ops
-        self.ends: dict[int, list[int]] = {}  # per stream: the latest end so far, in issue order
-        self.last: dict[int, list[int]] = {}  # per stream: the op holding it
-
-    def add(self, j: int) -> None:
-        stream, end = self.ops[j].stream, self.ops[j].end
-        ends, last = self.ends.setdefault(stream, []), self.last.setdefault(stream, [])
-        if ends and ends[-1] >= end:
-            end, j = ends[-1], last[-1]
-        ends.append(end)
-        last.append(j)
-
-    def finished(self, at: int, stream: int | None = None) -> list[int]:
-        out = []
-        for key, ends in self.ends.items():
-            if stream is not None and key & 0xFFFFFFFF != stream & 0xFFFFFFFF:
-                continue
-            k = bisect.bisect_right(ends, at)
-            if k:
-                out.append(self.last[key][k - 1])
-        return out
 
 
 def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
