@@ -142,7 +142,7 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
     r0, r1 = int(ev["start"][round_i]), int(ev["end"][round_i])
     tid = int(ev["tid"][round_i])
     kind = ev["kind"]
-    gpu_all = np.flatnonzero(np.isin(kind, np.asarray(GPU_KINDS, dtype=np.uint8)))
+    gpu_all = np.flatnonzero(tl.mask(*GPU_KINDS))
     in_round = (ev["start"] >= r0) & (ev["start"] < r1)
     # Every thread's calls, in one order: a thread that launches while the round's thread waits for it (the
     # autograd engine's) hands the host over and back; threads that really run side by side are rare in inference.
@@ -150,13 +150,12 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
     waits = np.flatnonzero((kind == Kind.WAIT) & in_round & (ev["tid"] == tid))
     for w in waits.tolist():  # the end-of-round synchronize stands for the calls inside it
         calls = calls[(ev["start"][calls] < ev["start"][w]) | (ev["start"][calls] >= ev["end"][w])]
-    all_rt = np.flatnonzero((kind == Kind.RUNTIME) & (ev["corr"] != 0))
-    rt_corr = np.sort(ev["corr"][all_rt])
     call_corr = ev["corr"][calls]
     own = np.isin(ev["corr"][gpu_all], call_corr[call_corr != 0]) & (ev["corr"][gpu_all] != 0)
-    launched = np.isin(ev["corr"][gpu_all], rt_corr) & (ev["corr"][gpu_all] != 0)
     g_in = (ev["start"][gpu_all] >= r0) & (ev["start"][gpu_all] < r1)
-    op_idx = gpu_all[own | (g_in & ~launched) | (g_in & launched & ~own)]
+    # the ops its calls issued, wherever they ran, and the GPU work that started in it (launched by calls of
+    # other rounds or threads, or by none recorded: external)
+    op_idx = gpu_all[own | g_in]
     if not len(op_idx):
         return None
     op_idx = op_idx[np.argsort(ev["start"][op_idx], kind="stable")]
@@ -338,34 +337,36 @@ def _segment(a: int, b: int, samples: Samples, name: str) -> HostNode:
 
 
 def _latencies(graph: RoundGraph) -> None:
-    """Each op's launch-to-start time and its gap after the op before it on its stream (see GpuOp)."""
-    issued: dict[int, int] = {}
+    """Each op's launch-to-start time, its gap after the op before it on its stream, the op it follows and its
+    floor (see GpuOp). The op before it is the one that ended last (the latest of those) so far on its stream."""
+    ops = graph.ops
+    if not ops:
+        return
+    start = np.array([o.start for o in ops], dtype=np.int64)
+    end = np.array([o.end for o in ops], dtype=np.int64)
+    stream = np.array([o.stream for o in ops], dtype=np.int64)
+    at = start.copy()  # when its call issued it (its own start when none did)
     for n in graph.nodes:
         for j in n.ops:
-            issued[j] = n.start
-    prev: dict[int, int] = {}
-    queued: list[int] = []
-    free: list[int] = []
-    for j, op in enumerate(graph.ops):
-        busy = graph.stream_busy.get(op.stream, 0)
-        op.floor = busy if op.start + CLOCK_SLACK_NS >= busy else 0
-        k = prev.get(op.stream, -1)
-        if k >= 0 and op.start + CLOCK_SLACK_NS >= graph.ops[k].end:
-            op.after = k
-        before = max(op.floor, graph.ops[k].end if op.after >= 0 else 0)
-        at = issued.get(j, op.start)
-        if at < before and op.start <= before + max(CLOCK_SLACK_NS, op.start - at):
-            queued.append(j)
-            op.gap = max(0, op.start - before)
-        else:
-            free.append(j)
-            op.lat = max(0, op.start - at)
-        if k < 0 or op.end >= graph.ops[k].end:
-            prev[op.stream] = j
-    lat = int(np.median([graph.ops[j].lat for j in free])) if free else DEFAULT_LAT_NS
-    for j in queued:
-        op = graph.ops[j]
-        op.lat = min(max(0, op.start - issued.get(j, op.start)), lat)
+            at[j] = n.start
+    keys, inverse = np.unique(stream, return_inverse=True)
+    busy = np.array([graph.stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
+    floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
+    prev = np.full(len(ops), -1, dtype=np.int64)
+    for key in range(len(keys)):
+        sel = np.flatnonzero(inverse == key)
+        latest = np.where(end[sel] == np.maximum.accumulate(end[sel]), sel, -1)  # ended last so far
+        prev[sel[1:]] = np.maximum.accumulate(latest)[:-1]
+    follows = (prev >= 0) & (start + CLOCK_SLACK_NS >= end[prev])
+    after = np.where(follows, prev, -1)
+    before = np.maximum(floor, np.where(follows, end[prev], 0))
+    queued = (at < before) & (start <= before + np.maximum(CLOCK_SLACK_NS, start - at))
+    gap = np.where(queued, np.maximum(0, start - before), 0)
+    lat = np.maximum(0, start - at)
+    typical = int(np.median(lat[~queued])) if (~queued).any() else DEFAULT_LAT_NS
+    lat = np.where(queued, np.minimum(lat, typical), lat)
+    for o, f, a, g, la in zip(ops, floor.tolist(), after.tolist(), gap.tolist(), lat.tolist(), strict=True):
+        o.floor, o.after, o.gap, o.lat = f, a, g, la
 
 
 #: Of each recorded call, at least this share is kept when a trace round's excess is taken off its calls.
