@@ -211,61 +211,89 @@ def _host_nodes(
     for j, c in enumerate(ev["corr"][op_idx].tolist()):
         if c:
             corr_to_ops.setdefault(c, []).append(j)
-    sync_types = _sync_types(tl)
     both = np.concatenate([calls, waits])
     wait = np.concatenate([np.zeros(len(calls), dtype=np.int64), np.ones(len(waits), dtype=np.int64)])
     order = np.lexsort((both, wait, ev["start"][both]))  # by start; calls first; by index
     both, wait = both[order], wait[order]
     s, e = (ev["start"][both] - r0).astype(np.int64), (ev["end"][both] - r0).astype(np.int64)
-    t = np.concatenate([[0], np.maximum.accumulate(np.maximum(e, 0))]) if len(e) else np.zeros(1, dtype=np.int64)
+    t = np.concatenate([[0], np.maximum.accumulate(np.maximum(e, 0))])  # the host's clock before each item
     ops = graph.ops
     ext = sorted(external, key=lambda j: ops[j].start)
-    ext_at = np.searchsorted(s, [ops[j].start for j in ext], side="left").tolist()  # the item they come before
-    samples = _samples(tl, r0, r1, tid, graph.framework)
-    names = _segment_names(tl, calls) if not samples[0] else {}
+    ext_at = np.searchsorted(s, [ops[j].start for j in ext], side="left")  # the item they come before
     corrs, is_wait = ev["corr"][both].tolist(), wait.tolist()
     own = [[] if w else corr_to_ops.get(c, []) for c, w in zip(corrs, is_wait, strict=True)]
-    issued = Issued(ops, ext, ext_at, own)
+    names = [
+        "end-of-round synchronize" if w else tl.strings[k]
+        for k, w in zip(ev["name"][both].tolist(), is_wait, strict=True)
+    ]
+    # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
+    # adds only the time it runs past the enclosing one.
+    dur = np.minimum(np.maximum(0, e - s), np.maximum(0, e - t[:-1])).tolist()
+    items = [HostNode(CALL, d, a, name=name, ops=o) for d, a, name, o in zip(dur, s.tolist(), names, own, strict=True)]
+    issued = Issued(ops, ext, ext_at.tolist(), own)
+    sync_types = _sync_types(tl)
+    for k, node in enumerate(items):
+        if is_wait[k] or _is_sync_call(node.name) or (node.ops and _is_copy_call(node.name)):
+            _blocking(node, k, int(e[k]), int(t[k]), bool(is_wait[k]), sync_types.get(corrs[k]), issued, ops)
+    segs = _segments(tl, graph, s, t, r1 - r0, both, calls, (r0, r1, tid))
+    externals = [HostNode(EXTERNAL, 0, ops[j].start, ops=[j]) for j in ext]
+    n, last = len(items), int(r1 - r0 > int(t[-1]))
+    # each item after the external work released before it and the segment before it; the last segment at the end
+    at = np.concatenate([ext_at, np.flatnonzero(s > t[:-1]), np.arange(n), np.full(last, n)]).astype(np.int64)
+    rank = np.repeat([0, 1, 2, 3], [len(ext), len(segs) - last, n, last])
+    pool = externals + segs[: len(segs) - last] + items + segs[len(segs) - last :]
+    graph.nodes.extend(pool[i] for i in np.lexsort((np.arange(len(pool)), rank, at)).tolist())
+
+
+def _blocking(
+    node: HostNode,
+    k: int,
+    end: int,
+    before: int,
+    wait: bool,
+    sync: tuple[int, int] | None,
+    issued: Issued,
+    ops: list[GpuOp],
+) -> None:
+    """Host item `k` made a blocking call (a synchronisation, the end-of-round wait, a copy call that returned
+    only after its copy finished: a pageable copy, staged, held the host), with what it waited for."""
+    if not wait and not _is_sync_call(node.name) and not any(ops[j].end <= end + CLOCK_SLACK_NS for j in node.ops):
+        return
+    node.kind = BLOCKING
+    on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not wait else None
+    node.waits = issued.finished(k, end + CLOCK_SLACK_NS, on) or issued.finished(k, end + CLOCK_SLACK_NS)
+    finished = max((ops[j].end for j in node.waits), default=node.start)
+    node.dur = min(max(0, end - max(node.start, finished)), max(0, end - before))
+    if not wait and _is_sync_call(node.name):
+        node.sync = _sync_kind(node.name, (sync or (None, None))[0])
+
+
+def _segments(
+    tl: Timeline,
+    graph: RoundGraph,
+    s: np.ndarray,
+    t: np.ndarray,
+    length: int,
+    items: np.ndarray,
+    calls: np.ndarray,
+    rnd: tuple[int, int, int],
+) -> list[HostNode]:
+    """The host's own work between items (`s`: their starts, `t`: the host's clock before each), then to the
+    round's end (`length`), with the modules sampled in each (or the frame around the next call)."""
+    samples = _samples(tl, *rnd, graph.framework)
+    names = _segment_names(tl, calls) if not samples[0] else {}
+    gap = np.flatnonzero(s > t[:-1])
+    a, b = t[gap], s[gap]
     if samples[0]:  # the segments that samples can overlap (see _segment); the others have no modules
-        sampled = (np.searchsorted(samples[2], t[:-1], side="right") < np.searchsorted(samples[0], s)).tolist()
+        sampled = np.searchsorted(samples[2], a, side="right") < np.searchsorted(samples[0], b)
     else:
-        sampled = [True] * len(s)
-    e_i = 0
-    columns = (s.tolist(), e.tolist(), t[:-1].tolist(), both.tolist(), corrs, ev["name"][both].tolist(), is_wait)
-    items = zip(*columns, own, sampled, strict=True)
-    for k, (start, end, before, i, corr, name_id, w, own_ops, busy) in enumerate(items):
-        while e_i < len(ext) and ext_at[e_i] <= k:
-            graph.nodes.append(HostNode(EXTERNAL, 0, ops[ext[e_i]].start, ops=[ext[e_i]]))
-            e_i += 1
-        if start > before:
-            seg = HostNode(SEGMENT, start - before, before)
-            if busy:
-                seg = _segment(before, start, samples, names.get(i, ""))
-            graph.nodes.append(seg)
-        name = "end-of-round synchronize" if w else tl.strings[name_id]
-        node = HostNode(CALL, max(0, end - start), start, name=name, ops=own_ops)
-        blocking = w or _is_sync_call(name)
-        if not blocking and own_ops and _is_copy_call(name):
-            # A copy call that returned only after its copy finished (a pageable copy, staged) held the host.
-            blocking = any(ops[j].end <= end + CLOCK_SLACK_NS for j in own_ops)
-        if blocking:
-            node.kind = BLOCKING
-            sync = sync_types.get(corr)
-            on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not w else None
-            node.waits = issued.finished(k, end + CLOCK_SLACK_NS, on) or issued.finished(k, end + CLOCK_SLACK_NS)
-            finished = max((ops[j].end for j in node.waits), default=start)
-            node.dur = max(0, end - max(start, finished))
-            if not w and _is_sync_call(name):
-                node.sync = _sync_kind(name, (sync or (None, None))[0])
-        # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
-        # adds only the time it runs past the enclosing one.
-        node.dur = min(node.dur, max(0, end - before))
-        graph.nodes.append(node)
-    while e_i < len(ext):
-        graph.nodes.append(HostNode(EXTERNAL, 0, ops[ext[e_i]].start, ops=[ext[e_i]]))
-        e_i += 1
-    if r1 - r0 > int(t[-1]):
-        graph.nodes.append(_segment(int(t[-1]), r1 - r0, samples, ""))
+        sampled = np.ones(len(gap), dtype=bool)
+    out = [HostNode(SEGMENT, y - x, x) for x, y in zip(a.tolist(), b.tolist(), strict=True)]
+    for m in np.flatnonzero(sampled).tolist():
+        out[m] = _segment(int(a[m]), int(b[m]), samples, names.get(int(items[gap[m]]), ""))
+    if length > int(t[-1]):
+        out.append(_segment(int(t[-1]), length, samples, ""))
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
