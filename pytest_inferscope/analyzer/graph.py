@@ -20,19 +20,19 @@ or writes.
 
 from __future__ import annotations
 
-import bisect
 import functools
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, SyncType, unpack_copy_flags
 from ..merger import Timeline
-from .context import FRAMEWORK_MARKERS, Context
+from .context import Context
 from .context_gpu import COPY_CALL, SYNC_CALL
 from .idle import CLOCK_SLACK_NS
 from .issued import Issued
+from .sampling import Samples, modules_in, sampled_modules, samples_in, segment_names
+from .sampling import module_of as module_of  # re-exported: the module a sampled frame is in
 
 #: Node kinds.
 SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
@@ -41,8 +41,6 @@ SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
 DEFAULT_LAT_NS = 15_000
 #: A device-to-host copy up to this size that a blocking call waited for is a read (`.item()`, `.tolist()`).
 READ_BYTES = 64 * 1024
-#: Kineto names that are Python frames: "path/to/file.py(123): function".
-_PYFRAME = re.compile(r"^(?P<file>[^()]*?)(?:\.py)?\((?P<line>\d+)\): (?P<fn>.+)$")
 
 
 @dataclass
@@ -109,17 +107,6 @@ class RoundGraph:
     @property
     def launch_calls(self) -> int:
         return sum(1 for n in self.nodes if n.kind != SEGMENT and n.ops and n.kind != EXTERNAL)
-
-
-def module_of(frame: str) -> str:
-    """The module of a sampled frame ("pkg.mod:fn (file:line)") or a Kineto frame ("dir/mod.py(12): fn")."""
-    head = frame.split(" (")[0]
-    m = _PYFRAME.match(frame)
-    if m:
-        return m["file"].replace("\\", "/").rsplit("/", 1)[-1]
-    if ":" in head and not head.startswith("aten::"):
-        return head.rsplit(":", 1)[0]
-    return head
 
 
 def _stream_key(ev: np.ndarray) -> np.ndarray:
@@ -280,17 +267,16 @@ def _segments(
 ) -> list[HostNode]:
     """The host's own work between items (`s`: their starts, `t`: the host's clock before each), then to the
     round's end (`length`), with the modules sampled in each (or the frame around the next call)."""
-    samples = _samples(tl, *rnd, graph.framework)
-    names = _segment_names(tl, calls) if not samples[0] else {}
+    samples = samples_in(tl, *rnd, graph.framework)
+    names = segment_names(tl, calls) if not samples[0] else {}
     gap = np.flatnonzero(s > t[:-1])
     a, b = t[gap], s[gap]
-    if samples[0]:  # the segments that samples can overlap (see _segment); the others have no modules
-        sampled = np.searchsorted(samples[2], a, side="right") < np.searchsorted(samples[0], b)
+    if samples[0]:
+        mods = sampled_modules(a, b, samples)
+        out = [HostNode(SEGMENT, y - x, x, modules=m) for x, y, m in zip(a.tolist(), b.tolist(), mods, strict=True)]
     else:
-        sampled = np.ones(len(gap), dtype=bool)
-    out = [HostNode(SEGMENT, y - x, x) for x, y in zip(a.tolist(), b.tolist(), strict=True)]
-    for m in np.flatnonzero(sampled).tolist():
-        out[m] = _segment(int(a[m]), int(b[m]), samples, names.get(int(items[gap[m]]), ""))
+        ends = zip(a.tolist(), b.tolist(), items[gap].tolist(), strict=True)
+        out = [_segment(x, y, samples, names.get(i, "")) for x, y, i in ends]
     if length > int(t[-1]):
         out.append(_segment(int(t[-1]), length, samples, ""))
     return out
@@ -317,51 +303,8 @@ def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
     }
 
 
-Samples = tuple[list[int], list[int], list[int], list[str]]
-
-
-def _samples(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> Samples:
-    """The test thread's CPU samples in the round, by start: (start, end, the latest end so far, module of the
-    innermost frame); the modules that are the framework's are added to `framework`."""
-    ev = tl.events
-    sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid))
-    sel = sel[np.argsort(ev["start"][sel], kind="stable")]
-    mods = []
-    for i in sel.tolist():
-        leaf = tl.name(i).rsplit(";", 1)[-1]
-        mods.append(module_of(leaf))
-        if leaf == "<harness>" or any(m in leaf for m in FRAMEWORK_MARKERS):
-            framework.add(mods[-1])
-    ends = (ev["end"][sel] - r0).astype(np.int64)
-    run_end = np.maximum.accumulate(ends) if len(ends) else ends
-    return (ev["start"][sel] - r0).astype(np.int64).tolist(), ends.tolist(), run_end.tolist(), mods
-
-
-def _segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
-    """Without samples (an imported trace): a segment is named after the innermost CPU op or Python
-    frame around the call that ends it."""
-    out: dict[int, str] = {}
-    for i in calls.tolist():
-        p = int(tl.parent[i])
-        while p >= 0 and tl.events["kind"][p] not in (Kind.CALL, Kind.MODULE, Kind.SCOPE):
-            p = int(tl.parent[p])
-        if p >= 0:
-            out[i] = module_of(tl.name(p))
-    return out
-
-
 def _segment(a: int, b: int, samples: Samples, name: str) -> HostNode:
-    s, e, run_end, mods = samples
-    node = HostNode(SEGMENT, b - a, a)
-    if s:
-        # Only the samples that can overlap [a, b): from the first whose running end passes a to the last before b.
-        for k in range(bisect.bisect_right(run_end, a), bisect.bisect_left(s, b)):
-            over = min(e[k], b) - max(s[k], a)
-            if over > 0:
-                node.modules[mods[k]] = node.modules.get(mods[k], 0) + over
-    elif name:
-        node.modules[name] = b - a
-    return node
+    return HostNode(SEGMENT, b - a, a, modules=modules_in(a, b, samples, name))
 
 
 def _latencies(graph: RoundGraph) -> None:
