@@ -65,6 +65,12 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
     return dataclasses.replace(f, dur=dur, op_gap=op_gap)
 
 
+def host_work_arrays(f: Flat) -> Flat | None:
+    """The host segments longer than the dispatch (DISPATCH_NS) cost nothing (whatif.host_off_path)."""
+    hits = (f.kind == K_SEGMENT) & (f.dur > DISPATCH_NS)
+    return dataclasses.replace(f, dur=np.where(hits, 0, f.dur)) if hits.any() else None
+
+
 @functools.lru_cache(maxsize=4096)
 def comm_name(name: str) -> bool:
     """A collective's kernel (comm.py)."""

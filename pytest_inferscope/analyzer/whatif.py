@@ -38,7 +38,16 @@ from ..events import CopyKind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
 from .context import Context
 from .context_gpu import ALLOC_CALL
-from .edits import DISPATCH_NS, GRAPH_GAP_NS, ArrayTransform, comm_kernels, compute, cuda_graph_arrays, faster
+from .edits import (
+    DISPATCH_NS,
+    GRAPH_GAP_NS,
+    ArrayTransform,
+    comm_kernels,
+    compute,
+    cuda_graph_arrays,
+    faster,
+    host_work_arrays,
+)
 from .graph import (
     BLOCKING,
     CALL,
@@ -243,9 +252,8 @@ def remove_module(module: str) -> Transform:
     return transform
 
 
-def host_off_path(g: RoundGraph) -> RoundGraph | None:
-    """The host's own work between launches (segments longer than the dispatch) moved off the critical path."""
-    return _segments(g, lambda n: 0 if n.dur > DISPATCH_NS else None)
+#: The host's own work between launches (segments longer than the dispatch) moved off the critical path.
+host_off_path = ArrayTransform(host_work_arrays)
 
 
 def no_allocator(g: RoundGraph) -> RoundGraph | None:
