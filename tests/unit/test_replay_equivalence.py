@@ -3,7 +3,9 @@
 `reference` below is the walk as it was before the array replay (commit 84522ee), kept here verbatim so
 that a change to either production path is checked against it: on random graphs (chains, breaks,
 overlapping streams, ops issued by no node or by a segment, waits for ops not yet issued, floors,
-external work), on the what-ifs of the synthetic benchmark trace, and on the recorded scenarios.
+external work), and on the graphs of the synthetic benchmark trace and the recorded scenarios with
+every built-in what-if, replayed as `simulate` replays them (`Replayer`: what-if copies reread in
+part, what-ifs on arrays, edits.py) and as copies.
 """
 
 from __future__ import annotations
