@@ -20,6 +20,7 @@ Target: merge + analyze + every report <= 2 s for 1,000,000 events.
     python benchmarks/bench_postprocess.py            # full, about 3 minutes
     python benchmarks/bench_postprocess.py --quick    # < 30 s
     python benchmarks/bench_postprocess.py --profile  # also: cProfile of one process() at the largest size
+    python benchmarks/bench_postprocess.py --whatif   # only the what-if table: diagnose() and process()
 """
 
 from __future__ import annotations
@@ -270,6 +271,37 @@ def print_size(n: int, res: dict[str, list[float]], torch_ref: tuple[int, float]
     return lines
 
 
+def whatif_size(n: int, reps: int, scratch: Path) -> list[str]:
+    """`whatif.diagnose()` (on a warm Context: the round graphs, every what-if replayed) and `process()` end to
+    end, alternating, at one size."""
+    from pytest_inferscope.analyzer.context import Context
+    from pytest_inferscope.analyzer.whatif import diagnose
+
+    raw = make_raw_trace(n, seed=0)
+    ctx = Context(merge(raw))
+    table, why = diagnose(ctx)  # warms the Context's cached properties (not timed)
+    res: dict[str, list[float]] = {}
+    for r in range(reps):
+        blocks = ["diagnose", "process"] if r % 2 == 0 else ["process", "diagnose"]
+        for block in blocks:
+            gc.collect()
+            if block == "diagnose":
+                wall, cpu, _ = timed_cpu(lambda: diagnose(ctx))
+            else:
+                folder = scratch / f"whatif-{n}-{r}"
+                wall, cpu, _ = timed_cpu(
+                    lambda out=folder: process(raw, Plan(NODEID, rounds=17, warmup=3), collectors(), report_dir=out)
+                )
+                shutil.rmtree(folder, ignore_errors=True)
+            res.setdefault(f"{block} wall", []).append(wall)
+            res.setdefault(f"{block} CPU", []).append(cpu)
+    rows = table.rows if table else []
+    lines = [f"\n## {n:,} events, {reps} repetitions (ms: median (best .. worst)); load {os.getloadavg()[0]:.2f}"]
+    lines += [f"  {k:<16} {fmt_s(v)}" for k, v in res.items()]
+    lines.append(f"  table: {len(rows)} rows, replay {table.replay_ms if table else '-'} ms, {why or 'built'}")
+    return lines
+
+
 def profile_once(n: int, scratch: Path, top: int = 30) -> list[str]:
     import cProfile
     import io
@@ -295,7 +327,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a short run (< 30 s)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions at 1M events (default 5, quick 1)")
     parser.add_argument("--profile", action="store_true", help="also cProfile one process() at the largest size")
+    parser.add_argument("--whatif", action="store_true", help="only diagnose() (the what-if table) and process()")
     args = parser.parse_args(argv)
+    if args.whatif:
+        print("\n".join(header("bench_postprocess --whatif: the what-if table of a synthetic trace")))
+        scratch = Path(tempfile.mkdtemp(prefix="inferscope-bench-"))
+        try:
+            for n, reps in ((1_000_000, args.reps or 5), (100_000, 9)):
+                print("\n".join(whatif_size(n, reps, scratch)))
+                sys.stdout.flush()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return 0
 
     big_reps = args.reps or (1 if args.quick else 5)
     plan = [(1_000_000, big_reps), (100_000, 2 if args.quick else 9), (10_000, 3 if args.quick else 15)]

@@ -20,17 +20,19 @@ or writes.
 
 from __future__ import annotations
 
-import bisect
-import re
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, SyncType, unpack_copy_flags
 from ..merger import Timeline
-from .context import FRAMEWORK_MARKERS, Context
+from .context import Context
 from .context_gpu import COPY_CALL, SYNC_CALL
 from .idle import CLOCK_SLACK_NS
+from .issued import Issued
+from .sampling import Samples, modules_in, sampled_modules, samples_in, segment_names
+from .sampling import module_of as module_of  # re-exported: the module a sampled frame is in
 
 #: Node kinds.
 SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
@@ -39,8 +41,6 @@ SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
 DEFAULT_LAT_NS = 15_000
 #: A device-to-host copy up to this size that a blocking call waited for is a read (`.item()`, `.tolist()`).
 READ_BYTES = 64 * 1024
-#: Kineto names that are Python frames: "path/to/file.py(123): function".
-_PYFRAME = re.compile(r"^(?P<file>[^()]*?)(?:\.py)?\((?P<line>\d+)\): (?P<fn>.+)$")
 
 
 @dataclass
@@ -79,6 +79,15 @@ class HostNode:
 
 
 @dataclass
+class Derived:
+    """A graph copied from `base` with only nodes `nodes` and ops `ops` changed (the rest are base's objects)."""
+
+    base: RoundGraph
+    nodes: set[int]
+    ops: set[int]
+
+
+@dataclass
 class RoundGraph:
     """A round as a dependency graph; `measured_ns` is its measured length."""
 
@@ -92,21 +101,12 @@ class RoundGraph:
     link_gb_s: float = 0.0
     #: Modules of `HostNode.modules` that are the framework's Python (torch, transformers), not the user's.
     framework: set[str] = field(default_factory=set)
+    #: A what-if's copy: the graph it was copied from and the nodes and ops it changed (replay.Replayer).
+    derived: Derived | None = field(default=None, repr=False, compare=False)
 
     @property
     def launch_calls(self) -> int:
         return sum(1 for n in self.nodes if n.kind != SEGMENT and n.ops and n.kind != EXTERNAL)
-
-
-def module_of(frame: str) -> str:
-    """The module of a sampled frame ("pkg.mod:fn (file:line)") or a Kineto frame ("dir/mod.py(12): fn")."""
-    head = frame.split(" (")[0]
-    m = _PYFRAME.match(frame)
-    if m:
-        return m["file"].replace("\\", "/").rsplit("/", 1)[-1]
-    if ":" in head and not head.startswith("aten::"):
-        return head.rsplit(":", 1)[0]
-    return head
 
 
 def _stream_key(ev: np.ndarray) -> np.ndarray:
@@ -129,7 +129,7 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
     r0, r1 = int(ev["start"][round_i]), int(ev["end"][round_i])
     tid = int(ev["tid"][round_i])
     kind = ev["kind"]
-    gpu_all = np.flatnonzero(np.isin(kind, np.asarray(GPU_KINDS, dtype=np.uint8)))
+    gpu_all = np.flatnonzero(tl.mask(*GPU_KINDS))
     in_round = (ev["start"] >= r0) & (ev["start"] < r1)
     # Every thread's calls, in one order: a thread that launches while the round's thread waits for it (the
     # autograd engine's) hands the host over and back; threads that really run side by side are rare in inference.
@@ -137,13 +137,12 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
     waits = np.flatnonzero((kind == Kind.WAIT) & in_round & (ev["tid"] == tid))
     for w in waits.tolist():  # the end-of-round synchronize stands for the calls inside it
         calls = calls[(ev["start"][calls] < ev["start"][w]) | (ev["start"][calls] >= ev["end"][w])]
-    all_rt = np.flatnonzero((kind == Kind.RUNTIME) & (ev["corr"] != 0))
-    rt_corr = np.sort(ev["corr"][all_rt])
     call_corr = ev["corr"][calls]
     own = np.isin(ev["corr"][gpu_all], call_corr[call_corr != 0]) & (ev["corr"][gpu_all] != 0)
-    launched = np.isin(ev["corr"][gpu_all], rt_corr) & (ev["corr"][gpu_all] != 0)
     g_in = (ev["start"][gpu_all] >= r0) & (ev["start"][gpu_all] < r1)
-    op_idx = gpu_all[own | (g_in & ~launched) | (g_in & launched & ~own)]
+    # the ops its calls issued, wherever they ran, and the GPU work that started in it (launched by calls of
+    # other rounds or threads, or by none recorded: external)
+    op_idx = gpu_all[own | g_in]
     if not len(op_idx):
         return None
     op_idx = op_idx[np.argsort(ev["start"][op_idx], kind="stable")]
@@ -161,27 +160,25 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
 def _ops(tl: Timeline, op_idx: np.ndarray, r0: int, own: np.ndarray) -> tuple[list[GpuOp], list[int]]:
     ev = tl.events[op_idx]
     copy, src, dst = unpack_copy_flags(ev["flags"])
-    keys = _stream_key(ev)
-    ops = []
-    for j in range(len(ev)):
-        k = int(ev["kind"][j])
-        is_copy = k == Kind.MEMCPY
-        ops.append(
-            GpuOp(
-                kind=k,
-                stream=int(keys[j]),
-                dur=int(ev["end"][j] - ev["start"][j]),
-                lat=0,
-                gap=0,
-                start=int(ev["start"][j]) - r0,
-                end=int(ev["end"][j]) - r0,
-                nbytes=int(ev["value"][j]) if k != Kind.KERNEL else 0,
-                copy=int(copy[j]) if is_copy else 0,
-                pageable=bool(is_copy and MemoryKind.PAGEABLE in (int(src[j]), int(dst[j]))),
-                name=tl.strings[int(ev["name"][j])],
-            )
-        )
-    return ops, [j for j in range(len(ev)) if not own[j]]
+    is_copy = ev["kind"] == Kind.MEMCPY
+    pageable = is_copy & ((src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE))
+    nbytes = np.where(ev["kind"] != Kind.KERNEL, ev["value"], 0).astype(np.int64)
+    columns = (
+        ev["kind"].astype(np.int64).tolist(),
+        _stream_key(ev).tolist(),
+        (ev["end"] - ev["start"]).astype(np.int64).tolist(),
+        (ev["start"] - r0).astype(np.int64).tolist(),
+        (ev["end"] - r0).astype(np.int64).tolist(),
+        nbytes.tolist(),
+        np.where(is_copy, copy, 0).astype(np.int64).tolist(),
+        pageable.tolist(),
+        [tl.strings[k] for k in ev["name"].tolist()],
+    )
+    # positional (kind, stream, dur, lat, gap, start, end, nbytes, copy, pageable, name): a third faster
+    ops = [
+        GpuOp(k, st, d, 0, 0, a, b, nb, c, pg, name) for k, st, d, a, b, nb, c, pg, name in zip(*columns, strict=True)
+    ]
+    return ops, np.flatnonzero(~own).tolist()
 
 
 def _host_nodes(
@@ -201,82 +198,99 @@ def _host_nodes(
     for j, c in enumerate(ev["corr"][op_idx].tolist()):
         if c:
             corr_to_ops.setdefault(c, []).append(j)
+    both = np.concatenate([calls, waits])
+    wait = np.concatenate([np.zeros(len(calls), dtype=np.int64), np.ones(len(waits), dtype=np.int64)])
+    order = np.lexsort((both, wait, ev["start"][both]))  # by start; calls first; by index
+    both, wait = both[order], wait[order]
+    s, e = (ev["start"][both] - r0).astype(np.int64), (ev["end"][both] - r0).astype(np.int64)
+    t = np.concatenate([[0], np.maximum.accumulate(np.maximum(e, 0))])  # the host's clock before each item
+    ops = graph.ops
+    ext = sorted(external, key=lambda j: ops[j].start)
+    ext_at = np.searchsorted(s, [ops[j].start for j in ext], side="left")  # the item they come before
+    corrs, is_wait = ev["corr"][both].tolist(), wait.tolist()
+    own = [[] if w else corr_to_ops.get(c, []) for c, w in zip(corrs, is_wait, strict=True)]
+    names = [
+        "end-of-round synchronize" if w else tl.strings[k]
+        for k, w in zip(ev["name"][both].tolist(), is_wait, strict=True)
+    ]
+    # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
+    # adds only the time it runs past the enclosing one.
+    dur = np.minimum(np.maximum(0, e - s), np.maximum(0, e - t[:-1])).tolist()
+    items = [HostNode(CALL, d, a, name, o, [], {}) for d, a, name, o in zip(dur, s.tolist(), names, own, strict=True)]
+    issued = Issued(ops, ext, ext_at.tolist(), own)
     sync_types = _sync_types(tl)
-    items = sorted(
-        [(int(ev["start"][i]), 0, int(i)) for i in calls] + [(int(ev["start"][i]), 1, int(i)) for i in waits]
-    )
-    ext = sorted(external, key=lambda j: graph.ops[j].start)
-    samples = _samples(tl, r0, r1, tid, graph.framework)
-    names = _segment_names(tl, calls) if not samples[0].size else {}
-    t = 0
-    issued = _Issued(graph.ops)
-    e_i = 0
-    for start, is_wait, i in items:
-        s, e = start - r0, int(ev["end"][i]) - r0
-        while e_i < len(ext) and graph.ops[ext[e_i]].start <= s:
-            graph.nodes.append(HostNode(EXTERNAL, 0, graph.ops[ext[e_i]].start, ops=[ext[e_i]]))
-            issued.add(ext[e_i])
-            e_i += 1
-        if s > t:
-            graph.nodes.append(_segment(t, s, samples, names.get(i, "")))
-        name = "end-of-round synchronize" if is_wait else tl.name(i)
-        own_ops = corr_to_ops.get(int(ev["corr"][i]), []) if not is_wait else []
-        for j in own_ops:
-            issued.add(j)
-        node = HostNode(CALL, max(0, e - s), s, name=name, ops=own_ops)
-        blocking = is_wait or bool(SYNC_CALL.search(name))
-        if not blocking and own_ops and COPY_CALL.search(name):
-            # A copy call that returned only after its copy finished (a pageable copy, staged) held the host.
-            blocking = any(graph.ops[j].end <= e + CLOCK_SLACK_NS for j in own_ops)
-        if blocking:
-            node.kind = BLOCKING
-            sync = sync_types.get(int(ev["corr"][i]))
-            on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not is_wait else None
-            node.waits = issued.finished(e + CLOCK_SLACK_NS, on) or issued.finished(e + CLOCK_SLACK_NS)
-            finished = max((graph.ops[j].end for j in node.waits), default=s)
-            node.dur = max(0, e - max(s, finished))
-            if not is_wait and SYNC_CALL.search(name):
-                node.sync = _sync_kind(name, (sync_types.get(int(ev["corr"][i])) or (None, None))[0])
-        # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
-        # adds only the time it runs past the enclosing one.
-        node.dur = min(node.dur, max(0, e - t))
-        graph.nodes.append(node)
-        t = max(t, e)
-    while e_i < len(ext):
-        graph.nodes.append(HostNode(EXTERNAL, 0, graph.ops[ext[e_i]].start, ops=[ext[e_i]]))
-        e_i += 1
-    if r1 - r0 > t:
-        graph.nodes.append(_segment(t, r1 - r0, samples, ""))
+    for k, node in enumerate(items):
+        if is_wait[k] or _is_sync_call(node.name) or (node.ops and _is_copy_call(node.name)):
+            _blocking(node, k, int(e[k]), int(t[k]), bool(is_wait[k]), sync_types.get(corrs[k]), issued, ops)
+    segs = _segments(tl, graph, s, t, r1 - r0, both, calls, (r0, r1, tid))
+    externals = [HostNode(EXTERNAL, 0, ops[j].start, ops=[j]) for j in ext]
+    n, last = len(items), int(r1 - r0 > int(t[-1]))
+    # each item after the external work released before it and the segment before it; the last segment at the end
+    at = np.concatenate([ext_at, np.flatnonzero(s > t[:-1]), np.arange(n), np.full(last, n)]).astype(np.int64)
+    rank = np.repeat([0, 1, 2, 3], [len(ext), len(segs) - last, n, last])
+    pool = externals + segs[: len(segs) - last] + items + segs[len(segs) - last :]
+    graph.nodes.extend(pool[i] for i in np.lexsort((np.arange(len(pool)), rank, at)).tolist())
 
 
-class _Issued:
-    """The ops issued so far, per stream in issue order, for what a blocking call waited for: on each stream
-    (or only its own, for a stream synchronisation whose record names it), the op that ended last among the
-    longest run of ops that had all finished when the call returned. One op per stream stands for the run:
-    a stream runs its ops in order, so the others had finished before it (replay.py keeps that order)."""
+def _blocking(
+    node: HostNode,
+    k: int,
+    end: int,
+    before: int,
+    wait: bool,
+    sync: tuple[int, int] | None,
+    issued: Issued,
+    ops: list[GpuOp],
+) -> None:
+    """Host item `k` made a blocking call (a synchronisation, the end-of-round wait, a copy call that returned
+    only after its copy finished: a pageable copy, staged, held the host), with what it waited for."""
+    if not wait and not _is_sync_call(node.name) and not any(ops[j].end <= end + CLOCK_SLACK_NS for j in node.ops):
+        return
+    node.kind = BLOCKING
+    on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not wait else None
+    node.waits = issued.finished(k, end + CLOCK_SLACK_NS, on) or issued.finished(k, end + CLOCK_SLACK_NS)
+    finished = max((ops[j].end for j in node.waits), default=node.start)
+    node.dur = min(max(0, end - max(node.start, finished)), max(0, end - before))
+    if not wait and _is_sync_call(node.name):
+        node.sync = _sync_kind(node.name, (sync or (None, None))[0])
 
-    def __init__(self, ops: list[GpuOp]) -> None:
-        self.ops = ops
-        self.ends: dict[int, list[int]] = {}  # per stream: the latest end so far, in issue order
-        self.last: dict[int, list[int]] = {}  # per stream: the op holding it
 
-    def add(self, j: int) -> None:
-        stream, end = self.ops[j].stream, self.ops[j].end
-        ends, last = self.ends.setdefault(stream, []), self.last.setdefault(stream, [])
-        if ends and ends[-1] >= end:
-            end, j = ends[-1], last[-1]
-        ends.append(end)
-        last.append(j)
+def _segments(
+    tl: Timeline,
+    graph: RoundGraph,
+    s: np.ndarray,
+    t: np.ndarray,
+    length: int,
+    items: np.ndarray,
+    calls: np.ndarray,
+    rnd: tuple[int, int, int],
+) -> list[HostNode]:
+    """The host's own work between items (`s`: their starts, `t`: the host's clock before each), then to the
+    round's end (`length`), with the modules sampled in each (or the frame around the next call)."""
+    samples = samples_in(tl, *rnd, graph.framework)
+    names = segment_names(tl, calls) if not samples[0] else {}
+    gap = np.flatnonzero(s > t[:-1])
+    a, b = t[gap], s[gap]
+    if samples[0]:
+        mods = sampled_modules(a, b, samples)
+        # positional (kind, dur, start, name, ops, waits, modules): faster than keywords, 25,000 times a round
+        out = [HostNode(SEGMENT, y - x, x, "", [], [], m) for x, y, m in zip(a.tolist(), b.tolist(), mods, strict=True)]
+    else:
+        ends = zip(a.tolist(), b.tolist(), items[gap].tolist(), strict=True)
+        out = [_segment(x, y, samples, names.get(i, "")) for x, y, i in ends]
+    if length > int(t[-1]):
+        out.append(_segment(int(t[-1]), length, samples, ""))
+    return out
 
-    def finished(self, at: int, stream: int | None = None) -> list[int]:
-        out = []
-        for key, ends in self.ends.items():
-            if stream is not None and key & 0xFFFFFFFF != stream & 0xFFFFFFFF:
-                continue
-            k = bisect.bisect_right(ends, at)
-            if k:
-                out.append(self.last[key][k - 1])
-        return out
+
+@functools.lru_cache(maxsize=4096)
+def _is_sync_call(name: str) -> bool:
+    return bool(SYNC_CALL.search(name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_copy_call(name: str) -> bool:
+    return bool(COPY_CALL.search(name))
 
 
 def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
@@ -290,82 +304,41 @@ def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
     }
 
 
-Samples = tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]
-
-
-def _samples(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> Samples:
-    """The test thread's CPU samples in the round, by start: (start, end, the latest end so far, module of the
-    innermost frame); the modules that are the framework's are added to `framework`."""
-    ev = tl.events
-    sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid))
-    sel = sel[np.argsort(ev["start"][sel], kind="stable")]
-    mods = []
-    for i in sel.tolist():
-        leaf = tl.name(i).rsplit(";", 1)[-1]
-        mods.append(module_of(leaf))
-        if leaf == "<harness>" or any(m in leaf for m in FRAMEWORK_MARKERS):
-            framework.add(mods[-1])
-    ends = ev["end"][sel] - r0
-    return ev["start"][sel] - r0, ends, np.maximum.accumulate(ends) if len(ends) else ends, mods
-
-
-def _segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
-    """Without samples (an imported trace): a segment is named after the innermost CPU op or Python
-    frame around the call that ends it."""
-    out: dict[int, str] = {}
-    for i in calls.tolist():
-        p = int(tl.parent[i])
-        while p >= 0 and tl.events["kind"][p] not in (Kind.CALL, Kind.MODULE, Kind.SCOPE):
-            p = int(tl.parent[p])
-        if p >= 0:
-            out[i] = module_of(tl.name(p))
-    return out
-
-
 def _segment(a: int, b: int, samples: Samples, name: str) -> HostNode:
-    s, e, run_end, mods = samples
-    node = HostNode(SEGMENT, b - a, a)
-    if len(s):
-        # Only the samples that can overlap [a, b): from the first whose running end passes a to the last before b.
-        k0, k1 = int(np.searchsorted(run_end, a, side="right")), int(np.searchsorted(s, b, side="left"))
-        for k in range(k0, k1):
-            over = min(int(e[k]), b) - max(int(s[k]), a)
-            if over > 0:
-                node.modules[mods[k]] = node.modules.get(mods[k], 0) + over
-    elif name:
-        node.modules[name] = b - a
-    return node
+    return HostNode(SEGMENT, b - a, a, modules=modules_in(a, b, samples, name))
 
 
 def _latencies(graph: RoundGraph) -> None:
-    """Each op's launch-to-start time and its gap after the op before it on its stream (see GpuOp)."""
-    issued: dict[int, int] = {}
+    """Each op's launch-to-start time, its gap after the op before it on its stream, the op it follows and its
+    floor (see GpuOp). The op before it is the one that ended last (the latest of those) so far on its stream."""
+    ops = graph.ops
+    if not ops:
+        return
+    start = np.array([o.start for o in ops], dtype=np.int64)
+    end = np.array([o.end for o in ops], dtype=np.int64)
+    stream = np.array([o.stream for o in ops], dtype=np.int64)
+    at = start.copy()  # when its call issued it (its own start when none did)
     for n in graph.nodes:
         for j in n.ops:
-            issued[j] = n.start
-    prev: dict[int, int] = {}
-    queued: list[int] = []
-    free: list[int] = []
-    for j, op in enumerate(graph.ops):
-        busy = graph.stream_busy.get(op.stream, 0)
-        op.floor = busy if op.start + CLOCK_SLACK_NS >= busy else 0
-        k = prev.get(op.stream, -1)
-        if k >= 0 and op.start + CLOCK_SLACK_NS >= graph.ops[k].end:
-            op.after = k
-        before = max(op.floor, graph.ops[k].end if op.after >= 0 else 0)
-        at = issued.get(j, op.start)
-        if at < before and op.start <= before + max(CLOCK_SLACK_NS, op.start - at):
-            queued.append(j)
-            op.gap = max(0, op.start - before)
-        else:
-            free.append(j)
-            op.lat = max(0, op.start - at)
-        if k < 0 or op.end >= graph.ops[k].end:
-            prev[op.stream] = j
-    lat = int(np.median([graph.ops[j].lat for j in free])) if free else DEFAULT_LAT_NS
-    for j in queued:
-        op = graph.ops[j]
-        op.lat = min(max(0, op.start - issued.get(j, op.start)), lat)
+            at[j] = n.start
+    keys, inverse = np.unique(stream, return_inverse=True)
+    busy = np.array([graph.stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
+    floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
+    prev = np.full(len(ops), -1, dtype=np.int64)
+    for key in range(len(keys)):
+        sel = np.flatnonzero(inverse == key)
+        latest = np.where(end[sel] == np.maximum.accumulate(end[sel]), sel, -1)  # ended last so far
+        prev[sel[1:]] = np.maximum.accumulate(latest)[:-1]
+    follows = (prev >= 0) & (start + CLOCK_SLACK_NS >= end[prev])
+    after = np.where(follows, prev, -1)
+    before = np.maximum(floor, np.where(follows, end[prev], 0))
+    queued = (at < before) & (start <= before + np.maximum(CLOCK_SLACK_NS, start - at))
+    gap = np.where(queued, np.maximum(0, start - before), 0)
+    lat = np.maximum(0, start - at)
+    typical = int(np.median(lat[~queued])) if (~queued).any() else DEFAULT_LAT_NS
+    lat = np.where(queued, np.minimum(lat, typical), lat)
+    for o, f, a, g, la in zip(ops, floor.tolist(), after.tolist(), gap.tolist(), lat.tolist(), strict=True):
+        o.floor, o.after, o.gap, o.lat = f, a, g, la
 
 
 #: Of each recorded call, at least this share is kept when a trace round's excess is taken off its calls.

@@ -10,13 +10,21 @@ every op that ended inside the measured round has ended.
 
 With the graph unchanged this reproduces the measured round up to what the graph leaves out
 (dependencies between streams, work released by other threads): `replay_error` says how far.
-Pure functions; nothing here prints or writes.
+
+Two ways compute the same thing: `replay_walk` node by node, and `replay_plan` with array operations,
+stretch by stretch (flat.py), for a graph and its what-if copies (`Replayer`), where the arrays apply
+and pay off. Pure functions;
+nothing here prints or writes.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
+import numpy as np
+
+from .flat import Flat, Plan, compile_plan, flatten, materialise, patch, shape_of
 from .graph import BLOCKING, EXTERNAL, SEGMENT, RoundGraph
 
 
@@ -31,7 +39,13 @@ class Replay:
 
 
 def replay(graph: RoundGraph) -> Replay:
-    """Recompute the round from its graph (see the module docstring)."""
+    """Recompute the round from its graph (see the module docstring). One replay of a graph walks it: reading
+    a graph into arrays costs more than the walk; `Replayer` pays it once for a graph and its what-ifs."""
+    return replay_walk(graph)
+
+
+def replay_walk(graph: RoundGraph) -> Replay:
+    """The replay, node by node."""
     ops = graph.ops
     n = len(ops)
     start, end = [0] * n, [0] * n
@@ -65,6 +79,86 @@ def replay(graph: RoundGraph) -> Replay:
             place(j, ops[j].start)
     last = max((end[j] for j in graph.counted), default=0)
     return Replay(round_ns=max(h, last), host_ns=h, op_start=start, op_end=end)
+
+
+_FAR = -(2**62)
+
+
+def replay_plan(p: Plan) -> Replay:
+    """The replay of a compiled graph: per stretch, each op's start along its chain is a running max."""
+    sh = p.shape
+    start = np.empty(p.n_ops, dtype=np.int64)  # by run position
+    end = np.zeros(p.n_ops, dtype=np.int64)  # by op
+    carry = np.full(p.n_ops, _FAR, dtype=np.int64)  # by chain: its running max so far
+    wait = 0  # how long the host has waited so far
+    for t in range(len(sh.bounds) - 1):
+        a, b = sh.bounds[t], sh.bounds[t + 1]
+        if b > a:
+            v = np.where(sh.host_run[a:b], p.base[a:b] + wait, p.base[a:b])
+            np.maximum(v, p.floor[a:b], out=v)
+            v -= p.c[a:b]
+            first, last, chain = sh.first[a:b], sh.last[a:b], sh.chain[a:b]
+            v[first] = np.maximum(v[first], carry[chain[first]])
+            _running_max(v, sh.rank[a:b] - sh.rank[a], first)
+            carry[chain[last]] = v[last]
+            v += p.c[a:b]
+            start[a:b] = v
+            end[sh.op[a:b]] = v + p.dur[a:b]
+        if sh.wptr[t + 1] > sh.wptr[t]:  # the last stretch waits for nothing
+            ready = int(end[sh.waits[sh.wptr[t] : sh.wptr[t + 1]]].max())
+            wait = max(wait, ready - p.host_before[t])
+    host = p.host_total + wait
+    op_start = np.empty(p.n_ops, dtype=np.int64)
+    op_start[sh.op] = start
+    last_end = int(end[p.counted].max()) if len(p.counted) else 0
+    return Replay(round_ns=max(host, last_end), host_ns=host, op_start=op_start.tolist(), op_end=end.tolist())
+
+
+def _running_max(v: np.ndarray, rank: np.ndarray, first: np.ndarray) -> None:
+    """v[k] = max(v[i..k]) in place, `i` the start of k's part (`first`; `rank`: parts before it)."""
+    lo, hi = int(v.min()), int(v.max())
+    big = hi - lo + 1
+    if (int(rank[-1]) + 1) * big + abs(lo) + abs(hi) < 2**62:
+        off = rank * big  # each part above every earlier one: one running max serves them all
+        v += off
+        np.maximum.accumulate(v, out=v)
+        v -= off
+        return
+    bounds = [*np.flatnonzero(first).tolist(), len(v)]
+    for i, k in itertools.pairwise(bounds):
+        np.maximum.accumulate(v[i:k], out=v[i:k])
+
+
+class Replayer:
+    """Replays a graph and the what-if copies of it (`RoundGraph.derived`), rereading only what a copy changed
+    and sharing the shape (flat.Shape) where the copy keeps it."""
+
+    def __init__(self, graph: RoundGraph) -> None:
+        self.graph = graph
+        self.flat = flatten(graph)
+        self.shape = shape_of(self.flat) if len(self.flat.op_dur) else None
+
+    def round_ns(self, graph: RoundGraph) -> int:
+        """The replayed round of `graph` (this one, a copy of it, or any other graph)."""
+        d = graph.derived
+        if graph is self.graph:
+            plan = compile_plan(self.flat, self.shape) if self.shape else None
+        elif d is not None and d.base is self.graph:
+            f, same = patch(self.flat, graph, d.nodes, d.ops)
+            plan = compile_plan(f, self.shape if same and self.shape else None)
+        else:
+            return replay(graph).round_ns
+        return (replay_walk(graph) if plan is None else replay_plan(plan)).round_ns
+
+    def round_ns_of(self, f: Flat) -> int:
+        """The replayed round of this graph with the lengths of `f` (its arrays, changed: edits.ArrayTransform)."""
+        base = self.flat
+        same = f.kind is base.kind and f.node_ops is base.node_ops and f.waits is base.waits
+        same = same and f.op_after is base.op_after and self.shape is not None
+        plan = compile_plan(f, self.shape if same else None)
+        if plan is None:
+            return replay_walk(materialise(self.graph, base, f)).round_ns
+        return replay_plan(plan).round_ns
 
 
 def replay_error(graphs: list[RoundGraph]) -> float:

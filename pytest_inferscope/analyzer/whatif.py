@@ -28,21 +28,34 @@ the most (`WhatIfTable.classify`). Pure functions; nothing here prints or writes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable
+import functools
+import gc
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..events import CopyKind, Kind
+from ..events import CopyKind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
-from .comm import COMM_KERNEL
 from .context import Context
 from .context_gpu import ALLOC_CALL
+from .edits import (
+    DISPATCH_NS,
+    GRAPH_GAP_NS,
+    ArrayTransform,
+    comm_kernels,
+    compute,
+    cuda_graph_arrays,
+    faster,
+    host_work_arrays,
+)
 from .graph import (
     BLOCKING,
     CALL,
     EXTERNAL,
     SEGMENT,
+    Derived,
     GpuOp,
     HostNode,
     RoundGraph,
@@ -50,14 +63,10 @@ from .graph import (
     reads,
     round_graphs,
 )
-from .replay import replay
+from .replay import Replayer
 from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
 
-#: Host segments up to this long right before a launch are the framework's dispatch, which a CUDA graph skips.
-DISPATCH_NS = 50_000
-#: Gap between consecutive kernels replayed from a CUDA graph (when the trace shows none of its own).
-GRAPH_GAP_NS = 1_000
 #: Pinned copies reach this share of the link's peak (docs/architecture.md, "Transfers and the link").
 PINNED_EFFICIENCY = 0.8
 #: Python modules whose removal is simulated, by sampled time.
@@ -95,7 +104,8 @@ class _Edit:
     shared: a transformation assigns new ones (`n.ops = [...]`), never changes them in place."""
 
     def __init__(self, g: RoundGraph) -> None:
-        self.g = dataclasses.replace(g, nodes=list(g.nodes), ops=list(g.ops))
+        self.base = g
+        self.g = dataclasses.replace(g, nodes=list(g.nodes), ops=list(g.ops), derived=None)
         self._nodes: set[int] = set()
         self._ops: set[int] = set()
 
@@ -113,29 +123,16 @@ class _Edit:
 
     def result(self) -> RoundGraph | None:
         """The changed graph, or None when nothing changed (the what-if does not apply)."""
-        return self.g if self._nodes or self._ops else None
+        if not self._nodes and not self._ops:
+            return None
+        self.g.derived = Derived(self.base, self._nodes, self._ops)
+        return self.g
 
 
-def cuda_graph(g: RoundGraph) -> RoundGraph | None:
-    """Launches replayed from a CUDA graph: one launch per stretch between synchronisations."""
-    out = _Edit(g)
-    gaps = sorted(o.gap for o in g.ops if o.gap > 0)
-    gap = gaps[len(gaps) // 2] if gaps else GRAPH_GAP_NS
-    first = True
-    for i, n in enumerate(g.nodes):
-        if n.kind == BLOCKING:
-            first = True
-            continue
-        if n.kind != CALL or not n.ops:
-            continue
-        if i and g.nodes[i - 1].kind == SEGMENT and 0 < g.nodes[i - 1].dur <= DISPATCH_NS:
-            out.node(i - 1).dur = 0
-        if not first:
-            out.node(i).dur = 0
-            for j in n.ops:
-                out.op(j).gap = max(g.ops[j].gap, gap)
-        first = False
-    return out.result()
+#: Launches replayed from a CUDA graph: in each stretch between synchronisations the launch calls after the
+#: first, and the dispatch segments (up to DISPATCH_NS) before each, cost nothing; the kernels keep their gaps,
+#: at least the median gap of the round (or GRAPH_GAP_NS).
+cuda_graph = ArrayTransform(cuda_graph_arrays)
 
 
 def graph_prerequisite(graphs: list[RoundGraph]) -> str:
@@ -179,34 +176,19 @@ def remove_syncs(kind: str) -> Transform:
     return transform
 
 
-def _is_comm(o: GpuOp) -> bool:
-    return o.kind == Kind.KERNEL and bool(COMM_KERNEL.search(o.name))
+@functools.lru_cache(maxsize=4096)
+def _alloc_name(name: str) -> bool:
+    return bool(ALLOC_CALL.search(name))
 
 
 def faster_gpu(factor: float = 2.0) -> Transform:
     """Compute (kernels and memsets, collectives left out: the interconnect bounds those) `factor` times faster."""
-
-    def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _Edit(g)
-        for j, o in enumerate(g.ops):
-            if o.kind in (Kind.KERNEL, Kind.MEMSET) and not _is_comm(o):
-                out.op(j).dur = round(o.dur / factor)
-        return out.result()
-
-    return transform
+    return ArrayTransform(faster(compute, factor))
 
 
 def faster_comm(factor: float | None) -> Transform:
     """Collective kernels (comm.py) `factor` times faster; None: fully overlapped, i.e. off the critical path."""
-
-    def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _Edit(g)
-        for j, o in enumerate(g.ops):
-            if _is_comm(o):
-                out.op(j).dur = 0 if factor is None else round(o.dur / factor)
-        return out.result()
-
-    return transform
+    return ArrayTransform(faster(comm_kernels, factor))
 
 
 def pinned_copies(g: RoundGraph) -> RoundGraph | None:
@@ -216,15 +198,19 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
     if not hits or link <= 0:
         return None
     out = _Edit(g)
-    launch = sorted(n.dur for n in g.nodes if n.kind == CALL and n.ops and not _is_copy_call(g, n))
+    copies = set(hits)
+    issuing = [(i, n, _is_copy_call(n, copies)) for i, n in enumerate(g.nodes) if n.ops]
+    launch = sorted(n.dur for _, n, copy_call in issuing if n.kind == CALL and not copy_call)
     cheap = launch[len(launch) // 2] if launch else 0
     moved = [j for j in hits if g.ops[j].copy == CopyKind.HTOD]
     for j in hits:
         if g.ops[j].nbytes:
             out.op(j).dur = min(g.ops[j].dur, round(g.ops[j].nbytes / link))
-    followers: dict[int, list[int]] = {}
+    gone = set(moved)
+    followers: dict[int, list[int]] = {j: [] for j in moved}
     for k, o in enumerate(g.ops):
-        followers.setdefault(o.after, []).append(k)
+        if o.after in gone:
+            followers[o.after].append(k)
     copy_stream: dict[int, int] = {}  # per device: the last upload on its copy stream
     for j in moved:
         o = out.op(j)
@@ -235,20 +221,21 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
         o.after = copy_stream.get(o.stream, -1)
         o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
         copy_stream[o.stream] = j
-    gone = set(moved)
-    for i, n in enumerate(g.nodes):
-        if _is_copy_call(g, n) or (n.kind == BLOCKING and not n.sync and n.ops):
+    for i, n, copy_call in issuing:
+        if copy_call or (n.kind == BLOCKING and not n.sync):
             _unblock(out, i, min(n.dur, cheap))
-        if gone.intersection(n.ops):
+        if not gone.isdisjoint(n.ops):
             out.node(i).ops = [j for j in n.ops if j not in gone]
     edited = out.result()
     if edited is not None:
         edited.nodes.insert(0, HostNode(EXTERNAL, 0, 0, name="prefetch", ops=moved))
+        edited.derived = None  # a node more: not a copy node for node
     return edited
 
 
-def _is_copy_call(g: RoundGraph, n: HostNode) -> bool:
-    return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and all(copy_is_host_link(g.ops[j]) for j in n.ops)
+def _is_copy_call(n: HostNode, copies: set[int]) -> bool:
+    """A call (or blocking call) that issued host<->device copies (`copies`) only."""
+    return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and copies.issuperset(n.ops)
 
 
 def _segments(g: RoundGraph, dur: Callable[[HostNode], int | None]) -> RoundGraph | None:
@@ -267,9 +254,8 @@ def remove_module(module: str) -> Transform:
     return transform
 
 
-def host_off_path(g: RoundGraph) -> RoundGraph | None:
-    """The host's own work between launches (segments longer than the dispatch) moved off the critical path."""
-    return _segments(g, lambda n: 0 if n.dur > DISPATCH_NS else None)
+#: The host's own work between launches (segments longer than the dispatch) moved off the critical path.
+host_off_path = ArrayTransform(host_work_arrays)
 
 
 def no_allocator(g: RoundGraph) -> RoundGraph | None:
@@ -277,7 +263,7 @@ def no_allocator(g: RoundGraph) -> RoundGraph | None:
     caching allocator warm (cudaFree also waits for the device, so its wait goes too)."""
     out = _Edit(g)
     for i, n in enumerate(g.nodes):
-        if n.kind in (CALL, BLOCKING) and ALLOC_CALL.search(n.name):
+        if n.kind in (CALL, BLOCKING) and _alloc_name(n.name):
             _unblock(out, i, 0)
     return out.result()
 
@@ -440,14 +426,15 @@ class WhatIfTable:
 def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable:
     """Replay every what-if on every graph; a what-if that applies to no round is left out."""
     n = len(graphs)
-    base = [replay(g).round_ns for g in graphs]
+    replayers = [Replayer(g) for g in graphs]
+    base = [r.round_ns(g) for r, g in zip(replayers, graphs, strict=True)]
     base_ms = sum(base) / n / 1e6
     rows = []
     for w in whatifs:
-        changed = [w.transform(g) for g in graphs]
+        changed = [_whatif_ns(r, w.transform) for r in replayers]
         if all(c is None for c in changed):
             continue
-        ns = [replay(c).round_ns if c is not None else b for c, b in zip(changed, base, strict=True)]
+        ns = [b if c is None else c for c, b in zip(changed, base, strict=True)]
         ms = sum(ns) / n / 1e6
         saved = base_ms - ms
         rows.append(
@@ -466,12 +453,36 @@ def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable
     return WhatIfTable(rows=rows, measured_ms=round(measured, 4), replay_ms=round(base_ms, 4), rounds=n)
 
 
+def _whatif_ns(r: Replayer, transform: Transform) -> int | None:
+    """The round replayed with the change, or None where it does not apply."""
+    if isinstance(transform, ArrayTransform):  # on the graph's arrays: no copy of the graph
+        f = transform.on_arrays(r.flat)
+        return None if f is None else r.round_ns_of(f)
+    c = transform(r.graph)
+    return None if c is None else r.round_ns(c)
+
+
 def diagnose(ctx: Context, extra: Iterable[WhatIf] = ()) -> tuple[WhatIfTable | None, str]:
     """The what-if table of a test (built-in what-ifs, then `extra`), or None and why it cannot be built."""
-    graphs, why = round_graphs(ctx)
-    if not graphs:
-        return None, why
-    return simulate(graphs, [*builtin(graphs), *extra]), ""
+    with _collector_paused():
+        graphs, why = round_graphs(ctx)
+        if not graphs:
+            return None, why
+        return simulate(graphs, [*builtin(graphs), *extra]), ""
 
 
-__all__ = ["GpuOp", "WhatIf", "WhatIfTable", "builtin", "diagnose", "round_graphs", "simulate"]
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: a round's graph is ~75,000 objects with no cycle among them,
+    and the collections their allocation would set off (each scanning what the test holds) cost a fifth of
+    the time."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+__all__ = ["GRAPH_GAP_NS", "GpuOp", "WhatIf", "WhatIfTable", "builtin", "diagnose", "round_graphs", "simulate"]

@@ -1,0 +1,288 @@
+"""A round graph (graph.py) as arrays, and the plan that replays it stretch by stretch with array operations.
+
+`flatten` reads a `RoundGraph`'s nodes and ops into arrays (`Flat`); `patch` rereads only the nodes and ops
+a what-if changed (whatif.py edits copy on write, so the rest is the unchanged graph's). `compile_plan`
+derives from a `Flat` what `replay.py` needs to replay it with a few array operations per *stretch* (the
+nodes up to and including a blocking call), or None where that does not apply (replay.py then walks the
+graph node by node). Pure functions; nothing here prints or writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, Derived, RoundGraph
+
+#: Node kind codes; any other kind (K_OTHER) replays as a call.
+K_SEGMENT, K_CALL, K_BLOCKING, K_EXTERNAL, K_OTHER = 0, 1, 2, 3, 4
+_CODES = {SEGMENT: K_SEGMENT, CALL: K_CALL, BLOCKING: K_BLOCKING, EXTERNAL: K_EXTERNAL}
+
+
+@dataclass
+class Flat:
+    """A graph's nodes and ops as arrays; `node_ops` and `waits` are per node, as in the graph."""
+
+    kind: np.ndarray  # per node: K_*
+    dur: np.ndarray  # per node
+    node_ops: list[list[int]]
+    waits: list[list[int]]
+    op_dur: np.ndarray
+    op_lat: np.ndarray
+    op_gap: np.ndarray
+    op_floor: np.ndarray
+    op_start: np.ndarray
+    op_after: np.ndarray
+    op_kind: np.ndarray
+    op_name: list[str]
+    counted: np.ndarray
+
+
+def _ints(values: list) -> np.ndarray:
+    a = np.asarray(values)
+    return a if a.size else np.zeros(0, dtype=np.int64)
+
+
+def flatten(g: RoundGraph) -> Flat:
+    """The graph as arrays."""
+    nodes, ops = g.nodes, g.ops
+    return Flat(
+        kind=np.array([_CODES.get(n.kind, K_OTHER) for n in nodes], dtype=np.int8),
+        dur=_ints([n.dur for n in nodes]),
+        node_ops=[n.ops for n in nodes],
+        waits=[n.waits for n in nodes],
+        op_dur=_ints([o.dur for o in ops]),
+        op_lat=_ints([o.lat for o in ops]),
+        op_gap=_ints([o.gap for o in ops]),
+        op_floor=_ints([o.floor for o in ops]),
+        op_start=_ints([o.start for o in ops]),
+        op_after=_ints([o.after for o in ops]),
+        op_kind=_ints([o.kind for o in ops]),
+        op_name=[o.name for o in ops],
+        counted=np.asarray(g.counted, dtype=np.int64),
+    )
+
+
+def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Flat, bool]:
+    """`base` (the arrays of the graph `g` was copied from) with `g`'s nodes `nodes` and ops `ops` reread, and
+    whether the shape (`Shape`) is the same: no node changed kind, ops or waits, no op its `after`."""
+    f = dataclasses.replace(base)
+    same = True
+    if nodes:
+        idx = np.fromiter(nodes, dtype=np.int64, count=len(nodes))
+        changed = [g.nodes[i] for i in idx.tolist()]
+        kind = np.array([_CODES.get(n.kind, K_OTHER) for n in changed], dtype=np.int8)
+        same = bool((kind == base.kind[idx]).all())
+        f.kind, f.dur = _assign(base.kind, idx, kind), _assign(base.dur, idx, _ints([n.dur for n in changed]))
+        f.node_ops, f.waits = list(base.node_ops), list(base.waits)
+        for i, n in zip(idx.tolist(), changed, strict=True):
+            if n.ops is not base.node_ops[i] or n.waits is not base.waits[i]:
+                same = same and n.ops == base.node_ops[i] and n.waits == base.waits[i]
+                f.node_ops[i], f.waits[i] = n.ops, n.waits
+    if ops:
+        idx = np.fromiter(ops, dtype=np.int64, count=len(ops))
+        changed_ops = [g.ops[j] for j in idx.tolist()]
+        for name in ("dur", "lat", "gap", "floor", "start", "after", "kind"):
+            values = _ints([getattr(o, name) for o in changed_ops])
+            setattr(f, "op_" + name, _assign(getattr(base, "op_" + name), idx, values))
+        f.op_name = list(base.op_name)
+        for j, o in zip(idx.tolist(), changed_ops, strict=True):
+            f.op_name[j] = o.name
+        same = same and bool((f.op_after[idx] == base.op_after[idx]).all())
+    return f, same
+
+
+def _assign(a: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A copy of `a` with a[idx] = values (floats if either is)."""
+    out = a.astype(np.result_type(a, values))
+    out[idx] = values
+    return out
+
+
+def materialise(g: RoundGraph, f: Flat, changed: Flat) -> RoundGraph:
+    """A copy of `g` (whose arrays are `f`) with the lengths of `changed`: its changed nodes and ops copied."""
+    nodes, ops = list(g.nodes), list(g.ops)
+    node_idx = np.flatnonzero(changed.dur != f.dur).tolist()
+    for i in node_idx:
+        nodes[i] = dataclasses.replace(nodes[i], dur=_py(changed.dur[i]))
+    fields = ("dur", "lat", "gap", "floor", "start")
+    differs = np.zeros(len(ops), dtype=bool)
+    for name in fields:
+        differs |= getattr(changed, "op_" + name) != getattr(f, "op_" + name)
+    op_idx = np.flatnonzero(differs).tolist()
+    for j in op_idx:
+        values: dict[str, Any] = {k: _py(getattr(changed, "op_" + k)[j]) for k in fields}
+        ops[j] = dataclasses.replace(ops[j], **values)
+    out = dataclasses.replace(g, nodes=nodes, ops=ops)
+    out.derived = Derived(g, set(node_idx), set(op_idx))
+    return out
+
+
+def _py(x: np.generic) -> Any:
+    return x.item()
+
+
+@dataclass
+class Shape:
+    """What the array replay needs from a graph's structure (its nodes' kinds, ops and waits, its ops' order on
+    their streams), shared by what-ifs that change only lengths. Ops are in *run order*: by stretch, then by
+    chain, then as placed.
+
+    A chain is a run of ops each following the one before it (`GpuOp.after`), placed in that order: an op
+    starts at `c + the running max of (ready - c)` along its chain, `c` being the chain's durations and gaps
+    before it. Stretch `t` holds run positions `bounds[t]..bounds[t+1]` and ends with blocking node
+    `blocks[t]` (the last stretch: with the nodes after the last one), which waits for ops
+    `waits[wptr[t]:wptr[t+1]]`.
+    """
+
+    op: np.ndarray  # the op at each run position
+    node_of: np.ndarray  # by op: the node that issued it (the node count: none)
+    on_host: np.ndarray  # by op: whether its ready time moves with the host
+    host_run: np.ndarray  # the same by run position
+    parent: np.ndarray  # by op: the op it follows on its chain (-1: none)
+    by_chain: np.ndarray  # ops by chain, then as placed
+    head: np.ndarray  # positions in `by_chain` that start a chain
+    first: np.ndarray  # whether a run position starts a chain's part in its stretch
+    last: np.ndarray  # whether it ends one
+    chain: np.ndarray  # the chain at each run position (the op that starts it)
+    rank: np.ndarray  # how many chain parts start before it
+    bounds: list[int]
+    blocks: np.ndarray
+    waits: np.ndarray
+    wptr: list[int]
+
+
+@dataclass
+class Plan:
+    """A `Shape` with the graph's lengths: by run position, each op's ready time (less the host's waits so
+    far, for host ops), floor, `c` and duration; the host's clock before each blocking node and at the end,
+    without waits."""
+
+    shape: Shape
+    base: np.ndarray
+    floor: np.ndarray
+    c: np.ndarray
+    dur: np.ndarray
+    host_before: list[int]
+    host_total: int
+    counted: np.ndarray
+    n_ops: int
+
+
+#: The array replay pays off from this many nodes per stretch on average (fewer: node by node is faster).
+MIN_STRETCH = 24
+
+
+def compile_plan(f: Flat, shape: Shape | None = None) -> Plan | None:
+    """The plan of `f` (`shape`: its shape, when known), or None where the array replay does not apply: float
+    times, an op issued twice, an op followed by two (the chains are not chains), or stretches too short to
+    pay off."""
+    arrays = (f.dur, f.op_dur, f.op_lat, f.op_gap, f.op_floor, f.op_start, f.op_after)
+    if not len(f.op_dur) or any(a.dtype.kind not in "iu" for a in arrays):
+        return None
+    shape = shape or shape_of(f)
+    return None if shape is None else _lengths(f, shape)
+
+
+def shape_of(f: Flat) -> Shape | None:
+    """The shape of `f`, or None (see `compile_plan`)."""
+    n_nodes, n_ops = len(f.kind), len(f.op_dur)
+    blocks = np.flatnonzero(f.kind == K_BLOCKING)
+    if n_nodes < MIN_STRETCH * (len(blocks) + 1):
+        return None
+    counts = np.fromiter((len(x) for x in f.node_ops), dtype=np.int64, count=n_nodes)
+    issuer = np.repeat(np.arange(n_nodes), counts)
+    placed = np.fromiter(chain.from_iterable(f.node_ops), dtype=np.int64, count=int(counts.sum()))
+    keep = f.kind[issuer] != K_SEGMENT
+    issuer, placed = issuer[keep], placed[keep]
+    if len(np.unique(placed)) != len(placed) or (len(placed) and (placed.min() < 0 or placed.max() >= n_ops)):
+        return None
+    rest = np.setdiff1d(np.arange(n_ops), placed)  # issued by no node: placed last, at their measured time
+    order = np.concatenate([placed, rest])
+    pos = np.empty(n_ops, dtype=np.int64)
+    pos[order] = np.arange(n_ops)
+    node_of = np.empty(n_ops, dtype=np.int64)
+    node_of[order] = np.concatenate([issuer, np.full(len(rest), n_nodes)])
+    after = f.op_after.astype(np.int64)
+    linked = (after >= 0) & (after < n_ops)
+    linked[linked] = pos[after[linked]] < pos[linked]
+    if np.bincount(after[linked], minlength=n_ops).max(initial=0) > 1:
+        return None
+    return _shape(f, pos, node_of, np.where(linked, after, -1), blocks)
+
+
+def _roots(parent: np.ndarray) -> np.ndarray:
+    """Each op's chain (the op that starts it), by pointer jumping."""
+    root = np.where(parent >= 0, parent, np.arange(len(parent)))
+    while True:
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            return root
+        root = nxt
+
+
+def _shape(f: Flat, pos: np.ndarray, node_of: np.ndarray, parent: np.ndarray, blocks: np.ndarray) -> Shape:
+    n_nodes, n_ops = len(f.kind), len(f.op_dur)
+    on_host = node_of < n_nodes
+    on_host[on_host] = f.kind[node_of[on_host]] != K_EXTERNAL
+    root = _roots(parent)
+    by_chain = np.lexsort((pos, root))
+    stretch = np.searchsorted(blocks, node_of, side="left")
+    run = np.lexsort((pos, root, stretch))
+    s_run, r_run = stretch[run], root[run]
+    new = np.ones(n_ops, dtype=bool)
+    new[1:] = (s_run[1:] != s_run[:-1]) | (r_run[1:] != r_run[:-1])
+    # what each blocking node waits for: the ops among its waits placed by then (as the walk sees them)
+    wait_lists = [f.waits[b] for b in blocks.tolist()]
+    of_block = np.repeat(np.arange(len(blocks)), [len(x) for x in wait_lists])
+    waits = np.fromiter(chain.from_iterable(wait_lists), dtype=np.int64, count=len(of_block))
+    ok = (waits >= 0) & (waits < n_ops)
+    ok[ok] = node_of[waits[ok]] <= blocks[of_block[ok]]
+    wptr = np.concatenate([[0], np.cumsum(np.bincount(of_block[ok], minlength=len(blocks)))])
+    return Shape(
+        op=run,
+        node_of=node_of,
+        on_host=on_host,
+        host_run=on_host[run],
+        parent=parent,
+        by_chain=by_chain,
+        head=np.flatnonzero(parent[by_chain] < 0),
+        first=new,
+        last=np.append(new[1:], True),
+        chain=r_run,
+        rank=np.cumsum(new) - 1,
+        bounds=np.searchsorted(s_run, np.arange(len(blocks) + 2)).tolist(),
+        blocks=blocks,
+        waits=waits[ok],
+        wptr=[*wptr.tolist(), int(wptr[-1])],  # the last stretch waits for nothing
+    )
+
+
+def _lengths(f: Flat, sh: Shape) -> Plan:
+    n_ops = len(f.op_dur)
+    adv = np.where(f.kind == K_EXTERNAL, 0, f.dur).astype(np.int64)
+    host = np.concatenate([[0], np.cumsum(adv)])  # the host's clock before each node, without waits
+    base = f.op_start.astype(np.int64)
+    base = np.where(sh.on_host, host[np.minimum(sh.node_of, len(host) - 1)] + f.op_lat, base)
+    # c: along each chain, the durations and gaps before each op
+    parent = sh.parent
+    w = np.where(parent >= 0, f.op_dur[np.maximum(parent, 0)] + f.op_gap, 0)[sh.by_chain]
+    csum = np.cumsum(w)
+    c = np.empty(n_ops, dtype=np.int64)
+    c[sh.by_chain] = csum - np.repeat(csum[sh.head] - w[sh.head], np.diff(np.append(sh.head, n_ops)))
+    run = sh.op
+    return Plan(
+        shape=sh,
+        base=base[run],
+        floor=f.op_floor.astype(np.int64)[run],
+        c=c[run],
+        dur=f.op_dur.astype(np.int64)[run],
+        host_before=host[sh.blocks].tolist(),
+        host_total=int(host[-1]),
+        counted=f.counted,
+        n_ops=n_ops,
+    )

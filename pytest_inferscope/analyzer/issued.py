@@ -1,0 +1,56 @@
+"""What a blocking call waited for, from the ops issued before it (graph.py builds a round's host nodes with it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class Op(Protocol):
+    """What is read of a GPU op (graph.GpuOp)."""
+
+    stream: int
+    end: int
+
+
+class Issued:
+    """The ops issued up to each host item, per stream in issue order, for what a blocking call waited for: on
+    each stream (or only its own, for a stream synchronisation whose record names it), the op that ended last
+    among the longest run of ops that had all finished when the call returned. One op per stream stands for the
+    run: a stream runs its ops in order, so the others had finished before it (replay.py keeps that order).
+
+    Ops are issued by host items (calls, waits) in order: external ops (`ext`) before item `ext_at`, then the
+    ops of each item (`own`)."""
+
+    def __init__(self, ops: Sequence[Op], ext: list[int], ext_at: list[int], own: list[list[int]]) -> None:
+        item = np.array(ext_at + [k for k, x in enumerate(own) for _ in x], dtype=np.int64)
+        op = np.array(ext + [j for x in own for j in x], dtype=np.int64)
+        order = np.argsort(item, kind="stable")  # externals first at each item: they come first in `item`
+        item, op = item[order], op[order]
+        stream = np.array([ops[j].stream for j in op.tolist()], dtype=np.int64)
+        end = np.array([ops[j].end for j in op.tolist()], dtype=np.int64)
+        # per stream, in issue order (streams by first issue): the item that issued each op, the latest end so
+        # far, and the op holding it (the first to reach it)
+        keys, first = np.unique(stream, return_index=True)
+        self.streams: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        for key in keys[np.argsort(first)].tolist():
+            sel = np.flatnonzero(stream == key)
+            ends = np.maximum.accumulate(end[sel])
+            rises = np.ones(len(sel), dtype=bool)
+            rises[1:] = end[sel][1:] > ends[:-1]
+            holder = op[sel][np.maximum.accumulate(np.where(rises, np.arange(len(sel)), 0))]
+            self.streams.append((key, item[sel], ends, holder))
+
+    def finished(self, k: int, at: int, stream: int | None = None) -> list[int]:
+        """What host item `k` (with its own ops issued) found finished at `at`."""
+        out = []
+        for key, items, ends, holder in self.streams:
+            if stream is not None and key & 0xFFFFFFFF != stream & 0xFFFFFFFF:
+                continue
+            n = int(np.searchsorted(items, k, side="right"))
+            m = min(n, int(np.searchsorted(ends, at, side="right")))
+            if m:
+                out.append(int(holder[m - 1]))
+        return out

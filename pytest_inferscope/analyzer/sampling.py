@@ -1,0 +1,95 @@
+"""The host's own work as the CPU sampler saw it: which Python module each sample was in, and how much of a
+stretch of host time (a segment of graph.py's round graph) each module was sampled in."""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+import numpy as np
+
+from ..events import Kind
+from ..merger import Timeline
+from .context import FRAMEWORK_MARKERS
+
+#: Kineto names that are Python frames: "path/to/file.py(123): function".
+_PYFRAME = re.compile(r"^(?P<file>[^()]*?)(?:\.py)?\((?P<line>\d+)\): (?P<fn>.+)$")
+
+
+def module_of(frame: str) -> str:
+    """The module of a sampled frame ("pkg.mod:fn (file:line)") or a Kineto frame ("dir/mod.py(12): fn")."""
+    head = frame.split(" (")[0]
+    m = _PYFRAME.match(frame)
+    if m:
+        return m["file"].replace("\\", "/").rsplit("/", 1)[-1]
+    if ":" in head and not head.startswith("aten::"):
+        return head.rsplit(":", 1)[0]
+    return head
+
+
+Samples = tuple[list[int], list[int], list[int], list[str]]
+
+
+def samples_in(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> Samples:
+    """The test thread's CPU samples in the round, by start: (start, end, the latest end so far, module of the
+    innermost frame); the modules that are the framework's are added to `framework`."""
+    ev = tl.events
+    sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid))
+    sel = sel[np.argsort(ev["start"][sel], kind="stable")]
+    mods = []
+    for i in sel.tolist():
+        leaf = tl.name(i).rsplit(";", 1)[-1]
+        mods.append(module_of(leaf))
+        if leaf == "<harness>" or any(m in leaf for m in FRAMEWORK_MARKERS):
+            framework.add(mods[-1])
+    ends = (ev["end"][sel] - r0).astype(np.int64)
+    run_end = np.maximum.accumulate(ends) if len(ends) else ends
+    return (ev["start"][sel] - r0).astype(np.int64).tolist(), ends.tolist(), run_end.tolist(), mods
+
+
+def segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
+    """Without samples (an imported trace): a segment is named after the innermost CPU op or Python
+    frame around the call that ends it."""
+    out: dict[int, str] = {}
+    for i in calls.tolist():
+        p = int(tl.parent[i])
+        while p >= 0 and tl.events["kind"][p] not in (Kind.CALL, Kind.MODULE, Kind.SCOPE):
+            p = int(tl.parent[p])
+        if p >= 0:
+            out[i] = module_of(tl.name(p))
+    return out
+
+
+def sampled_modules(a: np.ndarray, b: np.ndarray, samples: Samples) -> list[dict[str, int]]:
+    """For each segment [a, b): the ns each module was sampled in it, as `modules_in` counts them."""
+    s, e, run_end = (np.asarray(x, dtype=np.int64) for x in samples[:3])
+    k0, k1 = np.searchsorted(run_end, a, side="right"), np.searchsorted(s, b, side="left")
+    count = np.maximum(0, k1 - k0)  # the samples that can overlap each (see modules_in)
+    seg = np.repeat(np.arange(len(a)), count)
+    k = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - k0, count)
+    over = np.minimum(e[k], b[seg]) - np.maximum(s[k], a[seg])
+    seg, k, over = seg[over > 0], k[over > 0], over[over > 0]
+    names, module = np.unique(np.asarray(samples[3], dtype=object), return_inverse=True)
+    keys, first, which = np.unique(seg * len(names) + module[k], return_index=True, return_inverse=True)
+    total = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(total, which, over)
+    out: list[dict[str, int]] = [{} for _ in range(len(a))]
+    order = np.argsort(first)  # by segment, then as first sampled: the order modules_in adds them in
+    for key, ns in zip(keys[order].tolist(), total[order].tolist(), strict=True):
+        out[key // len(names)][names[key % len(names)]] = ns
+    return out
+
+
+def modules_in(a: int, b: int, samples: Samples, name: str) -> dict[str, int]:
+    """The ns each module was sampled in [a, b) (without samples: all of it in `name`, if any)."""
+    s, e, run_end, mods = samples
+    modules: dict[str, int] = {}
+    if s:
+        # Only the samples that can overlap [a, b): from the first whose running end passes a to the last before b.
+        for k in range(bisect.bisect_right(run_end, a), bisect.bisect_left(s, b)):
+            over = min(e[k], b) - max(s[k], a)
+            if over > 0:
+                modules[mods[k]] = modules.get(mods[k], 0) + over
+    elif name:
+        modules[name] = b - a
+    return modules

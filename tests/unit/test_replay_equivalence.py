@@ -1,0 +1,219 @@
+"""The array replay (analyzer/flat.py, replay.replay_plan) computes what the node-by-node walk computes.
+
+`reference` below is the walk as it was before the array replay (commit 84522ee), kept here verbatim so
+that a change to either production path is checked against it: on random graphs (chains, breaks,
+overlapping streams, ops issued by no node or by a segment, waits for ops not yet issued, floors,
+external work), and on the graphs of the synthetic benchmark trace and the recorded scenarios with
+every built-in what-if, replayed as `simulate` replays them (`Replayer`: what-if copies reread in
+part, what-ifs on arrays, edits.py) and as copies.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_inferscope.analyzer import flat
+from pytest_inferscope.analyzer.context import Context
+from pytest_inferscope.analyzer.graph import (
+    BLOCKING,
+    CALL,
+    EXTERNAL,
+    SEGMENT,
+    GpuOp,
+    HostNode,
+    RoundGraph,
+    round_graphs,
+)
+from pytest_inferscope.analyzer.replay import Replayer, replay, replay_plan, replay_walk
+from pytest_inferscope.analyzer.whatif import _whatif_ns, builtin
+from pytest_inferscope.events import Kind, RawTrace
+from pytest_inferscope.merger import merge
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reference(graph: RoundGraph) -> tuple[int, int, list[int], list[int]]:
+    """The replay node by node, as of 84522ee: (round, host, op starts, op ends)."""
+    ops = graph.ops
+    n = len(ops)
+    start, end = [0] * n, [0] * n
+    placed = [False] * n
+
+    def place(j: int, ready: int) -> None:
+        op = ops[j]
+        s = max(ready, op.floor)
+        if op.after >= 0 and placed[op.after]:
+            s = max(s, end[op.after] + op.gap)
+        start[j], end[j] = s, s + op.dur
+        placed[j] = True
+
+    h = 0
+    for node in graph.nodes:
+        if node.kind == SEGMENT:
+            h += node.dur
+            continue
+        if node.kind == EXTERNAL:
+            for j in node.ops:
+                place(j, ops[j].start)
+            continue
+        for j in node.ops:
+            place(j, h + ops[j].lat)
+        if node.kind == BLOCKING:
+            h = max([h, *(end[j] for j in node.waits if placed[j])]) + node.dur
+        else:
+            h += node.dur
+    for j in range(n):
+        if not placed[j]:
+            place(j, ops[j].start)
+    last = max((end[j] for j in graph.counted), default=0)
+    return max(h, last), h, start, end
+
+
+def random_graph(rng: random.Random, n_nodes: int, streams: int, p_block: float, trees: bool = False) -> RoundGraph:
+    """A random graph: ops on `streams` streams mostly following the one before them, some not."""
+    ops: list[GpuOp] = []
+    nodes: list[HostNode] = []
+    prev: dict[int, int] = {}
+    followed: set[int] = set()
+    early: list[tuple[HostNode, int]] = []
+
+    def new_op() -> int:
+        st = rng.randrange(streams)
+        after = prev.get(st, -1) if rng.random() < 0.9 else -1
+        if trees and ops and rng.random() < 0.2:
+            after = rng.randrange(len(ops))  # an op two others follow: not a chain
+        if not trees and after in followed:
+            after = -1
+        followed.add(after)
+        ops.append(
+            GpuOp(
+                Kind.KERNEL,
+                st,
+                dur=rng.randrange(0, 400),
+                lat=rng.randrange(0, 30),
+                gap=rng.choice([0, 0, rng.randrange(50)]),
+                start=rng.randrange(0, 20_000),
+                end=0,
+                after=after,
+                floor=rng.choice([0, 0, 0, rng.randrange(3000)]),
+            )
+        )
+        prev[st] = len(ops) - 1
+        return len(ops) - 1
+
+    for _ in range(n_nodes):
+        x = rng.random()
+        if x < p_block:
+            issued = [new_op() for _ in range(rng.choice([0, 0, 1]))]
+            waits = rng.sample(range(len(ops)), min(len(ops), rng.randrange(4))) if ops else []
+            nodes.append(HostNode(BLOCKING, rng.randrange(100), 0, ops=issued, waits=waits))
+            if rng.random() < 0.2:
+                early.append((nodes[-1], len(ops)))
+        elif x < 0.45:
+            seg_ops = [new_op()] if rng.random() < 0.05 else []  # a segment's ops are not issued by it
+            nodes.append(HostNode(SEGMENT, rng.randrange(2000), 0, ops=seg_ops))
+        elif x < 0.5:
+            nodes.append(HostNode(EXTERNAL, rng.randrange(50), 0, ops=[new_op()]))
+        else:
+            nodes.append(HostNode(CALL, rng.randrange(200), 0, ops=[new_op() for _ in range(rng.choice([1, 1, 2]))]))
+    for _ in range(rng.randrange(3)):
+        new_op()  # issued by no node
+    for node, issued_by_then in early:  # waits for an op issued later (or never): the walk skips it
+        if issued_by_then < len(ops):
+            node.waits = [*node.waits, rng.randrange(issued_by_then, len(ops))]
+    counted = [j for j in range(len(ops)) if rng.random() < 0.8]
+    return RoundGraph(nodes, ops, 0, counted=counted)
+
+
+def fast(graph: RoundGraph) -> tuple[int, int, list[int], list[int]] | None:
+    plan = flat.compile_plan(flat.flatten(graph))
+    if plan is None:
+        return None
+    r = replay_plan(plan)
+    return r.round_ns, r.host_ns, r.op_start, r.op_end
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_array_replay_equals_the_walk_on_random_graphs(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flat, "MIN_STRETCH", 1)
+    rng = random.Random(seed)
+    g = random_graph(rng, rng.choice([5, 60, 400, 3000]), rng.choice([1, 2, 5]), rng.choice([0.0, 0.01, 0.1, 0.3]))
+    got = fast(g)
+    assert got is not None, "a graph of chains takes the array replay"
+    assert got == reference(g)
+    r = replay(g)
+    assert (r.round_ns, r.host_ns, r.op_start, r.op_end) == reference(g)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_graphs_the_arrays_cannot_replay_are_walked(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    g = random_graph(rng, 300, 3, 0.05, trees=True)
+    assert fast(g) is None  # two ops follow one
+    r = replay(g)
+    assert (r.round_ns, r.host_ns, r.op_start, r.op_end) == reference(g)
+
+
+def test_an_op_issued_twice_and_float_times_are_walked() -> None:
+    g = random_graph(random.Random(7), 200, 2, 0.02)
+    call = next(n for n in g.nodes if n.kind == CALL)
+    twice = RoundGraph([*g.nodes, HostNode(CALL, 5, 0, ops=list(call.ops))], g.ops, 0, counted=g.counted)
+    assert fast(twice) is None and replay(twice).round_ns == reference(twice)[0]
+    g.nodes[0] = HostNode(SEGMENT, 12.5, 0)  # type: ignore[arg-type]
+    assert fast(g) is None and replay(g).round_ns == reference(g)[0]
+
+
+def test_a_planted_error_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison can fail: a plan whose chains ignore their gaps gives other times."""
+    monkeypatch.setattr(flat, "MIN_STRETCH", 1)
+    g = random_graph(random.Random(3), 400, 2, 0.05)
+    for o in g.ops:
+        o.gap = 500
+    plan = flat.compile_plan(flat.flatten(g))
+    assert plan is not None
+    plan.c[:] = 0
+    assert replay_plan(plan).op_end != reference(g)[3]
+
+
+def whatif_graphs(graphs: list[RoundGraph]) -> list[RoundGraph]:
+    """The graphs and their what-if copies; each copy replayed by its graph's `Replayer` equals the walk."""
+    out = list(graphs)
+    for g in graphs:
+        replayer = Replayer(g)
+        assert replayer.round_ns(g) == reference(g)[0]
+        for w in builtin(graphs):
+            c = w.transform(g)
+            assert _whatif_ns(replayer, w.transform) == (None if c is None else reference(c)[0]), w.change
+            if c is not None:
+                assert replayer.round_ns(c) == reference(c)[0], w.change
+                out.append(c)
+    return out
+
+
+def test_the_array_replay_equals_the_walk_on_the_benchmark_trace_and_its_whatifs() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from synthetic import make_raw_trace
+
+    graphs, _ = round_graphs(Context(merge(make_raw_trace(30_000, seed=2))))
+    assert graphs
+    taken = 0
+    for g in whatif_graphs(graphs):
+        got = fast(g)
+        taken += got is not None
+        assert (got or reference(g)) == reference(g)
+        assert replay(g).round_ns == replay_walk(g).round_ns == reference(g)[0]
+    assert taken >= len(graphs)
+
+
+@pytest.mark.parametrize("scenario", ["sync_bound", "launch_bound", "transfer_bound", "cpu_bound", "gpu_bound"])
+def test_the_replay_equals_the_walk_on_the_recorded_scenarios(scenario: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flat, "MIN_STRETCH", 1)  # the array replay even where the walk is faster
+    graphs, _ = round_graphs(Context(merge(RawTrace.load(str(ROOT / "tests/data" / scenario / "trace.npz")))))
+    for g in whatif_graphs(graphs):
+        got = fast(g)
+        assert (got or reference(g)) == reference(g)
+        assert replay(g).round_ns == reference(g)[0]
