@@ -24,8 +24,9 @@ from .graph import RoundGraph
 
 #: Host segments up to this long right before a launch are the framework's dispatch, which a CUDA graph skips.
 DISPATCH_NS = 50_000
-#: Gap between consecutive kernels replayed from a CUDA graph (when the trace shows none of its own).
-GRAPH_GAP_NS = 1_000
+#: Gap between consecutive ops replayed from a CUDA graph: 0.38-0.42 us median measured on the H200 (ResNet-50
+#: and ViT-B/16 graphs, 2026-11-25), against 1.5-1.7 us between the same kernels launched one by one.
+GRAPH_GAP_NS = 400
 
 
 @dataclass(frozen=True)
@@ -42,26 +43,40 @@ class ArrayTransform:
 
 
 def cuda_graph_arrays(f: Flat) -> Flat | None:
-    """Launches replayed from a CUDA graph: one launch per stretch between synchronisations (whatif.cuda_graph)."""
-    n_ops = np.fromiter((len(x) for x in f.node_ops), dtype=np.int64, count=len(f.kind))
+    """Each stretch between synchronisations captured in a CUDA graph and replayed (whatif.cuda_graph).
+
+    Inside the captured region, from the stretch's first launch call to its last, the other launch calls
+    and the host segments between them cost nothing (a replay skips the framework's dispatch and the
+    model's Python alike), and each op issued there runs `GRAPH_GAP_NS` after the one before it. A
+    dispatch segment (up to DISPATCH_NS) right before a launch goes too; the host's work before and
+    after the region stays.
+    """
+    n = len(f.kind)
+    n_ops = np.fromiter((len(x) for x in f.node_ops), dtype=np.int64, count=n)
     launch = (f.kind == K_CALL) & (n_ops > 0)
-    events = np.flatnonzero(launch | (f.kind == K_BLOCKING))
-    after_launch = np.zeros(len(events), dtype=bool)
-    after_launch[1:] = launch[events[:-1]]
-    later = events[launch[events] & after_launch]  # launches after another in their stretch
-    before = np.flatnonzero(launch)
-    before = before[before > 0] - 1
-    before = before[(f.kind[before] == K_SEGMENT) & (f.dur[before] > 0) & (f.dur[before] <= DISPATCH_NS)]
-    if not len(later) and not len(before):
+    li = np.flatnonzero(launch)
+    if not len(li):
         return None
-    gaps = np.sort(f.op_gap[f.op_gap > 0])
-    gap = gaps[len(gaps) // 2] if len(gaps) else GRAPH_GAP_NS
-    dur = f.dur.copy()
-    dur[before] = 0
-    dur[later] = 0
+    stretch = np.cumsum(f.kind == K_BLOCKING)[li]
+    new = np.ones(len(li), dtype=bool)
+    new[1:] = stretch[1:] != stretch[:-1]
+    first, last = li[new], li[np.append(new[1:], True)]
+    mark = np.zeros(n + 1, dtype=np.int64)  # +1 after each region's first launch, -1 after its last
+    np.add.at(mark, first + 1, 1)
+    np.add.at(mark, last + 1, -1)
+    inside = np.cumsum(mark)[:n] > 0
+    before = li[li > 0] - 1
+    before = before[(f.kind[before] == K_SEGMENT) & (f.dur[before] <= DISPATCH_NS)]
+    hit = inside & ((f.kind == K_SEGMENT) | launch)
+    hit[before] = True
+    hit &= f.dur > 0
+    replayed = np.flatnonzero(inside & launch)
+    if not hit.any() and not len(replayed):
+        return None
+    dur = np.where(hit, 0, f.dur)
     op_gap = f.op_gap.copy()
-    issued = np.fromiter(chain.from_iterable(f.node_ops[i] for i in later.tolist()), dtype=np.int64)
-    op_gap[issued] = np.maximum(f.op_gap[issued], gap)
+    issued = np.fromiter(chain.from_iterable(f.node_ops[i] for i in replayed.tolist()), dtype=np.int64)
+    op_gap[issued] = GRAPH_GAP_NS
     return dataclasses.replace(f, dur=dur, op_gap=op_gap)
 
 

@@ -2,9 +2,9 @@
 
 Built in, each standing for one bottleneck class:
 
-- *a CUDA graph* (launch_bound): in each stretch between synchronisations the launch calls, and
-  the short host segments before them (up to `DISPATCH_NS`: the framework's dispatch), cost
-  nothing but one launch per stretch;
+- *a CUDA graph* (launch_bound): each stretch between synchronisations captured from its first
+  launch call to its last: the host costs nothing there but the first launch (the other calls, the
+  dispatch and the model's Python between them), and the ops issued there run `GRAPH_GAP_NS` apart;
 - *a kind of synchronisation removed* (sync_bound): those blocking calls stop waiting; what they
   read (`graph.reads`) is read at the round's end, where the end-of-round wait catches it;
 - *GPU work 2x faster* (gpu_bound): kernels and memsets take half as long (collectives excepted);
@@ -129,9 +129,9 @@ class _Edit:
         return self.g
 
 
-#: Launches replayed from a CUDA graph: in each stretch between synchronisations the launch calls after the
-#: first, and the dispatch segments (up to DISPATCH_NS) before each, cost nothing; the kernels keep their gaps,
-#: at least the median gap of the round (or GRAPH_GAP_NS).
+#: Each stretch between synchronisations replayed from a CUDA graph: from its first launch call to its last the
+#: host costs nothing (the other launch calls, the dispatch and the model's Python between them), and the ops
+#: issued there run GRAPH_GAP_NS apart (edits.cuda_graph_arrays).
 cuda_graph = ArrayTransform(cuda_graph_arrays)
 
 
