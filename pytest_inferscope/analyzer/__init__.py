@@ -19,6 +19,7 @@ from .rules_comm import communication
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
 from .rules_transfer import gpu_memory_pressure, transfers
 from .whatif import WhatIf, diagnose
+from .whatif_memory import memory_whatifs
 
 #: The built-in rules, in the order their findings are listed on equal shares.
 DEFAULT_RULES: list[Rule] = [
@@ -104,7 +105,7 @@ def analyze(
     findings.sort(key=lambda f: f.share, reverse=True)
     bottleneck, confidence = classify(findings)
     suggestions = rank_suggestions(findings)
-    table, why = diagnose(ctx, whatifs)
+    table, why = diagnose(ctx, [*memory_whatifs(ctx), *whatifs])
     replayed: dict[str, Any] = {"decided_by": "rules", "fallback": why, "rule_class": bottleneck}
     if table is not None:
         cls, conf, verdict = table.classify()

@@ -11,6 +11,7 @@ expected to save per round, computed from the evidence.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -160,25 +161,60 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
     ]
 
 
-def memory_pressure(ctx: Context) -> list[Finding]:
-    """Host memory grows round over round, or the kernel spends the time faulting pages in."""
+GROWTH_ACTION = "Stop the growth: release per-call results, bound caches, avoid appending to long-lived lists"
+FAULTS_ACTION = "Reuse buffers instead of allocating per call (preallocate tensors, use out=, keep allocators warm)"
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """How host memory behaved over the measured rounds (per-round counters and RSS)."""
+
+    growth_mb_per_round: float  # slope of a line through the rounds' RSS
+    r2: float  # how well that line fits
+    sys_share: float  # the kernel's (system) CPU time over the wall time
+    faults: float  # minor page faults per round
+    major: float  # major page faults in all
+    sys_ns_per_round: float
+
+    @property
+    def growing(self) -> bool:
+        """Growth counts only when it is steady (a line fits the per-round RSS), not one noisy jump."""
+        return self.growth_mb_per_round >= RSS_GROWTH_MB_PER_ROUND and self.r2 >= 0.6
+
+    @property
+    def faulting(self) -> bool:
+        return (self.sys_share >= 0.1 and self.faults >= 100) or self.major > 0
+
+
+def host_memory(ctx: Context) -> HostMemory:
+    """The host memory figures the memory rule and the memory what-if read."""
     c = ctx.rounds.counters
     rss = ctx.rounds.rss_per_round
     n = len(rss)
-    growth_per_round = float(np.polyfit(np.arange(n), rss, 1)[0]) / _MB if n >= 3 else 0.0
-    wall = max(1, ctx.rounds.wall_ns)
-    sys_share = c.get("sys_ns", 0.0) / wall
-    faults = ctx.metrics.get("mem.minor_faults_per_round") or 0.0
-    major = c.get("majflt", 0.0)
-    r2 = 0.0
+    growth, r2 = 0.0, 0.0
     if n >= 3:
         fit = np.polyfit(np.arange(n), rss, 1)
+        growth = float(fit[0]) / _MB
         ss = float(np.sum((rss - rss.mean()) ** 2))
         r2 = 1.0 - float(np.sum((rss - np.polyval(fit, np.arange(n))) ** 2)) / ss if ss > 0 else 0.0
-    # Growth counts only when it is steady (a line fits the per-round RSS), not one noisy jump.
-    growing = growth_per_round >= RSS_GROWTH_MB_PER_ROUND and r2 >= 0.6
-    faulting = (sys_share >= 0.1 and faults >= 100) or major > 0
-    if not (growing or faulting):
+    sys_ns = c.get("sys_ns", 0.0)
+    return HostMemory(
+        growth_mb_per_round=growth,
+        r2=r2,
+        sys_share=sys_ns / max(1, ctx.rounds.wall_ns),
+        faults=ctx.metrics.get("mem.minor_faults_per_round") or 0.0,
+        major=c.get("majflt", 0.0),
+        sys_ns_per_round=sys_ns / max(1.0, c.get("rounds", 0.0) or 1.0),
+    )
+
+
+def memory_pressure(ctx: Context) -> list[Finding]:
+    """Host memory grows round over round, or the kernel spends the time faulting pages in."""
+    m = host_memory(ctx)
+    growing, sys_share, faults, major = m.growing, m.sys_share, m.faults, m.major
+    growth_per_round, r2 = m.growth_mb_per_round, m.r2
+    wall = max(1, ctx.rounds.wall_ns)
+    if not (growing or m.faulting):
         return []
     # What the pressure costs in time is the kernel's share: faulting pages in, zeroing them.
     share = min(1.0, sys_share)
@@ -195,7 +231,7 @@ def memory_pressure(ctx: Context) -> list[Finding]:
     if growing:
         suggestions.append(
             Suggestion(
-                action="Stop the growth: release per-call results, bound caches, avoid appending to long-lived lists",
+                action=GROWTH_ACTION,
                 rationale=f"RSS grows {growth_per_round:.1f} MB every round (fit R² {r2:.2f}); the new pages cost "
                 f"kernel time now and memory later",
                 saving_ms=round_ms * sys_share,
@@ -204,7 +240,7 @@ def memory_pressure(ctx: Context) -> list[Finding]:
         )
     suggestions.append(
         Suggestion(
-            action="Reuse buffers instead of allocating per call (preallocate tensors, use out=, keep allocators warm)",
+            action=FAULTS_ACTION,
             rationale=f"{round(faults)} page faults per round; the kernel spends {_pct(sys_share)} of the wall time",
             saving_ms=round_ms * sys_share * 0.8,
             rule="memory_pressure",

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pytest_inferscope.analyzer import BottleneckAnalyzer, analyze, classify
 from pytest_inferscope.analyzer.context import union_ns
@@ -130,6 +131,22 @@ def test_memory_growth_is_memory_bound() -> None:
     f = next(f for f in a.findings if f.rule == "memory_pressure")
     assert f.evidence["RSS growth per round (MB)"] == 40.0
     assert len(f.suggestions) >= 2
+
+
+def test_host_memory_growth_gets_a_what_if_worth_the_kernels_time() -> None:
+    # 6 ms of the host's own work before the launch, then a 3 ms kernel; the kernel took 4.5 ms a round
+    # (0.9 busy x 0.5 system) while RSS grew 40 MB a round.
+    grown = build(cpu_busy=0.9, sys_share=0.5, rss_growth_mb=40, faults=10_000, gpu=[(Kind.KERNEL, 0.6, 0.3, 0, 0)])
+    rows = {r.change.split(" (")[0]: r for r in analyze(merge(grown)).whatif}
+    row = rows["host memory growth removed"]
+    # 4.5 ms off the round's 10 ms of host segments (5.995 before the launch, 4.004 after): each keeps 55 %, so
+    # the kernel starts 2.7 ms earlier and ends at ~6.3 ms, after the host (5.5 ms): the round saves ~3.7 ms.
+    assert row.bottleneck == "memory_bound" and row.saved_ms == pytest.approx(10 - (5.995 * 0.55 + 3.006), abs=0.02)
+    assert "40.0 MB a round" in row.change and row.action.startswith("Stop the growth")
+    # It cannot save more than the host's own work off the critical path, which it is a part of.
+    assert rows["the host's own work between launches off the critical path"].saved_ms >= row.saved_ms
+    steady = build(cpu_busy=0.9, sys_share=0.5, gpu=[(Kind.KERNEL, 0.6, 0.3, 0, 0)])
+    assert not any(r.change.startswith("host memory") for r in analyze(merge(steady)).whatif)
 
 
 def test_a_thread_that_mostly_sleeps_is_not_called_cpu_bound() -> None:
