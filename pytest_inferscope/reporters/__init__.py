@@ -1,7 +1,8 @@
 """The reporters: the only code in the plugin that writes files or terminal output.
 
 Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.html`, `report.json`
-and, when a timeline is given, `trace.json` (Perfetto / chrome://tracing). Per session, `write_index`
+and, when a timeline is given, `trace.json` (Perfetto / chrome://tracing); the stylesheet and script
+of every report.html are written once, to `<report_dir>/assets/`. Per session, `write_index`
 writes `index.md`, `index.html` and `index.json`. Every file is written atomically, so an interrupted run leaves the
 previous file or the new one, and nothing else in the folder is touched.
 """
@@ -17,7 +18,7 @@ from ..events import RawTrace
 from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
 from .files import ReportDirError, atomic_open, atomic_write_text, check_report_dir, slugify
-from .html import render_html_index, write_html_report
+from .html import render_html_index, write_html_report, write_shared_assets
 from .jsonreport import ReportFormatError, dumps, load_report, to_json
 from .markdown import render_index, render_report, verdict_label
 from .trace import THREAD_MIN_EVENTS, write_chrome_trace
@@ -71,7 +72,8 @@ def write_test_reports(
                 saving.wait()
         files["trace"] = f"{result.slug}/trace.json"
     result.files = dict(files)
-    write_html_report(result, timeline, folder / "report.html", idle=idle)
+    shared = write_shared_assets(report_dir)
+    write_html_report(result, timeline, folder / "report.html", idle=idle, shared=shared)
     atomic_write_text(folder / "report.json", to_json(result))
     atomic_write_text(folder / "report.md", render_report(result))
     return files
