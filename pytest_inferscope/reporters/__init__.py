@@ -1,10 +1,11 @@
 """The reporters: the only code in the plugin that writes files or terminal output.
 
-Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.html`, `report.json`
-and, when a timeline is given, `trace.json` (Perfetto / chrome://tracing); the stylesheet and script
-of every report.html are written once, to `<report_dir>/assets/`. Per session, `write_index`
-writes `index.md`, `index.html` and `index.json`. Every file is written atomically, so an interrupted run leaves the
-previous file or the new one, and nothing else in the folder is touched.
+Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.html`, `report.json`,
+`raw.npz` and, when the timeline has more than the test's rounds, `trace.json` (Perfetto /
+chrome://tracing); the stylesheet and script of every report.html are written once, to
+`<report_dir>/assets/`. Per session, `write_index` writes `index.md`, `index.html` and `index.json`.
+Every file is written atomically, so an interrupted run leaves the previous file or the new one, and
+nothing else in the folder is touched.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..events import RawTrace
+import numpy as np
+
+from ..events import Kind, RawTrace
 from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
 from .files import ReportDirError, atomic_open, atomic_write_text, check_report_dir, slugify
@@ -36,6 +39,21 @@ __all__ = [
 ]
 
 _SAFE_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Below this many events raw.npz is compressed: a few kB less per test for microseconds (zip's
+#: fixed headers and the JSON metadata dominate a small trace); above it, uncompressed is ~10x faster.
+RAW_COMPRESS_MAX_EVENTS = 1_000
+#: Kinds a timeline has of itself: the test's span, its rounds, the plugin's end-of-round waits and
+#: the memory readings. A timeline of only these gets no trace.json (`has_trace`).
+_OWN_KINDS = np.array([Kind.TEST, Kind.ROUND, Kind.WAIT, Kind.MEMORY], dtype=np.uint8)
+
+
+def has_trace(timeline: Timeline | None) -> bool:
+    """Whether a test's trace.json would show anything: an event besides its rounds (`_OWN_KINDS`).
+
+    A trivial test's trace would be a bar per round, which report.html draws and report.json lists
+    (latency samples); leaving it out saves a file, ~1 kB and ~0.5 ms per test.
+    """
+    return timeline is not None and bool(len(timeline)) and not np.isin(timeline.events["kind"], _OWN_KINDS).all()
 
 
 def write_test_reports(
@@ -43,6 +61,7 @@ def write_test_reports(
 ) -> dict[str, str]:
     """Write one test's report files; return {"md", "html", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
 
+    trace.json is written when the timeline has more than the test's rounds (`has_trace`).
     `raw` (the collection before merging) is kept as `raw.npz`, so `inferscope analyze` can
     re-run merger, analyzer and reporters from disk. `idle` is the analyzer's GPU idle attribution
     (`Context.idle`), shaded in report.html; when not given, report.html computes it.
@@ -63,7 +82,8 @@ def write_test_reports(
             saving = _Saving(raw, folder / "raw.npz")
         else:
             _save_raw(raw, folder / "raw.npz")
-    if timeline is not None:
+    if has_trace(timeline):
+        assert timeline is not None
         # The trace before report.json: if the disk fills up, report.json does not point to a missing trace.
         try:
             write_chrome_trace(timeline, folder / "trace.json", title=result.nodeid)
@@ -81,7 +101,7 @@ def write_test_reports(
 
 def _save_raw(raw: RawTrace, path: Path) -> None:
     with atomic_open(path) as f:
-        raw.save(f, compress=False)
+        raw.save(f, compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
 
 
 class _Saving:

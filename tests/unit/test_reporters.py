@@ -939,3 +939,55 @@ def _timed(fn: Any, *args: Any) -> float:
     t = time.perf_counter()
     fn(*args)
     return time.perf_counter() - t
+
+
+def rounds_only_timeline() -> Timeline:
+    """What a trivial test leaves: its span, one round, the end-of-round wait and a memory reading."""
+    rows = [
+        ev(Kind.TEST, 0, 300_000, name=0),
+        ev(Kind.ROUND, 0, 250_000, name=1, value=0, flags=kind_flags(RoundKind.MEASURED)),
+        ev(Kind.WAIT, 250_000, 260_000, name=1),
+        ev(Kind.MEMORY, 260_000, 260_000, value=100 << 20),
+    ]
+    events = np.array(rows, dtype=EVENT_DTYPE)
+    return Timeline(events=events, parent=np.full(len(events), -1, np.int32), strings=list(STRINGS), attrs=[])
+
+
+def test_a_timeline_of_only_rounds_gets_no_trace_json(tmp_path: Path) -> None:
+    tl = rounds_only_timeline()
+    raw = RawTrace(events=tl.events.copy(), strings=list(STRINGS))
+    r = gpu_result("tests/t.py::test_trivial")
+    files = write_test_reports(r, tl, tmp_path, raw=raw)
+    assert sorted(files) == ["html", "json", "md", "raw"] and not (tmp_path / r.slug / "trace.json").exists()
+    assert "inferscope.trace" not in dict(junit_properties(r, tmp_path))
+    assert 'href="trace.json"' not in (tmp_path / files["html"]).read_text()
+    # One event of the test's own work (here a scope) and the trace is written.
+    with_scope = Timeline(
+        events=np.concatenate([tl.events, np.array([ev(Kind.SCOPE, 10, 20, name=2)], dtype=EVENT_DTYPE)]),
+        parent=np.full(len(tl) + 1, -1, np.int32),
+        strings=list(STRINGS),
+        attrs=[],
+    )
+    other = gpu_result("tests/t.py::test_scoped")
+    assert "trace" in write_test_reports(other, with_scope, tmp_path, raw=raw)
+    assert json.loads((tmp_path / other.files["trace"]).read_text())["traceEvents"]
+
+
+def test_a_small_raw_trace_is_compressed_and_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    import pytest_inferscope.reporters as reporters
+
+    tl = small_timeline()
+    raw = RawTrace(events=tl.events.copy(), strings=list(STRINGS), meta={"plan": {"nodeid": "x" * 2000}})
+    r = gpu_result()
+    files = write_test_reports(r, tl, tmp_path, raw=raw)
+    with zipfile.ZipFile(tmp_path / files["raw"]) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
+    back = RawTrace.load(tmp_path / files["raw"])
+    assert (back.events == raw.events).all() and back.meta == raw.meta
+    # A big one is stored: ~10x faster to write.
+    monkeypatch.setattr(reporters, "RAW_COMPRESS_MAX_EVENTS", len(raw.events))
+    files = write_test_reports(gpu_result("tests/t.py::test_big"), tl, tmp_path, raw=raw)
+    with zipfile.ZipFile(tmp_path / files["raw"]) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
