@@ -10,6 +10,7 @@ nothing else in the folder is touched.
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 from pathlib import Path
@@ -25,10 +26,13 @@ from .html import render_html_index, write_html_report, write_shared_assets
 from .jsonreport import ReportFormatError, dumps, load_report, to_json
 from .markdown import render_index, render_report, verdict_label
 from .trace import THREAD_MIN_EVENTS, write_chrome_trace
+from .writer import ReportWriter, WriteError
 
 __all__ = [
     "ReportDirError",
     "ReportFormatError",
+    "ReportWriter",
+    "WriteError",
     "append_step_summary",
     "check_report_dir",
     "load_report",
@@ -42,22 +46,30 @@ _SAFE_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: Below this many events raw.npz is compressed: a few kB less per test for microseconds (zip's
 #: fixed headers and the JSON metadata dominate a small trace); above it, uncompressed is ~10x faster.
 RAW_COMPRESS_MAX_EVENTS = 1_000
-#: Kinds a timeline has of itself: the test's span, its rounds, the plugin's end-of-round waits and
-#: the memory readings. A timeline of only these gets no trace.json (`has_trace`).
-_OWN_KINDS = np.array([Kind.TEST, Kind.ROUND, Kind.WAIT, Kind.MEMORY], dtype=np.uint8)
+#: Kinds every timeline has whatever the test does: the test's span, its rounds, the plugin's
+#: end-of-round waits, the memory readings, and CPU stack samples (whether one lands in a short
+#: test is chance, and the files written must not be). A timeline of only these gets no trace.json.
+_OWN_KINDS = np.array([Kind.TEST, Kind.ROUND, Kind.WAIT, Kind.MEMORY, Kind.SAMPLE], dtype=np.uint8)
 
 
 def has_trace(timeline: Timeline | None) -> bool:
-    """Whether a test's trace.json would show anything: an event besides its rounds (`_OWN_KINDS`).
+    """Whether a test gets a trace.json: its timeline holds what the test did (a scope, module, mark,
+    call, GPU work or runtime call), not only what every test has (`_OWN_KINDS`).
 
     A trivial test's trace would be a bar per round, which report.html draws and report.json lists
-    (latency samples); leaving it out saves a file, ~1 kB and ~0.5 ms per test.
+    (latency samples); leaving it out saves a file, ~1 kB and ~0.5 ms per test. Samples alone are
+    drawn in report.html and counted in its hotspots.
     """
     return timeline is not None and bool(len(timeline)) and not np.isin(timeline.events["kind"], _OWN_KINDS).all()
 
 
 def write_test_reports(
-    result: TestResult, timeline: Timeline | None, report_dir: Path, raw: RawTrace | None = None, idle: Any = None
+    result: TestResult,
+    timeline: Timeline | None,
+    report_dir: Path,
+    raw: RawTrace | None = None,
+    idle: Any = None,
+    writer: ReportWriter | None = None,
 ) -> dict[str, str]:
     """Write one test's report files; return {"md", "html", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
 
@@ -66,12 +78,19 @@ def write_test_reports(
     re-run merger, analyzer and reporters from disk. `idle` is the analyzer's GPU idle attribution
     (`Context.idle`), shaded in report.html; when not given, report.html computes it.
 
+    With a `writer`, a small test's files (below `THREAD_MIN_EVENTS` events) are formatted here and
+    put on disk by the writer's thread; the caller must `writer.wait()` before relying on them.
+
     The same dict is stored in `result.files` (and so in report.json). A partial result (the test
     raised) is written the same way; its report says so at the top.
     """
     if not _SAFE_SLUG.fullmatch(result.slug or ""):
         raise ValueError(f"{result.nodeid}: slug {result.slug!r} is not a safe folder name; use slugify(nodeid)")
     folder = Path(report_dir) / result.slug
+    n_events = max(len(timeline) if timeline is not None else 0, len(raw.events) if raw is not None else 0)
+    small = n_events < THREAD_MIN_EVENTS
+    if writer is not None and small:
+        return _submit_test_reports(result, timeline, Path(report_dir), folder, raw, idle, writer)
     folder.mkdir(parents=True, exist_ok=True)
     files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
     saving: _Saving | None = None
@@ -96,6 +115,40 @@ def write_test_reports(
     write_html_report(result, timeline, folder / "report.html", idle=idle, shared=shared)
     atomic_write_text(folder / "report.json", to_json(result))
     atomic_write_text(folder / "report.md", render_report(result))
+    return files
+
+
+def _submit_test_reports(
+    result: TestResult,
+    timeline: Timeline | None,
+    report_dir: Path,
+    folder: Path,
+    raw: RawTrace | None,
+    idle: Any,
+    writer: ReportWriter,
+) -> dict[str, str]:
+    """`write_test_reports` through the writer: the same files, formatted in memory, in the same order."""
+    files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
+    out: list[tuple[str, bytes]] = []
+    if raw is not None:
+        files["raw"] = f"{result.slug}/raw.npz"
+        buf = io.BytesIO()
+        raw.save(buf, compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
+        out.append(("raw.npz", buf.getvalue()))
+    if has_trace(timeline):
+        assert timeline is not None
+        buf = io.BytesIO()
+        write_chrome_trace(timeline, buf, title=result.nodeid)
+        out.append(("trace.json", buf.getvalue()))
+        files["trace"] = f"{result.slug}/trace.json"
+    result.files = dict(files)
+    shared = write_shared_assets(report_dir)
+    buf = io.BytesIO()
+    write_html_report(result, timeline, buf, idle=idle, shared=shared)
+    out.append(("report.html", buf.getvalue()))
+    out.append(("report.json", to_json(result).encode()))
+    out.append(("report.md", render_report(result).encode()))
+    writer.submit(result.nodeid, folder, out)
     return files
 
 

@@ -19,7 +19,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import jinja2
@@ -27,7 +27,7 @@ from markupsafe import Markup
 
 from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
-from .files import atomic_open, atomic_write_bytes
+from .files import atomic_write_bytes, open_target
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
 from .markdown import TEMPLATES, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
 
@@ -72,11 +72,11 @@ def _asset_files() -> dict[str, tuple[str, bytes]]:
 def write_html_report(
     result: TestResult,
     timeline: Timeline | None,
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | BinaryIO,
     idle: Any = None,
     shared: dict[str, str] | None = None,
 ) -> None:
-    """Write a test's report.html (atomically): the report, and the timeline when one is given.
+    """Write a test's report.html (atomically; or into a file object): the report, and the timeline when one is given.
 
     `idle` is the analyzer's idle attribution (`analyzer.idle_gaps`), if the caller has it; else it
     is computed here (with the default launch-gap threshold), or, with an analyzer that has none,
@@ -97,7 +97,7 @@ def write_html_report(
         data=Markup(_DATA_MARK), assets=_assets(), shared=shared, idle=_idle_summary(result, payload, gaps), cats=CATS,
     )  # fmt: skip
     head, _, tail = page.partition(_DATA_MARK)
-    with atomic_open(path) as f:
+    with open_target(path) as f:
         f.write(head.encode())
         if payload is not None:
             f.write(payload.base64())

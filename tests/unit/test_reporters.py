@@ -942,10 +942,12 @@ def _timed(fn: Any, *args: Any) -> float:
 
 
 def rounds_only_timeline() -> Timeline:
-    """What a trivial test leaves: its span, one round, the end-of-round wait and a memory reading."""
+    """What a trivial test leaves: its span, one round, the end-of-round wait, a memory reading, and (by
+    chance: the sampler's period is longer than the round) one CPU sample."""
     rows = [
         ev(Kind.TEST, 0, 300_000, name=0),
         ev(Kind.ROUND, 0, 250_000, name=1, value=0, flags=kind_flags(RoundKind.MEASURED)),
+        ev(Kind.SAMPLE, 100_000, 200_000, name=7),
         ev(Kind.WAIT, 250_000, 260_000, name=1),
         ev(Kind.MEMORY, 260_000, 260_000, value=100 << 20),
     ]
