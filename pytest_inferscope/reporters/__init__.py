@@ -37,6 +37,7 @@ __all__ = [
     "check_report_dir",
     "load_report",
     "slugify",
+    "submit_raw",
     "to_json",
     "write_index",
     "write_test_reports",
@@ -70,6 +71,7 @@ def write_test_reports(
     raw: RawTrace | None = None,
     idle: Any = None,
     writer: ReportWriter | None = None,
+    raw_submitted: bool = False,
 ) -> dict[str, str]:
     """Write one test's report files; return {"md", "html", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
 
@@ -79,7 +81,8 @@ def write_test_reports(
     (`Context.idle`), shaded in report.html; when not given, report.html computes it.
 
     With a `writer`, a small test's files (below `THREAD_MIN_EVENTS` events) are formatted here and
-    put on disk by the writer's thread; the caller must `writer.wait()` before relying on them.
+    put on disk by the writer; the caller must `writer.wait()` before relying on them.
+    `raw_submitted`: `submit_raw` handed raw.npz to the writer already.
 
     The same dict is stored in `result.files` (and so in report.json). A partial result (the test
     raised) is written the same way; its report says so at the top.
@@ -90,11 +93,13 @@ def write_test_reports(
     n_events = max(len(timeline) if timeline is not None else 0, len(raw.events) if raw is not None else 0)
     small = n_events < THREAD_MIN_EVENTS
     if writer is not None and small:
-        return _submit_test_reports(result, timeline, Path(report_dir), folder, raw, idle, writer)
+        return _submit_test_reports(result, timeline, Path(report_dir), folder, raw, idle, writer, raw_submitted)
     folder.mkdir(parents=True, exist_ok=True)
     files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
     saving: _Saving | None = None
-    if raw is not None:
+    if raw_submitted:
+        files["raw"] = f"{result.slug}/raw.npz"
+    elif raw is not None:
         files["raw"] = f"{result.slug}/raw.npz"
         if timeline is not None and len(timeline) >= THREAD_MIN_EVENTS:
             # A big raw.npz (mostly the kernel copying pages) is written while the trace is formatted.
@@ -118,6 +123,21 @@ def write_test_reports(
     return files
 
 
+def submit_raw(raw: RawTrace, report_dir: Path, slug: str, nodeid: str, writer: ReportWriter) -> bool:
+    """Hand a small test's raw.npz to the writer before it is analysed (its folder and first file are
+    then made while the analysis runs); False for a big one, which `write_test_reports` writes."""
+    if len(raw.events) >= THREAD_MIN_EVENTS or not _SAFE_SLUG.fullmatch(slug):
+        return False
+    writer.submit(nodeid, Path(report_dir) / slug, [("raw.npz", _raw_bytes(raw))])
+    return True
+
+
+def _raw_bytes(raw: RawTrace) -> bytes:
+    buf = io.BytesIO()
+    raw.save(buf, compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
+    return buf.getvalue()
+
+
 def _submit_test_reports(
     result: TestResult,
     timeline: Timeline | None,
@@ -126,29 +146,32 @@ def _submit_test_reports(
     raw: RawTrace | None,
     idle: Any,
     writer: ReportWriter,
+    raw_submitted: bool,
 ) -> dict[str, str]:
-    """`write_test_reports` through the writer: the same files, formatted in memory, in the same order."""
+    """`write_test_reports` through the writer: the same files in the same order, each handed over
+    as soon as it is formatted, so the writer works while the next one is."""
     files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
-    out: list[tuple[str, bytes]] = []
-    if raw is not None:
+
+    def submit(name: str, data: bytes) -> None:
+        writer.submit(result.nodeid, folder, [(name, data)])
+
+    if raw is not None or raw_submitted:
         files["raw"] = f"{result.slug}/raw.npz"
-        buf = io.BytesIO()
-        raw.save(buf, compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
-        out.append(("raw.npz", buf.getvalue()))
+        if not raw_submitted:
+            assert raw is not None
+            submit("raw.npz", _raw_bytes(raw))
     if has_trace(timeline):
         assert timeline is not None
         buf = io.BytesIO()
         write_chrome_trace(timeline, buf, title=result.nodeid)
-        out.append(("trace.json", buf.getvalue()))
+        submit("trace.json", buf.getvalue())
         files["trace"] = f"{result.slug}/trace.json"
     result.files = dict(files)
-    shared = write_shared_assets(report_dir)
     buf = io.BytesIO()
-    write_html_report(result, timeline, buf, idle=idle, shared=shared)
-    out.append(("report.html", buf.getvalue()))
-    out.append(("report.json", to_json(result).encode()))
-    out.append(("report.md", render_report(result).encode()))
-    writer.submit(result.nodeid, folder, out)
+    write_html_report(result, timeline, buf, idle=idle, shared=write_shared_assets(report_dir))
+    submit("report.html", buf.getvalue())
+    submit("report.json", to_json(result).encode())
+    submit("report.md", render_report(result).encode())
     return files
 
 

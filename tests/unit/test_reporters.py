@@ -993,3 +993,48 @@ def test_a_small_raw_trace_is_compressed_and_reads_back(tmp_path: Path, monkeypa
     files = write_test_reports(gpu_result("tests/t.py::test_big"), tl, tmp_path, raw=raw)
     with zipfile.ZipFile(tmp_path / files["raw"]) as z:
         assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
+
+
+# ---- the report writer ------------------------------------------------------------------------
+
+
+def test_the_writer_writes_in_order_and_stops_a_tests_files_at_its_first_failure(tmp_path: Path) -> None:
+    from pytest_inferscope.reporters import ReportWriter
+
+    w = ReportWriter()
+    (tmp_path / "b" / "two").mkdir(parents=True)  # a folder where b's second file goes: it cannot be replaced
+    w.submit("t::a", tmp_path / "a", [("one", b"1")])
+    w.submit("t::b", tmp_path / "b", [("one", b"1"), ("two", b"2")])
+    w.submit("t::a", tmp_path / "a", [("two", b"2" * 100_000)])  # a test's files may come in several calls
+    w.submit("t::b", tmp_path / "b", [("three", b"3")])
+    errors = w.wait()
+    assert (tmp_path / "a" / "one").read_bytes() == b"1" and (tmp_path / "a" / "two").read_bytes() == b"2" * 100_000
+    assert [(e.nodeid, e.path.name) for e in errors] == [("t::b", "two")]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["one", "two"]  # no three, no temp file
+    assert w.wait() == []  # errors are handed over once
+    w.submit("t::c", tmp_path / "c", [("one", b"x")])
+    assert w.close() == [] and (tmp_path / "c" / "one").read_bytes() == b"x"
+
+
+def test_the_writer_writes_here_when_its_process_cannot_start_or_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from pytest_inferscope.reporters import ReportWriter
+
+    w = ReportWriter()
+    w.submit("t::a", tmp_path / "a", [("one", b"1")])
+    assert w._proc is not None
+    w._proc.kill()  # the helper is gone: what it had not confirmed is written here
+    w._proc.wait()
+    w.submit("t::a", tmp_path / "a", [("two", b"2")])
+    assert w.wait() == [] and (tmp_path / "a" / "one").read_bytes() == b"1" and (tmp_path / "a" / "two").is_file()
+
+    def no_process(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    w = ReportWriter()
+    w.submit("t::b", tmp_path / "b", [("one", b"1")])
+    assert (tmp_path / "b" / "one").read_bytes() == b"1" and w.close() == []
