@@ -142,7 +142,7 @@ class ReportWriter:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:  # pragma: no cover - a helper that hangs on exit
                 self._proc.kill()
-            self._proc = None
+            self._end()
         return errors
 
     # -- internals -----------------------------------------------------------------------------
@@ -160,6 +160,13 @@ class ReportWriter:
                 self._broken = True
                 return False
         return True
+
+    def _end(self) -> None:
+        """Close both pipes (an open one would be a ResourceWarning) and forget the helper."""
+        for pipe in self._pipes():
+            with contextlib.suppress(OSError):
+                pipe.close()
+        self._proc = None
 
     def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
         assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
@@ -181,7 +188,7 @@ class ReportWriter:
                 self._proc.kill()
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 self._proc.wait(timeout=10)
-            self._proc = None
+            self._end()
         groups, self._groups, self._index = self._groups, [], {}
         for nodeid, group in groups:
             self._write_here(nodeid, group)

@@ -1013,7 +1013,9 @@ def test_the_writer_writes_in_order_and_stops_a_tests_files_at_its_first_failure
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["one", "two"]  # no three, no temp file
     assert w.wait() == []  # errors are handed over once
     w.submit("t::c", tmp_path / "c", [("one", b"x")])
+    proc = w._proc
     assert w.close() == [] and (tmp_path / "c" / "one").read_bytes() == b"x"
+    assert proc is not None and proc.returncode == 0 and proc.stdin.closed and proc.stdout.closed  # type: ignore[union-attr]
 
 
 def test_the_writer_writes_here_when_its_process_cannot_start_or_stops(
