@@ -124,7 +124,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "report", optional(parse_path), None,
         "Folder to write the reports to: index.html and index.md, and per profiled test report.html, report.md, "
-        "report.json and trace.json (Perfetto). E.g. --inferscope-report=out/inferscope.",
+        "report.json, raw.npz and trace.json (Perfetto; when the test recorded scopes, modules, marks or GPU work). "
+        "E.g. --inferscope-report=out/inferscope.",
         "give a folder path", "out/inferscope", metavar="DIR",
         default_text="no reports (the terminal summary only)",
     ),

@@ -15,7 +15,7 @@ from .checks import Plan, evaluate
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
 from .regression import compare_to_baseline
-from .reporters import write_test_reports
+from .reporters import ReportWriter, submit_raw, write_test_reports
 from .reporters.files import slugify
 from .results import Analysis, CollectorInfo, LatencyStats, RegressionVerdict, TestResult
 
@@ -49,15 +49,23 @@ def process(
     report_dir: Path | None = None,
     ab: Callable[[TestResult], dict[str, Any] | None] | None = None,
     environment: Mapping[str, Any] | None = None,
+    writer: ReportWriter | None = None,
     **how: Any,
 ) -> tuple[TestResult, Timeline]:
     """Turn one raw collection into a checked, reported `TestResult`: `judge`, then the A/B verdict and the reports.
 
     The plan and the environment are kept in the trace's meta first, so the raw.npz written beside the
-    reports says how it was made (`inferscope analyze` re-runs it from there). `how`: `judge`'s keywords.
+    reports says how it was made (`inferscope analyze` re-runs it from there). `writer`: put the report
+    files on disk through it (`reporters.writer`). `how`: `judge`'s keywords.
     """
     raw.meta["plan"] = dataclasses.asdict(plan)
     raw.meta["environment"] = dict(environment or _meta_dict(raw, "environment"))
+    # raw.npz first: the writer makes the test's folder and writes it while the analysis runs.
+    raw_submitted = (
+        report_dir is not None
+        and writer is not None
+        and submit_raw(raw, report_dir, slugify(plan.nodeid), plan.nodeid, writer)
+    )
     judged = judge(raw, plan, collectors, report_dir=report_dir, **how)
     result = judged.result
     if ab is not None:  # the A/B verdict (ab.controller.finish): a regression fails the test like a check
@@ -65,7 +73,15 @@ def process(
         if result.ab is not None and result.ab.get("verdict") == "regressed" and result.verdict == "pass":
             result.verdict = "fail"
     if report_dir is not None:
-        write_test_reports(result, judged.timeline, report_dir, raw=raw, idle=judged.ctx.gpu.idle)
+        write_test_reports(
+            result,
+            judged.timeline,
+            report_dir,
+            raw=raw,
+            idle=judged.ctx.gpu.idle,
+            writer=writer,
+            raw_submitted=raw_submitted,
+        )
     return result, judged.timeline
 
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .collectors import Collection
     from .collectors.gpu import Choice
     from .events import RawTrace
+    from .reporters import ReportWriter
     from .results import TestResult
 
 log = logging.getLogger("pytest_inferscope")
@@ -85,6 +86,7 @@ class InferscopeSession:
         if self.ab is not None:
             config.pluginmanager.register(self.ab, "inferscope-ab")
         self.probe_seen: list[float] = []  # this process's speed-probe readings: the machine's usual speed so far
+        self.writer: ReportWriter | None = None  # puts report files on disk between tests (reporters/writer.py)
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
     # -- setup ---------------------------------------------------------------------
@@ -274,6 +276,7 @@ class InferscopeSession:
             return result
 
         pyfuncitem.obj = profiled
+        self.wait_for_reports()  # nothing is written to disk by this process while a test is measured
         coll.start()
         pending.extra = start_extra_collectors(self.config, pyfuncitem)
         try:
@@ -348,6 +351,10 @@ class InferscopeSession:
             )
         from .reporters.progress import slow_notice
 
+        if self.report_dir is not None and self.writer is None:
+            from .reporters import ReportWriter
+
+            self.writer = ReportWriter()
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         with slow_notice(terminal, item.nodeid, len(pending.raw.events)):  # a line on a tty after 1 s
             result, _ = process(
@@ -366,6 +373,7 @@ class InferscopeSession:
                 comparison=comparison,
                 launch_gap_us=self.settings.launch_gap_us,
                 ab=functools.partial(self.ab.finish, item.nodeid) if hasattr(self.ab, "finish") else None,
+                writer=self.writer,
             )
         self.results.append(result)
         self.note_environment_change(result)
@@ -374,6 +382,26 @@ class InferscopeSession:
             handle.result = result
         self.config.hook.pytest_inferscope_result(config=self.config, result=result)
         return result
+
+    def wait_for_reports(self, close: bool = False) -> None:
+        """Wait until the report files handed to the writer are on disk.
+
+        A test whose files could not all be written keeps no file list in its result (index.json and
+        index.html do not point to them) and gets a line in the summary, as a baseline that was not
+        saved does (a warning here would be charged to the test about to run).
+        """
+        if self.writer is None:
+            return
+        errors = self.writer.close() if close else self.writer.wait()
+        if close:
+            self.writer = None
+        for e in errors:
+            for r in self.results:
+                if r.nodeid == e.nodeid:
+                    r.files = {}
+            line = f"inferscope: the reports of {e.nodeid} could NOT be written ({e.path}): {e.error}"
+            self.notes.append(line)
+            log.warning(line)
 
     def note_environment_change(self, result: TestResult) -> None:  # also called by xdist.XdistHooks
         """Say once, in the summary, that the baseline was recorded elsewhere: never a silent comparison."""
@@ -426,6 +454,7 @@ class InferscopeSession:
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.wait_for_reports(close=True)
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index
             self.config.workeroutput["inferscope_results"] = [r.to_dict() for r in self.results]  # type: ignore[attr-defined]
             return

@@ -1,50 +1,88 @@
 """The reporters: the only code in the plugin that writes files or terminal output.
 
-Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.html`, `report.json`
-and, when a timeline is given, `trace.json` (Perfetto / chrome://tracing). Per session, `write_index`
-writes `index.md`, `index.html` and `index.json`. Every file is written atomically, so an interrupted run leaves the
-previous file or the new one, and nothing else in the folder is touched.
+Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.html`, `report.json`,
+`raw.npz` and, when the timeline has more than the test's rounds, `trace.json` (Perfetto /
+chrome://tracing); the stylesheet and script of every report.html are written once, to
+`<report_dir>/assets/`. Per session, `write_index` writes `index.md`, `index.html` and `index.json`.
+Every file is written atomically, so an interrupted run leaves the previous file or the new one, and
+nothing else in the folder is touched.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 from pathlib import Path
 from typing import Any
 
-from ..events import RawTrace
+import numpy as np
+
+from ..events import Kind, RawTrace
 from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
 from .files import ReportDirError, atomic_open, atomic_write_text, check_report_dir, slugify
-from .html import render_html_index, write_html_report
+from .html import render_html_index, write_html_report, write_shared_assets
 from .jsonreport import ReportFormatError, dumps, load_report, to_json
 from .markdown import render_index, render_report, verdict_label
 from .trace import THREAD_MIN_EVENTS, write_chrome_trace
+from .writer import ReportWriter, WriteError
 
 __all__ = [
     "ReportDirError",
     "ReportFormatError",
+    "ReportWriter",
+    "WriteError",
     "append_step_summary",
     "check_report_dir",
     "load_report",
     "slugify",
+    "submit_raw",
     "to_json",
     "write_index",
     "write_test_reports",
 ]
 
 _SAFE_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Below this many events raw.npz is compressed: a few kB less per test for microseconds (zip's
+#: fixed headers and the JSON metadata dominate a small trace); above it, uncompressed is ~10x faster.
+RAW_COMPRESS_MAX_EVENTS = 1_000
+#: Kinds every timeline has whatever the test does: the test's span, its rounds, the plugin's
+#: end-of-round waits, the memory readings, and CPU stack samples (whether one lands in a short
+#: test is chance, and the files written must not be). A timeline of only these gets no trace.json.
+_OWN_KINDS = np.array([Kind.TEST, Kind.ROUND, Kind.WAIT, Kind.MEMORY, Kind.SAMPLE], dtype=np.uint8)
+
+
+def has_trace(timeline: Timeline | None) -> bool:
+    """Whether a test gets a trace.json: its timeline holds what the test did (a scope, module, mark,
+    call, GPU work or runtime call), not only what every test has (`_OWN_KINDS`).
+
+    A trivial test's trace would be a bar per round, which report.html draws and report.json lists
+    (latency samples); leaving it out saves a file, ~1 kB and ~0.5 ms per test. Samples alone are
+    drawn in report.html and counted in its hotspots.
+    """
+    return timeline is not None and bool(len(timeline)) and not np.isin(timeline.events["kind"], _OWN_KINDS).all()
 
 
 def write_test_reports(
-    result: TestResult, timeline: Timeline | None, report_dir: Path, raw: RawTrace | None = None, idle: Any = None
+    result: TestResult,
+    timeline: Timeline | None,
+    report_dir: Path,
+    raw: RawTrace | None = None,
+    idle: Any = None,
+    writer: ReportWriter | None = None,
+    raw_submitted: bool = False,
 ) -> dict[str, str]:
     """Write one test's report files; return {"md", "html", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
 
+    trace.json is written when the timeline has more than the test's rounds (`has_trace`).
     `raw` (the collection before merging) is kept as `raw.npz`, so `inferscope analyze` can
     re-run merger, analyzer and reporters from disk. `idle` is the analyzer's GPU idle attribution
     (`Context.gpu.idle`), shaded in report.html; when not given, report.html computes it.
+
+    With a `writer`, a small test's files (below `THREAD_MIN_EVENTS` events) are formatted here and
+    put on disk by the writer; the caller must `writer.wait()` before relying on them.
+    `raw_submitted`: `submit_raw` handed raw.npz to the writer already.
 
     The same dict is stored in `result.files` (and so in report.json). A partial result (the test
     raised) is written the same way; its report says so at the top.
@@ -52,17 +90,24 @@ def write_test_reports(
     if not _SAFE_SLUG.fullmatch(result.slug or ""):
         raise ValueError(f"{result.nodeid}: slug {result.slug!r} is not a safe folder name; use slugify(nodeid)")
     folder = Path(report_dir) / result.slug
+    n_events = max(len(timeline) if timeline is not None else 0, len(raw.events) if raw is not None else 0)
+    small = n_events < THREAD_MIN_EVENTS
+    if writer is not None and small:
+        return _submit_test_reports(result, timeline, Path(report_dir), folder, raw, idle, writer, raw_submitted)
     folder.mkdir(parents=True, exist_ok=True)
     files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
     saving: _Saving | None = None
-    if raw is not None:
+    if raw_submitted:
+        files["raw"] = f"{result.slug}/raw.npz"
+    elif raw is not None:
         files["raw"] = f"{result.slug}/raw.npz"
         if timeline is not None and len(timeline) >= THREAD_MIN_EVENTS:
             # A big raw.npz (mostly the kernel copying pages) is written while the trace is formatted.
             saving = _Saving(raw, folder / "raw.npz")
         else:
             _save_raw(raw, folder / "raw.npz")
-    if timeline is not None:
+    if has_trace(timeline):
+        assert timeline is not None
         # The trace before report.json: if the disk fills up, report.json does not point to a missing trace.
         try:
             write_chrome_trace(timeline, folder / "trace.json", title=result.nodeid)
@@ -71,15 +116,68 @@ def write_test_reports(
                 saving.wait()
         files["trace"] = f"{result.slug}/trace.json"
     result.files = dict(files)
-    write_html_report(result, timeline, folder / "report.html", idle=idle)
+    shared = write_shared_assets(report_dir)
+    write_html_report(result, timeline, folder / "report.html", idle=idle, shared=shared)
     atomic_write_text(folder / "report.json", to_json(result))
     atomic_write_text(folder / "report.md", render_report(result))
     return files
 
 
+def submit_raw(raw: RawTrace, report_dir: Path, slug: str, nodeid: str, writer: ReportWriter) -> bool:
+    """Hand a small test's raw.npz to the writer before it is analysed (its folder and first file are
+    then made while the analysis runs); False for a big one, which `write_test_reports` writes."""
+    if len(raw.events) >= THREAD_MIN_EVENTS or not _SAFE_SLUG.fullmatch(slug):
+        return False
+    writer.submit(nodeid, Path(report_dir) / slug, [("raw.npz", _raw_bytes(raw))])
+    return True
+
+
+def _raw_bytes(raw: RawTrace) -> bytes:
+    buf = io.BytesIO()
+    raw.save(buf, compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
+    return buf.getvalue()
+
+
+def _submit_test_reports(
+    result: TestResult,
+    timeline: Timeline | None,
+    report_dir: Path,
+    folder: Path,
+    raw: RawTrace | None,
+    idle: Any,
+    writer: ReportWriter,
+    raw_submitted: bool,
+) -> dict[str, str]:
+    """`write_test_reports` through the writer: the same files in the same order, each handed over
+    as soon as it is formatted, so the writer works while the next one is."""
+    files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
+
+    def submit(name: str, data: bytes) -> None:
+        writer.submit(result.nodeid, folder, [(name, data)])
+
+    if raw is not None or raw_submitted:
+        files["raw"] = f"{result.slug}/raw.npz"
+        if not raw_submitted:
+            assert raw is not None
+            submit("raw.npz", _raw_bytes(raw))
+    if has_trace(timeline):
+        assert timeline is not None
+        buf = io.BytesIO()
+        write_chrome_trace(timeline, buf, title=result.nodeid)
+        submit("trace.json", buf.getvalue())
+        files["trace"] = f"{result.slug}/trace.json"
+    result.files = dict(files)
+    buf = io.BytesIO()
+    write_html_report(result, timeline, buf, idle=idle, shared=write_shared_assets(report_dir))
+    submit("report.html", buf.getvalue())
+    submit("report.json", to_json(result).encode())
+    submit("report.md", render_report(result).encode())
+    return files
+
+
 def _save_raw(raw: RawTrace, path: Path) -> None:
     with atomic_open(path) as f:
-        raw.save(f, compress=False)
+        raw.save(f, compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
 
 
 class _Saving:

@@ -90,6 +90,16 @@ def atomic_open(path: str | os.PathLike[str], *, durable: bool = False) -> Itera
         _sync_folder(os.path.dirname(target))
 
 
+@contextlib.contextmanager
+def open_target(target: str | os.PathLike[str] | BinaryIO) -> Iterator[BinaryIO]:
+    """`atomic_open(target)` for a path; a file object (a buffer to write later) is written as it is."""
+    if isinstance(target, str | os.PathLike):
+        with atomic_open(target) as f:
+            yield f
+    else:
+        yield target
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = False) -> None:
     """Write `data` to `path` atomically (see `atomic_open`), without a Python file object."""
     target = os.fspath(path)

@@ -1,9 +1,12 @@
 """HTML reports (report.html per test, index.html per session) from the Jinja2 templates shipped here.
 
-Self-contained: the CSS, the timeline's script and the data are inlined, so a report opens from
-disk, offline, and can be mailed or attached to a CI run as one file. The timeline's events are
-not HTML: they travel as typed-array columns in base64 (`lanes.py`) and are drawn on a <canvas>
-by `templates/timeline.js`, which draws only what the view needs and bins the rest per pixel.
+Nothing is fetched from the network. In a report folder (`write_test_reports`) every report.html
+takes the stylesheet and the timeline's script from `<report dir>/assets/` (`write_shared_assets`,
+~24 kB written once per folder instead of once per test); `write_html_report` called without
+`shared` inlines them, so that page is one self-contained file. index.html always inlines its
+stylesheet. The timeline's events are not HTML: they travel as typed-array columns in base64
+(`lanes.py`) and are drawn on a <canvas> by `templates/timeline.js`, which draws only what the
+view needs and bins the rest per pixel.
 
 Numbers are formatted by the same filters as the Markdown report, so the two always agree.
 """
@@ -11,11 +14,12 @@ Numbers are formatted by the same filters as the Markdown report, so the two alw
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import jinja2
@@ -23,7 +27,7 @@ from markupsafe import Markup
 
 from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
-from .files import atomic_open
+from .files import atomic_write_bytes, open_target
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
 from .markdown import TEMPLATES, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
 
@@ -31,15 +35,53 @@ from .markdown import TEMPLATES, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_l
 #: text from a test is escaped and the manifest has "<" as \u003c, so nothing else can contain it.
 _DATA_MARK = "<!--inferscope-data-->"
 
+#: The folder of a report directory that holds the shared stylesheet and script.
+ASSETS_FOLDER = "assets"
+
+
+def write_shared_assets(report_dir: str | os.PathLike[str]) -> dict[str, str]:
+    """Make sure `<report_dir>/assets/` holds the stylesheet and script; return their URLs from a test's folder.
+
+    The file names carry a hash of the content (`report-<hash>.css`), so a report.html written by
+    another version of the plugin into the same folder keeps the assets it was written with, and a
+    file that exists already is complete (written atomically) and is not written again (one stat
+    per file and test: a folder emptied between two tests gets them again).
+    """
+    folder = os.path.join(os.fspath(report_dir), ASSETS_FOLDER)
+    urls: dict[str, str] = {"folder": f"../{ASSETS_FOLDER}/"}
+    for key, (name, data) in _asset_files().items():
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            os.makedirs(folder, exist_ok=True)
+            atomic_write_bytes(path, data)
+        urls[key] = f"../{ASSETS_FOLDER}/{name}"
+    return urls
+
+
+@functools.cache
+def _asset_files() -> dict[str, tuple[str, bytes]]:
+    """The shared assets: key in the template -> (file name with a content hash, bytes)."""
+    out = {}
+    for key, text in _assets().items():
+        data = str(text).encode()
+        stem, ext = key.rsplit("_", 1)
+        out[key] = (f"{stem}-{hashlib.sha256(data).hexdigest()[:12]}.{ext}", data)
+    return out
+
 
 def write_html_report(
-    result: TestResult, timeline: Timeline | None, path: str | os.PathLike[str], idle: Any = None
+    result: TestResult,
+    timeline: Timeline | None,
+    path: str | os.PathLike[str] | BinaryIO,
+    idle: Any = None,
+    shared: dict[str, str] | None = None,
 ) -> None:
-    """Write a test's report.html (atomically): the report, and the timeline when one is given.
+    """Write a test's report.html (atomically; or into a file object): the report, and the timeline when one is given.
 
     `idle` is the analyzer's idle attribution (`analyzer.idle_gaps`), if the caller has it; else it
     is computed here (with the default launch-gap threshold), or, with an analyzer that has none,
-    the gaps are shaded without a cause.
+    the gaps are shaded without a cause. `shared`: the URLs `write_shared_assets` returned, to
+    link the stylesheet and script instead of inlining them (None: one self-contained page).
     """
     fields = Fields(timeline.events) if timeline is not None else None  # shared: each column copied once
     payload, gaps = None, None
@@ -52,10 +94,10 @@ def write_html_report(
         kernels=top_kernels(timeline, f=fields) if timeline is not None else [],
         chart=latency_chart(result.latency, result.regression),
         manifest=_script_json(payload.manifest if payload is not None else None),
-        data=Markup(_DATA_MARK), assets=_assets(), idle=_idle_summary(result, payload, gaps), cats=CATS,
+        data=Markup(_DATA_MARK), assets=_assets(), shared=shared, idle=_idle_summary(result, payload, gaps), cats=CATS,
     )  # fmt: skip
     head, _, tail = page.partition(_DATA_MARK)
-    with atomic_open(path) as f:
+    with open_target(path) as f:
         f.write(head.encode())
         if payload is not None:
             f.write(payload.base64())

@@ -38,7 +38,7 @@ from ..events import CopyKind, Kind, MemoryKind, unpack_copy_flags
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
 from . import rowwriter
-from .files import atomic_open
+from .files import open_target
 from .rowwriter import Column, Piece, Tail
 
 HOST_PID = 1
@@ -55,12 +55,12 @@ _MIB = 1 << 20
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii  # what json.dumps uses for a str
 
 
-def write_chrome_trace(timeline: Timeline, path: str | os.PathLike[str], title: str = "") -> int:
-    """Write `timeline` as a Chrome trace JSON file (atomically); return the number of trace events."""
+def write_chrome_trace(timeline: Timeline, path: str | os.PathLike[str] | BinaryIO, title: str = "") -> int:
+    """Write `timeline` as a Chrome trace JSON file (atomically; or into a file object); return the number of events."""
     other = {"title": title, "generator": "pytest-inferscope", "dropped_events": int(timeline.dropped),
              "incomplete_events": int(timeline.incomplete), "clock": timeline.clock.to_dict(),
              "t0_ns": int(timeline.t0_ns)}  # fmt: skip
-    with atomic_open(path) as f:
+    with open_target(path) as f:
         out: _Writer = _Background(f) if len(timeline) >= THREAD_MIN_EVENTS else _Direct(f)
         try:
             out.write(b'{"displayTimeUnit":"ms","otherData":%s,"traceEvents":[\n' % json.dumps(other).encode())

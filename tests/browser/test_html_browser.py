@@ -102,7 +102,14 @@ def test_reports_load_without_errors_or_network(browser: Browser, reports: dict[
             assert page.evaluate("window.inferscopeTimeline.events") > (1000 if which != "cpu" else 50)
         assert page.evaluate("document.title").startswith("inferscope")
         assert page.console_errors() == []
-        assert page.requests() == [url]  # nothing fetched: no CDN, no fonts, no scripts
+        # Nothing fetched from the network: no CDN, no fonts. A test's report.html takes the stylesheet
+        # and script from the report folder's assets/ (written once per folder); index.html inlines its own.
+        assets = reports[which].parent.parent.joinpath("assets").as_uri() + "/"
+        extra = [u for u in page.requests() if u != url]
+        assert page.requests()[0] == url
+        names = sorted(u.rsplit("/", 1)[1].split("-")[0] for u in extra)
+        assert names == ([] if which == "index" else ["report", "timeline"])
+        assert all(u.startswith(assets) for u in extra)
     finally:
         page.close()
 
@@ -167,5 +174,26 @@ def test_cpu_report_draws_host_lanes_only(browser: Browser, reports: dict[str, P
         assert np.all(plot == 255, axis=-1).mean() < 0.95
         assert pixels_of(plot, KERNEL_COLOURS) < 20  # a stray anti-aliased pixel at most: no GPU lanes
         assert page.console_errors() == []
+    finally:
+        page.close()
+
+
+def test_report_html_copied_alone_says_where_its_assets_are(
+    browser: Browser, reports: dict[str, Path], tmp_path: Path
+) -> None:
+    """report.html without the report folder's assets/: the page says so (the stylesheet would hide the note)."""
+    alone = tmp_path / "alone" / "report.html"
+    alone.parent.mkdir()
+    alone.write_bytes(reports["cpu"].read_bytes())
+    page = browser.open(alone.as_uri())
+    try:
+        page.wait_for("document.readyState === 'complete'")
+        assert page.evaluate("getComputedStyle(document.querySelector('.assets-missing')).display") != "none"
+    finally:
+        page.close()
+    page = browser.open(reports["cpu"].as_uri())
+    try:
+        page.wait_for(READY)
+        assert page.evaluate("getComputedStyle(document.querySelector('.assets-missing')).display") == "none"
     finally:
         page.close()

@@ -70,7 +70,7 @@ def script(folder: Path, text: str, name: str = "job.py") -> Path:
 
 
 def only_report(out: Path) -> Path:
-    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    (folder,) = [p for p in out.iterdir() if p.is_dir() and p.name != "assets"]  # assets/: shared by report.html
     return folder
 
 

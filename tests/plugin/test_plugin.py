@@ -33,7 +33,8 @@ def test_after():
 
 
 def slug_dirs(out: Path) -> list[Path]:
-    return sorted(p for p in out.iterdir() if p.is_dir())
+    """The tests' report folders (not assets/, the stylesheet and script every report.html shares)."""
+    return sorted(p for p in out.iterdir() if p.is_dir() and p.name != "assets")
 
 
 def test_rounds_reuse_fixture_values_and_reports_are_written(pytester: pytest.Pytester) -> None:
@@ -505,3 +506,45 @@ def test_deterministic_thresholds_without_gpu_data_say_why_and_bad_values_stop_t
     bad = pytester.runpytest()
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*max_syncs*out of range*"])
+
+
+#: What a trivial test's report files may take together (issue 16): report.html, report.json, report.md,
+#: raw.npz (and trace.json, which a trivial test does not get). The stylesheet and script in assets/ are
+#: shared by every test of the folder and not counted.
+TRIVIAL_REPORT_BYTES = 20_000
+
+
+def test_a_trivial_tests_report_files_stay_small(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_small="def test_nothing():\n    pass\n\ndef test_other():\n    pass\n")
+    result = pytester.runpytest_subprocess("--inferscope-all", "--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    out = pytester.path / "out"
+    for folder in slug_dirs(out):
+        sizes = {p.name: p.stat().st_size for p in folder.iterdir()}
+        assert sorted(sizes) == ["raw.npz", "report.html", "report.json", "report.md"], sizes
+        assert sum(sizes.values()) <= TRIVIAL_REPORT_BYTES, sizes
+    # The shared assets exist once, and every page links them.
+    assets = sorted(p.name for p in (out / "assets").iterdir())
+    assert len(assets) == 2
+    page = next(iter(slug_dirs(out))).joinpath("report.html").read_text()
+    assert all(f"../assets/{a}" in page for a in assets)
+    index = json.loads((out / "index.json").read_text())
+    assert all((out / f).is_file() for t in index["tests"] for f in t["files"].values())
+
+
+def test_report_files_that_cannot_be_written_are_said_in_the_summary(pytester: pytest.Pytester) -> None:
+    """The writer's errors reach the summary; the index does not point to the missing files."""
+    from pytest_inferscope.reporters.files import slugify
+
+    pytester.makepyfile(test_small="def test_nothing():\n    pass\n\ndef test_other():\n    pass\n")
+    out = pytester.path / "out"
+    (out / slugify("test_small.py::test_nothing") / "report.json").mkdir(parents=True)  # a folder: cannot be replaced
+    result = pytester.runpytest("--inferscope-all", "--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["inferscope: the reports of test_small.py::test_nothing could NOT be written*"])
+    (broken,) = [d for d in slug_dirs(out) if "test_nothing" in d.name]
+    # Written in order up to report.json; report.md after it is not, so nothing points to a missing file.
+    assert sorted(p.name for p in broken.iterdir()) == ["raw.npz", "report.html", "report.json"]
+    assert (broken / "report.json").is_dir() and not list(broken.glob(".*.tmp"))
+    tests = {t["nodeid"]: t for t in json.loads((out / "index.json").read_text())["tests"]}
+    assert tests["test_small.py::test_nothing"]["files"] == {} and tests["test_small.py::test_other"]["files"]

@@ -177,7 +177,9 @@ def result_for(nodeid: str = "tests/test_model.py::test_forward[cuda]", **extra:
 
 
 def read_html(tmp_path: Path, result: TestResult, tl: Timeline | None) -> str:
+    """A report.html written on its own (self-contained: stylesheet and script inlined)."""
     path = tmp_path / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_html_report(result, tl, path)
     return path.read_text(encoding="utf-8")
 
@@ -197,6 +199,27 @@ def test_report_html_is_written_beside_the_others_and_listed(tmp_path: Path) -> 
         assert f'href="{r.slug}/report.html"' in index and r.nodeid in index
     assert json.loads((tmp_path / "index.json").read_text())["tests"][0]["files"]["html"].endswith("report.html")
     assert "<script" not in index  # the index needs no script at all
+
+
+def test_reports_in_a_folder_share_one_stylesheet_and_script(tmp_path: Path) -> None:
+    """Every report.html of a report folder links assets/ (content-hashed names, written once), not inlined."""
+    results = [result_for(), result_for("tests/test_b.py::test_other")]
+    for r in results:
+        write_test_reports(r, gpu_timeline(), tmp_path)
+    assets = sorted(p.name for p in (tmp_path / "assets").iterdir())
+    assert [a.split("-")[0] for a in assets] == ["report", "timeline"]
+    assert re.fullmatch(r"report-[0-9a-f]{12}\.css", assets[0]) and assets[1].endswith(".js")
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "assets").iterdir()}
+    write_test_reports(result_for("tests/test_c.py::test_third"), gpu_timeline(), tmp_path)
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "assets").iterdir()} == before  # not written again
+    page = (tmp_path / results[0].files["html"]).read_text()
+    assert f'<link rel="stylesheet" href="../assets/{assets[0]}">' in page
+    assert f'<script src="../assets/{assets[1]}"></script>' in page
+    css = (tmp_path / "assets" / assets[0]).read_text()
+    assert ".timeline" in css and css not in page and "inferscopeTimeline" not in page  # nothing inlined twice
+    # Nothing from the network, and no inline script to allow: the page's own script is the shared file.
+    assert "script-src 'self' file:;" in page and not re.search(r"https?://(?!www\.w3\.org/2000/svg)", page)
+    assert len(page.encode()) < len(read_html(tmp_path / "alone", results[0], gpu_timeline()).encode()) - 20_000
 
 
 def test_a_report_without_a_timeline_says_so(tmp_path: Path) -> None:

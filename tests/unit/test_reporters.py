@@ -939,3 +939,104 @@ def _timed(fn: Any, *args: Any) -> float:
     t = time.perf_counter()
     fn(*args)
     return time.perf_counter() - t
+
+
+def rounds_only_timeline() -> Timeline:
+    """What a trivial test leaves: its span, one round, the end-of-round wait, a memory reading, and (by
+    chance: the sampler's period is longer than the round) one CPU sample."""
+    rows = [
+        ev(Kind.TEST, 0, 300_000, name=0),
+        ev(Kind.ROUND, 0, 250_000, name=1, value=0, flags=kind_flags(RoundKind.MEASURED)),
+        ev(Kind.SAMPLE, 100_000, 200_000, name=7),
+        ev(Kind.WAIT, 250_000, 260_000, name=1),
+        ev(Kind.MEMORY, 260_000, 260_000, value=100 << 20),
+    ]
+    events = np.array(rows, dtype=EVENT_DTYPE)
+    return Timeline(events=events, parent=np.full(len(events), -1, np.int32), strings=list(STRINGS), attrs=[])
+
+
+def test_a_timeline_of_only_rounds_gets_no_trace_json(tmp_path: Path) -> None:
+    tl = rounds_only_timeline()
+    raw = RawTrace(events=tl.events.copy(), strings=list(STRINGS))
+    r = gpu_result("tests/t.py::test_trivial")
+    files = write_test_reports(r, tl, tmp_path, raw=raw)
+    assert sorted(files) == ["html", "json", "md", "raw"] and not (tmp_path / r.slug / "trace.json").exists()
+    assert "inferscope.trace" not in dict(junit_properties(r, tmp_path))
+    assert 'href="trace.json"' not in (tmp_path / files["html"]).read_text()
+    # One event of the test's own work (here a scope) and the trace is written.
+    with_scope = Timeline(
+        events=np.concatenate([tl.events, np.array([ev(Kind.SCOPE, 10, 20, name=2)], dtype=EVENT_DTYPE)]),
+        parent=np.full(len(tl) + 1, -1, np.int32),
+        strings=list(STRINGS),
+        attrs=[],
+    )
+    other = gpu_result("tests/t.py::test_scoped")
+    assert "trace" in write_test_reports(other, with_scope, tmp_path, raw=raw)
+    assert json.loads((tmp_path / other.files["trace"]).read_text())["traceEvents"]
+
+
+def test_a_small_raw_trace_is_compressed_and_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    import pytest_inferscope.reporters as reporters
+
+    tl = small_timeline()
+    raw = RawTrace(events=tl.events.copy(), strings=list(STRINGS), meta={"plan": {"nodeid": "x" * 2000}})
+    r = gpu_result()
+    files = write_test_reports(r, tl, tmp_path, raw=raw)
+    with zipfile.ZipFile(tmp_path / files["raw"]) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
+    back = RawTrace.load(tmp_path / files["raw"])
+    assert (back.events == raw.events).all() and back.meta == raw.meta
+    # A big one is stored: ~10x faster to write.
+    monkeypatch.setattr(reporters, "RAW_COMPRESS_MAX_EVENTS", len(raw.events))
+    files = write_test_reports(gpu_result("tests/t.py::test_big"), tl, tmp_path, raw=raw)
+    with zipfile.ZipFile(tmp_path / files["raw"]) as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
+
+
+# ---- the report writer ------------------------------------------------------------------------
+
+
+def test_the_writer_writes_in_order_and_stops_a_tests_files_at_its_first_failure(tmp_path: Path) -> None:
+    from pytest_inferscope.reporters import ReportWriter
+
+    w = ReportWriter()
+    (tmp_path / "b" / "two").mkdir(parents=True)  # a folder where b's second file goes: it cannot be replaced
+    w.submit("t::a", tmp_path / "a", [("one", b"1")])
+    w.submit("t::b", tmp_path / "b", [("one", b"1"), ("two", b"2")])
+    w.submit("t::a", tmp_path / "a", [("two", b"2" * 100_000)])  # a test's files may come in several calls
+    w.submit("t::b", tmp_path / "b", [("three", b"3")])
+    errors = w.wait()
+    assert (tmp_path / "a" / "one").read_bytes() == b"1" and (tmp_path / "a" / "two").read_bytes() == b"2" * 100_000
+    assert [(e.nodeid, e.path.name) for e in errors] == [("t::b", "two")]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["one", "two"]  # no three, no temp file
+    assert w.wait() == []  # errors are handed over once
+    w.submit("t::c", tmp_path / "c", [("one", b"x")])
+    proc = w._proc
+    assert w.close() == [] and (tmp_path / "c" / "one").read_bytes() == b"x"
+    assert proc is not None and proc.returncode == 0 and proc.stdin.closed and proc.stdout.closed  # type: ignore[union-attr]
+
+
+def test_the_writer_writes_here_when_its_process_cannot_start_or_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from pytest_inferscope.reporters import ReportWriter
+
+    w = ReportWriter()
+    w.submit("t::a", tmp_path / "a", [("one", b"1")])
+    assert w._proc is not None
+    w._proc.kill()  # the helper is gone: what it had not confirmed is written here
+    w._proc.wait()
+    w.submit("t::a", tmp_path / "a", [("two", b"2")])
+    assert w.wait() == [] and (tmp_path / "a" / "one").read_bytes() == b"1" and (tmp_path / "a" / "two").is_file()
+
+    def no_process(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    w = ReportWriter()
+    w.submit("t::b", tmp_path / "b", [("one", b"1")])
+    assert (tmp_path / "b" / "one").read_bytes() == b"1" and w.close() == []
