@@ -232,6 +232,25 @@ class GpuSession:
             self.api_on = True
             self.api_note = f"launch calls recorded in every round (switching them off failed: {exc})"
 
+    def switch_launch_calls(self, on: bool) -> bool:
+        """`launch_calls(on)` around the trace rounds; when the backend fails to switch, the header says so,
+        it is said once, and False: the trace rounds are skipped (the GPU activity recorded stays)."""
+        try:
+            self.launch_calls(on)
+            return True
+        except Exception as exc:
+            state = "on" if on else "off"
+            self.api_note = f"launch calls not switched {state} around the trace rounds ({exc})"
+            then = (
+                "no trace round ran: launches, syncs and idle causes are not analysed" if on else "the trace rounds ran"
+            )
+            warn_once(
+                f"gpu:launch-calls:{exc}",
+                f"inferscope: the GPU backend could not switch its launch-call records {state} ({exc}); {then}. "
+                "The report header says so.",
+            )
+            return False
+
     def launch_calls(self, on: bool) -> None:
         """Launch-call records on or off (both backends' `set_api_records`); a backend without it keeps them on."""
         assert self.collector is not None

@@ -118,16 +118,18 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
         if not switched:
             return result
         gpu.synchronize()
-        gpu.launch_calls(True)
+        if not gpu.switch_launch_calls(True):
+            return result
         first_index += 1 + n
         n = coll.options.trace_rounds or 0
     else:
-        gpu.launch_calls(True)
+        if not gpu.switch_launch_calls(True):
+            return None
         result = None
     try:
         for i in range(n):
             with coll.round(first_index + i, RoundKind.TRACE):
                 result = (body(),)
     finally:
-        gpu.launch_calls(False)
+        gpu.switch_launch_calls(False)
     return result

@@ -52,6 +52,10 @@ class FailingGpu(FakeGpu):
         self._maybe_fail("timestamp")
         return 0
 
+    def set_api_records(self, on: bool) -> None:
+        super().set_api_records(on)
+        self._maybe_fail(f"api {'on' if on else 'off'}")
+
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,3 +160,30 @@ def test_a_backend_that_flushes_stays_measured_and_collects_throughout() -> None
     b = ["body"]
     assert gpu.calls == ["start", "api off", *b, "flush", *b * 2, "api on", *b, "api off", "stop"]
     assert raw.meta["gpu_rounds"] == "measured" and len(raw.clock_pairs) == 2 + 4
+
+
+def test_a_backend_that_cannot_switch_its_launch_calls_on_skips_the_trace_rounds_and_says_so() -> None:
+    gpu = FailingGpu("api on")
+    coll, raw, said = _collect(gpu, trace_rounds=1)
+    # the backend stays (its GPU activity is good); no trace round ran, the header and one warning say why
+    assert coll.gpu is gpu and _gpu_info(coll).active
+    assert gpu.calls == ["start", "api off", "body", "body", "body", "api on", "stop"]
+    assert np.count_nonzero(raw.events["kind"] == Kind.ROUND) == 3
+    assert "launch calls not switched on around the trace rounds (api on broke)" in _gpu_info(coll).mode
+    assert len(said) == 1 and "no trace round ran" in said[0]
+
+
+class OffFailsAfterTrace(FailingGpu):
+    """Switches its launch calls off at the start, and fails to once they were switched on."""
+
+    def set_api_records(self, on: bool) -> None:
+        FakeGpu.set_api_records(self, on)
+        if not on and "api on" in self.calls:
+            raise RuntimeError("api off broke")
+
+
+def test_a_backend_that_cannot_switch_its_launch_calls_off_after_the_trace_rounds_says_so() -> None:
+    coll, raw, said = _collect(OffFailsAfterTrace(), trace_rounds=1)
+    assert np.count_nonzero(raw.events["kind"] == Kind.ROUND) == 4  # the trace round ran
+    assert "launch calls not switched off around the trace rounds" in _gpu_info(coll).mode
+    assert len(said) == 1 and "the trace rounds ran" in said[0]
