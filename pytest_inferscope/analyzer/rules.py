@@ -204,7 +204,7 @@ def host_memory(ctx: Context) -> HostMemory:
         sys_share=sys_ns / max(1, ctx.rounds.wall_ns),
         faults=ctx.metrics.get("mem.minor_faults_per_round") or 0.0,
         major=c.get("majflt", 0.0),
-        sys_ns_per_round=sys_ns / max(1.0, c.get("rounds", 0.0) or 1.0),
+        sys_ns_per_round=sys_ns / max(1.0, c.get("rounds", 0.0)),
     )
 
 

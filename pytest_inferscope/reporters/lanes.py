@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analyzer.base import Rounds
 from ..events import CopyKind, Kind, unpack_copy_flags
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
@@ -383,16 +384,15 @@ def timeline_payload(tl: Timeline, gaps: Gaps | None = None, f: Fields | None = 
 def top_kernels(tl: Timeline, limit: int = 15, f: Fields | None = None) -> list[dict[str, Any]]:
     """The kernels with the most GPU time inside the rounds GPU activity is read from, per round, longest first.
 
-    Those are the measured rounds; in lean mode (meta "gpu_rounds": "trace", the measured rounds timed
-    without CUPTI) the profile rounds, or the trace rounds of traces recorded before there were any.
-    A trace with none of those counts all its rounds, and one with no ROUND span all its kernels as one round.
+    Those are the analyzer's GPU rounds (`Rounds.gpu_round_idx`): the measured rounds, or the profile
+    rounds in lean mode. A trace with no ROUND span counts all its kernels as one round.
     """
     f = f or Fields(tl.events)
     kind = f["kind"]
     k = np.flatnonzero(kind == Kind.KERNEL)
     if not len(k):
         return []
-    rounds = gpu_rounds(tl, f)
+    rounds = Rounds(tl).gpu_round_idx
     if len(rounds):
         rs, re_ = f["start"][rounds], f["end"][rounds]
         order = np.argsort(rs)
@@ -421,17 +421,3 @@ def top_kernels(tl: Timeline, limit: int = 15, f: Fields | None = None) -> list[
         }
         for i in top.tolist()
     ]
-
-
-def gpu_rounds(tl: Timeline, f: Fields | None = None) -> np.ndarray:
-    """Indices of the ROUND spans GPU activity is read from (see `top_kernels`)."""
-    f = f or Fields(tl.events)
-    r = np.flatnonzero(f["kind"] == Kind.ROUND)
-    kinds = kinds_of(f["flags"][r])
-    wanted = [RoundKind.MEASURED]
-    if tl.meta.get("gpu_rounds") == "trace":
-        wanted = [RoundKind.PROFILE, RoundKind.TRACE, RoundKind.MEASURED]
-    for kind in wanted:
-        if np.any(kinds == kind):
-            return r[kinds == kind]
-    return r  # only warm-up rounds, say: all of them
