@@ -10,7 +10,6 @@ graph, its changed nodes and ops copied (`materialise`). Pure functions; nothing
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
@@ -18,7 +17,7 @@ from itertools import chain
 import numpy as np
 
 from ..events import Kind
-from .comm import COMM_KERNEL
+from .comm import is_comm_kernel
 from .flat import K_BLOCKING, K_CALL, K_SEGMENT, Flat, flatten, materialise
 from .graph import RoundGraph
 
@@ -86,15 +85,9 @@ def host_work_arrays(f: Flat) -> Flat | None:
     return dataclasses.replace(f, dur=np.where(hits, 0, f.dur)) if hits.any() else None
 
 
-@functools.lru_cache(maxsize=4096)
-def comm_name(name: str) -> bool:
-    """A collective's kernel (comm.py)."""
-    return bool(COMM_KERNEL.search(name))
-
-
 def comm_kernels(f: Flat) -> np.ndarray:
-    """Which ops are collective kernels."""
-    return (f.op_kind == Kind.KERNEL) & np.fromiter(map(comm_name, f.op_name), dtype=bool, count=len(f.op_name))
+    """Which ops are collective kernels (comm.py)."""
+    return (f.op_kind == Kind.KERNEL) & np.fromiter(map(is_comm_kernel, f.op_name), dtype=bool, count=len(f.op_name))
 
 
 def faster(select: Callable[[Flat], np.ndarray], factor: float | None) -> Callable[[Flat], Flat | None]:

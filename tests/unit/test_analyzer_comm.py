@@ -8,7 +8,7 @@ from test_analyzer import MS
 from test_analyzer_gpu import add, one_round
 
 from pytest_inferscope.analyzer import analyze
-from pytest_inferscope.analyzer.comm import COMM_KERNEL, per_device
+from pytest_inferscope.analyzer.comm import COMM_KERNEL, is_comm_kernel, per_device
 from pytest_inferscope.events import Kind
 from pytest_inferscope.merger import merge
 
@@ -32,10 +32,23 @@ def step(comm: list[tuple[float, float]], compute: list[tuple[float, float]]) ->
         ("void at::native::reduce_kernel<512, 1, ReduceOp<float>>", False),
         ("ampere_sgemm_128x64_nn", False),
         ("void at::native::elementwise_kernel<128, 4>", False),
+        ("RCCL_AllGather", True),
+        ("multimem_all_reduce_kernel", True),
+        ("one_shot_all_reduce", True),
+        ("AllReduce", True),
+        ("all_gather_into_tensor", True),
+        ("ReduceScatter", True),
+        ("all_to_all_single", True),
+        ("AllToAll", True),
+        ("alltoall", True),
+        ("SendRecv", True),
+        ("send_recv", True),
+        ("small_call_kernel", False),
     ],
 )
 def test_collective_kernel_names(name: str, is_comm: bool) -> None:
     assert bool(COMM_KERNEL.search(name)) is is_comm
+    assert is_comm_kernel(name) is is_comm  # the words it looks for first leave out no match
 
 
 def test_exposed_communication_is_not_compute_and_bounds_the_step() -> None:
