@@ -53,12 +53,14 @@ def _options(
     trace_rounds: int | str = "all",
     gpu_rounds: str = "measured",
     profile_rounds: int | None = None,
+    profile_until_in_step: bool = False,
 ) -> CollectionOptions:
     lean = profile_rounds if profile_rounds is not None else trace_rounds
     return CollectionOptions(
         trace_rounds=None if trace_rounds == "all" else int(trace_rounds),
         gpu_rounds=gpu_rounds,
         lean_trace_rounds=None if lean == "all" else int(lean),
+        profile_until_in_step=profile_until_in_step,
         cpu=cpu or settings.cpu,
         sample_interval_ms=settings.sample_interval_ms,
         trace_size_mb=settings.trace_size_mb,
@@ -81,6 +83,7 @@ def collecting(
     trace_rounds: int | str | None = "all",
     gpu_rounds: str = "measured",
     profile_rounds: int | None = None,
+    profile_until_in_step: bool = False,
 ) -> Iterator[Collection]:
     """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result.
 
@@ -88,14 +91,15 @@ def collecting(
     calls recorded throughout: the block drives its own rounds), N (the block runs the trace rounds,
     `Collection.run_rounds` does), or None (the settings' `trace_rounds`). `gpu_rounds`: which rounds
     record GPU activity (collectors/gpu_rounds.py); when lean, `profile_rounds` rounds record it after
-    the measured ones (default: as many as `trace_rounds`), then the trace rounds the launch calls.
+    the measured ones (default: as many as `trace_rounds`; with `profile_until_in_step`, up to that many, ending at
+    the first in step with the measured rounds: rounds.in_step), then the trace rounds the launch calls.
     """
     settings = standalone_settings()
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
         check_report_dir(Path(out))
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
-    options = _options(settings, cpu, traced, gpu_rounds, profile_rounds)
+    options = _options(settings, cpu, traced, gpu_rounds, profile_rounds, profile_until_in_step)
     coll = Collection(options, _gpu_choice(settings.gpu, settings.trace_size_mb), name=name)
     coll.start()
     partial = ""
@@ -163,9 +167,10 @@ def measure(
     ones are timed without them): N, "all" (recorded in every call, no extra call), or None for the
     setting (INFERSCOPE_TRACE_ROUNDS or the config file; default 1). `gpu_rounds` ("measured", "trace",
     "auto"; None: the setting) says which rounds record GPU activity, as `--inferscope-gpu-rounds` does:
-    with "trace" the measured calls run without CUPTI; then CUPTI starts, one settling call and 3
-    profile calls (GPU activity without the launch calls; `trace_rounds` of them when given) run, and
-    the `trace_rounds` calls with the launch calls.
+    with "trace" the measured calls run without CUPTI; then CUPTI starts, one settling call and the
+    profile calls (GPU activity without the launch calls: up to 3, ending at the first that runs as the
+    measured calls did, or `trace_rounds` of them when given) run, and the `trace_rounds` calls with
+    the launch calls.
     """
     from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 
@@ -201,6 +206,7 @@ def measure(
         trace_rounds=traced,
         gpu_rounds=gpu_rounds,
         profile_rounds=profile_rounds,
+        profile_until_in_step=not explicit,
     ) as coll:
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None

@@ -28,6 +28,7 @@ from .parsers import (
     parse_ref,
     parse_trace_rounds,
 )
+from .rounds import PROFILE_ROUNDS_MAX
 
 __all__ = [
     "OPTIONS", "OPTIONS_BY_NAME", "TRACE_ROUNDS_COUNT", "OptionSpec", "Parse", "Settings", "choice", "default_settings",
@@ -44,9 +45,9 @@ GpuRounds = Literal["measured", "trace", "auto"]
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
 #: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
 MARKED_ROUNDS, MARKED_WARMUP = 5, 1
-#: Trace rounds when only they record GPU activity (gpu_rounds trace, or auto gone lean) and the user did not
-#: set --inferscope-trace-rounds: every GPU metric is read from them, so more than the one launch-call round.
-LEAN_TRACE_ROUNDS = 3
+#: Profile rounds at most when only they record GPU activity (gpu_rounds trace, or auto gone lean) and the user did
+#: not set --inferscope-trace-rounds: they end at the first in step with the measured rounds (rounds.in_step).
+LEAN_TRACE_ROUNDS = PROFILE_ROUNDS_MAX
 
 
 def lean_rounds_conflict(trace_rounds: Any, gpu_rounds: Any, where: str) -> str | None:
@@ -56,7 +57,8 @@ def lean_rounds_conflict(trace_rounds: Any, gpu_rounds: Any, where: str) -> str 
     return (
         f"{where}: gpu_rounds 'trace' records GPU activity only in the trace rounds, but trace_rounds 'all' runs "
         "none (launch calls in every round). Give trace_rounds a number (1 to 1000; the default with "
-        f"gpu_rounds 'trace' is {LEAN_TRACE_ROUNDS}), or set gpu_rounds to 'measured' or 'auto'."
+        f"gpu_rounds 'trace' runs up to {LEAN_TRACE_ROUNDS} profile rounds and one trace round), or set gpu_rounds "
+        "to 'measured' or 'auto'."
     )
 
 
@@ -265,8 +267,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "gpu_rounds", choice(_GPU_ROUNDS), "auto",
         "Which rounds record GPU activity (CUPTI): measured (warm-up and measured rounds record kernels, copies "
         "and memsets; launch calls per --inferscope-trace-rounds), trace (the measured rounds are timed without "
-        f"CUPTI; after them a settling round, {LEAN_TRACE_ROUNDS} profile rounds that record GPU activity without "
-        "the launch calls (as many as --inferscope-trace-rounds when it is given) and the trace rounds), or auto "
+        f"CUPTI; after them a settling round, up to {LEAN_TRACE_ROUNDS} profile rounds that record GPU activity "
+        "without the launch calls (until one runs as the measured rounds did; as many as --inferscope-trace-rounds "
+        "when it is given) and the trace rounds), or auto "
         "(decided per test after the warm-up: trace when the warm-up's GPU records, at ~1 µs each, would "
         "have cost the measured rounds more than 1%, else measured; with one warm-up round, that round counts as "
         "up to 3x slower than the rounds after it, since CUPTI's first use slows it). "

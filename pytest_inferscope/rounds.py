@@ -9,7 +9,7 @@ kind is stored in a record, and how traces saved before kinds existed encoded it
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,3 +80,24 @@ def row_kind(row: Mapping[str, Any]) -> RoundKind:
     if row.get("trace"):
         return RoundKind.SETTLING if warmup else RoundKind.TRACE
     return RoundKind.WARMUP if warmup else RoundKind.MEASURED
+
+
+#: Lean mode's profile rounds, unless their number is given: up to this many, ending at the first `in_step` with the
+#: measured rounds. One round read the same GPU figures as three (2026-11-25, H100: ViT-B/16, ResNet-50, GPT-2
+#: `generate`, docs/performance.md); more run only when one is slowed by something else (a GC pause, other load).
+PROFILE_ROUNDS_MAX = 3
+#: A profile round is in step when its wall time is at most this fraction over the measured rounds' median, beyond
+#: what its GPU records cost it. The first call after CUPTI starts ran 15-20% slower (the settling round, H100).
+PROFILE_STEP = 0.10
+#: ... or at most this much over (ns): a round of a tiny body is in step within the clock's and scheduler's noise.
+PROFILE_SLACK_NS = 50_000
+
+
+def in_step(wall_ns: float, measured_ns: Sequence[float] | np.ndarray, record_cost: float = 0.0) -> bool:
+    """Whether a profile round of `wall_ns` ran as the measured rounds (`measured_ns`) did, but for the cost of its
+    GPU records (`record_cost`, a fraction of a round: auto's estimate, 0 when there is none). True without
+    measured rounds to compare with."""
+    if not len(measured_ns):
+        return True
+    bound = float(np.median(measured_ns)) * (1.0 + max(0.0, record_cost))
+    return float(wall_ns) <= max(bound * (1.0 + PROFILE_STEP), bound + PROFILE_SLACK_NS)

@@ -1,9 +1,8 @@
 """The plugin's one stateful object: plans which tests to profile, runs their rounds, and
 turns each collection into a result, a report, JUnit properties and maybe a failure.
 
-Registered by `plugin.py` as "inferscope-session"; everything heavy (numpy, the collectors, the
-reporters) is imported when the first test is profiled, so a session that profiles
-nothing pays nothing for it.
+Registered by `plugin.py` as "inferscope-session"; everything heavy (numpy, the collectors, the reporters) is
+imported when the first test is profiled, so a session that profiles nothing pays nothing for it.
 """
 
 from __future__ import annotations
@@ -143,6 +142,7 @@ class InferscopeSession:
             trace_rounds=traced,
             gpu_rounds=str(kwargs.get("gpu_rounds", s.gpu_rounds)),
             lean_trace_rounds=traced if explicit else LEAN_TRACE_ROUNDS,
+            profile_until_in_step=not explicit,
         )
 
     # -- hooks ---------------------------------------------------------------------
@@ -251,6 +251,7 @@ class InferscopeSession:
             trace_rounds=None if plan.trace_rounds == "all" else int(plan.trace_rounds),
             gpu_rounds=plan.gpu_rounds,
             lean_trace_rounds=None if plan.lean_trace_rounds == "all" else int(plan.lean_trace_rounds),
+            profile_until_in_step=plan.profile_until_in_step,
         )
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
         pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)

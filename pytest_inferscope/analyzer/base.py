@@ -25,7 +25,7 @@ import numpy as np
 from ..events import Kind
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
-from ..rounds import RoundKind, kinds_of, row_kind
+from ..rounds import RoundKind, in_step, kinds_of, row_kind
 
 _MS = 1e6
 _MB = 1024 * 1024
@@ -87,9 +87,21 @@ class Rounds:
     def profile_idx(self) -> np.ndarray:
         """Indices of the profile rounds: lean mode's GPU rounds (`--inferscope-gpu-rounds=trace`).
 
-        The settling round right after CUPTI starts is not one of them.
+        The settling round right after CUPTI starts is not one of them, nor a profile round out of step
+        with the measured rounds (rounds.in_step: slowed by something besides its GPU records) while
+        another is in step.
         """
-        return self._rounds_of(RoundKind.PROFILE)
+        profile = self._rounds_of(RoundKind.PROFILE)
+        if len(profile) < 2:
+            return profile
+        ev = self.timeline.events
+        rounds, kinds = self._round_spans
+        measured = rounds[kinds == RoundKind.MEASURED]
+        walls = ev["end"][measured] - ev["start"][measured]
+        decision = self.timeline.meta.get("gpu_rounds_decision") or {}
+        cost = float(decision.get("estimated_cost") or 0.0)
+        keep = [i for i in profile if in_step(int(ev["end"][i] - ev["start"][i]), walls, cost)]
+        return np.asarray(keep, dtype=profile.dtype) if keep else profile
 
     def _rounds_of(self, kind: RoundKind) -> np.ndarray:
         rounds, kinds = self._round_spans
@@ -199,7 +211,8 @@ class Rounds:
         ev = self.timeline.events
         rounds, kinds = self._round_spans
         warm = rounds[kinds == RoundKind.WARMUP]
-        trace = np.sort(np.concatenate((self.profile_idx, self.trace_idx)))  # the rounds after the measured ones
+        # the rounds after the measured ones (but the settling round), out-of-step profile rounds too
+        trace = np.sort(np.concatenate((self._rounds_of(RoundKind.PROFILE), self.trace_idx)))
         stats = LatencyStats.from_samples(
             list(self.round_ms),
             list((ev["end"][warm] - ev["start"][warm]) / _MS),

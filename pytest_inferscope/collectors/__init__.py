@@ -58,6 +58,9 @@ class CollectionOptions:
     gpu_rounds: str = "measured"
     #: Trace rounds when only they record GPU activity (trace, or auto gone lean); None: never lean.
     lean_trace_rounds: int | None = None
+    #: Lean: the profile rounds end at the first in step with the measured rounds (rounds.in_step), up to
+    #: `lean_trace_rounds`; False: exactly that many (the user gave the number).
+    profile_until_in_step: bool = False
 
 
 class _Scope:

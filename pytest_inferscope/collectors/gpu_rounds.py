@@ -75,7 +75,9 @@ def busy_ns(records: np.ndarray) -> int:
     return int((end[lasts] - start[firsts]).sum())
 
 
-def decide_auto(n_records: int, warm_round_ns: list[int], lean_trace_rounds: int, busy: int = 0) -> GpuRoundsDecision:
+def decide_auto(
+    n_records: int, warm_round_ns: list[int], lean_trace_rounds: int, busy: int = 0, until_in_step: bool = False
+) -> GpuRoundsDecision:
     """auto's decision from the warm-up rounds' GPU work records, their host times and GPU busy time (ns, all rounds).
 
     The round time is the fastest warm-up round after the first when there are two or more: the
@@ -99,9 +101,8 @@ def decide_auto(n_records: int, warm_round_ns: list[int], lean_trace_rounds: int
     cost = per_round * RECORD_COST_NS / fastest
     what = f"the warm-up's {per_round:.0f} GPU records (kernels, copies, memsets) per {judged}"
     if cost > AUTO_LEAN_ABOVE:
-        plural = "s" if lean_trace_rounds != 1 else ""
         reason = (
-            f"GPU activity recorded only after the measured rounds, in {lean_trace_rounds} profile round{plural} "
+            f"GPU activity recorded only after the measured rounds, in {_profile(lean_trace_rounds, until_in_step)} "
             f"and the trace round(s): {what} would have cost "
             f"~{100 * cost:.1f}% per round (auto: above {100 * AUTO_LEAN_ABOVE:g}%)"
         )
@@ -115,11 +116,16 @@ def decide_auto(n_records: int, warm_round_ns: list[int], lean_trace_rounds: int
     return GpuRoundsDecision("auto", mode, reason, per_round, fastest / 1e6, cost)
 
 
-def trace_setting(lean_trace_rounds: int) -> GpuRoundsDecision:
-    plural = "s" if lean_trace_rounds != 1 else ""
+def trace_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRoundsDecision:
     return GpuRoundsDecision(
         "trace",
         "trace",
-        f"GPU activity recorded only after the measured rounds, in {lean_trace_rounds} profile round{plural} and "
+        f"GPU activity recorded only after the measured rounds, in {_profile(lean_trace_rounds, until_in_step)} and "
         "the trace round(s) (--inferscope-gpu-rounds=trace)",
     )
+
+
+def _profile(n: int, until_in_step: bool) -> str:
+    if until_in_step and n > 1:
+        return f"the profile rounds (up to {n}, until one runs as the measured rounds did)"
+    return f"{n} profile round{'s' if n != 1 else ''}"

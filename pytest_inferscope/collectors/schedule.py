@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from ..rounds import RoundKind
+from ..rounds import RoundKind, in_step
 from .gpu_session import GpuSession
 
 R = TypeVar("R")
@@ -95,7 +95,8 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     The measured rounds ran without the launch calls (CUPTI's RUNTIME/DRIVER records cost most
     of CUPTI's per-launch overhead); these rounds record them, so the analyzer can take launch
     linkage, sync and copy calls and idle causes from them (analyzer/base.py, `api_round_idx`).
-    In lean mode CUPTI starts here: a settling round, then the profile rounds, then the trace rounds.
+    In lean mode CUPTI starts here: a settling round, then the profile rounds (by default up to
+    `lean_trace_rounds`, ending at the first in step with the measured rounds), then the trace rounds.
     """
     n = coll.trace_rounds_due()
     if not n:
@@ -112,15 +113,19 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
         # which the analyzer reads nothing from.
         with coll.round(first_index, RoundKind.SETTLING):
             result: tuple[R] | None = (body(),)
-        for i in range(n):
-            with coll.round(first_index + 1 + i, RoundKind.PROFILE):
+        ran = 0
+        while ran < n:
+            with coll.round(first_index + 1 + ran, RoundKind.PROFILE):
                 result = (body(),)
+            ran += 1
+            if coll.options.profile_until_in_step and _in_step(coll):
+                break
         if not switched:
             return result
         gpu.synchronize()
         if not gpu.switch_launch_calls(True):
             return result
-        first_index += 1 + n
+        first_index += 1 + ran
         n = coll.options.trace_rounds or 0
     else:
         if not gpu.switch_launch_calls(True):
@@ -133,3 +138,14 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     finally:
         gpu.switch_launch_calls(False)
     return result
+
+
+def _in_step(coll: Collection) -> bool:
+    """Whether the last profile round ran as the measured rounds did, but for its GPU records (rounds.in_step)."""
+    last = coll.last_round
+    if last is None or last["kind"] != RoundKind.PROFILE.name:
+        return True  # the collection stopped inside the body: no more rounds
+    measured = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.MEASURED.name]
+    decision = coll.gpu_session.decision
+    cost = decision.estimated_cost if decision is not None and decision.estimated_cost is not None else 0.0
+    return in_step(last["wall_ns"], measured, cost)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_inferscope.rounds import RoundKind, kind_flags, kinds_of, row_kind
+from pytest_inferscope.rounds import PROFILE_SLACK_NS, RoundKind, in_step, kind_flags, kinds_of, row_kind
 
 RAISED = 2
 
@@ -51,3 +51,19 @@ def test_counter_rows_give_their_kind_old_and_new(row: dict[str, object], kind: 
 def test_only_measured_rounds_are_samples_and_only_the_last_three_kinds_come_after_them() -> None:
     assert [k for k in RoundKind if k.is_sample] == [RoundKind.MEASURED]
     assert {k for k in RoundKind if k.after_measured} == {RoundKind.SETTLING, RoundKind.PROFILE, RoundKind.TRACE}
+
+
+def test_a_profile_round_is_in_step_within_ten_percent_of_the_measured_median_beyond_its_records_cost() -> None:
+    measured = [10_000_000, 10_200_000, 9_800_000]  # median 10 ms
+    assert in_step(11_000_000, measured)  # +10%
+    assert not in_step(11_100_000, measured)
+    assert in_step(11_990_000, measured, record_cost=0.09)  # 10.9 ms x 1.1 = 11.99 ms
+    assert not in_step(11_990_000, measured, record_cost=0.05)
+    assert in_step(5_000_000, measured)  # faster is in step
+    assert in_step(123, [])  # nothing to compare with
+
+
+def test_a_tiny_round_is_in_step_within_the_slack() -> None:
+    measured = [20_000, 21_000, 19_000]  # 20 µs rounds: 10% is 2 µs, below the clock's and scheduler's noise
+    assert in_step(20_000 + PROFILE_SLACK_NS, measured)
+    assert not in_step(20_001 + PROFILE_SLACK_NS, measured)

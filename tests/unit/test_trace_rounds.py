@@ -8,6 +8,7 @@ the launch calls in every round, or with them only in trace rounds, the analysis
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -65,13 +66,14 @@ def steady(
     trace_stretch: float = 1.0,
     gpu_in_measured: bool = True,
     profile: int = 0,
+    profile_stretch: tuple[float, ...] = (),
 ) -> RawTrace:
     """`warmup` + `rounds` + `trace` copies of ROUND; launch calls in the measured rounds only when `api_in_measured`.
 
     `trace_stretch` makes each trace round that much longer (a host slowed by recording its launch calls).
     `gpu_in_measured=False`: no GPU record at all outside the trace rounds, as `--inferscope-gpu-rounds=trace`
     records them (the meta says so). `profile`: that many profile rounds (GPU activity, no launch calls)
-    between the measured and the trace rounds, as lean mode runs them.
+    between the measured and the trace rounds, as lean mode runs them; `profile_stretch`: each one's stretch.
     """
     strings = ["test"]
     rows: list[tuple[Any, ...]] = []
@@ -81,6 +83,8 @@ def steady(
         is_profile = warmup + rounds <= i < warmup + rounds + profile
         is_trace = i >= warmup + rounds + profile
         stretch = trace_stretch if is_trace else 1.0
+        if is_profile and profile_stretch:
+            stretch = profile_stretch[i - warmup - rounds]
         dur = int(ROUND_MS * stretch * MS)
         kind = RK.WARMUP if i < warmup else RK.TRACE if is_trace else RK.PROFILE if is_profile else RK.MEASURED
         flags = kind_flags(kind)
@@ -202,6 +206,31 @@ def test_lean_profile_rounds_give_the_gpu_figures_and_the_trace_round_the_launch
     assert lean.metrics["host.syncs_per_round"] == every.metrics["host.syncs_per_round"] == 2
     assert lean.bottleneck == every.bottleneck
     assert lean.gpu["rounds"] == "the 3 profile rounds, per profile round"
+
+
+@pytest.mark.parametrize(
+    ("stretches", "read"),
+    [
+        ((1.5, 1.0), [1]),  # the first ran 50% slow (a GC pause, other load): the second is read alone
+        ((1.0, 1.09), [0, 1]),  # both in step (within 10%)
+        ((1.5, 1.4), [0, 1]),  # neither: both read, as before
+    ],
+)
+def test_a_profile_round_out_of_step_with_the_measured_rounds_is_not_read_while_another_is(
+    stretches: tuple[float, float], read: list[int]
+) -> None:
+    """GPU figures come from the profile rounds that ran as the measured rounds did (rounds.in_step); the latency's
+    rounds after the measured ones still list every profile round."""
+    tl = merge(steady(5, 1, gpu_in_measured=False, profile=2, profile_stretch=stretches))
+    r = Context(tl).rounds
+    profile = r._rounds_of(RK.PROFILE)
+    assert r.profile_idx.tolist() == profile[read].tolist()
+    assert len(r.latency.trace_ms) == 3  # two profile rounds and the trace round
+    ref = analyze(merge(steady(5, 1, gpu_in_measured=False, profile=1)))
+    if read == [1]:  # read alone, the in-step round gives the figures of an undisturbed profile round
+        lean = analyze(tl)
+        for key in ("gpu.busy_fraction", "gpu.idle_fraction", "gpu.kernel_launches_per_round"):
+            assert lean.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-6), key
 
 
 def test_the_settling_round_after_cupti_starts_counts_as_neither_trace_nor_warm_up() -> None:
@@ -411,13 +440,19 @@ def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
 
     def body() -> None:
         gpu.calls.append("body")
+        if gpu.calls.count("body") <= 4:
+            time.sleep(0.005)  # the warm-up and measured calls: the later ones are in step with them, or faster
 
     result = api.measure(body, rounds=3, warmup=1, gpu_rounds="trace", cpu="off")
     # warm-up + 3 measured calls without CUPTI; then it starts with the launch calls off: the settling
-    # call and 3 profile calls; then the launch calls on for the trace call, and off again
+    # call and the profile calls (one: it ran in step with the measured calls); then the launch calls on
+    # for the trace call, and off again
     b = ["body"]
-    assert gpu.calls == b * 4 + ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
-    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 4
+    assert gpu.calls == b * 4 + ["start", "api off"] + b * 2 + ["api on"] + b + ["api off", "stop"]
+    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 2
+    gpu.calls.clear()
+    api.measure(body, rounds=3, warmup=1, gpu_rounds="trace", trace_rounds=2, cpu="off")  # told: 2 and 2
+    assert gpu.calls == b * 4 + ["start", "api off"] + b * 3 + ["api on"] + b * 2 + ["api off", "stop"]
     gpu.calls.clear()
     api.measure(body, rounds=3, warmup=1, gpu_rounds="measured", cpu="off")  # measured, one trace call
     assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
