@@ -53,14 +53,14 @@ def _options(
     trace_rounds: int | str = "all",
     gpu_rounds: str = "measured",
     profile_rounds: int | None = None,
-    profile_until_in_step: bool = False,
+    until_in_step: bool = False,
 ) -> CollectionOptions:
     lean = profile_rounds if profile_rounds is not None else trace_rounds
     return CollectionOptions(
         trace_rounds=None if trace_rounds == "all" else int(trace_rounds),
         gpu_rounds=gpu_rounds,
         lean_trace_rounds=None if lean == "all" else int(lean),
-        profile_until_in_step=profile_until_in_step,
+        until_in_step=until_in_step,
         cpu=cpu or settings.cpu,
         sample_interval_ms=settings.sample_interval_ms,
         trace_size_mb=settings.trace_size_mb,
@@ -83,7 +83,7 @@ def collecting(
     trace_rounds: int | str | None = "all",
     gpu_rounds: str = "measured",
     profile_rounds: int | None = None,
-    profile_until_in_step: bool = False,
+    until_in_step: bool = False,
 ) -> Iterator[Collection]:
     """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result.
 
@@ -91,7 +91,7 @@ def collecting(
     calls recorded throughout: the block drives its own rounds), N (the block runs the trace rounds,
     `Collection.run_rounds` does), or None (the settings' `trace_rounds`). `gpu_rounds`: which rounds
     record GPU activity (collectors/gpu_rounds.py); when lean, `profile_rounds` rounds record it after
-    the measured ones (default: as many as `trace_rounds`; with `profile_until_in_step`, up to that many, ending at
+    the measured ones (default: as many as `trace_rounds`; with `until_in_step`, up to that many, ending at
     the first in step with the measured rounds: rounds.in_step), then the trace rounds the launch calls.
     """
     settings = standalone_settings()
@@ -99,7 +99,7 @@ def collecting(
     if out is not None:
         check_report_dir(Path(out))
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
-    options = _options(settings, cpu, traced, gpu_rounds, profile_rounds, profile_until_in_step)
+    options = _options(settings, cpu, traced, gpu_rounds, profile_rounds, until_in_step)
     coll = Collection(options, _gpu_choice(settings.gpu, settings.trace_size_mb), name=name)
     coll.start()
     partial = ""
@@ -206,7 +206,7 @@ def measure(
         trace_rounds=traced,
         gpu_rounds=gpu_rounds,
         profile_rounds=profile_rounds,
-        profile_until_in_step=not explicit,
+        until_in_step=not explicit,
     ) as coll:
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None

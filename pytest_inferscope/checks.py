@@ -167,7 +167,7 @@ class Plan:
     trace_rounds: int | str = "all"  # trace rounds after the measured ones (launch calls recorded), or "all"
     gpu_rounds: str = "measured"  # which rounds record GPU activity: measured | trace | auto
     lean_trace_rounds: int | str = "all"  # trace rounds when only they record GPU activity (trace, or auto gone lean)
-    profile_until_in_step: bool = False  # lean: profile rounds up to lean_trace_rounds, ending at one in step
+    until_in_step: bool = False  # profile and trace rounds end at the first in step (up to their maximum)
 
 
 #: expect_fix's default: the fix must save this share of the round.

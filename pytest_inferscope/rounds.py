@@ -86,11 +86,30 @@ def row_kind(row: Mapping[str, Any]) -> RoundKind:
 #: measured rounds. One round read the same GPU figures as three (2026-11-25, H100: ViT-B/16, ResNet-50, GPT-2
 #: `generate`, docs/performance.md); more run only when one is slowed by something else (a GC pause, other load).
 PROFILE_ROUNDS_MAX = 3
-#: A profile round is in step when its wall time is at most this fraction over the measured rounds' median, beyond
-#: what its GPU records cost it. The first call after CUPTI starts ran 15-20% slower (the settling round, H100).
-PROFILE_STEP = 0.10
-#: ... or at most this much over (ns): a round of a tiny body is in step within the clock's and scheduler's noise.
-PROFILE_SLACK_NS = 50_000
+#: A round after the measured ones is in step when its wall time is at most this fraction over the measured rounds'
+#: median, beyond what its records cost it (`allowance`). The first call after CUPTI starts ran 15-20% slower (the
+#: settling round, H100).
+STEP = 0.10
+#: ... or at most this much over (ns): a loaded machine preempts a thread for about a millisecond, which says
+#: nothing about a round of a small body.
+STEP_SLACK_NS = 1_000_000
+
+
+#: The trace rounds, unless their number is given: up to this many, ending at the first in step. A trace round
+#: disturbed by something else misleads every what-if: the sync loop's on the H100 ran 35.1 ms against 22.1 ms
+#: measured, all of it in 37 of its 200 steps (the median step took as long as in the profile round), 2026-11-25.
+TRACE_ROUNDS_MAX = 2
+
+
+def allowance(kind: RoundKind, lean: bool, estimated_cost: float) -> float:
+    """What a round after the measured ones may run over them for its records (a fraction of a round), from
+    auto's estimate of the GPU activity records' cost: a profile round pays its activity records (none when
+    the measured rounds recorded them too); a trace round pays its launch calls' records besides, about as
+    many as the activity records."""
+    cost = max(0.0, estimated_cost)
+    if kind is RoundKind.TRACE:
+        return cost * (2.0 if lean else 1.0)
+    return cost if lean else 0.0
 
 
 def in_step(wall_ns: float, measured_ns: Sequence[float] | np.ndarray, record_cost: float = 0.0) -> bool:
@@ -100,4 +119,4 @@ def in_step(wall_ns: float, measured_ns: Sequence[float] | np.ndarray, record_co
     if not len(measured_ns):
         return True
     bound = float(np.median(measured_ns)) * (1.0 + max(0.0, record_cost))
-    return float(wall_ns) <= max(bound * (1.0 + PROFILE_STEP), bound + PROFILE_SLACK_NS)
+    return float(wall_ns) <= max(bound * (1.0 + STEP), bound + STEP_SLACK_NS)

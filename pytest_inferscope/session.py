@@ -142,7 +142,7 @@ class InferscopeSession:
             trace_rounds=traced,
             gpu_rounds=str(kwargs.get("gpu_rounds", s.gpu_rounds)),
             lean_trace_rounds=traced if explicit else LEAN_TRACE_ROUNDS,
-            profile_until_in_step=not explicit,
+            until_in_step=not explicit,
         )
 
     # -- hooks ---------------------------------------------------------------------
@@ -251,7 +251,7 @@ class InferscopeSession:
             trace_rounds=None if plan.trace_rounds == "all" else int(plan.trace_rounds),
             gpu_rounds=plan.gpu_rounds,
             lean_trace_rounds=None if plan.lean_trace_rounds == "all" else int(plan.lean_trace_rounds),
-            profile_until_in_step=plan.profile_until_in_step,
+            until_in_step=plan.until_in_step,
         )
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
         pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)

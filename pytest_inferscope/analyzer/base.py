@@ -25,7 +25,7 @@ import numpy as np
 from ..events import Kind
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
-from ..rounds import RoundKind, in_step, kinds_of, row_kind
+from ..rounds import RoundKind, allowance, in_step, kinds_of, row_kind
 
 _MS = 1e6
 _MB = 1024 * 1024
@@ -80,8 +80,10 @@ class Rounds:
 
     @cached_property
     def trace_idx(self) -> np.ndarray:
-        """Indices of the trace rounds (launch calls recorded; not latency samples)."""
-        return self._rounds_of(RoundKind.TRACE)
+        """Indices of the trace rounds (launch calls recorded; not latency samples), those in step with the
+        measured rounds while there is one (rounds.in_step: a round slowed by something else misleads the
+        what-ifs)."""
+        return self._in_step(RoundKind.TRACE)
 
     @cached_property
     def profile_idx(self) -> np.ndarray:
@@ -91,17 +93,22 @@ class Rounds:
         with the measured rounds (rounds.in_step: slowed by something besides its GPU records) while
         another is in step.
         """
-        profile = self._rounds_of(RoundKind.PROFILE)
-        if len(profile) < 2:
-            return profile
+        return self._in_step(RoundKind.PROFILE)
+
+    def _in_step(self, kind: RoundKind) -> np.ndarray:
+        """The rounds of `kind` in step with the measured rounds, or all of them when none is."""
+        rounds = self._rounds_of(kind)
+        if len(rounds) < 2:
+            return rounds
         ev = self.timeline.events
-        rounds, kinds = self._round_spans
-        measured = rounds[kinds == RoundKind.MEASURED]
+        spans, kinds = self._round_spans
+        measured = spans[kinds == RoundKind.MEASURED]
         walls = ev["end"][measured] - ev["start"][measured]
         decision = self.timeline.meta.get("gpu_rounds_decision") or {}
-        cost = float(decision.get("estimated_cost") or 0.0)
-        keep = [i for i in profile if in_step(int(ev["end"][i] - ev["start"][i]), walls, cost)]
-        return np.asarray(keep, dtype=profile.dtype) if keep else profile
+        lean = self.timeline.meta.get("gpu_rounds") == "trace"
+        cost = allowance(kind, lean, float(decision.get("estimated_cost") or 0.0))
+        keep = [i for i in rounds if in_step(int(ev["end"][i] - ev["start"][i]), walls, cost)]
+        return np.asarray(keep, dtype=rounds.dtype) if keep else rounds
 
     def _rounds_of(self, kind: RoundKind) -> np.ndarray:
         rounds, kinds = self._round_spans
@@ -212,7 +219,7 @@ class Rounds:
         rounds, kinds = self._round_spans
         warm = rounds[kinds == RoundKind.WARMUP]
         # the rounds after the measured ones (but the settling round), out-of-step profile rounds too
-        trace = np.sort(np.concatenate((self._rounds_of(RoundKind.PROFILE), self.trace_idx)))
+        trace = np.sort(np.concatenate((self._rounds_of(RoundKind.PROFILE), self._rounds_of(RoundKind.TRACE))))
         stats = LatencyStats.from_samples(
             list(self.round_ms),
             list((ev["end"][warm] - ev["start"][warm]) / _MS),

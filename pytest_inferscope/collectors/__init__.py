@@ -58,9 +58,10 @@ class CollectionOptions:
     gpu_rounds: str = "measured"
     #: Trace rounds when only they record GPU activity (trace, or auto gone lean); None: never lean.
     lean_trace_rounds: int | None = None
-    #: Lean: the profile rounds end at the first in step with the measured rounds (rounds.in_step), up to
-    #: `lean_trace_rounds`; False: exactly that many (the user gave the number).
-    profile_until_in_step: bool = False
+    #: The profile rounds (lean) and the trace rounds end at the first in step with the measured rounds
+    #: (rounds.in_step), up to `lean_trace_rounds` and rounds.TRACE_ROUNDS_MAX; False: exactly as many as
+    #: given (the user gave the number).
+    until_in_step: bool = False
 
 
 class _Scope:

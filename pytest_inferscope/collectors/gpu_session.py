@@ -34,7 +34,7 @@ class _Options(Protocol):
     @property
     def lean_trace_rounds(self) -> int | None: ...
     @property
-    def profile_until_in_step(self) -> bool: ...
+    def until_in_step(self) -> bool: ...
 
 
 class GpuSession:
@@ -90,7 +90,7 @@ class GpuSession:
         if self.collector is None:
             return
         if o.gpu_rounds == "trace" and o.lean_trace_rounds is not None:  # CUPTI starts right before the trace rounds
-            self.decision = trace_setting(o.lean_trace_rounds, o.profile_until_in_step)
+            self.decision = trace_setting(o.lean_trace_rounds, o.until_in_step)
             return
         self._start()
         if self.recording and o.trace_rounds is not None:
@@ -167,7 +167,7 @@ class GpuSession:
         if o.gpu_rounds != "auto" or self.collector is None or not self.recording or o.lean_trace_rounds is None:
             return
         if not warm_ns:
-            self.decision = decide_auto(0, [], o.lean_trace_rounds, until_in_step=o.profile_until_in_step)
+            self.decision = decide_auto(0, [], o.lean_trace_rounds, until_in_step=o.until_in_step)
             return
         flush = getattr(self.collector, "flush", None)
         try:
@@ -178,7 +178,7 @@ class GpuSession:
                 flush()
                 n, busy = self._keep_records()
             self.decision = decide_auto(
-                n, warm_ns, o.lean_trace_rounds, busy // len(warm_ns), until_in_step=o.profile_until_in_step
+                n, warm_ns, o.lean_trace_rounds, busy // len(warm_ns), until_in_step=o.until_in_step
             )
             if self.decision.mode == "trace" and self.recording:
                 self._stop()

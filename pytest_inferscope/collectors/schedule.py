@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from ..rounds import RoundKind, in_step
+from ..rounds import TRACE_ROUNDS_MAX, RoundKind, allowance, in_step
 from .gpu_session import GpuSession
 
 R = TypeVar("R")
@@ -96,7 +96,8 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     of CUPTI's per-launch overhead); these rounds record them, so the analyzer can take launch
     linkage, sync and copy calls and idle causes from them (analyzer/base.py, `api_round_idx`).
     In lean mode CUPTI starts here: a settling round, then the profile rounds (by default up to
-    `lean_trace_rounds`, ending at the first in step with the measured rounds), then the trace rounds.
+    `lean_trace_rounds`, ending at the first in step with the measured rounds), then the trace rounds
+    (by default up to rounds.TRACE_ROUNDS_MAX, ending the same way).
     """
     n = coll.trace_rounds_due()
     if not n:
@@ -113,39 +114,49 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
         # which the analyzer reads nothing from.
         with coll.round(first_index, RoundKind.SETTLING):
             result: tuple[R] | None = (body(),)
-        ran = 0
-        while ran < n:
-            with coll.round(first_index + 1 + ran, RoundKind.PROFILE):
-                result = (body(),)
-            ran += 1
-            if coll.options.profile_until_in_step and _in_step(coll):
-                break
+        ran = _until_in_step(coll, body, first_index + 1, n, RoundKind.PROFILE, result)
+        result = ran[1]
         if not switched:
             return result
         gpu.synchronize()
         if not gpu.switch_launch_calls(True):
             return result
-        first_index += 1 + ran
+        first_index += 1 + ran[0]
         n = coll.options.trace_rounds or 0
     else:
         if not gpu.switch_launch_calls(True):
             return None
         result = None
+    if coll.options.until_in_step:
+        n = max(n, TRACE_ROUNDS_MAX)
     try:
-        for i in range(n):
-            with coll.round(first_index + i, RoundKind.TRACE):
-                result = (body(),)
+        result = _until_in_step(coll, body, first_index, n, RoundKind.TRACE, result)[1]
     finally:
         gpu.switch_launch_calls(False)
     return result
 
 
-def _in_step(coll: Collection) -> bool:
-    """Whether the last profile round ran as the measured rounds did, but for its GPU records (rounds.in_step)."""
+def _until_in_step(
+    coll: Collection, body: Callable[[], R], first: int, n: int, kind: RoundKind, result: tuple[R] | None
+) -> tuple[int, tuple[R] | None]:
+    """Up to `n` rounds of `kind`; with `until_in_step`, ending at the first in step with the measured rounds.
+    Returns how many ran and the last call's result."""
+    ran = 0
+    while ran < n:
+        with coll.round(first + ran, kind):
+            result = (body(),)
+        ran += 1
+        if coll.options.until_in_step and _in_step(coll, kind):
+            break
+    return ran, result
+
+
+def _in_step(coll: Collection, kind: RoundKind) -> bool:
+    """Whether the last round (of `kind`) ran as the measured rounds did, but for its records (rounds.in_step)."""
     last = coll.last_round
-    if last is None or last["kind"] != RoundKind.PROFILE.name:
+    if last is None or last["kind"] != kind.name:
         return True  # the collection stopped inside the body: no more rounds
     measured = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.MEASURED.name]
     decision = coll.gpu_session.decision
     cost = decision.estimated_cost if decision is not None and decision.estimated_cost is not None else 0.0
-    return in_step(last["wall_ns"], measured, cost)
+    return in_step(last["wall_ns"], measured, allowance(kind, coll.gpu_session.lean, cost))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_inferscope.rounds import PROFILE_SLACK_NS, RoundKind, in_step, kind_flags, kinds_of, row_kind
+from pytest_inferscope.rounds import STEP_SLACK_NS, RoundKind, in_step, kind_flags, kinds_of, row_kind
 
 RAISED = 2
 
@@ -65,5 +65,5 @@ def test_a_profile_round_is_in_step_within_ten_percent_of_the_measured_median_be
 
 def test_a_tiny_round_is_in_step_within_the_slack() -> None:
     measured = [20_000, 21_000, 19_000]  # 20 µs rounds: 10% is 2 µs, below the clock's and scheduler's noise
-    assert in_step(20_000 + PROFILE_SLACK_NS, measured)
-    assert not in_step(20_001 + PROFILE_SLACK_NS, measured)
+    assert in_step(20_000 + STEP_SLACK_NS, measured)
+    assert not in_step(20_001 + STEP_SLACK_NS, measured)

@@ -67,13 +67,15 @@ def steady(
     gpu_in_measured: bool = True,
     profile: int = 0,
     profile_stretch: tuple[float, ...] = (),
+    trace_stretches: tuple[float, ...] = (),
 ) -> RawTrace:
     """`warmup` + `rounds` + `trace` copies of ROUND; launch calls in the measured rounds only when `api_in_measured`.
 
     `trace_stretch` makes each trace round that much longer (a host slowed by recording its launch calls).
     `gpu_in_measured=False`: no GPU record at all outside the trace rounds, as `--inferscope-gpu-rounds=trace`
     records them (the meta says so). `profile`: that many profile rounds (GPU activity, no launch calls)
-    between the measured and the trace rounds, as lean mode runs them; `profile_stretch`: each one's stretch.
+    between the measured and the trace rounds, as lean mode runs them; `profile_stretch`: each one's stretch;
+    `trace_stretches`: each trace round's, instead of `trace_stretch`.
     """
     strings = ["test"]
     rows: list[tuple[Any, ...]] = []
@@ -85,6 +87,8 @@ def steady(
         stretch = trace_stretch if is_trace else 1.0
         if is_profile and profile_stretch:
             stretch = profile_stretch[i - warmup - rounds]
+        if is_trace and trace_stretches:
+            stretch = trace_stretches[i - warmup - rounds - profile]
         dur = int(ROUND_MS * stretch * MS)
         kind = RK.WARMUP if i < warmup else RK.TRACE if is_trace else RK.PROFILE if is_profile else RK.MEASURED
         flags = kind_flags(kind)
@@ -211,9 +215,10 @@ def test_lean_profile_rounds_give_the_gpu_figures_and_the_trace_round_the_launch
 @pytest.mark.parametrize(
     ("stretches", "read"),
     [
-        ((1.5, 1.0), [1]),  # the first ran 50% slow (a GC pause, other load): the second is read alone
-        ((1.0, 1.09), [0, 1]),  # both in step (within 10%)
-        ((1.5, 1.4), [0, 1]),  # neither: both read, as before
+        # 2 ms rounds: in step up to 1 ms over (rounds.STEP_SLACK_NS)
+        ((1.6, 1.0), [1]),  # the first ran 60% slow (a GC pause, other load): the second is read alone
+        ((1.0, 1.45), [0, 1]),  # both in step
+        ((1.6, 1.55), [0, 1]),  # neither: both read, as before
     ],
 )
 def test_a_profile_round_out_of_step_with_the_measured_rounds_is_not_read_while_another_is(
@@ -231,6 +236,21 @@ def test_a_profile_round_out_of_step_with_the_measured_rounds_is_not_read_while_
         lean = analyze(tl)
         for key in ("gpu.busy_fraction", "gpu.idle_fraction", "gpu.kernel_launches_per_round"):
             assert lean.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-6), key
+
+
+def test_a_trace_round_out_of_step_is_not_read_while_another_is() -> None:
+    """The launch calls, and so the round graph and its what-ifs, come from the trace round that ran as the
+    measured rounds did, not from one disturbed by something else (here 3x slower)."""
+    disturbed = merge(steady(5, 2, api_in_measured=False, trace_stretches=(3.0, 1.0)))
+    r = Context(disturbed).rounds
+    second = r._rounds_of(RK.TRACE).tolist()[1]
+    assert r.trace_idx.tolist() == [second] and r.api_round_idx.tolist() == [second]
+    assert len(r.latency.trace_ms) == 2
+    ref = analyze(merge(steady(5, 1, api_in_measured=False)))
+    got = analyze(disturbed)
+    for key in API_METRICS:
+        assert got.metrics[key] == pytest.approx(ref.metrics[key], rel=1e-6, abs=1e-9), key
+    assert got.whatif_replay["replay_ms"] == pytest.approx(ref.whatif_replay["replay_ms"], rel=1e-6)
 
 
 def test_the_settling_round_after_cupti_starts_counts_as_neither_trace_nor_warm_up() -> None:
@@ -453,8 +473,30 @@ def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
     gpu.calls.clear()
     api.measure(body, rounds=3, warmup=1, gpu_rounds="trace", trace_rounds=2, cpu="off")  # told: 2 and 2
     assert gpu.calls == b * 4 + ["start", "api off"] + b * 3 + ["api on"] + b * 2 + ["api off", "stop"]
+
+
+def test_measure_runs_a_second_trace_round_when_the_first_is_out_of_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_inferscope import api
+
+    gpu = FakeGpu()
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+    slow_first = {"trace": True}
+
+    def body() -> None:
+        gpu.calls.append("body")
+        first_trace = gpu.calls.count("body") == 5  # after the warm-up and 3 measured calls
+        time.sleep(0.03 if first_trace and slow_first["trace"] else 0.01)
+
+    b = ["body"]
+    for slow, traced in ((True, 2), (False, 1)):
+        slow_first["trace"] = slow
+        gpu.calls.clear()
+        result = api.measure(body, rounds=3, warmup=1, gpu_rounds="measured", cpu="off")
+        assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b * traced + ["api off", "stop"]
+        assert len(result.latency.trace_ms) == traced
+    slow_first["trace"] = True
     gpu.calls.clear()
-    api.measure(body, rounds=3, warmup=1, gpu_rounds="measured", cpu="off")  # measured, one trace call
+    api.measure(body, rounds=3, warmup=1, gpu_rounds="measured", trace_rounds=1, cpu="off")  # told: one
     assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
 
 
