@@ -28,13 +28,13 @@ from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import pin_gpu
 from .marker import parse_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP, lean_rounds_conflict
-from .warning import InferscopeWarning
+from .warning import InferscopeWarning, async_not_profiled
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
     from .baseline import Baseline
     from .checks import Plan
-    from .collectors import Collection
+    from .collectors import Collection, SamplerThread
     from .collectors.gpu import Choice
     from .events import RawTrace
     from .reporters import ReportWriter
@@ -87,6 +87,7 @@ class InferscopeSession:
             config.pluginmanager.register(self.ab, "inferscope-ab")
         self.probe_seen: list[float] = []  # this process's speed-probe readings: the machine's usual speed so far
         self.writer: ReportWriter | None = None  # puts report files on disk between tests (reporters/writer.py)
+        self._sampler: SamplerThread | None = None  # the stack sampler's thread, parked between tests
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
     # -- setup ---------------------------------------------------------------------
@@ -235,9 +236,9 @@ class InferscopeSession:
         if plan is None:
             return (yield)
         if inspect.iscoroutinefunction(original):
-            warnings.warn(InferscopeWarning(_async_not_profiled(pyfuncitem.nodeid)), stacklevel=1)
+            warnings.warn(InferscopeWarning(async_not_profiled(pyfuncitem.nodeid)), stacklevel=1)
             return (yield)
-        from .collectors import Collection, CollectionOptions
+        from .collectors import Collection, CollectionOptions, SamplerThread
         from .collectors.schedule import Steadying
 
         s = self.settings
@@ -252,7 +253,8 @@ class InferscopeSession:
             gpu_rounds=plan.gpu_rounds,
             lean_trace_rounds=None if plan.lean_trace_rounds == "all" else int(plan.lean_trace_rounds),
         )
-        coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
+        self._sampler = self._sampler or SamplerThread()  # one for the session: a thread per test cost 0.2-0.3 ms
+        coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid, sampler_thread=self._sampler)
         pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)
 
         probing = s.speed_probe == "on" or (
@@ -454,6 +456,8 @@ class InferscopeSession:
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
         self.wait_for_reports(close=True)
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index
             self.config.workeroutput["inferscope_results"] = [r.to_dict() for r in self.results]  # type: ignore[attr-defined]
@@ -488,12 +492,3 @@ class InferscopeSession:
         saved = sum(1 for r in self.results if r.outcome == "passed" and not r.partial_reason and r.latency.samples_ms)
         self.notes.append(f"inferscope: saved baseline {name!r} ({saved} tests) to {path}")
         return True
-
-
-def _async_not_profiled(nodeid: str) -> str:
-    return (
-        f"inferscope: {nodeid} is an async test, which inferscope cannot call in rounds (its body runs in the "
-        "event loop of the plugin that awaits it), so it was not profiled and has no report. Profile the "
-        "awaited work inside the test with `with pytest_inferscope.profile():`, or move the model call into a "
-        "synchronous test."
-    )

@@ -214,6 +214,32 @@ def test_a_test_raising_inside_a_scope_fails_with_its_own_error_and_gets_a_parti
     assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
 
 
+def test_the_profiled_tests_of_a_session_share_one_sampler_thread_that_ends_with_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import threading, time
+
+        seen = []
+
+        def sampler():
+            time.sleep(0.02)
+            return [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
+
+        def test_a():
+            seen.extend(sampler())
+
+        def test_b():
+            seen.extend(sampler())
+            assert len(seen) == 2 and seen[0] is seen[1]
+        """
+    )
+    result = pytester.runpytest("--inferscope-all", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
+
+
 def test_keyboard_interrupt_stops_collection_without_leftover_threads(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
