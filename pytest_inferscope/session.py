@@ -278,7 +278,7 @@ class InferscopeSession:
             return result
 
         pyfuncitem.obj = profiled
-        self.wait_for_reports()  # nothing is written to disk by this process while a test is measured
+        self.wait_for_reports(pause=True)  # no report file is written while a test is measured
         coll.start()
         pending.extra = start_extra_collectors(self.config, pyfuncitem)
         try:
@@ -297,6 +297,8 @@ class InferscopeSession:
             pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
             pending.raw = coll.stop()
             pending.raw.meta["extra_metrics"] = pending.extra_metrics
+            if self.writer is not None:
+                self.writer.resume()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -385,8 +387,9 @@ class InferscopeSession:
         self.config.hook.pytest_inferscope_result(config=self.config, result=result)
         return result
 
-    def wait_for_reports(self, close: bool = False) -> None:
-        """Wait until the report files handed to the writer are on disk.
+    def wait_for_reports(self, close: bool = False, pause: bool = False) -> None:
+        """Wait until the report files handed to the writer are on disk (`pause`: until the writer writes
+        nothing more before its `resume`, the files it has not written yet waiting until then).
 
         A test whose files could not all be written keeps no file list in its result (index.json and
         index.html do not point to them) and gets a line in the summary, as a baseline that was not
@@ -394,7 +397,7 @@ class InferscopeSession:
         """
         if self.writer is None:
             return
-        errors = self.writer.close() if close else self.writer.wait()
+        errors = self.writer.close() if close else self.writer.pause() if pause else self.writer.wait()
         if close:
             self.writer = None
         for e in errors:

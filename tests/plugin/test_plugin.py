@@ -558,6 +558,64 @@ def test_a_trivial_tests_report_files_stay_small(pytester: pytest.Pytester) -> N
     assert all((out / f).is_file() for t in index["tests"] for f in t["files"].values())
 
 
+def test_no_report_file_is_written_while_a_test_is_measured(pytester: pytest.Pytester) -> None:
+    """The writer's helper is paused from the start of a test's collection to its end: every round of a
+    profiled test sees the report folder as its first (warm-up) round saw it, temporary files included.
+
+    The helper is slowed down (5 ms per file) so that a test's files are still being written when the
+    next test starts."""
+    from pytest_inferscope.reporters import files
+
+    pytester.makepyfile(
+        slow_files=f"""
+        import importlib.util, time
+        spec = importlib.util.spec_from_file_location("_real_files", {files.__file__!r})
+        real = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(real)
+
+        def atomic_write_bytes(path, data):
+            time.sleep(0.005)
+            real.atomic_write_bytes(path, data)
+        """
+    )
+    pytester.makeconftest(
+        """
+        import pathlib, types
+        from pytest_inferscope.reporters import writer
+
+        def pytest_configure(config):
+            config._real_files = writer._files
+            writer._files = types.SimpleNamespace(__file__=str(pathlib.Path("slow_files.py").resolve()))
+
+        def pytest_unconfigure(config):
+            writer._files = config._real_files
+        """
+    )
+    pytester.makepyfile(
+        """
+        import os, time
+        import pytest
+
+        seen = {}
+
+        def files():
+            return sorted(
+                (os.path.join(root, f), os.stat(os.path.join(root, f)).st_size)
+                for root, _, names in os.walk("out") for f in names
+            )
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        @pytest.mark.parametrize("i", range(6))
+        def test_measured(i):
+            assert files() == seen.setdefault(i, files())
+            time.sleep(0.01)
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=6)
+    assert len(slug_dirs(pytester.path / "out")) == 6
+
+
 def test_report_files_that_cannot_be_written_are_said_in_the_summary(pytester: pytest.Pytester) -> None:
     """The writer's errors reach the summary; the index does not point to the missing files."""
     from pytest_inferscope.reporters.files import slugify
