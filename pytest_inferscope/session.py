@@ -27,13 +27,13 @@ from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import pin_gpu
 from .marker import parse_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP, lean_rounds_conflict
-from .warning import InferscopeWarning
+from .warning import InferscopeWarning, async_not_profiled
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
     from .baseline import Baseline
     from .checks import Plan
-    from .collectors import Collection
+    from .collectors import Collection, SamplerThread
     from .collectors.gpu import Choice
     from .events import RawTrace
     from .reporters import ReportWriter
@@ -86,6 +86,7 @@ class InferscopeSession:
             config.pluginmanager.register(self.ab, "inferscope-ab")
         self.probe_seen: list[float] = []  # this process's speed-probe readings: the machine's usual speed so far
         self.writer: ReportWriter | None = None  # puts report files on disk between tests (reporters/writer.py)
+        self._sampler: SamplerThread | None = None  # the stack sampler's thread, parked between tests
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
     # -- setup ---------------------------------------------------------------------
@@ -235,9 +236,9 @@ class InferscopeSession:
         if plan is None:
             return (yield)
         if inspect.iscoroutinefunction(original):
-            warnings.warn(InferscopeWarning(_async_not_profiled(pyfuncitem.nodeid)), stacklevel=1)
+            warnings.warn(InferscopeWarning(async_not_profiled(pyfuncitem.nodeid)), stacklevel=1)
             return (yield)
-        from .collectors import Collection, CollectionOptions
+        from .collectors import Collection, CollectionOptions, SamplerThread
         from .collectors.schedule import Steadying
 
         s = self.settings
@@ -253,7 +254,8 @@ class InferscopeSession:
             lean_trace_rounds=None if plan.lean_trace_rounds == "all" else int(plan.lean_trace_rounds),
             until_in_step=plan.until_in_step,
         )
-        coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid)
+        self._sampler = self._sampler or SamplerThread()  # one for the session: a thread per test cost 0.2-0.3 ms
+        coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid, sampler_thread=self._sampler)
         pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)
 
         probing = s.speed_probe == "on" or (
@@ -277,7 +279,7 @@ class InferscopeSession:
             return result
 
         pyfuncitem.obj = profiled
-        self.wait_for_reports()  # nothing is written to disk by this process while a test is measured
+        self.wait_for_reports(pause=True)  # no report file is written while a test is measured
         coll.start()
         pending.extra = start_extra_collectors(self.config, pyfuncitem)
         try:
@@ -296,6 +298,8 @@ class InferscopeSession:
             pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
             pending.raw = coll.stop()
             pending.raw.meta["extra_metrics"] = pending.extra_metrics
+            if self.writer is not None:
+                self.writer.resume()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -384,8 +388,9 @@ class InferscopeSession:
         self.config.hook.pytest_inferscope_result(config=self.config, result=result)
         return result
 
-    def wait_for_reports(self, close: bool = False) -> None:
-        """Wait until the report files handed to the writer are on disk.
+    def wait_for_reports(self, close: bool = False, pause: bool = False) -> None:
+        """Wait until the report files handed to the writer are on disk (`pause`: until the writer writes
+        nothing more before its `resume`, the files it has not written yet waiting until then).
 
         A test whose files could not all be written keeps no file list in its result (index.json and
         index.html do not point to them) and gets a line in the summary, as a baseline that was not
@@ -393,7 +398,7 @@ class InferscopeSession:
         """
         if self.writer is None:
             return
-        errors = self.writer.close() if close else self.writer.wait()
+        errors = self.writer.close() if close else self.writer.pause() if pause else self.writer.wait()
         if close:
             self.writer = None
         for e in errors:
@@ -455,6 +460,8 @@ class InferscopeSession:
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
         self.wait_for_reports(close=True)
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index
             self.config.workeroutput["inferscope_results"] = [r.to_dict() for r in self.results]  # type: ignore[attr-defined]
@@ -489,12 +496,3 @@ class InferscopeSession:
         saved = sum(1 for r in self.results if r.outcome == "passed" and not r.partial_reason and r.latency.samples_ms)
         self.notes.append(f"inferscope: saved baseline {name!r} ({saved} tests) to {path}")
         return True
-
-
-def _async_not_profiled(nodeid: str) -> str:
-    return (
-        f"inferscope: {nodeid} is an async test, which inferscope cannot call in rounds (its body runs in the "
-        "event loop of the plugin that awaits it), so it was not profiled and has no report. Profile the "
-        "awaited work inside the test with `with pytest_inferscope.profile():`, or move the model call into a "
-        "synchronous test."
-    )

@@ -22,7 +22,7 @@ from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
 from ..rounds import RoundKind, kind_flags, row_kind
-from .cpu import Sampler, Tracer
+from .cpu import Sampler, SamplerThread, Tracer
 from .devsync import DeviceSync
 from .gpu import Choice, GpuBackendError, GpuCollector
 from .gpu_session import GpuSession
@@ -119,8 +119,16 @@ class _Round:
 class Collection:
     """One profiled body: `start()`, then `round()`s, `scope()`s and `mark()`s, then `stop()`."""
 
-    def __init__(self, options: CollectionOptions, gpu: Choice | None = None, name: str = "test") -> None:
+    def __init__(
+        self,
+        options: CollectionOptions,
+        gpu: Choice | None = None,
+        name: str = "test",
+        sampler_thread: SamplerThread | None = None,
+    ) -> None:
+        """`sampler_thread`: a parked thread for the stack sampler (a session's); None: a thread of its own."""
         self.options = options
+        self._sampler_thread = sampler_thread
         self.name = name
         self.buffer = TraceBuffer(size_mb=options.trace_size_mb, spill_dir=options.trace_spill)
         #: The GPU backend across the collection: its start, pauses, launch-call switches, clock pairs, stop.
@@ -157,7 +165,9 @@ class Collection:
             self.memory.stop(0)
             raise
         if self.options.cpu == "sample":
-            self.sampler = Sampler(self.buffer, self.options.sample_interval_ms, threading.get_ident(), tid)
+            self.sampler = Sampler(
+                self.buffer, self.options.sample_interval_ms, threading.get_ident(), tid, self._sampler_thread
+            )
         elif self.options.cpu == "trace":
             self.tracer = Tracer(self.buffer, tid)
         if self.options.modules > 0:

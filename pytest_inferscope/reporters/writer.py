@@ -8,9 +8,12 @@ runs Python code it gets it only every switch interval (5 ms). So the files go t
 small Python process (`_HELPER`, started on first use; it loads `files.py` by its path, not the
 plugin's package) that writes each one with `files.atomic_write_bytes`.
 
-The session waits for the writes (`wait`) before it starts the next collection, so no test is
-measured while report files are written, and at the end of the session, before the index is
-written; the errors of a test's files come back from `wait` with its node id. A test's files are
+Before a profiled test's collection starts, the session pauses the helper (`pause`: it finishes
+the file it is writing, answers, and writes nothing more) and lets it go on when the collection has
+stopped (`resume`), so no test is measured while report files are written, yet the files left from
+earlier tests wait instead of pytest; at the end of the session it waits for all of them (`wait`),
+before the index is written. The errors of a test's files come back from `pause` or `wait` with
+its node id. A test's files are
 written in the order given (the trace before report.json, as `write_test_reports` does); after a
 failed one the rest of that test's files are not written, so no report.json points to a file that
 is missing. When the helper cannot be started or stops, the files it had not confirmed are written
@@ -33,44 +36,66 @@ from . import files as _files
 from .files import atomic_write_bytes
 
 #: The helper: reads frames from stdin (b"W" group path data | b"S"), writes files, answers a "S"
-#: (sync) with one JSON line on stdout: the [group, path, error] of every failure since the last one;
-#: after a test's (group's) first failure, its later files are not written.
+#: (sync) with one JSON line on stdout: [files done, [group, path, error] of every failure since the
+#: last answer]; after a test's (group's) first failure, its later files are not written. A b"P" on
+#: the control pipe (its descriptor is argv[2]) is answered the same way once the file being written
+#: is done, and nothing more is written until a b"R" there.
 _HELPER = r"""
-import importlib.util, json, os, struct, sys
+import importlib.util, json, os, select, struct, sys
 # files.py by its path (argv[1]): its atomic writes, without importing the plugin's package.
 spec = importlib.util.spec_from_file_location("_inferscope_files", sys.argv[1])
 files = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(files)
-inp, out = sys.stdin.buffer, sys.stdout
-failed, errors, made = set(), [], set()
+data, ctl, out = 0, int(sys.argv[2]), sys.stdout
+failed, errors, made, done = set(), [], set(), 0
 
-def read(n):
-    b = inp.read(n)
-    if len(b) != n:
-        raise EOFError
-    return b
+def read(fd, n):
+    parts = []
+    while n:
+        b = os.read(fd, min(n, 1 << 20))
+        if not b:
+            raise EOFError
+        parts.append(b)
+        n -= len(b)
+    return b"".join(parts)
+
+def answer():
+    global errors
+    out.write(json.dumps([done, errors]) + "\n")
+    out.flush()
+    errors = []
+
+def pause_if_asked(block):
+    # b"P" on the control pipe: say what is done, then write nothing until b"R".
+    while ctl in select.select([data, ctl] if block else [ctl], [], [], None if block else 0)[0]:
+        if read(ctl, 1) != b"P":
+            continue
+        answer()
+        while read(ctl, 1) != b"R":
+            pass
+        block = False  # data may have come meanwhile: look again without waiting
+    return True
 
 try:
-    while True:
-        op = read(1)
+    while pause_if_asked(True):
+        op = read(data, 1)
         if op == b"S":
-            out.write(json.dumps(errors) + "\n")
-            out.flush()
-            errors = []
-        else:
-            group, n_path, n_data = struct.unpack("<IHQ", read(14))
-            path, data = read(n_path).decode("utf-8", "surrogateescape"), read(n_data)
-            if group in failed:
-                continue
+            answer()
+            continue
+        group, n_path, n_data = struct.unpack("<IHQ", read(data, 14))
+        path, payload = read(data, n_path).decode("utf-8", "surrogateescape"), read(data, n_data)
+        pause_if_asked(False)
+        if group not in failed:
             try:
                 folder = os.path.dirname(path)
                 if folder not in made:
                     os.makedirs(folder, exist_ok=True)
                     made.add(folder)
-                files.atomic_write_bytes(path, data)
+                files.atomic_write_bytes(path, payload)
             except Exception as e:
                 failed.add(group)
                 errors.append([group, path, str(e) or type(e).__name__])
+        done += 1
 except EOFError:
     pass
 """
@@ -90,9 +115,14 @@ class ReportWriter:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
+        self._ctl: IO[bytes] | None = None  # the helper's control pipe: b"P" pause, b"R" resume
+        self._paused = False
         self._broken = False  # the helper could not start or stopped: write here
-        self._groups: list[tuple[str, list[tuple[Path, bytes]]]] = []  # submitted since the last confirmed sync
-        self._index: dict[str, int] = {}  # node id -> its group in _groups
+        # Groups not yet confirmed written: id -> (node id, files, the count of files sent up to its last one).
+        self._groups: dict[int, tuple[str, list[tuple[Path, bytes]], int]] = {}
+        self._index: dict[str, int] = {}  # node id -> its group id
+        self._next_group = 0
+        self._sent = 0  # files sent to the helper
         self._errors: list[WriteError] = []
         self._failed_here: set[str] = set()  # tests whose files failed in _write_here
 
@@ -101,32 +131,56 @@ class ReportWriter:
         submitted before; a test's files may come in several calls (each as soon as it is formatted)."""
         new = [(folder / name, data) for name, data in files]
         if not self._broken and self._start():
-            index = self._index.setdefault(nodeid, len(self._groups))
-            if index == len(self._groups):
-                self._groups.append((nodeid, []))
-            self._groups[index][1].extend(new)
+            self.resume()
+            gid = self._index.get(nodeid)
+            if gid is None or gid not in self._groups:
+                gid = self._index[nodeid] = self._next_group
+                self._next_group += 1
+                self._groups[gid] = (nodeid, [], 0)
+            self._sent += len(new)
+            self._groups[gid] = (nodeid, self._groups[gid][1] + new, self._sent)
             try:
-                self._send(index, new)
+                self._send(gid, new)
                 return
             except OSError:
-                self._give_up()  # writes every group since the last sync here, these files included
+                self._give_up()  # writes every unconfirmed group here, these files included
                 return
         self._write_here(nodeid, new)
+
+    def pause(self) -> list[WriteError]:
+        """Return when the helper writes nothing until `resume` (or the next `submit` or `wait`), having
+        finished the file it was writing; the errors since the last call. Files not written yet wait."""
+        if self._proc is not None and self._groups and not self._paused:
+            try:
+                assert self._ctl is not None
+                self._ctl.write(b"P")
+                self._ctl.flush()
+                self._paused = True
+                self._answer()
+            except (OSError, ValueError):
+                self._give_up()
+        errors, self._errors = self._errors, []
+        return errors
+
+    def resume(self) -> None:
+        """Let the helper write again after `pause`."""
+        if self._paused and self._ctl is not None:
+            self._paused = False
+            try:
+                self._ctl.write(b"R")
+                self._ctl.flush()
+            except OSError:
+                self._give_up()
 
     def wait(self) -> list[WriteError]:
         """Return when everything submitted is on disk; the errors since the last call."""
         if self._proc is not None and self._groups:
+            self.resume()
             try:
-                stdin, stdout = self._pipes()
+                stdin = self._pipes()[0]
                 stdin.write(b"S")
                 stdin.flush()
-                line = stdout.readline()
-                if not line:
-                    raise OSError("the report writer process stopped")
-                for group, path, error in json.loads(line):
-                    nodeid = self._groups[group][0]
-                    self._errors.append(WriteError(nodeid, Path(path), OSError(error)))
-                self._groups, self._index = [], {}
+                self._answer()
             except (OSError, ValueError):
                 self._give_up()
         errors, self._errors = self._errors, []
@@ -147,36 +201,57 @@ class ReportWriter:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _answer(self) -> None:
+        """Read the helper's answer (to b"S" or b"P"): how many files it has done, and its errors since the last."""
+        line = self._pipes()[1].readline()
+        if not line:
+            raise OSError("the report writer process stopped")
+        done, failures = json.loads(line)
+        for gid, path, error in failures:
+            self._errors.append(WriteError(self._groups[gid][0], Path(path), OSError(error)))
+        for gid in [g for g, (_, _, last) in self._groups.items() if last <= done]:
+            del self._groups[gid]
+
     def _start(self) -> bool:
         if self._proc is None:
             try:
-                self._proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", _HELPER, _files.__file__],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                )
+                read, write = os.pipe()
             except OSError:
                 self._broken = True
                 return False
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", _HELPER, _files.__file__, str(read)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    pass_fds=(read,),
+                )
+            except OSError:
+                os.close(write)
+                self._broken = True
+                return False
+            finally:
+                os.close(read)
+            self._ctl = os.fdopen(write, "wb")
         return True
 
     def _end(self) -> None:
-        """Close both pipes (an open one would be a ResourceWarning) and forget the helper."""
-        for pipe in self._pipes():
+        """Close the pipes (an open one would be a ResourceWarning) and forget the helper."""
+        for pipe in [*self._pipes(), *([self._ctl] if self._ctl is not None else [])]:
             with contextlib.suppress(OSError):
                 pipe.close()
-        self._proc = None
+        self._proc, self._ctl, self._paused = None, None, False
 
     def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
         assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
         return self._proc.stdin, self._proc.stdout
 
-    def _send(self, index: int, group: list[tuple[Path, bytes]]) -> None:
+    def _send(self, gid: int, group: list[tuple[Path, bytes]]) -> None:
         stdin = self._pipes()[0]
         for path, data in group:
             raw_path = os.fsencode(path)
-            stdin.write(b"W" + struct.pack("<IHQ", index, len(raw_path), len(data)) + raw_path)
+            stdin.write(b"W" + struct.pack("<IHQ", gid, len(raw_path), len(data)) + raw_path)
             stdin.write(data)
         stdin.flush()
 
@@ -189,8 +264,8 @@ class ReportWriter:
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 self._proc.wait(timeout=10)
             self._end()
-        groups, self._groups, self._index = self._groups, [], {}
-        for nodeid, group in groups:
+        groups, self._groups, self._index = self._groups, {}, {}
+        for nodeid, group, _ in groups.values():
             self._write_here(nodeid, group)
 
     def _write_here(self, nodeid: str, group: list[tuple[Path, bytes]]) -> None:

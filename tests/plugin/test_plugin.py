@@ -214,6 +214,32 @@ def test_a_test_raising_inside_a_scope_fails_with_its_own_error_and_gets_a_parti
     assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
 
 
+def test_the_profiled_tests_of_a_session_share_one_sampler_thread_that_ends_with_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import threading, time
+
+        seen = []
+
+        def sampler():
+            time.sleep(0.02)
+            return [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
+
+        def test_a():
+            seen.extend(sampler())
+
+        def test_b():
+            seen.extend(sampler())
+            assert len(seen) == 2 and seen[0] is seen[1]
+        """
+    )
+    result = pytester.runpytest("--inferscope-all", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
+
+
 def test_keyboard_interrupt_stops_collection_without_leftover_threads(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
@@ -530,6 +556,64 @@ def test_a_trivial_tests_report_files_stay_small(pytester: pytest.Pytester) -> N
     assert all(f"../assets/{a}" in page for a in assets)
     index = json.loads((out / "index.json").read_text())
     assert all((out / f).is_file() for t in index["tests"] for f in t["files"].values())
+
+
+def test_no_report_file_is_written_while_a_test_is_measured(pytester: pytest.Pytester) -> None:
+    """The writer's helper is paused from the start of a test's collection to its end: every round of a
+    profiled test sees the report folder as its first (warm-up) round saw it, temporary files included.
+
+    The helper is slowed down (5 ms per file) so that a test's files are still being written when the
+    next test starts."""
+    from pytest_inferscope.reporters import files
+
+    pytester.makepyfile(
+        slow_files=f"""
+        import importlib.util, time
+        spec = importlib.util.spec_from_file_location("_real_files", {files.__file__!r})
+        real = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(real)
+
+        def atomic_write_bytes(path, data):
+            time.sleep(0.005)
+            real.atomic_write_bytes(path, data)
+        """
+    )
+    pytester.makeconftest(
+        """
+        import pathlib, types
+        from pytest_inferscope.reporters import writer
+
+        def pytest_configure(config):
+            config._real_files = writer._files
+            writer._files = types.SimpleNamespace(__file__=str(pathlib.Path("slow_files.py").resolve()))
+
+        def pytest_unconfigure(config):
+            writer._files = config._real_files
+        """
+    )
+    pytester.makepyfile(
+        """
+        import os, time
+        import pytest
+
+        seen = {}
+
+        def files():
+            return sorted(
+                (os.path.join(root, f), os.stat(os.path.join(root, f)).st_size)
+                for root, _, names in os.walk("out") for f in names
+            )
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        @pytest.mark.parametrize("i", range(6))
+        def test_measured(i):
+            assert files() == seen.setdefault(i, files())
+            time.sleep(0.01)
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=6)
+    assert len(slug_dirs(pytester.path / "out")) == 6
 
 
 def test_report_files_that_cannot_be_written_are_said_in_the_summary(pytester: pytest.Pytester) -> None:

@@ -5,7 +5,15 @@ import time
 
 import pytest
 
-from pytest_inferscope.collectors import RAISED_FLAG, Collection, CollectionOptions, active, mark_event, scope
+from pytest_inferscope.collectors import (
+    RAISED_FLAG,
+    Collection,
+    CollectionOptions,
+    SamplerThread,
+    active,
+    mark_event,
+    scope,
+)
 from pytest_inferscope.events import Kind
 from pytest_inferscope.rounds import RoundKind, kinds_of
 
@@ -87,6 +95,29 @@ def test_a_raising_scope_is_recorded_and_flagged() -> None:
 
 def test_no_sampler_thread_survives_stop() -> None:
     run(lambda: time.sleep(0.01), rounds=2)
+    assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
+
+
+def test_a_parked_sampler_thread_samples_one_collection_after_another_and_ends_on_close() -> None:
+    host = SamplerThread()
+    threads = []
+
+    def body() -> None:
+        threads.extend(t for t in threading.enumerate() if t.name == "inferscope-sampler")
+        end = time.perf_counter() + 0.05
+        while time.perf_counter() < end:
+            busy_python(20_000)
+
+    for _ in range(3):
+        coll = Collection(CollectionOptions(sample_interval_ms=1.0), sampler_thread=host)
+        coll.start()
+        coll.run_rounds(body, 1, 0)
+        raw = coll.stop()
+        # Every collection is sampled (at least once: a loaded machine may delay the sampler's wake-ups).
+        assert (raw.events["kind"] == Kind.SAMPLE).sum() >= 1
+        assert raw.meta["sampler"]["samples"] >= 1 and raw.meta["sampler"]["cost_ns"] > 0
+    assert len(threads) == 3 and threads[0] is threads[1] is threads[2]  # one thread, parked between them
+    host.close()
     assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
 
 

@@ -1018,6 +1018,30 @@ def test_the_writer_writes_in_order_and_stops_a_tests_files_at_its_first_failure
     assert proc is not None and proc.returncode == 0 and proc.stdin.closed and proc.stdout.closed  # type: ignore[union-attr]
 
 
+def test_a_paused_writer_writes_nothing_until_it_resumes(tmp_path: Path) -> None:
+    from pytest_inferscope.reporters import ReportWriter
+
+    def on_disk() -> list[tuple[str, int]]:
+        return sorted((str(p), p.stat().st_size) for p in tmp_path.rglob("*"))
+
+    w = ReportWriter()
+    (tmp_path / "t0" / "bad").mkdir(parents=True)  # cannot be replaced: an error, handed over by pause()
+    for i in range(200):
+        w.submit(f"t::{i}", tmp_path / f"t{i}", [("bad" if i == 0 else "one", b"1"), ("two", b"2" * 1000)])
+    errors = w.pause()
+    before = on_disk()
+    time.sleep(0.2)
+    assert on_disk() == before  # paused: nothing written, no temporary file made
+    assert [(e.nodeid, e.path.name) for e in errors] in ([], [("t::0", "bad")])
+    w.resume()
+    errors += w.wait()
+    assert [(e.nodeid, e.path.name) for e in errors] == [("t::0", "bad")]
+    assert all((tmp_path / f"t{i}" / "two").stat().st_size == 1000 for i in range(1, 200))
+    w.submit("t::x", tmp_path / "x", [("one", b"x")])
+    assert w.pause() == [] and w.pause() == []  # a second pause: already paused
+    assert w.close() == [] and (tmp_path / "x" / "one").read_bytes() == b"x"  # close resumes first
+
+
 def test_the_writer_writes_here_when_its_process_cannot_start_or_stops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
