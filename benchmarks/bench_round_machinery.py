@@ -1,7 +1,11 @@
 """What the round machinery costs a CPU-only, pure-Python body per call (issue 16), through the public API.
 
 The body is a recursive Fibonacci (no torch, no GPU): all Python, so anything the plugin does inside
-the round's time, or that disturbs the body's caches between rounds, shows. Per "test": 1 warm-up + 10
+the round's time, or that disturbs the body's caches between rounds, shows. `--body pipeline`: an image
+preprocessing pipeline instead (PIL decode of in-memory PNGs, resize, numpy normalise and stack; numpy
+alone when PIL is missing), which allocates many objects: the run also counts, per call, the garbage
+collections (gc.callbacks) that ran inside the timed calls in each mode, since a plugin that allocates
+between rounds moves the collector's collections out of (or into) the calls it times. Per "test": 1 warm-up + 10
 calls; the plugin's figure is the per-round latency `measure()` records for the measured rounds, the
 plain figure the same calls timed with perf_counter. Modes, interleaved in a rotating order so drift hits
 them alike: `default` (`measure()` with default settings: stack sampling every 10 ms), `cpu_off`
@@ -10,11 +14,14 @@ figures are the same on a machine with a GPU. Each figure: median over repetitio
 plain median in the same repetition) - 1, IQR beside it.
 
     python3 benchmarks/bench_round_machinery.py [--reps 30] [--sizes 19,23]
+    python3 benchmarks/bench_round_machinery.py --body pipeline [--reps 30] [--sizes 16,64]   # images per call
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import io
 import os
 import statistics
 import sys
@@ -23,6 +30,9 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository's package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from collections.abc import Callable
+from typing import Any
 
 from benchmarks._common import header, quartiles
 
@@ -33,48 +43,115 @@ def fib(n: int) -> int:
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
-def plain(n: int) -> float:
+def make_pipeline(n: int) -> Callable[[], Any]:
+    """n 224x224 RGB images, PNG-encoded in memory, through decode, resize to 112x112, normalise, stack."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    pixels = [rng.integers(0, 255, (224, 224, 3), dtype=np.uint8) for _ in range(n)]
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    try:
+        from PIL import Image
+    except ImportError:  # numpy alone: the same shape of work, without the codec
+
+        def one(a: Any) -> Any:
+            return ((a[::2, ::2].astype(np.float32) / 255.0 - mean) / std).transpose(2, 0, 1)
+
+        return lambda: np.stack([one(a.copy()) for a in pixels])
+    encoded = []
+    for a in pixels:
+        buf = io.BytesIO()
+        Image.fromarray(a).save(buf, format="PNG")
+        encoded.append(buf.getvalue())
+
+    def decode(b: bytes) -> Any:
+        img = Image.open(io.BytesIO(b)).convert("RGB").resize((112, 112))
+        return ((np.asarray(img, dtype=np.float32) / 255.0 - mean) / std).transpose(2, 0, 1)
+
+    return lambda: np.stack([decode(b) for b in encoded])
+
+
+class GcInCalls:
+    """Counts the garbage collections that start while a timed call runs (`gc.callbacks`)."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self.counts = [0, 0, 0]
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and self.inside:
+            self.counts[info["generation"]] += 1
+
+    def wrap(self, body: Callable[[], Any]) -> Callable[[], Any]:
+        def timed() -> Any:
+            self.inside = True
+            try:
+                return body()
+            finally:
+                self.inside = False
+
+        return timed
+
+    def take(self) -> list[int]:
+        out, self.counts = self.counts, [0, 0, 0]
+        return out
+
+
+def plain(body: Callable[[], Any]) -> float:
     samples = []
     for i in range(WARMUP + CALLS):
         start = time.perf_counter_ns()
-        fib(n)
+        body()
         if i >= WARMUP:
             samples.append((time.perf_counter_ns() - start) / 1e6)
     return statistics.median(samples)
 
 
-def profiled(n: int, cpu: str | None) -> float:
+def profiled(body: Callable[[], Any], cpu: str | None) -> float:
     from pytest_inferscope import measure
 
-    result = measure(fib, n, rounds=CALLS, warmup=WARMUP, cpu=cpu)
+    result = measure(body, rounds=CALLS, warmup=WARMUP, cpu=cpu)
     return statistics.median(result.latency.samples_ms)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--sizes", default="19,23", help="Fibonacci arguments (19: ~0.5-0.7 ms, 23: ~4-5 ms here)")
+    parser.add_argument("--sizes", default=None, help="fib arguments (default 19,23: ~0.5-0.7 and ~4-5 ms here) "
+                        "or images per call with --body pipeline (default 16,64)")  # fmt: skip
+    parser.add_argument("--body", choices=("fib", "pipeline"), default="fib")
     args = parser.parse_args(argv)
     os.environ["INFERSCOPE_GPU"] = "off"
     print("\n".join(header("bench_round_machinery", f"python {sys.version.split()[0]}")), flush=True)
+    gcs = GcInCalls()
     modes = {
-        "plain": lambda n: plain(n),
-        "default": lambda n: profiled(n, None),
-        "cpu_off": lambda n: profiled(n, "off"),
+        "plain": lambda body: plain(body),
+        "default": lambda body: profiled(body, None),
+        "cpu_off": lambda body: profiled(body, "off"),
     }
+    sizes = args.sizes or ("19,23" if args.body == "fib" else "16,64")
     print(f"reps {args.reps}; a test = {WARMUP} warm-up + {CALLS} calls\n")
-    print("| body | plain per call | default | IQR | cpu off | IQR |\n| --- | --- | --- | --- | --- | --- |")
-    for n in (int(x) for x in args.sizes.split(",")):
+    print("| body | plain per call | default | IQR | cpu off | IQR | collections in the calls, gen 0/1/2 per call: "
+          "plain, default, cpu off |\n| --- | --- | --- | --- | --- | --- | --- |")  # fmt: skip
+    for n in (int(x) for x in sizes.split(",")):
+        body = gcs.wrap((lambda n=n: fib(n)) if args.body == "fib" else make_pipeline(n))
         per: dict[str, list[float]] = {m: [] for m in modes}
+        collected: dict[str, list[int]] = {m: [0, 0, 0] for m in modes}
         for rep in range(args.reps):
             names = list(modes)
             for mode in names[rep % len(names) :] + names[: rep % len(names)]:
-                per[mode].append(modes[mode](n))
-        cells = [f"fib({n})", f"{statistics.median(per['plain']):.3f} ms"]
+                gcs.take()
+                per[mode].append(modes[mode](body))
+                collected[mode] = [a + b for a, b in zip(collected[mode], gcs.take(), strict=True)]
+        label = f"fib({n})" if args.body == "fib" else f"pipeline({n} images)"
+        cells = [label, f"{statistics.median(per['plain']):.3f} ms"]
         for mode in ("default", "cpu_off"):
             ratios = [m / p - 1 for m, p in zip(per[mode], per["plain"], strict=True)]
             lo, hi = quartiles(ratios)
             cells += [f"{statistics.median(ratios):+.1%}", f"{lo:+.1%} … {hi:+.1%}"]
+        calls = args.reps * (WARMUP + CALLS)
+        cells.append(", ".join("/".join(f"{c / calls:.2f}" for c in collected[m]) for m in modes))
         print(f"| {' | '.join(cells)} |", flush=True)
     return 0
 

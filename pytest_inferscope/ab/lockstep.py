@@ -44,6 +44,7 @@ def lockstep(
 
     def here(warmup: bool) -> float:
         nonlocal result, index
+        result = None  # let go before the call, as schedule.run does
         with coll.round(index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
             result = body()
         index += 1

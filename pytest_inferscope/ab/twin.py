@@ -180,6 +180,7 @@ class TwinServer:
                 warmup = bool(msg.get("warmup"))
                 if not warmup and msg.get("first"):
                     coll.after_warmup()
+                result = None  # let go before the call, as schedule.run does
                 try:
                     with coll.round(int(msg["index"]), RoundKind.WARMUP if warmup else RoundKind.MEASURED):
                         result = body()

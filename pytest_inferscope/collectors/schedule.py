@@ -58,17 +58,27 @@ class RoundSchedule:
 
 
 def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
-    """Call `body` in the schedule's rounds; returns the last call's result (a trace round's included)."""
+    """Call `body` in the schedule's rounds; returns the last call's result (a trace round's included; None
+    when rounds after the measured ones were due and none could run).
+
+    The previous call's result is let go before each call, as a plain loop that drops it does: kept
+    alive, it changes the heap the call allocates from. An image pipeline's call ran 2.3x faster while
+    the previous call's 2.4 MB output was alive (glibc could not give the freed top of its heap back to
+    the system, so the next call page-faulted 1,181 times less), and so measured faster than plain
+    (docs/performance.md, "The round machinery").
+    """
     result: R | None = None
     for i in range(schedule.warmup):
         if i and not coll.running:
             break  # stopped inside the body: the rounds left would measure nothing
+        result = None
         with coll.round(i, RoundKind.WARMUP):
             result = body()
     coll.after_warmup()  # gpu_rounds auto: whether the measured rounds record GPU activity
 
     def measured(i: int) -> float:
         nonlocal result
+        result = None
         with coll.round(schedule.warmup + i, RoundKind.MEASURED):
             result = body()
         last = coll.last_round
@@ -85,6 +95,8 @@ def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
         # The probe runs between rounds, outside their spans: round i lies between readings i and i+1.
         done = measure_steady(measured, schedule.rounds, schedule.steady.cap, prior=schedule.steady.prior)
         coll.probe_ms.extend(done.probe_ms)
+    if coll.trace_rounds_due():
+        result = None  # let go before the rounds after the measured ones too
     traced = after_measured(coll, body, len(coll.rounds))
     return result if traced is None else traced[0]  # type: ignore[return-value]
 
@@ -112,16 +124,17 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
         # without it, small forward on the H200: docs/gpu-validation.md), which would skew every GPU
         # figure read from the profile rounds: one settling round first (RoundKind.SETTLING),
         # which the analyzer reads nothing from.
+        result: tuple[R] | None = None  # the measured rounds' result is let go (see `run`)
         with coll.round(first_index, RoundKind.SETTLING):
-            result: tuple[R] | None = (body(),)
-        ran = _until_in_step(coll, body, first_index + 1, n, RoundKind.PROFILE, result)
-        result = ran[1]
+            result = (body(),)
+        result = None  # let go before the next call (see `run`)
+        ran, result = _until_in_step(coll, body, first_index + 1, n, RoundKind.PROFILE)
         if not switched:
             return result
         gpu.synchronize()
         if not gpu.switch_launch_calls(True):
             return result
-        first_index += 1 + ran[0]
+        first_index += 1 + ran
         n = coll.options.trace_rounds or 0
     else:
         if not gpu.switch_launch_calls(True):
@@ -129,20 +142,22 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
         result = None
     if coll.options.until_in_step:
         n = max(n, TRACE_ROUNDS_MAX)
+    if n:
+        result = None  # let go before the next call (see `run`)
     try:
-        result = _until_in_step(coll, body, first_index, n, RoundKind.TRACE, result)[1]
+        result = _until_in_step(coll, body, first_index, n, RoundKind.TRACE)[1] or result
     finally:
         gpu.switch_launch_calls(False)
     return result
 
 
-def _until_in_step(
-    coll: Collection, body: Callable[[], R], first: int, n: int, kind: RoundKind, result: tuple[R] | None
-) -> tuple[int, tuple[R] | None]:
+def _until_in_step(coll: Collection, body: Callable[[], R], first: int, n: int, kind: RoundKind
+                   ) -> tuple[int, tuple[R] | None]:  # fmt: skip
     """Up to `n` rounds of `kind`; with `until_in_step`, ending at the first in step with the measured rounds.
     Returns how many ran and the last call's result."""
-    ran = 0
+    ran, result = 0, None
     while ran < n:
+        result = None  # let go before the call (see `run`)
         with coll.round(first + ran, kind):
             result = (body(),)
         ran += 1
