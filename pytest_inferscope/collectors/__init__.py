@@ -106,6 +106,8 @@ class _Round:
         self._before: Counters | None = None
 
     def __enter__(self) -> None:
+        if self._coll.gpu is None:
+            self._coll._devsync.prepare()  # the loader's look, when one is due, before the round's time
         self._before = self._coll._counters_before()
         self._start = host_clock_ns()
 
