@@ -122,6 +122,11 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     ]
 
 
+#: off_cpu_wait says nothing about less waiting than this per round: a trivial test's 6 µs round read as 63% off
+#: CPU (the thread's CPU clock and the counters' own reads are µs-grained).
+MIN_WAIT_MS = 0.05
+
+
 def off_cpu_wait(ctx: Context) -> list[Finding]:
     """The test thread spent much of the round off CPU (sleeping, I/O, locks, waiting on other threads)."""
     if ctx.metrics.get("cpu.test_thread_working") is None:
@@ -132,6 +137,8 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
         return []  # with a GPU, waiting is the sync and idle rules' business
     spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0][:3]
     wait_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns) * waiting
+    if wait_ms < MIN_WAIT_MS:
+        return []  # below what the thread's CPU clock and the counters' reads can tell from working
     return [
         Finding(
             rule="off_cpu_wait",

@@ -156,6 +156,15 @@ def test_a_thread_that_mostly_sleeps_is_not_called_cpu_bound() -> None:
     assert a.findings[0].rule == "off_cpu_wait"
 
 
+def test_a_few_microseconds_off_cpu_are_no_finding() -> None:
+    # A trivial test's 6 µs round read as 63% off CPU: below what the counters can tell from working.
+    a = analyze(merge(build(round_ms=0.01, cpu_busy=0.1, samples=[("t:body (t.py:1)", 0.9)])))
+    assert a.metrics["cpu.test_thread_working"] == pytest.approx(0.1, abs=0.01)  # 9 µs of 10 off CPU
+    assert not any(f.rule == "off_cpu_wait" for f in a.findings)
+    longer = analyze(merge(build(round_ms=0.1, cpu_busy=0.1, samples=[("t:body (t.py:1)", 0.9)])))
+    assert any(f.rule == "off_cpu_wait" for f in longer.findings)  # 90 µs of 100: said
+
+
 def test_gpu_bound_when_kernels_cover_the_round() -> None:
     raw = build(cpu_busy=0.2, gpu=[(Kind.KERNEL, 0.05, 0.9, 0, 0)])
     a = analyze(merge(raw))
