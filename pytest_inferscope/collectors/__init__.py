@@ -192,10 +192,11 @@ class Collection:
         """The GPU backend collecting now (None: none was chosen, or it failed: `gpu_session.error` says why)."""
         return self.gpu_session.collector
 
-    def after_warmup(self) -> None:
-        """gpu_rounds auto: after the warm-up rounds, whether the measured rounds record GPU activity."""
+    def after_warmup(self, allow_more: bool = False) -> bool:
+        """gpu_rounds auto: after the warm-up rounds, whether the measured rounds record GPU activity. False (with
+        `allow_more`): one more warm-up round first (`GpuSession.after_warmup`)."""
         warm = [int(r["wall_ns"]) for r in self.rounds if row_kind(r) is RoundKind.WARMUP]
-        self.gpu_session.after_warmup(warm)
+        return self.gpu_session.after_warmup(warm, allow_more)
 
     def stop(self) -> RawTrace:
         """Stop every collector (idempotent) and return what was collected."""

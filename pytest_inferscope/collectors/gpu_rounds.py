@@ -31,6 +31,10 @@ RECORD_COST_NS = 1000
 #: the first call after CUPTI starts pays CUPTI's first use of each kernel (2026-11-25: ViT-B/16 20.6 against
 #: 7.75 ms on the H100, 11.3 against 7.3 on the H200; ResNet-50 17.6 / 9.9 and 12.5 / 8.3).
 FIRST_ROUND_SLOWDOWN = 3.0
+#: ... and at most this many times slower: a test's first cuBLAS call made its one warm-up round 511 ms against
+#: 21 ms rounds (24x; the example's per-step sync loop on the H100, 2026-11-25). Between the two, auto runs one
+#: more warm-up round when they would decide differently (`undecided`).
+FIRST_ROUND_MOST_SLOWDOWN = 30.0
 #: auto: the measured rounds go lean when the warm-up's records would cost them more than this fraction.
 AUTO_LEAN_ABOVE = 0.01
 #: The GPU records whose count drives the decision: the ones each launch of GPU work produces.
@@ -114,6 +118,19 @@ def decide_auto(
         )
         mode = "measured"
     return GpuRoundsDecision("auto", mode, reason, per_round, fastest / 1e6, cost)
+
+
+def undecided(n_records: int, warm_round_ns: int, busy: int) -> bool:
+    """With one warm-up round: whether its time leaves auto's decision open. Judged at a third of its time
+    (`decide_auto`) and at the least a round can take (a FIRST_ROUND_MOST_SLOWDOWN-th of it, and never less
+    than the GPU's busy time), the records' cost falls on different sides of AUTO_LEAN_ABOVE: a warm-up
+    round that was mostly first-time work hides how long a round takes."""
+    if n_records <= 0:
+        return False
+    judged = max(1, int(warm_round_ns / FIRST_ROUND_SLOWDOWN), busy)
+    least = max(1, int(warm_round_ns / FIRST_ROUND_MOST_SLOWDOWN), busy)
+    cost = n_records * RECORD_COST_NS
+    return (cost / judged > AUTO_LEAN_ABOVE) != (cost / least > AUTO_LEAN_ABOVE)
 
 
 def trace_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRoundsDecision:

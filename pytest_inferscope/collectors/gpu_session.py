@@ -12,13 +12,14 @@ through `_fail`, the one place that decides what that does to the test.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Protocol
 
 from ..buffer import GPU_RING, TraceBuffer
 from ..events import host_clock_ns
 from ..warning import warn_once
 from .gpu import Choice, GpuBackendError, GpuCollector
-from .gpu_rounds import GpuRoundsDecision, busy_ns, decide_auto, trace_setting, work_records
+from .gpu_rounds import GpuRoundsDecision, busy_ns, decide_auto, trace_setting, undecided, work_records
 from .link import link_meta
 
 
@@ -52,6 +53,7 @@ class GpuSession:
         self.decision: GpuRoundsDecision | None = None  # which rounds recorded GPU activity, and why
         self.clock_pairs: list[tuple[int, int]] = []
         self.dropped = 0  # records the backend could not keep, summed at each drain (a start resets its count)
+        self._warm = (0, 0)  # auto: the warm-up's work records and GPU busy ns counted so far
 
     # -- the one failure policy -------------------------------------------------------------------
 
@@ -154,9 +156,10 @@ class GpuSession:
         """Whether the measured rounds ran (or run) without GPU activity records."""
         return self.collector is not None and self.decision is not None and self.decision.mode == "trace"
 
-    def after_warmup(self, warm_ns: list[int]) -> None:
+    def after_warmup(self, warm_ns: list[int], allow_more: bool = False) -> bool:
         """gpu_rounds auto: after the warm-up rounds (`warm_ns`: their wall times), whether the measured rounds
-        record GPU activity.
+        record GPU activity. False (only with `allow_more`, once): one warm-up round left the decision open
+        (`gpu_rounds.undecided`); run one more, with CUPTI recording, and ask again.
 
         The warm-up's records are flushed and counted (`gpu_rounds.decide_auto`). Lean: the backend
         stops until the rounds after the measured ones. Measured: it goes on recording, never stopped,
@@ -165,10 +168,10 @@ class GpuSession:
         """
         o = self.options
         if o.gpu_rounds != "auto" or self.collector is None or not self.recording or o.lean_trace_rounds is None:
-            return
+            return True
         if not warm_ns:
             self.decision = decide_auto(0, [], o.lean_trace_rounds, until_in_step=o.until_in_step)
-            return
+            return True
         flush = getattr(self.collector, "flush", None)
         try:
             if flush is None:
@@ -177,19 +180,27 @@ class GpuSession:
                 self.collector.synchronize()
                 flush()
                 n, busy = self._keep_records()
+            n, busy = n + self._warm[0], busy + self._warm[1]
+            if allow_more and flush is not None and len(warm_ns) == 1 and undecided(n, warm_ns[0], busy):
+                self._warm = (n, busy)
+                return False
             self.decision = decide_auto(
                 n, warm_ns, o.lean_trace_rounds, busy // len(warm_ns), until_in_step=o.until_in_step
             )
+            if self._warm != (0, 0):
+                extra = " (one more warm-up round ran: the first, mostly first-time work, left the decision open)"
+                self.decision = dataclasses.replace(self.decision, reason=self.decision.reason + extra)
             if self.decision.mode == "trace" and self.recording:
                 self._stop()
         except Exception as exc:
             self._fail("failed while pausing after the warm-up", exc)
-            return
+            return True
         if self.decision.mode == "measured" and not self.recording:
             self.collector.synchronize()
             self._start()
             if self.collector is not None and o.trace_rounds is not None:
                 self._launch_calls_off()
+        return True
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) run after the measured ones: none without GPU collection,

@@ -36,7 +36,7 @@ class Collection(Protocol):
     @property
     def last_round(self) -> dict[str, Any] | None: ...
     def round(self, index: int, kind: RoundKind = ...) -> AbstractContextManager[None]: ...
-    def after_warmup(self) -> None: ...
+    def after_warmup(self, allow_more: bool = ...) -> bool: ...
     def trace_rounds_due(self) -> int: ...
 
 
@@ -74,12 +74,18 @@ def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
         result = None
         with coll.round(i, RoundKind.WARMUP):
             result = body()
-    coll.after_warmup()  # gpu_rounds auto: whether the measured rounds record GPU activity
+    warmup = schedule.warmup
+    # gpu_rounds auto: whether the measured rounds record GPU activity; one more warm-up round when one left it open
+    while not coll.after_warmup(allow_more=True) and coll.running:
+        result = None
+        with coll.round(warmup, RoundKind.WARMUP):
+            result = body()
+        warmup += 1
 
     def measured(i: int) -> float:
         nonlocal result
         result = None
-        with coll.round(schedule.warmup + i, RoundKind.MEASURED):
+        with coll.round(warmup + i, RoundKind.MEASURED):
             result = body()
         last = coll.last_round
         return float(last["sync_ns"]) / 1e9 if last else 0.0  # the end-of-round device wait, in s

@@ -14,6 +14,7 @@ from pytest_inferscope.collectors.gpu_rounds import (
     RECORD_COST_NS,
     busy_ns,
     decide_auto,
+    undecided,
 )
 from pytest_inferscope.config import ConfigError, resolve
 from pytest_inferscope.events import EVENT_DTYPE, Kind
@@ -112,7 +113,9 @@ class _RecordingGpu(FakeGpu):
         return recs, ["k"]
 
 
-def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float) -> TestResult:
+def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float, first_s: float | None = None
+             ) -> TestResult:  # fmt: skip
+    """measure() a body that launches and sleeps `sleep_s` (`first_s` in its first call)."""
     import time
 
     from pytest_inferscope import api
@@ -121,8 +124,9 @@ def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
 
     def body() -> None:
+        first = "body" not in gpu.calls
         gpu.launch()
-        time.sleep(sleep_s)
+        time.sleep(first_s if first and first_s is not None else sleep_s)
 
     return api.measure(body, rounds=3, warmup=1, cpu="off")  # gpu_rounds: the default, auto
 
@@ -154,3 +158,42 @@ def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch:
     _measure(monkeypatch, gpu, 0.03)
     b = ["body"]
     assert gpu.calls == ["start", "api off", *b, "stop", "start", "api off", *b * 3, "api on", *b, "api off", "stop"]
+
+
+@pytest.mark.parametrize(
+    ("records", "warm_ms", "busy_ms", "open_"),
+    [
+        (1003, 511.5, 12.8, True),  # the per-step sync loop's first call (cuBLAS init), H100: 4.7% a real round
+        (294, 20.61, 3.3, False),  # ViT-B/16: lean either way
+        (247, 58.61, 55.0, False),  # GPT-2 forward: measured either way (the GPU's busy time bounds the round)
+        (2, 30.0, 0.002, False),  # a few records: measured even at a 30th of the round
+        (0, 500.0, 0.0, False),  # no GPU work
+    ],
+)
+def test_one_warmup_round_leaves_the_decision_open_only_when_its_bounds_disagree(
+    records: int, warm_ms: float, busy_ms: float, open_: bool
+) -> None:
+    assert undecided(records, int(warm_ms * 1e6), int(busy_ms * 1e6)) is open_
+
+
+def test_auto_runs_one_more_warmup_round_when_the_first_left_the_decision_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 500 records a call; the first call takes 300 ms (first-time work), the others 10 ms: judged at 100 ms the
+    # records cost 0.5% (measured), at a 30th (10 ms) 5% (lean). One more warm-up round shows 10 ms: lean.
+    gpu = _RecordingGpu(per_call=500)
+    result = _measure(monkeypatch, gpu, 0.01, first_s=0.3)
+    b = ["body"]
+    assert gpu.calls[:8] == ["start", "api off", *b, "flush", *b, "flush", "stop", *b]
+    assert len(result.latency.warmup_ms) == 2 and len(result.latency.samples_ms) == 3
+    mode = next(c.mode for c in result.collectors if c.name == "gpu")
+    assert "one more warm-up round ran" in mode and "GPU activity recorded only after the measured rounds" in mode
+    # warm-up rounds that decide it (two given): no extra round
+    gpu2 = _RecordingGpu(per_call=500)
+    monkeypatch.setattr(gpu2, "calls", [])
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors.gpu import Choice
+
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu2))  # type: ignore[arg-type]
+    api.measure(gpu2.launch, rounds=3, warmup=2, cpu="off")
+    assert gpu2.calls.count("flush") == 1
