@@ -29,6 +29,7 @@ from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
+from .lanes_rounds import rounds_payload
 from .markdown import TEMPLATES, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
 
 #: Marks where the base64 data goes in the rendered page (written around, never through Jinja). Every
@@ -87,7 +88,9 @@ def write_html_report(
     payload, gaps = None, None
     if timeline is not None and len(timeline):
         gaps = _attributed_gaps(timeline, idle)
-        payload = timeline_payload(timeline, gaps, fields)
+        payload = rounds_payload(timeline, gaps)  # a timeline of only rounds: the same payload, in Python
+        if payload is None:
+            payload = timeline_payload(timeline, gaps, fields)
     page = _env().get_template("report.html.j2").render(
         r=result, lat=result.latency, a=result.analysis, verdict=verdict_label(result),
         suggestions=sorted(result.analysis.suggestions, key=lambda s: -(s.saving_ms or 0.0)),
