@@ -58,11 +58,21 @@ def test_the_archive_has_numpys_members_and_loads_the_same(n: int, compress: boo
 
 
 def test_npy_bytes_is_what_numpy_saves() -> None:
-    strided = np.arange(6.0)[::2]
-    for arr in (np.arange(5, dtype=np.int64), np.zeros((0, 2), np.int64), np.zeros(3, EVENT_DTYPE), strided):
+    arrays = [
+        np.arange(5, dtype=np.int64),
+        np.zeros((0, 2), np.int64),
+        np.arange(6, dtype=np.int64).reshape(3, 2),
+        np.zeros(3, EVENT_DTYPE),
+        np.zeros(0, EVENT_DTYPE),
+        np.zeros(0, np.uint8),
+        np.zeros(1_234_567, np.uint8),
+        np.arange(6.0)[::2],  # not contiguous
+        np.array(7, dtype=np.int32),  # no shape
+    ]
+    for arr in arrays:
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
-        assert npy_bytes(arr) == buf.getvalue()
+        assert npy_bytes(arr) == buf.getvalue(), (arr.dtype, arr.shape)
 
 
 def test_a_small_tests_raw_npz_is_built_by_it() -> None:
