@@ -8,6 +8,7 @@ warm-up of each. Added ms per test = (mode - a of the same tree and repetition) 
 without `--inferscope-all --inferscope-report=DIR`, both trees interleaved.
 
     python benchmarks/ab_fixed_cost.py --old /tmp/old-tree --new . [--reps 5] [--pluggy /tmp/pluggy-1.7.0]
+    python benchmarks/ab_fixed_cost.py --old /tmp/old-tree --new . --quick
 
 Each tree must hold the built extension (`pytest_inferscope/_cupti.abi3.so`) if the other does.
 """
@@ -65,10 +66,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", type=Path, required=True)
     parser.add_argument("--new", type=Path, required=True)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--tests", type=int, default=500)
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (default 5)")
+    parser.add_argument("--tests", type=int, default=None, help="trivial tests (default 500)")
+    parser.add_argument("--quick", action="store_true", help="100 tests, 1 repetition: a smoke test (< 30 s)")
     parser.add_argument("--pluggy", type=Path, default=None, help="an unpacked pluggy sdist: run its suite too")
     args = parser.parse_args()
+    args.reps = args.reps or (1 if args.quick else 5)
+    args.tests = args.tests or (100 if args.quick else 500)
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     for name, tree in trees.items():
         commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
