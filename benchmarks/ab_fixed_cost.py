@@ -36,6 +36,11 @@ def cell(xs: list[float]) -> str:
     return f"{med(xs):+.2f} [{q1:.2f} {q3:.2f}] ({min(xs):.2f}..{max(xs):.2f})"
 
 
+def added(runs: list[bfc.Run], base: list[bfc.Run], attr: str, n: int) -> list[float]:
+    """ms per test of `runs` over `base`, paired by repetition."""
+    return [(getattr(x, attr) - getattr(a, attr)) * 1e3 / n for x, a in zip(runs, base, strict=True)]
+
+
 def load() -> str:
     return f"{os.getloadavg()[0]:.2f}"
 
@@ -75,10 +80,10 @@ def main() -> int:
     args.tests = args.tests or (100 if args.quick else 500)
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     for name, tree in trees.items():
-        commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "pytest_inferscope"],
-                               capture_output=True, text=True).stdout.strip()  # fmt: skip
-        print(f"{name}: {tree} at {commit.stdout.strip()}" + (" (with uncommitted changes)" if dirty else ""))
+        git = ["git", "-C", str(tree)]
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "pytest_inferscope"], capture_output=True, text=True)
+        print(f"{name}: {tree} at {commit}" + (" (with uncommitted changes)" if dirty.stdout.strip() else ""))
     print("\n".join(bfc.header("ab_fixed_cost: old and new tree, modes a, c, d, interleaved")))
     n = args.tests
     scratch = Path(tempfile.mkdtemp(prefix="inferscope-ab-fixed-"))
@@ -93,15 +98,12 @@ def main() -> int:
             order = keys[r % len(keys) :] + keys[: r % len(keys)]
             for t, m in order:
                 runs[t, m].append(run_in(trees[t], bfc.run_pytest, project, MODES[m], scratch, n))
-            print(f"  repetition {r + 1}/{args.reps}: " + ", ".join(f"{t} {m} {runs[t, m][-1].wall:.2f} s" for t, m in keys)
-                  + f"; load {load()}", flush=True)  # fmt: skip
+            walls = ", ".join(f"{t} {m} {runs[t, m][-1].wall:.2f} s" for t, m in keys)
+            print(f"  repetition {r + 1}/{args.reps}: {walls}; load {load()}", flush=True)
         print(f"\n## added ms per test against a of the same tree and repetition (/ {n}): median [IQR] (range)")
         for m in ("c", "d"):
             for attr in ("wall", "cpu"):
-                line = "   ".join(
-                    f"{t} {cell([(x - a) * 1e3 / n for x, a in zip((getattr(q, attr) for q in runs[t, m]), (getattr(q, attr) for q in runs[t, 'a']), strict=True)])}"
-                    for t in trees
-                )  # fmt: skip
+                line = "   ".join(f"{t} {cell(added(runs[t, m], runs[t, 'a'], attr, n))}" for t in trees)
                 print(f"  {m} - a, {attr:4s}: {line}")
         if args.pluggy:
             print(f"\n## pluggy's suite ({args.pluggy}), with - without `--inferscope-all --inferscope-report=DIR`")
