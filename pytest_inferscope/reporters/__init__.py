@@ -25,6 +25,7 @@ from .files import ReportDirError, atomic_open, atomic_write_text, check_report_
 from .html import render_html_index, write_html_report, write_shared_assets
 from .jsonreport import ReportFormatError, dumps, load_report, to_json
 from .markdown import render_index, render_report, verdict_label
+from .npz import npz_bytes
 from .trace import THREAD_MIN_EVENTS, write_chrome_trace
 from .writer import ReportWriter, WriteError
 
@@ -133,9 +134,8 @@ def submit_raw(raw: RawTrace, report_dir: Path, slug: str, nodeid: str, writer: 
 
 
 def _raw_bytes(raw: RawTrace) -> bytes:
-    buf = io.BytesIO()
-    raw.save(buf, compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
-    return buf.getvalue()
+    """A small test's raw.npz, built in memory (`npz.npz_bytes`: `RawTrace.load` reads it as `RawTrace.save`'s)."""
+    return npz_bytes(raw.arrays(), compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
 
 
 def _submit_test_reports(

@@ -29,7 +29,8 @@ from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
-from .markdown import TEMPLATES, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
+from .lanes_rounds import rounds_payload
+from .markdown import TEMPLATES, compiled_templates, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
 
 #: Marks where the base64 data goes in the rendered page (written around, never through Jinja). Every
 #: text from a test is escaped and the manifest has "<" as \u003c, so nothing else can contain it.
@@ -87,7 +88,9 @@ def write_html_report(
     payload, gaps = None, None
     if timeline is not None and len(timeline):
         gaps = _attributed_gaps(timeline, idle)
-        payload = timeline_payload(timeline, gaps, fields)
+        payload = rounds_payload(timeline, gaps)  # a timeline of only rounds: the same payload, in Python
+        if payload is None:
+            payload = timeline_payload(timeline, gaps, fields)
     page = _env().get_template("report.html.j2").render(
         r=result, lat=result.latency, a=result.analysis, verdict=verdict_label(result),
         suggestions=sorted(result.analysis.suggestions, key=lambda s: -(s.saving_ms or 0.0)),
@@ -266,6 +269,7 @@ def _env() -> jinja2.Environment:
         auto_reload=False,  # the templates ship with the package: no stat() of them per report
     )
     env.filters.update(ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, value=fmt_value, bytes=_fmt_bytes)
+    env.bytecode_cache = compiled_templates(env)
     return env
 
 

@@ -17,7 +17,7 @@ import pytest_inferscope
 from pytest_inferscope import kineto
 from pytest_inferscope.cli import _split_run, main, parse_fraction
 from pytest_inferscope.events import CopyKind, Kind, MemoryKind, RawTrace, unpack_copy_flags
-from pytest_inferscope.reporters import load_report, write_index, write_test_reports
+from pytest_inferscope.reporters import _raw_bytes, load_report, write_index, write_test_reports
 from pytest_inferscope.reporters.files import slugify
 from pytest_inferscope.results import Analysis, LatencyStats, TestResult
 
@@ -215,6 +215,21 @@ def test_analyze_a_raw_trace_alone(work: Path, capsys: pytest.CaptureFixture[str
     (work / "copy" / "raw.npz").write_bytes(b"PK\x03\x04 truncated")
     assert main(["analyze", str(work / "copy" / "raw.npz")]) == 2
     assert "is not a readable inferscope raw trace (.npz)" in capsys.readouterr().err
+
+
+def test_analyze_reads_a_raw_trace_built_by_the_report_writers_npz(work: Path) -> None:
+    """A small test's raw.npz is built by `reporters.npz` (not numpy's zip writer): analyze reads it the same."""
+    assert main(["run", str(script(work, SCOPED)), "--rounds", "2", "--report", "first"]) == 0
+    raw = RawTrace.load(only_report(work / "first") / "raw.npz")
+    for name, build in (("ours", _raw_bytes), ("numpy", None)):
+        (work / name).mkdir()
+        if build is None:
+            raw.save(str(work / name / "raw.npz"))
+        else:
+            (work / name / "raw.npz").write_bytes(build(raw))
+        assert main(["analyze", str(work / name / "raw.npz"), "--report", f"again-{name}"]) == 0
+    ours, numpy = (load_report(only_report(work / f"again-{n}") / "report.json") for n in ("ours", "numpy"))
+    assert ours.to_dict() == numpy.to_dict()
 
 
 def test_analyze_rechecks_the_recorded_thresholds(work: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1042,6 +1042,26 @@ def test_a_paused_writer_writes_nothing_until_it_resumes(tmp_path: Path) -> None
     assert w.close() == [] and (tmp_path / "x" / "one").read_bytes() == b"x"  # close resumes first
 
 
+def test_a_writer_that_has_written_everything_is_not_asked_to_pause(tmp_path: Path) -> None:
+    import select
+
+    from pytest_inferscope.reporters import ReportWriter
+
+    w = ReportWriter()
+    w.submit("t::a", tmp_path / "a", [("one", b"1"), ("two", b"2")])
+    assert w._proc is not None and w._proc.stdout is not None
+    # The helper says, unasked, when it has written all it was sent: a pause then costs no answer.
+    assert select.select([w._proc.stdout.fileno()], [], [], 30)[0]
+    assert w.pause() == [] and not w._paused and not w._groups  # no b"P" sent
+    assert (tmp_path / "a" / "one").read_bytes() == b"1" and (tmp_path / "a" / "two").read_bytes() == b"2"
+    (tmp_path / "b" / "bad").mkdir(parents=True)  # its error comes back the same way
+    w.submit("t::b", tmp_path / "b", [("bad", b"1")])
+    assert select.select([w._proc.stdout.fileno()], [], [], 30)[0]
+    assert [(e.nodeid, e.path.name) for e in w.pause()] == [("t::b", "bad")] and not w._paused
+    w.submit("t::c", tmp_path / "c", [("one", b"x")])
+    assert w.close() == [] and (tmp_path / "c" / "one").read_bytes() == b"x"
+
+
 def test_the_writer_writes_here_when_its_process_cannot_start_or_stops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
