@@ -99,12 +99,17 @@ class GcInCalls:
 
 
 def plain(body: Callable[[], Any]) -> float:
+    """The calls timed as the plugin's rounds time them: the call's result is let go after its time is taken
+    (before the next call), not inside it. Letting go of the pipeline's 2.4 MB output inside the time made
+    plain 4.6% slower than the plugin's rounds (the free gives memory back to the system)."""
     samples = []
     for i in range(WARMUP + CALLS):
         start = time.perf_counter_ns()
-        body()
+        out = body()
+        end = time.perf_counter_ns()
+        del out
         if i >= WARMUP:
-            samples.append((time.perf_counter_ns() - start) / 1e6)
+            samples.append((end - start) / 1e6)
     return statistics.median(samples)
 
 
