@@ -132,15 +132,11 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
 
 
 def plain(call: Callable[[], Any], sync: Callable[[], None], warmup: int, calls: int) -> dict[str, Any]:
-    t0 = time.perf_counter_ns()
-    samples = []
-    for i in range(warmup + calls):
-        start = time.perf_counter_ns()
-        call()
-        sync()
-        if i >= warmup:
-            samples.append((time.perf_counter_ns() - start) / 1e6)
-    return {"whole": (time.perf_counter_ns() - t0) / 1e6, "call": statistics.median(samples)}
+    """The same calls timed plain, as `bench_real_models.plain` times them."""
+    from benchmarks.bench_real_models import plain as timed
+
+    samples, whole = timed(call, sync, warmup, calls)
+    return {"whole": whole, "call": statistics.median(samples)}
 
 
 def toy(device: str) -> Callable[[], Any]:
