@@ -11,6 +11,8 @@ the collection, the rounds and the analyzer are the project's:
   C  no settling, 3 profile + 1 trace
   D  no settling, 1 profile + 1 trace
   E  no settling, one trace round (GPU activity and launch calls together)
+  unprimed  the project's schedule with the GPU not primed after CUPTI starts (a settling round instead):
+            the default until 2026-11-25's fourth session
 
 They apply only when auto takes the measured rounds lean; otherwise every design runs the project's.
 Per design it prints the whole test's ratio, each kind of round's median wall time, the post-processing
@@ -50,6 +52,7 @@ DESIGNS: dict[str, tuple[bool, int] | None] = {
     "C": (False, 3),
     "D": (False, 1),
     "E": (False, 0),
+    "unprimed": None,
 }
 KINDS = ("WARMUP", "MEASURED", "SETTLING", "PROFILE", "TRACE")
 
@@ -91,11 +94,14 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
     """One test under the design: its whole time, post-processing, round times by kind, and what it read."""
     from pytest_inferscope.api import Profile, collecting
     from pytest_inferscope.collectors import schedule
+    from pytest_inferscope.collectors.gpu_session import GpuSession
 
-    project = schedule.after_measured
+    project, prime = schedule.after_measured, GpuSession._prime
     shape = DESIGNS[design]
     if shape is not None:
         schedule.after_measured = design_after(*shape)  # type: ignore[assignment]
+    if design == "unprimed":
+        GpuSession._prime = lambda self: False  # type: ignore[method-assign]
     sink = Profile(design)
     try:
         t0 = time.perf_counter_ns()
@@ -112,6 +118,7 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
         if post is not None:
             post.disable()
         schedule.after_measured = project  # type: ignore[assignment]
+        GpuSession._prime = prime  # type: ignore[method-assign]
     result = sink.result
     assert result is not None
     by_kind: dict[str, list[float]] = {}

@@ -43,6 +43,8 @@ _NEEDED = (
     "cuCtxPopCurrent_v2",
     "cuGetErrorName",
 )
+#: What `prime` calls besides `_NEEDED`: a libcuda without them is not primed (a settling round runs instead).
+_PRIME = ("cuMemAlloc_v2", "cuMemsetD8_v2", "cuMemFree_v2")
 #: With libcuda not loaded, the loader is asked again after this long even when no sign of a load was seen.
 REPROBE_NS = 1_000_000_000
 #: The last look that did not find libcuda loaded, in this process: (the signs then, when).
@@ -125,6 +127,37 @@ class DeviceSync:
                 cuda.cuCtxPopCurrent_v2(self._popped_ref)
         if current and current not in self._held.values():
             self._check(cuda.cuCtxSynchronize(), "cuCtxSynchronize (current context)")
+
+    def prime(self) -> bool:
+        """One tiny GPU operation on each active context, waited for, outside any round; False when none ran.
+
+        The first GPU operation after CUPTI starts recording again pays a one-time cost: the first round
+        after a start ran 14-18% slower than the next on ResNet-50 and ViT-B/16 (H100, 2026-11-25;
+        docs/performance.md), so it was run and thrown away as a settling round. A 256-byte memset through
+        the driver pays that cost here instead, whichever framework the test uses. Raises RuntimeError
+        (naming the call) when a driver call fails.
+        """
+        cuda = self._driver(in_round=False)
+        if cuda is None or not all(hasattr(cuda, name) for name in _PRIME):
+            return False
+        if self._devices is None and not self._find_devices(cuda):
+            return False
+        assert self._devices is not None
+        if len(self._held) < len(self._devices):
+            self._retain_active(cuda)
+        for ordinal, ctx in self._held.items():
+            self._check(cuda.cuCtxPushCurrent_v2(ctypes.c_void_p(ctx)), "cuCtxPushCurrent")
+            try:
+                ptr, size = ctypes.c_uint64(0), ctypes.c_size_t(256)
+                self._check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), size), f"cuMemAlloc (device {ordinal})")
+                try:
+                    self._check(cuda.cuMemsetD8_v2(ptr, ctypes.c_ubyte(0), size), "cuMemsetD8")
+                    self._check(cuda.cuCtxSynchronize(), f"cuCtxSynchronize (device {ordinal})")
+                finally:
+                    cuda.cuMemFree_v2(ptr)
+            finally:
+                cuda.cuCtxPopCurrent_v2(self._popped_ref)
+        return bool(self._held)
 
     def release(self) -> None:
         """Give back the primary contexts retained since the first call (at the collection's stop)."""

@@ -61,6 +61,14 @@ class GpuCollector(Protocol):
     def synchronize(self) -> None:
         """Wait for all GPU work (end of a round)."""
 
+    def prime(self) -> bool:
+        """Right after `start`: one tiny GPU operation per active context, waited for, so that the first round
+        does not pay the first operation's cost under CUPTI (devsync.DeviceSync.prime). False when none ran.
+
+        Optional: without it, a settling round runs instead.
+        """
+        ...
+
     def version(self) -> str:
         """Backend and CUPTI version, for the report header."""
         ...

@@ -313,6 +313,9 @@ class CuptiPythonCollector:
     def synchronize(self) -> None:
         self._sync()
 
+    def prime(self) -> bool:
+        return self._sync.prime()
+
     def dropped(self) -> int:
         return self._converter.dropped
 

@@ -113,6 +113,9 @@ class NativeGpuCollector:
     def synchronize(self) -> None:
         self._sync()
 
+    def prime(self) -> bool:
+        return self._sync.prime()
+
     def dropped(self) -> int:
         return int(self._c.dropped())
 

@@ -51,6 +51,7 @@ class GpuSession:
         self.api_on = True
         self.api_note = ""
         self.decision: GpuRoundsDecision | None = None  # which rounds recorded GPU activity, and why
+        self.primed = False  # lean: the first GPU operation after CUPTI's start was paid outside the rounds
         self.clock_pairs: list[tuple[int, int]] = []
         self.dropped = 0  # records the backend could not keep, summed at each drain (a start resets its count)
         self._warm = (0, 0)  # auto: the warm-up's work records and GPU busy ns counted so far
@@ -223,7 +224,19 @@ class GpuSession:
             return False
         if self.options.trace_rounds is not None:
             self._launch_calls_off()
+        self.primed = self._prime()
         return True
+
+    def _prime(self) -> bool:
+        """The backend's `prime` (the first GPU operation's cost under CUPTI paid outside any round); False when
+        it has none or it failed: the schedule then runs a settling round."""
+        prime = getattr(self.collector, "prime", None)
+        if prime is None:
+            return False
+        try:
+            return bool(prime())
+        except Exception:
+            return False
 
     def synchronize(self) -> None:
         """Wait for all GPU work of the process."""

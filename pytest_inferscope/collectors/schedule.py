@@ -2,11 +2,12 @@
 
 Warm-up rounds, then the measured rounds (the latency samples; with the speed probe on, made up for
 while the machine was busy: drift.measure_steady), then, when GPU activity is collected, the rounds
-after them: a settling round and profile rounds in lean mode, and the trace rounds that record the
-launch calls (collectors/gpu_rounds.py). Every round is a `Collection.round` of its `RoundKind`.
-The plugin, `measure()`, `inferscope run` and the A/B twin's own side all come through `run`; the
-A/B pair loop (ab/lockstep.py) calls the same `Collection.round`, `after_warmup` and `after_measured`
-between its turns, since the twin process decides when this side's next round may start.
+after them: profile rounds in lean mode (a settling round first where the GPU could not be primed), and
+the trace rounds that record the launch calls (collectors/gpu_rounds.py). Every round is a
+`Collection.round` of its `RoundKind`. The plugin, `measure()`, `inferscope run` and the A/B twin's own
+side all come through `run`; the A/B pair loop (ab/lockstep.py) calls the same `Collection.round`,
+`after_warmup` and `after_measured` between its turns, since the twin process decides when this side's
+next round may start.
 """
 
 from __future__ import annotations
@@ -113,9 +114,9 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     The measured rounds ran without the launch calls (CUPTI's RUNTIME/DRIVER records cost most
     of CUPTI's per-launch overhead); these rounds record them, so the analyzer can take launch
     linkage, sync and copy calls and idle causes from them (analyzer/base.py, `api_round_idx`).
-    In lean mode CUPTI starts here: a settling round, then the profile rounds (by default up to
-    `lean_trace_rounds`, ending at the first in step with the measured rounds), then the trace rounds
-    (by default up to rounds.TRACE_ROUNDS_MAX, ending the same way).
+    In lean mode CUPTI starts here: a settling round unless the backend primed the GPU (`GpuSession.primed`),
+    then the profile rounds (by default up to `lean_trace_rounds`, ending at the first in step with the
+    measured rounds), then the trace rounds (by default up to rounds.TRACE_ROUNDS_MAX, ending the same way).
     """
     n = coll.trace_rounds_due()
     if not n:
@@ -126,21 +127,24 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
         if not gpu.begin_profile():
             return None
         switched = not gpu.api_on  # else the profile rounds recorded the launch calls too
-        # The first call after CUPTI starts runs far slower (+190% against +60% for a first call
-        # without it, small forward on the H200: docs/gpu-validation.md), which would skew every GPU
-        # figure read from the profile rounds: one settling round first (RoundKind.SETTLING),
+        # The first GPU operation after CUPTI starts is slow (the first round ran 14-18% slower on
+        # ResNet-50 and ViT-B/16, H100; +190% against +60% for a first call without CUPTI, small forward
+        # on the H200), which would skew every GPU figure read from it. begin_profile paid that with a
+        # tiny operation (`primed`); when it could not, one settling round first (RoundKind.SETTLING),
         # which the analyzer reads nothing from.
         result: tuple[R] | None = None  # the measured rounds' result is let go (see `run`)
-        with coll.round(first_index, RoundKind.SETTLING):
-            result = (body(),)
-        result = None  # let go before the next call (see `run`)
-        ran, result = _until_in_step(coll, body, first_index + 1, n, RoundKind.PROFILE)
+        if not gpu.primed:
+            with coll.round(first_index, RoundKind.SETTLING):
+                result = (body(),)
+            result = None  # let go before the next call (see `run`)
+            first_index += 1
+        ran, result = _until_in_step(coll, body, first_index, n, RoundKind.PROFILE)
         if not switched:
             return result
         gpu.synchronize()
         if not gpu.switch_launch_calls(True):
             return result
-        first_index += 1 + ran
+        first_index += ran
         n = coll.options.trace_rounds or 0
     else:
         if not gpu.switch_launch_calls(True):

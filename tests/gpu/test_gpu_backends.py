@@ -38,6 +38,7 @@ from pytest_inferscope.collectors.gpu_native import traced_api
 from pytest_inferscope.events import Kind, RawTrace
 from pytest_inferscope.merger import MAX_RESIDUAL_NS, merge
 from pytest_inferscope.reporters import load_report
+from pytest_inferscope.rounds import RoundKind, kinds_of
 
 pytestmark = pytest.mark.gpu
 
@@ -457,9 +458,12 @@ def test_a_pytest_run_reports_the_backend_and_proves_it(
         counts = Counter(timeline.strings[i] for i in kernels["name"])
         # the calls CUPTI recorded: the trace rounds call the body too; auto (the default) may take the
         # measured rounds lean (elementwise_loop's 2000 launches per call): then they recorded nothing, and
-        # a settling round (in no latency list) recorded before the profile and trace rounds
+        # a settling round (in no latency list) recorded before the profile and trace rounds where the GPU
+        # could not be primed
         lean = "GPU activity recorded only after the measured rounds" in gpu.mode
-        calls = (1 if lean else res.rounds) + res.warmup + len(res.latency.trace_ms)
+        settling = int(np.sum(kinds_of(ev["flags"][ev["kind"] == Kind.ROUND]) == RoundKind.SETTLING))
+        assert settling == 0, "the GPU was primed after CUPTI started: no settling round"
+        calls = (settling if lean else res.rounds) + res.warmup + len(res.latency.trace_ms)
         per_call = _per_call(dict(counts), calls)
         spins = kernels[np.array(["spin_kernel" in timeline.strings[i] for i in kernels["name"]], dtype=bool)]
         spins = spins[np.argsort(spins["start"])]

@@ -79,6 +79,26 @@ class FakeDriver:
         return 0
 
 
+class PrimingDriver(FakeDriver):
+    """With the calls `prime` makes: an allocation, a memset and a free, logged with the current context."""
+
+    fail_alloc = 0
+    fail_memset = 0
+
+    def cuMemAlloc_v2(self, ref: Any, size: Any) -> int:
+        self._log(f"alloc {self.current:#x} {size.value}")
+        ref._obj.value = 0xD000
+        return self.fail_alloc
+
+    def cuMemsetD8_v2(self, ptr: Any, value: Any, size: Any) -> int:
+        self._log(f"memset {self.current:#x} {ptr.value:#x} {size.value}")
+        return self.fail_memset
+
+    def cuMemFree_v2(self, ptr: Any) -> int:
+        self._log(f"free {ptr.value:#x}")
+        return 0
+
+
 def synced(drv: FakeDriver) -> DeviceSync:
     sync = DeviceSync()
     sync._cuda = drv
@@ -211,3 +231,38 @@ def test_the_loaders_first_look_is_taken_before_the_round_not_in_its_time(monkey
     rounds = raw.events[raw.events["kind"] == Kind.ROUND]
     assert len(asked) == 1 and len(rounds) == 3
     assert asked[0] < int(rounds["start"].min())  # asked before the first round began
+
+
+def test_prime_runs_one_small_memset_on_every_active_context_and_waits_for_it() -> None:
+    drv = PrimingDriver([True, False, True], current=0x1000)
+    sync = synced(drv)
+    assert sync.prime() is True
+    work = [c for c in drv.calls if c.split()[0] in ("alloc", "memset", "sync", "free")]
+    assert work == [
+        "alloc 0x1000 256", "memset 0x1000 0xd000 256", "sync 0x1000", "free 0xd000",
+        "alloc 0x1002 256", "memset 0x1002 0xd000 256", "sync 0x1002", "free 0xd000",
+    ]  # fmt: skip
+    assert drv.current == 0x1000 and not drv.stack  # each pushed context popped again
+    assert sorted(sync.held) == [0, 2]  # retained, as a round's synchronize would have
+    sync.release()
+    assert drv.refs == {0: 0, 1: 0, 2: 0}
+
+
+def test_prime_frees_what_it_allocated_when_the_memset_fails_and_names_the_call() -> None:
+    drv = PrimingDriver([True], current=0x1000)
+    drv.fail_memset = 2  # CUDA_ERROR_OUT_OF_MEMORY
+    sync = synced(drv)
+    with pytest.raises(RuntimeError, match=r"cuMemsetD8 failed"):
+        sync.prime()
+    assert drv.calls[-1] == "free 0xd000" and drv.current == 0x1000 and not drv.stack
+    sync.release()
+
+
+def test_prime_runs_nothing_without_an_active_context_or_the_calls() -> None:
+    drv = PrimingDriver([False], current=None)
+    assert synced(drv).prime() is False  # CUDA not started by the test: nothing to prime
+    assert not [c for c in drv.calls if c.startswith(("alloc", "memset"))]
+    assert synced(FakeDriver([True], current=0x1000)).prime() is False  # a libcuda without cuMemAlloc_v2 & co.
+    nothing = DeviceSync()
+    nothing._error = "libcuda lacks cuCtxSynchronize"
+    assert nothing.prime() is False
