@@ -260,10 +260,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "GPU launch calls (CUPTI's RUNTIME/DRIVER records: launch linkage, sync and copy calls, idle causes) are "
         "recorded only in this many extra trace rounds after the measured ones, which are timed without them "
         "(cheaper); `all` records them in every round and runs no trace round. Unset: the warm-up records them "
-        "too and, when it ran in step with the measured rounds (a model already warm), stands for the trace "
-        "round, which then does not run; else one, and a second when the first ran out of step with the measured "
-        "rounds (slowed by something else). Not a latency sample; no trace round runs without GPU collection. "
-        "Unless the marker says otherwise.",
+        "too and, when the measured rounds record GPU activity and the warm-up did GPU work in step with them (a "
+        "model already warm), stands for the trace round, which then does not run; else one, and a second when "
+        "the first ran out of step with the measured rounds (slowed by something else). Not a latency sample; "
+        "no trace round runs without GPU collection. Unless the marker says otherwise.",
         "give a number of trace rounds from 1 to 1000, or all", "all", metavar="N|all", toml_type=int | str,
     ),
     OptionSpec(

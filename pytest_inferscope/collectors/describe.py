@@ -84,14 +84,12 @@ def _api_mode(self: Described) -> str:
     traced = sum(1 for r in self.rounds if row_kind(r) is RoundKind.TRACE)
     warmup = session.warmup_traced and not session.api_note
     if decided is not None and session.lean:
-        if warmup and not traced:
-            return f"{decided.reason}; the launch calls read from the warm-up, in step with the measured rounds"
         return decided.reason
     if session.api_note:
         note = session.api_note
     elif self.options.trace_rounds is None:
         note = "launch calls recorded in every round"
-    elif warmup and not traced:
+    elif session.warmup_stood_in:
         note = (
             "launch calls recorded only in the warm-up, which ran in step with the measured rounds and stood "
             "for the trace round (--inferscope-trace-rounds)"

@@ -55,6 +55,7 @@ class GpuSession:
         #: The warm-up rounds record the launch calls: one in step with the measured rounds stands for the trace
         #: round (schedule.after_measured, analyzer `Rounds.trace_idx`), which then does not run.
         self.warmup_traced = False
+        self.warmup_stood_in = False  # ... and one did (schedule._warmup_stands_in): no trace round ran
         self.clock_pairs: list[tuple[int, int]] = []
         self.dropped = 0  # records the backend could not keep, summed at each drain (a start resets its count)
         self._warm = (0, 0)  # auto: the warm-up's work records and GPU busy ns counted so far
@@ -155,7 +156,7 @@ class GpuSession:
         if self.decision is not None:
             mode = "trace" if self.lean and after_measured_ran else "measured"
             out.update(gpu_rounds=mode, gpu_rounds_decision=self.decision.to_json())
-        if self.warmup_traced and not self.api_note:
+        if self.warmup_stood_in:
             out["warmup_traced"] = True  # the analyzer reads an in-step warm-up round as a trace round
         return out
 

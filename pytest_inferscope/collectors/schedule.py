@@ -139,7 +139,7 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
             result = None  # let go before the next call (see `run`)
             first_index += 1
         ran, result = _until_in_step(coll, body, first_index, n, RoundKind.PROFILE)
-        if not switched or _warmup_stands_in(coll):
+        if not switched:
             return result
         gpu.synchronize()
         if not gpu.switch_launch_calls(True):
@@ -178,15 +178,23 @@ def _until_in_step(coll: Collection, body: Callable[[], R], first: int, n: int, 
 
 def _warmup_stands_in(coll: Collection) -> bool:
     """Whether a warm-up round recorded the launch calls in step with the measured rounds (rounds.traced_warmup):
-    it stands for the trace round, which then does not run (a round fewer: 9% of a test of 1 + 10 calls)."""
+    it stands for the trace round, which then does not run (a round fewer: 9% of a test of 1 + 10 calls).
+
+    Only where auto kept the GPU records in the measured rounds and the warm-up did GPU work: there the GPU
+    figures come from the measured rounds and the warm-up gives only the launch calls. Lean, the sync loop's
+    saving read from its warm-up fell short of the one measured, and a CPU-only body's warm-up lost its class
+    (the sampler's first tick leaves a first round with fewer samples): H100, 2026-11-25, docs/performance.md.
+    """
     gpu = coll.gpu_session
-    if not gpu.warmup_traced or gpu.api_note:
+    decision = gpu.decision
+    if not gpu.warmup_traced or gpu.api_note or gpu.lean or decision is None or decision.mode != "measured":
         return False
+    if not decision.records_per_round or decision.estimated_cost is None:
+        return False  # no GPU work in the warm-up (a CPU-only body), or not auto's decision
     warm = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.WARMUP.name]
     measured = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.MEASURED.name]
-    decision = gpu.decision
-    cost = decision.estimated_cost if decision is not None and decision.estimated_cost is not None else 0.0
-    return any(traced_warmup(warm, measured, gpu.lean, cost))
+    gpu.warmup_stood_in = any(traced_warmup(warm, measured, False, decision.estimated_cost))
+    return gpu.warmup_stood_in
 
 
 def _in_step(coll: Collection, kind: RoundKind) -> bool:
