@@ -11,9 +11,8 @@ the collection, the rounds and the analyzer are the project's:
   C  no settling, 3 profile + 1 trace
   D  no settling, 1 profile + 1 trace
   E  no settling, one trace round (GPU activity and launch calls together)
-  unprimed  the project's schedule with the GPU not primed after CUPTI starts (a settling round instead)
-  before    the project's schedule as it was until 2026-11-25's fourth session: not primed, and the warm-up
-            not recording the launch calls (it cannot stand for the trace round, which always runs)
+  unprimed  the project's schedule with the GPU not primed after CUPTI starts (a settling round instead):
+            the default until 2026-11-25's fourth session
 
 They apply only when auto takes the measured rounds lean; otherwise every design runs the project's.
 Per design it prints the whole test's ratio, each kind of round's median wall time, the post-processing
@@ -54,7 +53,6 @@ DESIGNS: dict[str, tuple[bool, int] | None] = {
     "D": (False, 1),
     "E": (False, 0),
     "unprimed": None,
-    "before": None,
 }
 KINDS = ("WARMUP", "MEASURED", "SETTLING", "PROFILE", "TRACE")
 
@@ -98,21 +96,12 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
     from pytest_inferscope.collectors import schedule
     from pytest_inferscope.collectors.gpu_session import GpuSession
 
-    project, prime, start = schedule.after_measured, GpuSession._prime, GpuSession.start
+    project, prime = schedule.after_measured, GpuSession._prime
     shape = DESIGNS[design]
     if shape is not None:
         schedule.after_measured = design_after(*shape)  # type: ignore[assignment]
-    if design in ("unprimed", "before"):
+    if design == "unprimed":
         GpuSession._prime = lambda self: False  # type: ignore[method-assign]
-    if design == "before":
-
-        def start_before(self: Any) -> None:
-            start(self)
-            if self.warmup_traced:  # the launch calls off from the start, as before
-                self.warmup_traced = False
-                self._launch_calls_off()
-
-        GpuSession.start = start_before  # type: ignore[method-assign]
     sink = Profile(design)
     try:
         t0 = time.perf_counter_ns()
@@ -129,7 +118,7 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
         if post is not None:
             post.disable()
         schedule.after_measured = project  # type: ignore[assignment]
-        GpuSession._prime, GpuSession.start = prime, start  # type: ignore[method-assign]
+        GpuSession._prime = prime  # type: ignore[method-assign]
     result = sink.result
     assert result is not None
     by_kind: dict[str, list[float]] = {}

@@ -259,18 +259,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "trace_rounds", parse_trace_rounds, 1,
         "GPU launch calls (CUPTI's RUNTIME/DRIVER records: launch linkage, sync and copy calls, idle causes) are "
         "recorded only in this many extra trace rounds after the measured ones, which are timed without them "
-        "(cheaper); `all` records them in every round and runs no trace round. Unset: the warm-up records them "
-        "too and, when the measured rounds record GPU activity and the warm-up did GPU work in step with them (a "
-        "model already warm), stands for the trace round, which then does not run; else one, and a second when "
-        "the first ran out of step with the measured rounds (slowed by something else). Not a latency sample; "
-        "no trace round runs without GPU collection. Unless the marker says otherwise.",
+        "(cheaper); `all` records them in every round and runs no trace round. Unset: one, and a second when the "
+        "first ran out of step with the measured rounds (slowed by something else). Not a latency sample; no "
+        "trace round runs without GPU collection. Unless the marker says otherwise.",
         "give a number of trace rounds from 1 to 1000, or all", "all", metavar="N|all", toml_type=int | str,
     ),
     OptionSpec(
         "gpu_rounds", choice(_GPU_ROUNDS), "auto",
         "Which rounds record GPU activity (CUPTI): measured (warm-up and measured rounds record kernels, copies "
         "and memsets; launch calls per --inferscope-trace-rounds), trace (the measured rounds are timed without "
-        f"CUPTI; after them up to {LEAN_TRACE_ROUNDS} profile rounds that record GPU activity "
+        f"CUPTI; after them a settling round, up to {LEAN_TRACE_ROUNDS} profile rounds that record GPU activity "
         "without the launch calls (until one runs as the measured rounds did; as many as --inferscope-trace-rounds "
         "when it is given) and the trace rounds), or auto "
         "(decided per test after the warm-up: trace when the warm-up's GPU records, at ~1 µs each, would "

@@ -120,17 +120,3 @@ def in_step(wall_ns: float, measured_ns: Sequence[float] | np.ndarray, record_co
         return True
     bound = float(np.median(measured_ns)) * (1.0 + max(0.0, record_cost))
     return float(wall_ns) <= max(bound * (1.0 + STEP), bound + STEP_SLACK_NS)
-
-
-def traced_warmup(warm_ns: Sequence[float], measured_ns: Sequence[float] | np.ndarray, lean: bool,
-                  estimated_cost: float) -> list[bool]:  # fmt: skip
-    """Which warm-up rounds that recorded the launch calls can stand for a trace round: those in step with the
-    measured rounds, with a trace round's allowance for their records (none without measured rounds).
-
-    A warm-up round of a model already warm runs as the measured rounds do; one of a cold model (first
-    call, autotuning, lazy initialisation) runs far slower and is not read.
-    """
-    if not len(measured_ns):
-        return [False] * len(warm_ns)
-    cost = allowance(RoundKind.TRACE, lean, estimated_cost)
-    return [in_step(w, measured_ns, cost) for w in warm_ns]

@@ -3,8 +3,7 @@
 Trace rounds (RoundKind.TRACE; `--inferscope-trace-rounds`) run after the measured ones with the
 GPU launch calls recorded, which the measured rounds are timed without. Everything taken from the
 launch calls (launch linkage, sync and copy calls, allocator calls, idle causes) comes from the
-*API rounds*: the trace rounds when there are any (or the warm-up rounds standing in for them:
-`trace_idx`), else the measured rounds (launch calls recorded
+*API rounds*: the trace rounds when there are any, else the measured rounds (launch calls recorded
 in every round, and every trace recorded before trace rounds existed). `api_scale` turns a total
 over the API rounds into one over the measured rounds (per round, as many rounds).
 
@@ -26,7 +25,7 @@ import numpy as np
 from ..events import Kind
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
-from ..rounds import RoundKind, allowance, in_step, kinds_of, row_kind, traced_warmup
+from ..rounds import RoundKind, allowance, in_step, kinds_of, row_kind
 
 _MS = 1e6
 _MB = 1024 * 1024
@@ -83,25 +82,8 @@ class Rounds:
     def trace_idx(self) -> np.ndarray:
         """Indices of the trace rounds (launch calls recorded; not latency samples), those in step with the
         measured rounds while there is one (rounds.in_step: a round slowed by something else misleads the
-        what-ifs).
-
-        Without trace rounds, when the warm-up recorded the launch calls (meta "warmup_traced"), the warm-up
-        rounds in step with the measured rounds (rounds.traced_warmup): the schedule ran no trace round for them.
-        """
-        traced = self._in_step(RoundKind.TRACE)
-        if len(traced) or not self.timeline.meta.get("warmup_traced"):
-            return traced
-        rounds, kinds = self._round_spans
-        warm, measured = rounds[kinds == RoundKind.WARMUP], rounds[kinds == RoundKind.MEASURED]
-        ev = self.timeline.events
-        decision = self.timeline.meta.get("gpu_rounds_decision") or {}
-        keep = traced_warmup(
-            ev["end"][warm] - ev["start"][warm],
-            ev["end"][measured] - ev["start"][measured],
-            self.timeline.meta.get("gpu_rounds") == "trace",
-            float(decision.get("estimated_cost") or 0.0),
-        )
-        return warm[np.asarray(keep, dtype=bool)] if len(warm) else warm
+        what-ifs)."""
+        return self._in_step(RoundKind.TRACE)
 
     @cached_property
     def profile_idx(self) -> np.ndarray:

@@ -108,8 +108,6 @@ class _Round:
     def __enter__(self) -> None:
         if self._coll.gpu is None:
             self._coll._devsync.prepare()  # the loader's look, when one is due, before the round's time
-        elif self._kind is RoundKind.MEASURED and self._coll.gpu_session.warmup_traced:
-            self._coll.gpu_session.end_warmup_trace()  # where no after_warmup ran: never in a measured round
         self._before = self._coll._counters_before()
         self._start = host_clock_ns()
 

@@ -81,22 +81,16 @@ def _api_mode(self: Described) -> str:
     """Which rounds recorded the launch calls, for the report header."""
     session = self.gpu_session
     decided = session.decision
-    traced = sum(1 for r in self.rounds if row_kind(r) is RoundKind.TRACE)
-    warmup = session.warmup_traced and not session.api_note
     if decided is not None and session.lean:
         return decided.reason
     if session.api_note:
         note = session.api_note
     elif self.options.trace_rounds is None:
         note = "launch calls recorded in every round"
-    elif session.warmup_stood_in:
-        note = (
-            "launch calls recorded only in the warm-up, which ran in step with the measured rounds and stood "
-            "for the trace round (--inferscope-trace-rounds)"
-        )
     else:
+        traced = sum(1 for r in self.rounds if row_kind(r) is RoundKind.TRACE)
         note = (
-            f"launch calls recorded only in {'the warm-up and ' if warmup else ''}the {traced} trace "
-            f"round{'s' if traced != 1 else ''} after the measured ones (--inferscope-trace-rounds)"
+            f"launch calls recorded only in the {traced} trace round{'s' if traced != 1 else ''} after the measured "
+            "ones (--inferscope-trace-rounds)"
         )
     return f"{decided.reason}; {note}" if decided is not None else note

@@ -51,11 +51,7 @@ class GpuSession:
         self.api_on = True
         self.api_note = ""
         self.decision: GpuRoundsDecision | None = None  # which rounds recorded GPU activity, and why
-        self.primed = False  # the first GPU operation after CUPTI's (last) start was paid outside the rounds
-        #: The warm-up rounds record the launch calls: one in step with the measured rounds stands for the trace
-        #: round (schedule.after_measured, analyzer `Rounds.trace_idx`), which then does not run.
-        self.warmup_traced = False
-        self.warmup_stood_in = False  # ... and one did (schedule._warmup_stands_in): no trace round ran
+        self.primed = False  # lean: the first GPU operation after CUPTI's start was paid outside the rounds
         self.clock_pairs: list[tuple[int, int]] = []
         self.dropped = 0  # records the backend could not keep, summed at each drain (a start resets its count)
         self._warm = (0, 0)  # auto: the warm-up's work records and GPU busy ns counted so far
@@ -101,11 +97,7 @@ class GpuSession:
             return
         self._start()
         if self.recording and o.trace_rounds is not None:
-            if o.until_in_step:  # the warm-up records the launch calls too: it may stand for the trace round
-                self.warmup_traced = True
-                self.primed = self._prime()  # so that the warm-up does not pay CUPTI's first operation
-            else:
-                self._launch_calls_off()
+            self._launch_calls_off()
 
     def _start(self) -> None:
         """Start the backend (every kind recorded, launch calls too) and take a clock pair."""
@@ -156,8 +148,6 @@ class GpuSession:
         if self.decision is not None:
             mode = "trace" if self.lean and after_measured_ran else "measured"
             out.update(gpu_rounds=mode, gpu_rounds_decision=self.decision.to_json())
-        if self.warmup_stood_in:
-            out["warmup_traced"] = True  # the analyzer reads an in-step warm-up round as a trace round
         return out
 
     # -- between the rounds -------------------------------------------------------------------------
@@ -168,19 +158,6 @@ class GpuSession:
         return self.collector is not None and self.decision is not None and self.decision.mode == "trace"
 
     def after_warmup(self, warm_ns: list[int], allow_more: bool = False) -> bool:
-        """After the warm-up rounds (`warm_ns`: their wall times): auto's decision (`_decide`), then the launch calls
-        off for the measured rounds when the warm-up recorded them. False: one more warm-up round first."""
-        done = self._decide(warm_ns, allow_more)
-        if done:
-            self.end_warmup_trace()
-        return done
-
-    def end_warmup_trace(self) -> None:
-        """Before the measured rounds: the launch calls the warm-up recorded (`warmup_traced`) off."""
-        if self.warmup_traced and self.recording and self.api_on:
-            self._launch_calls_off()
-
-    def _decide(self, warm_ns: list[int], allow_more: bool = False) -> bool:
         """gpu_rounds auto: after the warm-up rounds (`warm_ns`: their wall times), whether the measured rounds
         record GPU activity. False (only with `allow_more`, once): one warm-up round left the decision open
         (`gpu_rounds.undecided`); run one more, with CUPTI recording, and ask again.

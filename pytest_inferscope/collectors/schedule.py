@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from ..rounds import TRACE_ROUNDS_MAX, RoundKind, allowance, in_step, traced_warmup
+from ..rounds import TRACE_ROUNDS_MAX, RoundKind, allowance, in_step
 from .gpu_session import GpuSession
 
 R = TypeVar("R")
@@ -147,7 +147,7 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
         first_index += ran
         n = coll.options.trace_rounds or 0
     else:
-        if _warmup_stands_in(coll) or not gpu.switch_launch_calls(True):
+        if not gpu.switch_launch_calls(True):
             return None
         result = None
     if coll.options.until_in_step:
@@ -174,27 +174,6 @@ def _until_in_step(coll: Collection, body: Callable[[], R], first: int, n: int, 
         if coll.options.until_in_step and _in_step(coll, kind):
             break
     return ran, result
-
-
-def _warmup_stands_in(coll: Collection) -> bool:
-    """Whether a warm-up round recorded the launch calls in step with the measured rounds (rounds.traced_warmup):
-    it stands for the trace round, which then does not run (a round fewer: 9% of a test of 1 + 10 calls).
-
-    Only where auto kept the GPU records in the measured rounds and the warm-up did GPU work: there the GPU
-    figures come from the measured rounds and the warm-up gives only the launch calls. Lean, the sync loop's
-    saving read from its warm-up fell short of the one measured, and a CPU-only body's warm-up lost its class
-    (the sampler's first tick leaves a first round with fewer samples): H100, 2026-11-25, docs/performance.md.
-    """
-    gpu = coll.gpu_session
-    decision = gpu.decision
-    if not gpu.warmup_traced or gpu.api_note or gpu.lean or decision is None or decision.mode != "measured":
-        return False
-    if not decision.records_per_round or decision.estimated_cost is None:
-        return False  # no GPU work in the warm-up (a CPU-only body), or not auto's decision
-    warm = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.WARMUP.name]
-    measured = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.MEASURED.name]
-    gpu.warmup_stood_in = any(traced_warmup(warm, measured, False, decision.estimated_cost))
-    return gpu.warmup_stood_in
 
 
 def _in_step(coll: Collection, kind: RoundKind) -> bool:

@@ -136,27 +136,11 @@ def test_auto_keeps_cupti_recording_into_the_measured_rounds_when_it_stays_measu
 ) -> None:
     # 2 records per 30 ms call: ~0.02% per round. CUPTI is flushed, not stopped: the first call after a
     # restart would be slow (CUPTI's first use again), and it would be a latency sample.
-    # The warm-up records the launch calls too (off before the measured rounds); in step with the measured
-    # rounds, it stands for the trace round, which does not run.
     gpu = _RecordingGpu(per_call=2)
     result = _measure(monkeypatch, gpu, 0.03)
     b = ["body"]
-    assert gpu.calls == ["start", *b, "flush", "api off", *b * 3, "stop"]
-    assert len(result.latency.samples_ms) == 3 and result.latency.trace_ms == []
-    mode = next(c.mode for c in result.collectors if c.name == "gpu")
-    assert "launch calls recorded only in the warm-up, which ran in step with the measured rounds" in mode
-
-
-def test_a_warmup_out_of_step_with_the_measured_rounds_leaves_the_trace_round_to_run(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    gpu = _RecordingGpu(per_call=2)
-    result = _measure(monkeypatch, gpu, 0.03, first_s=0.09)  # a cold first call: 3x the others
-    b = ["body"]
-    assert gpu.calls == ["start", *b, "flush", "api off", *b * 3, "api on", *b, "api off", "stop"]
-    assert len(result.latency.trace_ms) == 1
-    mode = next(c.mode for c in result.collectors if c.name == "gpu")
-    assert "launch calls recorded only in the warm-up and the 1 trace round after the measured ones" in mode
+    assert gpu.calls == ["start", "api off", *b, "flush", *b * 3, "api on", *b, "api off", "stop"]
+    assert len(result.latency.samples_ms) == 3
 
 
 def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,17 +148,16 @@ def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest
     gpu = _RecordingGpu(per_call=400)
     _measure(monkeypatch, gpu, 0.001)
     b = ["body"]
-    # settling (this backend cannot prime the GPU) + 1 profile round (in step with the measured rounds: no
-    # second one), then the trace round: a lean warm-up never stands for it
+    # settling + 1 profile round (in step with the measured rounds: no second one), then the trace round
     lean = ["start", "api off", *b * 2, "api on", *b, "api off", "stop"]
-    assert gpu.calls == ["start", *b, "flush", "stop", *b * 3, *lean]
+    assert gpu.calls == ["start", "api off", *b, "flush", "stop", *b * 3, *lean]
 
 
 def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = _RecordingGpu(per_call=2, flushes=False)
     _measure(monkeypatch, gpu, 0.03)
     b = ["body"]
-    assert gpu.calls == ["start", *b, "stop", "start", "api off", *b * 3, "stop"]
+    assert gpu.calls == ["start", "api off", *b, "stop", "start", "api off", *b * 3, "api on", *b, "api off", "stop"]
 
 
 @pytest.mark.parametrize(
@@ -201,7 +184,7 @@ def test_auto_runs_one_more_warmup_round_when_the_first_left_the_decision_open(
     gpu = _RecordingGpu(per_call=500)
     result = _measure(monkeypatch, gpu, 0.01, first_s=0.3)
     b = ["body"]
-    assert gpu.calls[:7] == ["start", *b, "flush", *b, "flush", "stop", *b]  # both warm-ups record launch calls
+    assert gpu.calls[:8] == ["start", "api off", *b, "flush", *b, "flush", "stop", *b]
     assert len(result.latency.warmup_ms) == 2 and len(result.latency.samples_ms) == 3
     mode = next(c.mode for c in result.collectors if c.name == "gpu")
     assert "one more warm-up round ran" in mode and "GPU activity recorded only after the measured rounds" in mode

@@ -68,8 +68,6 @@ def steady(
     profile: int = 0,
     profile_stretch: tuple[float, ...] = (),
     trace_stretches: tuple[float, ...] = (),
-    warmup_api: bool = False,
-    warmup_stretch: float = 1.0,
 ) -> RawTrace:
     """`warmup` + `rounds` + `trace` copies of ROUND; launch calls in the measured rounds only when `api_in_measured`.
 
@@ -77,8 +75,7 @@ def steady(
     `gpu_in_measured=False`: no GPU record at all outside the trace rounds, as `--inferscope-gpu-rounds=trace`
     records them (the meta says so). `profile`: that many profile rounds (GPU activity, no launch calls)
     between the measured and the trace rounds, as lean mode runs them; `profile_stretch`: each one's stretch;
-    `trace_stretches`: each trace round's, instead of `trace_stretch`. `warmup_api`: the warm-up rounds
-    record the launch calls (meta "warmup_traced", as the default schedule records them); `warmup_stretch`: theirs.
+    `trace_stretches`: each trace round's, instead of `trace_stretch`.
     """
     strings = ["test"]
     rows: list[tuple[Any, ...]] = []
@@ -87,7 +84,7 @@ def steady(
     for i in range(warmup + rounds + profile + trace):
         is_profile = warmup + rounds <= i < warmup + rounds + profile
         is_trace = i >= warmup + rounds + profile
-        stretch = trace_stretch if is_trace else warmup_stretch if i < warmup else 1.0
+        stretch = trace_stretch if is_trace else 1.0
         if is_profile and profile_stretch:
             stretch = profile_stretch[i - warmup - rounds]
         if is_trace and trace_stretches:
@@ -97,13 +94,10 @@ def steady(
         flags = kind_flags(kind)
         strings.append(f"round {i}")
         rows.append((t, t + dur, i, 0, len(strings) - 1, 1, -1, -1, Kind.ROUND, Domain.HOST, flags))
-        warm_api = warmup_api and i < warmup  # recorded with everything (lean mode records the warm-up)
         for kind, name, s, e, slot, value, f in ROUND:
-            if kind == Kind.RUNTIME and not (api_in_measured or is_trace or warm_api):
+            if kind == Kind.RUNTIME and not (api_in_measured or is_trace):
                 continue
-            if kind in (Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY) and not (
-                gpu_in_measured or is_trace or is_profile or warm_api
-            ):
+            if kind in (Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY) and not (gpu_in_measured or is_trace or is_profile):
                 continue
             if kind == Kind.RUNTIME and is_profile:
                 continue
@@ -125,8 +119,6 @@ def steady(
     meta: dict[str, Any] = {"rounds": meta_rounds, "memory": {"rss_peak": 100 << 20}}
     if not gpu_in_measured:
         meta["gpu_rounds"] = "trace"
-    if warmup_api:
-        meta["warmup_traced"] = True
     return RawTrace(np.array(rows, dtype=EVENT_DTYPE), strings, clock_pairs=[(0, 0), (t, t)], meta=meta)
 
 
@@ -171,29 +163,6 @@ def test_the_analysis_from_trace_rounds_equals_the_one_with_launch_calls_in_ever
     assert traced.gpu["idle_gaps"]["by_cause_ms_per_round"] == pytest.approx(
         every.gpu["idle_gaps"]["by_cause_ms_per_round"]
     )
-
-
-def test_a_warmup_that_recorded_the_launch_calls_in_step_stands_for_the_trace_round() -> None:
-    every = analyze(merge(steady(5)))
-    warm = merge(steady(5, api_in_measured=False, warmup_api=True))
-    assert Context(warm).rounds.trace_idx.tolist() == [int(np.flatnonzero(warm.events["kind"] == Kind.ROUND)[0])]
-    traced = analyze(warm)
-    for key in API_METRICS + ACTIVITY_METRICS:
-        assert traced.metrics[key] == pytest.approx(every.metrics[key], rel=1e-6, abs=1e-9), key
-    assert traced.bottleneck == every.bottleneck and Context(warm).rounds.latency.trace_ms == []
-    assert [f.rule for f in traced.findings] == [f.rule for f in every.findings]
-
-
-def test_a_cold_warmup_is_not_read_as_a_trace_round() -> None:
-    # a first call 3x the measured ones (cold: autotuning, lazy initialisation): its launch calls are not read
-    cold = merge(steady(5, api_in_measured=False, warmup_api=True, warmup_stretch=3.0))
-    ctx = Context(cold)
-    assert ctx.rounds.trace_idx.tolist() == [] and not ctx.rounds.has_trace_rounds
-    assert analyze(cold).metrics["host.syncs_per_round"] == 0  # no launch call read at all, rather than a cold one
-    # without the meta (a trace recorded before warm-ups recorded launch calls), never
-    ctx = Context(merge(steady(5, api_in_measured=False, warmup_api=True)))
-    ctx.timeline.meta.pop("warmup_traced")
-    assert ctx.rounds.trace_idx.tolist() == []
 
 
 @pytest.mark.parametrize("trace", [1, 3])
@@ -548,18 +517,15 @@ def test_measure_runs_a_second_trace_round_when_the_first_is_out_of_step(monkeyp
 
     def body() -> None:
         gpu.calls.append("body")
-        n = gpu.calls.count("body")
-        first_trace = n == 5  # after the warm-up and 3 measured calls
-        # a cold warm-up (out of step with the measured calls: it cannot stand for the trace round)
-        time.sleep(0.05 if n == 1 else 0.03 if first_trace and slow_first["trace"] else 0.01)
+        first_trace = gpu.calls.count("body") == 5  # after the warm-up and 3 measured calls
+        time.sleep(0.03 if first_trace and slow_first["trace"] else 0.01)
 
     b = ["body"]
     for slow, traced in ((True, 2), (False, 1)):
         slow_first["trace"] = slow
         gpu.calls.clear()
         result = api.measure(body, rounds=3, warmup=1, gpu_rounds="measured", cpu="off")
-        # the warm-up records the launch calls; off for the measured calls, on again for the trace calls
-        assert gpu.calls == ["start", *b, "api off"] + b * 3 + ["api on"] + b * traced + ["api off", "stop"]
+        assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b * traced + ["api off", "stop"]
         assert len(result.latency.trace_ms) == traced
     slow_first["trace"] = True
     gpu.calls.clear()
@@ -619,8 +585,6 @@ def test_no_call_runs_while_the_previous_calls_result_is_alive(
     def body() -> _Output:
         if previous and previous[-1]() is not None:
             alive.append(len(previous))
-        if len(previous) < 2:
-            time.sleep(0.005)  # cold warm-ups: they cannot stand for the trace round, which then runs
         out = _Output()
         previous.append(weakref.ref(out))
         return out
