@@ -268,7 +268,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "gpu_rounds", choice(_GPU_ROUNDS), "auto",
         "Which rounds record GPU activity (CUPTI): measured (warm-up and measured rounds record kernels, copies "
         "and memsets; launch calls per --inferscope-trace-rounds), trace (the measured rounds are timed without "
-        f"CUPTI; after them a settling round, up to {LEAN_TRACE_ROUNDS} profile rounds that record GPU activity "
+        f"CUPTI; after them up to {LEAN_TRACE_ROUNDS} profile rounds that record GPU activity "
         "without the launch calls (until one runs as the measured rounds did; as many as --inferscope-trace-rounds "
         "when it is given) and the trace rounds), or auto "
         "(decided per test after the warm-up: trace when the warm-up's GPU records, at ~1 µs each, would "
