@@ -167,10 +167,10 @@ def measure(
     ones are timed without them): N, "all" (recorded in every call, no extra call), or None for the
     setting (INFERSCOPE_TRACE_ROUNDS or the config file; default 1). `gpu_rounds` ("measured", "trace",
     "auto"; None: the setting) says which rounds record GPU activity, as `--inferscope-gpu-rounds` does:
-    with "trace" the measured calls run without CUPTI; then CUPTI starts, one settling call and the
-    profile calls (GPU activity without the launch calls: up to 3, ending at the first that runs as the
-    measured calls did, or `trace_rounds` of them when given) run, and the `trace_rounds` calls with
-    the launch calls.
+    with "trace" the measured calls run without CUPTI; then CUPTI starts (the GPU primed, or one settling
+    call where it cannot be), the profile calls (GPU activity without the launch calls: up to 3, ending at
+    the first that runs as the measured calls did, or `trace_rounds` of them when given) run, and the
+    `trace_rounds` calls with the launch calls.
     """
     from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 

@@ -1,7 +1,8 @@
 """What a round is: its kind, stored in each ROUND span and each per-round counter row.
 
 A test body is called in rounds: warm-up rounds, measured rounds (the latency samples), and after
-them, when GPU activity is collected, a settling round, profile rounds and trace rounds. Every
+them, when GPU activity is collected, profile rounds (a settling round first where the GPU could not be
+primed) and trace rounds. Every
 later stage selects rounds by their `RoundKind`; this module is the one place that knows how a
 kind is stored in a record, and how traces saved before kinds existed encoded it (flag bits).
 """
@@ -88,7 +89,7 @@ def row_kind(row: Mapping[str, Any]) -> RoundKind:
 PROFILE_ROUNDS_MAX = 3
 #: A round after the measured ones is in step when its wall time is at most this fraction over the measured rounds'
 #: median, beyond what its records cost it (`allowance`). The first call after CUPTI starts ran 15-20% slower (the
-#: settling round, H100).
+#: settling round, H100) until the GPU was primed (devsync.DeviceSync.prime).
 STEP = 0.10
 #: ... or at most this much over (ns): a loaded machine preempts a thread for about a millisecond, which says
 #: nothing about a round of a small body.

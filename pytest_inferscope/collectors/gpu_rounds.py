@@ -2,9 +2,9 @@
 
 `measured`: the warm-up and measured rounds record kernels, copies and memsets (launch calls per
 `--inferscope-trace-rounds`). `trace` ("lean" measured rounds): CUPTI records nothing until the
-measured rounds are done; then one settling round, the profile rounds (GPU activity without the
-launch calls, read for every GPU figure: analyzer/base.py, `gpu_round_idx`) and the trace rounds
-(the launch calls). `auto` (the default): the warm-up rounds record as `measured`; then, if their
+measured rounds are done; then (the GPU primed, or one settling round) the profile rounds (GPU activity
+without the launch calls, read for every GPU figure: analyzer/base.py, `gpu_round_idx`) and the trace
+rounds (the launch calls). `auto` (the default): the warm-up rounds record as `measured`; then, if their
 GPU records per round at `RECORD_COST_NS` each would cost the measured rounds more than
 `AUTO_LEAN_ABOVE` of a round's time, the measured rounds go lean. The round's time is the fastest
 warm-up round after the first; with one warm-up round, the first round over `FIRST_ROUND_SLOWDOWN`,
