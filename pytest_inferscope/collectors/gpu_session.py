@@ -229,9 +229,14 @@ class GpuSession:
 
     def _prime(self) -> bool:
         """The backend's `prime` (the first GPU operation's cost under CUPTI paid outside any round); False when
-        it has none or it failed: the schedule then runs a settling round."""
+        it has none, it failed, or the warm-up did no GPU work: the schedule then runs a settling round.
+
+        Only after a warm-up that did GPU work (auto gone lean): the prime's memset is a GPU record, and in the
+        timeline of a body without GPU work it would read as GPU activity (`GpuContext.collected`) and move the
+        diagnosis off the CPU (the example's tokenizer lost its cpu_bound class that way, H100 2026-11-25)."""
         prime = getattr(self.collector, "prime", None)
-        if prime is None:
+        decision = self.decision
+        if prime is None or decision is None or not decision.records_per_round:
             return False
         try:
             return bool(prime())

@@ -153,6 +153,33 @@ def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest
     assert gpu.calls == ["start", "api off", *b, "flush", "stop", *b * 3, *lean]
 
 
+class _PrimingGpu(_RecordingGpu):
+    """A recording backend that primes the GPU after its start (or fails to: `fails`)."""
+
+    def __init__(self, per_call: int, fails: bool = False) -> None:
+        super().__init__(per_call)
+        self.fails = fails
+
+    def prime(self) -> bool:
+        self.calls.append("prime")
+        if self.fails:
+            raise RuntimeError("cuMemAlloc (device 0) failed: CUDA_ERROR_OUT_OF_MEMORY (2)")
+        return True
+
+
+@pytest.mark.parametrize(("fails", "settling"), [(False, 0), (True, 1)])
+def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
+    monkeypatch: pytest.MonkeyPatch, fails: bool, settling: int
+) -> None:
+    gpu = _PrimingGpu(per_call=400, fails=fails)  # ~13% per round: lean
+    result = _measure(monkeypatch, gpu, 0.001)
+    b = ["body"]
+    # CUPTI starts again after the measured rounds and is primed; no settling call unless the prime failed
+    lean = ["start", "api off", "prime", *b * (settling + 1), "api on", *b, "api off", "stop"]
+    assert gpu.calls == ["start", "api off", *b, "flush", "stop", *b * 3, *lean]
+    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 2
+
+
 def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = _RecordingGpu(per_call=2, flushes=False)
     _measure(monkeypatch, gpu, 0.03)
