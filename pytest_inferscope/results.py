@@ -155,8 +155,12 @@ class LatencyStats(_Serial):
     ) -> LatencyStats:
         import numpy as np  # here, not at the top: the plugin imports this module for every session
 
-        s = np.asarray(samples_ms, dtype=float)
         traced = [float(x) for x in (trace_ms or [])]
+        x = float(samples_ms[0]) if len(samples_ms) == 1 else math.nan
+        if 0.0 < x < math.inf:  # every statistic of one sample is the sample (numpy's percentile took ~40 us)
+            return cls(samples_ms=[x], warmup_ms=[float(w) for w in (warmup_ms or [])], median=x, mean=x, p90=x,
+                       p99=x, min=x, max=x, iqr=0.0, stdev=0.0, trace_ms=traced)  # fmt: skip
+        s = np.asarray(samples_ms, dtype=float)
         if s.size == 0:
             return cls([], list(warmup_ms or []), trace_ms=traced)
         q25, q50, q75, q90, q99 = np.percentile(s, [25, 50, 75, 90, 99])

@@ -66,9 +66,11 @@ class GpuView:
     def records(self) -> np.ndarray:
         """GPU work records inside the GPU rounds (the measured rounds, or the trace rounds when lean)."""
         ev = self.timeline.events
+        if not self.collected:  # none to find (a CPU-only test: no need for the rounds' mask)
+            return ev[np.zeros(len(ev), dtype=bool)]
         return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.rounds.in_gpu_rounds]
 
-    @property
+    @cached_property
     def collected(self) -> bool:
         """Whether the timeline has GPU activity at all."""
         return self.timeline.has_gpu
@@ -89,7 +91,7 @@ class GpuView:
         """Indices of the test's blocking runtime calls (synchronisations, blocking copies) in the API rounds."""
         tl = self.timeline
         ev = tl.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
+        rt = self._runtime_calls
         if not len(rt):
             return rt
         names = self._name_table(SYNC_CALL)[ev["name"][rt]]
@@ -104,10 +106,15 @@ class GpuView:
     @cached_property
     def copy_calls(self) -> np.ndarray:
         """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in the API rounds."""
-        tl = self.timeline
-        ev = tl.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
+        ev = self.timeline.events
+        rt = self._runtime_calls
         return rt[self._name_table(COPY_CALL)[ev["name"][rt]]] if len(rt) else rt
+
+    @cached_property
+    def _runtime_calls(self) -> np.ndarray:
+        """Indices of the runtime calls in the API rounds (the rounds' mask only when there is one)."""
+        runtime = self.timeline.events["kind"] == Kind.RUNTIME
+        return np.flatnonzero(runtime & self.rounds.in_api_rounds) if runtime.any() else np.flatnonzero(runtime)
 
     @cached_property
     def wait_ns(self) -> dict[str, int]:

@@ -11,8 +11,8 @@ import contextlib
 import errno
 import hashlib
 import os
+import random
 import re
-import secrets
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,14 +34,22 @@ class ReportDirError(Exception):
 _O_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
+#: The temporary names' random part: a generator of our own (not `random`'s, which the tests' code may seed),
+#: seeded from the OS once and again in a forked child; `secrets` asked the kernel for 4 bytes per file.
+_names = random.Random()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_names.seed)
+
+
 def _create_temp(target: str) -> tuple[int, str]:
     """A new, empty temporary file next to `target`: (its descriptor, its path).
 
-    Created with O_EXCL under a random name, so it can never be someone else's file.
+    Created with O_EXCL under a random name, so it can never be someone else's file (O_EXCL, not the
+    name, guarantees that: a name that exists is skipped).
     """
     folder, name = os.path.split(target)
     for _ in range(100):
-        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        tmp = os.path.join(folder, f".{name}.{_names.getrandbits(32):08x}.tmp")
         try:
             # 0o666 lets the umask decide the final permissions, as for any ordinary file.
             return os.open(tmp, _O_FLAGS, 0o666), tmp

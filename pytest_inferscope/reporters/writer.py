@@ -51,16 +51,44 @@ files = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(files)
 data, ctl, out = 0, int(sys.argv[2]), sys.stdout
 failed, errors, made, done, told = set(), [], set(), 0, 0
+buf, pos = b"", 0  # frames read but not yet written, from pos: one read takes all that has come
 
-def read(fd, n):
-    parts = []
-    while n:
-        b = os.read(fd, min(n, 1 << 20))
+def frame():
+    # The next whole frame in buf: (group, path, data) or "S"; else the bytes it needs, counted from pos.
+    global pos
+    if len(buf) == pos:
+        return 1  # a b"S" is one byte: wait for no more than that
+    if buf[pos] == 83:  # b"S"
+        pos += 1
+        return "S"
+    if len(buf) - pos < 15:
+        return 15
+    group, n_path, n_data = struct.unpack_from("<IHQ", buf, pos + 1)
+    start, end = pos + 15, pos + 15 + n_path + n_data
+    if len(buf) < end:
+        return end - pos
+    pos = end
+    return group, buf[start:start + n_path].decode("utf-8", "surrogateescape"), buf[start + n_path:end]
+
+def read_more(need):
+    # Read what has come, and on until `need` bytes are there (a frame is sent whole, all at once).
+    global buf, pos
+    parts, have = [buf[pos:]], len(buf) - pos
+    while True:
+        b = os.read(data, max(need - have, 1 << 16))
         if not b:
             raise EOFError
         parts.append(b)
-        n -= len(b)
-    return b"".join(parts)
+        have += len(b)
+        if have >= need:
+            break
+    buf, pos = b"".join(parts), 0
+
+def read1(fd):
+    b = os.read(fd, 1)
+    if not b:
+        raise EOFError
+    return b
 
 def answer(tag):
     global errors, told
@@ -73,28 +101,35 @@ def pause_if_asked(block):
         answer("I")  # everything sent is written: idle until more comes
     # b"P" on the control pipe: say what is done, then write nothing until b"R".
     while ctl in select.select([data, ctl] if block else [ctl], [], [], None if block else 0)[0]:
-        if read(ctl, 1) != b"P":
+        if read1(ctl) != b"P":
             continue
         answer("P")
-        while read(ctl, 1) != b"R":
+        while read1(ctl) != b"R":
             pass
         block = False  # data may have come meanwhile: look again without waiting
-    return True
 
 try:
-    while pause_if_asked(True):
-        op = read(data, 1)
-        if op == b"S":
+    while True:
+        got = frame()
+        if isinstance(got, int):  # wait for more (or a pause), then read all that has come
+            pause_if_asked(True)
+            read_more(got)
+            continue
+        if got == "S":
             answer("S")
             continue
-        group, n_path, n_data = struct.unpack("<IHQ", read(data, 14))
-        path, payload = read(data, n_path).decode("utf-8", "surrogateescape"), read(data, n_data)
         pause_if_asked(False)
+        group, path, payload = got
         if group not in failed:
             try:
                 folder = os.path.dirname(path)
                 if folder not in made:
-                    os.makedirs(folder, exist_ok=True)
+                    try:
+                        os.mkdir(folder)  # no look first: the folder is new but for a re-run
+                    except FileExistsError:
+                        pass  # a file there fails the write below, with the reason
+                    except FileNotFoundError:
+                        os.makedirs(folder, exist_ok=True)
                     made.add(folder)
                 files.atomic_write_bytes(path, payload)
             except Exception as e:
@@ -269,10 +304,11 @@ class ReportWriter:
 
     def _send(self, gid: int, group: list[tuple[Path, bytes]]) -> None:
         stdin = self._pipes()[0]
+        frames = []
         for path, data in group:
             raw_path = os.fsencode(path)
-            stdin.write(b"W" + struct.pack("<IHQ", gid, len(raw_path), len(data)) + raw_path)
-            stdin.write(data)
+            frames += [b"W", struct.pack("<IHQ", gid, len(raw_path), len(data)), raw_path, data]
+        stdin.write(b"".join(frames))  # one write: the helper reads a frame in one go
         stdin.flush()
 
     def _give_up(self) -> None:

@@ -351,3 +351,28 @@ def test_a_sync_is_traced_to_the_line_the_sampled_frame_was_on() -> None:
     assert at_line("m:f (/nonexistent/x.py:1)", 7) == "m:f (/nonexistent/x.py:7)"  # no source where unreadable
     loss_value = float(np.float32(1.5))  # the "sync" line the test points at
     assert loss_value == 1.5
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        {"cpu_busy": 0.9, "samples": [("mod:f", 0.5)]},  # no GPU record, no runtime call: the short cuts
+        {"cpu_busy": 0.5, "host": [(Kind.RUNTIME, "cudaDeviceSynchronize", 0.5, 0.1)]},  # runtime calls, no GPU
+        {"cpu_busy": 0.5, "gpu": [(Kind.KERNEL, 0.1, 0.5, 0, 0)]},  # both
+    ],
+)
+def test_the_gpu_views_short_cuts_give_what_the_rounds_masks_give(how: dict[str, object]) -> None:
+    """GpuView skips the rounds' masks when there are no GPU records or runtime calls to pick: the same arrays."""
+    from pytest_inferscope.analyzer.context import Context
+    from pytest_inferscope.events import GPU_KINDS
+
+    tl = merge(build(3, **how))  # type: ignore[arg-type]
+    ctx = Context(tl)
+    ev = tl.events
+    records = ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & ctx.rounds.in_gpu_rounds]
+    runtime = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & ctx.rounds.in_api_rounds)
+    assert ctx.gpu.records.dtype == records.dtype and ctx.gpu.records.tobytes() == records.tobytes()
+    assert ctx.gpu._runtime_calls.dtype == runtime.dtype and ctx.gpu._runtime_calls.tolist() == runtime.tolist()
+    assert ctx.gpu.collected == tl.has_gpu == bool(how.get("gpu"))
+    assert set(ctx.gpu.sync_calls.tolist()) <= set(runtime.tolist())
+    assert len(ctx.gpu.sync_calls) == (1 if how.get("host") else 0) * 3

@@ -165,3 +165,21 @@ def test_expect_fix_without_a_table_says_why() -> None:
     assert check.status == "not_evaluated" and "no launch calls" in check.message
     (required,) = evaluate({"expect_fix": "sync_bound"}, a, LAT, gpu_collected=True, gpu_required=True)
     assert required.status == "failed"
+
+
+def test_the_statistics_of_one_sample_are_numpys() -> None:
+    """One measured round (every test under --inferscope-all) skips numpy's percentile: the same numbers."""
+    import dataclasses
+
+    import numpy as np
+
+    for x in [0.0, 1e-9, 0.1, 1.5, 3.3333333333333335, 7e-8, 123456.789, 1e300, np.float64(2.2)]:
+        got = LatencyStats.from_samples([x], [1.25], [2.5])
+        s = np.asarray([x], dtype=float)
+        q25, q50, q75, q90, q99 = np.percentile(s, [25, 50, 75, 90, 99])
+        want = LatencyStats(
+            samples_ms=[float(x)], warmup_ms=[1.25], median=float(q50), mean=float(s.mean()), p90=float(q90),
+            p99=float(q99), min=float(s.min()), max=float(s.max()), iqr=float(q75 - q25), stdev=0.0, trace_ms=[2.5],
+        )  # fmt: skip
+        assert repr(dataclasses.asdict(got)) == repr(dataclasses.asdict(want)), x
+        assert all(type(v) is float for v in dataclasses.asdict(got).values() if not isinstance(v, list))

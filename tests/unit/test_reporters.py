@@ -231,6 +231,20 @@ def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path: Path) -> None:
     assert (tmp_path / ".report.md.deadbeef.tmp").read_text() == "someone else's"
 
 
+def test_atomic_write_leaves_the_global_random_generator_alone(tmp_path: Path) -> None:
+    """The temporary names come from a generator of the module's own: a test that seeds `random` gets the
+    same numbers whether or not reports were written in between."""
+    import random
+
+    random.seed(7)
+    expected = [random.random() for _ in range(3)]
+    random.seed(7)
+    for i in range(3):
+        atomic_write_bytes(tmp_path / f"f{i}", b"x")
+    assert [random.random() for _ in range(3)] == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f0", "f1", "f2"]
+
+
 def test_atomic_write_failure_keeps_the_old_file_and_cleans_up(tmp_path: Path) -> None:
     target = tmp_path / "report.json"
     atomic_write_bytes(target, b"old", durable=True)
@@ -1016,6 +1030,43 @@ def test_the_writer_writes_in_order_and_stops_a_tests_files_at_its_first_failure
     proc = w._proc
     assert w.close() == [] and (tmp_path / "c" / "one").read_bytes() == b"x"
     assert proc is not None and proc.returncode == 0 and proc.stdin.closed and proc.stdout.closed  # type: ignore[union-attr]
+
+
+def test_the_writer_takes_frames_however_they_arrive(tmp_path: Path) -> None:
+    """The helper reads all that has come at once and splits it into files: many small files sent in one
+    write, files larger than one read (1 MiB) and than the pipe, folders whose parents do not exist yet, and a
+    folder that exists already (a re-run) all come out byte for byte."""
+    import select
+    import threading
+
+    from pytest_inferscope.reporters import ReportWriter
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "one").write_bytes(b"before")
+    rng = np.random.default_rng(0)
+    big = rng.integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+    expected = {
+        tmp_path / "many" / f"f{i}": bytes([i % 256]) * (i * 37 % 5000) for i in range(300)
+    }  # an empty file among them
+    w = ReportWriter()
+    w.submit("t::many", tmp_path / "many", [(p.name, d) for p, d in expected.items()])
+    w.submit("t::big", tmp_path / "deep" / "er" / "big", [("a", big), ("b", b"after the big one")])
+    assert w._proc is not None and w._proc.stdout is not None
+    assert select.select([w._proc.stdout.fileno()], [], [], 30)[0]  # idle: it has written all, said so
+    waiting = threading.Thread(target=w.wait)  # a sync (one byte) sent to an idle helper is answered
+    waiting.start()
+    waiting.join(timeout=30)
+    if waiting.is_alive():  # pragma: no cover - the helper waited for more than the one byte
+        w._proc.kill()
+        raise AssertionError("the helper did not answer a sync sent while it was idle")
+    w.submit("t::old", tmp_path / "old", [("one", b"again")])
+    expected |= {
+        tmp_path / "deep" / "er" / "big" / "a": big,
+        tmp_path / "deep" / "er" / "big" / "b": b"after the big one",
+        tmp_path / "old" / "one": b"again",
+    }
+    assert w.close() == []
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == expected  # no temporary file left
 
 
 def test_a_paused_writer_writes_nothing_until_it_resumes(tmp_path: Path) -> None:
