@@ -165,9 +165,8 @@ def _commit(tree: Path) -> str:
 def _table(results: dict[str, list[dict[str, dict[str, float]]]]) -> list[str]:
     trees = list(results)
     lines = ["", "median ms [quartiles] over the repetitions"]
-    lines.append(
-        f"{'trace':<16} {'stage':<9} " + " ".join(f"{t:>24}" for t in trees) + ("  ratio" if len(trees) == 2 else "")
-    )
+    ratio = "  ratio" if len(trees) == 2 else ""
+    lines.append(f"{'trace':<16} {'stage':<9} " + " ".join(f"{t:>24}" for t in trees) + ratio)
     for trace in results[trees[0]][0]:
         for stage in STAGES:
             cells, meds = [], []
@@ -210,6 +209,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*", help="raw.npz files")
     ap.add_argument("-n", type=int, default=9, help="repetitions (default 9)")
+    ap.add_argument("--quick", action="store_true", help="3 repetitions: a smoke test, not a measurement")
     ap.add_argument("--dump", metavar="FILE", help="write what the analysis gives, as canonical JSON")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two dumps")
     ap.add_argument("--rtol", type=float, default=1e-9)
@@ -231,13 +231,10 @@ def main() -> None:
         return
     import numpy as np
 
-    print(
-        "\n".join(
-            _common.header(
-                "merge and analyze of recorded traces", f"python {platform.python_version()}, numpy {np.__version__}"
-            )
-        )
-    )
+    if args.quick:
+        args.n = 3
+    versions = f"python {platform.python_version()}, numpy {np.__version__}"
+    print("\n".join(_common.header("merge and analyze of recorded traces", versions)))
     trees = {f"this {_commit(_common.ROOT)}": _common.ROOT}
     if args.against:
         trees = {f"other {_commit(Path(args.against))}": Path(args.against), **trees}
