@@ -251,14 +251,20 @@ class Rounds:
         """Mask of events inside the rounds the launch calls are read from (`api_round_idx`)."""
         return self._inside(self.api_round_idx) if self.has_trace_rounds else self.in_rounds
 
+    @cached_property
+    def _at(self) -> np.ndarray:
+        """When each event happened, for the masks of the rounds: its start (a sample's end: when it was taken)."""
+        ev = self.timeline.events
+        return np.where(ev["kind"] == Kind.SAMPLE, ev["end"] - 1, ev["start"])
+
     def _inside(self, round_idx: np.ndarray) -> np.ndarray:
         ev = self.timeline.events
         if not len(round_idx):
             return np.ones(len(ev), dtype=bool)
-        at = np.where(ev["kind"] == Kind.SAMPLE, ev["end"] - 1, ev["start"])
-        r = ev[round_idx]
-        order = np.argsort(r["start"])
-        rs, re = r["start"][order], r["end"][order]
+        at = self._at
+        starts, ends = ev["start"][round_idx], ev["end"][round_idx]
+        order = np.argsort(starts)
+        rs, re = starts[order], ends[order]
         k = np.searchsorted(rs, at, side="right") - 1
         ok = k >= 0
         return ok & (at < re[np.maximum(k, 0)])

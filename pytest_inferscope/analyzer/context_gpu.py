@@ -65,8 +65,8 @@ class GpuView:
     @cached_property
     def records(self) -> np.ndarray:
         """GPU work records inside the GPU rounds (the measured rounds, or the trace rounds when lean)."""
-        ev = self.timeline.events
-        return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.rounds.in_gpu_rounds]
+        tl = self.timeline
+        return tl.events[tl.mask(*GPU_KINDS) & self.rounds.in_gpu_rounds]
 
     @property
     def collected(self) -> bool:
@@ -88,26 +88,33 @@ class GpuView:
     def sync_calls(self) -> np.ndarray:
         """Indices of the test's blocking runtime calls (synchronisations, blocking copies) in the API rounds."""
         tl = self.timeline
-        ev = tl.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
+        rt = self._api_calls
         if not len(rt):
             return rt
-        names = self._name_table(SYNC_CALL)[ev["name"][rt]]
-        own = ev["kind"][np.maximum(tl.parent[rt], 0)] == Kind.WAIT  # our end-of-round synchronize
+        names = self._calls_named(SYNC_CALL)
+        own = tl.events["kind"][np.maximum(tl.parent[rt], 0)] == Kind.WAIT  # our end-of-round synchronize
         return rt[names & ~(own & (tl.parent[rt] >= 0))]
 
-    def _name_table(self, pattern: re.Pattern[str]) -> np.ndarray:
-        """Whether each interned name matches: one regex per distinct name, not per event."""
-        return np.fromiter((bool(pattern.search(s)) for s in self.timeline.strings), dtype=bool,
-                           count=len(self.timeline.strings))  # fmt: skip
+    @cached_property
+    def _api_calls(self) -> np.ndarray:
+        """Indices of the runtime and driver calls in the API rounds."""
+        ev = self.timeline.events
+        return np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
+
+    def _calls_named(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """Which of `_api_calls` have a name `pattern` matches: one regex per distinct name of a call, not per
+        event (nor per kernel name: those can be long)."""
+        ids = self.timeline.events["name"][self._api_calls]
+        table = np.zeros(len(self.timeline.strings), dtype=bool)
+        distinct = np.unique(ids).tolist()
+        table[distinct] = [bool(pattern.search(self.timeline.strings[i])) for i in distinct]
+        return table[ids]
 
     @cached_property
     def copy_calls(self) -> np.ndarray:
         """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in the API rounds."""
-        tl = self.timeline
-        ev = tl.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
-        return rt[self._name_table(COPY_CALL)[ev["name"][rt]]] if len(rt) else rt
+        rt = self._api_calls
+        return rt[self._calls_named(COPY_CALL)] if len(rt) else rt
 
     @cached_property
     def wait_ns(self) -> dict[str, int]:
@@ -314,9 +321,8 @@ class GpuView:
     @cached_property
     def alloc_calls(self) -> np.ndarray:
         """Indices of the test's allocator calls (cudaMalloc/cudaFree and the driver's) in the API rounds."""
-        ev = self.timeline.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
-        return rt[self._name_table(ALLOC_CALL)[ev["name"][rt]]] if len(rt) else rt
+        rt = self._api_calls
+        return rt[self._calls_named(ALLOC_CALL)] if len(rt) else rt
 
     def merged_busy(self) -> tuple[np.ndarray, np.ndarray]:
         """The GPU's busy intervals (kernels, copies, memsets on any stream), merged."""
