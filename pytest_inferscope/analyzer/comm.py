@@ -76,7 +76,7 @@ def per_device(gpu: np.ndarray, strings: list[str]) -> list[DeviceComm]:
     comm = comm_mask(gpu, strings)
     if not comm.any():
         return []
-    compute = np.isin(gpu["kind"], [Kind.KERNEL, Kind.MEMSET]) & ~comm
+    compute = ((gpu["kind"] == Kind.KERNEL) | (gpu["kind"] == Kind.MEMSET)) & ~comm
     out = []
     for device in np.unique(gpu["device"][comm]):
         on = gpu["device"] == device

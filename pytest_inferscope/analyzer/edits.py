@@ -86,8 +86,11 @@ def host_work_arrays(f: Flat) -> Flat | None:
 
 
 def comm_kernels(f: Flat) -> np.ndarray:
-    """Which ops are collective kernels (comm.py)."""
-    return (f.op_kind == Kind.KERNEL) & np.fromiter(map(is_comm_kernel, f.op_name), dtype=bool, count=len(f.op_name))
+    """Which ops are collective kernels (comm.py); kept in `f.comm` for the what-ifs that ask again."""
+    if f.comm is None:
+        named = np.fromiter(map(is_comm_kernel, f.op_name), dtype=bool, count=len(f.op_name))
+        f.comm = (f.op_kind == Kind.KERNEL) & named
+    return f.comm
 
 
 def faster(select: Callable[[Flat], np.ndarray], factor: float | None) -> Callable[[Flat], Flat | None]:
@@ -106,4 +109,4 @@ def faster(select: Callable[[Flat], np.ndarray], factor: float | None) -> Callab
 
 def compute(f: Flat) -> np.ndarray:
     """Kernels and memsets, collectives left out."""
-    return np.isin(f.op_kind, (Kind.KERNEL, Kind.MEMSET)) & ~comm_kernels(f)
+    return ((f.op_kind == Kind.KERNEL) | (f.op_kind == Kind.MEMSET)) & ~comm_kernels(f)

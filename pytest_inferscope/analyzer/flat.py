@@ -10,7 +10,7 @@ graph node by node). Pure functions; nothing here prints or writes.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
@@ -40,6 +40,8 @@ class Flat:
     op_kind: np.ndarray
     op_name: list[str]
     counted: np.ndarray
+    #: Which ops are collective kernels, once asked (edits.comm_kernels); None until then, and where ops changed.
+    comm: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 def _ints(values: list) -> np.ndarray:
@@ -90,6 +92,7 @@ def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Fl
             values = _ints([getattr(o, name) for o in changed_ops])
             setattr(f, "op_" + name, _assign(getattr(base, "op_" + name), idx, values))
         f.op_name = list(base.op_name)
+        f.comm = None
         for j, o in zip(idx.tolist(), changed_ops, strict=True):
             f.op_name[j] = o.name
         same = same and bool((f.op_after[idx] == base.op_after[idx]).all())

@@ -390,11 +390,14 @@ def reads(g: RoundGraph, sync: int, stretch: int, dispatch_ns: int) -> tuple[lis
     their ops."""
     nodes: list[int] = []
     ops: list[int] = []
+    wanted = {j for j in g.nodes[sync].waits if _is_read(g.ops[j])}
+    if not wanted:
+        return nodes, ops
     for call in range(stretch, sync):
         n = g.nodes[call]
-        read = [j for j in n.ops if j in g.nodes[sync].waits and _is_read(g.ops[j])] if n.kind == CALL else []
-        if not read:
+        if n.kind != CALL or wanted.isdisjoint(n.ops):
             continue
+        read = [j for j in n.ops if j in wanted]
         ops += read
         nodes += [call] + [k for k in range(call + 1, sync) if g.nodes[k].kind == SEGMENT]
         if call > 0 and g.nodes[call - 1].kind == SEGMENT and g.nodes[call - 1].dur <= dispatch_ns:

@@ -129,7 +129,8 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     cp = ctx.gpu.copies
     # Collective kernels (NCCL) occupy the GPU while waiting for peers: communication, not compute (comm.py).
     comm = comm_mask(ctx.gpu.records, ctx.timeline.strings)
-    compute = ctx.gpu.records[np.isin(ctx.gpu.records["kind"], [Kind.KERNEL, Kind.MEMSET]) & ~comm]
+    kind = ctx.gpu.records["kind"]
+    compute = ctx.gpu.records[((kind == Kind.KERNEL) | (kind == Kind.MEMSET)) & ~comm]
     m["gpu.busy_fraction"] = busy / wall
     m["gpu.compute_fraction"] = union_ns(compute["start"], compute["end"]) / wall
     devices = per_device(ctx.gpu.records, ctx.timeline.strings)
