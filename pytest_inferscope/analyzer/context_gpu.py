@@ -232,8 +232,12 @@ class GpuView:
 
     def idle_fraction(self, cause: str) -> float:
         """Idle time of one cause over the measured wall time (per device, averaged over devices)."""
-        devices = max(1, len(np.unique(self.records["device"]))) if self.collected else 1
-        return self.idle_ns(cause) / max(1, self.rounds.gpu_wall_ns) / devices
+        return self.idle_ns(cause) / max(1, self.rounds.gpu_wall_ns) / self._devices
+
+    @cached_property
+    def _devices(self) -> int:
+        """How many devices the GPU records ran on (at least 1)."""
+        return max(1, len(np.unique(self.records["device"]))) if self.collected else 1
 
     def host_wait_fraction(self) -> float:
         """Host-wait idle over the measured wall time, less the part the host spent in allocator calls
@@ -242,7 +246,7 @@ class GpuView:
         ev = self.timeline.events
         alloc = ev[self.alloc_calls]
         in_alloc = _intersection_ns(self.idle.start_ns[sel], self.idle.end_ns[sel], alloc["start"], alloc["end"])
-        devices = max(1, len(np.unique(self.records["device"]))) if self.collected else 1
+        devices = self._devices
         rest: float = max(0, self.idle.total_ns("host_wait") - in_alloc)
         if self.rounds.has_trace_rounds:
             rest = rest * self.idle_scale

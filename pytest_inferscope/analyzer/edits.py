@@ -51,7 +51,7 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
     after the region stays.
     """
     n = len(f.kind)
-    n_ops = np.fromiter((len(x) for x in f.node_ops), dtype=np.int64, count=n)
+    n_ops = np.fromiter(map(len, f.node_ops), dtype=np.int64, count=n)
     launch = (f.kind == K_CALL) & (n_ops > 0)
     li = np.flatnonzero(launch)
     if not len(li):

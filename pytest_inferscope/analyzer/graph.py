@@ -21,6 +21,7 @@ or writes.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -209,9 +210,9 @@ def _host_nodes(
     ext_at = np.searchsorted(s, [ops[j].start for j in ext], side="left")  # the item they come before
     corrs, is_wait = ev["corr"][both].tolist(), wait.tolist()
     own = [[] if w else corr_to_ops.get(c, []) for c, w in zip(corrs, is_wait, strict=True)]
+    name_ids = ev["name"][both]
     names = [
-        "end-of-round synchronize" if w else tl.strings[k]
-        for k, w in zip(ev["name"][both].tolist(), is_wait, strict=True)
+        "end-of-round synchronize" if w else tl.strings[k] for k, w in zip(name_ids.tolist(), is_wait, strict=True)
     ]
     # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
     # adds only the time it runs past the enclosing one.
@@ -219,9 +220,11 @@ def _host_nodes(
     items = [HostNode(CALL, d, a, name, o, [], {}) for d, a, name, o in zip(dur, s.tolist(), names, own, strict=True)]
     issued = Issued(ops, ext, ext_at.tolist(), own)
     sync_types = _sync_types(tl)
-    for k, node in enumerate(items):
-        if is_wait[k] or _is_sync_call(node.name) or (node.ops and _is_copy_call(node.name)):
-            _blocking(node, k, int(e[k]), int(t[k]), bool(is_wait[k]), sync_types.get(corrs[k]), issued, ops)
+    # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
+    issuing = np.fromiter(map(len, own), dtype=np.int64, count=len(own)) > 0
+    maybe = (wait > 0) | _named(tl, name_ids, _is_sync_call) | (_named(tl, name_ids, _is_copy_call) & issuing)
+    for k in np.flatnonzero(maybe).tolist():
+        _blocking(items[k], k, int(e[k]), int(t[k]), bool(is_wait[k]), sync_types.get(corrs[k]), issued, ops)
     segs = _segments(tl, graph, s, t, r1 - r0, both, calls, (r0, r1, tid))
     externals = [HostNode(EXTERNAL, 0, ops[j].start, ops=[j]) for j in ext]
     n, last = len(items), int(r1 - r0 > int(t[-1]))
@@ -229,7 +232,15 @@ def _host_nodes(
     at = np.concatenate([ext_at, np.flatnonzero(s > t[:-1]), np.arange(n), np.full(last, n)]).astype(np.int64)
     rank = np.repeat([0, 1, 2, 3], [len(ext), len(segs) - last, n, last])
     pool = externals + segs[: len(segs) - last] + items + segs[len(segs) - last :]
-    graph.nodes.extend(pool[i] for i in np.lexsort((np.arange(len(pool)), rank, at)).tolist())
+    graph.nodes.extend(map(pool.__getitem__, np.lexsort((np.arange(len(pool)), rank, at)).tolist()))
+
+
+def _named(tl: Timeline, ids: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
+    """`test` of the name of each of `ids` (interned names), asked once per distinct name."""
+    distinct = np.unique(ids).tolist()
+    table = np.zeros(len(tl.strings), dtype=bool)
+    table[distinct] = [test(tl.strings[i]) for i in distinct]
+    return table[ids]
 
 
 def _blocking(
@@ -317,10 +328,8 @@ def _latencies(graph: RoundGraph) -> None:
     start = np.array([o.start for o in ops], dtype=np.int64)
     end = np.array([o.end for o in ops], dtype=np.int64)
     stream = np.array([o.stream for o in ops], dtype=np.int64)
-    at = start.copy()  # when its call issued it (its own start when none did)
-    for n in graph.nodes:
-        for j in n.ops:
-            at[j] = n.start
+    at = start.copy()  # when its call issued it (its own start when none did; the last node's, by two)
+    at[[j for n in graph.nodes for j in n.ops]] = [n.start for n in graph.nodes for _ in n.ops]
     keys, inverse = np.unique(stream, return_inverse=True)
     busy = np.array([graph.stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
     floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)

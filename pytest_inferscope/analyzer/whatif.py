@@ -35,6 +35,7 @@ import functools
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TypeVar
 
 from ..events import CopyKind, Kind
@@ -267,9 +268,12 @@ host_off_path = ArrayTransform(host_work_arrays)
 def no_allocator(g: RoundGraph) -> RoundGraph | None:
     """The GPU allocator's calls (cudaMalloc/cudaFree and the driver's) cost nothing: buffers reused, or the
     caching allocator warm (cudaFree also waits for the device, so its wait goes too)."""
+    alloc = {name for name in set(map(attrgetter("name"), g.nodes)) if _alloc_name(name)}
+    if not alloc:  # most rounds: nothing to change, found without a Python step per node
+        return None
     out = _Edit(g)
     for i, n in enumerate(g.nodes):
-        if n.kind in (CALL, BLOCKING) and _alloc_name(n.name):
+        if n.kind in _CALLS and n.name in alloc:
             _unblock(out, i, 0)
     return out.result()
 
