@@ -37,6 +37,8 @@ from .sampling import module_of as module_of  # re-exported: the module a sample
 
 #: Node kinds.
 SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
+#: The node kinds that can be copy calls; the copies the link carries (copy_is_host_link); a copy's op kind.
+CALLS, HOST_LINK, MEMCPY = (CALL, BLOCKING), (CopyKind.HTOD, CopyKind.DTOH), int(Kind.MEMCPY)
 #: Launch-to-start time assumed for queued work when no op of the round started on an idle stream
 #: (14-17 µs measured on the H200, docs/gpu-validation.md).
 DEFAULT_LAT_NS = 15_000
@@ -389,7 +391,7 @@ def build_rounds(tl: Timeline, idx: list[int], link_gb_s: float, ref_ns: int | N
 
 def copy_is_host_link(op: GpuOp) -> bool:
     """A host<->device copy (what the link carries)."""
-    return op.kind == Kind.MEMCPY and op.copy in (CopyKind.HTOD, CopyKind.DTOH)
+    return op.kind == MEMCPY and op.copy in HOST_LINK
 
 
 def reads(g: RoundGraph, sync: int, stretch: int, dispatch_ns: int) -> tuple[list[int], list[int]]:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TypeVar
 
-from ..events import CopyKind, Kind
+from ..events import CopyKind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
 from .context import Context
 from .context_gpu import ALLOC_CALL
@@ -55,7 +55,10 @@ from .edits import (
 from .graph import (
     BLOCKING,
     CALL,
+    CALLS,
     EXTERNAL,
+    HOST_LINK,
+    MEMCPY,
     SEGMENT,
     Derived,
     GpuOp,
@@ -195,15 +198,14 @@ def faster_comm(factor: float | None) -> Transform:
 def pinned_copies(g: RoundGraph) -> RoundGraph | None:
     """Copies at the pinned rate, their calls asynchronous, uploads prefetched on a copy stream."""
     link = g.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
-    memcpy = Kind.MEMCPY
-    hits = [j for j, o in enumerate(g.ops) if o.kind == memcpy and o.copy in _HOST_LINK]  # copy_is_host_link
+    hits = [j for j, o in enumerate(g.ops) if o.kind == MEMCPY and o.copy in HOST_LINK]  # copy_is_host_link
     if not hits or link <= 0:
         return None
     out = _Edit(g)
     copies = set(hits)
     # (node, whether it is a copy call: one that issued copies only), written out for the ~14,000 nodes of a long round
     issuing = [
-        (i, n, n.kind in _CALLS and not n.sync and copies.issuperset(n.ops)) for i, n in enumerate(g.nodes) if n.ops
+        (i, n, n.kind in CALLS and not n.sync and copies.issuperset(n.ops)) for i, n in enumerate(g.nodes) if n.ops
     ]
     launch = sorted([n.dur for _, n, copy_call in issuing if n.kind == CALL and not copy_call])
     cheap = launch[len(launch) // 2] if launch else 0
@@ -240,11 +242,6 @@ def pinned_copies(g: RoundGraph) -> RoundGraph | None:
     return edited
 
 
-#: The copies the link carries (graph.copy_is_host_link), and the nodes that can be copy calls.
-_HOST_LINK = (CopyKind.HTOD, CopyKind.DTOH)
-_CALLS = (CALL, BLOCKING)
-
-
 def _segments(g: RoundGraph, dur: Callable[[HostNode], int | None]) -> RoundGraph | None:
     """The segments `dur` gives a new length (None: unchanged)."""
     out = _Edit(g)
@@ -273,7 +270,7 @@ def no_allocator(g: RoundGraph) -> RoundGraph | None:
         return None
     out = _Edit(g)
     for i, n in enumerate(g.nodes):
-        if n.kind in _CALLS and n.name in alloc:
+        if n.kind in CALLS and n.name in alloc:
             _unblock(out, i, 0)
     return out.result()
 
@@ -292,9 +289,7 @@ def _user_modules(graphs: list[RoundGraph]) -> tuple[list[str], list[str]]:
                         every[m] = every.get(m, 0) + ns
                         if is_long:
                             long[m] = long.get(m, 0) + ns
-    return [m for m, _ in sorted(long.items(), key=lambda kv: -kv[1])], [
-        m for m, _ in sorted(every.items(), key=lambda kv: -kv[1])
-    ]
+    return sorted(long, key=lambda m: -long[m]), sorted(every, key=lambda m: -every[m])
 
 
 def _off_path_action(module: str) -> str:
@@ -483,9 +478,7 @@ def diagnose(ctx: Context, extra: Iterable[WhatIf] = ()) -> tuple[WhatIfTable | 
     with _collector_paused():
         graphs, why = round_graphs(ctx)
         table = simulate(graphs, [*builtin(graphs), *extra]) if graphs else None
-        # Let the graphs go while the collector is still paused: the first collection after it resumes would
-        # otherwise scan every object they hold (~0.3 ms for ViT-B/16's two rounds, ~3 ms for GPT-2's generate).
-        del graphs
+        del graphs  # freed while the collector is paused: else its next pass scans them all (~3 ms for GPT-2)
     return table, why
 
 
