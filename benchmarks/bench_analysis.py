@@ -81,7 +81,7 @@ class Runner:
     @staticmethod
     def label(path: str) -> str:
         p = Path(path)
-        return p.parent.name if p.name == "raw.npz" else p.stem
+        return p.parent.name if p.name == "raw.npz" else f"{p.parent.name}/{p.stem}"
 
     def once(self) -> dict[str, dict[str, float]]:
         from pytest_inferscope.analyzer import analyze

@@ -149,39 +149,53 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
     if not len(op_idx):
         return None
     op_idx = op_idx[np.argsort(ev["start"][op_idx], kind="stable")]
-    ops, external = _ops(tl, op_idx, r0, own[np.searchsorted(gpu_all, op_idx)])
-    graph = RoundGraph(nodes=[], ops=ops, measured_ns=r1 - r0, link_gb_s=link_gb_s)
+    external = np.flatnonzero(~own[np.searchsorted(gpu_all, op_idx)]).tolist()
+    cols = _OpColumns(ev[op_idx], r0)
+    graph = RoundGraph(nodes=[], ops=[], measured_ns=r1 - r0, link_gb_s=link_gb_s)
     earlier = gpu_all[(ev["start"][gpu_all] < r0) & (ev["end"][gpu_all] > r0)]
     for k, e in zip(_stream_key(ev[earlier]).tolist(), ev["end"][earlier].tolist(), strict=True):
         graph.stream_busy[k] = max(graph.stream_busy.get(k, 0), e - r0)
-    graph.counted = [i for i, op in enumerate(ops) if op.end <= r1 - r0 + CLOCK_SLACK_NS]
-    _host_nodes(tl, graph, calls, waits, op_idx, external, r0, r1, tid)
-    _latencies(graph)
+    graph.counted = np.flatnonzero(cols.end <= r1 - r0 + CLOCK_SLACK_NS).tolist()
+    _host_nodes(tl, graph, calls, waits, op_idx, external, (r0, r1, tid), cols)
+    graph.ops = _ops(tl, ev["name"][op_idx], cols, *_latencies(graph, cols))
     return graph
 
 
-def _ops(tl: Timeline, op_idx: np.ndarray, r0: int, own: np.ndarray) -> tuple[list[GpuOp], list[int]]:
-    ev = tl.events[op_idx]
-    copy, src, dst = unpack_copy_flags(ev["flags"])
-    is_copy = ev["kind"] == Kind.MEMCPY
-    pageable = is_copy & ((src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE))
-    nbytes = np.where(ev["kind"] != Kind.KERNEL, ev["value"], 0).astype(np.int64)
+class _OpColumns:
+    """A round's GPU records (`ev`, by start) as columns, times in ns from the round's start (`r0`): what the
+    host nodes and the latencies read before the ops are made (each op made once, with every field)."""
+
+    def __init__(self, ev: np.ndarray, r0: int) -> None:
+        self.kind = ev["kind"].astype(np.int64)
+        self.stream = _stream_key(ev)
+        self.start = (ev["start"] - r0).astype(np.int64)
+        self.end = (ev["end"] - r0).astype(np.int64)
+        copy, src, dst = unpack_copy_flags(ev["flags"])
+        is_copy = self.kind == Kind.MEMCPY
+        self.pageable = is_copy & ((src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE))
+        self.nbytes = np.where(self.kind != Kind.KERNEL, ev["value"], 0).astype(np.int64)
+        self.copy = np.where(is_copy, copy, 0).astype(np.int64)
+        self.dur = (ev["end"] - ev["start"]).astype(np.int64)
+        self.start_list, self.end_list = self.start.tolist(), self.end.tolist()
+
+
+def _ops(tl: Timeline, names: np.ndarray, c: _OpColumns, *fields: list[int]) -> list[GpuOp]:
+    """The ops, from their columns and (lat, gap, after, floor) from `_latencies`."""
     columns = (
-        ev["kind"].astype(np.int64).tolist(),
-        _stream_key(ev).tolist(),
-        (ev["end"] - ev["start"]).astype(np.int64).tolist(),
-        (ev["start"] - r0).astype(np.int64).tolist(),
-        (ev["end"] - r0).astype(np.int64).tolist(),
-        nbytes.tolist(),
-        np.where(is_copy, copy, 0).astype(np.int64).tolist(),
-        pageable.tolist(),
-        [tl.strings[k] for k in ev["name"].tolist()],
+        c.kind.tolist(),
+        c.stream.tolist(),
+        c.dur.tolist(),
+        *fields[:2],
+        c.start_list,
+        c.end_list,
+        c.nbytes.tolist(),
+        c.copy.tolist(),
+        c.pageable.tolist(),
+        list(map(tl.strings.__getitem__, names.tolist())),
+        *fields[2:],
     )
-    # positional (kind, stream, dur, lat, gap, start, end, nbytes, copy, pageable, name): a third faster
-    ops = [
-        GpuOp(k, st, d, 0, 0, a, b, nb, c, pg, name) for k, st, d, a, b, nb, c, pg, name in zip(*columns, strict=True)
-    ]
-    return ops, np.flatnonzero(~own).tolist()
+    # positional (kind, stream, dur, lat, gap, start, end, nbytes, copy, pageable, name, after, floor): faster
+    return [GpuOp(*values) for values in zip(*columns, strict=True)]
 
 
 def _host_nodes(
@@ -191,12 +205,12 @@ def _host_nodes(
     waits: np.ndarray,
     op_idx: np.ndarray,
     external: list[int],
-    r0: int,
-    r1: int,
-    tid: int,
+    rnd: tuple[int, int, int],
+    cols: _OpColumns,
 ) -> None:
     """The host's order: segments between calls, calls with their ops, blocking calls with what they waited for."""
     ev = tl.events
+    r0, r1, _ = rnd
     corr_to_ops: dict[int, list[int]] = {}
     for j, c in enumerate(ev["corr"][op_idx].tolist()):
         if c:
@@ -207,9 +221,9 @@ def _host_nodes(
     both, wait = both[order], wait[order]
     s, e = (ev["start"][both] - r0).astype(np.int64), (ev["end"][both] - r0).astype(np.int64)
     t = np.concatenate([[0], np.maximum.accumulate(np.maximum(e, 0))])  # the host's clock before each item
-    ops = graph.ops
-    ext = sorted(external, key=lambda j: ops[j].start)
-    ext_at = np.searchsorted(s, [ops[j].start for j in ext], side="left")  # the item they come before
+    op_start = cols.start_list
+    ext = sorted(external, key=op_start.__getitem__)
+    ext_at = np.searchsorted(s, cols.start[ext], side="left")  # the item they come before
     corrs, is_wait = ev["corr"][both].tolist(), wait.tolist()
     own = [[] if w else corr_to_ops.get(c, []) for c, w in zip(corrs, is_wait, strict=True)]
     name_ids = ev["name"][both]
@@ -220,15 +234,15 @@ def _host_nodes(
     # adds only the time it runs past the enclosing one.
     dur = np.minimum(np.maximum(0, e - s), np.maximum(0, e - t[:-1])).tolist()
     items = [HostNode(CALL, d, a, name, o, [], {}) for d, a, name, o in zip(dur, s.tolist(), names, own, strict=True)]
-    issued = Issued(ops, ext, ext_at.tolist(), own)
+    issued = Issued(cols.stream, cols.end, ext, ext_at.tolist(), own)
     sync_types = _sync_types(tl)
     # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
     issuing = np.fromiter(map(len, own), dtype=np.int64, count=len(own)) > 0
     maybe = (wait > 0) | _named(tl, name_ids, _is_sync_call) | (_named(tl, name_ids, _is_copy_call) & issuing)
     for k in np.flatnonzero(maybe).tolist():
-        _blocking(items[k], k, int(e[k]), int(t[k]), bool(is_wait[k]), sync_types.get(corrs[k]), issued, ops)
-    segs = _segments(tl, graph, s, t, r1 - r0, both, calls, (r0, r1, tid))
-    externals = [HostNode(EXTERNAL, 0, ops[j].start, ops=[j]) for j in ext]
+        _blocking(items[k], k, (int(e[k]), int(t[k])), bool(is_wait[k]), sync_types.get(corrs[k]), issued, cols)
+    segs = _segments(tl, graph, s, t, r1 - r0, both, calls, rnd)
+    externals = [HostNode(EXTERNAL, 0, op_start[j], ops=[j]) for j in ext]
     n, last = len(items), int(r1 - r0 > int(t[-1]))
     # each item after the external work released before it and the segment before it; the last segment at the end
     at = np.concatenate([ext_at, np.flatnonzero(s > t[:-1]), np.arange(n), np.full(last, n)]).astype(np.int64)
@@ -248,21 +262,23 @@ def _named(tl: Timeline, ids: np.ndarray, test: Callable[[str], bool]) -> np.nda
 def _blocking(
     node: HostNode,
     k: int,
-    end: int,
-    before: int,
+    times: tuple[int, int],
     wait: bool,
     sync: tuple[int, int] | None,
     issued: Issued,
-    ops: list[GpuOp],
+    cols: _OpColumns,
 ) -> None:
     """Host item `k` made a blocking call (a synchronisation, the end-of-round wait, a copy call that returned
-    only after its copy finished: a pageable copy, staged, held the host), with what it waited for."""
-    if not wait and not _is_sync_call(node.name) and not any(ops[j].end <= end + CLOCK_SLACK_NS for j in node.ops):
+    only after its copy finished: a pageable copy, staged, held the host), with what it waited for. `times`:
+    its end and the host's clock before it."""
+    end, before = times
+    op_end = cols.end_list
+    if not wait and not _is_sync_call(node.name) and not any(op_end[j] <= end + CLOCK_SLACK_NS for j in node.ops):
         return
     node.kind = BLOCKING
     on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not wait else None
     node.waits = issued.finished(k, end + CLOCK_SLACK_NS, on) or issued.finished(k, end + CLOCK_SLACK_NS)
-    finished = max((ops[j].end for j in node.waits), default=node.start)
+    finished = max((op_end[j] for j in node.waits), default=node.start)
     node.dur = min(max(0, end - max(node.start, finished)), max(0, end - before))
     if not wait and _is_sync_call(node.name):
         node.sync = _sync_kind(node.name, (sync or (None, None))[0])
@@ -321,21 +337,17 @@ def _segment(a: int, b: int, samples: Samples, name: str) -> HostNode:
     return HostNode(SEGMENT, b - a, a, modules=modules_in(a, b, samples, name))
 
 
-def _latencies(graph: RoundGraph) -> None:
+def _latencies(graph: RoundGraph, cols: _OpColumns) -> tuple[list[int], ...]:
     """Each op's launch-to-start time, its gap after the op before it on its stream, the op it follows and its
-    floor (see GpuOp). The op before it is the one that ended last (the latest of those) so far on its stream."""
-    ops = graph.ops
-    if not ops:
-        return
-    start = np.array([o.start for o in ops], dtype=np.int64)
-    end = np.array([o.end for o in ops], dtype=np.int64)
-    stream = np.array([o.stream for o in ops], dtype=np.int64)
+    floor (see GpuOp): (lat, gap, after, floor). The op before it is the one that ended last (the latest of
+    those) so far on its stream."""
+    start, end, stream = cols.start, cols.end, cols.stream
     at = start.copy()  # when its call issued it (its own start when none did; the last node's, by two)
     at[[j for n in graph.nodes for j in n.ops]] = [n.start for n in graph.nodes for _ in n.ops]
     keys, inverse = np.unique(stream, return_inverse=True)
     busy = np.array([graph.stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
     floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
-    prev = np.full(len(ops), -1, dtype=np.int64)
+    prev = np.full(len(start), -1, dtype=np.int64)
     for key in range(len(keys)):
         sel = np.flatnonzero(inverse == key)
         latest = np.where(end[sel] == np.maximum.accumulate(end[sel]), sel, -1)  # ended last so far
@@ -348,8 +360,7 @@ def _latencies(graph: RoundGraph) -> None:
     lat = np.maximum(0, start - at)
     typical = int(np.median(lat[~queued])) if (~queued).any() else DEFAULT_LAT_NS
     lat = np.where(queued, np.minimum(lat, typical), lat)
-    for o, f, a, g, la in zip(ops, floor.tolist(), after.tolist(), gap.tolist(), lat.tolist(), strict=True):
-        o.floor, o.after, o.gap, o.lat = f, a, g, la
+    return lat.tolist(), gap.tolist(), after.tolist(), floor.tolist()
 
 
 #: Of each recorded call, at least this share is kept when a trace round's excess is taken off its calls.
