@@ -378,15 +378,16 @@ def trim_recording_cost(g: RoundGraph, ref_ns: int) -> int:
     for its measured round less what was taken off.
     """
     calls = [n for n in g.nodes if n.kind == CALL]
-    total = sum(n.dur for n in calls)
+    durs = [n.dur for n in calls]
+    total = sum(durs)
     excess = g.measured_ns - ref_ns
     if excess <= 0 or total <= 0:
         return 0
     keep = max(MIN_CALL_SHARE, 1.0 - excess / total)
-    taken = 0
-    for n in calls:
-        trimmed = int(n.dur * keep)
-        taken, n.dur = taken + n.dur - trimmed, trimmed
+    trimmed = [int(d * keep) for d in durs]
+    for n, d in zip(calls, trimmed, strict=True):
+        n.dur = d
+    taken = total - sum(trimmed)
     g.measured_ns -= taken
     return taken
 

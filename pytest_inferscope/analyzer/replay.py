@@ -61,16 +61,22 @@ def replay_walk(graph: RoundGraph) -> Replay:
 
     h = 0
     for node in graph.nodes:
-        if node.kind == SEGMENT:
+        kind = node.kind
+        if kind == SEGMENT:
             h += node.dur
             continue
-        if node.kind == EXTERNAL:
-            for j in node.ops:
-                place(j, ops[j].start)
+        for j in node.ops:  # place(j, ready), written out: a round can issue 25,000 ops
+            op = ops[j]
+            s = op.start if kind == EXTERNAL else h + op.lat
+            if op.floor > s:
+                s = op.floor
+            if op.after >= 0 and placed[op.after] and end[op.after] + op.gap > s:
+                s = end[op.after] + op.gap
+            start[j], end[j] = s, s + op.dur
+            placed[j] = True
+        if kind == EXTERNAL:
             continue
-        for j in node.ops:
-            place(j, h + ops[j].lat)
-        if node.kind == BLOCKING:
+        if kind == BLOCKING:
             h = max([h, *(end[j] for j in node.waits if placed[j])]) + node.dur
         else:
             h += node.dur

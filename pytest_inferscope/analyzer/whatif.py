@@ -30,15 +30,12 @@ the most (`WhatIfTable.classify`). Pure functions; nothing here prints or writes
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import TypeVar
 
-from ..events import CopyKind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
 from .context import Context
 from .context_gpu import ALLOC_CALL
@@ -46,21 +43,18 @@ from .edits import (
     DISPATCH_NS,
     GRAPH_GAP_NS,
     ArrayTransform,
+    Edit,
     comm_kernels,
     compute,
     cuda_graph_arrays,
     faster,
     host_work_arrays,
+    unblock,
 )
 from .graph import (
     BLOCKING,
-    CALL,
     CALLS,
-    EXTERNAL,
-    HOST_LINK,
-    MEMCPY,
     SEGMENT,
-    Derived,
     GpuOp,
     HostNode,
     RoundGraph,
@@ -70,9 +64,8 @@ from .graph import (
 from .replay import Replayer
 from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
+from .whatif_copies import PINNED_EFFICIENCY, pinned_copies
 
-#: Pinned copies reach this share of the link's peak (docs/architecture.md, "Transfers and the link").
-PINNED_EFFICIENCY = 0.8
 #: Python modules whose removal is simulated, by sampled time.
 MAX_MODULES = 3
 #: A class needs a what-if saving at least this share of the round.
@@ -81,7 +74,6 @@ MIN_SAVING = 0.1
 CLOSE_MARGIN = 0.25
 
 Transform = Callable[[RoundGraph], "RoundGraph | None"]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,43 +86,6 @@ class WhatIf:
     transform: Transform
     #: What must be done first for the fix to be possible (empty: nothing), given the graphs.
     prerequisite: Callable[[list[RoundGraph]], str] | None = None
-
-
-def _clone(x: T) -> T:
-    y = object.__new__(type(x))
-    y.__dict__.update(x.__dict__)
-    return y
-
-
-class _Edit:
-    """A copy of a graph that clones a node or an op only when a transformation changes it (copy on write: a
-    round can hold 50,000 nodes, and most what-ifs change a few of them). Lists and dicts inside a node are
-    shared: a transformation assigns new ones (`n.ops = [...]`), never changes them in place."""
-
-    def __init__(self, g: RoundGraph) -> None:
-        self.base = g
-        self.g = dataclasses.replace(g, nodes=list(g.nodes), ops=list(g.ops), derived=None)
-        self._nodes: set[int] = set()
-        self._ops: set[int] = set()
-
-    def node(self, i: int) -> HostNode:
-        if i not in self._nodes:
-            self.g.nodes[i] = _clone(self.g.nodes[i])
-            self._nodes.add(i)
-        return self.g.nodes[i]
-
-    def op(self, j: int) -> GpuOp:
-        if j not in self._ops:
-            self.g.ops[j] = _clone(self.g.ops[j])
-            self._ops.add(j)
-        return self.g.ops[j]
-
-    def result(self) -> RoundGraph | None:
-        """The changed graph, or None when nothing changed (the what-if does not apply)."""
-        if not self._nodes and not self._ops:
-            return None
-        self.g.derived = Derived(self.base, self._nodes, self._ops)
-        return self.g
 
 
 #: Each stretch between synchronisations replayed from a CUDA graph: from its first launch call to its last the
@@ -149,11 +104,6 @@ def graph_prerequisite(graphs: list[RoundGraph]) -> str:
     )
 
 
-def _unblock(out: _Edit, i: int, dur: int) -> None:
-    n = out.node(i)
-    n.kind, n.waits, n.dur = CALL, [], dur
-
-
 def remove_syncs(kind: str) -> Transform:
     """The blocking calls of one kind stop waiting; what they read is read at the round's end.
 
@@ -162,13 +112,13 @@ def remove_syncs(kind: str) -> Transform:
     """
 
     def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _Edit(g)
+        out = Edit(g)
         stretch = 0  # the first node after the previous blocking call
         for i, n in enumerate(g.nodes):
             if n.kind != BLOCKING:
                 continue
             if n.sync == kind:
-                _unblock(out, i, 0)
+                unblock(out, i, 0)
                 nodes, ops = reads(g, i, stretch, DISPATCH_NS)
                 for k in nodes:
                     out.node(k).dur = 0
@@ -195,56 +145,9 @@ def faster_comm(factor: float | None) -> Transform:
     return ArrayTransform(faster(comm_kernels, factor))
 
 
-def pinned_copies(g: RoundGraph) -> RoundGraph | None:
-    """Copies at the pinned rate, their calls asynchronous, uploads prefetched on a copy stream."""
-    link = g.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
-    hits = [j for j, o in enumerate(g.ops) if o.kind == MEMCPY and o.copy in HOST_LINK]  # copy_is_host_link
-    if not hits or link <= 0:
-        return None
-    out = _Edit(g)
-    copies = set(hits)
-    # (node, whether it is a copy call: one that issued copies only), written out for the ~14,000 nodes of a long round
-    issuing = [
-        (i, n, n.kind in CALLS and not n.sync and copies.issuperset(n.ops)) for i, n in enumerate(g.nodes) if n.ops
-    ]
-    launch = sorted([n.dur for _, n, copy_call in issuing if n.kind == CALL and not copy_call])
-    cheap = launch[len(launch) // 2] if launch else 0
-    moved = [j for j in hits if g.ops[j].copy == CopyKind.HTOD]
-    for j in hits:
-        if g.ops[j].nbytes:
-            out.op(j).dur = min(g.ops[j].dur, round(g.ops[j].nbytes / link))
-    gone = set(moved)
-    followers: dict[int, list[int]] = {j: [] for j in moved}
-    if gone:
-        for k, o in enumerate(g.ops):
-            if o.after in gone:
-                followers[o.after].append(k)
-    copy_stream: dict[int, int] = {}  # per device: the last upload on its copy stream
-    for j in moved:
-        o = out.op(j)
-        for k in followers.get(j, []):  # the op that followed it on its stream now follows the one before it
-            out.op(k).after = o.after
-            followers.setdefault(o.after, []).append(k)
-        o.stream = -(((o.stream >> 32) + 1) << 1)  # a copy stream of its own, per device
-        o.after = copy_stream.get(o.stream, -1)
-        o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
-        copy_stream[o.stream] = j
-    # the nodes that change: copy calls, blocking calls, and those that issued a copy (gone is among the copies)
-    for i, n, copy_call in [x for x in issuing if x[2] or x[1].kind == BLOCKING or not copies.isdisjoint(x[1].ops)]:
-        if copy_call or (n.kind == BLOCKING and not n.sync):
-            _unblock(out, i, min(n.dur, cheap))
-        if not gone.isdisjoint(n.ops):
-            out.node(i).ops = [j for j in n.ops if j not in gone]
-    edited = out.result()
-    if edited is not None:
-        edited.nodes.insert(0, HostNode(EXTERNAL, 0, 0, name="prefetch", ops=moved))
-        edited.derived = None  # a node more: not a copy node for node
-    return edited
-
-
 def _segments(g: RoundGraph, dur: Callable[[HostNode], int | None]) -> RoundGraph | None:
     """The segments `dur` gives a new length (None: unchanged)."""
-    out = _Edit(g)
+    out = Edit(g)
     for i, n in enumerate(g.nodes):
         if n.kind == SEGMENT and (d := dur(n)) is not None and d != n.dur:
             out.node(i).dur = d
@@ -268,10 +171,10 @@ def no_allocator(g: RoundGraph) -> RoundGraph | None:
     alloc = {name for name in set(map(attrgetter("name"), g.nodes)) if _alloc_name(name)}
     if not alloc:  # most rounds: nothing to change, found without a Python step per node
         return None
-    out = _Edit(g)
+    out = Edit(g)
     for i, n in enumerate(g.nodes):
         if n.kind in CALLS and n.name in alloc:
-            _unblock(out, i, 0)
+            unblock(out, i, 0)
     return out.result()
 
 
