@@ -34,6 +34,14 @@ _MB = 1024 * 1024
 LAUNCH_GAP_NS = 30_000
 
 
+def distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer array, sorted: `np.unique(a)`, counted with bincount where the values
+    are small non-negative ones (devices, interned names), several times faster on a long array."""
+    if len(a) and a.min() >= 0 and int(a.max()) <= 4 * len(a) + 1024:
+        return np.flatnonzero(np.bincount(a))
+    return np.unique(a)
+
+
 def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
     """Total length of the union of [start, end) intervals."""
     if len(starts) == 0:

@@ -19,7 +19,7 @@ import numpy as np
 from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, unpack_copy_flags
 from ..merger import Timeline
 from ..results import BreakdownPart
-from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, union_ns
+from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, union_ns
 from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle
 
 #: Runtime/driver calls that block the calling thread until the device catches up.
@@ -111,8 +111,8 @@ class GpuView:
         event (nor per kernel name: those can be long)."""
         ids = self.timeline.events["name"][self._api_calls]
         table = np.zeros(len(self.timeline.strings), dtype=bool)
-        distinct = np.unique(ids).tolist()
-        table[distinct] = [bool(pattern.search(self.timeline.strings[i])) for i in distinct]
+        names = distinct(ids).tolist()
+        table[names] = [bool(pattern.search(self.timeline.strings[i])) for i in names]
         return table[ids]
 
     @cached_property
@@ -237,7 +237,7 @@ class GpuView:
     @cached_property
     def _devices(self) -> int:
         """How many devices the GPU records ran on (at least 1)."""
-        return max(1, len(np.unique(self.records["device"]))) if self.collected else 1
+        return max(1, len(distinct(self.records["device"]))) if self.collected else 1
 
     def host_wait_fraction(self) -> float:
         """Host-wait idle over the measured wall time, less the part the host spent in allocator calls

@@ -109,7 +109,16 @@ class RoundGraph:
 
     @property
     def launch_calls(self) -> int:
-        return sum(1 for n in self.nodes if n.kind != SEGMENT and n.ops and n.kind != EXTERNAL)
+        return sum(1 for n in self.nodes if _launched(n))
+
+    @property
+    def has_launch_call(self) -> bool:
+        """Whether a call issued GPU work (`launch_calls > 0`, found at the first)."""
+        return any(map(_launched, self.nodes))
+
+
+def _launched(n: HostNode) -> bool:
+    return n.kind != SEGMENT and bool(n.ops) and n.kind != EXTERNAL
 
 
 def _stream_key(ev: np.ndarray) -> np.ndarray:
@@ -457,6 +466,6 @@ def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
     graphs = build_rounds(ctx.timeline, idx, link, ref)
     if not graphs:
         return [], "no GPU work in the rounds whose launch calls were recorded"
-    if not any(g.launch_calls for g in graphs):
+    if not any(g.has_launch_call for g in graphs):
         return [], "the trace records no launch calls (CUDA runtime events), so GPU work cannot be tied to the host"
     return graphs, ""

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..events import GPU_KINDS, Kind
+from .base import distinct
 
 #: The causes, in the order of their codes in `IdleGaps.cause`.
 CAUSES = ("host_wait", "launch_gap", "sync_stall", "round_end", "other")
@@ -173,7 +174,7 @@ def attribute_idle(
     gpu = np.flatnonzero(gpu_mask)
     gpu_dev = device[gpu]
     out: list[tuple[np.ndarray, ...]] = []
-    for dev in np.unique(gpu_dev).tolist():
+    for dev in distinct(gpu_dev).tolist():
         g = gpu[gpu_dev == dev]
         g = g[np.argsort(starts[g], kind="stable")]
         g_corr = corr[g]

@@ -351,3 +351,19 @@ def test_a_sync_is_traced_to_the_line_the_sampled_frame_was_on() -> None:
     assert at_line("m:f (/nonexistent/x.py:1)", 7) == "m:f (/nonexistent/x.py:7)"  # no source where unreadable
     loss_value = float(np.float32(1.5))  # the "sync" line the test points at
     assert loss_value == 1.5
+
+
+def test_distinct_is_np_unique() -> None:
+    """base.distinct counts small non-negative values with bincount and leaves the rest to np.unique: the same."""
+    from pytest_inferscope.analyzer.base import distinct
+
+    rng = np.random.default_rng(0)
+    cases = [
+        np.zeros(0, dtype=np.int64),
+        np.array([3, 3, 0, 7], dtype=np.int16),
+        rng.integers(0, 50, 10_000).astype(np.uint32),
+        np.array([-2, 5, -2, 1], dtype=np.int64),  # a negative value: np.unique
+        np.array([10**9, 3, 10**9], dtype=np.int64),  # values far above the length: np.unique
+    ]
+    for a in cases:
+        assert distinct(a).tolist() == np.unique(a).tolist()
