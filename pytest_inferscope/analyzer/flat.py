@@ -172,6 +172,28 @@ class Shape:
     blocks: np.ndarray
     waits: np.ndarray
     wptr: list[int]
+    _stretches: list[Stretch] | None = field(default=None, repr=False, compare=False)
+
+    def stretches(self) -> list[Stretch]:
+        """Per stretch, what the array replay reads of the shape (made once per shape: its what-ifs share it)."""
+        if self._stretches is None:
+            out: list[Stretch] = []
+            for t in range(len(self.bounds) - 1):
+                a, b = self.bounds[t], self.bounds[t + 1]
+                first, last = np.flatnonzero(self.first[a:b]), np.flatnonzero(self.last[a:b])
+                chain = self.chain[a:b]
+                w0, w1 = self.wptr[t], self.wptr[t + 1]
+                waits = self.waits[w0:w1] if w1 > w0 else None
+                rank = self.rank[a:b] - self.rank[a] if b > a else self.rank[a:b]
+                out.append((a, b, first, chain[first], last, chain[last], rank, self.op[a:b], waits))
+            self._stretches = out
+        return self._stretches
+
+
+#: A stretch's run positions [a, b), the positions (from a) that start and end a chain's part and those chains,
+#: each position's rank (parts before it in the stretch), the op at each position, and the ops the stretch's
+#: blocking node waits for (None: none).
+Stretch = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
 
 
 @dataclass
