@@ -176,7 +176,9 @@ def attribute_idle(
     out: list[tuple[np.ndarray, ...]] = []
     for dev in distinct(gpu_dev).tolist():
         g = gpu[gpu_dev == dev]
-        g = g[np.argsort(starts[g], kind="stable")]
+        g_start = starts[g]
+        if len(g) > 1 and (g_start[1:] < g_start[:-1]).any():  # a merged timeline is in order already
+            g = g[np.argsort(g_start, kind="stable")]
         g_corr = corr[g]
         a, b, nxt = _device_gaps(starts[g], ends[g], r_start, r_end)
         cause = np.full(len(a), HOST_WAIT, dtype=np.uint8)
