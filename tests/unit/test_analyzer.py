@@ -367,3 +367,22 @@ def test_distinct_is_np_unique() -> None:
     ]
     for a in cases:
         assert distinct(a).tolist() == np.unique(a).tolist()
+
+
+@pytest.mark.parametrize("n_samples", [3, 400])  # few pairs: one by one (sampling.FEW_PAIRS); many: on arrays
+def test_sampled_modules_counts_as_modules_in(n_samples: int) -> None:
+    """Every segment's modules, their ns and their order (as first sampled) are those modules_in gives."""
+    from pytest_inferscope.analyzer.sampling import modules_in, sampled_modules
+
+    rng = np.random.default_rng(n_samples)
+    start = np.sort(rng.integers(0, 1_000_000, n_samples))
+    end = start + rng.integers(1, 20_000, n_samples)
+    run_end = np.maximum.accumulate(end)
+    mods = [f"mod{k}" for k in rng.integers(0, 5, n_samples)]
+    samples = (start.tolist(), end.tolist(), run_end.tolist(), mods)
+    a = np.sort(rng.integers(0, 1_000_000, 500))
+    b = a + rng.integers(0, 30_000, 500)
+    got = sampled_modules(a, b, samples)
+    want = [modules_in(x, y, samples, "") for x, y in zip(a.tolist(), b.tolist(), strict=True)]
+    assert [list(d.items()) for d in got] == [list(d.items()) for d in want]
+    assert any(want)
