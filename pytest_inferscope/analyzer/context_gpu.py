@@ -257,7 +257,7 @@ class GpuView:
         """Host<->device copies: bytes, time, bandwidth against the link, blocking copies, overlap with compute."""
         cp = self.copies
         hd = np.concatenate((cp["h2d"], cp["d2h"]))
-        kinds = self.records[_compute_kind(self.records["kind"])]
+        ks, ke = self._compute_spans
         dur = (hd["end"] - hd["start"]).astype(float)
         nbytes = hd["value"].astype(float)
         big = (nbytes >= LINK_MEASURE_MIN_BYTES) & (dur > 0)
@@ -265,7 +265,7 @@ class GpuView:
         nominal = float(self.timeline.meta.get("link_gb_s") or LINK_NOMINAL_GB_S)
         time_ns = float(dur.sum())
         copy_union = union_ns(hd["start"], hd["end"])
-        overlap = _intersection_ns(hd["start"], hd["end"], kinds["start"], kinds["end"]) if len(kinds) else 0
+        overlap = _intersection_ns(hd["start"], hd["end"], ks, ke) if len(ks) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)
         if not self.rounds.gpu_api_same:  # copies matched to their calls where those were recorded
@@ -290,8 +290,19 @@ class GpuView:
             "blocking_ns": float(blocked_ns),
             "overlap_ns": float(overlap),
             "exposed_ns": float(copy_union - overlap),
-            "compute_ns": float(union_ns(kinds["start"], kinds["end"])),
+            "compute_ns": float(self._compute_ns),
         }
+
+    @cached_property
+    def _compute_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Starts and ends of the kernels and memsets among the records (columns: no copy of whole records)."""
+        sel = _compute_kind(self.records["kind"])
+        return self.records["start"][sel], self.records["end"][sel]
+
+    @cached_property
+    def _compute_ns(self) -> int:
+        """Their union: the time the GPU computed (the transfer summary's and the breakdown's)."""
+        return union_ns(*self._compute_spans)
 
     def _api_host_copies(self) -> np.ndarray:
         """Host<->device copy records of the API rounds."""
@@ -433,8 +444,7 @@ class GpuView:
                 BreakdownPart("Transfers (host/device copies)", None, None, collected=False, reason=reason),
             ]
         r = self.rounds
-        kernels = self.records[_compute_kind(self.records["kind"])]
-        k_ns = union_ns(kernels["start"], kernels["end"])
+        k_ns = self._compute_ns
         cp = self.copies["all"]
         c_ns = union_ns(cp["start"], cp["end"])
         g_wall, where = max(1, r.gpu_wall_ns), f" ({r.gpu_rounds_kind} rounds)" if r.gpu_lean else ""
