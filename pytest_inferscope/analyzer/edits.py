@@ -15,14 +15,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain
 from typing import TypeVar
 
 import numpy as np
 
 from ..events import Kind
 from .comm import is_comm_kernel
-from .flat import K_BLOCKING, K_CALL, K_SEGMENT, Flat, flatten, materialise
+from .flat import K_BLOCKING, K_CALL, K_SEGMENT, Flat, flatten, issued, materialise
 from .graph import CALL, Derived, GpuOp, HostNode, RoundGraph
 
 T = TypeVar("T")
@@ -57,7 +56,7 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
     after the region stays.
     """
     n = len(f.kind)
-    n_ops = np.fromiter(map(len, f.node_ops), dtype=np.int64, count=n)
+    n_ops, issuer, placed = issued(f)
     launch = (f.kind == K_CALL) & (n_ops > 0)
     li = np.flatnonzero(launch)
     if not len(li):
@@ -80,8 +79,9 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
         return None
     dur = np.where(hit, 0, f.dur)
     op_gap = f.op_gap.copy()
-    issued = np.fromiter(chain.from_iterable(f.node_ops[i] for i in replayed.tolist()), dtype=np.int64)
-    op_gap[issued] = GRAPH_GAP_NS
+    replayed_node = np.zeros(n, dtype=bool)
+    replayed_node[replayed] = True
+    op_gap[placed[replayed_node[issuer]]] = GRAPH_GAP_NS
     return dataclasses.replace(f, dur=dur, op_gap=op_gap)
 
 

@@ -57,6 +57,18 @@ class Flat:
     counted: np.ndarray
     #: Which ops are collective kernels, once asked (edits.comm_kernels); None until then, and where ops changed.
     comm: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: `issued(f)`, once asked; None until then, and where nodes changed.
+    issue: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+
+def issued(f: Flat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How many ops each node issued, and every issued op's node and the op, in node order: kept on `f` for the
+    shape and the what-ifs that ask again (they share the nodes' ops)."""
+    if f.issue is None:
+        counts = np.fromiter(map(len, f.node_ops), dtype=np.int64, count=len(f.node_ops))
+        placed = np.fromiter(chain.from_iterable(f.node_ops), dtype=np.int64, count=int(counts.sum()))
+        f.issue = (counts, np.repeat(np.arange(len(counts)), counts), placed)
+    return f.issue
 
 
 def _ints(values: list) -> np.ndarray:
@@ -95,7 +107,7 @@ def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Fl
         kind = _kinds(changed)
         same = bool((kind == base.kind[idx]).all())
         f.kind, f.dur = _assign(base.kind, idx, kind), _assign(base.dur, idx, _ints([n.dur for n in changed]))
-        f.node_ops, f.waits = list(base.node_ops), list(base.waits)
+        f.node_ops, f.waits, f.issue = list(base.node_ops), list(base.waits), None
         for i, n in zip(idx.tolist(), changed, strict=True):
             if n.ops is not base.node_ops[i] or n.waits is not base.waits[i]:
                 same = same and n.ops == base.node_ops[i] and n.waits == base.waits[i]
@@ -234,9 +246,7 @@ def shape_of(f: Flat) -> Shape | None:
     blocks = np.flatnonzero(f.kind == K_BLOCKING)
     if n_nodes < MIN_STRETCH * (len(blocks) + 1):
         return None
-    counts = np.fromiter(map(len, f.node_ops), dtype=np.int64, count=n_nodes)
-    issuer = np.repeat(np.arange(n_nodes), counts)
-    placed = np.fromiter(chain.from_iterable(f.node_ops), dtype=np.int64, count=int(counts.sum()))
+    _, issuer, placed = issued(f)
     keep = f.kind[issuer] != K_SEGMENT
     issuer, placed = issuer[keep], placed[keep]
     if len(placed) and (placed.min() < 0 or placed.max() >= n_ops):
