@@ -107,11 +107,14 @@ def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Fl
         kind = _kinds(changed)
         same = bool((kind == base.kind[idx]).all())
         f.kind, f.dur = _assign(base.kind, idx, kind), _assign(base.dur, idx, _ints([n.dur for n in changed]))
-        f.node_ops, f.waits, f.issue = list(base.node_ops), list(base.waits), None
+        f.node_ops, f.waits = list(base.node_ops), list(base.waits)
         for i, n in zip(idx.tolist(), changed, strict=True):
             if n.ops is not base.node_ops[i] or n.waits is not base.waits[i]:
-                same = same and n.ops == base.node_ops[i] and n.waits == base.waits[i]
+                same_ops = n.ops == base.node_ops[i]
+                same = same and same_ops and n.waits == base.waits[i]
                 f.node_ops[i], f.waits[i] = n.ops, n.waits
+                if not same_ops:
+                    f.issue = None  # issued(f) reads the nodes' ops
     if ops:
         idx = np.fromiter(ops, dtype=np.int64, count=len(ops))
         changed_ops = [g.ops[j] for j in idx.tolist()]
