@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -186,6 +187,7 @@ class _OpColumns:
         self.copy = np.where(is_copy, copy, 0).astype(np.int64)
         self.dur = (ev["end"] - ev["start"]).astype(np.int64)
         self.start_list, self.end_list = self.start.tolist(), self.end.tolist()
+        self.issue_at = self.start.copy()  # when each was issued: _host_nodes sets it for the calls' ops
 
 
 def _ops(tl: Timeline, names: np.ndarray, c: _OpColumns, *fields: list[int]) -> list[GpuOp]:
@@ -246,7 +248,10 @@ def _host_nodes(
     issued = Issued(cols.stream, cols.end, ext, ext_at.tolist(), own)
     sync_types = _sync_types(tl)
     # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
-    issuing = np.fromiter(map(len, own), dtype=np.int64, count=len(own)) > 0
+    counts = np.fromiter(map(len, own), dtype=np.int64, count=len(own))
+    issuing = counts > 0
+    # when each op was issued: its call's start (the last call's, by two; external work: its own start)
+    cols.issue_at[np.fromiter(chain.from_iterable(own), dtype=np.int64, count=int(counts.sum()))] = s.repeat(counts)
     maybe = (wait > 0) | _named(tl, name_ids, _is_sync_call) | (_named(tl, name_ids, _is_copy_call) & issuing)
     for k in np.flatnonzero(maybe).tolist():
         _blocking(items[k], k, (int(e[k]), int(t[k])), bool(is_wait[k]), sync_types.get(corrs[k]), issued, cols)
@@ -351,8 +356,7 @@ def _latencies(graph: RoundGraph, cols: _OpColumns) -> tuple[list[int], ...]:
     floor (see GpuOp): (lat, gap, after, floor). The op before it is the one that ended last (the latest of
     those) so far on its stream."""
     start, end, stream = cols.start, cols.end, cols.stream
-    at = start.copy()  # when its call issued it (its own start when none did; the last node's, by two)
-    at[[j for n in graph.nodes for j in n.ops]] = [n.start for n in graph.nodes for _ in n.ops]
+    at = cols.issue_at  # when its call issued it (its own start when none did)
     keys, inverse = np.unique(stream, return_inverse=True)
     busy = np.array([graph.stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
     floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
