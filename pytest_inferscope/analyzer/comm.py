@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..events import Kind
-from .base import union_ns
+from .base import distinct, union_ns
 
 #: Kernel names of collectives: NCCL's (ncclKernel_*, ncclDevKernel_*), torch's symmetric-memory and
 #: custom all-reduce kernels, and the collective names other libraries give their kernels.
@@ -45,7 +45,7 @@ def comm_mask(gpu: np.ndarray, strings: list[str]) -> np.ndarray:
     kernels = gpu["kind"] == Kind.KERNEL if len(gpu) else np.zeros(0, dtype=bool)
     if not kernels.any():
         return kernels
-    names = np.unique(gpu["name"][kernels])
+    names = distinct(gpu["name"][kernels])
     comm = np.zeros(int(names[-1]) + 1, dtype=bool)
     comm[names] = [is_comm_kernel(strings[i]) for i in names]
     return kernels & comm[np.minimum(gpu["name"], len(comm) - 1)]
@@ -76,7 +76,7 @@ def per_device(gpu: np.ndarray, strings: list[str]) -> list[DeviceComm]:
     comm = comm_mask(gpu, strings)
     if not comm.any():
         return []
-    compute = np.isin(gpu["kind"], [Kind.KERNEL, Kind.MEMSET]) & ~comm
+    compute = ((gpu["kind"] == Kind.KERNEL) | (gpu["kind"] == Kind.MEMSET)) & ~comm
     out = []
     for device in np.unique(gpu["device"][comm]):
         on = gpu["device"] == device

@@ -19,7 +19,7 @@ import numpy as np
 from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, unpack_copy_flags
 from ..merger import Timeline
 from ..results import BreakdownPart
-from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, union_ns
+from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, union_ns
 from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle
 
 #: Runtime/driver calls that block the calling thread until the device catches up.
@@ -39,6 +39,11 @@ LINK_NOMINAL_GB_S = 64.0
 LINK_MEASURE_MIN_BYTES = 1 << 20
 #: A copy call followed this soon by a synchronisation is a blocking `.to()` (copy, then stream sync).
 COPY_SYNC_NS = 50_000
+
+
+def _compute_kind(kind: np.ndarray) -> np.ndarray:
+    """Kernels and memsets (np.isin costs several times more)."""
+    return (kind == Kind.KERNEL) | (kind == Kind.MEMSET)
 
 
 def _intersection_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:
@@ -65,10 +70,10 @@ class GpuView:
     @cached_property
     def records(self) -> np.ndarray:
         """GPU work records inside the GPU rounds (the measured rounds, or the trace rounds when lean)."""
-        ev = self.timeline.events
+        tl = self.timeline
         if not self.collected:  # none to find (a CPU-only test: no need for the rounds' mask)
-            return ev[np.zeros(len(ev), dtype=bool)]
-        return ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & self.rounds.in_gpu_rounds]
+            return tl.events[np.zeros(len(tl.events), dtype=bool)]
+        return tl.events[tl.mask(*GPU_KINDS) & self.rounds.in_gpu_rounds]
 
     @cached_property
     def collected(self) -> bool:
@@ -90,31 +95,33 @@ class GpuView:
     def sync_calls(self) -> np.ndarray:
         """Indices of the test's blocking runtime calls (synchronisations, blocking copies) in the API rounds."""
         tl = self.timeline
-        ev = tl.events
-        rt = self._runtime_calls
+        rt = self._api_calls
         if not len(rt):
             return rt
-        names = self._name_table(SYNC_CALL)[ev["name"][rt]]
-        own = ev["kind"][np.maximum(tl.parent[rt], 0)] == Kind.WAIT  # our end-of-round synchronize
+        names = self._calls_named(SYNC_CALL)
+        own = tl.events["kind"][np.maximum(tl.parent[rt], 0)] == Kind.WAIT  # our end-of-round synchronize
         return rt[names & ~(own & (tl.parent[rt] >= 0))]
 
-    def _name_table(self, pattern: re.Pattern[str]) -> np.ndarray:
-        """Whether each interned name matches: one regex per distinct name, not per event."""
-        return np.fromiter((bool(pattern.search(s)) for s in self.timeline.strings), dtype=bool,
-                           count=len(self.timeline.strings))  # fmt: skip
+    @cached_property
+    def _api_calls(self) -> np.ndarray:
+        """Indices of the runtime and driver calls in the API rounds (the rounds' mask only when there is one)."""
+        runtime = self.timeline.events["kind"] == Kind.RUNTIME
+        return np.flatnonzero(runtime & self.rounds.in_api_rounds) if runtime.any() else np.flatnonzero(runtime)
+
+    def _calls_named(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """Which of `_api_calls` have a name `pattern` matches: one regex per distinct name of a call, not per
+        event (nor per kernel name: those can be long)."""
+        ids = self.timeline.events["name"][self._api_calls]
+        table = np.zeros(len(self.timeline.strings), dtype=bool)
+        names = distinct(ids).tolist()
+        table[names] = [bool(pattern.search(self.timeline.strings[i])) for i in names]
+        return table[ids]
 
     @cached_property
     def copy_calls(self) -> np.ndarray:
         """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in the API rounds."""
-        ev = self.timeline.events
-        rt = self._runtime_calls
-        return rt[self._name_table(COPY_CALL)[ev["name"][rt]]] if len(rt) else rt
-
-    @cached_property
-    def _runtime_calls(self) -> np.ndarray:
-        """Indices of the runtime calls in the API rounds (the rounds' mask only when there is one)."""
-        runtime = self.timeline.events["kind"] == Kind.RUNTIME
-        return np.flatnonzero(runtime & self.rounds.in_api_rounds) if runtime.any() else np.flatnonzero(runtime)
+        rt = self._api_calls
+        return rt[self._calls_named(COPY_CALL)] if len(rt) else rt
 
     @cached_property
     def wait_ns(self) -> dict[str, int]:
@@ -227,8 +234,12 @@ class GpuView:
 
     def idle_fraction(self, cause: str) -> float:
         """Idle time of one cause over the measured wall time (per device, averaged over devices)."""
-        devices = max(1, len(np.unique(self.records["device"]))) if self.collected else 1
-        return self.idle_ns(cause) / max(1, self.rounds.gpu_wall_ns) / devices
+        return self.idle_ns(cause) / max(1, self.rounds.gpu_wall_ns) / self._devices
+
+    @cached_property
+    def _devices(self) -> int:
+        """How many devices the GPU records ran on (at least 1)."""
+        return max(1, len(distinct(self.records["device"]))) if self.collected else 1
 
     def host_wait_fraction(self) -> float:
         """Host-wait idle over the measured wall time, less the part the host spent in allocator calls
@@ -237,7 +248,7 @@ class GpuView:
         ev = self.timeline.events
         alloc = ev[self.alloc_calls]
         in_alloc = _intersection_ns(self.idle.start_ns[sel], self.idle.end_ns[sel], alloc["start"], alloc["end"])
-        devices = max(1, len(np.unique(self.records["device"]))) if self.collected else 1
+        devices = self._devices
         rest: float = max(0, self.idle.total_ns("host_wait") - in_alloc)
         if self.rounds.has_trace_rounds:
             rest = rest * self.idle_scale
@@ -248,7 +259,7 @@ class GpuView:
         """Host<->device copies: bytes, time, bandwidth against the link, blocking copies, overlap with compute."""
         cp = self.copies
         hd = np.concatenate((cp["h2d"], cp["d2h"]))
-        kinds = self.records[np.isin(self.records["kind"], [Kind.KERNEL, Kind.MEMSET])]
+        ks, ke = self._compute_spans
         dur = (hd["end"] - hd["start"]).astype(float)
         nbytes = hd["value"].astype(float)
         big = (nbytes >= LINK_MEASURE_MIN_BYTES) & (dur > 0)
@@ -256,7 +267,7 @@ class GpuView:
         nominal = float(self.timeline.meta.get("link_gb_s") or LINK_NOMINAL_GB_S)
         time_ns = float(dur.sum())
         copy_union = union_ns(hd["start"], hd["end"])
-        overlap = _intersection_ns(hd["start"], hd["end"], kinds["start"], kinds["end"]) if len(kinds) else 0
+        overlap = _intersection_ns(hd["start"], hd["end"], ks, ke) if len(ks) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)
         if not self.rounds.gpu_api_same:  # copies matched to their calls where those were recorded
@@ -281,15 +292,26 @@ class GpuView:
             "blocking_ns": float(blocked_ns),
             "overlap_ns": float(overlap),
             "exposed_ns": float(copy_union - overlap),
-            "compute_ns": float(union_ns(kinds["start"], kinds["end"])),
+            "compute_ns": float(self._compute_ns),
         }
+
+    @cached_property
+    def _compute_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Starts and ends of the kernels and memsets among the records (columns: no copy of whole records)."""
+        sel = _compute_kind(self.records["kind"])
+        return self.records["start"][sel], self.records["end"][sel]
+
+    @cached_property
+    def _compute_ns(self) -> int:
+        """Their union: the time the GPU computed (the transfer summary's and the breakdown's)."""
+        return union_ns(*self._compute_spans)
 
     def _api_host_copies(self) -> np.ndarray:
         """Host<->device copy records of the API rounds."""
         ev = self.timeline.events
         cp = ev[(ev["kind"] == Kind.MEMCPY) & self.rounds.in_api_rounds]
         kind, _, _ = unpack_copy_flags(cp["flags"])
-        return cp[np.isin(kind, [CopyKind.HTOD, CopyKind.DTOH])]
+        return cp[(kind == CopyKind.HTOD) | (kind == CopyKind.DTOH)]
 
     def _blocking_copies(self, hd: np.ndarray) -> tuple[int, int]:
         """Copies the host waited for: the copy call returned only after the copy ended, or a
@@ -321,9 +343,8 @@ class GpuView:
     @cached_property
     def alloc_calls(self) -> np.ndarray:
         """Indices of the test's allocator calls (cudaMalloc/cudaFree and the driver's) in the API rounds."""
-        ev = self.timeline.events
-        rt = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & self.rounds.in_api_rounds)
-        return rt[self._name_table(ALLOC_CALL)[ev["name"][rt]]] if len(rt) else rt
+        rt = self._api_calls
+        return rt[self._calls_named(ALLOC_CALL)] if len(rt) else rt
 
     def merged_busy(self) -> tuple[np.ndarray, np.ndarray]:
         """The GPU's busy intervals (kernels, copies, memsets on any stream), merged."""
@@ -425,8 +446,7 @@ class GpuView:
                 BreakdownPart("Transfers (host/device copies)", None, None, collected=False, reason=reason),
             ]
         r = self.rounds
-        kernels = self.records[np.isin(self.records["kind"], [Kind.KERNEL, Kind.MEMSET])]
-        k_ns = union_ns(kernels["start"], kernels["end"])
+        k_ns = self._compute_ns
         cp = self.copies["all"]
         c_ns = union_ns(cp["start"], cp["end"])
         g_wall, where = max(1, r.gpu_wall_ns), f" ({r.gpu_rounds_kind} rounds)" if r.gpu_lean else ""

@@ -1,10 +1,13 @@
-"""What-ifs that change most of a round, written on its arrays (flat.Flat) rather than node by node.
+"""The what-ifs' edits of a round graph: on its arrays, for what-ifs that change most of a round, and
+copy on write (`Edit`), for those that change a few nodes.
 
 A CUDA graph changes every launch call and most kernels; faster compute every kernel. Done on
 objects that is a copy of most of a 50,000-node round per what-if; on arrays it is a few array
 operations, and `replay.Replayer` replays the result without building objects. `ArrayTransform`
 gives such a change the object interface every what-if has (`WhatIf.transform`): the changed
-graph, its changed nodes and ops copied (`materialise`). Pure functions; nothing here prints or writes.
+graph, its changed nodes and ops copied (`materialise`). `Edit` copies only the nodes and ops a
+what-if changes, and says which (`RoundGraph.derived`), so that `Replayer` rereads only those.
+Pure functions; nothing here prints or writes.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain
+from typing import TypeVar
 
 import numpy as np
 
 from ..events import Kind
 from .comm import is_comm_kernel
-from .flat import K_BLOCKING, K_CALL, K_SEGMENT, Flat, flatten, materialise
-from .graph import RoundGraph
+from .flat import K_BLOCKING, K_CALL, K_SEGMENT, Flat, flatten, issued, materialise
+from .graph import CALL, Derived, GpuOp, HostNode, RoundGraph
+
+T = TypeVar("T")
 
 #: Host segments up to this long right before a launch are the framework's dispatch, which a CUDA graph skips.
 DISPATCH_NS = 50_000
@@ -51,7 +56,7 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
     after the region stays.
     """
     n = len(f.kind)
-    n_ops = np.fromiter((len(x) for x in f.node_ops), dtype=np.int64, count=n)
+    n_ops, issuer, placed = issued(f)
     launch = (f.kind == K_CALL) & (n_ops > 0)
     li = np.flatnonzero(launch)
     if not len(li):
@@ -74,8 +79,9 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
         return None
     dur = np.where(hit, 0, f.dur)
     op_gap = f.op_gap.copy()
-    issued = np.fromiter(chain.from_iterable(f.node_ops[i] for i in replayed.tolist()), dtype=np.int64)
-    op_gap[issued] = GRAPH_GAP_NS
+    replayed_node = np.zeros(n, dtype=bool)
+    replayed_node[replayed] = True
+    op_gap[placed[replayed_node[issuer]]] = GRAPH_GAP_NS
     return dataclasses.replace(f, dur=dur, op_gap=op_gap)
 
 
@@ -86,8 +92,11 @@ def host_work_arrays(f: Flat) -> Flat | None:
 
 
 def comm_kernels(f: Flat) -> np.ndarray:
-    """Which ops are collective kernels (comm.py)."""
-    return (f.op_kind == Kind.KERNEL) & np.fromiter(map(is_comm_kernel, f.op_name), dtype=bool, count=len(f.op_name))
+    """Which ops are collective kernels (comm.py); kept in `f.comm` for the what-ifs that ask again."""
+    if f.comm is None:
+        named = np.fromiter(map(is_comm_kernel, f.op_name), dtype=bool, count=len(f.op_name))
+        f.comm = (f.op_kind == Kind.KERNEL) & named
+    return f.comm
 
 
 def faster(select: Callable[[Flat], np.ndarray], factor: float | None) -> Callable[[Flat], Flat | None]:
@@ -106,4 +115,47 @@ def faster(select: Callable[[Flat], np.ndarray], factor: float | None) -> Callab
 
 def compute(f: Flat) -> np.ndarray:
     """Kernels and memsets, collectives left out."""
-    return np.isin(f.op_kind, (Kind.KERNEL, Kind.MEMSET)) & ~comm_kernels(f)
+    return ((f.op_kind == Kind.KERNEL) | (f.op_kind == Kind.MEMSET)) & ~comm_kernels(f)
+
+
+def _clone(x: T) -> T:
+    y = object.__new__(type(x))
+    y.__dict__.update(x.__dict__)
+    return y
+
+
+class Edit:
+    """A copy of a graph that clones a node or an op only when a transformation changes it (copy on write: a
+    round can hold 50,000 nodes, and most what-ifs change a few of them). Lists and dicts inside a node are
+    shared: a transformation assigns new ones (`n.ops = [...]`), never changes them in place."""
+
+    def __init__(self, g: RoundGraph) -> None:
+        self.base = g
+        self.g = dataclasses.replace(g, nodes=list(g.nodes), ops=list(g.ops), derived=None)
+        self._nodes: set[int] = set()
+        self._ops: set[int] = set()
+
+    def node(self, i: int) -> HostNode:
+        if i not in self._nodes:
+            self.g.nodes[i] = _clone(self.g.nodes[i])
+            self._nodes.add(i)
+        return self.g.nodes[i]
+
+    def op(self, j: int) -> GpuOp:
+        if j not in self._ops:
+            self.g.ops[j] = _clone(self.g.ops[j])
+            self._ops.add(j)
+        return self.g.ops[j]
+
+    def result(self) -> RoundGraph | None:
+        """The changed graph, or None when nothing changed (the what-if does not apply)."""
+        if not self._nodes and not self._ops:
+            return None
+        self.g.derived = Derived(self.base, self._nodes, self._ops)
+        return self.g
+
+
+def unblock(out: Edit, i: int, dur: int) -> None:
+    """Node `i` of the copy a call that waits for nothing, `dur` long."""
+    n = out.node(i)
+    n.kind, n.waits, n.dur = CALL, [], dur

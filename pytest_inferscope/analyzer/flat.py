@@ -10,17 +10,32 @@ graph node by node). Pure functions; nothing here prints or writes.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
-from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, Derived, RoundGraph
+from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, Derived, HostNode, RoundGraph
 
 #: Node kind codes; any other kind (K_OTHER) replays as a call.
 K_SEGMENT, K_CALL, K_BLOCKING, K_EXTERNAL, K_OTHER = 0, 1, 2, 3, 4
-_CODES = {SEGMENT: K_SEGMENT, CALL: K_CALL, BLOCKING: K_BLOCKING, EXTERNAL: K_EXTERNAL}
+
+
+class _Codes(dict[str, int]):
+    """Node kind -> code, K_OTHER for any other kind."""
+
+    def __missing__(self, key: str) -> int:
+        return K_OTHER
+
+
+_CODES = _Codes({SEGMENT: K_SEGMENT, CALL: K_CALL, BLOCKING: K_BLOCKING, EXTERNAL: K_EXTERNAL})
+
+
+def _kinds(nodes: list[HostNode]) -> np.ndarray:
+    """The nodes' kind codes (looked up without a Python call per node: a round can hold 50,000)."""
+    return np.fromiter(map(_CODES.__getitem__, map(attrgetter("kind"), nodes)), dtype=np.int8, count=len(nodes))
 
 
 @dataclass
@@ -40,6 +55,20 @@ class Flat:
     op_kind: np.ndarray
     op_name: list[str]
     counted: np.ndarray
+    #: Which ops are collective kernels, once asked (edits.comm_kernels); None until then, and where ops changed.
+    comm: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: `issued(f)`, once asked; None until then, and where nodes changed.
+    issue: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+
+def issued(f: Flat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How many ops each node issued, and every issued op's node and the op, in node order: kept on `f` for the
+    shape and the what-ifs that ask again (they share the nodes' ops)."""
+    if f.issue is None:
+        counts = np.fromiter(map(len, f.node_ops), dtype=np.int64, count=len(f.node_ops))
+        placed = np.fromiter(chain.from_iterable(f.node_ops), dtype=np.int64, count=int(counts.sum()))
+        f.issue = (counts, np.repeat(np.arange(len(counts)), counts), placed)
+    return f.issue
 
 
 def _ints(values: list) -> np.ndarray:
@@ -51,7 +80,7 @@ def flatten(g: RoundGraph) -> Flat:
     """The graph as arrays."""
     nodes, ops = g.nodes, g.ops
     return Flat(
-        kind=np.array([_CODES.get(n.kind, K_OTHER) for n in nodes], dtype=np.int8),
+        kind=_kinds(nodes),
         dur=_ints([n.dur for n in nodes]),
         node_ops=[n.ops for n in nodes],
         waits=[n.waits for n in nodes],
@@ -75,14 +104,17 @@ def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Fl
     if nodes:
         idx = np.fromiter(nodes, dtype=np.int64, count=len(nodes))
         changed = [g.nodes[i] for i in idx.tolist()]
-        kind = np.array([_CODES.get(n.kind, K_OTHER) for n in changed], dtype=np.int8)
+        kind = _kinds(changed)
         same = bool((kind == base.kind[idx]).all())
         f.kind, f.dur = _assign(base.kind, idx, kind), _assign(base.dur, idx, _ints([n.dur for n in changed]))
         f.node_ops, f.waits = list(base.node_ops), list(base.waits)
         for i, n in zip(idx.tolist(), changed, strict=True):
             if n.ops is not base.node_ops[i] or n.waits is not base.waits[i]:
-                same = same and n.ops == base.node_ops[i] and n.waits == base.waits[i]
+                same_ops = n.ops == base.node_ops[i]
+                same = same and same_ops and n.waits == base.waits[i]
                 f.node_ops[i], f.waits[i] = n.ops, n.waits
+                if not same_ops:
+                    f.issue = None  # issued(f) reads the nodes' ops
     if ops:
         idx = np.fromiter(ops, dtype=np.int64, count=len(ops))
         changed_ops = [g.ops[j] for j in idx.tolist()]
@@ -90,6 +122,7 @@ def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Fl
             values = _ints([getattr(o, name) for o in changed_ops])
             setattr(f, "op_" + name, _assign(getattr(base, "op_" + name), idx, values))
         f.op_name = list(base.op_name)
+        f.comm = None
         for j, o in zip(idx.tolist(), changed_ops, strict=True):
             f.op_name[j] = o.name
         same = same and bool((f.op_after[idx] == base.op_after[idx]).all())
@@ -154,6 +187,28 @@ class Shape:
     blocks: np.ndarray
     waits: np.ndarray
     wptr: list[int]
+    _stretches: list[Stretch] | None = field(default=None, repr=False, compare=False)
+
+    def stretches(self) -> list[Stretch]:
+        """Per stretch, what the array replay reads of the shape (made once per shape: its what-ifs share it)."""
+        if self._stretches is None:
+            out: list[Stretch] = []
+            for t in range(len(self.bounds) - 1):
+                a, b = self.bounds[t], self.bounds[t + 1]
+                first, last = np.flatnonzero(self.first[a:b]), np.flatnonzero(self.last[a:b])
+                chain = self.chain[a:b]
+                w0, w1 = self.wptr[t], self.wptr[t + 1]
+                waits = self.waits[w0:w1] if w1 > w0 else None
+                rank = self.rank[a:b] - self.rank[a] if b > a else self.rank[a:b]
+                out.append((a, b, first, chain[first], last, chain[last], rank, self.op[a:b], waits))
+            self._stretches = out
+        return self._stretches
+
+
+#: A stretch's run positions [a, b), the positions (from a) that start and end a chain's part and those chains,
+#: each position's rank (parts before it in the stretch), the op at each position, and the ops the stretch's
+#: blocking node waits for (None: none).
+Stretch = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
 
 
 @dataclass
@@ -194,14 +249,15 @@ def shape_of(f: Flat) -> Shape | None:
     blocks = np.flatnonzero(f.kind == K_BLOCKING)
     if n_nodes < MIN_STRETCH * (len(blocks) + 1):
         return None
-    counts = np.fromiter((len(x) for x in f.node_ops), dtype=np.int64, count=n_nodes)
-    issuer = np.repeat(np.arange(n_nodes), counts)
-    placed = np.fromiter(chain.from_iterable(f.node_ops), dtype=np.int64, count=int(counts.sum()))
+    _, issuer, placed = issued(f)
     keep = f.kind[issuer] != K_SEGMENT
     issuer, placed = issuer[keep], placed[keep]
-    if len(np.unique(placed)) != len(placed) or (len(placed) and (placed.min() < 0 or placed.max() >= n_ops)):
+    if len(placed) and (placed.min() < 0 or placed.max() >= n_ops):
         return None
-    rest = np.setdiff1d(np.arange(n_ops), placed)  # issued by no node: placed last, at their measured time
+    times = np.bincount(placed, minlength=n_ops)  # how many nodes issued each op (np.unique sorts: ~5x dearer)
+    if times.max(initial=0) > 1:
+        return None
+    rest = np.flatnonzero(times == 0)  # issued by no node: placed last, at their measured time
     order = np.concatenate([placed, rest])
     pos = np.empty(n_ops, dtype=np.int64)
     pos[order] = np.arange(n_ops)

@@ -21,7 +21,9 @@ or writes.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -36,6 +38,8 @@ from .sampling import module_of as module_of  # re-exported: the module a sample
 
 #: Node kinds.
 SEGMENT, CALL, BLOCKING, EXTERNAL = "segment", "call", "blocking", "external"
+#: The node kinds that can be copy calls; the copies the link carries (copy_is_host_link); a copy's op kind.
+CALLS, HOST_LINK, MEMCPY = (CALL, BLOCKING), (CopyKind.HTOD, CopyKind.DTOH), int(Kind.MEMCPY)
 #: Launch-to-start time assumed for queued work when no op of the round started on an idle stream
 #: (14-17 µs measured on the H200, docs/gpu-validation.md).
 DEFAULT_LAT_NS = 15_000
@@ -106,7 +110,16 @@ class RoundGraph:
 
     @property
     def launch_calls(self) -> int:
-        return sum(1 for n in self.nodes if n.kind != SEGMENT and n.ops and n.kind != EXTERNAL)
+        return sum(1 for n in self.nodes if _launched(n))
+
+    @property
+    def has_launch_call(self) -> bool:
+        """Whether a call issued GPU work (`launch_calls > 0`, found at the first)."""
+        return any(map(_launched, self.nodes))
+
+
+def _launched(n: HostNode) -> bool:
+    return n.kind != SEGMENT and bool(n.ops) and n.kind != EXTERNAL
 
 
 def _stream_key(ev: np.ndarray) -> np.ndarray:
@@ -146,39 +159,54 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
     if not len(op_idx):
         return None
     op_idx = op_idx[np.argsort(ev["start"][op_idx], kind="stable")]
-    ops, external = _ops(tl, op_idx, r0, own[np.searchsorted(gpu_all, op_idx)])
-    graph = RoundGraph(nodes=[], ops=ops, measured_ns=r1 - r0, link_gb_s=link_gb_s)
+    external = np.flatnonzero(~own[np.searchsorted(gpu_all, op_idx)]).tolist()
+    cols = _OpColumns(ev[op_idx], r0)
+    graph = RoundGraph(nodes=[], ops=[], measured_ns=r1 - r0, link_gb_s=link_gb_s)
     earlier = gpu_all[(ev["start"][gpu_all] < r0) & (ev["end"][gpu_all] > r0)]
     for k, e in zip(_stream_key(ev[earlier]).tolist(), ev["end"][earlier].tolist(), strict=True):
         graph.stream_busy[k] = max(graph.stream_busy.get(k, 0), e - r0)
-    graph.counted = [i for i, op in enumerate(ops) if op.end <= r1 - r0 + CLOCK_SLACK_NS]
-    _host_nodes(tl, graph, calls, waits, op_idx, external, r0, r1, tid)
-    _latencies(graph)
+    graph.counted = np.flatnonzero(cols.end <= r1 - r0 + CLOCK_SLACK_NS).tolist()
+    _host_nodes(tl, graph, calls, waits, op_idx, external, (r0, r1, tid), cols)
+    graph.ops = _ops(tl, ev["name"][op_idx], cols, *_latencies(graph, cols))
     return graph
 
 
-def _ops(tl: Timeline, op_idx: np.ndarray, r0: int, own: np.ndarray) -> tuple[list[GpuOp], list[int]]:
-    ev = tl.events[op_idx]
-    copy, src, dst = unpack_copy_flags(ev["flags"])
-    is_copy = ev["kind"] == Kind.MEMCPY
-    pageable = is_copy & ((src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE))
-    nbytes = np.where(ev["kind"] != Kind.KERNEL, ev["value"], 0).astype(np.int64)
+class _OpColumns:
+    """A round's GPU records (`ev`, by start) as columns, times in ns from the round's start (`r0`): what the
+    host nodes and the latencies read before the ops are made (each op made once, with every field)."""
+
+    def __init__(self, ev: np.ndarray, r0: int) -> None:
+        self.kind = ev["kind"].astype(np.int64)
+        self.stream = _stream_key(ev)
+        self.start = (ev["start"] - r0).astype(np.int64)
+        self.end = (ev["end"] - r0).astype(np.int64)
+        copy, src, dst = unpack_copy_flags(ev["flags"])
+        is_copy = self.kind == Kind.MEMCPY
+        self.pageable = is_copy & ((src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE))
+        self.nbytes = np.where(self.kind != Kind.KERNEL, ev["value"], 0).astype(np.int64)
+        self.copy = np.where(is_copy, copy, 0).astype(np.int64)
+        self.dur = (ev["end"] - ev["start"]).astype(np.int64)
+        self.start_list, self.end_list = self.start.tolist(), self.end.tolist()
+        self.issue_at = self.start.copy()  # when each was issued: _host_nodes sets it for the calls' ops
+
+
+def _ops(tl: Timeline, names: np.ndarray, c: _OpColumns, *fields: list[int]) -> list[GpuOp]:
+    """The ops, from their columns and (lat, gap, after, floor) from `_latencies`."""
     columns = (
-        ev["kind"].astype(np.int64).tolist(),
-        _stream_key(ev).tolist(),
-        (ev["end"] - ev["start"]).astype(np.int64).tolist(),
-        (ev["start"] - r0).astype(np.int64).tolist(),
-        (ev["end"] - r0).astype(np.int64).tolist(),
-        nbytes.tolist(),
-        np.where(is_copy, copy, 0).astype(np.int64).tolist(),
-        pageable.tolist(),
-        [tl.strings[k] for k in ev["name"].tolist()],
+        c.kind.tolist(),
+        c.stream.tolist(),
+        c.dur.tolist(),
+        *fields[:2],
+        c.start_list,
+        c.end_list,
+        c.nbytes.tolist(),
+        c.copy.tolist(),
+        c.pageable.tolist(),
+        list(map(tl.strings.__getitem__, names.tolist())),
+        *fields[2:],
     )
-    # positional (kind, stream, dur, lat, gap, start, end, nbytes, copy, pageable, name): a third faster
-    ops = [
-        GpuOp(k, st, d, 0, 0, a, b, nb, c, pg, name) for k, st, d, a, b, nb, c, pg, name in zip(*columns, strict=True)
-    ]
-    return ops, np.flatnonzero(~own).tolist()
+    # positional (kind, stream, dur, lat, gap, start, end, nbytes, copy, pageable, name, after, floor): faster
+    return [GpuOp(*values) for values in zip(*columns, strict=True)]
 
 
 def _host_nodes(
@@ -188,12 +216,12 @@ def _host_nodes(
     waits: np.ndarray,
     op_idx: np.ndarray,
     external: list[int],
-    r0: int,
-    r1: int,
-    tid: int,
+    rnd: tuple[int, int, int],
+    cols: _OpColumns,
 ) -> None:
     """The host's order: segments between calls, calls with their ops, blocking calls with what they waited for."""
     ev = tl.events
+    r0, r1, _ = rnd
     corr_to_ops: dict[int, list[int]] = {}
     for j, c in enumerate(ev["corr"][op_idx].tolist()):
         if c:
@@ -204,52 +232,67 @@ def _host_nodes(
     both, wait = both[order], wait[order]
     s, e = (ev["start"][both] - r0).astype(np.int64), (ev["end"][both] - r0).astype(np.int64)
     t = np.concatenate([[0], np.maximum.accumulate(np.maximum(e, 0))])  # the host's clock before each item
-    ops = graph.ops
-    ext = sorted(external, key=lambda j: ops[j].start)
-    ext_at = np.searchsorted(s, [ops[j].start for j in ext], side="left")  # the item they come before
+    op_start = cols.start_list
+    ext = sorted(external, key=op_start.__getitem__)
+    ext_at = np.searchsorted(s, cols.start[ext], side="left")  # the item they come before
     corrs, is_wait = ev["corr"][both].tolist(), wait.tolist()
     own = [[] if w else corr_to_ops.get(c, []) for c, w in zip(corrs, is_wait, strict=True)]
+    name_ids = ev["name"][both]
     names = [
-        "end-of-round synchronize" if w else tl.strings[k]
-        for k, w in zip(ev["name"][both].tolist(), is_wait, strict=True)
+        "end-of-round synchronize" if w else tl.strings[k] for k, w in zip(name_ids.tolist(), is_wait, strict=True)
     ]
     # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
     # adds only the time it runs past the enclosing one.
     dur = np.minimum(np.maximum(0, e - s), np.maximum(0, e - t[:-1])).tolist()
     items = [HostNode(CALL, d, a, name, o, [], {}) for d, a, name, o in zip(dur, s.tolist(), names, own, strict=True)]
-    issued = Issued(ops, ext, ext_at.tolist(), own)
+    issued = Issued(cols.stream, cols.end, ext, ext_at.tolist(), own)
     sync_types = _sync_types(tl)
-    for k, node in enumerate(items):
-        if is_wait[k] or _is_sync_call(node.name) or (node.ops and _is_copy_call(node.name)):
-            _blocking(node, k, int(e[k]), int(t[k]), bool(is_wait[k]), sync_types.get(corrs[k]), issued, ops)
-    segs = _segments(tl, graph, s, t, r1 - r0, both, calls, (r0, r1, tid))
-    externals = [HostNode(EXTERNAL, 0, ops[j].start, ops=[j]) for j in ext]
+    # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
+    counts = np.fromiter(map(len, own), dtype=np.int64, count=len(own))
+    issuing = counts > 0
+    # when each op was issued: its call's start (the last call's, by two; external work: its own start)
+    cols.issue_at[np.fromiter(chain.from_iterable(own), dtype=np.int64, count=int(counts.sum()))] = s.repeat(counts)
+    maybe = (wait > 0) | _named(tl, name_ids, _is_sync_call) | (_named(tl, name_ids, _is_copy_call) & issuing)
+    for k in np.flatnonzero(maybe).tolist():
+        _blocking(items[k], k, (int(e[k]), int(t[k])), bool(is_wait[k]), sync_types.get(corrs[k]), issued, cols)
+    segs = _segments(tl, graph, s, t, r1 - r0, both, calls, rnd)
+    externals = [HostNode(EXTERNAL, 0, op_start[j], ops=[j]) for j in ext]
     n, last = len(items), int(r1 - r0 > int(t[-1]))
     # each item after the external work released before it and the segment before it; the last segment at the end
     at = np.concatenate([ext_at, np.flatnonzero(s > t[:-1]), np.arange(n), np.full(last, n)]).astype(np.int64)
     rank = np.repeat([0, 1, 2, 3], [len(ext), len(segs) - last, n, last])
     pool = externals + segs[: len(segs) - last] + items + segs[len(segs) - last :]
-    graph.nodes.extend(pool[i] for i in np.lexsort((np.arange(len(pool)), rank, at)).tolist())
+    graph.nodes.extend(map(pool.__getitem__, np.lexsort((np.arange(len(pool)), rank, at)).tolist()))
+
+
+def _named(tl: Timeline, ids: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
+    """`test` of the name of each of `ids` (interned names), asked once per distinct name."""
+    distinct = np.unique(ids).tolist()
+    table = np.zeros(len(tl.strings), dtype=bool)
+    table[distinct] = [test(tl.strings[i]) for i in distinct]
+    return table[ids]
 
 
 def _blocking(
     node: HostNode,
     k: int,
-    end: int,
-    before: int,
+    times: tuple[int, int],
     wait: bool,
     sync: tuple[int, int] | None,
     issued: Issued,
-    ops: list[GpuOp],
+    cols: _OpColumns,
 ) -> None:
     """Host item `k` made a blocking call (a synchronisation, the end-of-round wait, a copy call that returned
-    only after its copy finished: a pageable copy, staged, held the host), with what it waited for."""
-    if not wait and not _is_sync_call(node.name) and not any(ops[j].end <= end + CLOCK_SLACK_NS for j in node.ops):
+    only after its copy finished: a pageable copy, staged, held the host), with what it waited for. `times`:
+    its end and the host's clock before it."""
+    end, before = times
+    op_end = cols.end_list
+    if not wait and not _is_sync_call(node.name) and not any(op_end[j] <= end + CLOCK_SLACK_NS for j in node.ops):
         return
     node.kind = BLOCKING
     on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not wait else None
     node.waits = issued.finished(k, end + CLOCK_SLACK_NS, on) or issued.finished(k, end + CLOCK_SLACK_NS)
-    finished = max((ops[j].end for j in node.waits), default=node.start)
+    finished = max((op_end[j] for j in node.waits), default=node.start)
     node.dur = min(max(0, end - max(node.start, finished)), max(0, end - before))
     if not wait and _is_sync_call(node.name):
         node.sync = _sync_kind(node.name, (sync or (None, None))[0])
@@ -308,23 +351,16 @@ def _segment(a: int, b: int, samples: Samples, name: str) -> HostNode:
     return HostNode(SEGMENT, b - a, a, modules=modules_in(a, b, samples, name))
 
 
-def _latencies(graph: RoundGraph) -> None:
+def _latencies(graph: RoundGraph, cols: _OpColumns) -> tuple[list[int], ...]:
     """Each op's launch-to-start time, its gap after the op before it on its stream, the op it follows and its
-    floor (see GpuOp). The op before it is the one that ended last (the latest of those) so far on its stream."""
-    ops = graph.ops
-    if not ops:
-        return
-    start = np.array([o.start for o in ops], dtype=np.int64)
-    end = np.array([o.end for o in ops], dtype=np.int64)
-    stream = np.array([o.stream for o in ops], dtype=np.int64)
-    at = start.copy()  # when its call issued it (its own start when none did)
-    for n in graph.nodes:
-        for j in n.ops:
-            at[j] = n.start
+    floor (see GpuOp): (lat, gap, after, floor). The op before it is the one that ended last (the latest of
+    those) so far on its stream."""
+    start, end, stream = cols.start, cols.end, cols.stream
+    at = cols.issue_at  # when its call issued it (its own start when none did)
     keys, inverse = np.unique(stream, return_inverse=True)
     busy = np.array([graph.stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
     floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
-    prev = np.full(len(ops), -1, dtype=np.int64)
+    prev = np.full(len(start), -1, dtype=np.int64)
     for key in range(len(keys)):
         sel = np.flatnonzero(inverse == key)
         latest = np.where(end[sel] == np.maximum.accumulate(end[sel]), sel, -1)  # ended last so far
@@ -337,8 +373,7 @@ def _latencies(graph: RoundGraph) -> None:
     lat = np.maximum(0, start - at)
     typical = int(np.median(lat[~queued])) if (~queued).any() else DEFAULT_LAT_NS
     lat = np.where(queued, np.minimum(lat, typical), lat)
-    for o, f, a, g, la in zip(ops, floor.tolist(), after.tolist(), gap.tolist(), lat.tolist(), strict=True):
-        o.floor, o.after, o.gap, o.lat = f, a, g, la
+    return lat.tolist(), gap.tolist(), after.tolist(), floor.tolist()
 
 
 #: Of each recorded call, at least this share is kept when a trace round's excess is taken off its calls.
@@ -356,15 +391,16 @@ def trim_recording_cost(g: RoundGraph, ref_ns: int) -> int:
     for its measured round less what was taken off.
     """
     calls = [n for n in g.nodes if n.kind == CALL]
-    total = sum(n.dur for n in calls)
+    durs = [n.dur for n in calls]
+    total = sum(durs)
     excess = g.measured_ns - ref_ns
     if excess <= 0 or total <= 0:
         return 0
     keep = max(MIN_CALL_SHARE, 1.0 - excess / total)
-    taken = 0
-    for n in calls:
-        trimmed = int(n.dur * keep)
-        taken, n.dur = taken + n.dur - trimmed, trimmed
+    trimmed = [int(d * keep) for d in durs]
+    for n, d in zip(calls, trimmed, strict=True):
+        n.dur = d
+    taken = total - sum(trimmed)
     g.measured_ns -= taken
     return taken
 
@@ -380,7 +416,7 @@ def build_rounds(tl: Timeline, idx: list[int], link_gb_s: float, ref_ns: int | N
 
 def copy_is_host_link(op: GpuOp) -> bool:
     """A host<->device copy (what the link carries)."""
-    return op.kind == Kind.MEMCPY and op.copy in (CopyKind.HTOD, CopyKind.DTOH)
+    return op.kind == MEMCPY and op.copy in HOST_LINK
 
 
 def reads(g: RoundGraph, sync: int, stretch: int, dispatch_ns: int) -> tuple[list[int], list[int]]:
@@ -390,11 +426,14 @@ def reads(g: RoundGraph, sync: int, stretch: int, dispatch_ns: int) -> tuple[lis
     their ops."""
     nodes: list[int] = []
     ops: list[int] = []
+    wanted = {j for j in g.nodes[sync].waits if _is_read(g.ops[j])}
+    if not wanted:
+        return nodes, ops
     for call in range(stretch, sync):
         n = g.nodes[call]
-        read = [j for j in n.ops if j in g.nodes[sync].waits and _is_read(g.ops[j])] if n.kind == CALL else []
-        if not read:
+        if n.kind != CALL or wanted.isdisjoint(n.ops):
             continue
+        read = [j for j in n.ops if j in wanted]
         ops += read
         nodes += [call] + [k for k in range(call + 1, sync) if g.nodes[k].kind == SEGMENT]
         if call > 0 and g.nodes[call - 1].kind == SEGMENT and g.nodes[call - 1].dur <= dispatch_ns:
@@ -431,6 +470,6 @@ def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
     graphs = build_rounds(ctx.timeline, idx, link, ref)
     if not graphs:
         return [], "no GPU work in the rounds whose launch calls were recorded"
-    if not any(g.launch_calls for g in graphs):
+    if not any(g.has_launch_call for g in graphs):
         return [], "the trace records no launch calls (CUDA runtime events), so GPU work cannot be tied to the host"
     return graphs, ""

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
-
 import numpy as np
-
-
-class Op(Protocol):
-    """What is read of a GPU op (graph.GpuOp)."""
-
-    stream: int
-    end: int
 
 
 class Issued:
@@ -22,15 +12,16 @@ class Issued:
     run: a stream runs its ops in order, so the others had finished before it (replay.py keeps that order).
 
     Ops are issued by host items (calls, waits) in order: external ops (`ext`) before item `ext_at`, then the
-    ops of each item (`own`)."""
+    ops of each item (`own`); `op_streams` and `op_ends` are the ops' streams (graph.GpuOp.stream) and ends, by op."""
 
-    def __init__(self, ops: Sequence[Op], ext: list[int], ext_at: list[int], own: list[list[int]]) -> None:
+    def __init__(
+        self, op_streams: np.ndarray, op_ends: np.ndarray, ext: list[int], ext_at: list[int], own: list[list[int]]
+    ) -> None:
         item = np.array(ext_at + [k for k, x in enumerate(own) for _ in x], dtype=np.int64)
         op = np.array(ext + [j for x in own for j in x], dtype=np.int64)
         order = np.argsort(item, kind="stable")  # externals first at each item: they come first in `item`
         item, op = item[order], op[order]
-        stream = np.array([ops[j].stream for j in op.tolist()], dtype=np.int64)
-        end = np.array([ops[j].end for j in op.tolist()], dtype=np.int64)
+        stream, end = op_streams[op].astype(np.int64), op_ends[op].astype(np.int64)
         # per stream, in issue order (streams by first issue): the item that issued each op, the latest end so
         # far, and the op holding it (the first to reach it)
         keys, first = np.unique(stream, return_index=True)

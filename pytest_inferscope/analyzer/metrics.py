@@ -129,9 +129,10 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     cp = ctx.gpu.copies
     # Collective kernels (NCCL) occupy the GPU while waiting for peers: communication, not compute (comm.py).
     comm = comm_mask(ctx.gpu.records, ctx.timeline.strings)
-    compute = ctx.gpu.records[np.isin(ctx.gpu.records["kind"], [Kind.KERNEL, Kind.MEMSET]) & ~comm]
+    kind = ctx.gpu.records["kind"]
+    compute = ((kind == Kind.KERNEL) | (kind == Kind.MEMSET)) & ~comm  # columns: no copy of whole records
     m["gpu.busy_fraction"] = busy / wall
-    m["gpu.compute_fraction"] = union_ns(compute["start"], compute["end"]) / wall
+    m["gpu.compute_fraction"] = union_ns(ctx.gpu.records["start"][compute], ctx.gpu.records["end"][compute]) / wall
     devices = per_device(ctx.gpu.records, ctx.timeline.strings)
     m["gpu.communication_fraction"] = max((d.comm_ns for d in devices), default=0) / wall
     m["gpu.communication_exposed_fraction"] = max((d.exposed_ns for d in devices), default=0) / wall

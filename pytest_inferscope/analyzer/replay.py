@@ -61,16 +61,22 @@ def replay_walk(graph: RoundGraph) -> Replay:
 
     h = 0
     for node in graph.nodes:
-        if node.kind == SEGMENT:
+        kind = node.kind
+        if kind == SEGMENT:
             h += node.dur
             continue
-        if node.kind == EXTERNAL:
-            for j in node.ops:
-                place(j, ops[j].start)
+        for j in node.ops:  # place(j, ready), written out: a round can issue 25,000 ops
+            op = ops[j]
+            s = op.start if kind == EXTERNAL else h + op.lat
+            if op.floor > s:
+                s = op.floor
+            if op.after >= 0 and placed[op.after] and end[op.after] + op.gap > s:
+                s = end[op.after] + op.gap
+            start[j], end[j] = s, s + op.dur
+            placed[j] = True
+        if kind == EXTERNAL:
             continue
-        for j in node.ops:
-            place(j, h + ops[j].lat)
-        if node.kind == BLOCKING:
+        if kind == BLOCKING:
             h = max([h, *(end[j] for j in node.waits if placed[j])]) + node.dur
         else:
             h += node.dur
@@ -86,36 +92,44 @@ _FAR = -(2**62)
 
 def replay_plan(p: Plan) -> Replay:
     """The replay of a compiled graph: per stretch, each op's start along its chain is a running max."""
+    host, start, end = _run_plan(p)
+    op_start = np.empty(p.n_ops, dtype=np.int64)
+    op_start[p.shape.op] = start
+    return Replay(round_ns=_round_ns(p, host, end), host_ns=host, op_start=op_start.tolist(), op_end=end.tolist())
+
+
+def _round_ns(p: Plan, host: int, end: np.ndarray) -> int:
+    return max(host, int(end[p.counted].max()) if len(p.counted) else 0)
+
+
+def _run_plan(p: Plan) -> tuple[int, np.ndarray, np.ndarray]:
+    """The host's end, each op's start by run position and its end by op (see `replay_plan`)."""
     sh = p.shape
     start = np.empty(p.n_ops, dtype=np.int64)  # by run position
     end = np.zeros(p.n_ops, dtype=np.int64)  # by op
     carry = np.full(p.n_ops, _FAR, dtype=np.int64)  # by chain: its running max so far
+    # Less each op's chain lengths before it (c), once for every stretch: its ready time (the host's waits so far
+    # added where it moves with the host) and its floor. Integers: max(x + w, f) - c == max(x - c + w, f - c).
+    ready, floor = p.base - p.c, p.floor - p.c
     wait = 0  # how long the host has waited so far
-    for t in range(len(sh.bounds) - 1):
-        a, b = sh.bounds[t], sh.bounds[t + 1]
+    for t, (a, b, first, chain_first, last, chain_last, rank, ops, waits) in enumerate(sh.stretches()):
         if b > a:
-            v = np.where(sh.host_run[a:b], p.base[a:b] + wait, p.base[a:b])
-            np.maximum(v, p.floor[a:b], out=v)
-            v -= p.c[a:b]
-            first, last, chain = sh.first[a:b], sh.last[a:b], sh.chain[a:b]
-            v[first] = np.maximum(v[first], carry[chain[first]])
-            _running_max(v, sh.rank[a:b] - sh.rank[a], first)
-            carry[chain[last]] = v[last]
+            v = ready[a:b] + wait * sh.host_run[a:b] if wait else ready[a:b].copy()
+            np.maximum(v, floor[a:b], out=v)
+            v[first] = np.maximum(v[first], carry[chain_first])
+            _running_max(v, rank, first)
+            carry[chain_last] = v[last]
             v += p.c[a:b]
             start[a:b] = v
-            end[sh.op[a:b]] = v + p.dur[a:b]
-        if sh.wptr[t + 1] > sh.wptr[t]:  # the last stretch waits for nothing
-            ready = int(end[sh.waits[sh.wptr[t] : sh.wptr[t + 1]]].max())
-            wait = max(wait, ready - p.host_before[t])
-    host = p.host_total + wait
-    op_start = np.empty(p.n_ops, dtype=np.int64)
-    op_start[sh.op] = start
-    last_end = int(end[p.counted].max()) if len(p.counted) else 0
-    return Replay(round_ns=max(host, last_end), host_ns=host, op_start=op_start.tolist(), op_end=end.tolist())
+            end[ops] = v + p.dur[a:b]
+        if waits is not None:  # the last stretch waits for nothing
+            wait = max(wait, int(end[waits].max()) - p.host_before[t])
+    return p.host_total + wait, start, end
 
 
 def _running_max(v: np.ndarray, rank: np.ndarray, first: np.ndarray) -> None:
-    """v[k] = max(v[i..k]) in place, `i` the start of k's part (`first`; `rank`: parts before it)."""
+    """v[k] = max(v[i..k]) in place, `i` the start of k's part (`first`: where the parts start, by position;
+    `rank`: parts before it)."""
     lo, hi = int(v.min()), int(v.max())
     big = hi - lo + 1
     if (int(rank[-1]) + 1) * big + abs(lo) + abs(hi) < 2**62:
@@ -124,7 +138,7 @@ def _running_max(v: np.ndarray, rank: np.ndarray, first: np.ndarray) -> None:
         np.maximum.accumulate(v, out=v)
         v -= off
         return
-    bounds = [*np.flatnonzero(first).tolist(), len(v)]
+    bounds = [*first.tolist(), len(v)]
     for i, k in itertools.pairwise(bounds):
         np.maximum.accumulate(v[i:k], out=v[i:k])
 
@@ -148,7 +162,7 @@ class Replayer:
             plan = compile_plan(f, self.shape if same and self.shape else None)
         else:
             return replay(graph).round_ns
-        return (replay_walk(graph) if plan is None else replay_plan(plan)).round_ns
+        return replay_walk(graph).round_ns if plan is None else _plan_round_ns(plan)
 
     def round_ns_of(self, f: Flat) -> int:
         """The replayed round of this graph with the lengths of `f` (its arrays, changed: edits.ArrayTransform)."""
@@ -158,7 +172,13 @@ class Replayer:
         plan = compile_plan(f, self.shape if same else None)
         if plan is None:
             return replay_walk(materialise(self.graph, base, f)).round_ns
-        return replay_plan(plan).round_ns
+        return _plan_round_ns(plan)
+
+
+def _plan_round_ns(p: Plan) -> int:
+    """`replay_plan(p).round_ns`, without the per-op lists."""
+    host, _, end = _run_plan(p)
+    return _round_ns(p, host, end)
 
 
 def replay_error(graphs: list[RoundGraph]) -> float:

@@ -60,11 +60,21 @@ def segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
     return out
 
 
+#: Up to this many (segment, sample) pairs that can overlap, `sampled_modules` counts them one by one: its array
+#: operations cost more than that (a trace round of ViT-B/16 holds ~300 segments and 2 samples).
+FEW_PAIRS = 256
+
+
 def sampled_modules(a: np.ndarray, b: np.ndarray, samples: Samples) -> list[dict[str, int]]:
     """For each segment [a, b): the ns each module was sampled in it, as `modules_in` counts them."""
     s, e, run_end = (np.asarray(x, dtype=np.int64) for x in samples[:3])
     k0, k1 = np.searchsorted(run_end, a, side="right"), np.searchsorted(s, b, side="left")
     count = np.maximum(0, k1 - k0)  # the samples that can overlap each (see modules_in)
+    if int(count.sum()) <= FEW_PAIRS:
+        out: list[dict[str, int]] = [{} for _ in range(len(a))]
+        for i in np.flatnonzero(count).tolist():
+            out[i] = modules_in(int(a[i]), int(b[i]), samples, "")
+        return out
     seg = np.repeat(np.arange(len(a)), count)
     k = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - k0, count)
     over = np.minimum(e[k], b[seg]) - np.maximum(s[k], a[seg])
@@ -73,7 +83,7 @@ def sampled_modules(a: np.ndarray, b: np.ndarray, samples: Samples) -> list[dict
     keys, first, which = np.unique(seg * len(names) + module[k], return_index=True, return_inverse=True)
     total = np.zeros(len(keys), dtype=np.int64)
     np.add.at(total, which, over)
-    out: list[dict[str, int]] = [{} for _ in range(len(a))]
+    out = [{} for _ in range(len(a))]
     order = np.argsort(first)  # by segment, then as first sampled: the order modules_in adds them in
     for key, ns in zip(keys[order].tolist(), total[order].tolist(), strict=True):
         out[key // len(names)][names[key % len(names)]] = ns

@@ -30,14 +30,12 @@ the most (`WhatIfTable.classify`). Pure functions; nothing here prints or writes
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from operator import attrgetter
 
-from ..events import CopyKind
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
 from .context import Context
 from .context_gpu import ALLOC_CALL
@@ -45,31 +43,29 @@ from .edits import (
     DISPATCH_NS,
     GRAPH_GAP_NS,
     ArrayTransform,
+    Edit,
     comm_kernels,
     compute,
     cuda_graph_arrays,
     faster,
     host_work_arrays,
+    unblock,
 )
 from .graph import (
     BLOCKING,
-    CALL,
-    EXTERNAL,
+    CALLS,
     SEGMENT,
-    Derived,
     GpuOp,
     HostNode,
     RoundGraph,
-    copy_is_host_link,
     reads,
     round_graphs,
 )
 from .replay import Replayer
 from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
+from .whatif_copies import PINNED_EFFICIENCY, pinned_copies
 
-#: Pinned copies reach this share of the link's peak (docs/architecture.md, "Transfers and the link").
-PINNED_EFFICIENCY = 0.8
 #: Python modules whose removal is simulated, by sampled time.
 MAX_MODULES = 3
 #: A class needs a what-if saving at least this share of the round.
@@ -78,7 +74,6 @@ MIN_SAVING = 0.1
 CLOSE_MARGIN = 0.25
 
 Transform = Callable[[RoundGraph], "RoundGraph | None"]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,43 +86,6 @@ class WhatIf:
     transform: Transform
     #: What must be done first for the fix to be possible (empty: nothing), given the graphs.
     prerequisite: Callable[[list[RoundGraph]], str] | None = None
-
-
-def _clone(x: T) -> T:
-    y = object.__new__(type(x))
-    y.__dict__.update(x.__dict__)
-    return y
-
-
-class _Edit:
-    """A copy of a graph that clones a node or an op only when a transformation changes it (copy on write: a
-    round can hold 50,000 nodes, and most what-ifs change a few of them). Lists and dicts inside a node are
-    shared: a transformation assigns new ones (`n.ops = [...]`), never changes them in place."""
-
-    def __init__(self, g: RoundGraph) -> None:
-        self.base = g
-        self.g = dataclasses.replace(g, nodes=list(g.nodes), ops=list(g.ops), derived=None)
-        self._nodes: set[int] = set()
-        self._ops: set[int] = set()
-
-    def node(self, i: int) -> HostNode:
-        if i not in self._nodes:
-            self.g.nodes[i] = _clone(self.g.nodes[i])
-            self._nodes.add(i)
-        return self.g.nodes[i]
-
-    def op(self, j: int) -> GpuOp:
-        if j not in self._ops:
-            self.g.ops[j] = _clone(self.g.ops[j])
-            self._ops.add(j)
-        return self.g.ops[j]
-
-    def result(self) -> RoundGraph | None:
-        """The changed graph, or None when nothing changed (the what-if does not apply)."""
-        if not self._nodes and not self._ops:
-            return None
-        self.g.derived = Derived(self.base, self._nodes, self._ops)
-        return self.g
 
 
 #: Each stretch between synchronisations replayed from a CUDA graph: from its first launch call to its last the
@@ -146,11 +104,6 @@ def graph_prerequisite(graphs: list[RoundGraph]) -> str:
     )
 
 
-def _unblock(out: _Edit, i: int, dur: int) -> None:
-    n = out.node(i)
-    n.kind, n.waits, n.dur = CALL, [], dur
-
-
 def remove_syncs(kind: str) -> Transform:
     """The blocking calls of one kind stop waiting; what they read is read at the round's end.
 
@@ -159,13 +112,13 @@ def remove_syncs(kind: str) -> Transform:
     """
 
     def transform(g: RoundGraph) -> RoundGraph | None:
-        out = _Edit(g)
+        out = Edit(g)
         stretch = 0  # the first node after the previous blocking call
         for i, n in enumerate(g.nodes):
             if n.kind != BLOCKING:
                 continue
             if n.sync == kind:
-                _unblock(out, i, 0)
+                unblock(out, i, 0)
                 nodes, ops = reads(g, i, stretch, DISPATCH_NS)
                 for k in nodes:
                     out.node(k).dur = 0
@@ -192,56 +145,9 @@ def faster_comm(factor: float | None) -> Transform:
     return ArrayTransform(faster(comm_kernels, factor))
 
 
-def pinned_copies(g: RoundGraph) -> RoundGraph | None:
-    """Copies at the pinned rate, their calls asynchronous, uploads prefetched on a copy stream."""
-    link = g.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
-    hits = [j for j, o in enumerate(g.ops) if copy_is_host_link(o)]
-    if not hits or link <= 0:
-        return None
-    out = _Edit(g)
-    copies = set(hits)
-    issuing = [(i, n, _is_copy_call(n, copies)) for i, n in enumerate(g.nodes) if n.ops]
-    launch = sorted(n.dur for _, n, copy_call in issuing if n.kind == CALL and not copy_call)
-    cheap = launch[len(launch) // 2] if launch else 0
-    moved = [j for j in hits if g.ops[j].copy == CopyKind.HTOD]
-    for j in hits:
-        if g.ops[j].nbytes:
-            out.op(j).dur = min(g.ops[j].dur, round(g.ops[j].nbytes / link))
-    gone = set(moved)
-    followers: dict[int, list[int]] = {j: [] for j in moved}
-    for k, o in enumerate(g.ops):
-        if o.after in gone:
-            followers[o.after].append(k)
-    copy_stream: dict[int, int] = {}  # per device: the last upload on its copy stream
-    for j in moved:
-        o = out.op(j)
-        for k in followers.get(j, []):  # the op that followed it on its stream now follows the one before it
-            out.op(k).after = o.after
-            followers.setdefault(o.after, []).append(k)
-        o.stream = -(((o.stream >> 32) + 1) << 1)  # a copy stream of its own, per device
-        o.after = copy_stream.get(o.stream, -1)
-        o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
-        copy_stream[o.stream] = j
-    for i, n, copy_call in issuing:
-        if copy_call or (n.kind == BLOCKING and not n.sync):
-            _unblock(out, i, min(n.dur, cheap))
-        if not gone.isdisjoint(n.ops):
-            out.node(i).ops = [j for j in n.ops if j not in gone]
-    edited = out.result()
-    if edited is not None:
-        edited.nodes.insert(0, HostNode(EXTERNAL, 0, 0, name="prefetch", ops=moved))
-        edited.derived = None  # a node more: not a copy node for node
-    return edited
-
-
-def _is_copy_call(n: HostNode, copies: set[int]) -> bool:
-    """A call (or blocking call) that issued host<->device copies (`copies`) only."""
-    return n.kind in (CALL, BLOCKING) and not n.sync and bool(n.ops) and copies.issuperset(n.ops)
-
-
 def _segments(g: RoundGraph, dur: Callable[[HostNode], int | None]) -> RoundGraph | None:
     """The segments `dur` gives a new length (None: unchanged)."""
-    out = _Edit(g)
+    out = Edit(g)
     for i, n in enumerate(g.nodes):
         if n.kind == SEGMENT and (d := dur(n)) is not None and d != n.dur:
             out.node(i).dur = d
@@ -262,23 +168,31 @@ host_off_path = ArrayTransform(host_work_arrays)
 def no_allocator(g: RoundGraph) -> RoundGraph | None:
     """The GPU allocator's calls (cudaMalloc/cudaFree and the driver's) cost nothing: buffers reused, or the
     caching allocator warm (cudaFree also waits for the device, so its wait goes too)."""
-    out = _Edit(g)
+    alloc = {name for name in set(map(attrgetter("name"), g.nodes)) if _alloc_name(name)}
+    if not alloc:  # most rounds: nothing to change, found without a Python step per node
+        return None
+    out = Edit(g)
     for i, n in enumerate(g.nodes):
-        if n.kind in (CALL, BLOCKING) and _alloc_name(n.name):
-            _unblock(out, i, 0)
+        if n.kind in CALLS and n.name in alloc:
+            unblock(out, i, 0)
     return out.result()
 
 
-def _user_modules(graphs: list[RoundGraph], long_only: bool) -> list[str]:
-    """The user's Python modules by sampled time in the host segments (the framework's left out)."""
-    mods: dict[str, int] = {}
+def _user_modules(graphs: list[RoundGraph]) -> tuple[list[str], list[str]]:
+    """The user's Python modules by sampled time in the host segments (the framework's left out): in the
+    segments longer than the dispatch, and in all of them."""
+    long: dict[str, int] = {}
+    every: dict[str, int] = {}
     for g in graphs:
         for n in g.nodes:
-            if n.kind == SEGMENT and (n.dur > DISPATCH_NS or not long_only):
+            if n.kind == SEGMENT and n.modules:
+                is_long = n.dur > DISPATCH_NS
                 for m, ns in n.modules.items():
                     if m not in g.framework:
-                        mods[m] = mods.get(m, 0) + ns
-    return [m for m, _ in sorted(mods.items(), key=lambda kv: -kv[1])]
+                        every[m] = every.get(m, 0) + ns
+                        if is_long:
+                            long[m] = long.get(m, 0) + ns
+    return sorted(long, key=lambda m: -long[m]), sorted(every, key=lambda m: -every[m])
 
 
 def _off_path_action(module: str) -> str:
@@ -317,9 +231,8 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
     ]
     kinds: dict[str, int] = {}
     for g in graphs:
-        for n in g.nodes:
-            if n.kind == BLOCKING and n.sync:
-                kinds[n.sync] = kinds.get(n.sync, 0) + 1
+        for sync in [n.sync for n in g.nodes if n.kind == BLOCKING and n.sync]:
+            kinds[sync] = kinds.get(sync, 0) + 1
     for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
         per = count / max(1, len(graphs))
         out.append(
@@ -357,7 +270,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
             no_allocator,
         )
     )
-    top = _user_modules(graphs, long_only=True)
+    top, every = _user_modules(graphs)
     out.append(
         WhatIf(
             "the host's own work between launches off the critical path" + (f" (mostly {top[0]})" if top else ""),
@@ -369,7 +282,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
             host_off_path,
         )
     )
-    for m in _user_modules(graphs, long_only=False)[:MAX_MODULES]:
+    for m in every[:MAX_MODULES]:
         out.append(WhatIf(f"{m}'s host work removed", "cpu_bound", _off_path_action(m), remove_module(m)))
     return out
 
@@ -467,9 +380,9 @@ def diagnose(ctx: Context, extra: Iterable[WhatIf] = ()) -> tuple[WhatIfTable | 
     """The what-if table of a test (built-in what-ifs, then `extra`), or None and why it cannot be built."""
     with _collector_paused():
         graphs, why = round_graphs(ctx)
-        if not graphs:
-            return None, why
-        return simulate(graphs, [*builtin(graphs), *extra]), ""
+        table = simulate(graphs, [*builtin(graphs), *extra]) if graphs else None
+        del graphs  # freed while the collector is paused: else its next pass scans them all (~2 ms for GPT-2)
+    return table, why
 
 
 @contextlib.contextmanager

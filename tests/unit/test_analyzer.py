@@ -372,7 +372,42 @@ def test_the_gpu_views_short_cuts_give_what_the_rounds_masks_give(how: dict[str,
     records = ev[np.isin(ev["kind"], np.asarray(GPU_KINDS, dtype=np.uint8)) & ctx.rounds.in_gpu_rounds]
     runtime = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & ctx.rounds.in_api_rounds)
     assert ctx.gpu.records.dtype == records.dtype and ctx.gpu.records.tobytes() == records.tobytes()
-    assert ctx.gpu._runtime_calls.dtype == runtime.dtype and ctx.gpu._runtime_calls.tolist() == runtime.tolist()
+    assert ctx.gpu._api_calls.dtype == runtime.dtype and ctx.gpu._api_calls.tolist() == runtime.tolist()
     assert ctx.gpu.collected == tl.has_gpu == bool(how.get("gpu"))
     assert set(ctx.gpu.sync_calls.tolist()) <= set(runtime.tolist())
     assert len(ctx.gpu.sync_calls) == (1 if how.get("host") else 0) * 3
+
+
+def test_distinct_is_np_unique() -> None:
+    """base.distinct counts small non-negative values with bincount and leaves the rest to np.unique: the same."""
+    from pytest_inferscope.analyzer.base import distinct
+
+    rng = np.random.default_rng(0)
+    cases = [
+        np.zeros(0, dtype=np.int64),
+        np.array([3, 3, 0, 7], dtype=np.int16),
+        rng.integers(0, 50, 10_000).astype(np.uint32),
+        np.array([-2, 5, -2, 1], dtype=np.int64),  # a negative value: np.unique
+        np.array([10**9, 3, 10**9], dtype=np.int64),  # values far above the length: np.unique
+    ]
+    for a in cases:
+        assert distinct(a).tolist() == np.unique(a).tolist()
+
+
+@pytest.mark.parametrize("n_samples", [3, 400])  # few pairs: one by one (sampling.FEW_PAIRS); many: on arrays
+def test_sampled_modules_counts_as_modules_in(n_samples: int) -> None:
+    """Every segment's modules, their ns and their order (as first sampled) are those modules_in gives."""
+    from pytest_inferscope.analyzer.sampling import modules_in, sampled_modules
+
+    rng = np.random.default_rng(n_samples)
+    start = np.sort(rng.integers(0, 1_000_000, n_samples))
+    end = start + rng.integers(1, 20_000, n_samples)
+    run_end = np.maximum.accumulate(end)
+    mods = [f"mod{k}" for k in rng.integers(0, 5, n_samples)]
+    samples = (start.tolist(), end.tolist(), run_end.tolist(), mods)
+    a = np.sort(rng.integers(0, 1_000_000, 500))
+    b = a + rng.integers(0, 30_000, 500)
+    got = sampled_modules(a, b, samples)
+    want = [modules_in(x, y, samples, "") for x, y in zip(a.tolist(), b.tolist(), strict=True)]
+    assert [list(d.items()) for d in got] == [list(d.items()) for d in want]
+    assert any(want)

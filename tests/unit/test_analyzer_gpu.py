@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from test_analyzer import MS, build
 
-from pytest_inferscope.analyzer import CAUSES, analyze, idle_gaps
+from pytest_inferscope.analyzer import CAUSES, Context, analyze, attribute_idle, idle_gaps
+from pytest_inferscope.analyzer.base import LAUNCH_GAP_NS
 from pytest_inferscope.events import EVENT_DTYPE, Domain, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import merge
 
@@ -58,6 +59,18 @@ def test_every_idle_gap_gets_its_cause() -> None:
     rows = gaps.rows()
     assert [c for _, _, c in rows] == ["host_wait", "launch_gap", "other", "host_wait", "sync_stall", "round_end"]
     assert rows[0][:2] == (0, 1 * MS) and rows[-1][:2] == (7 * MS, 10 * MS)
+    # attribute_idle takes events in any order (it sorts a device's records only when they are out of order)
+    ctx = Context(tl)
+    shuffled = np.random.default_rng(1).permutation(len(tl.events))
+    back = np.argsort(shuffled)  # where each event went
+    again = attribute_idle(
+        tl.events[shuffled],
+        ctx.rounds.in_api_rounds[shuffled],
+        back[ctx.rounds.api_round_idx],
+        back[ctx.gpu.sync_calls],
+        LAUNCH_GAP_NS,
+    )
+    assert again.rows() == rows
     totals = gaps.totals_ns()
     expected = {
         "host_wait": 2 * MS,
