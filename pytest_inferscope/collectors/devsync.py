@@ -109,11 +109,8 @@ class DeviceSync:
             if self._error is not None and torch is not None and torch.cuda.is_initialized():
                 torch.cuda.synchronize()
             return
-        if self._devices is None and not self._find_devices(cuda):
+        if not self._contexts(cuda):
             return  # the driver is not initialised (no cuInit yet, never ours): no work to wait for
-        assert self._devices is not None
-        if len(self._held) < len(self._devices):
-            self._retain_active(cuda)
         self._check(cuda.cuCtxGetCurrent(self._current_ref), "cuCtxGetCurrent")
         current = self._current.value
         for ordinal, ctx in self._held.items():
@@ -140,11 +137,8 @@ class DeviceSync:
         cuda = self._driver(in_round=False)
         if cuda is None or not all(hasattr(cuda, name) for name in _PRIME):
             return False
-        if self._devices is None and not self._find_devices(cuda):
+        if not self._contexts(cuda):
             return False
-        assert self._devices is not None
-        if len(self._held) < len(self._devices):
-            self._retain_active(cuda)
         for ordinal, ctx in self._held.items():
             self._check(cuda.cuCtxPushCurrent_v2(ctypes.c_void_p(ctx)), "cuCtxPushCurrent")
             try:
@@ -181,6 +175,16 @@ class DeviceSync:
     def held(self) -> dict[int, int]:
         """Device ordinal -> the primary context retained for it (for tests)."""
         return dict(self._held)
+
+    def _contexts(self, cuda: Any) -> bool:
+        """Every active primary context retained in `_held` (devices whose context is not active yet are looked
+        at again next time); False while the driver is not initialised."""
+        if self._devices is None and not self._find_devices(cuda):
+            return False
+        assert self._devices is not None
+        if len(self._held) < len(self._devices):
+            self._retain_active(cuda)
+        return True
 
     def _find_devices(self, cuda: Any) -> bool:
         count = ctypes.c_int(0)
