@@ -13,6 +13,8 @@ the collection, the rounds and the analyzer are the project's:
   E  no settling, one trace round (GPU activity and launch calls together)
   unprimed  the project's schedule with the GPU not primed after CUPTI starts (a settling round instead):
             the default until 2026-11-25's fourth session
+  profiled  the project's schedule with the warm-up never standing for the profile round (the default until
+            2026-11-25's fifth session)
 
 They apply only when auto takes the measured rounds lean; otherwise every design runs the project's.
 Per design it prints the whole test's ratio, each kind of round's median wall time, the post-processing
@@ -53,6 +55,7 @@ DESIGNS: dict[str, tuple[bool, int] | None] = {
     "D": (False, 1),
     "E": (False, 0),
     "unprimed": None,
+    "profiled": None,
 }
 KINDS = ("WARMUP", "MEASURED", "SETTLING", "PROFILE", "TRACE")
 
@@ -102,6 +105,9 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
         schedule.after_measured = design_after(*shape)  # type: ignore[assignment]
     if design == "unprimed":
         GpuSession._prime = lambda self: False  # type: ignore[method-assign]
+    stands_in = schedule._warmup_profiled
+    if design == "profiled":
+        schedule._warmup_profiled = lambda coll: False  # type: ignore[assignment]
     sink = Profile(design)
     try:
         t0 = time.perf_counter_ns()
@@ -111,6 +117,7 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
             coll.run_rounds(call, calls, warmup)
             t1 = time.perf_counter_ns()
             rows = list(coll.rounds)
+            stood = bool(coll.gpu_session.profile_warmups)
             if post is not None:
                 post.enable()
         t2 = time.perf_counter_ns()
@@ -119,6 +126,7 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
             post.disable()
         schedule.after_measured = project  # type: ignore[assignment]
         GpuSession._prime = prime  # type: ignore[method-assign]
+        schedule._warmup_profiled = stands_in  # type: ignore[assignment]
     result = sink.result
     assert result is not None
     by_kind: dict[str, list[float]] = {}
@@ -128,6 +136,7 @@ def profiled(design: str, call: Callable[[], Any], warmup: int, calls: int, post
     top = a.whatif[0] if a.whatif else None
     return {
         "whole": (t2 - t0) / 1e6,
+        "stood": stood,
         "post": (t2 - t1) / 1e6,
         "by_kind": by_kind,
         "call": statistics.median(result.latency.samples_ms),
@@ -183,8 +192,9 @@ def bench(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
     base = runs["plain"]
     print(f"\n## {name}: plain {statistics.median(r['call'] for r in base):.2f} ms a call, "
           f"{statistics.median(r['whole'] for r in base):.1f} ms the whole test")  # fmt: skip
-    print("| design | per call | whole | IQR | post ms | round ms by kind | rounds of each kind | class | busy | top |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| design | per call | whole | IQR | post ms | round ms by kind | rounds of each kind | warm-up stood in "
+          "| class | busy | top |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for d in args.designs:
         rs = runs[d]
         call_r = statistics.median(r["call"] / p["call"] - 1 for r, p in zip(rs, base, strict=True))
@@ -200,6 +210,7 @@ def bench(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
         busy_s = f"{min(busy):.3f}–{max(busy):.3f}" if busy else "-"
         print(f"| {d} | {call_r:+.1%} | {statistics.median(whole):+.1%} | {lo:+.0%} … {hi:+.0%} | "
               f"{statistics.median(r['post'] for r in rs):.1f} | {kinds} | {' '.join(counts)} (settle/profile/trace) | "
+              f"{sum(r.get('stood', False) for r in rs)}/{len(rs)} | "
               f"{sorted({r['class'] for r in rs})} | {busy_s} | {rs[-1]['top']} |")  # fmt: skip
     if args.post_profile:
         prof = cProfile.Profile()

@@ -100,8 +100,18 @@ class Rounds:
         The settling round right after CUPTI starts is not one of them, nor a profile round out of step
         with the measured rounds (rounds.in_step: slowed by something besides its GPU records) while
         another is in step.
+
+        Without profile rounds, the warm-up rounds the schedule read as standing for one (meta "profile_warmups":
+        their indices; collectors/schedule.py `_warmup_profiled`): they recorded GPU activity as a profile round
+        does and ran in step with the measured rounds.
         """
-        return self._in_step(RoundKind.PROFILE)
+        profiled = self._in_step(RoundKind.PROFILE)
+        warmups = self.timeline.meta.get("profile_warmups")
+        if len(profiled) or not warmups:
+            return profiled
+        rounds, kinds = self._round_spans
+        warm = rounds[kinds == RoundKind.WARMUP]
+        return warm[np.isin(self.timeline.events["value"][warm], np.asarray(warmups, dtype=np.int64))]
 
     def _in_step(self, kind: RoundKind) -> np.ndarray:
         """The rounds of `kind` in step with the measured rounds, or all of them when none is."""
@@ -211,10 +221,13 @@ class Rounds:
 
     @property
     def gpu_rounds_kind(self) -> str:
-        """ "measured", "profile" or "trace": the kind of the rounds GPU activity is read from."""
+        """ "measured", "profile", "warm-up" (standing for the profile round) or "trace": the kind of the rounds GPU
+        activity is read from."""
         if not self.gpu_lean:
             return "measured"
-        return "profile" if len(self.profile_idx) else "trace"
+        if not len(self.profile_idx):
+            return "trace"
+        return "profile" if len(self._rounds_of(RoundKind.PROFILE)) else "warm-up"
 
     @cached_property
     def round_ms(self) -> np.ndarray:

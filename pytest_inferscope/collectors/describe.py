@@ -82,6 +82,8 @@ def _api_mode(self: Described) -> str:
     session = self.gpu_session
     decided = session.decision
     if decided is not None and session.lean:
+        if session.profile_warmups:
+            return f"{decided.reason}; the warm-up ran in step with the measured rounds and stood for the profile round"
         return decided.reason
     if session.api_note:
         note = session.api_note

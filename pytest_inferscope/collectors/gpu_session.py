@@ -15,6 +15,8 @@ import contextlib
 import dataclasses
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..buffer import GPU_RING, TraceBuffer
 from ..events import host_clock_ns
 from ..warning import warn_once
@@ -52,6 +54,10 @@ class GpuSession:
         self.api_note = ""
         self.decision: GpuRoundsDecision | None = None  # which rounds recorded GPU activity, and why
         self.primed = False  # lean: the first GPU operation after CUPTI's start was paid outside the rounds
+        #: Lean: the warm-up rounds (their indices) that stand for the profile round, which then does not run: they
+        #: recorded GPU activity as a profile round does and ran in step with the measured rounds (schedule.py).
+        self.profile_warmups: list[int] = []
+        self._primes: list[tuple[int, int]] = []  # the primes' device-clock windows: their records are not kept
         self.clock_pairs: list[tuple[int, int]] = []
         self.dropped = 0  # records the backend could not keep, summed at each drain (a start resets its count)
         self._warm = (0, 0)  # auto: the warm-up's work records and GPU busy ns counted so far
@@ -98,6 +104,8 @@ class GpuSession:
         self._start()
         if self.recording and o.trace_rounds is not None:
             self._launch_calls_off()
+        if self.recording and o.gpu_rounds == "auto":
+            self._prime_unrecorded()  # so that the warm-up can stand for a profile round (schedule.py)
 
     def _start(self) -> None:
         """Start the backend (every kind recorded, launch calls too) and take a clock pair."""
@@ -135,6 +143,8 @@ class GpuSession:
         assert self.collector is not None
         records, names = self.collector.drain()
         self.dropped += self.collector.dropped()
+        if len(records) and self._primes:
+            records = records[~self._in_primes(records)]
         if len(records):
             records = records.copy()
             records["name"] = self.buffer.strings.remap(names)[records["name"]]
@@ -148,6 +158,8 @@ class GpuSession:
         if self.decision is not None:
             mode = "trace" if self.lean and after_measured_ran else "measured"
             out.update(gpu_rounds=mode, gpu_rounds_decision=self.decision.to_json())
+        if self.profile_warmups and self.lean and after_measured_ran:
+            out["profile_warmups"] = list(self.profile_warmups)  # the analyzer reads them as profile rounds
         return out
 
     # -- between the rounds -------------------------------------------------------------------------
@@ -234,14 +246,36 @@ class GpuSession:
         Only after a warm-up that did GPU work (auto gone lean): the prime's memset is a GPU record, and in the
         timeline of a body without GPU work it would read as GPU activity (`GpuContext.collected`) and move the
         diagnosis off the CPU (the example's tokenizer lost its cpu_bound class that way, H100 2026-11-25)."""
-        prime = getattr(self.collector, "prime", None)
         decision = self.decision
-        if prime is None or decision is None or not decision.records_per_round:
+        if decision is None or not decision.records_per_round:
+            return False
+        return self._prime_unrecorded()
+
+    def _prime_unrecorded(self) -> bool:
+        """The backend's `prime`, its records left out of the trace: the prime's memset, kept, would read as GPU work
+        in the timeline of a body that does none (`GpuContext.collected`: the example's tokenizer lost its cpu_bound
+        class that way, H100 2026-11-25). Its window on the device clock, from before the prime to after it (the
+        prime synchronises), is remembered and every record inside it dropped at the drain (`_in_primes`); GPU work
+        of another thread in those microseconds would go with it. False when the backend has no prime, or it failed.
+        """
+        assert self.collector is not None
+        prime = getattr(self.collector, "prime", None)
+        if prime is None:
             return False
         try:
-            return bool(prime())
+            d0 = self.collector.timestamp()
+            primed = bool(prime())
+            self._primes.append((d0, self.collector.timestamp()))
+            return primed
         except Exception:
             return False
+
+    def _in_primes(self, records: np.ndarray) -> np.ndarray:
+        """Mask of the records that lie inside a prime's window (`_prime_unrecorded`)."""
+        inside = np.zeros(len(records), dtype=bool)
+        for d0, d1 in self._primes:
+            inside |= (records["start"] >= d0) & (records["end"] <= d1)
+        return inside
 
     def synchronize(self) -> None:
         """Wait for all GPU work of the process."""

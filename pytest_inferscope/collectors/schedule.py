@@ -116,7 +116,8 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     linkage, sync and copy calls and idle causes from them (analyzer/base.py, `api_round_idx`).
     In lean mode CUPTI starts here: a settling round unless the backend primed the GPU (`GpuSession.primed`),
     then the profile rounds (by default up to `lean_trace_rounds`, ending at the first in step with the
-    measured rounds), then the trace rounds (by default up to rounds.TRACE_ROUNDS_MAX, ending the same way).
+    measured rounds; none when auto's warm-up ran in step with them: `_warmup_profiled`), then the trace rounds
+    (by default up to rounds.TRACE_ROUNDS_MAX, ending the same way).
     """
     n = coll.trace_rounds_due()
     if not n:
@@ -138,7 +139,10 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
                 result = (body(),)
             result = None  # let go before the next call (see `run`)
             first_index += 1
-        ran, result = _until_in_step(coll, body, first_index, n, RoundKind.PROFILE)
+        if _warmup_profiled(coll):
+            ran = 0  # the warm-up stands for the profile round
+        else:
+            ran, result = _until_in_step(coll, body, first_index, n, RoundKind.PROFILE)
         if not switched:
             return result
         gpu.synchronize()
@@ -174,6 +178,29 @@ def _until_in_step(coll: Collection, body: Callable[[], R], first: int, n: int, 
         if coll.options.until_in_step and _in_step(coll, kind):
             break
     return ran, result
+
+
+def _warmup_profiled(coll: Collection) -> bool:
+    """Lean under auto: whether a warm-up round stands for the profile round, which then does not run (a round
+    fewer: 9% of a test of 1 + 10 calls). Sets `GpuSession.profile_warmups`, which the analyzer reads.
+
+    Auto's warm-up recorded GPU activity as a profile round does: CUPTI started with the collection, primed outside
+    the rounds (`GpuSession.start`), the launch calls off. A warm-up round in step with the measured rounds, with a
+    profile round's allowance for its records (rounds.in_step), reads as one would; a cold model's (first call,
+    autotuning, lazy initialisation) runs slower and is not read. Only where the number of profile rounds is not
+    given (`until_in_step`) and the warm-up's launch calls were off.
+    """
+    gpu, options = coll.gpu_session, coll.options
+    decision = gpu.decision
+    if not options.until_in_step or options.gpu_rounds != "auto" or options.trace_rounds is None or gpu.api_note:
+        return False
+    if decision is None or not decision.records_per_round or decision.estimated_cost is None:
+        return False
+    measured = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.MEASURED.name]
+    cost = allowance(RoundKind.PROFILE, True, decision.estimated_cost)
+    warm = [r for r in coll.rounds if r["kind"] == RoundKind.WARMUP.name and not r["raised"]]
+    gpu.profile_warmups = [r["index"] for r in warm if measured and in_step(r["wall_ns"], measured, cost)]
+    return bool(gpu.profile_warmups)
 
 
 def _in_step(coll: Collection, kind: RoundKind) -> bool:

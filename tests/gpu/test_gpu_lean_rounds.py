@@ -16,11 +16,15 @@ pytestmark = pytest.mark.gpu
 ROUNDS = """
 out = {}
 # auto judges from the warm-up rounds after the first (the first call after the start is slow): two of them
-for label, fn, mode, warm in (("trace", w.small_forward, "trace", 1), ("auto-small", w.small_forward, "auto", 2),
-                              ("auto-transformer", w.transformer, "auto", 2)):
+# auto-default: the plugin's defaults (one trace round, profile and trace rounds until one is in step) on a loop of
+# tiny kernels (lean on any GPU), where the warm-up may stand for the profile round
+for label, fn, mode, warm, traced in (("trace", w.small_forward, "trace", 1, 3),
+                                      ("auto-small", w.small_forward, "auto", 2, 3),
+                                      ("auto-transformer", w.transformer, "auto", 2, 3),
+                                      ("auto-default", w.elementwise_loop, "auto", 2, 1)):
     sink = api.Profile(label)
     with api.collecting(sink.name, sink, rounds=5, warmup=warm, report_dir=None, thresholds=None, cpu=None,
-                        trace_rounds=3, gpu_rounds=mode) as coll:
+                        trace_rounds=traced, gpu_rounds=mode, until_in_step=traced == 1) as coll:
         coll.run_rounds(fn, 5, warm)
     tl, res = sink.timeline, sink.result
     per_round = round_records(tl)
@@ -31,6 +35,7 @@ for label, fn, mode, warm in (("trace", w.small_forward, "trace", 1), ("auto-sma
         "residual_ns": res.clock.residual_ns, "pairs": res.clock.pairs,
         "samples": len(res.latency.samples_ms), "trace_ms": res.latency.trace_ms, "mode": gpu.mode,
         "meta": tl.meta.get("gpu_rounds"), "decision": tl.meta.get("gpu_rounds_decision"),
+        "profile_warmups": tl.meta.get("profile_warmups"),
         "metrics": {k: m.get(k) for k in ("gpu.kernel_launches_per_round", "host.syncs_per_round",
                                           "gpu.idle_fraction", "gpu.idle_host_wait_fraction")},
         "bottleneck": res.analysis.bottleneck,
@@ -51,6 +56,7 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
             pairs=run["pairs"],
             bottleneck=run["bottleneck"],
             mode=run["mode"],
+            profile_warmups=run["profile_warmups"],
             **{k.split(".", 1)[1]: (None if v is None else round(v, 4)) for k, v in run["metrics"].items()},
         )
     lean = out["trace"]
@@ -73,6 +79,7 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
     # what holds everywhere is that the decision follows its estimate and the rounds follow the decision.
     small, big = out["auto-small"], out["auto-transformer"]
     for run in (small, big):
+        assert run["profile_warmups"] is None  # the number of profile rounds was given: they all run
         decision = run["decision"]
         assert (decision["mode"] == "trace") == (decision["estimated_cost"] > 0.01), decision
         assert run["meta"] == decision["mode"], (run["meta"], decision)
@@ -85,3 +92,21 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
     assert small["decision"]["estimated_cost"] > big["decision"]["estimated_cost"], (small, big)
     assert big["decision"]["mode"] == "measured", big["decision"]
     assert big["causality"] == 0 and big["clock_ok"]
+    _warmup_profile(out["auto-default"])
+
+
+def _warmup_profile(run: dict) -> None:
+    """Auto with the defaults, gone lean: a warm-up round in step with the measured rounds stands for the profile
+    round, which then does not run, and the GPU figures are read from it; else the profile rounds run as before."""
+    kinds = [r["kind"] for r in run["rounds"]]
+    assert run["meta"] == "trace", run["decision"]
+    warm = [r for r in run["rounds"] if r["kind"] == "WARMUP"]
+    assert all(r["kernels"] > 0 and r["launches"] == 0 for r in warm), warm  # recorded as a profile round is
+    if run["profile_warmups"]:
+        assert "PROFILE" not in kinds and "stood for the profile round" in run["mode"], (kinds, run["mode"])
+        assert kinds.count("TRACE") >= 1
+        stood = [warm[i] for i in run["profile_warmups"]]
+        expected = sum(r["kernels"] for r in stood) / len(stood)
+        assert run["metrics"]["gpu.kernel_launches_per_round"] == pytest.approx(expected)
+    else:
+        assert "PROFILE" in kinds, kinds

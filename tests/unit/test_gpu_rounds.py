@@ -143,14 +143,45 @@ def test_auto_keeps_cupti_recording_into_the_measured_rounds_when_it_stays_measu
     assert len(result.latency.samples_ms) == 3
 
 
+def _gpu_mode(result: TestResult) -> str:
+    return next(c.mode for c in result.collectors if c.name == "gpu")
+
+
 def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest.MonkeyPatch) -> None:
     # 400 records per 1 ms call: ~13% per round (one warm-up round: taken as 0.33 ms, at least).
     gpu = _RecordingGpu(per_call=400)
-    _measure(monkeypatch, gpu, 0.001)
+    result = _measure(monkeypatch, gpu, 0.001)
     b = ["body"]
-    # settling + 1 profile round (in step with the measured rounds: no second one), then the trace round
-    lean = ["start", "api off", *b * 2, "api on", *b, "api off", "stop"]
+    # The warm-up recorded GPU activity without the launch calls and ran in step with the measured rounds: it
+    # stands for the profile round. A settling round (no prime on this backend), then the trace round.
+    lean = ["start", "api off", *b, "api on", *b, "api off", "stop"]
     assert gpu.calls == ["start", "api off", *b, "flush", "stop", *b * 3, *lean]
+    assert "stood for the profile round" in _gpu_mode(result)
+    assert any(part.name.endswith("(warm-up rounds)") for part in result.analysis.breakdown)  # GPU figures read from it
+
+
+def test_a_slow_warmup_does_not_stand_for_the_profile_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors.gpu import Choice
+
+    gpu = _RecordingGpu(per_call=400)
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+    calls = []
+
+    def body() -> None:  # the first two calls (the warm-up, and the one more it asks for) 20x slower: a cold model
+        calls.append(1)
+        gpu.launch()
+        time.sleep(0.02 if len(calls) <= 2 else 0.001)
+
+    result = api.measure(body, rounds=3, warmup=1, cpu="off")
+    b = ["body"]
+    # settling + 1 profile round (in step: no second one), then the trace round
+    lean = ["start", "api off", *b * 2, "api on", *b, "api off", "stop"]
+    assert gpu.calls[-len(lean) - 3 :] == [*b * 3, *lean]
+    assert "stood for the profile round" not in _gpu_mode(result)
+    assert any(part.name.endswith("(profile rounds)") for part in result.analysis.breakdown)
 
 
 class _PrimingGpu(_RecordingGpu):
@@ -174,10 +205,11 @@ def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
     gpu = _PrimingGpu(per_call=400, fails=fails)  # ~13% per round: lean
     result = _measure(monkeypatch, gpu, 0.001)
     b = ["body"]
-    # CUPTI starts again after the measured rounds and is primed; no settling call unless the prime failed
-    lean = ["start", "api off", "prime", *b * (settling + 1), "api on", *b, "api off", "stop"]
-    assert gpu.calls == ["start", "api off", *b, "flush", "stop", *b * 3, *lean]
-    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 2
+    # Primed at the start too (so that the warm-up may stand for the profile round: it does), and again when CUPTI
+    # starts after the measured rounds; no settling call unless the prime failed
+    lean = ["start", "api off", "prime", *b * settling, "api on", *b, "api off", "stop"]
+    assert gpu.calls == ["start", "api off", "prime", *b, "flush", "stop", *b * 3, *lean]
+    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 1
 
 
 def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:

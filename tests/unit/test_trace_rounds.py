@@ -580,3 +580,47 @@ def test_no_call_runs_while_the_previous_calls_result_is_alive(
     api.measure(body, rounds=3, warmup=2, gpu_rounds=gpu_rounds, cpu="off")
     assert len(previous) >= 5 + (gpu_rounds is not None)  # warm-up, measured and (with a GPU) trace calls
     assert alive == [], f"calls made while the previous call's result was alive: {alive}"
+
+
+class ClockedPrimingGpu(FakeGpu):
+    """A backend with a device clock that primes the GPU with a memset record, and whose body may do a memset too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock, self.records = 1_000_000, []
+
+    def timestamp(self) -> int:
+        self.clock += 10_000
+        return self.clock
+
+    def memset(self) -> None:
+        t = self.timestamp()
+        rec = np.zeros(1, dtype=EVENT_DTYPE)
+        rec[["start", "end", "value", "kind", "device"]] = (t + 1_000, t + 2_000, 256, Kind.MEMSET, 0)
+        self.records.append(rec)
+
+    def prime(self) -> bool:
+        self.calls.append("prime")
+        self.memset()
+        return True
+
+    def drain(self) -> tuple[np.ndarray, list[str]]:
+        out = np.concatenate(self.records) if self.records else np.zeros(0, dtype=EVENT_DTYPE)
+        self.records = []
+        return out, ["Memset"]
+
+
+@pytest.mark.parametrize("body_memsets", [False, True])
+def test_the_prime_at_the_start_leaves_no_record_in_the_trace(body_memsets: bool) -> None:
+    """Auto primes the GPU when CUPTI starts with the collection (so that the warm-up can stand for a profile round);
+    the prime's memset must not reach the trace, where it would read as GPU work of a body that does none (the
+    example's tokenizer lost its cpu_bound class that way). The body's own memset stays."""
+    gpu = ClockedPrimingGpu()
+    options = CollectionOptions(cpu="off", trace_rounds=1, gpu_rounds="auto", lean_trace_rounds=3, until_in_step=True)
+    coll = Collection(options, Choice(gpu), name="t")  # type: ignore[arg-type]
+    coll.start()
+    coll.run_rounds(lambda: gpu.memset() if body_memsets else None, 3, 1)
+    raw = coll.stop()
+    assert gpu.calls[:3] == ["start", "api off", "prime"]
+    memsets = np.count_nonzero(raw.events["kind"] == Kind.MEMSET)
+    assert memsets == (5 if body_memsets else 0)  # the warm-up, 3 measured rounds and the trace round's
