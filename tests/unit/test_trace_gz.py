@@ -106,6 +106,12 @@ def test_a_test_without_a_trace_now_keeps_none_from_an_earlier_run(tmp_path: Pat
 def test_a_bad_trace_format_is_refused() -> None:
     with pytest.raises(ValueError, match=re.escape("trace format 'zip': give one of json.gz, json")):
         trace_file("zip")
+    from typing import get_args
+
+    from pytest_inferscope.options import OPTIONS_BY_NAME, TraceFormat
+
+    assert get_args(TraceFormat) == reporters.TRACE_FORMATS == OPTIONS_BY_NAME["trace_format"].choices
+    assert OPTIONS_BY_NAME["trace_format"].default == "json.gz"
 
 
 def test_gzip_stream_and_atomic_write_gzip_write_one_member(tmp_path: Path) -> None:
