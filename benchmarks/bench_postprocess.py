@@ -4,9 +4,10 @@ For traces of 1,000,000, 100,000 and 10,000 events (`benchmarks/synthetic.py`), 
 times, in one process and on a fresh report folder:
 
 * the end-to-end path the plugin takes, `postprocess.process(raw, Plan(...), collectors, report_dir=...)`
-  (merge -> analyze -> checks -> report.md, report.json, trace.json, raw.npz);
+  (merge -> analyze -> checks -> report.md, report.json, trace.json.gz, raw.npz);
 * the same stages one by one: `merge(raw)`, `analyze(timeline)`, `write_test_reports(...)`, and the
-  report files apart (`write_chrome_trace`, `RawTrace.save(compress=False)`, report.json, report.md);
+  report files apart (`write_chrome_trace` plain and gzipped, `RawTrace.save(compress=False)`, report.json,
+  report.md);
 * a reference measured in the same run: `json.dumps` of as many plain Chrome-trace-like dicts as the
   trace has events (what a naive trace writer does).
 
@@ -21,6 +22,7 @@ Target: merge + analyze + every report <= 2 s for 1,000,000 events.
     python benchmarks/bench_postprocess.py --quick    # < 30 s
     python benchmarks/bench_postprocess.py --profile  # also: cProfile of one process() at the largest size
     python benchmarks/bench_postprocess.py --whatif   # only the what-if table: diagnose() and process()
+    python benchmarks/bench_postprocess.py --trace-gz # only trace.json vs trace.json.gz at zlib levels 1 and 6
 """
 
 from __future__ import annotations
@@ -180,6 +182,9 @@ def one_repetition(raw: Any, order: int, work: Path, reference_too: bool) -> dic
         apart = work / "apart"
         apart.mkdir()
         out["  write_chrome_trace (trace.json)"], _ = timed(lambda: write_chrome_trace(tl, apart / "trace.json"))
+        out["  write_chrome_trace (trace.json.gz)"], _ = timed(
+            lambda: write_chrome_trace(tl, apart / "trace.json.gz", compress=True)
+        )
         out["  RawTrace.save(compress=False) (raw.npz)"], _ = timed(
             lambda: raw.save(str(apart / "raw.npz"), compress=False)
         )
@@ -214,7 +219,7 @@ def bench_size(n: int, reps: int, scratch: Path, reference_too: bool) -> dict[st
                 sizes = {p.name: p.stat().st_size for p in (work / "stages").rglob("*") if p.is_file()}
         finally:
             shutil.rmtree(work, ignore_errors=True)  # not timed
-    results["__sizes"] = [float(sizes.get(k, 0)) for k in ("trace.json", "raw.npz", "report.json", "report.md")]
+    results["__sizes"] = [float(sizes.get(k, 0)) for k in ("trace.json.gz", "raw.npz", "report.json", "report.md")]
     return results
 
 
@@ -226,6 +231,7 @@ def print_size(n: int, res: dict[str, list[float]], torch_ref: tuple[int, float]
         "analyze",
         "write_test_reports (all 4 files)",
         "  write_chrome_trace (trace.json)",
+        "  write_chrome_trace (trace.json.gz)",
         "  RawTrace.save(compress=False) (raw.npz)",
         "  report.json (to_json + write)",
         "  report.md (render_report + write)",
@@ -242,7 +248,7 @@ def print_size(n: int, res: dict[str, list[float]], torch_ref: tuple[int, float]
     lines.append(f"  load average (1 min) at the start of each repetition: {min(load):.2f} .. {max(load):.2f}")
     e2e = res["process() end to end"]
     lines.append(
-        f"  files: trace.json {sizes[0] / 1e6:.1f} MB, raw.npz {sizes[1] / 1e6:.1f} MB, "
+        f"  files: trace.json.gz {sizes[0] / 1e6:.1f} MB, raw.npz {sizes[1] / 1e6:.1f} MB, "
         f"report.json {sizes[2] / 1e3:.1f} kB, report.md {sizes[3] / 1e3:.1f} kB"
     )
     lines.append(
@@ -302,6 +308,47 @@ def whatif_size(n: int, reps: int, scratch: Path) -> list[str]:
     return lines
 
 
+def trace_gz_size(n: int, reps: int, scratch: Path) -> list[str]:
+    """trace.json against trace.json.gz at zlib levels 1 and 6, at one size, in an order that rotates between
+    repetitions: `write_chrome_trace` to a file (a big test's path: gzipped on the writer thread, what pytest
+    waits for), and `atomic_write_gzip` of the formatted bytes (a small test's path: what the writer's helper
+    process spends, off pytest's path). Bytes and ms."""
+    import io
+
+    from pytest_inferscope.reporters import files
+
+    tl = merge(make_raw_trace(n, seed=0))
+    buf = io.BytesIO()
+    write_chrome_trace(tl, buf)
+    formatted = buf.getvalue()
+    variants = [("json", 0), ("json.gz level 1", 1), ("json.gz level 6", 6)]
+    res: dict[str, list[float]] = {}
+    sizes: dict[str, int] = {}
+    saved = files.GZIP_LEVEL
+    try:
+        for r in range(reps):
+            for name, level in variants[r % 3 :] + variants[: r % 3]:
+                files.GZIP_LEVEL = level or saved
+                path = scratch / f"trace-{r}.{'json.gz' if level else 'json'}"
+                gc.collect()
+                res.setdefault(f"write_chrome_trace, {name}", []).append(
+                    timed(lambda p=path, c=bool(level): write_chrome_trace(tl, p, compress=c))[0]
+                )
+                sizes[name] = path.stat().st_size
+                path.unlink()
+                if level:
+                    res.setdefault(f"helper's atomic_write_gzip, level {level}", []).append(
+                        timed(lambda p=path: files.atomic_write_gzip(p, formatted))[0]
+                    )
+                    path.unlink()
+    finally:
+        files.GZIP_LEVEL = saved
+    lines = [f"\n## {n:,} events, {reps} repetitions (ms: median (best .. worst)); load {os.getloadavg()[0]:.2f}"]
+    lines += [f"  {k:<40} {fmt_s(v)}" for k, v in res.items()]
+    lines += [f"  {k:<40} {v / 1e6:8.2f} MB ({sizes['json'] / v:.1f}x smaller)" for k, v in sizes.items()]
+    return lines
+
+
 def profile_once(n: int, scratch: Path, top: int = 30) -> list[str]:
     import cProfile
     import io
@@ -328,7 +375,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="repetitions at 1M events (default 5, quick 1)")
     parser.add_argument("--profile", action="store_true", help="also cProfile one process() at the largest size")
     parser.add_argument("--whatif", action="store_true", help="only diagnose() (the what-if table) and process()")
+    parser.add_argument("--trace-gz", action="store_true", help="only trace.json vs trace.json.gz, zlib levels 1, 6")
     args = parser.parse_args(argv)
+    if args.trace_gz:
+        print("\n".join(header("bench_postprocess --trace-gz: trace.json and trace.json.gz of a synthetic trace")))
+        scratch = Path(tempfile.mkdtemp(prefix="inferscope-bench-"))
+        try:
+            for n, reps in ((10_000, args.reps or 15), (100_000, args.reps or 9), (1_000_000, args.reps or 5)):
+                print("\n".join(trace_gz_size(n, reps, scratch)))
+                sys.stdout.flush()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return 0
     if args.whatif:
         print("\n".join(header("bench_postprocess --whatif: the what-if table of a synthetic trace")))
         scratch = Path(tempfile.mkdtemp(prefix="inferscope-bench-"))

@@ -126,6 +126,7 @@ def collecting(
             gpu_required=settings.gpu == "required",
             report_dir=Path(out) if out is not None else None,
             environment=collect_environment(),
+            trace_format=settings.trace_format,
         )
 
 

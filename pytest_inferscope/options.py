@@ -41,6 +41,7 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
 ProbeMode = Literal["auto", "on", "off"]
 GpuRounds = Literal["measured", "trace", "auto"]
+TraceFormat = Literal["json.gz", "json"]
 
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
 #: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
@@ -112,6 +113,7 @@ _CPU_MODES: tuple[str, ...] = get_args(CpuMode)
 _LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 _LATENCY_STATS: tuple[str, ...] = get_args(LatencyStat)
 _PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
+_TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 OPTIONS: tuple[OptionSpec, ...] = (
@@ -126,8 +128,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "report", optional(parse_path), None,
         "Folder to write the reports to: index.html and index.md, and per profiled test report.html, report.md, "
-        "report.json, raw.npz and trace.json (Perfetto; when the test recorded scopes, modules, marks or GPU work). "
-        "E.g. --inferscope-report=out/inferscope.",
+        "report.json, raw.npz and trace.json.gz (Perfetto; when the test recorded scopes, modules, marks or GPU "
+        "work). E.g. --inferscope-report=out/inferscope.",
         "give a folder path", "out/inferscope", metavar="DIR",
         default_text="no reports (the terminal summary only)",
     ),
@@ -291,6 +293,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "(e.g. another virtualenv's bin/python); with --inferscope-ab, at that ref (docs/ab.md).",
         "give the path of a Python interpreter", "../venv-old/bin/python", metavar="PATH",
     ),
+    OptionSpec(
+        "trace_format", choice(_TRACE_FORMATS), "json.gz",
+        "Format of each test's Perfetto / chrome://tracing trace in the report folder: json.gz (trace.json.gz, "
+        "gzipped: ~10x smaller; Perfetto and chrome://tracing open it as it is) or json (plain trace.json).",
+        f"set the trace format to {_one_of(_TRACE_FORMATS)}", "json", choices=_TRACE_FORMATS, metavar="FORMAT",
+    ),
 )  # fmt: skip
 
 OPTIONS_BY_NAME: Mapping[str, OptionSpec] = MappingProxyType({spec.name: spec for spec in OPTIONS})
@@ -326,6 +334,7 @@ class Settings:
     gpu_rounds: GpuRounds
     ab: str | None
     ab_python: Path | None
+    trace_format: TraceFormat
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"
     sources: Mapping[str, str] = field(default_factory=dict, hash=False)

@@ -50,13 +50,15 @@ def process(
     ab: Callable[[TestResult], dict[str, Any] | None] | None = None,
     environment: Mapping[str, Any] | None = None,
     writer: ReportWriter | None = None,
+    trace_format: str = "json.gz",
     **how: Any,
 ) -> tuple[TestResult, Timeline]:
     """Turn one raw collection into a checked, reported `TestResult`: `judge`, then the A/B verdict and the reports.
 
     The plan and the environment are kept in the trace's meta first, so the raw.npz written beside the
     reports says how it was made (`inferscope analyze` re-runs it from there). `writer`: put the report
-    files on disk through it (`reporters.writer`). `how`: `judge`'s keywords.
+    files on disk through it (`reporters.writer`). `trace_format`: --inferscope-trace-format (json.gz or
+    json). `how`: `judge`'s keywords.
     """
     raw.meta["plan"] = dataclasses.asdict(plan)
     raw.meta["environment"] = dict(environment or _meta_dict(raw, "environment"))
@@ -81,6 +83,7 @@ def process(
             idle=judged.ctx.gpu.idle,
             writer=writer,
             raw_submitted=raw_submitted,
+            trace_format=trace_format,
         )
     return result, judged.timeline
 

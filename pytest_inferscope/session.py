@@ -379,6 +379,7 @@ class InferscopeSession:
                 launch_gap_us=self.settings.launch_gap_us,
                 ab=functools.partial(self.ab.finish, item.nodeid) if hasattr(self.ab, "finish") else None,
                 writer=self.writer,
+                trace_format=self.settings.trace_format,
             )
         self.results.append(result)
         self.note_environment_change(result)

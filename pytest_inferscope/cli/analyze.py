@@ -2,8 +2,10 @@
 
 FILE is an inferscope `raw.npz` (which keeps the test's plan, the collectors' descriptions, the
 environment and the speed probe's readings; for traces saved before it did, they come from the
-report.json beside it), a report folder or its report.json or trace.json (the raw.npz beside it is
-used), or a torch.profiler / Kineto Chrome trace, imported by `kineto.py`.
+report.json beside it), a report folder or its report.json or trace.json / trace.json.gz (the raw.npz
+beside it is used), or a torch.profiler / Kineto Chrome trace (.json or .json.gz), imported by `kineto.py`.
+The trace is written in the format the environment or config file sets (INFERSCOPE_TRACE_FORMAT), as
+`inferscope run` does.
 """
 
 from __future__ import annotations
@@ -41,9 +43,15 @@ class _Input:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """`inferscope analyze`: re-run merger, analyzer, checks and reporters on FILE; exit 1 if a check fails."""
     from .. import kineto
+    from ..api import standalone_settings
+    from ..config import ConfigError
     from ..postprocess import Plan, process
 
     src = load_input(Path(args.file))
+    try:
+        trace_format = standalone_settings().trace_format
+    except ConfigError as e:
+        raise CliError(str(e)) from None
     report = Path(args.report) if args.report else DEFAULT_REPORT
     check_report_folder(report)
     if src.plan is not None:
@@ -54,7 +62,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             nodeid=src.nodeid, rounds=src.rounds, warmup=src.warmup, thresholds=src.thresholds,
             latency_stat=str(src.thresholds.get("latency_stat", "median")),
         )  # fmt: skip
-    common: dict[str, Any] = {"outcome": src.outcome, "partial_reason": src.partial, "environment": src.environment}
+    common: dict[str, Any] = {"outcome": src.outcome, "partial_reason": src.partial, "environment": src.environment,
+                              "trace_format": trace_format}  # fmt: skip
     if src.kineto:
         result, _ = process(src.raw, plan, src.collectors, rules=kineto.RULES, report_dir=report, **common)
     else:
@@ -93,7 +102,7 @@ def load_input(path: Path) -> _Input:
     if isinstance(data, dict) and "traceEvents" in data:
         other = data.get("otherData")
         if isinstance(other, dict) and other.get("generator") == "pytest-inferscope":
-            return _beside(path)  # our own trace.json: the raw collection beside it has more
+            return _beside(path)  # our own trace.json(.gz): the raw collection beside it has more
         try:
             imported = kineto.import_events(data, str(path))
         except kineto.TraceFormatError as e:

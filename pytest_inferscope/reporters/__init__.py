@@ -1,16 +1,20 @@
 """The reporters: the only code in the plugin that writes files or terminal output.
 
 Per test, `write_test_reports` writes `<report_dir>/<slug>/report.md`, `report.html`, `report.json`,
-`raw.npz` and, when the timeline has more than the test's rounds, `trace.json` (Perfetto /
-chrome://tracing); the stylesheet and script of every report.html are written once, to
-`<report_dir>/assets/`. Per session, `write_index` writes `index.md`, `index.html` and `index.json`.
-Every file is written atomically, so an interrupted run leaves the previous file or the new one, and
-nothing else in the folder is touched.
+`raw.npz` and, when the timeline has more than the test's rounds, `trace.json.gz` (Perfetto /
+chrome://tracing open it as it is; `trace.json` with --inferscope-trace-format=json); the stylesheet
+and script of every report.html are written once, to `<report_dir>/assets/`. Per session,
+`write_index` writes `index.md`, `index.html` and `index.json`. Every file is written
+atomically, so an interrupted run leaves the previous file or the new one, and nothing else in the
+folder is touched but the trace an earlier run left in the other format (or when the test has no
+trace now), removed once the new report.json no longer names it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
 import threading
 from pathlib import Path
@@ -40,6 +44,7 @@ __all__ = [
     "slugify",
     "submit_raw",
     "to_json",
+    "trace_file",
     "write_index",
     "write_test_reports",
 ]
@@ -50,12 +55,21 @@ _SAFE_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 RAW_COMPRESS_MAX_EVENTS = 1_000
 #: Kinds every timeline has whatever the test does: the test's span, its rounds, the plugin's
 #: end-of-round waits, the memory readings, and CPU stack samples (whether one lands in a short
-#: test is chance, and the files written must not be). A timeline of only these gets no trace.json.
+#: test is chance, and the files written must not be). A timeline of only these gets no trace file.
 _OWN_KINDS = np.array([Kind.TEST, Kind.ROUND, Kind.WAIT, Kind.MEMORY, Kind.SAMPLE], dtype=np.uint8)
+#: --inferscope-trace-format's values; the file is `trace.<format>`.
+TRACE_FORMATS = ("json.gz", "json")
+
+
+def trace_file(trace_format: str) -> str:
+    """The name of a test's trace file in this format: trace.json.gz or trace.json."""
+    if trace_format not in TRACE_FORMATS:
+        raise ValueError(f"trace format {trace_format!r}: give one of {', '.join(TRACE_FORMATS)}")
+    return f"trace.{trace_format}"
 
 
 def has_trace(timeline: Timeline | None) -> bool:
-    """Whether a test gets a trace.json: its timeline holds what the test did (a scope, module, mark,
+    """Whether a test gets a trace file: its timeline holds what the test did (a scope, module, mark,
     call, GPU work or runtime call), not only what every test has (`_OWN_KINDS`).
 
     A trivial test's trace would be a bar per round, which report.html draws and report.json lists
@@ -73,10 +87,13 @@ def write_test_reports(
     idle: Any = None,
     writer: ReportWriter | None = None,
     raw_submitted: bool = False,
+    trace_format: str = "json.gz",
 ) -> dict[str, str]:
     """Write one test's report files; return {"md", "html", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
 
-    trace.json is written when the timeline has more than the test's rounds (`has_trace`).
+    The trace (`trace_file(trace_format)`: trace.json.gz, gzipped, or trace.json) is written when the
+    timeline has more than the test's rounds (`has_trace`); a trace file of ours that report.json does
+    not name (the other format's, from an earlier run) is removed after report.md is written.
     `raw` (the collection before merging) is kept as `raw.npz`, so `inferscope analyze` can
     re-run merger, analyzer and reporters from disk. `idle` is the analyzer's GPU idle attribution
     (`Context.gpu.idle`), shaded in report.html; when not given, report.html computes it.
@@ -93,8 +110,9 @@ def write_test_reports(
     folder = Path(report_dir) / result.slug
     n_events = max(len(timeline) if timeline is not None else 0, len(raw.events) if raw is not None else 0)
     small = n_events < THREAD_MIN_EVENTS
+    trace = trace_file(trace_format) if has_trace(timeline) else None
     if writer is not None and small:
-        return _submit_test_reports(result, timeline, Path(report_dir), folder, raw, idle, writer, raw_submitted)
+        return _submit_test_reports(result, timeline, Path(report_dir), folder, raw, idle, writer, raw_submitted, trace)
     folder.mkdir(parents=True, exist_ok=True)
     files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
     saving: _Saving | None = None
@@ -107,21 +125,30 @@ def write_test_reports(
             saving = _Saving(raw, folder / "raw.npz")
         else:
             _save_raw(raw, folder / "raw.npz")
-    if has_trace(timeline):
-        assert timeline is not None
-        # The trace before report.json: if the disk fills up, report.json does not point to a missing trace.
-        try:
-            write_chrome_trace(timeline, folder / "trace.json", title=result.nodeid)
-        finally:
-            if saving is not None:
-                saving.wait()
-        files["trace"] = f"{result.slug}/trace.json"
+    try:
+        if trace is not None:
+            assert timeline is not None
+            # The trace before report.json: if the disk fills up, report.json does not point to a missing trace.
+            # A big trace is gzipped here, on the writer thread of `write_chrome_trace` (see docs/performance.md).
+            write_chrome_trace(timeline, folder / trace, title=result.nodeid, compress=trace.endswith(".gz"))
+            files["trace"] = f"{result.slug}/{trace}"
+    finally:
+        if saving is not None:
+            saving.wait()
     result.files = dict(files)
     shared = write_shared_assets(report_dir)
     write_html_report(result, timeline, folder / "report.html", idle=idle, shared=shared)
     atomic_write_text(folder / "report.json", to_json(result))
     atomic_write_text(folder / "report.md", render_report(result))
+    for name in _stale_traces(trace):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / name)
     return files
+
+
+def _stale_traces(trace: str | None) -> list[str]:
+    """The trace files of ours a test's folder must not keep: every format's but the one just written."""
+    return [n for n in map(trace_file, TRACE_FORMATS) if n != trace]
 
 
 def submit_raw(raw: RawTrace, report_dir: Path, slug: str, nodeid: str, writer: ReportWriter) -> bool:
@@ -147,31 +174,33 @@ def _submit_test_reports(
     idle: Any,
     writer: ReportWriter,
     raw_submitted: bool,
+    trace: str | None,
 ) -> dict[str, str]:
     """`write_test_reports` through the writer: the same files in the same order, each handed over
     as soon as it is formatted, so the writer works while the next one is."""
     files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
 
-    def submit(name: str, data: bytes) -> None:
-        writer.submit(result.nodeid, folder, [(name, data)])
+    def submit(name: str, data: bytes, compress: bool = False) -> None:
+        writer.submit(result.nodeid, folder, [(name, data)], compress=compress)
 
     if raw is not None or raw_submitted:
         files["raw"] = f"{result.slug}/raw.npz"
         if not raw_submitted:
             assert raw is not None
             submit("raw.npz", _raw_bytes(raw))
-    if has_trace(timeline):
+    if trace is not None:
         assert timeline is not None
         buf = io.BytesIO()
         write_chrome_trace(timeline, buf, title=result.nodeid)
-        submit("trace.json", buf.getvalue())
-        files["trace"] = f"{result.slug}/trace.json"
+        submit(trace, buf.getvalue(), compress=trace.endswith(".gz"))  # gzipped by the helper, off pytest's path
+        files["trace"] = f"{result.slug}/{trace}"
     result.files = dict(files)
     buf = io.BytesIO()
     write_html_report(result, timeline, buf, idle=idle, shared=write_shared_assets(report_dir))
     submit("report.html", buf.getvalue())
     submit("report.json", to_json(result).encode())
     submit("report.md", render_report(result).encode())
+    writer.remove(result.nodeid, folder, _stale_traces(trace))
     return files
 
 

@@ -14,9 +14,10 @@ import os
 import random
 import re
 import tempfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 #: Longest readable part of a slug; the rest of the uniqueness comes from the hash.
 SLUG_MAX = 80
@@ -25,6 +26,37 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _LOOKS_HASHED = re.compile(rf"-[0-9a-f]{{{_HASH_LEN}}}$")
 # Names Windows refuses whatever the extension; a report folder may be copied there by CI.
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+
+
+#: zlib level of trace.json.gz. Measured on benchmarks/synthetic.py's traces (docs/performance.md,
+#: "trace.json.gz"): level 1 writes 10-11x smaller files at ~360 MB/s, about as fast as the trace is
+#: formatted, so the writer thread keeps up; level 6 is ~20% smaller but 2.5x slower (1.6 s for 1M events).
+GZIP_LEVEL = 1
+#: What `atomic_write_gzip` compresses between two calls of its `between` (the helper's pause point).
+_GZIP_CHUNK = 1 << 20
+
+
+class Writable(Protocol):
+    """Where a writer puts its blocks: a binary file, or a `GzipStream` in front of one."""
+
+    def write(self, block: Any, /) -> Any: ...
+
+
+class GzipStream:
+    """Gzips what is written to it into a binary file: one gzip member (zlib's own header: no name, no
+    time, so the same content gives the same bytes); `close` writes the end of the stream."""
+
+    def __init__(self, f: Writable) -> None:
+        self._f = f
+        self._z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: a gzip header and trailer
+
+    def write(self, block: Any) -> None:
+        out = self._z.compress(block)  # zlib lets go of the GIL while it compresses
+        if out:
+            self._f.write(out)
+
+    def close(self) -> None:
+        self._f.write(self._z.flush())
 
 
 class ReportDirError(Exception):
@@ -99,13 +131,31 @@ def atomic_open(path: str | os.PathLike[str], *, durable: bool = False) -> Itera
 
 
 @contextlib.contextmanager
-def open_target(target: str | os.PathLike[str] | BinaryIO) -> Iterator[BinaryIO]:
-    """`atomic_open(target)` for a path; a file object (a buffer to write later) is written as it is."""
-    if isinstance(target, str | os.PathLike):
-        with atomic_open(target) as f:
+def open_target(target: str | os.PathLike[str] | BinaryIO, *, compress: bool = False) -> Iterator[Writable]:
+    """`atomic_open(target)` for a path; a file object (a buffer to write later) is written as it is.
+
+    `compress`: what is written is gzipped (`GzipStream`); the stream is ended when the block finishes.
+    """
+    with contextlib.ExitStack() as stack:
+        f: Writable = stack.enter_context(atomic_open(target)) if isinstance(target, str | os.PathLike) else target
+        if not compress:
             yield f
-    else:
-        yield target
+            return
+        z = GzipStream(f)
+        yield z
+        z.close()
+
+
+def atomic_write_gzip(path: str | os.PathLike[str], data: bytes, between: Callable[[], object] | None = None) -> None:
+    """Write `data` gzipped (`GzipStream`) to `path` atomically; `between()` is called after each MiB compressed."""
+    with atomic_open(path) as f:
+        z = GzipStream(f)
+        view = memoryview(data)
+        for i in range(0, len(view), _GZIP_CHUNK):
+            z.write(view[i : i + _GZIP_CHUNK])
+            if between is not None:
+                between()
+        z.close()
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = False) -> None:

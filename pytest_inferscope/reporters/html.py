@@ -30,7 +30,7 @@ from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
 from .lanes_rounds import rounds_payload
-from .markdown import TEMPLATES, compiled_templates, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
+from .markdown import TEMPLATES, compiled_templates, fmt_conf, fmt_ms, fmt_pct, fmt_value, trace_name, verdict_label
 
 #: Marks where the base64 data goes in the rendered page (written around, never through Jinja). Every
 #: text from a test is escaped and the manifest has "<" as \u003c, so nothing else can contain it.
@@ -98,6 +98,7 @@ def write_html_report(
         chart=latency_chart(result.latency, result.regression),
         manifest=_script_json(payload.manifest if payload is not None else None),
         data=Markup(_DATA_MARK), assets=_assets(), shared=shared, idle=_idle_summary(result, payload, gaps), cats=CATS,
+        trace_name=trace_name(result),
     )  # fmt: skip
     head, _, tail = page.partition(_DATA_MARK)
     with open_target(path) as f:

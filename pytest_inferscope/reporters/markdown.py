@@ -20,9 +20,14 @@ import jinja2.bccache
 from ..results import CheckResult, TestResult
 
 TEMPLATES = Path(__file__).with_name("templates")
-#: Events listed under a finding; the rest are counted, and all are in trace.json.
+#: Events listed under a finding; the rest are counted, and all are in the trace (trace.json.gz).
 MAX_FINDING_EVENTS = 10
 _CHECK_ORDER = {"failed": 0, "not_evaluated": 1, "passed": 2}
+
+
+def trace_name(result: TestResult) -> str:
+    """The name of the test's trace file in its folder (trace.json.gz or trace.json), or "" when it has none."""
+    return result.files.get("trace", "").replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def render_report(result: TestResult) -> str:
@@ -31,7 +36,7 @@ def render_report(result: TestResult) -> str:
     template = _env().get_template("report.md.j2")
     return template.render(
         r=result, lat=result.latency, a=result.analysis, checks=checks, verdict=verdict_label(result),
-        max_events=MAX_FINDING_EVENTS,
+        max_events=MAX_FINDING_EVENTS, trace_name=trace_name(result),
     )  # fmt: skip
 
 

@@ -38,7 +38,7 @@ from ..events import CopyKind, Kind, MemoryKind, unpack_copy_flags
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
 from . import rowwriter
-from .files import open_target
+from .files import Writable, open_target
 from .rowwriter import Column, Piece, Tail
 
 HOST_PID = 1
@@ -55,12 +55,17 @@ _MIB = 1 << 20
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii  # what json.dumps uses for a str
 
 
-def write_chrome_trace(timeline: Timeline, path: str | os.PathLike[str] | BinaryIO, title: str = "") -> int:
-    """Write `timeline` as a Chrome trace JSON file (atomically; or into a file object); return the number of events."""
+def write_chrome_trace(
+    timeline: Timeline, path: str | os.PathLike[str] | BinaryIO, title: str = "", *, compress: bool = False
+) -> int:
+    """Write `timeline` as a Chrome trace JSON file (atomically; or into a file object); return the number of events.
+
+    `compress`: gzip it (trace.json.gz), on the writer thread when there is one, so it overlaps the formatting.
+    """
     other = {"title": title, "generator": "pytest-inferscope", "dropped_events": int(timeline.dropped),
              "incomplete_events": int(timeline.incomplete), "clock": timeline.clock.to_dict(),
              "t0_ns": int(timeline.t0_ns)}  # fmt: skip
-    with open_target(path) as f:
+    with open_target(path, compress=compress) as f:
         out: _Writer = _Background(f) if len(timeline) >= THREAD_MIN_EVENTS else _Direct(f)
         try:
             out.write(b'{"displayTimeUnit":"ms","otherData":%s,"traceEvents":[\n' % json.dumps(other).encode())
@@ -78,7 +83,7 @@ def write_chrome_trace(timeline: Timeline, path: str | os.PathLike[str] | Binary
 class _Writer:
     """Where the formatted blocks go: straight to the file (this class), or through a thread."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: Writable) -> None:
         self._f = f
 
     def write(self, block: Any) -> None:
@@ -95,7 +100,7 @@ class _Background(_Writer):
     """Hands blocks to a second thread that writes them, so the kernel's copy of one block into
     the page cache overlaps the formatting of the next (numpy and write() release the GIL)."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: Writable) -> None:
         super().__init__(f)
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=4)  # bounds the memory held in blocks
         self._error: BaseException | None = None

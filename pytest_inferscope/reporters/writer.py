@@ -6,19 +6,21 @@ created in a new folder costs many times one created in an old one). A thread of
 could not take that time off pytest: it needs the GIL between two system calls, and while pytest
 runs Python code it gets it only every switch interval (5 ms). So the files go through a pipe to a
 small Python process (`_HELPER`, started on first use; it loads `files.py` by its path, not the
-plugin's package) that writes each one with `files.atomic_write_bytes`.
+plugin's package) that writes each one with `files.atomic_write_bytes`, or gzips it on the way
+(`files.atomic_write_gzip`: trace.json.gz, compressed here, not on pytest's thread), or removes a file
+an earlier run left (`remove`).
 
 Before a profiled test's collection starts, the session pauses the helper (`pause`: it finishes
-the file it is writing, answers, and writes nothing more) and lets it go on when the collection has
-stopped (`resume`), so no test is measured while report files are written, yet the files left from
-earlier tests wait instead of pytest; a helper that has written all it was sent says so unasked, and
-is then not paused (a pause is a round trip to it: ~0.1-0.2 ms per test on a busy 2-core machine).
-At the end of the session it waits for all of them (`wait`), before the index is written. The
-errors of a test's files come back from `pause` or `wait` with its node id. A test's files are
-written in the order given (the trace before report.json, as `write_test_reports` does); after a
-failed one the rest of that test's files are not written, so no report.json points to a file that
-is missing. When the helper cannot be started or stops, the files it had not confirmed are written
-here, as they would be without it.
+the file it is writing, or the MiB it is compressing, answers, and writes nothing more) and lets it
+go on when the collection has stopped (`resume`), so no test is measured while report files are
+written, yet the files left from earlier tests wait instead of pytest; a helper that has written all
+it was sent says so unasked, and is then not paused (a pause is a round trip to it: ~0.1-0.2 ms
+per test on a busy 2-core machine). At the end of the session it waits for all of them (`wait`),
+before the index is written. The errors of a test's files come back from `pause` or `wait` with its
+node id. A test's files are written in the order given (the trace before report.json, as
+`write_test_reports` does); after a failed one the rest of that test's files are not written, so no
+report.json points to a file that is missing. When the helper cannot be started or stops, the
+files it had not confirmed are written here, as they would be without it.
 """
 
 from __future__ import annotations
@@ -35,9 +37,13 @@ from pathlib import Path
 from typing import IO
 
 from . import files as _files
-from .files import atomic_write_bytes
+from .files import atomic_write_bytes, atomic_write_gzip
 
-#: The helper: reads frames from stdin (b"W" group path data | b"S"), writes files, answers a "S"
+#: What the helper does with a file: write it, gzip it into place, or remove it (a frame's first byte).
+_WRITE, _GZIP, _REMOVE = b"W", b"Z", b"D"
+
+#: The helper: reads frames from stdin (b"W"/b"Z"/b"D" group path data | b"S"), writes files (b"Z": gzipped,
+#: pausing between MiB as between files; b"D": removes the file, data empty), answers a "S"
 #: (sync) with one JSON line on stdout: [files done, [group, path, error] of every failure since the
 #: last line, "S"]; after a test's (group's) first failure, its later files are not written. A b"P"
 #: on the control pipe (its descriptor is argv[2]) is answered the same way ("P") once the file being
@@ -67,8 +73,8 @@ def frame():
     start, end = pos + 15, pos + 15 + n_path + n_data
     if len(buf) < end:
         return end - pos
-    pos = end
-    return group, buf[start:start + n_path].decode("utf-8", "surrogateescape"), buf[start + n_path:end]
+    tag, pos = buf[pos], end
+    return group, buf[start:start + n_path].decode("utf-8", "surrogateescape"), buf[start + n_path:end], tag
 
 def read_more(need):
     # Read what has come, and on until `need` bytes are there (a frame is sent whole, all at once).
@@ -119,8 +125,16 @@ try:
             answer("S")
             continue
         pause_if_asked(False)
-        group, path, payload = got
-        if group not in failed:
+        group, path, payload, tag = got
+        if group not in failed and tag == 68:  # b"D": a file an earlier run left
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except Exception as e:
+                failed.add(group)
+                errors.append([group, path, str(e) or type(e).__name__])
+        elif group not in failed:
             try:
                 folder = os.path.dirname(path)
                 if folder not in made:
@@ -131,7 +145,10 @@ try:
                     except FileNotFoundError:
                         os.makedirs(folder, exist_ok=True)
                     made.add(folder)
-                files.atomic_write_bytes(path, payload)
+                if tag == 90:  # b"Z"
+                    files.atomic_write_gzip(path, payload, lambda: pause_if_asked(False))
+                else:
+                    files.atomic_write_bytes(path, payload)
             except Exception as e:
                 failed.add(group)
                 errors.append([group, path, str(e) or type(e).__name__])
@@ -150,6 +167,9 @@ class WriteError:
     error: BaseException
 
 
+_Entry = tuple[Path, bytes, bytes]  # (path, data, what to do: _WRITE, _GZIP or _REMOVE)
+
+
 class ReportWriter:
     """Writes groups of files (one group per test) in the order submitted, through the helper process."""
 
@@ -159,7 +179,7 @@ class ReportWriter:
         self._paused = False
         self._broken = False  # the helper could not start or stopped: write here
         # Groups not yet confirmed written: id -> (node id, files, the count of files sent up to its last one).
-        self._groups: dict[int, tuple[str, list[tuple[Path, bytes]], int]] = {}
+        self._groups: dict[int, tuple[str, list[_Entry], int]] = {}
         self._index: dict[str, int] = {}  # node id -> its group id
         self._next_group = 0
         self._sent = 0  # files sent to the helper
@@ -167,10 +187,17 @@ class ReportWriter:
         self._failed_here: set[str] = set()  # tests whose files failed in _write_here
         self._unread = b""  # the helper's answers read but not yet taken (lines of JSON)
 
-    def submit(self, nodeid: str, folder: Path, files: list[tuple[str, bytes]]) -> None:
+    def submit(self, nodeid: str, folder: Path, files: list[tuple[str, bytes]], *, compress: bool = False) -> None:
         """Write `files` (name, content) into `folder` (created if needed), each atomically, after the files
-        submitted before; a test's files may come in several calls (each as soon as it is formatted)."""
-        new = [(folder / name, data) for name, data in files]
+        submitted before; a test's files may come in several calls (each as soon as it is formatted).
+        `compress`: gzip each content on the way (`files.atomic_write_gzip`), in the helper."""
+        self._add(nodeid, [(folder / name, data, _GZIP if compress else _WRITE) for name, data in files])
+
+    def remove(self, nodeid: str, folder: Path, names: list[str]) -> None:
+        """Remove these files of `folder` if they are there (left by an earlier run), after those submitted before."""
+        self._add(nodeid, [(folder / name, b"", _REMOVE) for name in names])
+
+    def _add(self, nodeid: str, new: list[_Entry]) -> None:
         if not self._broken and self._start():
             self.resume()
             gid = self._index.get(nodeid)
@@ -302,12 +329,12 @@ class ReportWriter:
         assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
         return self._proc.stdin, self._proc.stdout
 
-    def _send(self, gid: int, group: list[tuple[Path, bytes]]) -> None:
+    def _send(self, gid: int, group: list[_Entry]) -> None:
         stdin = self._pipes()[0]
         frames = []
-        for path, data in group:
+        for path, data, op in group:
             raw_path = os.fsencode(path)
-            frames += [b"W", struct.pack("<IHQ", gid, len(raw_path), len(data)), raw_path, data]
+            frames += [op, struct.pack("<IHQ", gid, len(raw_path), len(data)), raw_path, data]
         stdin.write(b"".join(frames))  # one write: the helper reads a frame in one go
         stdin.flush()
 
@@ -324,13 +351,17 @@ class ReportWriter:
         for nodeid, group, _ in groups.values():
             self._write_here(nodeid, group)
 
-    def _write_here(self, nodeid: str, group: list[tuple[Path, bytes]]) -> None:
+    def _write_here(self, nodeid: str, group: list[_Entry]) -> None:
         if nodeid in self._failed_here:
             return
-        for path, data in group:
+        for path, data, op in group:
             try:
+                if op == _REMOVE:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                    continue
                 path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(path, data)
+                (atomic_write_gzip if op == _GZIP else atomic_write_bytes)(path, data)
             except OSError as e:
                 self._errors.append(WriteError(nodeid, path, e))
                 self._failed_here.add(nodeid)

@@ -105,7 +105,7 @@ def test_run_writes_reports_with_the_scripts_scopes(work: Path, capsys: pytest.C
     md = (folder / "report.md").read_text()
     assert "| tokenize | scope | 1 |" in md and "| forward | scope | 1 |" in md
     assert "batch_ready" in md
-    assert {"report.md", "report.json", "raw.npz", "trace.json"} <= {p.name for p in folder.iterdir()}
+    assert {"report.md", "report.json", "raw.npz", "trace.json.gz"} <= {p.name for p in folder.iterdir()}
     index = json.loads((work / "out" / "index.json").read_text())
     assert [t["nodeid"] for t in index["tests"]] == [str(job)]
     assert "script output" in out and "latency:" in out and "bottleneck:" in out
@@ -186,7 +186,7 @@ def test_analyze_our_raw_trace_and_report_folder(work: Path, capsys: pytest.Capt
     assert main(["run", str(script(work, SCOPED)), "--rounds", "2", "--report", "first"]) == 0
     folder = only_report(work / "first")
     original = load_report(folder / "report.json")
-    for i, given in enumerate([folder / "raw.npz", folder, folder / "report.json", folder / "trace.json"]):
+    for i, given in enumerate([folder / "raw.npz", folder, folder / "report.json", folder / "trace.json.gz"]):
         capsys.readouterr()
         assert main(["analyze", str(given), "--report", f"again{i}"]) == 0, given
         again = load_report(only_report(work / f"again{i}") / "report.json")
@@ -196,6 +196,23 @@ def test_analyze_our_raw_trace_and_report_folder(work: Path, capsys: pytest.Capt
         assert f"again{i}" in capsys.readouterr().out
     assert main(["analyze", str(work / "first"), "--report", "x"]) == 2
     assert f"holds the reports of 1 tests; give one test's folder, e.g. {folder}" in capsys.readouterr().err
+
+
+def test_analyze_reads_and_writes_a_plain_trace_json_when_the_setting_says_so(
+    work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("INFERSCOPE_TRACE_FORMAT", "json")
+    assert main(["run", str(script(work, SCOPED)), "--rounds", "2", "--report", "plain"]) == 0
+    folder = only_report(work / "plain")
+    assert load_report(folder / "report.json").files["trace"] == f"{folder.name}/trace.json"
+    assert json.loads((folder / "trace.json").read_text())["traceEvents"]
+    assert main(["analyze", str(folder / "trace.json"), "--report", "again"]) == 0
+    again = only_report(work / "again")
+    assert (again / "trace.json").is_file() and not (again / "trace.json.gz").exists()
+    monkeypatch.setenv("INFERSCOPE_TRACE_FORMAT", "zip")
+    capsys.readouterr()
+    assert main(["analyze", str(folder / "trace.json"), "--report", "again"]) == 2
+    assert "set the trace format to json.gz or json" in capsys.readouterr().err
 
 
 def test_analyze_a_raw_trace_alone(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -272,7 +289,7 @@ def test_analyze_recorded_cpu_kineto_trace(work: Path) -> None:
     assert {"forward", "preprocess"} <= {s.path for s in result.analysis.scopes}
     assert result.analysis.bottleneck and result.analysis.metrics["gpu.busy_fraction"] is None
     assert not [f for f in result.analysis.findings if f.cause is not None]  # nothing invented from zeros
-    assert (folder / "trace.json").stat().st_size > 0 and (folder / "raw.npz").is_file()
+    assert (folder / "trace.json.gz").stat().st_size > 0 and (folder / "raw.npz").is_file()
     gpu = next(c for c in result.collectors if c.name == "gpu")
     assert not gpu.active and "no GPU activity" in gpu.reason
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
@@ -556,6 +557,36 @@ def test_a_trivial_tests_report_files_stay_small(pytester: pytest.Pytester) -> N
     assert all(f"../assets/{a}" in page for a in assets)
     index = json.loads((out / "index.json").read_text())
     assert all((out / f).is_file() for t in index["tests"] for f in t["files"].values())
+
+
+def test_the_trace_is_gzipped_unless_the_trace_format_says_json(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        from pytest_inferscope import scope
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_scoped():
+            with scope("forward"):
+                pass
+        """
+    )
+    pytester.runpytest_subprocess("--inferscope-report=out", "--inferscope-gpu=off").assert_outcomes(passed=1)
+    (folder,) = slug_dirs(pytester.path / "out")
+    entry = json.loads((pytester.path / "out" / "index.json").read_text())["tests"][0]
+    assert entry["files"]["trace"] == f"{folder.name}/trace.json.gz"
+    assert json.loads(gzip.decompress((folder / "trace.json.gz").read_bytes()))["traceEvents"]
+    assert 'href="trace.json.gz"' in (folder / "report.html").read_text()
+    # The plain file on request (ini key here); the gzipped one of the run before is not left behind.
+    pytester.makeini("[pytest]\ninferscope_trace_format = json\n")
+    pytester.runpytest_subprocess("--inferscope-report=out", "--inferscope-gpu=off").assert_outcomes(passed=1)
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("trace")) == ["trace.json"]
+    assert json.loads((folder / "trace.json").read_text())["traceEvents"]
+    assert 'href="trace.json"' in (folder / "report.html").read_text()
+    bad = pytester.runpytest("--inferscope-report=out", "--inferscope-trace-format=gzip")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    message = "set the trace format to json.gz or json, e.g. --inferscope-trace-format=json."
+    bad.stderr.fnmatch_lines([f"*--inferscope-trace-format='gzip' is not one of the choices: {message}"])
 
 
 def test_no_report_file_is_written_while_a_test_is_measured(pytester: pytest.Pytester) -> None:

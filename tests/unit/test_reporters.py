@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import math
 import os
@@ -333,12 +334,18 @@ def test_number_formats() -> None:
     assert [fmt_pct(x) for x in (0.357, 1.0, 0.0004, None)] == ["35.7%", "100.0%", "<0.1%", "n/a"]
 
 
+def read_trace(path: Path) -> Any:
+    """A trace file's JSON: trace.json.gz (the default) gunzipped, trace.json as it is."""
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.name.endswith(".gz") else data)
+
+
 def test_report_has_every_section_in_order(tmp_path: Path) -> None:
     r = gpu_result()
     files = write_test_reports(r, small_timeline(), tmp_path)
     assert files == r.files == {"md": f"{r.slug}/report.md", "html": f"{r.slug}/report.html",
-                                "json": f"{r.slug}/report.json", "trace": f"{r.slug}/trace.json"}  # fmt: skip
-    assert json.loads((tmp_path / files["trace"]).read_text())["otherData"]["title"] == r.nodeid
+                                "json": f"{r.slug}/report.json", "trace": f"{r.slug}/trace.json.gz"}  # fmt: skip
+    assert read_trace(tmp_path / files["trace"])["otherData"]["title"] == r.nodeid
     md = (tmp_path / files["md"]).read_text(encoding="utf-8")
     order = [
         "# InferScope Report: `tests/perf/test_model.py::test_batch[cuda-8]`",
@@ -366,7 +373,7 @@ def test_report_has_every_section_in_order(tmp_path: Path) -> None:
     assert "| h2d_ms_per_round | 18.4 |" in md  # evidence table
     assert "| stream \\| id | 7 |" in md  # a pipe in a key does not break the table
     assert "| memcpy | Memcpy HtoD #0 | 1.50 | 0.460 |" in md  # the events behind the finding
-    assert "2 more (all in trace.json)" in md  # 12 events, 10 shown
+    assert "2 more (all in [trace.json.gz](trace.json.gz))" in md  # 12 events, 10 shown
     assert (
         "1. **Pin the input batch (pin_memory=True) and copy with non_blocking=True** — saves ~9.20 ms per round" in md
     )
@@ -404,7 +411,7 @@ def test_partial_report_says_so_at_the_top(tmp_path: Path) -> None:
     assert "Partial report: the test raised before it finished." in top
     assert "RuntimeError: CUDA out of memory (in scope 'forward')" in top
     assert "2 measured rounds completed" in top
-    assert "trace" not in files and not (tmp_path / r.slug / "trace.json").exists()
+    assert "trace" not in files and not list((tmp_path / r.slug).glob("trace.json*"))
     assert load_report(tmp_path / files["json"]).partial_reason == r.partial_reason
 
 
@@ -518,7 +525,7 @@ def test_a_big_test_writes_raw_npz_beside_its_trace_and_fails_cleanly(
     assert sorted(files) == ["html", "json", "md", "raw", "trace"] and r.files == files
     back = RawTrace.load(tmp_path / files["raw"])
     assert (back.events == raw.events).all() and back.strings == raw.strings and back.dropped == 3
-    assert json.loads((tmp_path / files["trace"]).read_text())["traceEvents"]
+    assert read_trace(tmp_path / files["trace"])["traceEvents"]
     assert json.loads((tmp_path / files["json"]).read_text())["files"] == files
 
     def no_space(*args: Any, **kwargs: Any) -> int:
@@ -535,7 +542,7 @@ def test_a_big_test_writes_raw_npz_beside_its_trace_and_fails_cleanly(
     third = gpu_result("tests/test_full.py::test_raw")
     with pytest.raises(OSError, match="No space"):
         write_test_reports(third, tl, tmp_path, raw=raw)
-    assert sorted(p.name for p in (tmp_path / third.slug).iterdir()) == ["trace.json"]
+    assert sorted(p.name for p in (tmp_path / third.slug).iterdir()) == ["trace.json.gz"]
 
 
 def test_load_report_names_file_line_and_column_for_bad_json(tmp_path: Path) -> None:
@@ -974,9 +981,9 @@ def test_a_timeline_of_only_rounds_gets_no_trace_json(tmp_path: Path) -> None:
     raw = RawTrace(events=tl.events.copy(), strings=list(STRINGS))
     r = gpu_result("tests/t.py::test_trivial")
     files = write_test_reports(r, tl, tmp_path, raw=raw)
-    assert sorted(files) == ["html", "json", "md", "raw"] and not (tmp_path / r.slug / "trace.json").exists()
+    assert sorted(files) == ["html", "json", "md", "raw"] and not list((tmp_path / r.slug).glob("trace.json*"))
     assert "inferscope.trace" not in dict(junit_properties(r, tmp_path))
-    assert 'href="trace.json"' not in (tmp_path / files["html"]).read_text()
+    assert 'href="trace.json' not in (tmp_path / files["html"]).read_text()
     # One event of the test's own work (here a scope) and the trace is written.
     with_scope = Timeline(
         events=np.concatenate([tl.events, np.array([ev(Kind.SCOPE, 10, 20, name=2)], dtype=EVENT_DTYPE)]),
@@ -986,7 +993,7 @@ def test_a_timeline_of_only_rounds_gets_no_trace_json(tmp_path: Path) -> None:
     )
     other = gpu_result("tests/t.py::test_scoped")
     assert "trace" in write_test_reports(other, with_scope, tmp_path, raw=raw)
-    assert json.loads((tmp_path / other.files["trace"]).read_text())["traceEvents"]
+    assert read_trace(tmp_path / other.files["trace"])["traceEvents"]
 
 
 def test_a_small_raw_trace_is_compressed_and_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
