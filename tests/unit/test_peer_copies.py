@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pytest_inferscope import kineto
 from pytest_inferscope.events import (
     CopyKind,
     Kind,
@@ -59,3 +60,23 @@ def test_recorded_traces_copies_have_no_devices_and_load_as_before() -> None:
     src, dst = copy_devices(copies["flags"])
     assert (src == -1).all() and (dst == -1).all() and not peer_copies(copies["flags"]).any()
     assert {copy_direction(int(f)) for f in copies["flags"]} <= {"HtoD", "DtoH", "DtoD"}
+
+
+def test_a_kineto_peer_copy_keeps_its_devices_and_lies_on_the_device_it_ran_on() -> None:
+    """Kineto writes CUPTI's MEMCPY2 as 'Memcpy PtoP (Device -> Device)' with fromDevice, inDevice, toDevice."""
+    step = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, "pid": 1, "tid": 1}
+    peer = {
+        "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP (Device -> Device)", "ts": 100, "dur": 50, "pid": 1,
+        "tid": "stream 13", "args": {"fromDevice": 1, "inDevice": 1, "toDevice": 0, "stream": 13, "correlation": 9,
+                                      "bytes": 4096},
+    }  # fmt: skip
+    htod = {
+        "ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 200, "dur": 10, "pid": 0,
+        "tid": "stream 7", "args": {"device": 0, "stream": 7, "correlation": 10, "bytes": 64},
+    }  # fmt: skip
+    raw = kineto.import_events({"traceEvents": [step, peer, htod]}, "peer.json").raw
+    copies = raw.events[raw.events["kind"] == Kind.MEMCPY]
+    assert copies["device"].tolist() == [1, 0] and copies["value"].tolist() == [4096, 64]
+    assert [copy_direction(int(f)) for f in copies["flags"]] == ["PtoP 1→0", "HtoD"]
+    kinds = [int(x) for x in unpack_copy_flags(copies["flags"][0])]
+    assert kinds == [CopyKind.PTOP, MemoryKind.DEVICE, MemoryKind.DEVICE]
