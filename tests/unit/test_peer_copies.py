@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from pytest_inferscope import kineto
 from pytest_inferscope.events import (
@@ -80,3 +84,14 @@ def test_a_kineto_peer_copy_keeps_its_devices_and_lies_on_the_device_it_ran_on()
     assert [copy_direction(int(f)) for f in copies["flags"]] == ["PtoP 1→0", "HtoD"]
     kinds = [int(x) for x in unpack_copy_flags(copies["flags"][0])]
     assert kinds == [CopyKind.PTOP, MemoryKind.DEVICE, MemoryKind.DEVICE]
+
+
+def test_a_test_needing_two_gpus_says_so_where_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py: `@pytest.mark.gpus(2)` skips (or fails, under INFERSCOPE_GPU=required) with one GPU."""
+    from conftest import gpu_unavailable
+
+    cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: 1)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(__version__="2.9", cuda=cuda))
+    monkeypatch.setattr(os.path, "exists", lambda path: True)
+    assert gpu_unavailable() is None
+    assert gpu_unavailable(2) == "needs 2 GPUs, torch sees 1"
