@@ -400,6 +400,9 @@ static const char *overhead_name(uint32_t kind) {
 
 static int32_t as_id(uint32_t v) { return v == 0xFFFFFFFFu ? -1 : (int32_t)v; }
 
+/* A peer copy's device in its flags' top byte (events.copy_flags): device + 1 in 4 bits, 0 when it does not fit. */
+static uint32_t peer_nibble(uint32_t device) { return device <= 14 ? device + 1 : 0; }
+
 static void decode_record(Sink *s, const CUpti_Activity *r) {
     Event *e;
     switch (r->kind) {
@@ -421,6 +424,19 @@ static void decode_record(Sink *s, const CUpti_Activity *r) {
         e->value = (int64_t)m->bytes;
         e->flags = (uint32_t)m->copyKind | (uint32_t)m->srcKind << 8 | (uint32_t)m->dstKind << 16;
         e->corr = m->correlationId ? m->correlationId : m->runtimeCorrelationId;
+        e->name = intern(s, COPY_NAMES[m->copyKind < sizeof COPY_NAMES / sizeof *COPY_NAMES ? m->copyKind : 0], NULL);
+        e->stream = as_id(m->streamId);
+        e->device = (int16_t)m->deviceId;
+        break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: { /* between two devices: a MEMCPY event that also says which two */
+        const CUpti_ActivityMemcpyPtoP4 *m = (const void *)r;
+        if (!(e = push(s, K_MEMCPY))) return;
+        span(s, e, m->start, m->end);
+        e->value = (int64_t)m->bytes;
+        e->flags = (uint32_t)m->copyKind | (uint32_t)m->srcKind << 8 | (uint32_t)m->dstKind << 16 |
+                   peer_nibble(m->srcDeviceId) << 24 | peer_nibble(m->dstDeviceId) << 28;
+        e->corr = m->correlationId;
         e->name = intern(s, COPY_NAMES[m->copyKind < sizeof COPY_NAMES / sizeof *COPY_NAMES ? m->copyKind : 0], NULL);
         e->stream = as_id(m->streamId);
         e->device = (int16_t)m->deviceId;
@@ -712,6 +728,7 @@ static const struct {
     {CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, "SYNCHRONIZATION", 0},
     {CUPTI_ACTIVITY_KIND_MEMORY2, "MEMORY2", 0},
     {CUPTI_ACTIVITY_KIND_OVERHEAD, "OVERHEAD", 0},
+    {CUPTI_ACTIVITY_KIND_MEMCPY2, "MEMCPY2", 0}, /* peer copies (between two devices) */
 };
 #define N_KINDS (sizeof KINDS / sizeof *KINDS)
 

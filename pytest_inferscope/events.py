@@ -30,7 +30,7 @@ class Kind(enum.IntEnum):
     MEMORY = 7  # host memory counter; value = RSS bytes, flags = MemoryFlag
     CALL = 8  # a Python function call (full call tracing mode)
     KERNEL = 10  # GPU kernel
-    MEMCPY = 11  # GPU copy; value = bytes, flags = copy kind | src << 8 | dst << 16
+    MEMCPY = 11  # GPU copy; value = bytes, flags: `copy_flags` (kind, memory kinds, a peer copy's devices)
     MEMSET = 12  # GPU memset; value = bytes
     RUNTIME = 13  # CUDA runtime/driver API call on the host (CPU side of a launch)
     SYNC = 14  # synchronisation record; flags = SyncType
@@ -113,15 +113,53 @@ EVENT_DTYPE = np.dtype(
 )
 
 
-def copy_flags(copy: int, src: int, dst: int) -> int:
-    """Pack a copy's direction and its source and destination memory kinds."""
-    return (copy & 0xFF) | (src & 0xFF) << 8 | (dst & 0xFF) << 16
+#: A copy's devices are kept in the flags' top byte as device + 1 in 4 bits each (0: not known), so the
+#: devices 0 to 14 fit; a copy recorded before there were peer copies, or by a source that does not say,
+#: has 0 there, as has every copy that is not between two devices.
+MAX_PEER_DEVICE = 14
+
+
+def copy_flags(copy: int, src: int, dst: int, src_device: int = -1, dst_device: int = -1) -> int:
+    """Pack a copy's direction, its source and destination memory kinds, and for a copy between two
+    devices (`CopyKind.PTOP`) the devices it copies from and to (-1: not known; over MAX_PEER_DEVICE: not kept).
+
+    Bits 0-7 copy kind, 8-15 source memory kind, 16-23 destination memory kind, 24-27 source device + 1,
+    28-31 destination device + 1. The first three bytes mean what they meant before peer copies.
+    """
+
+    def nibble(device: int) -> int:
+        return device + 1 if 0 <= device <= MAX_PEER_DEVICE else 0
+
+    return (copy & 0xFF) | (src & 0xFF) << 8 | (dst & 0xFF) << 16 | nibble(src_device) << 24 | nibble(dst_device) << 28
 
 
 def unpack_copy_flags(flags: np.ndarray | int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Inverse of `copy_flags`, vectorised: (copy kind, source kind, destination kind)."""
     f = np.asarray(flags, dtype=np.uint32)
     return f & 0xFF, (f >> 8) & 0xFF, (f >> 16) & 0xFF
+
+
+def copy_devices(flags: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """The devices a copy reads from and writes to, vectorised (int16, -1 where the flags do not say)."""
+    f = np.asarray(flags, dtype=np.uint32)
+    return ((f >> 24) & 0xF).astype(np.int16) - 1, ((f >> 28) & 0xF).astype(np.int16) - 1
+
+
+def peer_copies(flags: np.ndarray) -> np.ndarray:
+    """Mask of the copies from one device to another whose devices are known (MEMCPY records' flags)."""
+    src, dst = copy_devices(flags)
+    return (src >= 0) & (dst >= 0) & (src != dst)
+
+
+def copy_direction(flags: int) -> str:
+    """A copy's direction as reports show it: "HtoD", or for a peer copy its devices, "PtoP 0→1"."""
+    copy = int(flags) & 0xFF
+    name = CopyKind(copy).name if copy in CopyKind._value2member_map_ else "UNKNOWN"
+    label = {"UNKNOWN": "copy"}.get(name, name[0] + "to" + name[3])
+    src, dst = (int(x) for x in copy_devices(int(flags)))
+    if src >= 0 and dst >= 0:
+        return f"{label} {src}→{dst}"
+    return label
 
 
 class StringTable:

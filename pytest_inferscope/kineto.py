@@ -10,9 +10,11 @@ here is in the HOST domain and there are no clock pairs to fit. Mapping, by `cat
 | user_annotation (other) | SCOPE |
 | cpu_op, python_function | CALL (python_function `nn.Module: X` is a MODULE named X) |
 | kernel | KERNEL: stream, device and correlation from args |
-| gpu_memcpy | MEMCPY: bytes from args; direction and pageable/pinned from the name |
+| gpu_memcpy | MEMCPY: bytes from args; direction, memory kinds from the name; peer devices `fromDevice`, `toDevice` |
 | gpu_memset | MEMSET |
 | cuda_runtime, cuda_driver | RUNTIME (the CPU side of a launch, linked by correlation) |
+
+A peer copy (`Memcpy PtoP`) lies on the lane of the device it ran on (`inDevice`, else its `pid`).
 
 Everything else (flows, metadata, instant events, GPU-side annotations) is counted and ignored.
 
@@ -141,14 +143,15 @@ def _int(value: Any, default: int) -> int:
         return default
 
 
-def _copy_flags(name: str) -> int:
-    """Direction and memory kinds of a copy from its Kineto name, e.g. 'Memcpy HtoD (Pageable -> Device)'."""
+def _copy_flags(name: str, args: dict[str, Any]) -> int:
+    """Direction and memory kinds of a copy from its Kineto name, e.g. 'Memcpy HtoD (Pageable -> Device)', and a
+    peer copy's devices from its args (Kineto writes `fromDevice`, `inDevice`, `toDevice` for CUPTI's MEMCPY2)."""
     m = _MEMCPY.search(name)
     if m is None:
         return copy_flags(CopyKind.UNKNOWN, MemoryKind.UNKNOWN, MemoryKind.UNKNOWN)
     kind = _COPY_KINDS.get(m[1].lower(), CopyKind.UNKNOWN)
     src, dst = (_MEMORY_KINDS.get(x.lower().replace(" ", ""), MemoryKind.UNKNOWN) for x in (m[2], m[3]))
-    return copy_flags(kind, src, dst)
+    return copy_flags(kind, src, dst, _int(args.get("fromDevice"), -1), _int(args.get("toDevice"), -1))
 
 
 def _describe(event: Any) -> str:
@@ -205,12 +208,12 @@ def import_events(data: Any, source: str) -> KinetoTrace:
         if cat in _GPU_CATS:
             kind = _GPU_CATS[cat]
             stream = _int(args.get("stream"), _int(ev.get("tid"), 0))
-            device = max(0, _int(args.get("device"), _int(ev.get("pid"), 0)))
+            device = max(0, _int(args.get("device", args.get("inDevice")), _int(ev.get("pid"), 0)))
             tid = -1
             if kind != Kind.KERNEL:
                 value = _int(args.get("bytes"), 0)
             if kind == Kind.MEMCPY:
-                flags = _copy_flags(name)
+                flags = _copy_flags(name, args)
         elif cat in _RUNTIME_CATS:
             kind = Kind.RUNTIME
         elif cat == "user_annotation" and (step := _STEP.match(name)):

@@ -12,8 +12,8 @@ import numpy  # noqa: F401
 import pytest
 
 
-def gpu_unavailable() -> str | None:
-    """Why GPU tests can't run here, or None when they can."""
+def gpu_unavailable(needed: int = 1) -> str | None:
+    """Why GPU tests needing `needed` GPUs can't run here, or None when they can."""
     if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/proc/driver/nvidia/version")):
         return "no NVIDIA GPU on this machine"
     try:
@@ -22,13 +22,16 @@ def gpu_unavailable() -> str | None:
         return "torch is not installed"
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} sees no CUDA device"
+    if (count := torch.cuda.device_count()) < needed:
+        return f"needs {needed} GPUs, torch sees {count}"
     return None
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is None:
         return
-    reason = gpu_unavailable()
+    gpus = item.get_closest_marker("gpus")  # @pytest.mark.gpus(2): a test that needs that many GPUs
+    reason = gpu_unavailable(int(gpus.args[0]) if gpus is not None else 1)
     if reason is None:
         return
     if os.environ.get("INFERSCOPE_GPU") == "required":

@@ -15,7 +15,7 @@ from .context import LAUNCH_GAP_NS, Context
 from .idle import CAUSES, IdleGaps, attribute_idle
 from .metrics import compute_metrics
 from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
-from .rules_comm import communication
+from .rules_comm import communication, peer_wait, peer_wait_note
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
 from .rules_transfer import gpu_memory_pressure, transfers
 from .whatif import WhatIf, diagnose
@@ -28,6 +28,7 @@ DEFAULT_RULES: list[Rule] = [
     memory_pressure,
     gpu_saturation,
     communication,
+    peer_wait,
     gpu_idle_host,
     transfers,
     sync_stall,
@@ -135,6 +136,8 @@ def analyze(
             bottleneck, confidence = cls, conf
         seen = {s.action for s in table.suggestions()}
         suggestions = table.suggestions() + [s for s in suggestions if s.action not in seen]
+    if note := peer_wait_note(ctx):  # more than one GPU, one waiting for another: the diagnosis names both
+        replayed["peer_wait"] = note
     return Analysis(
         bottleneck=bottleneck,
         confidence=confidence,
@@ -154,7 +157,7 @@ def idle_gaps(timeline: Timeline, launch_gap_ns: int = LAUNCH_GAP_NS) -> IdleGap
     """Every GPU idle interval of the measured rounds with its cause, for a timeline view.
 
     `gaps.rows()` gives (start_ns, end_ns, cause) on the timeline's clock, cause one of `CAUSES`
-    (host_wait, launch_gap, sync_stall, round_end, other); see `idle.py` for the definitions.
+    (host_wait, launch_gap, sync_stall, round_end, other, peer_wait); see `idle.py` for the definitions.
     Empty without GPU data.
     """
     return Context(timeline, launch_gap_ns=launch_gap_ns).gpu.idle

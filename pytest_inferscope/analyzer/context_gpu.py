@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, unpack_copy_flags
+from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, copy_devices, peer_copies, unpack_copy_flags
 from ..merger import Timeline
 from ..results import BreakdownPart
 from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, union_ns
@@ -405,7 +405,8 @@ class GpuView:
             ("HtoD", kind == CopyKind.HTOD),
             ("DtoH", kind == CopyKind.DTOH),
             ("DtoD", kind == CopyKind.DTOD),
-            ("other", ~np.isin(kind, [1, 2, 8])),
+            ("other", ~np.isin(kind, [1, 2, 8]) & ~peer_copies(cp["flags"])),
+            *_peer_directions(cp),
         ):
             sel = cp[mask]
             if not len(sel):
@@ -454,3 +455,16 @@ class GpuView:
             BreakdownPart(f"GPU compute{where}", r.per_gpu_round_ms(k_ns), k_ns / g_wall),
             BreakdownPart(f"Transfers (host/device copies){where}", r.per_gpu_round_ms(c_ns), c_ns / g_wall),
         ]
+
+
+def _peer_directions(cp: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """The copies between two devices by direction and the device they ran on: ("PtoP 0→1 on GPU 0", mask)."""
+    peer = peer_copies(cp["flags"])
+    if not peer.any():
+        return []
+    src, dst = copy_devices(cp["flags"])
+    keys = {(int(s), int(d), int(on)) for s, d, on in zip(src[peer], dst[peer], cp["device"][peer], strict=True)}
+    return [
+        (f"PtoP {s}\u2192{d} on GPU {on}", peer & (src == s) & (dst == d) & (cp["device"] == on))
+        for s, d, on in sorted(keys)
+    ]

@@ -20,6 +20,12 @@ run to the round's end. An interval [a, b) is attributed to one cause:
 - ``host_wait``: anything else where the host had not launched the next work: the CPU is the
   bottleneck (Python, data preparation, launch overhead). A round's lead-in is always host
   wait, and so is its tail unless the host was in the end-of-round synchronize.
+- ``peer_wait``: what would be ``other`` on a device that was waiting for another GPU: the work
+  after the gap is a peer copy to or from another device (queued on this device behind that
+  device's event), or it started within `launch_gap_ns` of a peer copy from another device into
+  this one arriving (torch runs a cross-device copy on the source's stream and makes the
+  destination's stream wait for it). `IdleGaps.peer` names the other device. A gap whose next work
+  was launched late stays ``host_wait``: the host, not the other GPU, held it back.
 
 `IdleGaps` is plain arrays on the merged timeline's clock (the one the timeline's events are
 on), so a reporter can shade the intervals: `rows()` gives (start_ns, end_ns, cause) tuples.
@@ -31,12 +37,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..events import GPU_KINDS, Kind
+from ..events import GPU_KINDS, Kind, copy_devices, peer_copies
 from .base import distinct
 
 #: The causes, in the order of their codes in `IdleGaps.cause`.
-CAUSES = ("host_wait", "launch_gap", "sync_stall", "round_end", "other")
-HOST_WAIT, LAUNCH_GAP, SYNC_STALL, ROUND_END, OTHER = range(len(CAUSES))
+CAUSES = ("host_wait", "launch_gap", "sync_stall", "round_end", "other", "peer_wait")
+HOST_WAIT, LAUNCH_GAP, SYNC_STALL, ROUND_END, OTHER, PEER_WAIT = range(len(CAUSES))
 #: Slack for comparing host times with GPU times (the clock fit's residual is a few µs at most).
 CLOCK_SLACK_NS = 2_000
 #: Whether a kind is GPU work, indexed by kind (a table lookup: np.isin costs ~10x more).
@@ -50,7 +56,8 @@ class IdleGaps:
 
     `start_ns`/`end_ns`: int64, the merged timeline's clock; `cause`: uint8 codes into `CAUSES`;
     `device`: the CUDA device; `blocked_ns`: for a sync stall, how long the host had been blocked
-    in the synchronisation when the GPU went idle (0 for the other causes).
+    in the synchronisation when the GPU went idle (0 for the other causes); `peer`: for a peer wait,
+    the device it waited for (-1 for the other causes).
     """
 
     start_ns: np.ndarray
@@ -58,6 +65,7 @@ class IdleGaps:
     cause: np.ndarray
     device: np.ndarray
     blocked_ns: np.ndarray
+    peer: np.ndarray
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -80,6 +88,16 @@ class IdleGaps:
     def totals_ns(self) -> dict[str, int]:
         return {c: self.total_ns(c) for c in CAUSES}
 
+    def peer_waits(self) -> dict[tuple[int, int], int]:
+        """Peer-wait ns by (idle device, the device it waited for)."""
+        sel = self.mask("peer_wait")
+        out: dict[tuple[int, int], int] = {}
+        for d, p, ns in zip(
+            self.device[sel].tolist(), self.peer[sel].tolist(), (self.end_ns - self.start_ns)[sel].tolist(), strict=True
+        ):
+            out[(d, p)] = out.get((d, p), 0) + ns
+        return out
+
     def turn_taking_ns(self) -> int:
         """Time lost to host and GPU taking turns around synchronisations: each sync stall, plus as much
         of the host's blocked time before it as the stall lasted (what could have overlapped)."""
@@ -90,7 +108,8 @@ class IdleGaps:
 
 def _empty() -> IdleGaps:
     z = np.zeros(0, dtype=np.int64)
-    return IdleGaps(z, z.copy(), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int16), z.copy())
+    d = np.zeros(0, dtype=np.int16)
+    return IdleGaps(z, z.copy(), np.zeros(0, dtype=np.uint8), d, z.copy(), d.copy())
 
 
 def _covering(spans_s: np.ndarray, spans_e: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -144,6 +163,36 @@ def _device_gaps(
     return a[keep], b[keep], nxt[keep]
 
 
+class _PeerCopies:
+    """The rounds' copies between two known devices, for telling a gap that waited for another GPU."""
+
+    def __init__(self, events: np.ndarray, gpu: np.ndarray) -> None:
+        cp = gpu[events["kind"][gpu] == Kind.MEMCPY]
+        cp = cp[peer_copies(events["flags"][cp])]
+        self.src, self.dst = copy_devices(events["flags"][cp])
+        self.end = events["end"][cp]
+        self.lane = events["device"][cp]
+
+    @staticmethod
+    def other_device(copy_flags: np.ndarray, dev: int) -> np.ndarray:
+        """For each copy's flags (0: none): the device other than `dev` it copies from or to (-1: not a peer copy)."""
+        src, dst = copy_devices(copy_flags)
+        return np.where(peer_copies(copy_flags), np.where(src != dev, src, dst), -1).astype(np.int16)
+
+    def arrived(self, dev: int, a: np.ndarray, b: np.ndarray, window_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """For each gap [a, b) of `dev`: the device whose copy into `dev`, run on another lane, ended inside the gap
+        and within `window_ns` before its end (-1: none), and when that copy ended."""
+        sel = (self.dst == dev) & (self.src != dev) & (self.lane != dev)
+        if not sel.any() or not len(a):
+            return np.full(len(a), -1, dtype=np.int16), b
+        order = np.argsort(self.end[sel], kind="stable")
+        end, src = self.end[sel][order], self.src[sel][order]
+        k = np.searchsorted(end, b + CLOCK_SLACK_NS, side="right") - 1
+        kk = np.maximum(k, 0)
+        ok = (k >= 0) & (end[kk] > a - CLOCK_SLACK_NS) & (b - end[kk] <= window_ns + CLOCK_SLACK_NS)
+        return np.where(ok, src[kk], -1).astype(np.int16), np.where(ok, end[kk], b)
+
+
 def attribute_idle(
     events: np.ndarray,
     in_rounds: np.ndarray,
@@ -173,6 +222,7 @@ def attribute_idle(
     s_start, s_end = starts[sync_idx], ends[sync_idx]
     gpu = np.flatnonzero(gpu_mask)
     gpu_dev = device[gpu]
+    peers = _PeerCopies(events, gpu)
     out: list[tuple[np.ndarray, ...]] = []
     for dev in distinct(gpu_dev).tolist():
         g = gpu[gpu_dev == dev]
@@ -198,10 +248,15 @@ def attribute_idle(
         cause[has_next & ~known & ~(in_sync | in_wait)] = OTHER
         cause[queued] = np.where((b - a)[queued] < launch_gap_ns, LAUNCH_GAP, OTHER)
         blocked = np.where(cause == SYNC_STALL, np.maximum(0, a - sync_start), 0)
-        out.append((a, b, cause, np.full(len(a), dev, dtype=np.int16), blocked))
+        peer = np.full(len(a), -1, dtype=np.int16)
+        if len(peers.end):
+            after = g[np.maximum(nxt, 0)]
+            nxt_copy = np.where(has_next & (kind[after] == Kind.MEMCPY), events["flags"][after], 0)
+            cause, peer = _peer_wait(peers, dev, cause, (a, b), nxt_copy, (known, launch), launch_gap_ns)
+        out.append((a, b, cause, np.full(len(a), dev, dtype=np.int16), blocked, peer))
     if not out:
         return _empty()
-    a, b, c, d, blk = (np.concatenate(x) for x in zip(*out, strict=True))
+    a, b, c, d, blk, p = (np.concatenate(x) for x in zip(*out, strict=True))
     order = np.lexsort((a, d))
     return IdleGaps(
         a[order].astype(np.int64),
@@ -209,4 +264,33 @@ def attribute_idle(
         c[order].astype(np.uint8),
         d[order].astype(np.int16),
         blk[order].astype(np.int64),
+        p[order].astype(np.int16),
     )
+
+
+def _peer_wait(
+    peers: _PeerCopies,
+    dev: int,
+    cause: np.ndarray,
+    gap: tuple[np.ndarray, np.ndarray],
+    nxt_copy: np.ndarray,
+    launch: tuple[np.ndarray, np.ndarray],
+    window_ns: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps of `dev` that waited for another GPU, and which (see the module's docstring).
+
+    `gap`: the gaps' (start, end); `nxt_copy`: the flags of the copy after each gap (0: no copy after it);
+    `launch`: whether the next record's launch call is known, and when it started. A gap that would be
+    ``other`` qualifies; so does a ``host_wait`` whose next work was launched before what it waited for arrived
+    (a peer copy into `dev`: its end; the peer copy after the gap: `window_ns` before it started), since the
+    work would have waited for the other GPU however early the host had launched it.
+    """
+    a, b = gap
+    known, at = launch
+    other = peers.other_device(nxt_copy, dev)
+    arrived, when = peers.arrived(dev, a, b, window_ns)
+    when = np.where(other >= 0, b - window_ns, when)
+    other = np.where(other >= 0, other, arrived)
+    waited = (other >= 0) & ((cause == OTHER) | ((cause == HOST_WAIT) & known & (at + CLOCK_SLACK_NS < when)))
+    cause = np.where(waited, PEER_WAIT, cause).astype(np.uint8)
+    return cause, np.where(waited, other, -1).astype(np.int16)

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..events import EVENT_DTYPE, Domain, Kind
+from ..events import EVENT_DTYPE, Domain, Kind, copy_flags
 
 # CUpti_ActivityKind and related enum values (cupti_activity.h, CUDA 13.0); the same values
 # native/_cupti.c compiles against. Kept here so the converter needs no cupti import.
-A_MEMCPY, A_MEMSET, A_KERNEL, A_DRIVER, A_RUNTIME = 1, 2, 3, 4, 5
+A_MEMCPY, A_MEMSET, A_KERNEL, A_DRIVER, A_RUNTIME, A_MEMCPY2 = 1, 2, 3, 4, 5, 22
 A_CONCURRENT_KERNEL, A_OVERHEAD, A_SYNCHRONIZATION, A_MEMORY2 = 10, 17, 38, 49
 DOMAIN_DRIVER_API, DOMAIN_RUNTIME_API = 1, 2  # CUpti_CallbackDomain
 OBJECT_THREAD, OBJECT_DEVICE = 2, 3  # CUpti_ActivityObjectKind
@@ -129,6 +129,7 @@ class RecordConverter:
             A_KERNEL: self._kernel,
             A_CONCURRENT_KERNEL: self._kernel,
             A_MEMCPY: self._memcpy,
+            A_MEMCPY2: self._peer_copy,
             A_MEMSET: self._memset,
             A_RUNTIME: self._runtime,
             A_DRIVER: self._driver,
@@ -201,6 +202,15 @@ class RecordConverter:
         flags = copy & 0xFF | (a.src_kind & 0xFF) << 8 | (a.dst_kind & 0xFF) << 16
         corr = a.correlation_id or a.runtime_correlation_id
         return (start, end, a.bytes, corr, name, -1, _i32(a.stream_id), _i16(a.device_id), K_MEMCPY, DEV, flags)
+
+    def _peer_copy(self, a: Any) -> Row:
+        """A copy between two devices (CUpti_ActivityMemcpyPtoP4): a MEMCPY row whose flags also say the devices."""
+        start, end, copy = a.start, a.end, a.copy_kind
+        self._span(start, end)
+        name = self.intern(COPY_NAMES[copy if copy < len(COPY_NAMES) else 0])
+        flags = copy_flags(copy, a.src_kind, a.dst_kind, a.src_device_id, a.dst_device_id)
+        stream, device = _i32(a.stream_id), _i16(a.device_id)
+        return (start, end, a.bytes, a.correlation_id, name, -1, stream, device, K_MEMCPY, DEV, flags)
 
     def _memset(self, a: Any) -> Row:
         start, end = a.start, a.end

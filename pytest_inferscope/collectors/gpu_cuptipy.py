@@ -29,6 +29,7 @@ from .cupti_records import (
     A_CONCURRENT_KERNEL,
     A_DRIVER,
     A_MEMCPY,
+    A_MEMCPY2,
     A_MEMORY2,
     A_MEMSET,
     A_OVERHEAD,
@@ -57,6 +58,7 @@ KINDS = (
     (A_SYNCHRONIZATION, "SYNCHRONIZATION", False),
     (A_MEMORY2, "MEMORY2", False),
     (A_OVERHEAD, "OVERHEAD", False),
+    (A_MEMCPY2, "MEMCPY2", False),  # peer copies, between two devices
 )
 
 #: activity kind -> (callback domain, label, cupti-python's per-API switch, its callback-id enum): after enabling

@@ -10,7 +10,9 @@ stream; a device's idle gaps) is a set of columns over its events in start order
 - `cat` (uint8: what to colour by, see `CATS`), `depth` (uint8: the row inside the lane), each left
   out when it is the same for every event of the lane;
 - `link` (int32, GPU lanes): the index of the launch (runtime call) that issued the work, in the
-  runtime lanes taken in order, or -1; `value` (float32, bytes of copies and memsets).
+  runtime lanes taken in order, or -1; `value` (float32, bytes of copies and memsets); `peer` (uint8,
+  GPU lanes with a peer copy: its devices, source + 1 | destination + 1 << 4, 0 for other work; idle
+  lanes with a peer wait: the device waited for + 1, 0 for other gaps).
 
 Idle gaps are the analyzer's, with their causes (`analyzer_gaps`), or, from an analyzer without
 that attribution, the gaps between merged GPU work inside a round (`own_gaps`), without a cause.
@@ -41,11 +43,11 @@ CATS: dict[str, list[str]] = {
     "modules": ["module"],
     "python": ["sample", "call"],
     "runtime": ["runtime call", "synchronize", "round-end wait", "profiler overhead"],
-    "stream": ["kernel", "copy HtoD", "copy DtoH", "copy DtoD", "copy (other)", "memset", "sync"],
-    "idle": ["not attributed", "host wait", "launch gap", "sync stall", "round-end sync", "other"],
+    "stream": ["kernel", "copy HtoD", "copy DtoH", "copy DtoD", "copy (other)", "memset", "sync", "copy PtoP"],
+    "idle": ["not attributed", "host wait", "launch gap", "sync stall", "round-end sync", "other", "peer wait"],
 }
 #: The analyzer's idle-gap causes (`analyzer/idle.py`), mapped to `CATS["idle"]`; any other is "other".
-IDLE_CAUSES = {"host_wait": 1, "launch_gap": 2, "sync_stall": 3, "round_end": 4, "other": 5}
+IDLE_CAUSES = {"host_wait": 1, "launch_gap": 2, "sync_stall": 3, "round_end": 4, "other": 5, "peer_wait": 6}
 #: Deepest nesting drawn in a lane (deeper spans are drawn on the last row).
 MAX_DEPTH = 7
 _U32 = 1 << 32
@@ -122,6 +124,9 @@ def build_lanes(tl: Timeline, f: Fields | None = None) -> list[Lane]:
             value = f["value"][rows]
             if value.any():
                 lane.cols["value"] = value.astype(np.float32)
+            peer = np.where(f["kind"][rows] == Kind.MEMCPY, f["flags"][rows] >> 24, 0).astype(np.uint8)
+            if peer.any():  # a copy between two devices: which two (events.copy_flags' top byte)
+                lane.cols["peer"] = peer
             lanes.append(lane)
     if len(gpu):
         _link_launches(f, lanes)
@@ -171,7 +176,8 @@ def _cpu_depth(tl: Timeline, f: Fields, name: str, rows: np.ndarray, kinds: tupl
 def _gpu_cats(f: Fields, rows: np.ndarray) -> np.ndarray:
     k = f["kind"][rows]
     copy = unpack_copy_flags(f["flags"][rows])[0]
-    copy_cat = np.select([copy == CopyKind.HTOD, copy == CopyKind.DTOH, copy == CopyKind.DTOD], [1, 2, 3], 4)
+    kinds = [copy == CopyKind.HTOD, copy == CopyKind.DTOH, copy == CopyKind.DTOD, copy == CopyKind.PTOP]
+    copy_cat = np.select(kinds, [1, 2, 3, 7], 4)
     return np.select([k == Kind.MEMCPY, k == Kind.MEMSET, k == Kind.SYNC], [copy_cat, 5, 6], 0).astype(np.uint8)
 
 
@@ -235,6 +241,7 @@ class Gaps:
     device: np.ndarray
     cat: np.ndarray
     attributed: bool = False
+    peer: np.ndarray | None = None  # for a peer wait, the device waited for (-1 for the other gaps)
 
 
 def analyzer_gaps(gaps: Any, causes: Sequence[str]) -> Gaps | None:
@@ -248,7 +255,9 @@ def analyzer_gaps(gaps: Any, causes: Sequence[str]) -> Gaps | None:
     if not (len(start) == len(end) == len(device) == len(code)) or (len(code) and int(code.max()) >= len(causes)):
         return None
     table = np.array([cause_code(c) for c in causes] or [0], dtype=np.uint8)
-    return Gaps(start, end, device, table[code] if len(code) else np.zeros(0, np.uint8), attributed=True)
+    peer = np.asarray(getattr(gaps, "peer", np.full(len(start), -1)), np.int64)
+    cat = table[code] if len(code) else np.zeros(0, np.uint8)
+    return Gaps(start, end, device, cat, attributed=True, peer=peer if len(peer) == len(start) else None)
 
 
 def own_gaps(tl: Timeline, f: Fields | None = None) -> Gaps:
@@ -293,6 +302,8 @@ def idle_lanes(gaps: Gaps) -> list[Lane]:
             continue
         lane = Lane("idle", f"GPU {d} · idle", np.arange(len(keep)), group="gpu", device=d)
         lane.cols = {"start": gaps.start[keep], "dur": gaps.end[keep] - gaps.start[keep], "cat": gaps.cat[keep]}
+        if gaps.peer is not None and (gaps.peer[keep] >= 0).any():
+            lane.cols["peer"] = (gaps.peer[keep] + 1).astype(np.uint8)
         lanes.append(lane)
     return lanes
 
@@ -335,7 +346,7 @@ def encode(tl: Timeline, lanes: list[Lane], f: Fields | None = None) -> Payload:
     for lane in lanes:
         if lane.kind == "idle":
             start, dur = lane.cols["start"].astype(np.int64), lane.cols["dur"].astype(np.int64)
-            columns = {"cat": lane.cols["cat"]}
+            columns = {k: v for k, v in lane.cols.items() if k in ("cat", "peer")}
         else:
             start = np.asarray(f["start"][lane.rows], dtype=np.int64)
             dur = np.asarray(f["end"][lane.rows], dtype=np.int64) - start

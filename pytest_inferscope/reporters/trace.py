@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..events import CopyKind, Kind, MemoryKind, unpack_copy_flags
+from ..events import CopyKind, Kind, MemoryKind, copy_devices, unpack_copy_flags
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
 from . import rowwriter
@@ -321,9 +321,9 @@ def _gpu_rows(rows: _Rows, flow_in: np.ndarray | None) -> None:
             )
             if k == Kind.MEMCPY:
                 # The name and the copy's direction together pick the tail, so key on both.
-                pairs = (c.name[sel].astype(np.int64) << 32) | (ev["flags"][sel] & 0xFFFFFF)
+                pairs = (c.name[sel].astype(np.int64) << 32) | ev["flags"][sel].astype(np.int64)
                 uniq, key = np.unique(pairs, return_inverse=True)
-                tails = [b'%s},"name":%s},\n' % (_copy_args(p & 0xFFFFFF), rows.names(p >> 32)) for p in uniq.tolist()]
+                tails = [b'%s},"name":%s},\n' % (_copy_args(p & _FLAGS), rows.names(p >> 32)) for p in uniq.tolist()]
                 rows(sel, t + b',"bytes":#,', [*cols, (ev["value"], False)], key.reshape(-1), tails.__getitem__)
             elif k == Kind.MEMSET:
                 rows(sel, t + b',"bytes":#},', [*cols, (ev["value"], False)], c.name[sel], rows.name_tail)
@@ -442,9 +442,12 @@ def _quote(text: str) -> bytes:
     return _encode_str(text).encode()
 
 
+_FLAGS = 0xFFFF_FFFF  # a record's 32 flag bits (the rest of a copy's key is its name)
+
+
 @functools.lru_cache(maxsize=256)
 def _copy_args(flags: int) -> bytes:
-    """The args of a copy with these flags (direction, memory kinds), as JSON members."""
+    """The args of a copy with these flags (direction, memory kinds; a peer copy's devices), as JSON members."""
     copy, src, dst = (int(x) for x in unpack_copy_flags(flags))
 
     def label(enum: type[IntEnum], v: int) -> str:
@@ -452,11 +455,15 @@ def _copy_args(flags: int) -> bytes:
 
     direction = label(CopyKind, copy)  # HTOD -> HtoD, as CUPTI and Nsight write it
     direction = f"{direction[0]}to{direction[3]}" if len(direction) == 4 and direction[1:3] == "TO" else direction
-    args = {
+    args: dict[str, object] = {
         "direction": direction,
         "src_kind": label(MemoryKind, src).lower(),
         "dst_kind": label(MemoryKind, dst).lower(),
     }
+    src_device, dst_device = (int(x) for x in copy_devices(flags))
+    if src_device >= 0 and dst_device >= 0:  # a peer copy: "PtoP 0→1", and the two devices
+        args["direction"] = f"{direction} {src_device}\u2192{dst_device}"
+        args["src_device"], args["dst_device"] = src_device, dst_device
     return json.dumps(args, sort_keys=True)[1:-1].encode()
 
 

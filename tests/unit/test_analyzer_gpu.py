@@ -78,6 +78,7 @@ def test_every_idle_gap_gets_its_cause() -> None:
         "other": 100 * US,
         "sync_stall": MS // 2,
         "round_end": 3 * MS,
+        "peer_wait": 0,  # one GPU: waits for no other
     }
     assert totals == pytest.approx(expected, abs=2)  # (ms written as floats: a ns of rounding)
     assert gaps.turn_taking_ns() == MS  # the 0.5 ms stall + 0.5 ms of the host's blocked time before it

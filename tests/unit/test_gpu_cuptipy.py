@@ -24,6 +24,7 @@ from pytest_inferscope.collectors.cupti_records import (
     A_DRIVER,
     A_KERNEL,
     A_MEMCPY,
+    A_MEMCPY2,
     A_MEMORY2,
     A_MEMSET,
     A_OVERHEAD,
@@ -34,7 +35,16 @@ from pytest_inferscope.collectors.cupti_records import (
     strip_version,
 )
 from pytest_inferscope.collectors.gpu_cuptipy import CuptiBusyError, CuptiPythonCollector
-from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Domain, Kind, MemoryKind, SyncType, unpack_copy_flags
+from pytest_inferscope.events import (
+    EVENT_DTYPE,
+    CopyKind,
+    Domain,
+    Kind,
+    MemoryKind,
+    SyncType,
+    copy_devices,
+    unpack_copy_flags,
+)
 
 INVALID = 0xFFFFFFFF
 API_NAMES = {(2, 211): "cudaLaunchKernel_v7000", (1, 307): "cuLaunchKernel", (2, 165): "cudaDeviceSynchronize_v3020"}
@@ -87,6 +97,26 @@ def every_kind() -> list[SimpleNamespace]:
         api(307, 700, 705, corr=14, tid=4243, kind=A_DRIVER),
         kernel("my_triton_kernel", 710, 0, corr=14),  # still running at a forced flush
     ]  # fmt: skip
+
+
+def peer(src: int, dst: int, start: int, end: int, corr: int, device: int | None = None) -> SimpleNamespace:
+    """A copy between two devices as cupti-python gives it (CUpti_ActivityMemcpyPtoP4, kind MEMCPY2)."""
+    return SimpleNamespace(kind=A_MEMCPY2, copy_kind=CopyKind.PTOP, src_kind=MemoryKind.DEVICE,
+                           dst_kind=MemoryKind.DEVICE, flags=0, bytes=8 << 20, start=start, end=end,
+                           device_id=src if device is None else device, context_id=1, stream_id=13,
+                           src_device_id=src, src_context_id=1, dst_device_id=dst, dst_context_id=2,
+                           correlation_id=corr)  # fmt: skip
+
+
+def test_a_peer_copy_converts_to_a_memcpy_row_with_its_devices() -> None:
+    conv = _converter()
+    assert conv.add([peer(0, 1, 500, 900, corr=21), peer(1, 0, 950, 960, corr=22, device=0)]) == 2
+    ev, names = conv.take()
+    assert [names[i] for i in ev["name"]] == ["Memcpy PtoP", "Memcpy PtoP"]
+    assert (ev["kind"] == Kind.MEMCPY).all() and ev["device"].tolist() == [0, 0] and ev["corr"].tolist() == [21, 22]
+    assert [int(x) for x in unpack_copy_flags(ev["flags"][0])] == [CopyKind.PTOP, MemoryKind.DEVICE, MemoryKind.DEVICE]
+    src, dst = copy_devices(ev["flags"])
+    assert (src.tolist(), dst.tolist()) == ([0, 1], [1, 0])
 
 
 def test_every_record_kind_converts_as_the_native_decoder_does() -> None:
@@ -151,6 +181,12 @@ def _as_struct(m: ModuleType, a: SimpleNamespace, keep: list[bytes]) -> ctypes.S
         return m.Memory4(kind=a.kind, memoryOperationType=a.memory_operation_type, memoryKind=a.memory_kind,
                          correlationId=a.correlation_id, bytes=a.bytes, timestamp=a.timestamp, deviceId=a.device_id,
                          streamId=a.stream_id)  # fmt: skip
+    if a.kind == A_MEMCPY2:
+        return m.MemcpyPtoP4(kind=a.kind, copyKind=a.copy_kind, srcKind=a.src_kind, dstKind=a.dst_kind, bytes=a.bytes,
+                             start=a.start, end=a.end, deviceId=a.device_id, contextId=a.context_id,
+                             streamId=a.stream_id, srcDeviceId=a.src_device_id, srcContextId=a.src_context_id,
+                             dstDeviceId=a.dst_device_id, dstContextId=a.dst_context_id,
+                             correlationId=a.correlation_id)  # fmt: skip
     assert a.kind == A_OVERHEAD
     o = m.Overhead3(kind=a.kind, overheadKind=a.overhead_kind, objectKind=a.object_kind, start=a.start, end=a.end)
     o.objectId[:] = [a.object_id.pt.process_id, a.object_id.pt.thread_id, 0]
@@ -165,6 +201,7 @@ def test_the_same_records_through_the_native_decoder_give_identical_arrays() -> 
         pytest.skip(f"libcupti not loadable here: {exc}")
     mirrors = _native_test_module()
     activities = [*every_kind(), api(165, 1000, 1010, 20, 4242), kernel("_Z6squarePfi", 1020, 1030, 20)]
+    activities += [peer(0, 1, 1040, 1090, corr=21), peer(1, 0, 1100, 1110, corr=22, device=3)]
     keep: list[bytes] = []
     buffer = b"".join(bytes(_as_struct(mirrors, a, keep)) for a in activities)
     buf, native_names = cupti.Collector()._decode(buffer)
@@ -286,7 +323,7 @@ def test_start_collect_stop_drain_with_a_fake_cupti() -> None:
     collector.start()
     assert fake.tid_type == 1 and fake.callbacks is not None  # SYSTEM thread ids while collecting
     assert collector.enabled() == ["CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME", "DRIVER", "SYNCHRONIZATION",
-                                   "OVERHEAD"]  # fmt: skip
+                                   "OVERHEAD", "MEMCPY2"]  # fmt: skip
     fake.pending = every_kind()
     collector.stop()
     assert fake.flushes == [0, 1] and not fake.enabled and fake.tid_type == 0

@@ -24,12 +24,22 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.collectors.gpu_native import ALL_API_ENV, api_base_name, traced_api
-from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Domain, Kind, MemoryKind, SyncType, unpack_copy_flags
+from pytest_inferscope.events import (
+    EVENT_DTYPE,
+    CopyKind,
+    Domain,
+    Kind,
+    MemoryKind,
+    SyncType,
+    copy_devices,
+    copy_flags,
+    unpack_copy_flags,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
 # CUpti_ActivityKind and related enum values (cupti_activity.h, CUDA 13.0)
-MEMCPY, MEMSET, KERNEL_KIND, DRIVER, RUNTIME = 1, 2, 3, 4, 5
+MEMCPY, MEMSET, KERNEL_KIND, DRIVER, RUNTIME, MEMCPY2 = 1, 2, 3, 4, 5, 22
 CONCURRENT_KERNEL, OVERHEAD, SYNCHRONIZATION, MEMORY2 = 10, 17, 38, 49
 RUNTIME_CBID_CUDA_LAUNCH_KERNEL = 211  # CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000
 DRIVER_CBID_CU_LAUNCH_KERNEL = 307  # CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
@@ -101,6 +111,22 @@ class Memcpy6(Record):
     ]
 
 
+class MemcpyPtoP4(Record):
+    _fields_ = [
+        ("kind", c_uint32),
+        *[(n, c_uint8) for n in ("copyKind", "srcKind", "dstKind", "flags")],
+        ("bytes", c_uint64),
+        ("start", c_uint64),
+        ("end", c_uint64),
+        *_u32("deviceId", "contextId", "streamId", "srcDeviceId", "srcContextId", "dstDeviceId", "dstContextId"),
+        ("correlationId", c_uint32),  # no pad after it: CUPTILP64 is defined on 64-bit hosts
+        ("reserved0", c_void_p),
+        ("graphNodeId", c_uint64),
+        *_u32("graphId", "channelID", "channelType"),
+        ("_tail", c_uint32),  # the compiler's padding to a multiple of 8: no field of the header
+    ]
+
+
 class Memset4(Record):
     _fields_ = [
         *_u32("kind", "value"),
@@ -168,6 +194,7 @@ class Overhead3(Record):
 MIRRORS = {
     "CUpti_ActivityKernel10": (Kernel10, 216),
     "CUpti_ActivityMemcpy6": (Memcpy6, 96),
+    "CUpti_ActivityMemcpyPtoP4": (MemcpyPtoP4, 96),
     "CUpti_ActivityMemset4": (Memset4, 88),
     "CUpti_ActivityAPI": (Api, 40),
     "CUpti_ActivitySynchronization2": (Synchronization2, 56),
@@ -235,6 +262,8 @@ def test_mirrors_match_the_cuda_13_headers(tmp_path: Path) -> None:
     for cname, (mirror, _) in MIRRORS.items():
         lines.append(f'printf("{cname} sizeof %zu\\n", sizeof({cname}));')
         for field, *_ in mirror._fields_:
+            if field.startswith("_"):
+                continue
             lines.append(f'printf("{cname} {field} %zu\\n", offsetof({cname}, {field}));')
     source = tmp_path / "layout.c"
     source.write_text(
@@ -249,6 +278,8 @@ def test_mirrors_match_the_cuda_13_headers(tmp_path: Path) -> None:
     for cname, (mirror, _) in MIRRORS.items():
         assert header[f"{cname} sizeof"] == ctypes.sizeof(mirror), cname
         for field, *_ in mirror._fields_:
+            if field.startswith("_"):
+                continue
             assert header[f"{cname} {field}"] == getattr(mirror, field).offset, f"{cname}.{field}"
 
 
@@ -463,6 +494,7 @@ def test_start_records_only_the_traced_calls_with_a_fake_libcupti(cupti: ModuleT
     runtime, driver = out["started"]
     sizes = [max(_header_cbids(d).values()) + 1 for d in ("runtime", "driver")]  # CBID_SIZE
     assert out["kinds"][:4] == ["CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "RUNTIME"] and "DRIVER" in out["kinds"]
+    assert out["kinds"][-1] == "MEMCPY2"  # peer copies: optional, enabled where the driver has them
     if case == "per-api":  # (ids past the headers' CBID_SIZE, calls newer than them, are left as they are)
         assert [c for c in runtime if c < sizes[0]] == sorted(cupti.TRACED_APIS["runtime"].values())
         assert [c for c in driver if c < sizes[1]] == sorted(cupti.TRACED_APIS["driver"].values())
@@ -558,6 +590,28 @@ def test_decode_every_record_kind(loaded: ModuleType) -> None:
     assert (running["end"], name[10]) == (0, "my_triton_kernel")  # emitted, and counted:
     assert collector.incomplete() == 1
     assert collector.dropped() == 0
+
+
+def test_a_peer_copy_is_a_memcpy_event_that_says_its_devices(loaded: ModuleType) -> None:
+    """MEMCPY2 (CUpti_ActivityMemcpyPtoP4): the devices go to the flags' top byte, the rest as for MEMCPY."""
+    peer = MemcpyPtoP4(kind=MEMCPY2, copyKind=CopyKind.PTOP, srcKind=MemoryKind.DEVICE, dstKind=MemoryKind.DEVICE,
+                       bytes=8 << 20, start=500, end=900, deviceId=0, streamId=13, srcDeviceId=0, dstDeviceId=1,
+                       correlationId=21)  # fmt: skip
+    back = MemcpyPtoP4(kind=MEMCPY2, copyKind=CopyKind.PTOP, srcKind=MemoryKind.DEVICE, dstKind=MemoryKind.DEVICE,
+                       bytes=1024, start=950, end=960, deviceId=1, streamId=14, srcDeviceId=1, dstDeviceId=0,
+                       correlationId=22)  # fmt: skip
+    far = MemcpyPtoP4(kind=MEMCPY2, copyKind=CopyKind.PTOP, bytes=1, start=1, end=2, deviceId=15, srcDeviceId=15,
+                      dstDeviceId=2, correlationId=23)  # fmt: skip
+    buf, names = loaded.Collector()._decode(_buffer(peer, back, far))
+    ev = _events(buf)
+    assert [names[i] for i in ev["name"]] == ["Memcpy PtoP"] * 3
+    assert (ev["kind"] == Kind.MEMCPY).all()
+    assert (ev["value"][0], ev["corr"][0], ev["stream"][0], ev["device"][0]) == (8 << 20, 21, 13, 0)
+    assert (ev["start"][0], ev["end"][0], ev["device"][1]) == (500, 900, 1)
+    assert [int(x) for x in unpack_copy_flags(ev["flags"][0])] == [CopyKind.PTOP, MemoryKind.DEVICE, MemoryKind.DEVICE]
+    src, dst = copy_devices(ev["flags"])
+    assert (src.tolist(), dst.tolist()) == ([0, 1, -1], [1, 0, 2])  # device 15 does not fit: not known
+    assert ev["flags"][0] == copy_flags(CopyKind.PTOP, MemoryKind.DEVICE, MemoryKind.DEVICE, 0, 1)
 
 
 def test_names_are_interned_once_and_stay_stable_across_drains(loaded: ModuleType) -> None:

@@ -13,8 +13,8 @@
     rounds: ["#d5dce5", "#7f9cc9", "#c3c9d1", "#d97706"],
     scopes: ["#2e9e7e"], modules: ["#8b6cc4"], python: ["#e08a3c", "#c9772c"],
     runtime: ["#5a88d6", "#d6453d", "#e9a23b", "#9aa3ad"],
-    stream: ["#3d7cc9", "#e67e22", "#8e44ad", "#16a085", "#7f8c8d", "#9aa6b2", "#c0392b"],
-    idle: ["#9aa5b1", "#e5533d", "#f0b429", "#8e44ad", "#8fb3d9", "#607080"], // as .idle-N in report.css
+    stream: ["#3d7cc9", "#e67e22", "#8e44ad", "#16a085", "#7f8c8d", "#9aa6b2", "#c0392b", "#0e9aa7"],
+    idle: ["#9aa5b1", "#e5533d", "#f0b429", "#8e44ad", "#8fb3d9", "#607080", "#0e9aa7"], // as .idle-N in report.css
   };
   const NAMED = { scopes: ["#2e9e7e", "#3fb28f", "#23876a", "#57c0a0"], modules: ["#8b6cc4", "#a083d6", "#7559b0", "#b59be0"],
     python: ["#e08a3c", "#eba15f", "#c9772c", "#f2b77f"], stream0: ["#3d7cc9", "#5591d6", "#2f69b0", "#6ea3de", "#2a5c9c"] };
@@ -56,7 +56,7 @@
     }
     const c = (k) => (L.consts[k] !== undefined ? L.consts[k] : 0);
     return { ...L, n, s, dur, endMax, name: col("name"), cat: col("cat"), catC: c("cat"), depth: col("depth"),
-      depthC: c("depth"), link: col("link"), value: col("value"), pyr: null };
+      depthC: c("depth"), link: col("link"), value: col("value"), peer: col("peer"), peerC: c("peer"), pyr: null };
   }
 
   // ---- finding events -----------------------------------------------------------------
@@ -329,6 +329,9 @@
     lines.push(`${M.cats[l.kind][catOf(l, i)]} · ${l.label}`);
     lines.push(`start ${(l.s[i] / 1e6).toFixed(3)} ms · duration ${fmtDur(l.dur[i])}`);
     if (l.value && l.value[i]) lines.push(`${(l.value[i] / 1e6).toFixed(3)} MB`);
+    const peer = l.peer ? l.peer[i] : l.peerC; // lanes.py: a peer copy's devices, or the device a gap waited for
+    if (peer && l.kind === "idle") lines.push(`waiting for GPU ${peer - 1}`);
+    else if (peer) lines.push(`PtoP ${(peer & 15) - 1}\u2192${(peer >> 4) - 1} (on GPU ${l.device})`);
     const launch = l.link && l.link[i] >= 0 ? launchOf(l.link[i]) : null;
     if (launch) lines.push(`launched by ${label(launch[0], launch[1])} at ${(launch[0].s[launch[1]] / 1e6).toFixed(3)} ms`);
     return lines.filter(Boolean).join("\n");
