@@ -276,7 +276,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "(decided per test after the warm-up: trace when the warm-up's GPU records, at ~1 µs each, would "
         "have cost the measured rounds more than 1%, else measured; with one warm-up round, that round counts as "
         "up to 3x slower than the rounds after it, since CUPTI's first use slows it, and one more warm-up round "
-        "runs when counting it up to 30x slower would decide otherwise). "
+        "runs when counting it up to 30x slower would decide otherwise; gone trace, a warm-up round that ran in "
+        "step with the measured rounds stands for the profile round, which then does not run). "
         "Unless the marker says otherwise.",
         f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,
     ),

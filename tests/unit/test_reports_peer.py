@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 from test_analyzer_peer import split_model
 from test_html_report import lane_columns, page_payload
+from test_reporters import read_trace
 
 from pytest_inferscope.checks import Plan
 from pytest_inferscope.postprocess import process
@@ -29,7 +30,7 @@ def test_every_report_shows_the_peer_copies_direction_and_the_wait(tmp_path: Pat
     assert gpu["idle_gaps"]["by_cause_ms_per_round"]["peer_wait"] == 9.02
     assert report["analysis"]["whatif_replay"]["peer_wait"].startswith("device 1 sat idle 5.01 ms per round waiting")
 
-    trace = json.loads((tmp_path / result.files["trace"]).read_text())
+    trace = read_trace(tmp_path / result.files["trace"])
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     gpus = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     copies = [e for e in events if e.get("cat") == "memcpy"]
