@@ -346,9 +346,9 @@ class GpuView:
         rt = self._api_calls
         return rt[self._calls_named(ALLOC_CALL)] if len(rt) else rt
 
-    def merged_busy(self) -> tuple[np.ndarray, np.ndarray]:
-        """The GPU's busy intervals (kernels, copies, memsets on any stream), merged."""
-        g = self.records
+    def merged_busy(self, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The GPU's busy intervals (kernels, copies, memsets on any stream), merged; of one device when given."""
+        g = self.records if device is None else self.records[self.records["device"] == device]
         if not len(g):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         order = np.argsort(g["start"], kind="stable")
@@ -382,14 +382,18 @@ class GpuView:
                     "busy_share": busy / max(1, rounds.gpu_wall_ns),
                 }
             )
-        # Idle gaps: between merged busy intervals inside the same round.
-        s, e = self.merged_busy()
-        gaps = s[1:] - e[:-1]
-        if len(rounds.gpu_round_idx) and len(gaps):
-            r = tl.events[rounds.gpu_round_idx]
-            rid = np.searchsorted(np.sort(r["start"]), s, side="right") - 1
-            gaps = gaps[rid[1:] == rid[:-1]]
-        gaps = gaps[gaps > 0]
+        # Idle gaps: between merged busy intervals of one device inside the same round (two GPUs' busy time merged
+        # would hide the one idle while the other works).
+        round_starts = np.sort(tl.events[rounds.gpu_round_idx]["start"]) if len(rounds.gpu_round_idx) else None
+        per_device = []
+        for dev in distinct(g["device"].astype(np.int64) + 1).tolist():  # device -1 (unknown) counted too
+            s, e = self.merged_busy(dev - 1)
+            gaps = s[1:] - e[:-1]
+            if round_starts is not None and len(gaps):
+                rid = np.searchsorted(round_starts, s, side="right") - 1
+                gaps = gaps[rid[1:] == rid[:-1]]
+            per_device.append(gaps[gaps > 0])
+        gaps = np.concatenate(per_device) if per_device else np.zeros(0, dtype=np.int64)
         idle = {
             "gaps_per_round": len(gaps) / n,
             "total_ms_per_round": per_round_ms(float(gaps.sum())),

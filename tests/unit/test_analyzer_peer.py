@@ -110,3 +110,11 @@ def test_one_gpu_has_no_peer_wait_finding_nor_note() -> None:
     a = analyze(merge(split_model(-1, -1)))
     assert not [f for f in a.findings if f.rule == "peer_wait"]
     assert "peer_wait" not in a.whatif_replay and a.metrics["gpu.idle_peer_wait_fraction"] == 0.0
+
+
+def test_idle_gaps_between_gpu_work_are_counted_per_device() -> None:
+    """With both GPUs' busy time merged, device 0's 4.01 ms wait while device 1 works would read as two 10 µs gaps."""
+    gaps = analyze(merge(split_model())).gpu["idle_gaps"]
+    assert gaps["gaps_per_round"] == 1
+    assert gaps["longest_ms"] == pytest.approx(4.01)
+    assert gaps["total_ms_per_round"] == pytest.approx(4.01)
