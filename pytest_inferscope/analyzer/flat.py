@@ -13,14 +13,24 @@ import dataclasses
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Any
 
 import numpy as np
 
-from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, Derived, HostNode, RoundGraph
-
-#: Node kind codes; any other kind (K_OTHER) replays as a call.
-K_SEGMENT, K_CALL, K_BLOCKING, K_EXTERNAL, K_OTHER = 0, 1, 2, 3, 4
+from .columns import (
+    BLOCKING,
+    CALL,
+    EXTERNAL,
+    K_BLOCKING,
+    K_CALL,
+    K_EXTERNAL,
+    K_OTHER,
+    K_SEGMENT,
+    SEGMENT,
+    Flat,
+    Modules,
+    issued,
+)
+from .graph import ArrayGraph, HostNode, RoundGraph, gpu_ops, host_nodes
 
 
 class _Codes(dict[str, int]):
@@ -38,47 +48,23 @@ def _kinds(nodes: list[HostNode]) -> np.ndarray:
     return np.fromiter(map(_CODES.__getitem__, map(attrgetter("kind"), nodes)), dtype=np.int8, count=len(nodes))
 
 
-@dataclass
-class Flat:
-    """A graph's nodes and ops as arrays; `node_ops` and `waits` are per node, as in the graph."""
-
-    kind: np.ndarray  # per node: K_*
-    dur: np.ndarray  # per node
-    node_ops: list[list[int]]
-    waits: list[list[int]]
-    op_dur: np.ndarray
-    op_lat: np.ndarray
-    op_gap: np.ndarray
-    op_floor: np.ndarray
-    op_start: np.ndarray
-    op_after: np.ndarray
-    op_kind: np.ndarray
-    op_name: list[str]
-    counted: np.ndarray
-    #: Which ops are collective kernels, once asked (edits.comm_kernels); None until then, and where ops changed.
-    comm: np.ndarray | None = field(default=None, repr=False, compare=False)
-    #: `issued(f)`, once asked; None until then, and where nodes changed.
-    issue: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
-
-
-def issued(f: Flat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """How many ops each node issued, and every issued op's node and the op, in node order: kept on `f` for the
-    shape and the what-ifs that ask again (they share the nodes' ops)."""
-    if f.issue is None:
-        counts = np.fromiter(map(len, f.node_ops), dtype=np.int64, count=len(f.node_ops))
-        placed = np.fromiter(chain.from_iterable(f.node_ops), dtype=np.int64, count=int(counts.sum()))
-        f.issue = (counts, np.repeat(np.arange(len(counts)), counts), placed)
-    return f.issue
-
-
 def _ints(values: list) -> np.ndarray:
     a = np.asarray(values)
     return a if a.size else np.zeros(0, dtype=np.int64)
 
 
+def flat_of(g: RoundGraph) -> Flat:
+    """The graph's columns: those it was built as (build.py), or its objects read into them."""
+    f = g.columns if isinstance(g, ArrayGraph) else None
+    return flatten(g) if f is None else f
+
+
 def flatten(g: RoundGraph) -> Flat:
     """The graph as arrays."""
     nodes, ops = g.nodes, g.ops
+    names: dict[str, int] = {}
+    entries = [(i, names.setdefault(m, len(names)), ns) for i, n in enumerate(nodes) for m, ns in n.modules.items()]
+    node, module, ns = (np.array([e[k] for e in entries], dtype=np.int64) for k in range(3))
     return Flat(
         kind=_kinds(nodes),
         dur=_ints([n.dur for n in nodes]),
@@ -93,6 +79,17 @@ def flatten(g: RoundGraph) -> Flat:
         op_kind=_ints([o.kind for o in ops]),
         op_name=[o.name for o in ops],
         counted=np.asarray(g.counted, dtype=np.int64),
+        node_start=_ints([n.start for n in nodes]),
+        node_name=[n.name for n in nodes],
+        node_sync=[n.sync for n in nodes],
+        modules=Modules(node, module, ns, list(names)),
+        op_stream=_ints([o.stream for o in ops]),
+        op_end=_ints([o.end for o in ops]),
+        op_nbytes=_ints([o.nbytes for o in ops]),
+        op_copy=_ints([o.copy for o in ops]),
+        op_pageable=np.array([o.pageable for o in ops], dtype=bool),
+        link_gb_s=g.link_gb_s,
+        other={i: n.kind for i, n in enumerate(nodes) if n.kind not in _CODES},
     )
 
 
@@ -136,27 +133,17 @@ def _assign(a: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def materialise(g: RoundGraph, f: Flat, changed: Flat) -> RoundGraph:
-    """A copy of `g` (whose arrays are `f`) with the lengths of `changed`: its changed nodes and ops copied."""
-    nodes, ops = list(g.nodes), list(g.ops)
-    node_idx = np.flatnonzero(changed.dur != f.dur).tolist()
-    for i in node_idx:
-        nodes[i] = dataclasses.replace(nodes[i], dur=_py(changed.dur[i]))
-    fields = ("dur", "lat", "gap", "floor", "start")
-    differs = np.zeros(len(ops), dtype=bool)
-    for name in fields:
-        differs |= getattr(changed, "op_" + name) != getattr(f, "op_" + name)
-    op_idx = np.flatnonzero(differs).tolist()
-    for j in op_idx:
-        values: dict[str, Any] = {k: _py(getattr(changed, "op_" + k)[j]) for k in fields}
-        ops[j] = dataclasses.replace(ops[j], **values)
-    out = dataclasses.replace(g, nodes=nodes, ops=ops)
-    out.derived = Derived(g, set(node_idx), set(op_idx))
-    return out
-
-
-def _py(x: np.generic) -> Any:
-    return x.item()
+def materialise(g: RoundGraph, changed: Flat) -> RoundGraph:
+    """A copy of `g` written as `changed` (its columns, changed by a what-if on arrays), as objects."""
+    return RoundGraph(
+        host_nodes(changed),
+        gpu_ops(changed),
+        g.measured_ns,
+        dict(g.stream_busy),
+        list(g.counted),
+        g.link_gb_s,
+        set(g.framework),
+    )
 
 
 @dataclass

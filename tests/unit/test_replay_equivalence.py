@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pytest_inferscope.analyzer import flat
+from pytest_inferscope.analyzer.build import round_graphs
 from pytest_inferscope.analyzer.context import Context
 from pytest_inferscope.analyzer.graph import (
     BLOCKING,
@@ -26,7 +27,6 @@ from pytest_inferscope.analyzer.graph import (
     GpuOp,
     HostNode,
     RoundGraph,
-    round_graphs,
 )
 from pytest_inferscope.analyzer.replay import Replayer, replay, replay_plan, replay_walk
 from pytest_inferscope.analyzer.whatif import _whatif_ns, builtin
