@@ -39,16 +39,16 @@ def pinned_arrays(f: Flat) -> Flat | None:
     after, stream, start, lat, gap, floor = _uploads_moved(f, moved)
     dur = np.where(unblock, np.minimum(f.dur, cheap), f.dur)
     kinds = np.where(unblock, K_CALL, f.kind).astype(f.kind.dtype)
-    flags = unblock.tolist()
-    waits = [[] if u else w for u, w in zip(flags, f.waits, strict=True)]
-    gone = set(moved)
-    node_ops = [[j for j in o if j not in gone] if o and not gone.isdisjoint(o) else o for o in f.node_ops]
+    waits = [[], *f.waits]
+    for i in np.flatnonzero(unblock).tolist():
+        waits[i + 1] = []
+    node_ops, issue = _ops_moved(f, moved)
     return dataclasses.replace(  # the prefetch node first: every node one further on
         f,
         kind=np.concatenate([np.array([K_EXTERNAL], dtype=kinds.dtype), kinds]),
         dur=np.concatenate([np.zeros(1, dtype=dur.dtype), dur]),
-        node_ops=[moved, *node_ops],
-        waits=[[], *waits],
+        node_ops=node_ops,
+        waits=waits,
         node_start=None if f.node_start is None else np.concatenate([[0], f.node_start]).astype(np.int64),
         node_name=["prefetch", *f.node_name],
         node_sync=["", *f.node_sync],
@@ -61,8 +61,22 @@ def pinned_arrays(f: Flat) -> Flat | None:
         op_lat=lat,
         op_gap=gap,
         op_floor=floor,
-        issue=None,
+        issue=issue,
     )
+
+
+def _ops_moved(f: Flat, moved: list[int]) -> tuple[list[list[int]], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each node's ops (the prefetch node first, issuing the uploads `moved`; the others without them), and
+    `columns.issued` of them."""
+    counts, issuer, placed = issued(f)
+    node_ops = [moved, *f.node_ops]
+    keep = ~np.isin(placed, moved)
+    gone = set(moved)
+    for i in np.unique(issuer[~keep]).tolist():
+        node_ops[i + 1] = [j for j in f.node_ops[i] if j not in gone]
+    counts = np.concatenate([[len(moved)], np.bincount(issuer[keep], minlength=len(counts))]).astype(np.int64)
+    issuer = np.concatenate([np.zeros(len(moved), dtype=np.int64), issuer[keep] + 1])
+    return node_ops, (counts, issuer, np.concatenate([np.array(moved, dtype=np.int64), placed[keep]]))
 
 
 def _unblocked(f: Flat, is_copy: np.ndarray) -> tuple[np.ndarray, int]:
