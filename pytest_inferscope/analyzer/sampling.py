@@ -62,7 +62,7 @@ def segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
 
 #: Up to this many (segment, sample) pairs that can overlap, `sampled_modules` counts them one by one: its array
 #: operations cost more than that (a trace round of ViT-B/16 holds ~300 segments and 2 samples).
-FEW_PAIRS = 256
+FEW_PAIRS = 48
 
 
 #: Per (segment, module): the segment, the module (an index into the names) and its sampled ns, by segment and then
