@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from itertools import chain
 
 import numpy as np
 
@@ -135,10 +134,9 @@ class _Items:
         self.t = np.concatenate([[0], np.maximum.accumulate(np.maximum(self.e, 0))])  # the host's clock before each
         self.name_ids = ev["name"][self.idx]
         self.corrs, self.is_wait = ev["corr"][self.idx].tolist(), self.wait.tolist()
-        self.names = [
-            "end-of-round synchronize" if w else tl.strings[k]
-            for k, w in zip(self.name_ids.tolist(), self.is_wait, strict=True)
-        ]
+        self.names = list(map(tl.strings.__getitem__, self.name_ids.tolist()))
+        for k in np.flatnonzero(self.wait).tolist():
+            self.names[k] = "end-of-round synchronize"
         s, e, t = self.s, self.e, self.t
         # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
         # adds only the time it runs past the enclosing one.
@@ -162,20 +160,16 @@ def _host_nodes(
     the graph's columns, its ops' columns from `cols`."""
     ev = tl.events
     r0, r1, _ = rnd
-    corr_to_ops: dict[int, list[int]] = {}
-    for j, c in enumerate(ev["corr"][op_idx].tolist()):
-        if c:
-            corr_to_ops.setdefault(c, []).append(j)
     it = _Items(tl, calls, waits, r0)
     s, t = it.s, it.t
     ext = sorted(external, key=cols.start.tolist().__getitem__) if external else []
     ext_at = np.searchsorted(s, cols.start[ext], side="left")  # the item they come before
-    own = [_NONE if w else corr_to_ops.get(c, _NONE) for c, w in zip(it.corrs, it.is_wait, strict=True)]
-    issued = Issued(cols.stream, cols.end, ext, ext_at.tolist(), own)
-    # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
-    counts = np.fromiter(map(len, own), dtype=np.int64, count=len(own))
+    own, counts, placed = _own_ops(ev["corr"][op_idx], np.where(it.wait > 0, 0, ev["corr"][it.idx]))
+    item = np.concatenate([ext_at, np.repeat(np.arange(len(s)), counts)]).astype(np.int64)
+    issued = Issued(cols.stream, cols.end, item, np.concatenate([ext, placed]).astype(np.int64))
     # when each op was issued: its call's start (the last call's, by two; external work: its own start)
-    cols.issue_at[np.fromiter(chain.from_iterable(own), dtype=np.int64, count=int(counts.sum()))] = s.repeat(counts)
+    cols.issue_at[placed] = s.repeat(counts)
+    # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
     maybe = (it.wait > 0) | _named(tl, it.name_ids, _is_sync_call)
     maybe |= _named(tl, it.name_ids, _is_copy_call) & (counts > 0)
     sync_types = _sync_types(tl) if maybe.any() else {}
@@ -212,6 +206,20 @@ def _host_nodes(
     seg, module, ns, names = entries
     f.modules = Modules(where[seg_pool[seg]], module, ns, names)
     return f
+
+
+def _own_ops(op_corr: np.ndarray, item_corr: np.ndarray) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
+    """The ops each item issued (the ops of its correlation id, none for 0), how many, and all of them in item
+    order."""
+    order = np.argsort(op_corr, kind="stable")
+    by_corr = op_corr[order]
+    lo = np.searchsorted(by_corr, item_corr, side="left")
+    hi = np.where(item_corr != 0, np.searchsorted(by_corr, item_corr, side="right"), lo)
+    ops = order.tolist()
+    own = [ops[a:b] if b > a else _NONE for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    counts = hi - lo
+    at = np.arange(int(counts.sum())) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return own, counts, order[at]
 
 
 def _named(tl: Timeline, ids: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
