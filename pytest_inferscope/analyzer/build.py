@@ -44,23 +44,44 @@ def _sync_kind(name: str, sync_type: int | None) -> str:
     return "device synchronize"
 
 
-def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGraph | None:
-    """The graph of one round (an index of a ROUND span); None when it has no GPU work."""
+class _Found:
+    """What every round's graph reads of the whole timeline, found once for all of them: the GPU records, the
+    calls of any thread, the end-of-round waits, and the CUPTI synchronisation records by correlation id."""
+
+    def __init__(self, tl: Timeline) -> None:
+        ev = tl.events
+        self.gpu = np.flatnonzero(tl.mask(*GPU_KINDS))
+        self.gpu_start, self.gpu_end, self.gpu_corr = ev["start"][self.gpu], ev["end"][self.gpu], ev["corr"][self.gpu]
+        self.calls = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & (ev["tid"] >= 0))
+        self.waits = np.flatnonzero(ev["kind"] == Kind.WAIT)
+        self._tl = tl
+        self._sync_types: dict[int, tuple[int, int]] | None = None
+
+    @property
+    def sync_types(self) -> dict[int, tuple[int, int]]:
+        if self._sync_types is None:
+            self._sync_types = _sync_types(self._tl)
+        return self._sync_types
+
+
+def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0, found: _Found | None = None) -> RoundGraph | None:
+    """The graph of one round (an index of a ROUND span); None when it has no GPU work. `found`: what
+    `_Found` finds in `tl`, when the caller has it."""
     ev = tl.events
+    found = found or _Found(tl)
     r0, r1 = int(ev["start"][round_i]), int(ev["end"][round_i])
     tid = int(ev["tid"][round_i])
-    kind = ev["kind"]
-    gpu_all = np.flatnonzero(tl.mask(*GPU_KINDS))
-    in_round = (ev["start"] >= r0) & (ev["start"] < r1)
+    start = ev["start"]
     # Every thread's calls, in one order: a thread that launches while the round's thread waits for it (the
     # autograd engine's) hands the host over and back; threads that really run side by side are rare in inference.
-    calls = np.flatnonzero((kind == Kind.RUNTIME) & in_round & (ev["tid"] >= 0))
-    waits = np.flatnonzero((kind == Kind.WAIT) & in_round & (ev["tid"] == tid))
+    calls = found.calls[(start[found.calls] >= r0) & (start[found.calls] < r1)]
+    waits = found.waits[(start[found.waits] >= r0) & (start[found.waits] < r1) & (ev["tid"][found.waits] == tid)]
     for w in waits.tolist():  # the end-of-round synchronize stands for the calls inside it
         calls = calls[(ev["start"][calls] < ev["start"][w]) | (ev["start"][calls] >= ev["end"][w])]
     call_corr = ev["corr"][calls]
-    own = np.isin(ev["corr"][gpu_all], call_corr[call_corr != 0]) & (ev["corr"][gpu_all] != 0)
-    g_in = (ev["start"][gpu_all] >= r0) & (ev["start"][gpu_all] < r1)
+    gpu_all, gpu_corr, gpu_start = found.gpu, found.gpu_corr, found.gpu_start
+    own = np.isin(gpu_corr, call_corr[call_corr != 0]) & (gpu_corr != 0)
+    g_in = (gpu_start >= r0) & (gpu_start < r1)
     # the ops its calls issued, wherever they ran, and the GPU work that started in it (launched by calls of
     # other rounds or threads, or by none recorded: external)
     op_idx = gpu_all[own | g_in]
@@ -70,12 +91,12 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0) -> RoundGrap
     external = np.flatnonzero(~own[np.searchsorted(gpu_all, op_idx)]).tolist()
     cols = _OpColumns(ev[op_idx], r0)
     stream_busy: dict[int, int] = {}
-    earlier = gpu_all[(ev["start"][gpu_all] < r0) & (ev["end"][gpu_all] > r0)]
+    earlier = gpu_all[(gpu_start < r0) & (found.gpu_end > r0)]
     for k, e in zip(_stream_key(ev[earlier]).tolist(), ev["end"][earlier].tolist(), strict=True):
         stream_busy[k] = max(stream_busy.get(k, 0), e - r0)
     counted = np.flatnonzero(cols.end <= r1 - r0 + CLOCK_SLACK_NS)
     framework: set[str] = set()
-    f = _host_nodes(tl, calls, waits, op_idx, external, (r0, r1, tid), cols, framework)
+    f = _host_nodes(tl, calls, waits, op_idx, external, (r0, r1, tid), cols, framework, found)
     f.op_lat, f.op_gap, f.op_after, f.op_floor = _latencies(stream_busy, cols)
     f.op_name = list(map(tl.strings.__getitem__, ev["name"][op_idx].tolist()))
     f.counted, f.link_gb_s = counted, link_gb_s
@@ -155,6 +176,7 @@ def _host_nodes(
     rnd: tuple[int, int, int],
     cols: _OpColumns,
     framework: set[str],
+    found: _Found,
 ) -> Flat:
     """The host's order: segments between calls, calls with their ops, blocking calls with what they waited for;
     the graph's columns, its ops' columns from `cols`."""
@@ -172,7 +194,7 @@ def _host_nodes(
     # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
     maybe = (it.wait > 0) | _named(tl, it.name_ids, _is_sync_call)
     maybe |= _named(tl, it.name_ids, _is_copy_call) & (counts > 0)
-    sync_types = _sync_types(tl) if maybe.any() else {}
+    sync_types = found.sync_types if maybe.any() else {}
     for k in np.flatnonzero(maybe).tolist():
         _blocking(it, k, own[k], sync_types.get(it.corrs[k]), issued, cols)
     seg_start, seg_dur, entries = _segments(tl, s, t, r1 - r0, it.idx, calls, rnd, framework)
@@ -334,7 +356,8 @@ def _latencies(stream_busy: dict[int, int], cols: _OpColumns) -> tuple[np.ndarra
 
 def build_rounds(tl: Timeline, idx: list[int], link_gb_s: float, ref_ns: int | None = None) -> list[RoundGraph]:
     """The graphs of rounds `idx`; with `ref_ns`, trace rounds trimmed to the rounds they stand for."""
-    graphs = [g for g in (build_round(tl, int(i), link_gb_s) for i in idx) if g is not None]
+    found = _Found(tl)
+    graphs = [g for g in (build_round(tl, int(i), link_gb_s, found) for i in idx) if g is not None]
     if ref_ns is not None:
         for g in graphs:
             trim_recording_cost(g, ref_ns)
