@@ -188,7 +188,8 @@ def _host_nodes(
     ext_at = np.searchsorted(s, cols.start[ext], side="left")  # the item they come before
     own, counts, placed = _own_ops(ev["corr"][op_idx], np.where(it.wait > 0, 0, ev["corr"][it.idx]))
     item = np.concatenate([ext_at, np.repeat(np.arange(len(s)), counts)]).astype(np.int64)
-    issued = Issued(cols.stream, cols.end, item, np.concatenate([ext, placed]).astype(np.int64))
+    issued_ops = np.concatenate([np.array(ext, dtype=np.int64), placed])  # the externals', then the items'
+    issued = Issued(cols.stream, cols.end, item, issued_ops)
     # when each op was issued: its call's start (the last call's, by two; external work: its own start)
     cols.issue_at[placed] = s.repeat(counts)
     # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
@@ -227,6 +228,10 @@ def _host_nodes(
     where[order] = np.arange(len(order))
     seg, module, ns, names = entries
     f.modules = Modules(where[seg_pool[seg]], module, ns, names)
+    # columns.issued(f), from the pool: the externals' ops and the items' (the segments issue none)
+    node = where[np.concatenate([np.arange(ne), ne + nseg - last + np.repeat(np.arange(n), counts)]).astype(np.int64)]
+    by_node = np.argsort(node, kind="stable")
+    f.issue = (np.bincount(node, minlength=len(order)), node[by_node], issued_ops[by_node])
     return f
 
 

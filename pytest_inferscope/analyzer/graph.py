@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..events import CopyKind, Kind
-from .columns import BLOCKING, CALL, EXTERNAL, K_BLOCKING, K_CALL, K_EXTERNAL, K_SEGMENT, KIND_OF, SEGMENT, Flat
+from .columns import BLOCKING, CALL, EXTERNAL, K_BLOCKING, K_CALL, K_EXTERNAL, K_SEGMENT, KIND_OF, SEGMENT, Flat, issued
 from .sampling import module_of as module_of  # re-exported: the module a sampled frame is in
 
 __all__ = ["BLOCKING", "CALL", "EXTERNAL", "SEGMENT"]  # re-exported: the node kinds (columns.py)
@@ -166,7 +166,7 @@ class ArrayGraph(RoundGraph):
         f = self.columns
         if f is None:
             return super().has_launch_call
-        issuing = np.fromiter(map(bool, f.node_ops), dtype=bool, count=len(f.node_ops))
+        issuing = issued(f)[0] > 0
         return bool((issuing & (f.kind != K_SEGMENT) & (f.kind != K_EXTERNAL)).any())
 
 
