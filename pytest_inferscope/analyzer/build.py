@@ -193,8 +193,8 @@ def _host_nodes(
     # when each op was issued: its call's start (the last call's, by two; external work: its own start)
     cols.issue_at[placed] = s.repeat(counts)
     # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
-    maybe = (it.wait > 0) | _named(tl, it.name_ids, _is_sync_call)
-    maybe |= _named(tl, it.name_ids, _is_copy_call) & (counts > 0)
+    sync_named, copy_named = _named(tl, it.name_ids, _is_sync_call, _is_copy_call)
+    maybe = (it.wait > 0) | sync_named | (copy_named & (counts > 0))
     sync_types = found.sync_types if maybe.any() else {}
     for k in np.flatnonzero(maybe).tolist():
         _blocking(it, k, own[k], sync_types.get(it.corrs[k]), issued, cols)
@@ -249,12 +249,16 @@ def _own_ops(op_corr: np.ndarray, item_corr: np.ndarray) -> tuple[list[list[int]
     return own, counts, order[at]
 
 
-def _named(tl: Timeline, ids: np.ndarray, test: Callable[[str], bool]) -> np.ndarray:
-    """`test` of the name of each of `ids` (interned names), asked once per distinct name."""
+def _named(tl: Timeline, ids: np.ndarray, *tests: Callable[[str], bool]) -> list[np.ndarray]:
+    """Each of `tests` of the name of each of `ids` (interned names), asked once per distinct name."""
     distinct = np.unique(ids).tolist()
-    table = np.zeros(len(tl.strings), dtype=bool)
-    table[distinct] = [test(tl.strings[i]) for i in distinct]
-    return table[ids]
+    names = [tl.strings[i] for i in distinct]
+    out = []
+    for test in tests:
+        table = np.zeros(len(tl.strings), dtype=bool)
+        table[distinct] = [test(name) for name in names]
+        out.append(table[ids])
+    return out
 
 
 def _blocking(

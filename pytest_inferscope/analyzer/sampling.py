@@ -98,13 +98,15 @@ def sampled_entries(a: np.ndarray, b: np.ndarray, samples: Samples) -> Entries:
     k = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - k0, count)
     over = np.minimum(e[k], b[seg]) - np.maximum(s[k], a[seg])
     seg, k, over = seg[over > 0], k[over > 0], over[over > 0]
-    names, module = np.unique(np.asarray(samples[3], dtype=object), return_inverse=True)
+    index: dict[str, int] = {}  # each module's number, as first sampled (np.unique of strings sorts them: dearer)
+    module = np.array([index.setdefault(m, len(index)) for m in samples[3]], dtype=np.int64)
+    names = list(index)
     keys, first, which = np.unique(seg * len(names) + module[k], return_index=True, return_inverse=True)
     total = np.zeros(len(keys), dtype=np.int64)
     np.add.at(total, which, over)
     order = np.argsort(first)  # by segment, then as first sampled: the order modules_in adds them in
     keys = keys[order]
-    return keys // len(names), keys % len(names), total[order], names.tolist()
+    return keys // len(names), keys % len(names), total[order], names
 
 
 def modules_in(a: int, b: int, samples: Samples, name: str) -> dict[str, int]:
