@@ -20,6 +20,7 @@ the graph; `whatif.py` transforms it. Pure functions; nothing here prints or wri
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +156,14 @@ class ArrayGraph(RoundGraph):
     def ops(self, value: list[GpuOp]) -> None:
         if value or self.flat is None:
             self._ops = value
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any RoundGraph with the same fields (not only to another ArrayGraph)."""
+        if not isinstance(other, RoundGraph):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(RoundGraph) if f.compare)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as RoundGraph
 
     @property
     def columns(self) -> Flat | None:

@@ -243,6 +243,8 @@ def test_the_columns_a_graph_is_built_as_are_its_objects_read_back(scenario: str
         assert (back.node_ops, back.waits, back.op_name) == (built.node_ops, built.waits, built.op_name)
         assert (back.node_name, back.node_sync) == (built.node_name, built.node_sync)
         assert _entries(back.modules) == _entries(built.modules)
+        plain = RoundGraph(g.nodes, g.ops, g.measured_ns, g.stream_busy, g.counted, g.link_gb_s, g.framework)
+        assert g == plain and plain == g  # equal to a graph written as objects, either way round
 
 
 def _entries(m: Modules) -> list[tuple[int, str, int]]:
