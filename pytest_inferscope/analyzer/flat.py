@@ -219,15 +219,16 @@ class Plan:
 MIN_STRETCH = 24
 
 
-def compile_plan(f: Flat, shape: Shape | None = None) -> Plan | None:
+def compile_plan(f: Flat, shape: Shape | None = None, like: tuple[Flat, Plan] | None = None) -> Plan | None:
     """The plan of `f` (`shape`: its shape, when known), or None where the array replay does not apply: float
     times, an op issued twice, an op followed by two (the chains are not chains), or stretches too short to
-    pay off."""
+    pay off. `like`: arrays of the same shape and their plan, whose parts `f` shares where it shares their
+    columns (a what-if that changes only the host, or only the ops)."""
     arrays = (f.dur, f.op_dur, f.op_lat, f.op_gap, f.op_floor, f.op_start, f.op_after)
     if not len(f.op_dur) or any(a.dtype.kind not in "iu" for a in arrays):
         return None
     shape = shape or shape_of(f)
-    return None if shape is None else _lengths(f, shape)
+    return None if shape is None else _lengths(f, shape, like if like and like[1].shape is shape else None)
 
 
 def shape_of(f: Flat) -> Shape | None:
@@ -305,27 +306,35 @@ def _shape(f: Flat, pos: np.ndarray, node_of: np.ndarray, parent: np.ndarray, bl
     )
 
 
-def _lengths(f: Flat, sh: Shape) -> Plan:
-    n_ops = len(f.op_dur)
+def _lengths(f: Flat, sh: Shape, like: tuple[Flat, Plan] | None) -> Plan:
+    lf, lp = like if like is not None else (None, None)
+
+    def shared(*columns: str) -> bool:  # the same arrays as `like`'s: its plan's parts from them hold for `f`
+        return lf is not None and all(getattr(f, c) is getattr(lf, c) for c in columns)
+
+    host = (lp.base, lp.host_before, lp.host_total) if lp and shared("kind", "dur", "op_lat", "op_start") else None
+    base, host_before, host_total = host or _host_part(f, sh)
+    c, dur = (lp.c, lp.dur) if lp and shared("op_dur", "op_gap") else _chain_part(f, sh)
+    floor = lp.floor if lp and shared("op_floor") else f.op_floor.astype(np.int64)[sh.op]
+    return Plan(sh, base, floor, c, dur, host_before, host_total, f.counted, len(f.op_dur))
+
+
+def _host_part(f: Flat, sh: Shape) -> tuple[np.ndarray, list[int], int]:
+    """By run position each op's ready time (less the host's waits); the host's clock before each blocking
+    node and at the end, without waits."""
     adv = np.where(f.kind == K_EXTERNAL, 0, f.dur).astype(np.int64)
     host = np.concatenate([[0], np.cumsum(adv)])  # the host's clock before each node, without waits
     base = f.op_start.astype(np.int64)
     base = np.where(sh.on_host, host[np.minimum(sh.node_of, len(host) - 1)] + f.op_lat, base)
-    # c: along each chain, the durations and gaps before each op
+    return base[sh.op], host[sh.blocks].tolist(), int(host[-1])
+
+
+def _chain_part(f: Flat, sh: Shape) -> tuple[np.ndarray, np.ndarray]:
+    """By run position `c` (along each chain, the durations and gaps before each op) and each op's duration."""
+    n_ops = len(f.op_dur)
     parent = sh.parent
     w = np.where(parent >= 0, f.op_dur[np.maximum(parent, 0)] + f.op_gap, 0)[sh.by_chain]
     csum = np.cumsum(w)
     c = np.empty(n_ops, dtype=np.int64)
     c[sh.by_chain] = csum - np.repeat(csum[sh.head] - w[sh.head], np.diff(np.append(sh.head, n_ops)))
-    run = sh.op
-    return Plan(
-        shape=sh,
-        base=base[run],
-        floor=f.op_floor.astype(np.int64)[run],
-        c=c[run],
-        dur=f.op_dur.astype(np.int64)[run],
-        host_before=host[sh.blocks].tolist(),
-        host_total=int(host[-1]),
-        counted=f.counted,
-        n_ops=n_ops,
-    )
+    return c[sh.op], f.op_dur.astype(np.int64)[sh.op]

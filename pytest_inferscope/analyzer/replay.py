@@ -151,12 +151,13 @@ class Replayer:
         self.graph = graph
         self.flat = flat_of(graph)
         self.shape = shape_of(self.flat) if len(self.flat.op_dur) else None
+        self.plan = compile_plan(self.flat, self.shape) if self.shape else None  # what-ifs share its parts
 
     def round_ns(self, graph: RoundGraph) -> int:
         """The replayed round of `graph` (this one, a copy of it, or any other graph)."""
         d = graph.derived
         if graph is self.graph:
-            plan = compile_plan(self.flat, self.shape) if self.shape else None
+            plan = self.plan
             if plan is None:  # walked: as objects (made from the columns, where the graph was built as them)
                 return replay_walk(materialise(graph, self.flat)).round_ns
         elif d is not None and d.base is self.graph:
@@ -171,7 +172,7 @@ class Replayer:
         base = self.flat
         same = f.kind is base.kind and f.node_ops is base.node_ops and f.waits is base.waits
         same = same and f.op_after is base.op_after and self.shape is not None
-        plan = compile_plan(f, self.shape if same else None)
+        plan = compile_plan(f, self.shape, (base, self.plan)) if same and self.plan else compile_plan(f)
         if plan is None:
             return replay_walk(materialise(self.graph, f)).round_ns
         return _plan_round_ns(plan)
