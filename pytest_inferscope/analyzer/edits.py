@@ -13,16 +13,18 @@ Pure functions; nothing here prints or writes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
-from ..events import Kind
+from ..events import CopyKind, Kind
 from .comm import is_comm_kernel
-from .flat import K_BLOCKING, K_CALL, K_SEGMENT, Flat, flatten, issued, materialise
-from .graph import CALL, Derived, GpuOp, HostNode, RoundGraph
+from .context_gpu import ALLOC_CALL
+from .flat import K_BLOCKING, K_CALL, K_SEGMENT, Flat, flat_of, issued, materialise
+from .graph import CALL, READ_BYTES, Derived, GpuOp, HostNode, RoundGraph
 
 T = TypeVar("T")
 
@@ -41,9 +43,8 @@ class ArrayTransform:
     on_arrays: Callable[[Flat], Flat | None]
 
     def __call__(self, g: RoundGraph) -> RoundGraph | None:
-        f = flatten(g)
-        changed = self.on_arrays(f)
-        return None if changed is None else materialise(g, f, changed)
+        changed = self.on_arrays(flat_of(g))
+        return None if changed is None else materialise(g, changed)
 
 
 def cuda_graph_arrays(f: Flat) -> Flat | None:
@@ -116,6 +117,101 @@ def faster(select: Callable[[Flat], np.ndarray], factor: float | None) -> Callab
 def compute(f: Flat) -> np.ndarray:
     """Kernels and memsets, collectives left out."""
     return ((f.op_kind == Kind.KERNEL) | (f.op_kind == Kind.MEMSET)) & ~comm_kernels(f)
+
+
+def syncs_removed(kind: str) -> Callable[[Flat], Flat | None]:
+    """The blocking calls of synchronisation `kind` wait for nothing and cost nothing, and the reads they waited
+    for (`_reads`) go too (whatif.remove_syncs)."""
+
+    def on_arrays(f: Flat) -> Flat | None:
+        blocks = np.flatnonzero(f.kind == K_BLOCKING)
+        hit = [b for b in blocks.tolist() if f.node_sync[b] == kind]
+        if not hit:
+            return None
+        stretch = np.concatenate([[0], blocks[:-1] + 1])[np.searchsorted(blocks, hit)]  # after the block before
+        nodes, ops = _reads(f, hit, stretch.tolist())
+        dur, kinds, waits = f.dur.copy(), f.kind.copy(), list(f.waits)
+        dur[hit], kinds[hit], dur[nodes] = 0, K_CALL, 0
+        for b in hit:
+            waits[b] = []
+        op_dur = f.op_dur
+        if len(ops):
+            op_dur = op_dur.copy()
+            op_dur[ops] = 0
+        return dataclasses.replace(f, kind=kinds, dur=dur, waits=waits, op_dur=op_dur)
+
+    return on_arrays
+
+
+def _reads(f: Flat, blocks: list[int], stretch: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The reads each of `blocks` waited for, issued in its own stretch (nodes `stretch` to the block): small
+    device-to-host copies. Their host nodes (the copy call, the segments from it to the block, and the segment
+    right before the call when it is no longer than DISPATCH_NS: the framework's dispatch of the read) and their
+    ops."""
+    assert f.op_copy is not None and f.op_nbytes is not None
+    is_read = (f.op_kind == Kind.MEMCPY) & (f.op_copy == CopyKind.DTOH) & (f.op_nbytes > 0)
+    is_read &= f.op_nbytes <= READ_BYTES
+    _, issuer, placed = issued(f)
+    sel = is_read[placed]
+    issuers: dict[int, list[int]] = {}  # each read op's issuing nodes
+    for c, j in zip(issuer[sel].tolist(), placed[sel].tolist(), strict=True):
+        issuers.setdefault(j, []).append(c)
+    read, kind, dur = is_read.tolist(), f.kind, f.dur
+    nodes: list[int] = []
+    ops: list[int] = []
+    mark = np.zeros(len(kind) + 1, dtype=np.int64)  # +1 where a read's segments start, -1 after them
+    for b, first in zip(blocks, stretch, strict=True):
+        wanted = {j for j in f.waits[b] if read[j]}
+        calls = {c for j in wanted for c in issuers.get(j, ()) if first <= c < b and kind[c] == K_CALL}
+        for c in calls:
+            ops += [j for j in f.node_ops[c] if j in wanted]
+            nodes.append(c)
+            mark[c + 1] += 1
+            mark[b] -= 1
+            if c > 0 and kind[c - 1] == K_SEGMENT and dur[c - 1] <= DISPATCH_NS:
+                nodes.append(c - 1)
+    segments = np.flatnonzero((np.cumsum(mark)[:-1] > 0) & (kind == K_SEGMENT))
+    return np.concatenate([np.array(nodes, dtype=np.int64), segments]), np.array(ops, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _alloc_name(name: str) -> bool:
+    return bool(ALLOC_CALL.search(name))
+
+
+def allocator_free(f: Flat) -> Flat | None:
+    """The GPU allocator's calls cost nothing and wait for nothing (whatif.no_allocator)."""
+    alloc = {name for name in set(f.node_name) if _alloc_name(name)}
+    if not alloc:  # most rounds: nothing to change, found without a Python step per node
+        return None
+    named = np.fromiter((name in alloc for name in f.node_name), dtype=bool, count=len(f.node_name))
+    hits = named & ((f.kind == K_CALL) | (f.kind == K_BLOCKING))
+    if not hits.any():
+        return None
+    dur = np.where(hits, 0, f.dur)
+    if not (f.kind[hits] == K_BLOCKING).any():  # calls only: the same shape
+        return dataclasses.replace(f, dur=dur)
+    waits = [[] if h else w for h, w in zip(hits.tolist(), f.waits, strict=True)]
+    return dataclasses.replace(f, dur=dur, kind=np.where(hits, K_CALL, f.kind).astype(f.kind.dtype), waits=waits)
+
+
+def module_removed(module: str) -> Callable[[Flat], Flat | None]:
+    """The host segments lose the time sampled in `module` (whatif.remove_module)."""
+
+    def on_arrays(f: Flat) -> Flat | None:
+        m = f.modules
+        sel = np.isin(m.module, [k for k, name in enumerate(m.names) if name == module])
+        node, ns = m.node[sel], m.ns[sel]
+        keep = f.kind[node] == K_SEGMENT
+        node, ns = node[keep], ns[keep]
+        new = np.maximum(0, f.dur[node] - ns)
+        if not (new != f.dur[node]).any():
+            return None
+        dur = f.dur.copy()
+        dur[node] = new
+        return dataclasses.replace(f, dur=dur)
+
+    return on_arrays
 
 
 def _clone(x: T) -> T:

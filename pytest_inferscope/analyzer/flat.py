@@ -13,14 +13,24 @@ import dataclasses
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Any
 
 import numpy as np
 
-from .graph import BLOCKING, CALL, EXTERNAL, SEGMENT, Derived, HostNode, RoundGraph
-
-#: Node kind codes; any other kind (K_OTHER) replays as a call.
-K_SEGMENT, K_CALL, K_BLOCKING, K_EXTERNAL, K_OTHER = 0, 1, 2, 3, 4
+from .columns import (
+    BLOCKING,
+    CALL,
+    EXTERNAL,
+    K_BLOCKING,
+    K_CALL,
+    K_EXTERNAL,
+    K_OTHER,
+    K_SEGMENT,
+    SEGMENT,
+    Flat,
+    Modules,
+    issued,
+)
+from .graph import ArrayGraph, HostNode, RoundGraph, gpu_ops, host_nodes
 
 
 class _Codes(dict[str, int]):
@@ -38,47 +48,23 @@ def _kinds(nodes: list[HostNode]) -> np.ndarray:
     return np.fromiter(map(_CODES.__getitem__, map(attrgetter("kind"), nodes)), dtype=np.int8, count=len(nodes))
 
 
-@dataclass
-class Flat:
-    """A graph's nodes and ops as arrays; `node_ops` and `waits` are per node, as in the graph."""
-
-    kind: np.ndarray  # per node: K_*
-    dur: np.ndarray  # per node
-    node_ops: list[list[int]]
-    waits: list[list[int]]
-    op_dur: np.ndarray
-    op_lat: np.ndarray
-    op_gap: np.ndarray
-    op_floor: np.ndarray
-    op_start: np.ndarray
-    op_after: np.ndarray
-    op_kind: np.ndarray
-    op_name: list[str]
-    counted: np.ndarray
-    #: Which ops are collective kernels, once asked (edits.comm_kernels); None until then, and where ops changed.
-    comm: np.ndarray | None = field(default=None, repr=False, compare=False)
-    #: `issued(f)`, once asked; None until then, and where nodes changed.
-    issue: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
-
-
-def issued(f: Flat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """How many ops each node issued, and every issued op's node and the op, in node order: kept on `f` for the
-    shape and the what-ifs that ask again (they share the nodes' ops)."""
-    if f.issue is None:
-        counts = np.fromiter(map(len, f.node_ops), dtype=np.int64, count=len(f.node_ops))
-        placed = np.fromiter(chain.from_iterable(f.node_ops), dtype=np.int64, count=int(counts.sum()))
-        f.issue = (counts, np.repeat(np.arange(len(counts)), counts), placed)
-    return f.issue
-
-
 def _ints(values: list) -> np.ndarray:
     a = np.asarray(values)
     return a if a.size else np.zeros(0, dtype=np.int64)
 
 
+def flat_of(g: RoundGraph) -> Flat:
+    """The graph's columns: those it was built as (build.py), or its objects read into them."""
+    f = g.columns if isinstance(g, ArrayGraph) else None
+    return flatten(g) if f is None else f
+
+
 def flatten(g: RoundGraph) -> Flat:
     """The graph as arrays."""
     nodes, ops = g.nodes, g.ops
+    names: dict[str, int] = {}
+    entries = [(i, names.setdefault(m, len(names)), ns) for i, n in enumerate(nodes) for m, ns in n.modules.items()]
+    node, module, ns = (np.array([e[k] for e in entries], dtype=np.int64) for k in range(3))
     return Flat(
         kind=_kinds(nodes),
         dur=_ints([n.dur for n in nodes]),
@@ -93,6 +79,17 @@ def flatten(g: RoundGraph) -> Flat:
         op_kind=_ints([o.kind for o in ops]),
         op_name=[o.name for o in ops],
         counted=np.asarray(g.counted, dtype=np.int64),
+        node_start=_ints([n.start for n in nodes]),
+        node_name=[n.name for n in nodes],
+        node_sync=[n.sync for n in nodes],
+        modules=Modules(node, module, ns, list(names)),
+        op_stream=_ints([o.stream for o in ops]),
+        op_end=_ints([o.end for o in ops]),
+        op_nbytes=_ints([o.nbytes for o in ops]),
+        op_copy=_ints([o.copy for o in ops]),
+        op_pageable=np.array([o.pageable for o in ops], dtype=bool),
+        link_gb_s=g.link_gb_s,
+        other={i: n.kind for i, n in enumerate(nodes) if n.kind not in _CODES},
     )
 
 
@@ -136,27 +133,17 @@ def _assign(a: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def materialise(g: RoundGraph, f: Flat, changed: Flat) -> RoundGraph:
-    """A copy of `g` (whose arrays are `f`) with the lengths of `changed`: its changed nodes and ops copied."""
-    nodes, ops = list(g.nodes), list(g.ops)
-    node_idx = np.flatnonzero(changed.dur != f.dur).tolist()
-    for i in node_idx:
-        nodes[i] = dataclasses.replace(nodes[i], dur=_py(changed.dur[i]))
-    fields = ("dur", "lat", "gap", "floor", "start")
-    differs = np.zeros(len(ops), dtype=bool)
-    for name in fields:
-        differs |= getattr(changed, "op_" + name) != getattr(f, "op_" + name)
-    op_idx = np.flatnonzero(differs).tolist()
-    for j in op_idx:
-        values: dict[str, Any] = {k: _py(getattr(changed, "op_" + k)[j]) for k in fields}
-        ops[j] = dataclasses.replace(ops[j], **values)
-    out = dataclasses.replace(g, nodes=nodes, ops=ops)
-    out.derived = Derived(g, set(node_idx), set(op_idx))
-    return out
-
-
-def _py(x: np.generic) -> Any:
-    return x.item()
+def materialise(g: RoundGraph, changed: Flat) -> RoundGraph:
+    """A copy of `g` written as `changed` (its columns, changed by a what-if on arrays), as objects."""
+    return RoundGraph(
+        host_nodes(changed),
+        gpu_ops(changed),
+        g.measured_ns,
+        dict(g.stream_busy),
+        list(g.counted),
+        g.link_gb_s,
+        set(g.framework),
+    )
 
 
 @dataclass
@@ -232,15 +219,16 @@ class Plan:
 MIN_STRETCH = 24
 
 
-def compile_plan(f: Flat, shape: Shape | None = None) -> Plan | None:
+def compile_plan(f: Flat, shape: Shape | None = None, like: tuple[Flat, Plan] | None = None) -> Plan | None:
     """The plan of `f` (`shape`: its shape, when known), or None where the array replay does not apply: float
     times, an op issued twice, an op followed by two (the chains are not chains), or stretches too short to
-    pay off."""
+    pay off. `like`: arrays of the same shape and their plan, whose parts `f` shares where it shares their
+    columns (a what-if that changes only the host, or only the ops)."""
     arrays = (f.dur, f.op_dur, f.op_lat, f.op_gap, f.op_floor, f.op_start, f.op_after)
     if not len(f.op_dur) or any(a.dtype.kind not in "iu" for a in arrays):
         return None
     shape = shape or shape_of(f)
-    return None if shape is None else _lengths(f, shape)
+    return None if shape is None else _lengths(f, shape, like if like and like[1].shape is shape else None)
 
 
 def shape_of(f: Flat) -> Shape | None:
@@ -318,27 +306,35 @@ def _shape(f: Flat, pos: np.ndarray, node_of: np.ndarray, parent: np.ndarray, bl
     )
 
 
-def _lengths(f: Flat, sh: Shape) -> Plan:
-    n_ops = len(f.op_dur)
+def _lengths(f: Flat, sh: Shape, like: tuple[Flat, Plan] | None) -> Plan:
+    lf, lp = like if like is not None else (None, None)
+
+    def shared(*columns: str) -> bool:  # the same arrays as `like`'s: its plan's parts from them hold for `f`
+        return lf is not None and all(getattr(f, c) is getattr(lf, c) for c in columns)
+
+    host = (lp.base, lp.host_before, lp.host_total) if lp and shared("kind", "dur", "op_lat", "op_start") else None
+    base, host_before, host_total = host or _host_part(f, sh)
+    c, dur = (lp.c, lp.dur) if lp and shared("op_dur", "op_gap") else _chain_part(f, sh)
+    floor = lp.floor if lp and shared("op_floor") else f.op_floor.astype(np.int64)[sh.op]
+    return Plan(sh, base, floor, c, dur, host_before, host_total, f.counted, len(f.op_dur))
+
+
+def _host_part(f: Flat, sh: Shape) -> tuple[np.ndarray, list[int], int]:
+    """By run position each op's ready time (less the host's waits); the host's clock before each blocking
+    node and at the end, without waits."""
     adv = np.where(f.kind == K_EXTERNAL, 0, f.dur).astype(np.int64)
     host = np.concatenate([[0], np.cumsum(adv)])  # the host's clock before each node, without waits
     base = f.op_start.astype(np.int64)
     base = np.where(sh.on_host, host[np.minimum(sh.node_of, len(host) - 1)] + f.op_lat, base)
-    # c: along each chain, the durations and gaps before each op
+    return base[sh.op], host[sh.blocks].tolist(), int(host[-1])
+
+
+def _chain_part(f: Flat, sh: Shape) -> tuple[np.ndarray, np.ndarray]:
+    """By run position `c` (along each chain, the durations and gaps before each op) and each op's duration."""
+    n_ops = len(f.op_dur)
     parent = sh.parent
     w = np.where(parent >= 0, f.op_dur[np.maximum(parent, 0)] + f.op_gap, 0)[sh.by_chain]
     csum = np.cumsum(w)
     c = np.empty(n_ops, dtype=np.int64)
     c[sh.by_chain] = csum - np.repeat(csum[sh.head] - w[sh.head], np.diff(np.append(sh.head, n_ops)))
-    run = sh.op
-    return Plan(
-        shape=sh,
-        base=base[run],
-        floor=f.op_floor.astype(np.int64)[run],
-        c=c[run],
-        dur=f.op_dur.astype(np.int64)[run],
-        host_before=host[sh.blocks].tolist(),
-        host_total=int(host[-1]),
-        counted=f.counted,
-        n_ops=n_ops,
-    )
+    return c[sh.op], f.op_dur.astype(np.int64)[sh.op]

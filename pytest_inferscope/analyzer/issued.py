@@ -11,14 +11,10 @@ class Issued:
     among the longest run of ops that had all finished when the call returned. One op per stream stands for the
     run: a stream runs its ops in order, so the others had finished before it (replay.py keeps that order).
 
-    Ops are issued by host items (calls, waits) in order: external ops (`ext`) before item `ext_at`, then the
-    ops of each item (`own`); `op_streams` and `op_ends` are the ops' streams (graph.GpuOp.stream) and ends, by op."""
+    Ops are issued by host items (calls, waits) in order: op `op[i]` by item `item[i]`, the external ops first
+    at each item; `op_streams` and `op_ends` are the ops' streams (graph.GpuOp.stream) and ends, by op."""
 
-    def __init__(
-        self, op_streams: np.ndarray, op_ends: np.ndarray, ext: list[int], ext_at: list[int], own: list[list[int]]
-    ) -> None:
-        item = np.array(ext_at + [k for k, x in enumerate(own) for _ in x], dtype=np.int64)
-        op = np.array(ext + [j for x in own for j in x], dtype=np.int64)
+    def __init__(self, op_streams: np.ndarray, op_ends: np.ndarray, item: np.ndarray, op: np.ndarray) -> None:
         order = np.argsort(item, kind="stable")  # externals first at each item: they come first in `item`
         item, op = item[order], op[order]
         stream, end = op_streams[op].astype(np.int64), op_ends[op].astype(np.int64)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .flat import Flat, Plan, compile_plan, flatten, materialise, patch, shape_of
+from .flat import Flat, Plan, compile_plan, flat_of, materialise, patch, shape_of
 from .graph import BLOCKING, EXTERNAL, SEGMENT, RoundGraph
 
 
@@ -149,14 +149,17 @@ class Replayer:
 
     def __init__(self, graph: RoundGraph) -> None:
         self.graph = graph
-        self.flat = flatten(graph)
+        self.flat = flat_of(graph)
         self.shape = shape_of(self.flat) if len(self.flat.op_dur) else None
+        self.plan = compile_plan(self.flat, self.shape) if self.shape else None  # what-ifs share its parts
 
     def round_ns(self, graph: RoundGraph) -> int:
         """The replayed round of `graph` (this one, a copy of it, or any other graph)."""
         d = graph.derived
         if graph is self.graph:
-            plan = compile_plan(self.flat, self.shape) if self.shape else None
+            plan = self.plan
+            if plan is None:  # walked: as objects (made from the columns, where the graph was built as them)
+                return replay_walk(materialise(graph, self.flat)).round_ns
         elif d is not None and d.base is self.graph:
             f, same = patch(self.flat, graph, d.nodes, d.ops)
             plan = compile_plan(f, self.shape if same and self.shape else None)
@@ -169,9 +172,9 @@ class Replayer:
         base = self.flat
         same = f.kind is base.kind and f.node_ops is base.node_ops and f.waits is base.waits
         same = same and f.op_after is base.op_after and self.shape is not None
-        plan = compile_plan(f, self.shape if same else None)
+        plan = compile_plan(f, self.shape, (base, self.plan)) if same and self.plan else compile_plan(f)
         if plan is None:
-            return replay_walk(materialise(self.graph, base, f)).round_ns
+            return replay_walk(materialise(self.graph, f)).round_ns
         return _plan_round_ns(plan)
 
 

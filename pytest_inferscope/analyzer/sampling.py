@@ -62,32 +62,51 @@ def segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
 
 #: Up to this many (segment, sample) pairs that can overlap, `sampled_modules` counts them one by one: its array
 #: operations cost more than that (a trace round of ViT-B/16 holds ~300 segments and 2 samples).
-FEW_PAIRS = 256
+FEW_PAIRS = 48
+
+
+#: Per (segment, module): the segment, the module (an index into the names) and its sampled ns, by segment and then
+#: in the order the module was first sampled there; and the names.
+Entries = tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]
 
 
 def sampled_modules(a: np.ndarray, b: np.ndarray, samples: Samples) -> list[dict[str, int]]:
     """For each segment [a, b): the ns each module was sampled in it, as `modules_in` counts them."""
+    seg, module, ns, names = sampled_entries(a, b, samples)
+    out: list[dict[str, int]] = [{} for _ in range(len(a))]
+    for i, k, v in zip(seg.tolist(), module.tolist(), ns.tolist(), strict=True):
+        out[i][names[k]] = v
+    return out
+
+
+def entries_of(dicts: list[tuple[int, dict[str, int]]]) -> Entries:
+    """The entries of a few segments' modules (segment index, its `modules_in`)."""
+    names: dict[str, int] = {}
+    rows = [(i, names.setdefault(m, len(names)), ns) for i, d in dicts for m, ns in d.items()]
+    seg, module, ns = (np.array([r[k] for r in rows], dtype=np.int64) for k in range(3))
+    return seg, module, ns, list(names)
+
+
+def sampled_entries(a: np.ndarray, b: np.ndarray, samples: Samples) -> Entries:
+    """For each segment [a, b): the ns each module was sampled in it, as `modules_in` counts them, as entries."""
     s, e, run_end = (np.asarray(x, dtype=np.int64) for x in samples[:3])
     k0, k1 = np.searchsorted(run_end, a, side="right"), np.searchsorted(s, b, side="left")
     count = np.maximum(0, k1 - k0)  # the samples that can overlap each (see modules_in)
     if int(count.sum()) <= FEW_PAIRS:
-        out: list[dict[str, int]] = [{} for _ in range(len(a))]
-        for i in np.flatnonzero(count).tolist():
-            out[i] = modules_in(int(a[i]), int(b[i]), samples, "")
-        return out
+        return entries_of([(i, modules_in(int(a[i]), int(b[i]), samples, "")) for i in np.flatnonzero(count).tolist()])
     seg = np.repeat(np.arange(len(a)), count)
     k = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - k0, count)
     over = np.minimum(e[k], b[seg]) - np.maximum(s[k], a[seg])
     seg, k, over = seg[over > 0], k[over > 0], over[over > 0]
-    names, module = np.unique(np.asarray(samples[3], dtype=object), return_inverse=True)
+    index: dict[str, int] = {}  # each module's number, as first sampled (np.unique of strings sorts them: dearer)
+    module = np.array([index.setdefault(m, len(index)) for m in samples[3]], dtype=np.int64)
+    names = list(index)
     keys, first, which = np.unique(seg * len(names) + module[k], return_index=True, return_inverse=True)
     total = np.zeros(len(keys), dtype=np.int64)
     np.add.at(total, which, over)
-    out = [{} for _ in range(len(a))]
     order = np.argsort(first)  # by segment, then as first sampled: the order modules_in adds them in
-    for key, ns in zip(keys[order].tolist(), total[order].tolist(), strict=True):
-        out[key // len(names)][names[key % len(names)]] = ns
-    return out
+    keys = keys[order]
+    return keys // len(names), keys % len(names), total[order], names
 
 
 def modules_in(a: int, b: int, samples: Samples, name: str) -> dict[str, int]:

@@ -30,37 +30,31 @@ the most (`WhatIfTable.classify`). Pure functions; nothing here prints or writes
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from operator import attrgetter
+
+import numpy as np
 
 from ..results import UNCLASSIFIED, Suggestion, WhatIfRow
+from .build import round_graphs
+from .columns import K_SEGMENT
 from .context import Context
-from .context_gpu import ALLOC_CALL
 from .edits import (
     DISPATCH_NS,
     GRAPH_GAP_NS,
     ArrayTransform,
-    Edit,
+    allocator_free,
     comm_kernels,
     compute,
     cuda_graph_arrays,
     faster,
     host_work_arrays,
-    unblock,
+    module_removed,
+    syncs_removed,
 )
-from .graph import (
-    BLOCKING,
-    CALLS,
-    SEGMENT,
-    GpuOp,
-    HostNode,
-    RoundGraph,
-    reads,
-    round_graphs,
-)
+from .flat import flat_of
+from .graph import GpuOp, RoundGraph, sync_kinds
 from .replay import Replayer
 from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
@@ -95,7 +89,7 @@ cuda_graph = ArrayTransform(cuda_graph_arrays)
 
 
 def graph_prerequisite(graphs: list[RoundGraph]) -> str:
-    syncs = sum(1 for g in graphs for n in g.nodes if n.kind == BLOCKING and n.sync) / max(1, len(graphs))
+    syncs = len(sync_kinds(graphs)) / max(1, len(graphs))
     if syncs < 1:
         return ""
     return (
@@ -107,32 +101,10 @@ def graph_prerequisite(graphs: list[RoundGraph]) -> str:
 def remove_syncs(kind: str) -> Transform:
     """The blocking calls of one kind stop waiting; what they read is read at the round's end.
 
-    The reads they waited for (`graph.reads`: `.item()` is a small copy, then a sync) go too: one copy
+    The reads they waited for (`edits._reads`: `.item()` is a small copy, then a sync) go too: one copy
     at the end reads every value at once.
     """
-
-    def transform(g: RoundGraph) -> RoundGraph | None:
-        out = Edit(g)
-        stretch = 0  # the first node after the previous blocking call
-        for i, n in enumerate(g.nodes):
-            if n.kind != BLOCKING:
-                continue
-            if n.sync == kind:
-                unblock(out, i, 0)
-                nodes, ops = reads(g, i, stretch, DISPATCH_NS)
-                for k in nodes:
-                    out.node(k).dur = 0
-                for j in ops:
-                    out.op(j).dur = 0
-            stretch = i + 1
-        return out.result()
-
-    return transform
-
-
-@functools.lru_cache(maxsize=4096)
-def _alloc_name(name: str) -> bool:
-    return bool(ALLOC_CALL.search(name))
+    return ArrayTransform(syncs_removed(kind))
 
 
 def faster_gpu(factor: float = 2.0) -> Transform:
@@ -145,37 +117,17 @@ def faster_comm(factor: float | None) -> Transform:
     return ArrayTransform(faster(comm_kernels, factor))
 
 
-def _segments(g: RoundGraph, dur: Callable[[HostNode], int | None]) -> RoundGraph | None:
-    """The segments `dur` gives a new length (None: unchanged)."""
-    out = Edit(g)
-    for i, n in enumerate(g.nodes):
-        if n.kind == SEGMENT and (d := dur(n)) is not None and d != n.dur:
-            out.node(i).dur = d
-    return out.result()
-
-
 def remove_module(module: str) -> Transform:
-    def transform(g: RoundGraph) -> RoundGraph | None:
-        return _segments(g, lambda n: max(0, n.dur - n.modules[module]) if module in n.modules else None)
-
-    return transform
+    return ArrayTransform(module_removed(module))
 
 
 #: The host's own work between launches (segments longer than the dispatch) moved off the critical path.
 host_off_path = ArrayTransform(host_work_arrays)
 
 
-def no_allocator(g: RoundGraph) -> RoundGraph | None:
-    """The GPU allocator's calls (cudaMalloc/cudaFree and the driver's) cost nothing: buffers reused, or the
-    caching allocator warm (cudaFree also waits for the device, so its wait goes too)."""
-    alloc = {name for name in set(map(attrgetter("name"), g.nodes)) if _alloc_name(name)}
-    if not alloc:  # most rounds: nothing to change, found without a Python step per node
-        return None
-    out = Edit(g)
-    for i, n in enumerate(g.nodes):
-        if n.kind in CALLS and n.name in alloc:
-            unblock(out, i, 0)
-    return out.result()
+#: The GPU allocator's calls (cudaMalloc/cudaFree and the driver's) cost nothing: buffers reused, or the caching
+#: allocator warm (cudaFree also waits for the device, so its wait goes too).
+no_allocator = ArrayTransform(allocator_free)
 
 
 def _user_modules(graphs: list[RoundGraph]) -> tuple[list[str], list[str]]:
@@ -184,14 +136,16 @@ def _user_modules(graphs: list[RoundGraph]) -> tuple[list[str], list[str]]:
     long: dict[str, int] = {}
     every: dict[str, int] = {}
     for g in graphs:
-        for n in g.nodes:
-            if n.kind == SEGMENT and n.modules:
-                is_long = n.dur > DISPATCH_NS
-                for m, ns in n.modules.items():
-                    if m not in g.framework:
-                        every[m] = every.get(m, 0) + ns
-                        if is_long:
-                            long[m] = long.get(m, 0) + ns
+        f = flat_of(g)
+        m = f.modules
+        user = np.array([name not in g.framework for name in m.names], dtype=bool)
+        sel = (f.kind[m.node] == K_SEGMENT) & user[m.module] if len(m.names) else np.zeros(0, dtype=bool)
+        is_long = f.dur[m.node[sel]] > DISPATCH_NS
+        for k, ns, lg in zip(m.module[sel].tolist(), m.ns[sel].tolist(), is_long.tolist(), strict=True):
+            name = m.names[k]
+            every[name] = every.get(name, 0) + ns
+            if lg:
+                long[name] = long.get(name, 0) + ns
     return sorted(long, key=lambda m: -long[m]), sorted(every, key=lambda m: -every[m])
 
 
@@ -230,9 +184,8 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
         )
     ]
     kinds: dict[str, int] = {}
-    for g in graphs:
-        for sync in [n.sync for n in g.nodes if n.kind == BLOCKING and n.sync]:
-            kinds[sync] = kinds.get(sync, 0) + 1
+    for sync in sync_kinds(graphs):
+        kinds[sync] = kinds.get(sync, 0) + 1
     for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
         per = count / max(1, len(graphs))
         out.append(

@@ -1,78 +1,122 @@
 """The transfer what-if (transfer_bound): copies pinned, their calls asynchronous, uploads prefetched.
 
-Its transformation of a round graph (graph.py), copied on write (edits.Edit); whatif.py lists it with the
-other what-ifs. Pure functions; nothing here prints or writes.
+Its transformation of a round graph's columns (columns.Flat, replayed as edits.ArrayTransform); whatif.py
+lists it with the other what-ifs. Pure functions; nothing here prints or writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from ..events import CopyKind
-from .edits import Edit, unblock
-from .graph import BLOCKING, CALL, CALLS, EXTERNAL, HOST_LINK, MEMCPY, HostNode, RoundGraph
+from .columns import K_BLOCKING, K_CALL, K_EXTERNAL, Flat, issued
+from .edits import ArrayTransform
+from .graph import HOST_LINK, MEMCPY
 
 #: Pinned copies reach this share of the link's peak (docs/architecture.md, "Transfers and the link").
 PINNED_EFFICIENCY = 0.8
 
 
-def pinned_copies(g: RoundGraph) -> RoundGraph | None:
-    """Copies at the pinned rate, their calls asynchronous, uploads prefetched on a copy stream."""
-    link = g.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
-    hits = [j for j, o in enumerate(g.ops) if o.kind == MEMCPY and o.copy in HOST_LINK]  # copy_is_host_link
-    if not hits or link <= 0:
+def pinned_arrays(f: Flat) -> Flat | None:
+    """Copies at the pinned rate, their calls asynchronous, uploads prefetched on a copy stream: the copy
+    calls and the blocking calls other than synchronisations wait for nothing and cost at most the median
+    launch call; the uploads are issued from the round's start by a node put first ("prefetch")."""
+    assert f.op_copy is not None and f.op_nbytes is not None and f.op_stream is not None
+    link = f.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
+    is_copy = (f.op_kind == MEMCPY) & np.isin(f.op_copy, HOST_LINK)  # graph.copy_is_host_link
+    hits = np.flatnonzero(is_copy)
+    if not len(hits) or link <= 0:
         return None
-    out = Edit(g)
-    launch, changing = _issuing(g, set(hits))
-    launch.sort()
-    cheap = launch[len(launch) // 2] if launch else 0
-    moved = [j for j in hits if g.ops[j].copy == CopyKind.HTOD]
-    for j in hits:
-        if g.ops[j].nbytes:
-            out.op(j).dur = min(g.ops[j].dur, round(g.ops[j].nbytes / link))
+    unblock, cheap = _unblocked(f, is_copy)
+    sized = hits[f.op_nbytes[hits] != 0]
+    moved = hits[f.op_copy[hits] == CopyKind.HTOD].tolist()
+    if not len(sized) and not moved and not unblock.any():
+        return None
+    op_dur = f.op_dur.copy()
+    op_dur[sized] = np.minimum(f.op_dur[sized], np.round(f.op_nbytes[sized] / link))
+    after, stream, start, lat, gap, floor = _uploads_moved(f, moved)
+    dur = np.where(unblock, np.minimum(f.dur, cheap), f.dur)
+    kinds = np.where(unblock, K_CALL, f.kind).astype(f.kind.dtype)
+    waits = [[], *f.waits]
+    for i in np.flatnonzero(unblock).tolist():
+        waits[i + 1] = []
+    node_ops, issue = _ops_moved(f, moved)
+    return dataclasses.replace(  # the prefetch node first: every node one further on
+        f,
+        kind=np.concatenate([np.array([K_EXTERNAL], dtype=kinds.dtype), kinds]),
+        dur=np.concatenate([np.zeros(1, dtype=dur.dtype), dur]),
+        node_ops=node_ops,
+        waits=waits,
+        node_start=None if f.node_start is None else np.concatenate([[0], f.node_start]).astype(np.int64),
+        node_name=["prefetch", *f.node_name],
+        node_sync=["", *f.node_sync],
+        modules=f.modules.shifted(1),
+        other={i + 1: k for i, k in f.other.items()},
+        op_dur=op_dur,
+        op_after=after,
+        op_stream=stream,
+        op_start=start,
+        op_lat=lat,
+        op_gap=gap,
+        op_floor=floor,
+        issue=issue,
+    )
+
+
+def _ops_moved(f: Flat, moved: list[int]) -> tuple[list[list[int]], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each node's ops (the prefetch node first, issuing the uploads `moved`; the others without them), and
+    `columns.issued` of them."""
+    counts, issuer, placed = issued(f)
+    node_ops = [moved, *f.node_ops]
+    keep = ~np.isin(placed, moved)
     gone = set(moved)
+    for i in np.unique(issuer[~keep]).tolist():
+        node_ops[i + 1] = [j for j in f.node_ops[i] if j not in gone]
+    counts = np.concatenate([[len(moved)], np.bincount(issuer[keep], minlength=len(counts))]).astype(np.int64)
+    issuer = np.concatenate([np.zeros(len(moved), dtype=np.int64), issuer[keep] + 1])
+    return node_ops, (counts, issuer, np.concatenate([np.array(moved, dtype=np.int64), placed[keep]]))
+
+
+def _unblocked(f: Flat, is_copy: np.ndarray) -> tuple[np.ndarray, int]:
+    """The nodes the copies' calls and blocking calls become asynchronous at: the copy calls (calls that issued
+    copies only) and the blocking calls that are not synchronisations; and the median launch call's length
+    (of the calls that issued something other than a copy), which they cost at most."""
+    counts, issuer, placed = issued(f)
+    copies = np.bincount(issuer[is_copy[placed]], minlength=len(counts))
+    calls = (f.kind == K_CALL) | (f.kind == K_BLOCKING)
+    asked = np.flatnonzero((counts > 0) & ((copies > 0) | (f.kind == K_BLOCKING))).tolist()
+    no_sync = np.zeros(len(counts), dtype=bool)
+    no_sync[asked] = [not f.node_sync[i] for i in asked]
+    copy_call = calls & no_sync & (copies == counts) & (copies > 0)
+    launch = np.sort(f.dur[(counts > 0) & (f.kind == K_CALL) & ~copy_call])
+    cheap = launch[len(launch) // 2].item() if len(launch) else 0
+    unblock = (counts > 0) & (copy_call | ((f.kind == K_BLOCKING) & no_sync))
+    return unblock, cheap
+
+
+def _uploads_moved(f: Flat, moved: list[int]) -> tuple[np.ndarray, ...]:
+    """The ops' after, stream, start, lat, gap and floor with the uploads `moved` on a copy stream of their
+    device's own, issued at the round's start, each following the one before it there; the op that followed
+    one on its stream now follows the op that one followed."""
+    assert f.op_stream is not None
+    after, stream = f.op_after.copy(), f.op_stream.copy()
+    start, lat, gap, floor = f.op_start.copy(), f.op_lat.copy(), f.op_gap.copy(), f.op_floor.copy()
     followers: dict[int, list[int]] = {j: [] for j in moved}
-    if gone:
-        for k, o in enumerate(g.ops):
-            if o.after in gone:
-                followers[o.after].append(k)
+    for k in np.flatnonzero(np.isin(f.op_after, moved)).tolist() if moved else []:
+        followers[int(f.op_after[k])].append(k)
     copy_stream: dict[int, int] = {}  # per device: the last upload on its copy stream
     for j in moved:
-        o = out.op(j)
-        for k in followers.get(j, []):  # the op that followed it on its stream now follows the one before it
-            out.op(k).after = o.after
-            followers.setdefault(o.after, []).append(k)
-        o.stream = -(((o.stream >> 32) + 1) << 1)  # a copy stream of its own, per device
-        o.after = copy_stream.get(o.stream, -1)
-        o.start, o.lat, o.gap, o.floor = 0, 0, 0, 0
-        copy_stream[o.stream] = j
-    for i, n, copy_call in changing:
-        if copy_call or (n.kind == BLOCKING and not n.sync):
-            unblock(out, i, min(n.dur, cheap))
-        if not gone.isdisjoint(n.ops):
-            out.node(i).ops = [j for j in n.ops if j not in gone]
-    edited = out.result()
-    if edited is not None:
-        edited.nodes.insert(0, HostNode(EXTERNAL, 0, 0, name="prefetch", ops=moved))
-        edited.derived = None  # a node more: not a copy node for node
-    return edited
+        before = int(after[j])
+        for k in followers.get(j, []):
+            after[k] = before
+            followers.setdefault(before, []).append(k)
+        key = -(((int(stream[j]) >> 32) + 1) << 1)
+        stream[j], after[j] = key, copy_stream.get(key, -1)
+        start[j] = lat[j] = gap[j] = floor[j] = 0
+        copy_stream[key] = j
+    return after, stream, start, lat, gap, floor
 
 
-def _issuing(g: RoundGraph, copies: set[int]) -> tuple[list[int], list[tuple[int, HostNode, bool]]]:
-    """The lengths of the launch calls that are not copy calls (a copy call issued `copies` only), and the nodes
-    `pinned_copies` may change: (index, node, whether a copy call) of the blocking calls and those that issued a
-    copy. In one pass, the common case (a launch of no copy) first: a long round holds ~7,000 launches."""
-    launch: list[int] = []
-    changing = []
-    for i, n in enumerate(g.nodes):
-        if not n.ops:
-            continue
-        if copies.isdisjoint(n.ops):
-            if n.kind == CALL:
-                launch.append(n.dur)
-            elif n.kind == BLOCKING:
-                changing.append((i, n, False))
-            continue
-        copy_call = n.kind in CALLS and not n.sync and copies.issuperset(n.ops)
-        if n.kind == CALL and not copy_call:
-            launch.append(n.dur)
-        changing.append((i, n, copy_call))
-    return launch, changing
+pinned_copies = ArrayTransform(pinned_arrays)

@@ -14,9 +14,12 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pytest_inferscope.analyzer import flat
+from pytest_inferscope.analyzer.build import round_graphs
+from pytest_inferscope.analyzer.columns import Modules
 from pytest_inferscope.analyzer.context import Context
 from pytest_inferscope.analyzer.graph import (
     BLOCKING,
@@ -26,7 +29,6 @@ from pytest_inferscope.analyzer.graph import (
     GpuOp,
     HostNode,
     RoundGraph,
-    round_graphs,
 )
 from pytest_inferscope.analyzer.replay import Replayer, replay, replay_plan, replay_walk
 from pytest_inferscope.analyzer.whatif import _whatif_ns, builtin
@@ -217,3 +219,34 @@ def test_the_replay_equals_the_walk_on_the_recorded_scenarios(scenario: str, mon
         got = fast(g)
         assert (got or reference(g)) == reference(g)
         assert replay(g).round_ns == reference(g)[0]
+
+
+@pytest.mark.parametrize("scenario", ["sync_bound", "launch_bound", "transfer_bound", "cpu_bound", "gpu_bound"])
+def test_the_columns_a_graph_is_built_as_are_its_objects_read_back(scenario: str) -> None:
+    """build.py writes a round's graph as columns and makes its objects from them only when read: read back
+    (flat.flatten), the objects give the same columns, and the issued ops kept on them are those the nodes list."""
+    graphs, _ = round_graphs(Context(merge(RawTrace.load(str(ROOT / "tests/data" / scenario / "trace.npz")))))
+    assert graphs
+    for g in graphs:
+        built = flat.flat_of(g)
+        assert built is g.flat
+        kept = built.issue
+        assert kept is not None
+        built.issue = None
+        assert all(np.array_equal(a, b) for a, b in zip(kept, flat.issued(built), strict=True))
+        back = flat.flatten(g)  # reads g.nodes and g.ops: made from the columns here
+        assert flat.flat_of(g) is not built  # the objects are the graph now
+        for name in ("kind", "dur", "op_dur", "op_lat", "op_gap", "op_floor", "op_start", "op_after", "op_kind"):
+            assert np.array_equal(getattr(back, name), getattr(built, name)), name
+        for name in ("node_start", "op_stream", "op_end", "op_nbytes", "op_copy", "op_pageable", "counted"):
+            assert np.array_equal(getattr(back, name), getattr(built, name)), name
+        assert (back.node_ops, back.waits, back.op_name) == (built.node_ops, built.waits, built.op_name)
+        assert (back.node_name, back.node_sync) == (built.node_name, built.node_sync)
+        assert _entries(back.modules) == _entries(built.modules)
+        plain = RoundGraph(g.nodes, g.ops, g.measured_ns, g.stream_busy, g.counted, g.link_gb_s, g.framework)
+        assert g == plain and plain == g  # equal to a graph written as objects, either way round
+
+
+def _entries(m: Modules) -> list[tuple[int, str, int]]:
+    rows = zip(m.node.tolist(), m.module.tolist(), m.ns.tolist(), strict=True)
+    return [(i, m.names[k], ns) for i, k, ns in rows]

@@ -1,0 +1,397 @@
+"""A round's dependency graph (graph.py) built from the timeline, as columns (columns.Flat): `round_graphs`.
+
+The graph is an `ArrayGraph`: its host nodes and GPU ops are made as objects only if something reads
+them; the replay and the built-in what-ifs read the columns. Pure functions of a `Timeline`; nothing
+here prints or writes.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import numpy as np
+
+from ..events import GPU_KINDS, Kind, MemoryKind, SyncType, unpack_copy_flags
+from ..merger import Timeline
+from .columns import K_BLOCKING, K_CALL, K_EXTERNAL, K_SEGMENT, Flat, Modules
+from .context import Context
+from .context_gpu import COPY_CALL, SYNC_CALL
+from .graph import DEFAULT_LAT_NS, ArrayGraph, RoundGraph, trim_recording_cost
+from .idle import CLOCK_SLACK_NS
+from .issued import Issued
+from .sampling import Entries, entries_of, modules_in, sampled_entries, samples_in, segment_names
+
+#: Rounds replayed at most (spread over the API rounds): enough to average out one slow round.
+MAX_ROUNDS = 5
+#: Host nodes replayed at most, over the rounds (fewer rounds for long ones; at least one round).
+MAX_NODES = 40_000
+
+_NONE: list[int] = []  # the ops or waits of a node with none (shared: nothing changes them in place)
+
+
+def _stream_key(ev: np.ndarray) -> np.ndarray:
+    return (ev["device"].astype(np.int64) << 32) | (ev["stream"].astype(np.int64) & 0xFFFFFFFF)
+
+
+def _sync_kind(name: str, sync_type: int | None) -> str:
+    if sync_type == SyncType.STREAM_SYNCHRONIZE or "StreamSynchronize" in name:
+        return "stream synchronize"
+    if sync_type == SyncType.EVENT_SYNCHRONIZE or "EventSynchronize" in name:
+        return "event synchronize"
+    if "Memcpy" in name:
+        return "synchronous copy"
+    return "device synchronize"
+
+
+class _Found:
+    """What every round's graph reads of the whole timeline, found once for all of them: the GPU records, the
+    calls of any thread, the end-of-round waits, and the CUPTI synchronisation records by correlation id."""
+
+    def __init__(self, tl: Timeline) -> None:
+        ev = tl.events
+        self.gpu = np.flatnonzero(tl.mask(*GPU_KINDS))
+        self.gpu_start, self.gpu_end, self.gpu_corr = ev["start"][self.gpu], ev["end"][self.gpu], ev["corr"][self.gpu]
+        self.calls = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & (ev["tid"] >= 0))
+        self.waits = np.flatnonzero(ev["kind"] == Kind.WAIT)
+        self._tl = tl
+        self._sync_types: dict[int, tuple[int, int]] | None = None
+
+    @property
+    def sync_types(self) -> dict[int, tuple[int, int]]:
+        if self._sync_types is None:
+            self._sync_types = _sync_types(self._tl)
+        return self._sync_types
+
+
+def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0, found: _Found | None = None) -> RoundGraph | None:
+    """The graph of one round (an index of a ROUND span); None when it has no GPU work. `found`: what
+    `_Found` finds in `tl`, when the caller has it."""
+    ev = tl.events
+    found = found or _Found(tl)
+    r0, r1 = int(ev["start"][round_i]), int(ev["end"][round_i])
+    tid = int(ev["tid"][round_i])
+    start = ev["start"]
+    # Every thread's calls, in one order: a thread that launches while the round's thread waits for it (the
+    # autograd engine's) hands the host over and back; threads that really run side by side are rare in inference.
+    calls = found.calls[(start[found.calls] >= r0) & (start[found.calls] < r1)]
+    waits = found.waits[(start[found.waits] >= r0) & (start[found.waits] < r1) & (ev["tid"][found.waits] == tid)]
+    for w in waits.tolist():  # the end-of-round synchronize stands for the calls inside it
+        calls = calls[(ev["start"][calls] < ev["start"][w]) | (ev["start"][calls] >= ev["end"][w])]
+    call_corr = ev["corr"][calls]
+    gpu_all, gpu_corr, gpu_start = found.gpu, found.gpu_corr, found.gpu_start
+    own = np.isin(gpu_corr, call_corr[call_corr != 0]) & (gpu_corr != 0)
+    g_in = (gpu_start >= r0) & (gpu_start < r1)
+    # the ops its calls issued, wherever they ran, and the GPU work that started in it (launched by calls of
+    # other rounds or threads, or by none recorded: external)
+    op_idx = gpu_all[own | g_in]
+    if not len(op_idx):
+        return None
+    op_idx = op_idx[np.argsort(ev["start"][op_idx], kind="stable")]
+    external = np.flatnonzero(~own[np.searchsorted(gpu_all, op_idx)]).tolist()
+    cols = _OpColumns(ev[op_idx], r0)
+    stream_busy: dict[int, int] = {}
+    earlier = gpu_all[(gpu_start < r0) & (found.gpu_end > r0)]
+    for k, e in zip(_stream_key(ev[earlier]).tolist(), ev["end"][earlier].tolist(), strict=True):
+        stream_busy[k] = max(stream_busy.get(k, 0), e - r0)
+    counted = np.flatnonzero(cols.end <= r1 - r0 + CLOCK_SLACK_NS)
+    framework: set[str] = set()
+    f = _host_nodes(tl, calls, waits, op_idx, external, (r0, r1, tid), cols, framework, found)
+    f.op_lat, f.op_gap, f.op_after, f.op_floor = _latencies(stream_busy, cols)
+    f.op_name = list(map(tl.strings.__getitem__, ev["name"][op_idx].tolist()))
+    f.counted, f.link_gb_s = counted, link_gb_s
+    return ArrayGraph(
+        flat=f,
+        measured_ns=r1 - r0,
+        stream_busy=stream_busy,
+        counted=counted.tolist(),
+        link_gb_s=link_gb_s,
+        framework=framework,
+    )
+
+
+class _OpColumns:
+    """A round's GPU records (`ev`, by start) as columns, times in ns from the round's start (`r0`)."""
+
+    def __init__(self, ev: np.ndarray, r0: int) -> None:
+        self.kind = ev["kind"].astype(np.int64)
+        self.stream = _stream_key(ev)
+        self.start = (ev["start"] - r0).astype(np.int64)
+        self.end = (ev["end"] - r0).astype(np.int64)
+        copy, src, dst = unpack_copy_flags(ev["flags"])
+        is_copy = self.kind == Kind.MEMCPY
+        self.pageable = is_copy & ((src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE))
+        self.nbytes = np.where(self.kind != Kind.KERNEL, ev["value"], 0).astype(np.int64)
+        self.copy = np.where(is_copy, copy, 0).astype(np.int64)
+        self.dur = (ev["end"] - ev["start"]).astype(np.int64)
+        self.end_list = self.end.tolist()
+        self.issue_at = self.start.copy()  # when each was issued: _host_nodes sets it for the calls' ops
+
+    def flat(self) -> Flat:
+        """The ops' columns of the graph's `Flat` (its nodes', and the ops' lat, gap, after, floor, set after)."""
+        empty = np.zeros(0, dtype=np.int64)
+        f = Flat(empty, empty, [], [], self.dur, empty, empty, empty, self.start, empty, self.kind, [], empty)
+        f.op_stream, f.op_end, f.op_nbytes, f.op_copy, f.op_pageable = (
+            self.stream,
+            self.end,
+            self.nbytes,
+            self.copy,
+            self.pageable,
+        )
+        return f
+
+
+class _Items:
+    """The host items of a round (calls and waits, in the host's order) as columns, before the segments."""
+
+    def __init__(self, tl: Timeline, calls: np.ndarray, waits: np.ndarray, r0: int) -> None:
+        ev = tl.events
+        both = np.concatenate([calls, waits])
+        wait = np.concatenate([np.zeros(len(calls), dtype=np.int64), np.ones(len(waits), dtype=np.int64)])
+        order = np.lexsort((both, wait, ev["start"][both]))  # by start; calls first; by index
+        self.idx, self.wait = both[order], wait[order]
+        self.s = (ev["start"][self.idx] - r0).astype(np.int64)
+        self.e = (ev["end"][self.idx] - r0).astype(np.int64)
+        self.t = np.concatenate([[0], np.maximum.accumulate(np.maximum(self.e, 0))])  # the host's clock before each
+        self.name_ids = ev["name"][self.idx]
+        self.corrs, self.is_wait = ev["corr"][self.idx].tolist(), self.wait.tolist()
+        self.names = list(map(tl.strings.__getitem__, self.name_ids.tolist()))
+        for k in np.flatnonzero(self.wait).tolist():
+            self.names[k] = "end-of-round synchronize"
+        s, e, t = self.s, self.e, self.t
+        # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
+        # adds only the time it runs past the enclosing one.
+        self.dur = np.minimum(np.maximum(0, e - s), np.maximum(0, e - t[:-1]))
+        self.kind = np.full(len(s), K_CALL, dtype=np.int8)
+        self.waits: list[list[int]] = [_NONE] * len(s)
+        self.sync = [""] * len(s)
+
+
+def _host_nodes(
+    tl: Timeline,
+    calls: np.ndarray,
+    waits: np.ndarray,
+    op_idx: np.ndarray,
+    external: list[int],
+    rnd: tuple[int, int, int],
+    cols: _OpColumns,
+    framework: set[str],
+    found: _Found,
+) -> Flat:
+    """The host's order: segments between calls, calls with their ops, blocking calls with what they waited for;
+    the graph's columns, its ops' columns from `cols`."""
+    ev = tl.events
+    r0, r1, _ = rnd
+    it = _Items(tl, calls, waits, r0)
+    s, t = it.s, it.t
+    ext = sorted(external, key=cols.start.tolist().__getitem__) if external else []
+    ext_at = np.searchsorted(s, cols.start[ext], side="left")  # the item they come before
+    own, counts, placed = _own_ops(ev["corr"][op_idx], np.where(it.wait > 0, 0, ev["corr"][it.idx]))
+    item = np.concatenate([ext_at, np.repeat(np.arange(len(s)), counts)]).astype(np.int64)
+    issued_ops = np.concatenate([np.array(ext, dtype=np.int64), placed])  # the externals', then the items'
+    issued = Issued(cols.stream, cols.end, item, issued_ops)
+    # when each op was issued: its call's start (the last call's, by two; external work: its own start)
+    cols.issue_at[placed] = s.repeat(counts)
+    # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
+    sync_named, copy_named = _named(tl, it.name_ids, _is_sync_call, _is_copy_call)
+    maybe = (it.wait > 0) | sync_named | (copy_named & (counts > 0))
+    sync_types = found.sync_types if maybe.any() else {}
+    for k in np.flatnonzero(maybe).tolist():
+        _blocking(it, k, own[k], sync_types.get(it.corrs[k]), issued, cols)
+    seg_start, seg_dur, entries = _segments(tl, s, t, r1 - r0, it.idx, calls, rnd, framework)
+    n, ne, nseg = len(s), len(ext), len(seg_start)
+    last = int(r1 - r0 > int(t[-1]))
+    # each item after the external work released before it and the segment before it; the last segment at the end
+    at = np.concatenate([ext_at, np.flatnonzero(s > t[:-1]), np.arange(n), np.full(last, n)]).astype(np.int64)
+    rank = np.repeat([0, 1, 2, 3], [ne, nseg - last, n, last])
+    order = np.lexsort((np.arange(len(at)), rank, at))
+    pick = order.tolist()
+    # the pool, in the order `at` and `rank` count it: externals, segments but the last, items, the last segment
+    k_seg, k_ext = np.full(nseg, K_SEGMENT, dtype=np.int8), np.full(ne, K_EXTERNAL, dtype=np.int8)
+    kind = np.concatenate([k_ext, k_seg[: nseg - last], it.kind, k_seg[nseg - last :]])
+    dur = np.concatenate([np.zeros(ne, dtype=np.int64), seg_dur[: nseg - last], it.dur, seg_dur[nseg - last :]])
+    start = np.concatenate([cols.start[ext], seg_start[: nseg - last], s, seg_start[nseg - last :]])
+    segs_none = [_NONE] * (nseg - last)
+
+    def ordered(pool: list) -> list:
+        return list(map(pool.__getitem__, pick))
+
+    f = cols.flat()
+    f.kind, f.dur, f.node_start = kind[order], dur[order].astype(np.int64), start[order].astype(np.int64)
+    f.node_ops = ordered([[j] for j in ext] + segs_none + own + [_NONE] * last)
+    f.waits = ordered([_NONE] * ne + segs_none + it.waits + [_NONE] * last)
+    f.node_name = ordered([""] * (ne + nseg - last) + it.names + [""] * last)
+    f.node_sync = ordered([""] * (ne + nseg - last) + it.sync + [""] * last)
+    # a segment's place in the pool, then in the order: segments keep their order, so the entries stay by node
+    seg_pool = np.concatenate([ne + np.arange(nseg - last), ne + nseg - last + n + np.arange(last)]).astype(np.int64)
+    where = np.empty(len(order), dtype=np.int64)
+    where[order] = np.arange(len(order))
+    seg, module, ns, names = entries
+    f.modules = Modules(where[seg_pool[seg]], module, ns, names)
+    # columns.issued(f), from the pool: the externals' ops and the items' (the segments issue none)
+    node = where[np.concatenate([np.arange(ne), ne + nseg - last + np.repeat(np.arange(n), counts)]).astype(np.int64)]
+    by_node = np.argsort(node, kind="stable")
+    f.issue = (np.bincount(node, minlength=len(order)), node[by_node], issued_ops[by_node])
+    return f
+
+
+def _own_ops(op_corr: np.ndarray, item_corr: np.ndarray) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
+    """The ops each item issued (the ops of its correlation id, none for 0), how many, and all of them in item
+    order."""
+    order = np.argsort(op_corr, kind="stable")
+    by_corr = op_corr[order]
+    lo = np.searchsorted(by_corr, item_corr, side="left")
+    hi = np.where(item_corr != 0, np.searchsorted(by_corr, item_corr, side="right"), lo)
+    ops = order.tolist()
+    own = [ops[a:b] if b > a else _NONE for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+    counts = hi - lo
+    at = np.arange(int(counts.sum())) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return own, counts, order[at]
+
+
+def _named(tl: Timeline, ids: np.ndarray, *tests: Callable[[str], bool]) -> list[np.ndarray]:
+    """Each of `tests` of the name of each of `ids` (interned names), asked once per distinct name."""
+    distinct = np.unique(ids).tolist()
+    names = [tl.strings[i] for i in distinct]
+    out = []
+    for test in tests:
+        table = np.zeros(len(tl.strings), dtype=bool)
+        table[distinct] = [test(name) for name in names]
+        out.append(table[ids])
+    return out
+
+
+def _blocking(
+    it: _Items, k: int, ops: list[int], sync: tuple[int, int] | None, issued: Issued, cols: _OpColumns
+) -> None:
+    """Host item `k` made a blocking call (a synchronisation, the end-of-round wait, a copy call that returned
+    only after its copy finished: a pageable copy, staged, held the host), with what it waited for."""
+    end, before, start, name = int(it.e[k]), int(it.t[k]), int(it.s[k]), it.names[k]
+    wait = bool(it.is_wait[k])
+    op_end = cols.end_list
+    if not wait and not _is_sync_call(name) and not any(op_end[j] <= end + CLOCK_SLACK_NS for j in ops):
+        return
+    it.kind[k] = K_BLOCKING
+    on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not wait else None
+    waited = issued.finished(k, end + CLOCK_SLACK_NS, on) or issued.finished(k, end + CLOCK_SLACK_NS)
+    it.waits[k] = waited
+    finished = max((op_end[j] for j in waited), default=start)
+    it.dur[k] = min(max(0, end - max(start, finished)), max(0, end - before))
+    if not wait and _is_sync_call(name):
+        it.sync[k] = _sync_kind(name, (sync or (None, None))[0])
+
+
+def _segments(
+    tl: Timeline,
+    s: np.ndarray,
+    t: np.ndarray,
+    length: int,
+    items: np.ndarray,
+    calls: np.ndarray,
+    rnd: tuple[int, int, int],
+    framework: set[str],
+) -> tuple[np.ndarray, np.ndarray, Entries]:
+    """The host's own work between items (`s`: their starts, `t`: the host's clock before each), then to the
+    round's end (`length`): their starts, lengths and the modules sampled in each (or the frame around the next
+    call)."""
+    samples = samples_in(tl, *rnd, framework)
+    gap = np.flatnonzero(s > t[:-1])
+    a, b = t[gap], s[gap]
+    tail = length > int(t[-1])
+    if samples[0]:
+        seg, module, ns, names = sampled_entries(a, b, samples)
+        dicts = [(len(a), modules_in(int(t[-1]), length, samples, ""))] if tail else []
+        if dicts and dicts[0][1]:
+            seg2, module2, ns2, names2 = entries_of(dicts)
+            table = {m: i for i, m in enumerate(names)}
+            remap = np.array([table.setdefault(m, len(table)) for m in names2], dtype=np.int64)
+            seg, ns = np.concatenate([seg, seg2]), np.concatenate([ns, ns2])
+            module = np.concatenate([module, remap[module2]])
+            names = list(table)
+        entries: Entries = (seg, module, ns, names)
+    else:
+        named = segment_names(tl, calls)
+        ends = zip(a.tolist(), b.tolist(), items[gap].tolist(), strict=True)
+        entries = entries_of([(k, {named[i]: y - x}) for k, (x, y, i) in enumerate(ends) if named.get(i, "")])
+    starts, stops = (np.append(a, t[-1]), np.append(b, length)) if tail else (a, b)
+    return starts.astype(np.int64), (stops - starts).astype(np.int64), entries
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_sync_call(name: str) -> bool:
+    return bool(SYNC_CALL.search(name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_copy_call(name: str) -> bool:
+    return bool(COPY_CALL.search(name))
+
+
+def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
+    """CUPTI synchronisation records by correlation id: (type, stream)."""
+    ev = tl.events
+    s = ev[ev["kind"] == Kind.SYNC]
+    return {
+        int(c): (int(f), int(st))
+        for c, f, st in zip(s["corr"].tolist(), s["flags"].tolist(), s["stream"].tolist(), strict=True)
+        if c
+    }
+
+
+def _latencies(stream_busy: dict[int, int], cols: _OpColumns) -> tuple[np.ndarray, ...]:
+    """Each op's launch-to-start time, its gap after the op before it on its stream, the op it follows and its
+    floor (see GpuOp): (lat, gap, after, floor). The op before it is the one that ended last (the latest of
+    those) so far on its stream."""
+    start, end, stream = cols.start, cols.end, cols.stream
+    at = cols.issue_at  # when its call issued it (its own start when none did)
+    keys, inverse = np.unique(stream, return_inverse=True)
+    busy = np.array([stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
+    floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
+    prev = np.full(len(start), -1, dtype=np.int64)
+    for key in range(len(keys)):
+        sel = np.flatnonzero(inverse == key)
+        latest = np.where(end[sel] == np.maximum.accumulate(end[sel]), sel, -1)  # ended last so far
+        prev[sel[1:]] = np.maximum.accumulate(latest)[:-1]
+    follows = (prev >= 0) & (start + CLOCK_SLACK_NS >= end[prev])
+    after = np.where(follows, prev, -1)
+    before = np.maximum(floor, np.where(follows, end[prev], 0))
+    queued = (at < before) & (start <= before + np.maximum(CLOCK_SLACK_NS, start - at))
+    gap = np.where(queued, np.maximum(0, start - before), 0)
+    lat = np.maximum(0, start - at)
+    typical = int(np.median(lat[~queued])) if (~queued).any() else DEFAULT_LAT_NS
+    lat = np.where(queued, np.minimum(lat, typical), lat)
+    return lat, gap, after, floor.astype(np.int64)
+
+
+def build_rounds(tl: Timeline, idx: list[int], link_gb_s: float, ref_ns: int | None = None) -> list[RoundGraph]:
+    """The graphs of rounds `idx`; with `ref_ns`, trace rounds trimmed to the rounds they stand for."""
+    found = _Found(tl)
+    graphs = [g for g in (build_round(tl, int(i), link_gb_s, found) for i in idx) if g is not None]
+    if ref_ns is not None:
+        for g in graphs:
+            trim_recording_cost(g, ref_ns)
+    return graphs
+
+
+def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
+    """The graphs of (up to `MAX_ROUNDS` of) the rounds whose launch calls were recorded, or why there are none."""
+    if not ctx.gpu.collected:
+        return [], "no GPU work was recorded, so there is no round graph to replay"
+    idx = ctx.rounds.api_round_idx.tolist()
+    ev = ctx.timeline.events
+    calls = int(np.count_nonzero((ev["kind"] == Kind.RUNTIME) & ctx.rounds.in_api_rounds)) / max(1, len(idx))
+    # Replaying is Python, node by node: keep it to about MAX_NODES nodes (a call and a segment per launch).
+    most = max(1, min(MAX_ROUNDS, int(MAX_NODES // max(1.0, 2 * calls))))
+    if len(idx) > most:
+        step = len(idx) / most
+        idx = [idx[int(k * step)] for k in range(most)]
+    link = float(ctx.gpu.transfer["link_gb_s"])
+    # trace rounds: their recorded calls cost host time the timed rounds did not pay (graph.trim_recording_cost)
+    walls = ev["end"][ctx.rounds.gpu_round_idx] - ev["start"][ctx.rounds.gpu_round_idx]
+    ref = None if ctx.rounds.gpu_api_same or not len(walls) else int(np.median(walls))
+    graphs = build_rounds(ctx.timeline, idx, link, ref)
+    if not graphs:
+        return [], "no GPU work in the rounds whose launch calls were recorded"
+    if not any(g.has_launch_call for g in graphs):
+        return [], "the trace records no launch calls (CUDA runtime events), so GPU work cannot be tied to the host"
+    return graphs, ""
