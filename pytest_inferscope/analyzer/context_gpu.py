@@ -359,6 +359,21 @@ class GpuView:
         idx = np.flatnonzero(new)
         return s[idx], np.append(run_end[idx[1:] - 1], run_end[-1])
 
+    def _gaps_between_work(self) -> np.ndarray:
+        """The idle gaps (ns) between merged busy intervals of one device inside the same round: two GPUs' busy time
+        merged would hide the one idle while the other works."""
+        idx = self.rounds.gpu_round_idx
+        round_starts = np.sort(self.timeline.events[idx]["start"]) if len(idx) else None
+        per_device = []
+        for dev in distinct(self.records["device"].astype(np.int64) + 1).tolist():  # device -1 (unknown) too
+            s, e = self.merged_busy(dev - 1)
+            gaps = s[1:] - e[:-1]
+            if round_starts is not None and len(gaps):
+                rid = np.searchsorted(round_starts, s, side="right") - 1
+                gaps = gaps[rid[1:] == rid[:-1]]
+            per_device.append(gaps[gaps > 0])
+        return np.concatenate(per_device) if per_device else np.zeros(0, dtype=np.int64)
+
     def summary(self, memory_peak_mb: float | None = None) -> dict[str, Any]:
         """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round);
         `memory_peak_mb` (the metric `gpu.memory_peak_mb`) as given."""
@@ -382,18 +397,7 @@ class GpuView:
                     "busy_share": busy / max(1, rounds.gpu_wall_ns),
                 }
             )
-        # Idle gaps: between merged busy intervals of one device inside the same round (two GPUs' busy time merged
-        # would hide the one idle while the other works).
-        round_starts = np.sort(tl.events[rounds.gpu_round_idx]["start"]) if len(rounds.gpu_round_idx) else None
-        per_device = []
-        for dev in distinct(g["device"].astype(np.int64) + 1).tolist():  # device -1 (unknown) counted too
-            s, e = self.merged_busy(dev - 1)
-            gaps = s[1:] - e[:-1]
-            if round_starts is not None and len(gaps):
-                rid = np.searchsorted(round_starts, s, side="right") - 1
-                gaps = gaps[rid[1:] == rid[:-1]]
-            per_device.append(gaps[gaps > 0])
-        gaps = np.concatenate(per_device) if per_device else np.zeros(0, dtype=np.int64)
+        gaps = self._gaps_between_work()
         idle = {
             "gaps_per_round": len(gaps) / n,
             "total_ms_per_round": per_round_ms(float(gaps.sum())),
