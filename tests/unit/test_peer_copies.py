@@ -88,7 +88,14 @@ def test_a_kineto_peer_copy_keeps_its_devices_and_lies_on_the_device_it_ran_on()
 
 def test_a_test_needing_two_gpus_says_so_where_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """tests/conftest.py: `@pytest.mark.gpus(2)` skips (or fails, under INFERSCOPE_GPU=required) with one GPU."""
-    from conftest import gpu_unavailable
+    import importlib.util
+
+    # by path: under the whole suite the name `conftest` may be another folder's (tests/browser/conftest.py)
+    spec = importlib.util.spec_from_file_location("tests_conftest", Path(__file__).parents[1] / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    shared = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shared)
+    gpu_unavailable = shared.gpu_unavailable
 
     cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: 1)
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(__version__="2.9", cuda=cuda))
