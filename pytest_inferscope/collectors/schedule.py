@@ -125,9 +125,9 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     gpu = coll.gpu_session
     gpu.synchronize()  # the measured rounds' GPU work finished before the switch
     if gpu.lean:  # lean: CUPTI starts here (launch calls off when it can) and records until stop()
-        if not gpu.begin_profile():
+        stood_in = _warmup_profiled(coll)  # then no profile round: the launch calls stay on for the trace rounds
+        if not gpu.begin_profile(launch_calls=stood_in):
             return None
-        switched = not gpu.api_on  # else the profile rounds recorded the launch calls too
         # The first GPU operation after CUPTI starts is slow (the first round ran 14-18% slower on
         # ResNet-50 and ViT-B/16, H100; +190% against +60% for a first call without CUPTI, small forward
         # on the H200), which would skew every GPU figure read from it. begin_profile paid that with a
@@ -139,16 +139,15 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
                 result = (body(),)
             result = None  # let go before the next call (see `run`)
             first_index += 1
-        if _warmup_profiled(coll):
-            ran = 0  # the warm-up stands for the profile round
-        else:
+        if not stood_in:
+            switched = not gpu.api_on  # else the profile rounds record the launch calls too
             ran, result = _until_in_step(coll, body, first_index, n, RoundKind.PROFILE)
-        if not switched:
-            return result
-        gpu.synchronize()
-        if not gpu.switch_launch_calls(True):
-            return result
-        first_index += ran
+            if not switched:
+                return result
+            gpu.synchronize()
+            if not gpu.switch_launch_calls(True):
+                return result
+            first_index += ran
         n = coll.options.trace_rounds or 0
     else:
         if not gpu.switch_launch_calls(True):

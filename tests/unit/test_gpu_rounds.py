@@ -153,8 +153,9 @@ def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest
     result = _measure(monkeypatch, gpu, 0.001)
     b = ["body"]
     # The warm-up recorded GPU activity without the launch calls and ran in step with the measured rounds: it
-    # stands for the profile round. A settling round (no prime on this backend), then the trace round.
-    lean = ["start", "api off", *b, "api on", *b, "api off", "stop"]
+    # stands for the profile round. CUPTI starts again with the launch calls on (no switching off and on again), a
+    # settling round (no prime on this backend), then the trace round.
+    lean = ["start", *b, *b, "api off", "stop"]
     assert gpu.calls == ["start", "api off", *b, "flush", "stop", *b * 3, *lean]
     assert "stood for the profile round" in _gpu_mode(result)
     assert any(part.name.endswith("(warm-up rounds)") for part in result.analysis.breakdown)  # GPU figures read from it
@@ -207,7 +208,7 @@ def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
     b = ["body"]
     # Primed at the start too (so that the warm-up may stand for the profile round: it does), and again when CUPTI
     # starts after the measured rounds; no settling call unless the prime failed
-    lean = ["start", "api off", "prime", *b * settling, "api on", *b, "api off", "stop"]
+    lean = ["start", "prime", *b * settling, *b, "api off", "stop"]
     assert gpu.calls == ["start", "api off", "prime", *b, "flush", "stop", *b * 3, *lean]
     assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 1
 
