@@ -61,13 +61,18 @@ def collect_environment() -> dict[str, Any]:
     env = dict(_static())
     torch = sys.modules.get("torch")
     if torch is not None:
-        env["torch"] = getattr(torch, "__version__", "unknown")
+        env["torch"] = str(getattr(torch, "__version__", "unknown"))  # not torch's TorchVersion: plain data
         env["torch_threads"] = torch.get_num_threads()
         try:
             if torch.cuda.is_available():
-                env["cuda"] = torch.version.cuda
-                env["gpu_model"] = torch.cuda.get_device_name(torch.cuda.current_device())
+                env["cuda"] = str(torch.version.cuda)
+                device = torch.cuda.current_device()
+                props = torch.cuda.get_device_properties(device)
+                env["gpu_model"] = props.name
                 env["gpu_count"] = torch.cuda.device_count()
+                # Which physical GPU (CUDA ordinals change with CUDA_VISIBLE_DEVICES): xdist workers pinned
+                # with --inferscope-gpus each show their own.
+                env["gpu_uuid"] = str(getattr(props, "uuid", "")) or None
         except Exception as exc:
             env["cuda_error"] = str(exc)
     return env

@@ -364,6 +364,40 @@ def test_xdist_workers_profile_and_the_controller_writes_one_summary_and_index(p
     assert props.count("inferscope.latency_ms.median") == 4
 
 
+def test_xdist_results_holding_what_libraries_give_reach_the_controller(pytester: pytest.Pytester) -> None:
+    """A worker's results travel whatever the environment holds: torch's version is a str subclass, a hook's
+    figures numpy scalars; execnet refuses both, and every result was lost (found on the two-GPU machine)."""
+    pytest.importorskip("xdist")
+    pytester.makeconftest(
+        """
+        import numpy as np
+
+        class Version(str):  # as torch.torch_version.TorchVersion
+            pass
+
+        def pytest_inferscope_machine_info(config):
+            return {"lib_version": Version("2.13.0"), "clock_ghz": np.float64(3.5), "sockets": np.int64(2)}
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(2))
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_param(n):
+            sum(range(10000 * (n + 1)))
+        """
+    )
+    result = pytester.runpytest("-n", "2", "--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    assert "DumpError" not in result.stdout.str() + result.stderr.str()
+    tests = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    assert [t["verdict"] for t in tests] == ["pass", "pass"]
+    env = json.loads((pytester.path / "out" / tests[0]["files"]["json"]).read_text())["environment"]
+    assert (env["lib_version"], env["clock_ghz"], env["sockets"]) == ("2.13.0", 3.5, 2)
+
+
 def test_dropped_events_reach_the_report_when_the_buffer_overflows(pytester: pytest.Pytester, monkeypatch) -> None:
     monkeypatch.setenv("INFERSCOPE_TRACE_SIZE_MB", "0.002")  # ~40 events per thread
     pytester.makepyfile(
