@@ -4,7 +4,7 @@ For each backend, in a fresh interpreter with the backend forced and INFERSCOPE_
 a stack of linear layers on cuda:0, its output copied to cuda:1 for the second half, the result copied back.
 torch runs a cross-device copy on the source device's stream and makes the destination's stream wait for it,
 so device 1 sits idle until device 0's half and the copy are done. Checked: the GPU lanes of both devices
-(report.html, trace.json), the peer copies' direction (MEMCPY2 records: 0→1 and 1→0), busy and idle time per
+(report.html, trace.json.gz), the peer copies' direction (MEMCPY2 records: 0→1 and 1→0), busy and idle time per
 device, and the idle cause naming the GPU waited for (`peer_wait`, in the finding and the diagnosis).
 Needs two GPUs (skips with fewer, fails under INFERSCOPE_GPU=required). NVLink multicast stays off.
 Lines starting "INFERSCOPE-GPU" are the numbers for docs/gpu-validation.md (run with -s).
@@ -12,6 +12,9 @@ Lines starting "INFERSCOPE-GPU" are the numbers for docs/gpu-validation.md (run 
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -89,8 +92,13 @@ def test_a_model_split_across_two_gpus(backend: str, tmp_path: Path) -> None:
     assert all(s["busy_ms_per_round"] > 0 for s in out["streams"] if s["kernels_per_round"] > 0)
     assert out["gap_devices"] == [0, 1]
     html = (tmp_path / out["files"]["html"]).read_text()
-    assert "GPU 0 · stream" in html and "GPU 1 · stream" in html and "GPU 1 · idle" in html
-    trace = (tmp_path / out["files"]["trace"]).read_text()
+    manifest = re.search(r'<script type="application/json" id="is-manifest">(.*?)</script>', html, re.S)
+    assert manifest, "report.html has no timeline"
+    labels = [lane["label"] for lane in json.loads(manifest.group(1))["lanes"]]
+    for lane in ("GPU 0 · stream", "GPU 1 · stream", "GPU 0 · idle", "GPU 1 · idle"):
+        assert any(label.startswith(lane) for label in labels), (lane, labels)
+    path = tmp_path / out["files"]["trace"]
+    trace = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
     assert '"name":"GPU 0"' in trace.replace(" ", "") and '"name":"GPU 1"' in trace.replace(" ", "")
     # The copies between the GPUs were recorded with their direction (CUPTI's MEMCPY2).
     assert [0, 1] in out["peer"] and [1, 0] in out["peer"], out["copies"]
