@@ -37,7 +37,8 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.cuda.set_device(rank)
 dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
 torch.manual_seed(rank)
-TOKENS, HIDDEN, SLICE, LAYERS = 8192, 8192, 256, 4  # 128 MB all-reduced per layer, a thin matrix product
+# 128 MB all-reduced per layer, a thin matrix product (TP_SLICE: a wider one, for recording a compute-heavy step)
+TOKENS, HIDDEN, SLICE, LAYERS = 8192, 8192, int(os.environ.get("TP_SLICE", "256")), 4
 w_in = [torch.randn(HIDDEN, SLICE, device="cuda", dtype=torch.bfloat16) / HIDDEN**0.5 for _ in range(LAYERS)]
 w_out = [torch.randn(SLICE, HIDDEN, device="cuda", dtype=torch.bfloat16) / SLICE**0.5 for _ in range(LAYERS)]
 x = torch.randn(TOKENS, HIDDEN, device="cuda", dtype=torch.bfloat16)
