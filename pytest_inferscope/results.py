@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import math
 import types
 import typing
@@ -440,6 +441,21 @@ class TestResult(_Serial):
     @property
     def failed_checks(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "failed"]
+
+    def to_wire(self) -> str:
+        """As JSON text, for an xdist worker's `workeroutput`: execnet sends only plain types, and a result holds
+        what the user's hooks and libraries gave (torch's version is a str subclass, numpy scalars)."""
+        return json.dumps(self.to_dict(), default=_wire_default)
+
+    @classmethod
+    def from_wire(cls, text: str) -> TestResult:
+        return cls.from_dict(json.loads(text))
+
+
+def _wire_default(value: Any) -> Any:
+    """What `to_dict` leaves that JSON lacks (a user's object in `environment`, say): its `item()` or its str."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
 
 
 #: Dataclasses that serialise themselves (their own to_dict / from_dict: NaN kept as None and back).

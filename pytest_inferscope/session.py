@@ -465,9 +465,7 @@ class InferscopeSession:
             self._sampler.close()
         self.wait_for_reports(close=True)
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index
-            from .xdist import to_wire
-
-            self.config.workeroutput["inferscope_results"] = to_wire(self.results)  # type: ignore[attr-defined]
+            self.config.workeroutput["inferscope_results"] = [r.to_wire() for r in self.results]  # type: ignore[attr-defined]
             return
         saved = self.settings.save_baseline is None or self._save_baseline(self.settings.save_baseline)
         if not saved and session.exitstatus == pytest.ExitCode.OK:

@@ -1,28 +1,15 @@
 """xdist support: workers profile their own tests; the controller gathers their results as plain data.
 
 Registered only when pytest-xdist is present. Workers put their results in `workeroutput` as JSON text
-(`to_wire`); the controller rebuilds them here and writes the one summary and index.
+(`TestResult.to_wire`); the controller rebuilds them here and writes the one summary and index.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .results import TestResult
     from .session import InferscopeSession
-
-
-def to_wire(results: list[TestResult]) -> list[str]:
-    """The results as JSON text for execnet, which sends only plain types: a result holds what the user's hooks
-    and libraries gave (torch's version is a str subclass, numpy scalars), sent as the JSON they write as."""
-    return [json.dumps(r.to_dict(), default=_plain) for r in results]
-
-
-def _plain(value: Any) -> Any:
-    item = getattr(value, "item", None)  # numpy scalars
-    return item() if callable(item) else str(value)
 
 
 class XdistHooks:
@@ -36,7 +23,7 @@ class XdistHooks:
 
         data = getattr(node, "workeroutput", {}).get("inferscope_results", [])
         for d in data:
-            result = TestResult.from_dict(json.loads(d))
+            result = TestResult.from_wire(d)
             self.session.results.append(result)
             self.session.note_environment_change(result)  # the summary line the workers cannot write
         for note in getattr(node, "workeroutput", {}).get("inferscope_ab_notes", []):

@@ -440,6 +440,32 @@ def test_json_round_trips_to_an_equal_result(tmp_path: Path, build: Any) -> None
     assert back == expected and back.files == {k: f"{r.slug}/report.{k}" for k in ("md", "html", "json")}
 
 
+@pytest.mark.parametrize("build", [gpu_result, cpu_only_failing_result, partial_result])
+def test_the_wire_form_xdist_sends_is_plain_text_and_round_trips(build: Any) -> None:
+    class Version(str):  # as torch's TorchVersion
+        pass
+
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque thing"
+
+    r = build()
+    r.environment.update(torch=Version("2.13.0"), probe=Opaque(), ghz=np.float64(3.5))
+    text = r.to_wire()
+    assert type(text) is str
+    back = TestResult.from_wire(text)
+    assert (back.environment["torch"], back.environment["probe"], back.environment["ghz"]) == (
+        "2.13.0",
+        "opaque thing",
+        3.5,
+    )
+    assert type(back.environment["torch"]) is str
+    assert (
+        back.analysis == TestResult.from_dict(r.to_dict()).analysis
+        and back.latency == TestResult.from_dict(r.to_dict()).latency
+    )
+
+
 def test_to_json_is_strict_json_even_with_numpy_and_nan_in_evidence() -> None:
     r = gpu_result()
     r.analysis.findings[0].evidence.update(arr=np.array([1.0, np.nan]), scalar=np.float32(2.5), inf=float("inf"))
