@@ -45,6 +45,10 @@ FINGERPRINT_KEYS = {
     "plugin_version": "pytest-inferscope version",
     "pinned_gpu": "GPU pinned to this worker (--inferscope-gpus)",
 }
+#: Keys that say which of several alike GPUs ran a test, not what it ran on: under `-n N --inferscope-gpus`
+#: xdist hands a test to whichever worker is free, so it moves between slots from run to run. A move alone
+#: (the GPU model, driver and software the same) is said, not made a reason to skip the comparison.
+SLOT_KEYS = ("pinned_gpu",)
 #: Per-round counts that do not depend on timing noise: compared exactly unless given a tolerance.
 DETERMINISTIC_METRICS = ("gpu.kernel_launches_per_round", "gpu.h2d_bytes_per_round", "gpu.d2h_bytes_per_round")
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # no leading dot: no hidden files, '.' or '..'
@@ -69,6 +73,15 @@ def fingerprint(environment: Mapping[str, Any]) -> dict[str, str]:
     """The environment facts a comparison is only fair under (see FINGERPRINT_KEYS), as strings."""
     env = {"driver": environment.get("gpu_driver"), **{k: v for k, v in environment.items() if v is not None}}
     return {k: "none" if env.get(k) in (None, "") else str(env[k]) for k in FINGERPRINT_KEYS}
+
+
+def slot_change(a: Mapping[str, str], b: Mapping[str, str]) -> str:
+    """'baseline on GPU 0, this run on GPU 1' when the pinned GPU differs (SLOT_KEYS); '' when it does not."""
+    before, after = (
+        f"GPU {x}" if x != "none" else "the unpinned GPU"
+        for x in (a.get("pinned_gpu", "none"), b.get("pinned_gpu", "none"))
+    )
+    return "" if before == after else f"baseline on {before}, this run on {after}"
 
 
 def fingerprint_diff(a: Mapping[str, str], b: Mapping[str, str], ignore: Collection[str] = ()) -> list[str]:
@@ -171,11 +184,11 @@ class BaselineStore:
         baseline); if none is left, nothing is written and BaselineError says why.
         """
         path = self.path(name)
-        fp = fingerprint(environment)
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         results = list(results)
         entries = [
-            BaselineEntry.from_result(r, fp, stamp)
+            # Each test's own environment: under xdist the controller saving it imported no torch and pinned no GPU.
+            BaselineEntry.from_result(r, fingerprint(r.environment or environment), stamp)
             for r in results
             if r.outcome == "passed"
             and not r.partial_reason

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .baseline import DETERMINISTIC_METRICS, BaselineEntry, fingerprint, fingerprint_diff
+from .baseline import DETERMINISTIC_METRICS, SLOT_KEYS, BaselineEntry, fingerprint, fingerprint_diff, slot_change
 from .drift import (
     FLOOR_WINDOW,
     MIN_HISTORY,
@@ -278,7 +278,8 @@ def compare_to_baseline(
         steady = f"{steady}; {extra}" if steady else extra
     changes = _metric_changes(baseline_entry.metrics, result.analysis.metrics, metric_tolerance)
     now_fp = fingerprint(result.environment if environment is None else environment)
-    differences = fingerprint_diff(baseline_entry.fingerprint, now_fp, ignore_fingerprint)
+    differences = fingerprint_diff(baseline_entry.fingerprint, now_fp, {*ignore_fingerprint, *SLOT_KEYS})
+    moved = "" if differences else slot_change(baseline_entry.fingerprint, now_fp)
     warnings = [
         f"{label}: {w}"
         for label, samples in (("this run", result.latency.samples_ms), ("baseline", baseline_entry.samples_ms))
@@ -299,6 +300,7 @@ def compare_to_baseline(
         baseline_timestamp=baseline_entry.timestamp,
         steady=steady,
         noise_floor=floor,
+        slot_change=moved,
     )
 
 
@@ -323,6 +325,11 @@ def environment_note(result: TestResult) -> str | None:
     """The summary line for a test compared with a baseline recorded in another environment, or None."""
     reg = result.regression
     diffs = reg.fingerprint_differences if reg is not None else []
+    if reg is not None and not diffs and reg.slot_change:
+        return (
+            f"inferscope: tests compared with baseline {reg.baseline_name!r} on another GPU of the same model (e.g. "
+            f"{reg.nodeid}: {reg.slot_change}): xdist hands a test to whichever worker is free"
+        )
     if reg is None or not diffs:
         return None
     name = reg.baseline_name

@@ -353,6 +353,7 @@ class RegressionVerdict:
     baseline_timestamp: str = ""
     steady: str = ""  # which rounds the speed probe let through, when it was used
     noise_floor: float | None = None  # ratio a shift must clear, from the baseline's history
+    slot_change: str = ""  # "baseline on GPU 0, this run on GPU 1": compared across alike GPUs (baseline.SLOT_KEYS)
 
     @property
     def failed(self) -> bool:
@@ -406,6 +407,7 @@ class RegressionVerdict:
         if self.bottleneck_changed:
             lines.append(f"  bottleneck: {self.bottleneck_before or 'none'} → {self.bottleneck_after or 'none'}.")
         lines += [f"  environment: {d}" for d in self.fingerprint_differences]
+        lines += [f"  GPU: another of the same model ({self.slot_change})."] if self.slot_change else []
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 

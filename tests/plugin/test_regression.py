@@ -332,3 +332,26 @@ def test_a_run_slow_throughout_is_told_by_the_baselines_readings(
         ("0.081", ()): [24, 24],
         ("0.081", ("--inferscope-round-cap=2",)): [16, 16],
     }
+
+
+def test_a_test_on_another_gpu_slot_of_the_same_model_is_still_compared(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `-n N --inferscope-gpus=...` xdist hands a test to whichever worker is free, so from one run to the next
+    it lands on another GPU slot; with every other fingerprint fact equal it is compared, and the summary says so.
+    (The two runs below swap the slots outright: gw0 had GPU 0, then GPU 1.)"""
+    pytest.importorskip("xdist")
+    saved = run(project, monkeypatch, 0.01, "-n", "1", "--inferscope-gpus=0,1", "--inferscope-save-baseline=main")
+    saved.assert_outcomes(passed=1)
+    (entries,) = json.loads((project.path / ".inferscope" / "baselines" / "main.json").read_text())["tests"].values()
+    assert entries[0]["fingerprint"]["pinned_gpu"] == "0"  # recorded in the fingerprint
+    again = run(project, monkeypatch, 0.01, "-n", "1", "--inferscope-gpus=1,0", "--inferscope-compare=main",
+                "--junitxml=junit.xml")  # fmt: skip
+    again.assert_outcomes(passed=1)
+    props = {p.get("name"): p.get("value") for p in ET.parse(project.path / "junit.xml").getroot().iter("property")}
+    assert props["inferscope.regression.verdict"] in ("unchanged", "improved"), again.stdout.str()
+    out = again.stdout.str()
+    assert "environment differs" not in out
+    assert (
+        "on another GPU of the same model (e.g. test_model.py::test_model: baseline on GPU 0, this run on GPU 1)" in out
+    )

@@ -427,3 +427,30 @@ def test_a_test_results_regression_verdict_is_typed_and_round_trips_as_plain_dat
     assert (
         isinstance(back, RegressionVerdict) and math.isnan(back.latency.ratio) and back.message() == verdict.message()
     )
+
+
+def test_each_test_is_saved_with_its_own_environment(tmp_path: Path) -> None:
+    """Under xdist the controller saves the baseline: it imported no torch and pinned no GPU, its workers did."""
+    worker = {**ENV, "pinned_gpu": 1}
+    BaselineStore(tmp_path).save(
+        "main", [_result(env=worker), _result("t.py::test_no_env", env={})], {"python": "3.12"}
+    )
+    tests = json.loads((tmp_path / "main.json").read_text())["tests"]
+    assert tests["tests/test_m.py::test_forward"][0]["fingerprint"] == fingerprint(worker)
+    assert tests["t.py::test_no_env"][0]["fingerprint"]["python"] == "3.12"  # no environment of its own: the run's
+
+
+def test_another_gpu_of_the_same_model_is_compared_and_said() -> None:
+    entry = BaselineEntry.from_result(_result(samples=_samples(3.0, seed=1)), fingerprint({**ENV, "pinned_gpu": 0}), "")
+    moved = _result(samples=_samples(3.4, seed=2), env={**ENV, "pinned_gpu": 1})
+    v = compare_to_baseline(entry, moved, max_regression=0.05, baseline_name="main")
+    assert v.verdict == "regressed" and v.fingerprint_differences == []
+    assert v.slot_change == "baseline on GPU 0, this run on GPU 1"
+    assert "GPU: another of the same model (baseline on GPU 0, this run on GPU 1)." in v.message()
+    unpinned = compare_to_baseline(_entry(_samples(3.0, seed=1)), moved, max_regression=0.05)
+    assert unpinned.slot_change == "baseline on the unpinned GPU, this run on GPU 1"
+    # Another model on the other slot: not a fair comparison, whatever the slot.
+    other = _result(samples=_samples(3.4, seed=2), env={**ENV, "pinned_gpu": 1, "gpu_model": "NVIDIA H100"})
+    v = compare_to_baseline(entry, other, max_regression=0.05)
+    assert v.verdict == "inconclusive" and v.slot_change == ""
+    assert v.fingerprint_differences == ["GPU model differs: baseline 'NVIDIA H200', this run 'NVIDIA H100'."]
