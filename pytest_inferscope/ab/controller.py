@@ -102,9 +102,12 @@ class ABController:
         if self.settings.ab_python is not None and not wi:
             check_python(self._python(), env, self._twin_cwd())
         if self.workers:
+            gpus = self.settings.gpus
+            on_gpus = f" and GPU ({[gpus[i % len(gpus)] for i in range(self.workers)]})" if gpus else ""
             self.notes.append(
                 f"inferscope A/B: this checkout against {self.label}; each of the {self.workers} xdist workers "
                 f"takes turns with its own twin, the pair pinned to its own CPU core (cores {cores[: self.workers]})"
+                f"{on_gpus}"
             )
             return
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
