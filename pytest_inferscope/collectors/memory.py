@@ -16,7 +16,7 @@ import os
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -139,10 +139,15 @@ class Counters:
         )
 
     def delta(self, later: Counters) -> dict[str, int]:
-        d = {k: getattr(later, k) - v for k, v in asdict(self).items()}
+        """`later` minus these counters, field by field, and the RSS at both ends (after every round: no
+        `dataclasses.asdict`, which deep-copies: 20 µs against 2 µs a round on the 2-core VM)."""
+        d = {k: getattr(later, k) - getattr(self, k) for k in _DIFFERENCED}
         d["rss_start"], d["rss_end"] = self.rss, later.rss
-        del d["rss"]
         return d
+
+
+#: The counters a round's row holds as differences (the RSS is kept at both ends instead).
+_DIFFERENCED = tuple(f.name for f in fields(Counters) if f.name != "rss")
 
 
 def _torch_cuda() -> Any | None:
