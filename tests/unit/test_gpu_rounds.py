@@ -147,17 +147,9 @@ def _gpu_mode(result: TestResult) -> str:
     return next(c.mode for c in result.collectors if c.name == "gpu")
 
 
-def _every_round_in_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The schedule's timing judgement (rounds.in_step) made deterministic for the tests of exact call sequences: a
-    loaded machine delays a 1 ms round past the 1 ms slack now and then, and one more trace round runs (CI, once)."""
-    from pytest_inferscope.collectors import schedule
-
-    monkeypatch.setattr(schedule, "in_step", lambda *_args, **_kw: True)
-
-
+@pytest.mark.usefixtures("every_round_in_step")
 def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest.MonkeyPatch) -> None:
     # 400 records per 1 ms call: ~13% per round (one warm-up round: taken as 0.33 ms, at least).
-    _every_round_in_step(monkeypatch)
     gpu = _RecordingGpu(per_call=400)
     result = _measure(monkeypatch, gpu, 0.001)
     b = ["body"]
@@ -212,10 +204,10 @@ class _PrimingGpu(_RecordingGpu):
 
 
 @pytest.mark.parametrize(("fails", "settling"), [(False, 0), (True, 1)])
+@pytest.mark.usefixtures("every_round_in_step")
 def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
     monkeypatch: pytest.MonkeyPatch, fails: bool, settling: int
 ) -> None:
-    _every_round_in_step(monkeypatch)
     gpu = _PrimingGpu(per_call=400, fails=fails)  # ~13% per round: lean
     result = _measure(monkeypatch, gpu, 0.001)
     b = ["body"]

@@ -460,10 +460,8 @@ def test_the_wire_form_xdist_sends_is_plain_text_and_round_trips(build: Any) -> 
         3.5,
     )
     assert type(back.environment["torch"]) is str
-    assert (
-        back.analysis == TestResult.from_dict(r.to_dict()).analysis
-        and back.latency == TestResult.from_dict(r.to_dict()).latency
-    )
+    expected = TestResult.from_dict(r.to_dict())
+    assert back.analysis == expected.analysis and back.latency == expected.latency
 
 
 def test_to_json_is_strict_json_even_with_numpy_and_nan_in_evidence() -> None:

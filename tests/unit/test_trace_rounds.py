@@ -611,14 +611,11 @@ class ClockedPrimingGpu(FakeGpu):
 
 
 @pytest.mark.parametrize("body_memsets", [False, True])
-def test_the_prime_at_the_start_leaves_no_record_in_the_trace(body_memsets: bool, monkeypatch: pytest.MonkeyPatch
-                                                              ) -> None:  # fmt: skip
+@pytest.mark.usefixtures("every_round_in_step")  # one trace round, however loaded the host
+def test_the_prime_at_the_start_leaves_no_record_in_the_trace(body_memsets: bool) -> None:
     """Auto primes the GPU when CUPTI starts with the collection (so that the warm-up can stand for a profile round);
     the prime's memset must not reach the trace, where it would read as GPU work of a body that does none (the
     example's tokenizer lost its cpu_bound class that way). The body's own memset stays."""
-    from pytest_inferscope.collectors import schedule
-
-    monkeypatch.setattr(schedule, "in_step", lambda *_args, **_kw: True)  # one trace round, however loaded the host
     gpu = ClockedPrimingGpu()
     options = CollectionOptions(cpu="off", trace_rounds=1, gpu_rounds="auto", lean_trace_rounds=3, until_in_step=True)
     coll = Collection(options, Choice(gpu), name="t")  # type: ignore[arg-type]
