@@ -291,7 +291,9 @@ class Collection:
         self.buffer.record(Kind.ROUND, strings.intern(f"round {index}"), start, end, value=index, flags=flags, tid=tid)
         self.buffer.record(Kind.MEMORY, 0, end, end, value=after.rss, flags=MemoryFlag.BOUNDARY, tid=tid)
         row: dict[str, Any] = {**before.delta(after), "index": index, "kind": kind.name, "raised": raised}
-        row.update(start_ns=start - self.t0, wall_ns=end - start, sync_ns=end - wait0)
+        # The counters span more than the timed round (their own reading, the clock pair): kept as span_ns,
+        # so the analyzer reads their times as shares of that span, not of the shorter round.
+        row.update(span_ns=row["wall_ns"], start_ns=start - self.t0, wall_ns=end - start, sync_ns=end - wait0)
         self.rounds.append(row)
 
     def _counters_before(self) -> Counters:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.analyzer import BottleneckAnalyzer, analyze, classify
-from pytest_inferscope.analyzer.context import union_ns
+from pytest_inferscope.analyzer.context import Context, union_ns
 from pytest_inferscope.events import EVENT_DTYPE, Domain, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import merge
 from pytest_inferscope.results import UNCLASSIFIED, Finding
@@ -411,3 +411,14 @@ def test_sampled_modules_counts_as_modules_in(n_samples: int) -> None:
     want = [modules_in(x, y, samples, "") for x, y in zip(a.tolist(), b.tolist(), strict=True)]
     assert [list(d.items()) for d in got] == [list(d.items()) for d in want]
     assert any(want)
+
+
+def test_counter_times_are_read_over_their_span_and_old_traces_as_before() -> None:
+    raw = build(cpu_busy=0.5)
+    old = Context(merge(raw)).rounds.counters
+    for row in raw.meta["rounds"]:  # counters read over twice the round (a sub-millisecond body's harness)
+        row["span_ns"] = 2 * row["wall_ns"]
+    new = Context(merge(raw)).rounds.counters
+    for key in ("thread_cpu_ns", "user_ns", "sys_ns", "runqueue_ns"):
+        assert new[key] == pytest.approx(old[key] / 2)
+    assert new["wall_ns"] == old["wall_ns"] and new["minflt"] == old["minflt"] and old["thread_cpu_ns"] > 0

@@ -203,3 +203,22 @@ def test_back_to_back_rounds_share_one_counter_reading_and_a_pause_reads_afresh(
     assert len(reads) == 4 + 2
     coll.stop()
     assert [r["index"] for r in coll.rounds] == [0, 1, 2, 3]
+
+
+def test_a_sub_millisecond_body_is_never_more_than_all_cpu() -> None:
+    # The counters are read before and after each round, so they span more than the round: read as shares of
+    # the round they gave 284% busy for a `pass` body on the 2-core VM. Now a share of their own span.
+    from pytest_inferscope.analyzer import analyze
+    from pytest_inferscope.analyzer.context import Context
+    from pytest_inferscope.merger import merge
+
+    _, raw = run(lambda: None, rounds=20, warmup=0, cpu="off")
+    rows = raw.meta["rounds"]
+    assert all(r["span_ns"] >= r["wall_ns"] > 0 for r in rows)
+    assert sum(r["thread_cpu_ns"] for r in rows) > sum(r["wall_ns"] for r in rows)  # what the old reading divided
+    timeline = merge(raw)
+    ctx = Context(timeline)
+    metrics = analyze(timeline, ctx=ctx).metrics
+    assert 0.5 < metrics["cpu.test_thread_busy"] <= 1.02  # a `pass` body and its harness: on CPU throughout
+    cpu_part = ctx.cpu.thread_parts()[0]
+    assert cpu_part.share is not None and cpu_part.share <= 1.02
