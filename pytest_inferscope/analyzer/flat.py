@@ -40,12 +40,12 @@ class _Codes(dict[str, int]):
         return K_OTHER
 
 
-_CODES = _Codes({SEGMENT: K_SEGMENT, CALL: K_CALL, BLOCKING: K_BLOCKING, EXTERNAL: K_EXTERNAL})
+KIND_CODES = _Codes({SEGMENT: K_SEGMENT, CALL: K_CALL, BLOCKING: K_BLOCKING, EXTERNAL: K_EXTERNAL})
 
 
 def _kinds(nodes: list[HostNode]) -> np.ndarray:
     """The nodes' kind codes (looked up without a Python call per node: a round can hold 50,000)."""
-    return np.fromiter(map(_CODES.__getitem__, map(attrgetter("kind"), nodes)), dtype=np.int8, count=len(nodes))
+    return np.fromiter(map(KIND_CODES.__getitem__, map(attrgetter("kind"), nodes)), dtype=np.int8, count=len(nodes))
 
 
 def _ints(values: list) -> np.ndarray:
@@ -89,7 +89,7 @@ def flatten(g: RoundGraph) -> Flat:
         op_copy=_ints([o.copy for o in ops]),
         op_pageable=np.array([o.pageable for o in ops], dtype=bool),
         link_gb_s=g.link_gb_s,
-        other={i: n.kind for i, n in enumerate(nodes) if n.kind not in _CODES},
+        other={i: n.kind for i, n in enumerate(nodes) if n.kind not in KIND_CODES},
     )
 
 

@@ -11,9 +11,9 @@ every op that ended inside the measured round has ended.
 With the graph unchanged this reproduces the measured round up to what the graph leaves out
 (dependencies between streams, work released by other threads): `replay_error` says how far.
 
-Two ways compute the same thing: `replay_walk` node by node, and `replay_plan` with array operations,
-stretch by stretch (flat.py), for a graph and its what-if copies (`Replayer`), where the arrays apply
-and pay off. Pure functions;
+Two ways compute the same thing: `replay_walk` node by node (`walk_columns`: the same walk read from a
+graph's columns), and `replay_plan` with array operations, stretch by stretch (flat.py), for a graph and its
+what-if copies (`Replayer`), where the arrays apply and pay off. Pure functions;
 nothing here prints or writes.
 """
 
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .flat import Flat, Plan, compile_plan, flat_of, materialise, patch, shape_of
-from .graph import BLOCKING, EXTERNAL, SEGMENT, RoundGraph
+from .columns import K_BLOCKING, K_EXTERNAL, K_SEGMENT
+from .flat import KIND_CODES, Flat, Plan, compile_plan, flat_of, patch, shape_of
+from .graph import RoundGraph
 
 
 @dataclass
@@ -46,44 +47,66 @@ def replay(graph: RoundGraph) -> Replay:
 
 def replay_walk(graph: RoundGraph) -> Replay:
     """The replay, node by node."""
-    ops = graph.ops
+    nodes, ops = graph.nodes, graph.ops
+    code = KIND_CODES.__getitem__
+    return _walk(
+        [code(n.kind) for n in nodes],
+        [n.dur for n in nodes],
+        [n.ops for n in nodes],
+        [n.waits for n in nodes],
+        [(o.start, o.lat, o.floor, o.after, o.gap, o.dur) for o in ops],
+        graph.counted,
+    )
+
+
+def walk_columns(f: Flat) -> Replay:
+    """`replay_walk` of the graph written as `f`, read from its columns: no node or op objects made (a what-if
+    the array replay does not take, e.g. a round of many short stretches, was 2/3 making them)."""
+    times = zip(*(a.tolist() for a in (f.op_start, f.op_lat, f.op_floor, f.op_after, f.op_gap, f.op_dur)), strict=True)
+    return _walk(f.kind.tolist(), f.dur.tolist(), f.node_ops, f.waits, list(times), f.counted.tolist())
+
+
+def _walk(
+    kinds: list[int],
+    durs: list[int],
+    node_ops: list[list[int]],
+    node_waits: list[list[int]],
+    ops: list[tuple[int, int, int, int, int, int]],
+    counted: list[int],
+) -> Replay:
+    """The walk: nodes as kind codes (flat.py), lengths, ops and waits; ops as (start, lat, floor, after, gap, dur)."""
     n = len(ops)
     start, end = [0] * n, [0] * n
     placed = [False] * n
-
-    def place(j: int, ready: int) -> None:
-        op = ops[j]
-        s = max(ready, op.floor)
-        if op.after >= 0 and placed[op.after]:
-            s = max(s, end[op.after] + op.gap)
-        start[j], end[j] = s, s + op.dur
-        placed[j] = True
-
     h = 0
-    for node in graph.nodes:
-        kind = node.kind
-        if kind == SEGMENT:
-            h += node.dur
+    for kind, dur, issued_ops, waits in zip(kinds, durs, node_ops, node_waits, strict=True):
+        if kind == K_SEGMENT:
+            h += dur
             continue
-        for j in node.ops:  # place(j, ready), written out: a round can issue 25,000 ops
-            op = ops[j]
-            s = op.start if kind == EXTERNAL else h + op.lat
-            if op.floor > s:
-                s = op.floor
-            if op.after >= 0 and placed[op.after] and end[op.after] + op.gap > s:
-                s = end[op.after] + op.gap
-            start[j], end[j] = s, s + op.dur
+        for j in issued_ops:  # a round can issue 25,000 ops
+            o_start, lat, floor, after, gap, o_dur = ops[j]
+            s = o_start if kind == K_EXTERNAL else h + lat
+            if floor > s:
+                s = floor
+            if after >= 0 and placed[after] and end[after] + gap > s:
+                s = end[after] + gap
+            start[j], end[j] = s, s + o_dur
             placed[j] = True
-        if kind == EXTERNAL:
+        if kind == K_EXTERNAL:
             continue
-        if kind == BLOCKING:
-            h = max([h, *(end[j] for j in node.waits if placed[j])]) + node.dur
+        if kind == K_BLOCKING:
+            h = max([h, *(end[j] for j in waits if placed[j])]) + dur
         else:
-            h += node.dur
-    for j in range(n):  # an op no node issued (not expected): at its measured time
+            h += dur
+    for j in range(n):  # an op no node issued (not expected): at its measured time and floor, after its stream's op
         if not placed[j]:
-            place(j, ops[j].start)
-    last = max((end[j] for j in graph.counted), default=0)
+            o_start, _, floor, after, gap, o_dur = ops[j]
+            s = max(o_start, floor)
+            if after >= 0 and placed[after]:
+                s = max(s, end[after] + gap)
+            start[j], end[j] = s, s + o_dur
+            placed[j] = True
+    last = max((end[j] for j in counted), default=0)
     return Replay(round_ns=max(h, last), host_ns=h, op_start=start, op_end=end)
 
 
@@ -159,7 +182,7 @@ class Replayer:
         if graph is self.graph:
             plan = self.plan
             if plan is None:  # walked: as objects (made from the columns, where the graph was built as them)
-                return replay_walk(materialise(graph, self.flat)).round_ns
+                return walk_columns(self.flat).round_ns
         elif d is not None and d.base is self.graph:
             f, same = patch(self.flat, graph, d.nodes, d.ops)
             plan = compile_plan(f, self.shape if same and self.shape else None)
@@ -174,7 +197,7 @@ class Replayer:
         same = same and f.op_after is base.op_after and self.shape is not None
         plan = compile_plan(f, self.shape, (base, self.plan)) if same and self.plan else compile_plan(f)
         if plan is None:
-            return replay_walk(materialise(self.graph, f)).round_ns
+            return walk_columns(f).round_ns
         return _plan_round_ns(plan)
 
 

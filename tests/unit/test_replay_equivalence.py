@@ -30,7 +30,7 @@ from pytest_inferscope.analyzer.graph import (
     HostNode,
     RoundGraph,
 )
-from pytest_inferscope.analyzer.replay import Replayer, replay, replay_plan, replay_walk
+from pytest_inferscope.analyzer.replay import Replayer, replay, replay_plan, replay_walk, walk_columns
 from pytest_inferscope.analyzer.whatif import _whatif_ns, builtin
 from pytest_inferscope.events import Kind, RawTrace
 from pytest_inferscope.merger import merge
@@ -158,6 +158,21 @@ def test_graphs_the_arrays_cannot_replay_are_walked(seed: int) -> None:
     assert fast(g) is None  # two ops follow one
     r = replay(g)
     assert (r.round_ns, r.host_ns, r.op_start, r.op_end) == reference(g)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_walk_from_columns_equals_the_walk(seed: int) -> None:
+    """`walk_columns` (what-ifs the arrays do not take) reads the columns as the walk reads the objects."""
+    rng = random.Random(2000 + seed)
+    g = random_graph(
+        rng, rng.choice([5, 60, 400]), rng.choice([1, 2, 5]), rng.choice([0.0, 0.05, 0.3]), trees=seed % 2 == 1
+    )
+    r = walk_columns(flat.flatten(g))
+    assert (r.round_ns, r.host_ns, r.op_start, r.op_end) == reference(g)
+    call = next(n for n in g.nodes if n.kind == CALL)
+    twice = RoundGraph([*g.nodes, HostNode(CALL, 5, 0, ops=list(call.ops))], g.ops, 0, counted=g.counted)
+    r = walk_columns(flat.flatten(twice))
+    assert (r.round_ns, r.host_ns, r.op_start, r.op_end) == reference(twice)
 
 
 def test_an_op_issued_twice_and_float_times_are_walked() -> None:
