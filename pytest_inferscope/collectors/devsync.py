@@ -102,15 +102,18 @@ class DeviceSync:
                 self._cuda = cuda
         return self._cuda
 
-    def __call__(self) -> None:
+    def __call__(self) -> bool:
+        """Wait for the GPU work; False when there was nothing that could have any (no libcuda loaded, no
+        context active), so a round can end at its first clock reading, before this call's own time."""
         cuda = self._driver()
         if cuda is None:
             torch = sys.modules.get("torch")
             if self._error is not None and torch is not None and torch.cuda.is_initialized():
                 torch.cuda.synchronize()
-            return
+                return True
+            return False
         if not self._contexts(cuda):
-            return  # the driver is not initialised (no cuInit yet, never ours): no work to wait for
+            return False  # the driver is not initialised (no cuInit yet, never ours): no work to wait for
         self._check(cuda.cuCtxGetCurrent(self._current_ref), "cuCtxGetCurrent")
         current = self._current.value
         for ordinal, ctx in self._held.items():
@@ -124,6 +127,7 @@ class DeviceSync:
                 cuda.cuCtxPopCurrent_v2(self._popped_ref)
         if current and current not in self._held.values():
             self._check(cuda.cuCtxSynchronize(), "cuCtxSynchronize (current context)")
+        return True
 
     def prime(self) -> bool:
         """One tiny GPU operation on each active context, waited for, outside any round; False when none ran.
