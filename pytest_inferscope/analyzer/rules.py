@@ -33,6 +33,12 @@ PREEMPT_PER_MS = 0.5
 _MB = 1024 * 1024
 
 
+#: The CPU counters' rules say nothing about less on- or off-CPU time than this per round: a trivial test's 6 µs
+#: round read as 63% off CPU, and a 3 µs `pass` body from 50% to 98% on it (the thread's CPU clock and the wall
+#: clock are read µs apart, and the counters' own reads take µs).
+MIN_COUNTED_MS = 0.05
+
+
 def _sample_confidence(ctx: Context, floor: float = 0.6) -> float:
     """How much to trust a sampled attribution: grows with the number of samples behind it."""
     n = ctx.metrics.get("cpu.samples") or 0.0
@@ -62,6 +68,8 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     share = min(1.0, user_busy)
     r = ctx.rounds
     round_ms = r.per_round_ms(r.wall_ns)
+    if round_ms * busy < MIN_COUNTED_MS:
+        return []  # below what the counters can tell: a `pass` body is not a CPU-bound test
     spots = [(h.function, h.self_ms) for h in ctx.cpu.hotspots if h.self_ms > 0][:5]
     evidence: dict[str, object] = {
         "test thread CPU per round (ms)": round(r.per_round_ms(r.counters.get("thread_cpu_ns", 0.0)), 3),
@@ -122,11 +130,6 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     ]
 
 
-#: off_cpu_wait says nothing about less waiting than this per round: a trivial test's 6 µs round read as 63% off
-#: CPU (the thread's CPU clock and the counters' own reads are µs-grained).
-MIN_WAIT_MS = 0.05
-
-
 def off_cpu_wait(ctx: Context) -> list[Finding]:
     """The test thread spent much of the round off CPU (sleeping, I/O, locks, waiting on other threads)."""
     if ctx.metrics.get("cpu.test_thread_working") is None:
@@ -137,7 +140,7 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
         return []  # with a GPU, waiting is the sync and idle rules' business
     spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0][:3]
     wait_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns) * waiting
-    if wait_ms < MIN_WAIT_MS:
+    if wait_ms < MIN_COUNTED_MS:
         return []  # below what the thread's CPU clock and the counters' reads can tell from working
     return [
         Finding(

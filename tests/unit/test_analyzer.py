@@ -165,6 +165,15 @@ def test_a_few_microseconds_off_cpu_are_no_finding() -> None:
     assert any(f.rule == "off_cpu_wait" for f in longer.findings)  # 90 µs of 100: said
 
 
+def test_a_few_microseconds_on_cpu_are_not_a_cpu_bound_test() -> None:
+    # A 3 µs `pass` body read from 50% to 98% on CPU from run to run: named cpu_bound, with "vectorise" suggestions.
+    a = analyze(merge(build(round_ms=0.003, cpu_busy=0.98)))
+    assert a.metrics["cpu.test_thread_working"] == pytest.approx(0.98, abs=0.01)
+    assert a.bottleneck == UNCLASSIFIED and not any(f.rule == "cpu_saturation" for f in a.findings)
+    longer = analyze(merge(build(round_ms=0.1, cpu_busy=0.98)))
+    assert longer.bottleneck == "cpu_bound"  # 98 µs of 100: said
+
+
 def test_gpu_bound_when_kernels_cover_the_round() -> None:
     raw = build(cpu_busy=0.2, gpu=[(Kind.KERNEL, 0.05, 0.9, 0, 0)])
     a = analyze(merge(raw))
