@@ -74,38 +74,38 @@ def _walk(
     ops: list[tuple[int, int, int, int, int, int]],
     counted: list[int],
 ) -> Replay:
-    """The walk: nodes as kind codes (flat.py), lengths, ops and waits; ops as (start, lat, floor, after, gap, dur)."""
-    n = len(ops)
-    start, end = [0] * n, [0] * n
-    placed = [False] * n
+    """The walk: nodes as kind codes (flat.py), lengths, ops and waits; ops as (start, lat, floor, after, gap, dur).
+    An op not placed yet ends at `_FAR` (before anything), so it neither delays its stream's next op nor a wait."""
+    n, far = len(ops), _FAR
+    start, end = [0] * n, [far] * n
+    segment, external, blocking = K_SEGMENT, K_EXTERNAL, K_BLOCKING
     h = 0
     for kind, dur, issued_ops, waits in zip(kinds, durs, node_ops, node_waits, strict=True):
-        if kind == K_SEGMENT:
+        if kind == segment:
             h += dur
             continue
         for j in issued_ops:  # a round can issue 25,000 ops
             o_start, lat, floor, after, gap, o_dur = ops[j]
-            s = o_start if kind == K_EXTERNAL else h + lat
+            s = o_start if kind == external else h + lat
             if floor > s:
                 s = floor
-            if after >= 0 and placed[after] and end[after] + gap > s:
+            if after >= 0 and end[after] + gap > s:
                 s = end[after] + gap
             start[j], end[j] = s, s + o_dur
-            placed[j] = True
-        if kind == K_EXTERNAL:
+        if kind == external:
             continue
-        if kind == K_BLOCKING:
-            h = max([h, *(end[j] for j in waits if placed[j])]) + dur
-        else:
-            h += dur
+        if kind == blocking:
+            for j in waits:
+                if end[j] > h:
+                    h = end[j]
+        h += dur
     for j in range(n):  # an op no node issued (not expected): at its measured time and floor, after its stream's op
-        if not placed[j]:
+        if end[j] == far:
             o_start, _, floor, after, gap, o_dur = ops[j]
             s = max(o_start, floor)
-            if after >= 0 and placed[after]:
+            if after >= 0 and end[after] != far:
                 s = max(s, end[after] + gap)
             start[j], end[j] = s, s + o_dur
-            placed[j] = True
     last = max((end[j] for j in counted), default=0)
     return Replay(round_ns=max(h, last), host_ns=h, op_start=start, op_end=end)
 
