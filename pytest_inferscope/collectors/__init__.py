@@ -187,6 +187,8 @@ class Collection:
         self.t0 = host_clock_ns()
         if self.sampler is not None:
             self.sampler.start()
+        elif self._sampler_thread is not None:
+            self._sampler_thread.quiet()  # no ticks of the session's sampler thread during these rounds
         if self.tracer is not None:
             self.tracer.start()
 
