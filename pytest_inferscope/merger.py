@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -48,9 +49,7 @@ class Timeline:
 
     def mask(self, *kinds: int) -> np.ndarray:
         """Events of the given kinds (a lookup table indexed by kind: np.isin costs ~10x more)."""
-        table = np.zeros(256, dtype=bool)
-        table[list(kinds)] = True
-        return table[self.events["kind"]]
+        return _kind_table(kinds)[self.events["kind"]]
 
     def name(self, i: int) -> str:
         return self.strings[int(self.events["name"][i])]
@@ -109,7 +108,7 @@ def fit_clock(pairs: list[tuple[int, int]], has_device_events: bool) -> ClockFit
 
 
 def _to_host(ev: np.ndarray, fit: ClockFit) -> None:
-    dev = ev["domain"] == Domain.DEVICE
+    dev = ev["domain"] == int(Domain.DEVICE)  # int: see events.Kind
     if not dev.any():
         return
     for col in ("start", "end"):
@@ -119,9 +118,12 @@ def _to_host(ev: np.ndarray, fit: ClockFit) -> None:
     ev["domain"][dev] = Domain.HOST
 
 
+@functools.lru_cache(maxsize=64)
 def _kind_table(kinds: tuple[int, ...]) -> np.ndarray:
+    """A lookup table indexed by kind, True for `kinds`: built once per set of kinds, and read-only."""
     table = np.zeros(256, dtype=bool)
-    table[list(kinds)] = True
+    table[[int(k) for k in kinds]] = True
+    table.flags.writeable = False
     return table
 
 
@@ -133,7 +135,7 @@ def causality_violations(ev: np.ndarray) -> int:
     """GPU records that start before the runtime call with their correlation id."""
     # Single columns only: indexing whole structured records is several times slower.
     kind, corr, start = ev["kind"], ev["corr"], ev["start"]
-    rt = (kind == Kind.RUNTIME) & (corr != 0)
+    rt = (kind == int(Kind.RUNTIME)) & (corr != 0)  # int: see events.Kind
     gpu = _GPU[kind] & (corr != 0)
     if not rt.any() or not gpu.any():
         return 0
@@ -151,7 +153,7 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
     parent = np.full(n, -1, dtype=np.int32)
     kind = ev["kind"]
     is_span = _SPAN[kind]
-    span_idx = np.flatnonzero(is_span)
+    span_idx = is_span.nonzero()[0]  # methods, not np.flatnonzero ...: those wrappers outcost a short timeline's work
     starts, ends, tids = ev["start"], ev["end"], ev["tid"]
 
     # Per thread: walk the spans in order with a stack; record where the innermost
@@ -176,7 +178,8 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
         stack.append((i, e))
         times.append(s)
         active.append(i)
-    parent[span_idx] = np.asarray(span_parent, dtype=np.int32) if span_parent else parent[span_idx]
+    if span_parent:
+        parent[span_idx] = span_parent
     for tid, stack in stacks.items():
         times, active = steps[tid]
         while stack:
@@ -185,18 +188,18 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
             active.append(stack[-1][0] if stack else -1)
 
     # Top-level spans of other threads hang under the test thread's span at that time.
-    rounds = np.flatnonzero(kind == Kind.ROUND)
+    rounds = (kind == int(Kind.ROUND)).nonzero()[0]  # int: see events.Kind
     test_tid = int(tids[rounds[0]]) if len(rounds) else None
     if test_tid is not None and test_tid in steps and len(steps) > 1:
         t_times = np.asarray(steps[test_tid][0], dtype=np.int64)
         t_active = np.asarray(steps[test_tid][1], dtype=np.int32)
         orphans = span_idx[(parent[span_idx] == -1) & (tids[span_idx] != test_tid)]
         if len(orphans):
-            k = np.searchsorted(t_times, starts[orphans], side="right") - 1
+            k = t_times.searchsorted(starts[orphans], side="right") - 1
             parent[orphans] = np.where(k >= 0, t_active[np.maximum(k, 0)], -1)
 
     # Host leaves (samples, marks, memory, runtime calls): innermost span of their thread.
-    leaves = np.flatnonzero(~is_span & (ev["device"] < 0))
+    leaves = (~is_span & (ev["device"] < 0)).nonzero()[0]
     if len(leaves):
         leaf_tids = tids[leaves]
         for tid in np.unique(leaf_tids).tolist():
@@ -207,15 +210,15 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
             times_a = np.asarray(steps[key][0], dtype=np.int64)
             active_a = np.asarray(steps[key][1], dtype=np.int32)
             # A sample's stack was seen when it was taken, at its end.
-            at = np.where(kind[sel] == Kind.SAMPLE, ends[sel] - 1, starts[sel])
-            k = np.searchsorted(times_a, at, side="right") - 1
+            at = np.where(kind[sel] == int(Kind.SAMPLE), ends[sel] - 1, starts[sel])
+            k = times_a.searchsorted(at, side="right") - 1
             parent[sel] = np.where(k >= 0, active_a[np.maximum(k, 0)], -1)
 
     # Device work: the span its runtime call ran in.
-    dev = np.flatnonzero(ev["device"] >= 0)
-    dev = dev[kind[dev] != Kind.RUNTIME]
+    runtime = kind == int(Kind.RUNTIME)
+    dev = ((ev["device"] >= 0) & ~runtime).nonzero()[0]
     if len(dev):
-        rt = np.flatnonzero((kind == Kind.RUNTIME) & (ev["corr"] != 0))
+        rt = np.flatnonzero(runtime & (ev["corr"] != 0))
         if len(rt):
             order = rt[np.argsort(ev["corr"][rt], kind="stable")]
             corr = ev["corr"][order]
@@ -245,7 +248,7 @@ def _order(ev: np.ndarray) -> np.ndarray:
 def merge(raw: RawTrace) -> Timeline:
     """Put a raw collection on one clock, in one order, with its hierarchy."""
     ev = np.array(raw.events, dtype=EVENT_DTYPE, copy=True)
-    has_device = bool((ev["domain"] == Domain.DEVICE).any())
+    has_device = bool(np.count_nonzero(ev["domain"] == int(Domain.DEVICE)))  # int: see events.Kind
     fit = fit_clock(raw.clock_pairs, has_device)
     incomplete_mask = ev["end"] < ev["start"]  # e.g. end == 0 from a forced flush
     incomplete = int(np.count_nonzero(incomplete_mask))
@@ -259,7 +262,7 @@ def merge(raw: RawTrace) -> Timeline:
                 fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
         else:
             # Keep the CPU-side results rather than report GPU times on a wrong clock.
-            ev = np.compress(ev["domain"] != Domain.DEVICE, ev)
+            ev = np.compress(ev["domain"] != int(Domain.DEVICE), ev)
     elif "clock_note" in raw.meta:
         # GPU records already on the host clock (an imported trace): say who aligned them, and check them.
         fit.note = str(raw.meta["clock_note"])

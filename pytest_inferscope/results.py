@@ -108,27 +108,45 @@ def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
     return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
 
 
-def _build(tp: Any, data: Any) -> Any:
-    if data is None:
-        return None
+@functools.cache
+def _shape(tp: Any) -> tuple[str, Any]:
+    """How `_build` makes a value of type `tp`, and the type (or the fields' hints) it recurses into.
+
+    Worked out once per type: `typing.get_origin` and `dataclasses.is_dataclass` cost a few µs per value,
+    and `judge` builds the collectors' infos every test.
+    """
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _build(args[0], data) if len(args) == 1 else data
+        return ("optional", args[0]) if len(args) == 1 else ("as_is", None)
     if origin is list:
         (arg,) = typing.get_args(tp)
-        return [_build(arg, v) for v in data]
+        return "list", arg
     if origin is dict:
         _, arg = typing.get_args(tp)
-        return {k: _build(arg, v) for k, v in data.items()}
+        return "dict", arg
     if tp in _SELF_SERIAL:
-        return tp.from_dict(data)
+        return "self", None
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        kwargs = {name: _build(hint, data[name]) for name, hint in _field_hints(tp) if name in data}
-        return tp(**kwargs)
-    if tp is float and data is not None:
-        return float(data)
-    return data
+        return "dataclass", _field_hints(tp)
+    return ("float", None) if tp is float else ("as_is", None)
+
+
+def _build(tp: Any, data: Any) -> Any:
+    if data is None:
+        return None
+    how, arg = _shape(tp)
+    if how == "dataclass":
+        return tp(**{name: _build(hint, data[name]) for name, hint in arg if name in data})
+    if how == "optional":
+        return _build(arg, data)
+    if how == "list":
+        return [_build(arg, v) for v in data]
+    if how == "dict":
+        return {k: _build(arg, v) for k, v in data.items()}
+    if how == "self":
+        return tp.from_dict(data)
+    return float(data) if how == "float" else data
 
 
 @dataclass

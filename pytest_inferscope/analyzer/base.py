@@ -46,16 +46,16 @@ def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
     """Total length of the union of [start, end) intervals."""
     if len(starts) == 0:
         return 0
-    order = np.argsort(starts, kind="stable")
+    order = starts.argsort(kind="stable")
     s, e = starts[order], ends[order]
     run_end = np.maximum.accumulate(e)
     # A new run begins where a start lies past everything before it.
     new = np.empty(len(s), dtype=bool)
     new[0] = True
     new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
+    idx = new.nonzero()[0]
     run_ends = np.append(run_end[idx[1:] - 1], run_end[-1])
-    return int(np.sum(run_ends - s[idx]))
+    return int((run_ends - s[idx]).sum())
 
 
 @dataclass(eq=False)
@@ -73,17 +73,19 @@ class Rounds:
     def _round_spans(self) -> tuple[np.ndarray, np.ndarray]:
         """The ROUND spans' indices and their RoundKind."""
         ev = self.timeline.events
-        rounds = np.flatnonzero(ev["kind"] == Kind.ROUND)
+        # int, here and below: see events.Kind. Array methods (nonzero, searchsorted, sum ...) rather than numpy's
+        # functions: those functions' wrappers cost more than the work on a short timeline (a trivial test's).
+        rounds = (ev["kind"] == int(Kind.ROUND)).nonzero()[0]
         return rounds, kinds_of(ev["flags"][rounds])
 
     @cached_property
     def round_idx(self) -> np.ndarray:
         """Indices of the measured rounds (else the warm-up rounds; else every round)."""
         rounds, kinds = self._round_spans
-        measured = rounds[kinds == RoundKind.MEASURED]
+        measured = rounds[kinds == int(RoundKind.MEASURED)]
         if len(measured):
             return measured
-        warmup = rounds[kinds == RoundKind.WARMUP]
+        warmup = rounds[kinds == int(RoundKind.WARMUP)]
         return warmup if len(warmup) else rounds
 
     @cached_property
@@ -110,7 +112,7 @@ class Rounds:
         if len(profiled) or not warmups:
             return profiled
         rounds, kinds = self._round_spans
-        warm = rounds[kinds == RoundKind.WARMUP]
+        warm = rounds[kinds == int(RoundKind.WARMUP)]
         return warm[np.isin(self.timeline.events["value"][warm], np.asarray(warmups, dtype=np.int64))]
 
     def _in_step(self, kind: RoundKind) -> np.ndarray:
@@ -120,7 +122,7 @@ class Rounds:
             return rounds
         ev = self.timeline.events
         spans, kinds = self._round_spans
-        measured = spans[kinds == RoundKind.MEASURED]
+        measured = spans[kinds == int(RoundKind.MEASURED)]
         walls = ev["end"][measured] - ev["start"][measured]
         decision = self.timeline.meta.get("gpu_rounds_decision") or {}
         lean = self.timeline.meta.get("gpu_rounds") == "trace"
@@ -130,7 +132,7 @@ class Rounds:
 
     def _rounds_of(self, kind: RoundKind) -> np.ndarray:
         rounds, kinds = self._round_spans
-        extra = rounds[kinds == kind]
+        extra = rounds[kinds == int(kind)]
         return extra if len(extra) < len(rounds) else np.zeros(0, dtype=rounds.dtype)
 
     @property
@@ -205,8 +207,7 @@ class Rounds:
         """Wall time of the rounds GPU activity is read from: what GPU fractions are fractions of."""
         if not self.gpu_lean:
             return self.wall_ns
-        ev = self.timeline.events[self.gpu_round_idx]
-        return max(1, int(np.sum(ev["end"] - ev["start"])))
+        return max(1, _span_ns(self.timeline.events, self.gpu_round_idx))
 
     def per_gpu_round_ms(self, ns: float) -> float:
         return ns / _MS / self.n_gpu_rounds
@@ -231,14 +232,14 @@ class Rounds:
 
     @cached_property
     def round_ms(self) -> np.ndarray:
-        ev = self.timeline.events[self.round_idx]
-        return (ev["end"] - ev["start"]) / _MS
+        ev, idx = self.timeline.events, self.round_idx
+        return (ev["end"][idx] - ev["start"][idx]) / _MS
 
     @cached_property
     def latency(self) -> LatencyStats:
         ev = self.timeline.events
         rounds, kinds = self._round_spans
-        warm = rounds[kinds == RoundKind.WARMUP]
+        warm = rounds[kinds == int(RoundKind.WARMUP)]
         # the rounds after the measured ones (but the settling round), out-of-step profile rounds too
         trace = np.sort(np.concatenate((self._rounds_of(RoundKind.PROFILE), self._rounds_of(RoundKind.TRACE))))
         stats = LatencyStats.from_samples(
@@ -256,11 +257,11 @@ class Rounds:
     @cached_property
     def wall_ns(self) -> int:
         """Measured wall time: the sum of the measured rounds (or the whole test without rounds)."""
+        ev = self.timeline.events
         if len(self.round_idx):
-            ev = self.timeline.events[self.round_idx]
-            return int(np.sum(ev["end"] - ev["start"]))
-        tests = self.timeline.events[self.timeline.events["kind"] == Kind.TEST]
-        return int(np.sum(tests["end"] - tests["start"])) if len(tests) else 1
+            return _span_ns(ev, self.round_idx)
+        tests = (ev["kind"] == int(Kind.TEST)).nonzero()[0]
+        return _span_ns(ev, tests) if len(tests) else 1
 
     @cached_property
     def in_rounds(self) -> np.ndarray:
@@ -276,7 +277,7 @@ class Rounds:
     def _at(self) -> np.ndarray:
         """When each event happened, for the masks of the rounds: its start (a sample's end: when it was taken)."""
         ev = self.timeline.events
-        return np.where(ev["kind"] == Kind.SAMPLE, ev["end"] - 1, ev["start"])
+        return np.where(ev["kind"] == int(Kind.SAMPLE), ev["end"] - 1, ev["start"])
 
     def _inside(self, round_idx: np.ndarray) -> np.ndarray:
         ev = self.timeline.events
@@ -284,9 +285,9 @@ class Rounds:
             return np.ones(len(ev), dtype=bool)
         at = self._at
         starts, ends = ev["start"][round_idx], ev["end"][round_idx]
-        order = np.argsort(starts)
+        order = starts.argsort()
         rs, re = starts[order], ends[order]
-        k = np.searchsorted(rs, at, side="right") - 1
+        k = rs.searchsorted(at, side="right") - 1
         ok = k >= 0
         return ok & (at < re[np.maximum(k, 0)])
 
@@ -333,6 +334,11 @@ def _in_round(row: dict[str, Any], key: str) -> float:
     if key in _TIMES and wall > 0 and span > wall:
         return value * wall / span
     return value
+
+
+def _span_ns(ev: np.ndarray, idx: np.ndarray) -> int:
+    """The summed length of the events at `idx` (columns: indexing whole records costs several times more)."""
+    return int((ev["end"][idx] - ev["start"][idx]).sum())
 
 
 def event_refs(timeline: Timeline, idx: np.ndarray | list[int], limit: int = 5) -> list[EventRef]:

@@ -44,7 +44,7 @@ class CpuView:
     def sample_weights(self) -> dict[int, float]:
         """Sampled ns per folded-stack name id, inside measured rounds."""
         ev = self.timeline.events
-        sel = (ev["kind"] == Kind.SAMPLE) & self.rounds.in_rounds
+        sel = (ev["kind"] == int(Kind.SAMPLE)) & self.rounds.in_rounds  # int, here and below: see events.Kind
         names, dur = ev["name"][sel], (ev["end"][sel] - ev["start"][sel]).astype(float)
         if not len(names):
             return {}
@@ -89,7 +89,7 @@ class CpuView:
         "mod:fn (path.py:42: `x.item()`)". Traces recorded before the sampler kept lines name the function.
         """
         ev, r = self.timeline.events, self.rounds
-        sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (r.in_api_rounds if api else r.in_rounds))
+        sel = np.flatnonzero((ev["kind"] == int(Kind.SAMPLE)) & (r.in_api_rounds if api else r.in_rounds))
         per_round = r.per_api_round_ms if api else r.per_round_ms
         if not len(sel) or not len(starts):
             return []
@@ -123,7 +123,7 @@ class CpuView:
         """Paths of every scope and module span, each built once from its parent's."""
         tl = self.timeline
         ev = tl.events
-        idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE))
+        idx = tl.mask(Kind.SCOPE, Kind.MODULE).nonzero()[0]  # (np.flatnonzero's wrapper costs more than this)
         memo: dict[int, str] = {}
         names, parents, kinds = ev["name"][idx].tolist(), tl.parent[idx].tolist(), ev["kind"].tolist()
         for i, name, p in zip(idx.tolist(), names, parents, strict=True):  # in start order: parents come first
@@ -148,7 +148,7 @@ class CpuView:
         gpu, parents = gpu[keep], parents[keep]
         n = len(ev)
         ns = np.bincount(parents, weights=(ev["end"][gpu] - ev["start"][gpu]).astype(float), minlength=n)
-        count = np.bincount(parents, weights=(ev["kind"][gpu] == Kind.KERNEL).astype(float), minlength=n)
+        count = np.bincount(parents, weights=(ev["kind"][gpu] == int(Kind.KERNEL)).astype(float), minlength=n)
         spans = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE, Kind.ROUND, Kind.TEST, Kind.WAIT, Kind.CALL))
         span_parent = tl.parent[spans].tolist()
         for i, p in zip(spans[::-1].tolist(), span_parent[::-1], strict=True):  # reverse start order: bottom-up
@@ -162,7 +162,7 @@ class CpuView:
     def scopes(self) -> list[ScopeStat]:
         tl, r = self.timeline, self.rounds
         ev = tl.events
-        idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE) & r.in_rounds)
+        idx = (tl.mask(Kind.SCOPE, Kind.MODULE) & r.in_rounds).nonzero()[0]
         paths = self._paths
         agg: dict[tuple[str, str], list[float]] = {}
         kinds, durs = ev["kind"][idx].tolist(), (ev["end"][idx] - ev["start"][idx]).tolist()
@@ -174,7 +174,7 @@ class CpuView:
         # GPU time per scope: from the API rounds (their GPU records know their launch's span), per API round.
         api_idx = idx
         if r.has_trace_rounds:
-            api_idx = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE) & r.in_api_rounds)
+            api_idx = (tl.mask(Kind.SCOPE, Kind.MODULE) & r.in_api_rounds).nonzero()[0]
         for i, k in zip(api_idx.tolist(), ev["kind"][api_idx].tolist(), strict=True):
             g = gpu_agg.setdefault((paths[i], "scope" if k == Kind.SCOPE else "module"), [0.0, 0.0])
             g[0] += gpu_ns.get(i, 0.0)

@@ -20,7 +20,7 @@ from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, copy_devices, peer_c
 from ..merger import Timeline
 from ..results import BreakdownPart
 from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, union_ns
-from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle
+from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle, no_gaps
 
 #: Runtime/driver calls that block the calling thread until the device catches up.
 SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy(2D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?$|^cudaMemcpy(To|From)Symbol$")
@@ -42,8 +42,8 @@ COPY_SYNC_NS = 50_000
 
 
 def _compute_kind(kind: np.ndarray) -> np.ndarray:
-    """Kernels and memsets (np.isin costs several times more)."""
-    return (kind == Kind.KERNEL) | (kind == Kind.MEMSET)
+    """Kernels and memsets (np.isin costs several times more; int, here and below: see events.Kind)."""
+    return (kind == int(Kind.KERNEL)) | (kind == int(Kind.MEMSET))
 
 
 def _intersection_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:
@@ -82,7 +82,7 @@ class GpuView:
 
     @cached_property
     def copies(self) -> dict[str, np.ndarray]:
-        cp = self.records[self.records["kind"] == Kind.MEMCPY]
+        cp = self.records[self.records["kind"] == int(Kind.MEMCPY)]
         kind, src, dst = unpack_copy_flags(cp["flags"])
         return {
             "all": cp,
@@ -99,14 +99,15 @@ class GpuView:
         if not len(rt):
             return rt
         names = self._calls_named(SYNC_CALL)
-        own = tl.events["kind"][np.maximum(tl.parent[rt], 0)] == Kind.WAIT  # our end-of-round synchronize
+        own = tl.events["kind"][np.maximum(tl.parent[rt], 0)] == int(Kind.WAIT)  # our end-of-round synchronize
         return rt[names & ~(own & (tl.parent[rt] >= 0))]
 
     @cached_property
     def _api_calls(self) -> np.ndarray:
         """Indices of the runtime and driver calls in the API rounds (the rounds' mask only when there is one)."""
-        runtime = self.timeline.events["kind"] == Kind.RUNTIME
-        return np.flatnonzero(runtime & self.rounds.in_api_rounds) if runtime.any() else np.flatnonzero(runtime)
+        runtime = self.timeline.events["kind"] == int(Kind.RUNTIME)
+        # (array methods: numpy's functions' wrappers cost more than the work on a short timeline)
+        return (runtime & self.rounds.in_api_rounds).nonzero()[0] if np.count_nonzero(runtime) else runtime.nonzero()[0]
 
     def _calls_named(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which of `_api_calls` have a name `pattern` matches: one regex per distinct name of a call, not per
@@ -132,33 +133,33 @@ class GpuView:
         trace rounds' syncs and copy calls held the thread outside their end-of-round waits, scaled.
         """
         ev, r = self.timeline.events, self.rounds
-        own = ev[(ev["kind"] == Kind.WAIT) & r.in_rounds]
-        user = ev[self.sync_calls]
-        copies = ev[self.copy_calls]
-        round_end = union_ns(own["start"], own["end"])
+        starts, ends = ev["start"], ev["end"]
+
+        def union(idx: np.ndarray) -> int:  # columns by index: indexing and joining whole records costs more
+            return union_ns(starts[idx], ends[idx])
+
+        waits = ev["kind"] == int(Kind.WAIT)
+        own = (waits & r.in_rounds).nonzero()[0]
+        user, copies = self.sync_calls, self.copy_calls
+        round_end = union(own)
         if r.has_trace_rounds:
-            own = ev[(ev["kind"] == Kind.WAIT) & r.in_api_rounds]
+            own = (waits & r.in_api_rounds).nonzero()[0]
         held = np.concatenate((own, user, copies))
         scale = r.api_scale
         if not r.has_trace_rounds:
-            return {
-                "user": union_ns(user["start"], user["end"]),
-                "round_end": round_end,
-                "copy_calls": union_ns(copies["start"], copies["end"]),
-                "all": union_ns(held["start"], held["end"]),
-            }
-        beyond = union_ns(held["start"], held["end"]) - union_ns(own["start"], own["end"])
+            return {"user": union(user), "round_end": round_end, "copy_calls": union(copies), "all": union(held)}
+        beyond = union(held) - union(own)
         return {
-            "user": round(union_ns(user["start"], user["end"]) * scale),
+            "user": round(union(user) * scale),
             "round_end": round_end,
-            "copy_calls": round(union_ns(copies["start"], copies["end"]) * scale),
+            "copy_calls": round(union(copies) * scale),
             "all": round_end + round(beyond * scale),
         }
 
     @cached_property
     def launches(self) -> dict[str, float]:
         """Kernel launch statistics over the measured rounds."""
-        k = self.records[self.records["kind"] == Kind.KERNEL]
+        k = self.records[self.records["kind"] == int(Kind.KERNEL)]
         n = len(k)
         # The host's launching time: its CPU time outside device waits (a thread spinning in a
         # synchronize burns CPU, but not launching).
@@ -177,10 +178,11 @@ class GpuView:
     @property
     def launch_dominated(self) -> bool:
         """Many tiny kernels, each costing the host more than it costs the GPU: the host is busy launching."""
+        if not self.collected:
+            return False
         lz = self.launches
         return (
-            self.collected
-            and lz["per_round"] >= 100
+            lz["per_round"] >= 100
             and lz["host_ns_per_launch"] < LAUNCH_HOST_NS
             and lz["mean_kernel_ns"] < lz["host_ns_per_launch"]
         )
@@ -193,6 +195,8 @@ class GpuView:
         whose gaps have launch calls to attribute them to. Their totals are scaled to the measured
         rounds' idle time by `idle_scale`; the intervals themselves are the trace rounds'.
         """
+        if not self.collected:  # no GPU records, so no gaps: the blocking calls and the masks need not be read
+            return no_gaps()
         blocking = np.union1d(self.sync_calls, self.copy_calls)
         return attribute_idle(
             self.timeline.events, self.rounds.in_api_rounds, self.rounds.api_round_idx, blocking, self.launch_gap_ns
@@ -309,7 +313,7 @@ class GpuView:
     def _api_host_copies(self) -> np.ndarray:
         """Host<->device copy records of the API rounds."""
         ev = self.timeline.events
-        cp = ev[(ev["kind"] == Kind.MEMCPY) & self.rounds.in_api_rounds]
+        cp = ev[(ev["kind"] == int(Kind.MEMCPY)) & self.rounds.in_api_rounds]
         kind, _, _ = unpack_copy_flags(cp["flags"])
         return cp[(kind == CopyKind.HTOD) | (kind == CopyKind.DTOH)]
 

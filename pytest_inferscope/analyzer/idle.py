@@ -106,7 +106,8 @@ class IdleGaps:
         return int(np.sum(gap + np.minimum(gap, self.blocked_ns[sel])))
 
 
-def _empty() -> IdleGaps:
+def no_gaps() -> IdleGaps:
+    """The attribution of a timeline with no GPU work: no idle interval."""
     z = np.zeros(0, dtype=np.int64)
     d = np.zeros(0, dtype=np.int16)
     return IdleGaps(z, z.copy(), np.zeros(0, dtype=np.uint8), d, z.copy(), d.copy())
@@ -210,7 +211,7 @@ def attribute_idle(
     starts, ends = events["start"], events["end"]
     gpu_mask = _GPU[kind] & in_rounds
     if not gpu_mask.any() or not len(round_idx):
-        return _empty()
+        return no_gaps()
     r_order = np.argsort(starts[round_idx], kind="stable")
     r_start, r_end = starts[round_idx][r_order], ends[round_idx][r_order]
     # Launch call of each GPU record, by correlation id (host RUNTIME records carry the same id).
@@ -255,7 +256,7 @@ def attribute_idle(
             cause, peer = _peer_wait(peers, dev, cause, (a, b), nxt_copy, (known, launch), launch_gap_ns)
         out.append((a, b, cause, np.full(len(a), dev, dtype=np.int16), blocked, peer))
     if not out:
-        return _empty()
+        return no_gaps()
     a, b, c, d, blk, p = (np.concatenate(x) for x in zip(*out, strict=True))
     order = np.lexsort((a, d))
     return IdleGaps(

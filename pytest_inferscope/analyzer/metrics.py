@@ -5,6 +5,7 @@ Every key is always present (None when not measured), so a custom rule can name 
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING
 
@@ -70,13 +71,14 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
     proc = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
     m["cpu.kernel_fraction"] = c.get("sys_ns", 0.0) / proc if proc else 0.0
-    m["cpu.cores"] = float(os.cpu_count() or 1)
+    m["cpu.cores"] = _machine_cores()
     cores = float(available_cores(ctx))
     m["cpu.available_cores"] = cores
     threads = m["cpu.torch_threads"]
     m["cpu.threads_per_core"] = threads / cores if threads else None
     m["cpu.involuntary_switches_per_round"] = c.get("nivcsw", 0.0) / ctx.rounds.n_rounds
-    m["cpu.samples"] = float(np.count_nonzero((ctx.timeline.events["kind"] == Kind.SAMPLE) & ctx.rounds.in_rounds))
+    samples = ctx.timeline.events["kind"] == int(Kind.SAMPLE)  # int, here and below: see events.Kind
+    m["cpu.samples"] = float(np.count_nonzero(samples & ctx.rounds.in_rounds))
 
 
 def _memory_metrics(ctx: Context, m: dict[str, float | None]) -> None:
@@ -130,7 +132,7 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     # Collective kernels (NCCL) occupy the GPU while waiting for peers: communication, not compute (comm.py).
     comm = comm_mask(ctx.gpu.records, ctx.timeline.strings)
     kind = ctx.gpu.records["kind"]
-    compute = ((kind == Kind.KERNEL) | (kind == Kind.MEMSET)) & ~comm  # columns: no copy of whole records
+    compute = ((kind == int(Kind.KERNEL)) | (kind == int(Kind.MEMSET))) & ~comm  # columns: no copy of whole records
     m["gpu.busy_fraction"] = busy / wall
     m["gpu.compute_fraction"] = union_ns(ctx.gpu.records["start"][compute], ctx.gpu.records["end"][compute]) / wall
     devices = per_device(ctx.gpu.records, ctx.timeline.strings)
@@ -139,12 +141,12 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     total = sum(d.comm_ns for d in devices)
     m["gpu.communication_overlap"] = sum(d.overlap_ns for d in devices) / total if total else None
     m["gpu.idle_fraction"] = 1.0 - busy / wall
-    m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu.records["kind"] == Kind.KERNEL) / n_gpu
+    m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu.records["kind"] == int(Kind.KERNEL)) / n_gpu
     m["gpu.transfer_fraction"] = union_ns(cp["all"]["start"], cp["all"]["end"]) / wall
     m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / n_gpu
     m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / n_gpu
     ev = ctx.timeline.events
-    allocs = (ev["kind"] == Kind.GPU_MEMORY) & (ev["value"] > 0) & ctx.rounds.in_gpu_rounds
+    allocs = (ev["kind"] == int(Kind.GPU_MEMORY)) & (ev["value"] > 0) & ctx.rounds.in_gpu_rounds
     m["gpu.allocations_per_round"] = float(np.count_nonzero(allocs)) / n_gpu
     for cause in CAUSES:
         m[f"gpu.idle_{cause}_fraction"] = ctx.gpu.idle_fraction(cause)
@@ -158,6 +160,12 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     alloc = ev[ctx.gpu.alloc_calls]
     scale = ctx.rounds.gpu_api_scale  # allocator calls are read in the API rounds
     m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) * scale / wall
+
+
+@functools.cache
+def _machine_cores() -> float:
+    """The machine's CPU count: the same for the whole process, and os.cpu_count() reads sysfs each call (~8 µs)."""
+    return float(os.cpu_count() or 1)
 
 
 def available_cores(ctx: Context) -> int:

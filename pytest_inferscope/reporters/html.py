@@ -269,9 +269,14 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
         auto_reload=False,  # the templates ship with the package: no stat() of them per report
     )
-    env.filters.update(ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, value=fmt_value, bytes=_fmt_bytes)
+    env.filters.update(ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, value=fmt_value, bytes=_fmt_bytes, unit=_unit)
     env.bytecode_cache = compiled_templates(env)
     return env
+
+
+def _unit(x: float) -> float:
+    """`x` held to [0, 1] (a meter's width): what Jinja's `[[x, 0] | max, 1] | min` gives, at a tenth of the cost."""
+    return min(max(x, 0), 1)
 
 
 def _fmt_bytes(n: float | None) -> str:

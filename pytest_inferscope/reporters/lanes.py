@@ -51,6 +51,7 @@ IDLE_CAUSES = {"host_wait": 1, "launch_gap": 2, "sync_stall": 3, "round_end": 4,
 #: Deepest nesting drawn in a lane (deeper spans are drawn on the last row).
 MAX_DEPTH = 7
 _U32 = 1 << 32
+# Columns are compared with `int(Kind.X)`, not the member: see events.Kind.
 
 
 class Fields:
@@ -96,7 +97,7 @@ def build_lanes(tl: Timeline, f: Fields | None = None) -> list[Lane]:
     f = f or Fields(tl.events)
     kind, tid, device = f["kind"], f["tid"], f["device"]
     lanes: list[Lane] = []
-    host = np.flatnonzero((device < 0) | (kind == Kind.RUNTIME))
+    host = np.flatnonzero((device < 0) | (kind == int(Kind.RUNTIME)))
     test_tids = set(_unique(tid[_table((Kind.TEST, Kind.ROUND))[kind]]))
     host_tid = tid[host]
     for t in sorted(_unique(host_tid), key=lambda t: (t not in test_tids, t)):
@@ -124,7 +125,7 @@ def build_lanes(tl: Timeline, f: Fields | None = None) -> list[Lane]:
             value = f["value"][rows]
             if value.any():
                 lane.cols["value"] = value.astype(np.float32)
-            peer = np.where(f["kind"][rows] == Kind.MEMCPY, f["flags"][rows] >> 24, 0).astype(np.uint8)
+            peer = np.where(f["kind"][rows] == int(Kind.MEMCPY), f["flags"][rows] >> 24, 0).astype(np.uint8)
             if peer.any():  # a copy between two devices: which two (events.copy_flags' top byte)
                 lane.cols["peer"] = peer
             lanes.append(lane)
@@ -152,13 +153,15 @@ def _table(kinds: tuple[int, ...]) -> np.ndarray:
 def _cpu_cats(name: str, f: Fields, rows: np.ndarray) -> np.ndarray:
     k = f["kind"][rows]
     if name == "rounds":
-        unmeasured = k == Kind.ROUND
-        unmeasured[unmeasured] = kinds_of(f["flags"][rows][unmeasured]) != RoundKind.MEASURED
-        return np.select([k == Kind.TEST, k == Kind.MARK, unmeasured], [0, 3, 2], 1).astype(np.uint8)
+        unmeasured = k == int(Kind.ROUND)
+        unmeasured[unmeasured] = kinds_of(f["flags"][rows][unmeasured]) != int(RoundKind.MEASURED)
+        return np.select([k == int(Kind.TEST), k == int(Kind.MARK), unmeasured], [0, 3, 2], 1).astype(np.uint8)
     if name == "python":
-        return (k == Kind.CALL).astype(np.uint8)
+        return (k == int(Kind.CALL)).astype(np.uint8)
     if name == "runtime":
-        return np.select([k == Kind.SYNC, k == Kind.WAIT, k == Kind.OVERHEAD], [1, 2, 3], 0).astype(np.uint8)
+        return np.select([k == int(Kind.SYNC), k == int(Kind.WAIT), k == int(Kind.OVERHEAD)], [1, 2, 3], 0).astype(
+            np.uint8
+        )
     return np.zeros(len(rows), dtype=np.uint8)
 
 
@@ -166,19 +169,26 @@ def _cpu_depth(tl: Timeline, f: Fields, name: str, rows: np.ndarray, kinds: tupl
     """The row of each event in its lane: its nesting among spans of the lane's kinds."""
     k = f["kind"][rows]
     if name == "rounds":  # the test span on top, rounds (and marks) under it
-        return ((k != Kind.TEST) & bool((k == Kind.TEST).any())).astype(np.uint8)
+        return ((k != int(Kind.TEST)) & bool((k == int(Kind.TEST)).any())).astype(np.uint8)
     if name == "runtime":
         return _overlap_depth(f, rows)
     depth = _span_depth(tl, f, rows, kinds)
-    return np.where(k == Kind.SAMPLE, 0, depth).astype(np.uint8)  # samples never overlap
+    return np.where(k == int(Kind.SAMPLE), 0, depth).astype(np.uint8)  # samples never overlap
 
 
 def _gpu_cats(f: Fields, rows: np.ndarray) -> np.ndarray:
     k = f["kind"][rows]
     copy = unpack_copy_flags(f["flags"][rows])[0]
-    kinds = [copy == CopyKind.HTOD, copy == CopyKind.DTOH, copy == CopyKind.DTOD, copy == CopyKind.PTOP]
+    kinds = [
+        copy == int(CopyKind.HTOD),
+        copy == int(CopyKind.DTOH),
+        copy == int(CopyKind.DTOD),
+        copy == int(CopyKind.PTOP),
+    ]
     copy_cat = np.select(kinds, [1, 2, 3, 7], 4)
-    return np.select([k == Kind.MEMCPY, k == Kind.MEMSET, k == Kind.SYNC], [copy_cat, 5, 6], 0).astype(np.uint8)
+    return np.select([k == int(Kind.MEMCPY), k == int(Kind.MEMSET), k == int(Kind.SYNC)], [copy_cat, 5, 6], 0).astype(
+        np.uint8
+    )
 
 
 def _span_depth(tl: Timeline, f: Fields, rows: np.ndarray, kinds: tuple[int, ...]) -> np.ndarray:
@@ -215,7 +225,7 @@ def _link_launches(f: Fields, lanes: list[Lane]) -> None:
         return
     corr = f["corr"]
     launches = np.concatenate(runtime)
-    has = np.flatnonzero((f["kind"][launches] == Kind.RUNTIME) & (corr[launches] != 0))
+    has = np.flatnonzero((f["kind"][launches] == int(Kind.RUNTIME)) & (corr[launches] != 0))
     work = np.concatenate([lane.rows for lane in gpu_lanes])
     link = np.full(len(work), -1, dtype=np.int32)
     with_id = np.flatnonzero(corr[work] != 0)
@@ -266,7 +276,7 @@ def own_gaps(tl: Timeline, f: Fields | None = None) -> Gaps:
     f = f or Fields(tl.events)
     kind, device = f["kind"], f["device"]
     work = (device >= 0) & _table((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))[kind]
-    rounds = np.sort(f["start"][kind == Kind.ROUND])
+    rounds = np.sort(f["start"][kind == int(Kind.ROUND)])
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for d in _unique(device[work]):
         sel = np.flatnonzero(work & (device == d))
@@ -400,7 +410,7 @@ def top_kernels(tl: Timeline, limit: int = 15, f: Fields | None = None) -> list[
     """
     f = f or Fields(tl.events)
     kind = f["kind"]
-    k = np.flatnonzero(kind == Kind.KERNEL)
+    k = np.flatnonzero(kind == int(Kind.KERNEL))
     if not len(k):
         return []
     rounds = Rounds(tl).gpu_round_idx
