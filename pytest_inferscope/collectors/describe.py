@@ -81,6 +81,9 @@ def _api_mode(self: Described) -> str:
     """Which rounds recorded the launch calls, for the report header."""
     session = self.gpu_session
     decided = session.decision
+    if session.no_context:
+        note = "no trace round: no CUDA context was active after the measured rounds (the body did no GPU work)"
+        return f"{decided.reason}; {note}" if decided is not None else note
     if decided is not None and session.lean:
         if session.profile_warmups:
             return f"{decided.reason}; the warm-up ran in step with the measured rounds and stood for the profile round"

@@ -129,6 +129,21 @@ class DeviceSync:
             self._check(cuda.cuCtxSynchronize(), "cuCtxSynchronize (current context)")
         return True
 
+    def any_context(self) -> bool:
+        """Whether a CUDA context is active in this process (a device's primary context, or one current on this
+        thread): without one no GPU work can have run. Never creates one. With no libcuda loaded: whether torch
+        initialised CUDA (the fallback `__call__` waits with)."""
+        cuda = self._driver(in_round=False)
+        if cuda is None:
+            torch = sys.modules.get("torch")
+            return torch is not None and bool(torch.cuda.is_initialized())
+        if not self._contexts(cuda):
+            return False
+        if self._held:
+            return True
+        self._check(cuda.cuCtxGetCurrent(self._current_ref), "cuCtxGetCurrent")
+        return bool(self._current.value)
+
     def prime(self) -> bool:
         """One tiny GPU operation on each active context, waited for, outside any round; False when none ran.
 

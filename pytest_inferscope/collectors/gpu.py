@@ -69,6 +69,14 @@ class GpuCollector(Protocol):
         """
         ...
 
+    def has_context(self) -> bool:
+        """Whether a CUDA context is active in the process (devsync.DeviceSync.any_context): without one, the body
+        did no GPU work, and no trace round is run for it.
+
+        Optional: without it, the trace rounds always run.
+        """
+        ...
+
     def version(self) -> str:
         """Backend and CUPTI version, for the report header."""
         ...

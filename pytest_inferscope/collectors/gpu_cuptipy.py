@@ -318,6 +318,9 @@ class CuptiPythonCollector:
     def prime(self) -> bool:
         return self._sync.prime()
 
+    def has_context(self) -> bool:
+        return self._sync.any_context()
+
     def dropped(self) -> int:
         return self._converter.dropped
 

@@ -116,6 +116,9 @@ class NativeGpuCollector:
     def prime(self) -> bool:
         return self._sync.prime()
 
+    def has_context(self) -> bool:
+        return self._sync.any_context()
+
     def dropped(self) -> int:
         return int(self._c.dropped())
 

@@ -61,6 +61,8 @@ class GpuSession:
         self.clock_pairs: list[tuple[int, int]] = []
         self.dropped = 0  # records the backend could not keep, summed at each drain (a start resets its count)
         self._warm = (0, 0)  # auto: the warm-up's work records and GPU busy ns counted so far
+        #: No CUDA context was active after the measured rounds: no trace round ran (None: not asked yet).
+        self.no_context: bool | None = None
 
     # -- the one failure policy -------------------------------------------------------------------
 
@@ -217,13 +219,28 @@ class GpuSession:
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) run after the measured ones: none without GPU collection,
-        with trace_rounds `all`, or with the launch calls on throughout."""
+        with trace_rounds `all`, with the launch calls on throughout, or when no CUDA context was active after
+        the measured rounds (`no_context`)."""
         o = self.options
         if self.lean and o.lean_trace_rounds is not None:
-            return o.lean_trace_rounds
-        if self.collector is None or o.trace_rounds is None or self.api_on:
+            n = o.lean_trace_rounds
+        elif self.collector is None or o.trace_rounds is None or self.api_on:
             return 0
-        return o.trace_rounds
+        else:
+            n = o.trace_rounds
+        return n if n and not self._no_context() else 0
+
+    def _no_context(self) -> bool:
+        """Whether no CUDA context is active in the process, asked once, after the measured rounds: then the body did
+        no GPU work (a CPU-only test on a GPU machine), and a trace round would only call it once more, with the
+        launch calls switched on and off around it (~1 ms a test on the H200 host), to record nothing."""
+        if self.no_context is None:
+            has = getattr(self.collector, "has_context", None)
+            try:
+                self.no_context = has is not None and not has()
+            except Exception:  # cannot tell: the trace rounds run
+                self.no_context = False
+        return self.no_context
 
     def begin_profile(self, launch_calls: bool = False) -> bool:
         """Lean, after the measured rounds: CUPTI starts, launch calls off if asked; False: it could not start.

@@ -66,3 +66,54 @@ def test_measured_rounds_have_kernels_but_no_launch_calls_and_trace_rounds_have_
     # The kernel count per measured round comes from the measured rounds' kernel records either way.
     k = "gpu.kernel_launches_per_round"
     assert traced["metrics"][k] == every["metrics"][k] == plain[0]["kernels"]
+
+
+NO_CONTEXT = """
+import json
+from pytest_inferscope import measure
+
+calls = {"n": 0}
+
+
+def cpu_only():
+    calls["n"] += 1
+    return sum(i * i for i in range(20_000))
+
+
+def run(body, **kw):
+    calls["n"] = 0
+    res = measure(body, rounds=3, warmup=1, **kw)  # the default settings: gpu_rounds auto, one trace round
+    gpu = next(c for c in res.collectors if c.name == "gpu")
+    return {"calls": calls["n"], "trace_ms": res.latency.trace_ms, "mode": gpu.mode, "active": gpu.active}
+
+
+out = {"auto": run(cpu_only), "lean": run(cpu_only, gpu_rounds="trace")}
+import torch
+x = torch.ones(256, device="cuda")  # a CUDA context now exists in the process
+
+
+def gpu_body():
+    calls["n"] += 1
+    return (x * 2).sum().item()
+
+
+out["gpu"] = run(gpu_body)
+out["cpu_after"] = run(cpu_only)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cpu_only_body_in_a_process_without_a_cuda_context_gets_no_trace_round(backend: str) -> None:
+    """No CUDA context after the measured rounds: the body did no GPU work, so no trace round calls it again."""
+    out = run_python(NO_CONTEXT, backend)
+    _report(f"{backend} no context", **{k: (v["calls"], len(v["trace_ms"])) for k, v in out.items()})
+    for mode in ("auto", "lean"):
+        run = out[mode]
+        assert run["active"] and run["calls"] == 4 and run["trace_ms"] == [], run
+        assert "no trace round: no CUDA context was active" in run["mode"], run
+    # A GPU body gets its trace round; so does a CPU-only body once a context exists in the process (the look is
+    # the process's, not the body's).
+    for name in ("gpu", "cpu_after"):
+        run = out[name]
+        assert run["calls"] >= 5 and run["trace_ms"] and "no trace round" not in run["mode"], run

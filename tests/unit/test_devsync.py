@@ -275,6 +275,27 @@ def test_prime_runs_nothing_without_an_active_context_or_the_calls() -> None:
     assert nothing.prime() is False
 
 
+def test_any_context_sees_a_primary_or_a_current_context_and_creates_none() -> None:
+    drv = FakeDriver([False, False], current=None)  # the driver initialised (CUPTI started), no context
+    sync = synced(drv)
+    assert sync.any_context() is False
+    assert not [c for c in drv.calls if c.startswith("retain")]  # never creates or retains one that is not active
+    drv.active[1] = True  # the body's framework started device 1
+    assert sync.any_context() is True and sorted(sync.held) == [1]
+    sync.release()
+    assert synced(FakeDriver([False], current=0x9999)).any_context() is True  # a context that is no primary one
+
+
+def test_any_context_without_libcuda_asks_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    sync = DeviceSync()
+    monkeypatch.setattr(sync, "_driver", lambda in_round=True: None)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert sync.any_context() is False  # no libcuda loaded, no torch: no GPU work can have run
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert sync.any_context() is True
+
+
 @pytest.mark.parametrize("waited", [False, True])
 def test_a_round_without_gpu_work_ends_before_the_looks_own_time(monkeypatch: pytest.MonkeyPatch, waited: bool) -> None:
     """The end-of-round look took 5-10 µs right after a 0.75 ms Python body (1.3% of it), inside the round; a

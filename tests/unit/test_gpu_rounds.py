@@ -143,6 +143,25 @@ def test_auto_keeps_cupti_recording_into_the_measured_rounds_when_it_stays_measu
     assert len(result.latency.samples_ms) == 3
 
 
+@pytest.mark.parametrize("gpu_rounds", ["auto", "trace"])
+def test_a_body_without_gpu_work_gets_no_trace_round_and_lean_never_starts_cupti(
+    monkeypatch: pytest.MonkeyPatch, gpu_rounds: str
+) -> None:
+    """No CUDA context active after the measured rounds (a CPU-only test on a GPU machine): no extra call."""
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors.gpu import Choice
+
+    gpu = _RecordingGpu(per_call=0)
+    gpu.has_context = lambda: False  # type: ignore[attr-defined]
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+    result = api.measure(gpu.launch, rounds=3, warmup=1, cpu="off", gpu_rounds=gpu_rounds)
+    b = ["body"]
+    expected = ["start", "api off", *b, "flush", *b * 3, "stop"] if gpu_rounds == "auto" else [*b * 4]
+    assert gpu.calls == expected
+    assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
+    assert "no trace round: no CUDA context was active" in _gpu_mode(result)
+
+
 def _gpu_mode(result: TestResult) -> str:
     return next(c.mode for c in result.collectors if c.name == "gpu")
 

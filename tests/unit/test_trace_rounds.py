@@ -402,6 +402,28 @@ def test_no_trace_round_runs_without_gpu_collection_or_without_the_switch() -> N
     assert len(seen) == 4 and "cannot switch them off" in coll.collectors_info()[1].mode
 
 
+def test_no_trace_round_runs_when_no_cuda_context_was_active_after_the_measured_rounds() -> None:
+    """A CPU-only test on a GPU machine: the body did no GPU work, so a trace round would record nothing."""
+    gpu = FakeGpu()
+    gpu.has_context = lambda: False  # type: ignore[attr-defined]
+    coll, raw, seen = _run(2, gpu)
+    assert len(seen) == 4 and gpu.calls == ["start", "api off", *["body"] * 4, "stop"]  # no switch, no extra call
+    assert RK.TRACE not in kinds_of(raw.events["flags"][raw.events["kind"] == Kind.ROUND])
+    assert "no trace round: no CUDA context was active" in coll.collectors_info()[1].mode
+    gpu = FakeGpu()
+    gpu.has_context = lambda: True  # type: ignore[attr-defined]
+    _, _, seen = _run(2, gpu)
+    assert len(seen) == 6  # a context: the trace rounds run as before
+    gpu = FakeGpu()
+
+    def broken() -> bool:
+        raise RuntimeError("cuCtxGetCurrent failed")
+
+    gpu.has_context = broken  # type: ignore[attr-defined]
+    _, _, seen = _run(2, gpu)
+    assert len(seen) == 6  # cannot tell: the trace rounds run
+
+
 # -- the setting ------------------------------------------------------------------------------------
 
 
