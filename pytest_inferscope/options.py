@@ -278,8 +278,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "have cost the measured rounds more than 1%, else measured; with one warm-up round, that round counts as "
         "up to 3x slower than the rounds after it, since CUPTI's first use slows it, and one more warm-up round "
         "runs when counting it up to 30x slower would decide otherwise; gone trace, a warm-up round that ran in "
-        "step with the measured rounds stands for the profile round, which then does not run). "
-        "Unless the marker says otherwise.",
+        "step with the measured rounds stands for the profile round, which then does not run; trace, with CUPTI "
+        "started after the measured rounds only if the body started CUDA, when no CUDA context is active in the "
+        "process as the test starts). Unless the marker says otherwise.",
         f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,
     ),
     OptionSpec(

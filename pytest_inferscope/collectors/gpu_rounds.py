@@ -142,6 +142,17 @@ def trace_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRou
     )
 
 
+def no_context_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRoundsDecision:
+    """auto, when no CUDA context was active at the collection's start: nothing to count the warm-up on yet."""
+    return GpuRoundsDecision(
+        "auto",
+        "trace",
+        "no CUDA context in the process when the test started: the measured rounds ran without CUPTI, which starts "
+        f"after them only if the body started CUDA, for {_profile(lean_trace_rounds, until_in_step)} and the trace "
+        "round(s)",
+    )
+
+
 def _profile(n: int, until_in_step: bool) -> str:
     if until_in_step and n > 1:
         return f"the profile rounds (up to {n}, until one runs as the measured rounds did)"

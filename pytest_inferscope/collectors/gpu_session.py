@@ -21,7 +21,15 @@ from ..buffer import GPU_RING, TraceBuffer
 from ..events import host_clock_ns
 from ..warning import warn_once
 from .gpu import Choice, GpuBackendError, GpuCollector
-from .gpu_rounds import GpuRoundsDecision, busy_ns, decide_auto, trace_setting, undecided, work_records
+from .gpu_rounds import (
+    GpuRoundsDecision,
+    busy_ns,
+    decide_auto,
+    no_context_setting,
+    trace_setting,
+    undecided,
+    work_records,
+)
 from .link import link_meta
 
 
@@ -102,6 +110,12 @@ class GpuSession:
             return
         if o.gpu_rounds == "trace" and o.lean_trace_rounds is not None:  # CUPTI starts right before the trace rounds
             self.decision = trace_setting(o.lean_trace_rounds, o.until_in_step)
+            return
+        if o.gpu_rounds == "auto" and o.lean_trace_rounds is not None and not self._has_context(True):
+            # No CUDA context yet: no GPU work before the body starts one. Lean, as "trace" is: CUPTI starts after the
+            # measured rounds if the body started CUDA, else never (`trace_rounds_due`); its start, switches and
+            # stop (~1 ms a test on the H200 host) are not paid by a CPU-only test.
+            self.decision = no_context_setting(o.lean_trace_rounds, o.until_in_step)
             return
         self._start()
         if self.recording and o.trace_rounds is not None:
@@ -235,12 +249,18 @@ class GpuSession:
         no GPU work (a CPU-only test on a GPU machine), and a trace round would only call it once more, with the
         launch calls switched on and off around it (~1 ms a test on the H200 host), to record nothing."""
         if self.no_context is None:
-            has = getattr(self.collector, "has_context", None)
-            try:
-                self.no_context = has is not None and not has()
-            except Exception:  # cannot tell: the trace rounds run
-                self.no_context = False
+            self.no_context = not self._has_context(True)
         return self.no_context
+
+    def _has_context(self, unknown: bool) -> bool:
+        """The backend's `has_context`; `unknown` where it has none or it failed."""
+        has = getattr(self.collector, "has_context", None)
+        if has is None:
+            return unknown
+        try:
+            return bool(has())
+        except Exception:
+            return unknown
 
     def begin_profile(self, launch_calls: bool = False) -> bool:
         """Lean, after the measured rounds: CUPTI starts, launch calls off if asked; False: it could not start.

@@ -89,7 +89,15 @@ def run(body, **kw):
 
 out = {"auto": run(cpu_only), "lean": run(cpu_only, gpu_rounds="trace")}
 import torch
-x = torch.ones(256, device="cuda")  # a CUDA context now exists in the process
+
+
+def starts_cuda():  # its first call creates the process's CUDA context
+    calls["n"] += 1
+    return (torch.ones(256, device="cuda") * 2).sum().item()
+
+
+out["starts_cuda"] = run(starts_cuda)
+x = torch.ones(256, device="cuda")
 
 
 def gpu_body():
@@ -105,13 +113,20 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_cpu_only_body_in_a_process_without_a_cuda_context_gets_no_trace_round(backend: str) -> None:
-    """No CUDA context after the measured rounds: the body did no GPU work, so no trace round calls it again."""
+    """No CUDA context after the measured rounds: the body did no GPU work, so no trace round calls it again (and auto,
+    lean without a context at the start, never starts CUPTI); a body that starts CUDA gets its rounds after the
+    measured ones."""
     out = run_python(NO_CONTEXT, backend)
     _report(f"{backend} no context", **{k: (v["calls"], len(v["trace_ms"])) for k, v in out.items()})
     for mode in ("auto", "lean"):
         run = out[mode]
         assert run["active"] and run["calls"] == 4 and run["trace_ms"] == [], run
         assert "no trace round: no CUDA context was active" in run["mode"], run
+    # A body whose first call starts CUDA: lean (nothing could be counted before it), CUPTI started after the measured
+    # rounds for the profile and trace rounds.
+    run = out["starts_cuda"]
+    assert run["calls"] >= 6 and run["trace_ms"], run
+    assert "no CUDA context in the process when the test started" in run["mode"] and "no trace round" not in run["mode"]
     # A GPU body gets its trace round; so does a CPU-only body once a context exists in the process (the look is
     # the process's, not the body's).
     for name in ("gpu", "cpu_after"):

@@ -155,11 +155,29 @@ def test_a_body_without_gpu_work_gets_no_trace_round_and_lean_never_starts_cupti
     gpu.has_context = lambda: False  # type: ignore[attr-defined]
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
     result = api.measure(gpu.launch, rounds=3, warmup=1, cpu="off", gpu_rounds=gpu_rounds)
-    b = ["body"]
-    expected = ["start", "api off", *b, "flush", *b * 3, "stop"] if gpu_rounds == "auto" else [*b * 4]
-    assert gpu.calls == expected
+    assert gpu.calls == ["body"] * 4  # auto, with no context at the start, is lean too: CUPTI never started
     assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
     assert "no trace round: no CUDA context was active" in _gpu_mode(result)
+
+
+@pytest.mark.usefixtures("every_round_in_step")
+def test_auto_without_a_context_at_the_start_goes_lean_and_starts_cupti_once_the_body_started_cuda(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first GPU test of a process: its warm-up starts CUDA, so nothing could be counted before it."""
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors.gpu import Choice
+
+    gpu = _RecordingGpu(per_call=2)
+    gpu.has_context = lambda: "body" in gpu.calls  # type: ignore[attr-defined]  # the first call starts CUDA
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+    result = api.measure(gpu.launch, rounds=3, warmup=1, cpu="off")
+    b = ["body"]
+    # no CUPTI in the warm-up and measured rounds; then a settling round (nothing counted: no prime), the profile
+    # round with the launch calls off, and the trace round with them on
+    assert gpu.calls == [*b * 4, "start", "api off", *b, *b, "api on", *b, "api off", "stop"]
+    assert "no CUDA context in the process when the test started" in _gpu_mode(result)
+    assert len(result.latency.samples_ms) == 3
 
 
 def _gpu_mode(result: TestResult) -> str:
