@@ -32,6 +32,11 @@ _MB = 1024 * 1024
 #: Default for gaps between queued GPU work counted as launch gaps (HolisticTraceAnalysis's
 #: "kernel wait"); a launch-to-start latency of 14-17 µs was measured on the H200.
 LAUNCH_GAP_NS = 30_000
+#: The CPU counters say nothing about less on- or off-CPU time than this per round (rules.py), nor split rounds
+#: shorter than it in the breakdown (context.py): a trivial test's 6 µs round read as 63% off CPU, and a 3 µs `pass`
+#: body from 50% to 98% on it (the thread's CPU clock and the wall clock are read µs apart, and the counters' own
+#: reads take µs).
+MIN_COUNTED_MS = 0.05
 
 
 def distinct(a: np.ndarray) -> np.ndarray:

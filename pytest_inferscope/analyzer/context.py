@@ -18,7 +18,7 @@ import numpy as np
 from ..events import GPU_KINDS, Kind
 from ..merger import Timeline
 from ..results import BreakdownPart, EventRef, Hotspot, ScopeStat
-from .base import _MS, LAUNCH_GAP_NS, Rounds, event_refs, union_ns
+from .base import _MS, LAUNCH_GAP_NS, MIN_COUNTED_MS, Rounds, event_refs, union_ns
 from .context_gpu import GpuView
 
 __all__ = ["LAUNCH_GAP_NS", "Context", "CpuView", "GpuView", "Rounds", "union_ns"]
@@ -204,6 +204,14 @@ class CpuView:
         cpu_ns = r.counters.get("thread_cpu_ns", 0.0)
         if not r.has_counters:
             why = "the collection kept no per-round CPU counters (e.g. an imported torch.profiler trace)"
+            return [
+                BreakdownPart("CPU (test thread on CPU)", None, None, collected=False, reason=why),
+                BreakdownPart("CPU wait (test thread off CPU)", None, None, collected=False, reason=why),
+            ]
+        round_ms = r.per_round_ms(wall)
+        if round_ms < MIN_COUNTED_MS:
+            short = f"{MIN_COUNTED_MS * 1000:.0f} µs"
+            why = f"rounds of {round_ms * 1000:.0f} µs: under {short}, too short for the CPU clocks to split"
             return [
                 BreakdownPart("CPU (test thread on CPU)", None, None, collected=False, reason=why),
                 BreakdownPart("CPU wait (test thread off CPU)", None, None, collected=False, reason=why),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..results import Finding, Suggestion
+from .base import MIN_COUNTED_MS
 from .context import Context
 
 Rule = Callable[[Context], list[Finding]]
@@ -31,12 +32,6 @@ CONTENTION_MIN = 0.1
 #: Involuntary context switches per ms of the round (with every available core busy) that count as preemption.
 PREEMPT_PER_MS = 0.5
 _MB = 1024 * 1024
-
-
-#: The CPU counters' rules say nothing about less on- or off-CPU time than this per round: a trivial test's 6 µs
-#: round read as 63% off CPU, and a 3 µs `pass` body from 50% to 98% on it (the thread's CPU clock and the wall
-#: clock are read µs apart, and the counters' own reads take µs).
-MIN_COUNTED_MS = 0.05
 
 
 def _sample_confidence(ctx: Context, floor: float = 0.6) -> float:

@@ -431,3 +431,15 @@ def test_counter_times_are_read_over_their_span_and_old_traces_as_before() -> No
     for key in ("thread_cpu_ns", "user_ns", "sys_ns", "runqueue_ns"):
         assert new[key] == pytest.approx(old[key] / 2)
     assert new["wall_ns"] == old["wall_ns"] and new["minflt"] == old["minflt"] and old["thread_cpu_ns"] > 0
+
+
+@pytest.mark.parametrize("round_ms", [0.004, 0.06])
+def test_the_breakdown_does_not_split_rounds_too_short_for_the_cpu_clocks(round_ms: float) -> None:
+    """A 3 µs `pass` body read from 50% to 98% on CPU from run to run: under MIN_COUNTED_MS the part says why."""
+    parts = {p.name: p for p in analyze(merge(build(round_ms=round_ms, cpu_busy=0.9))).breakdown}
+    on, off = parts["CPU (test thread on CPU)"], parts["CPU wait (test thread off CPU)"]
+    if round_ms < 0.05:
+        assert not on.collected and not off.collected and on.ms is None and on.share is None
+        assert on.reason == off.reason == "rounds of 4 µs: under 50 µs, too short for the CPU clocks to split"
+    else:
+        assert on.collected and on.share == pytest.approx(0.9, abs=0.01) and off.share == pytest.approx(0.1, abs=0.01)

@@ -260,5 +260,5 @@ def test_a_sub_millisecond_body_is_never_more_than_all_cpu() -> None:
     ctx = Context(timeline)
     metrics = analyze(timeline, ctx=ctx).metrics
     assert 0.5 < metrics["cpu.test_thread_busy"] <= 1.02  # a `pass` body and its harness: on CPU throughout
-    cpu_part = ctx.cpu.thread_parts()[0]
-    assert cpu_part.share is not None and cpu_part.share <= 1.02
+    cpu_part = ctx.cpu.thread_parts()[0]  # a round this short is not split in the breakdown at all
+    assert cpu_part.share is None and not cpu_part.collected and "too short" in cpu_part.reason
