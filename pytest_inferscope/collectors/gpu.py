@@ -70,10 +70,11 @@ class GpuCollector(Protocol):
         ...
 
     def has_context(self) -> bool:
-        """Whether a CUDA context is active in the process (devsync.DeviceSync.any_context): without one, the body
-        did no GPU work, and no trace round is run for it.
+        """Whether a CUDA context is active in the process (devsync.DeviceSync.any_context), never creating one: without
+        one as a collection starts, auto does not start CUPTI yet; without one after the measured rounds, the body did
+        no GPU work, and no trace round runs (gpu_session.py).
 
-        Optional: without it, the trace rounds always run.
+        Optional: without it, CUPTI starts with the collection and the trace rounds run, as with a context.
         """
         ...
 

@@ -111,7 +111,7 @@ class GpuSession:
         if o.gpu_rounds == "trace" and o.lean_trace_rounds is not None:  # CUPTI starts right before the trace rounds
             self.decision = trace_setting(o.lean_trace_rounds, o.until_in_step)
             return
-        if o.gpu_rounds == "auto" and o.lean_trace_rounds is not None and not self._has_context(True):
+        if o.gpu_rounds == "auto" and o.lean_trace_rounds is not None and not self._has_context():
             # No CUDA context yet: no GPU work before the body starts one. Lean, as "trace" is: CUPTI starts after the
             # measured rounds if the body started CUDA, else never (`trace_rounds_due`); its start, switches and
             # stop (~1 ms a test on the H200 host) are not paid by a CPU-only test.
@@ -249,18 +249,18 @@ class GpuSession:
         no GPU work (a CPU-only test on a GPU machine), and a trace round would only call it once more, with the
         launch calls switched on and off around it (~1 ms a test on the H200 host), to record nothing."""
         if self.no_context is None:
-            self.no_context = not self._has_context(True)
+            self.no_context = not self._has_context()
         return self.no_context
 
-    def _has_context(self, unknown: bool) -> bool:
-        """The backend's `has_context`; `unknown` where it has none or it failed."""
+    def _has_context(self) -> bool:
+        """The backend's `has_context`; True where it has none or it failed (CUPTI then runs as it always did)."""
         has = getattr(self.collector, "has_context", None)
         if has is None:
-            return unknown
+            return True
         try:
             return bool(has())
         except Exception:
-            return unknown
+            return True
 
     def begin_profile(self, launch_calls: bool = False) -> bool:
         """Lean, after the measured rounds: CUPTI starts, launch calls off if asked; False: it could not start.
