@@ -202,16 +202,14 @@ class CpuView:
         r = self.rounds
         wall = max(1, r.wall_ns)
         cpu_ns = r.counters.get("thread_cpu_ns", 0.0)
+        round_ms = r.per_round_ms(wall)
+        why = ""
         if not r.has_counters:
             why = "the collection kept no per-round CPU counters (e.g. an imported torch.profiler trace)"
-            return [
-                BreakdownPart("CPU (test thread on CPU)", None, None, collected=False, reason=why),
-                BreakdownPart("CPU wait (test thread off CPU)", None, None, collected=False, reason=why),
-            ]
-        round_ms = r.per_round_ms(wall)
-        if round_ms < MIN_COUNTED_MS:
+        elif round_ms < MIN_COUNTED_MS:
             short = f"{MIN_COUNTED_MS * 1000:.0f} µs"
             why = f"rounds of {round_ms * 1000:.0f} µs: under {short}, too short for the CPU clocks to split"
+        if why:
             return [
                 BreakdownPart("CPU (test thread on CPU)", None, None, collected=False, reason=why),
                 BreakdownPart("CPU wait (test thread off CPU)", None, None, collected=False, reason=why),

@@ -53,13 +53,16 @@ _last_miss: tuple[tuple[int, bool], int] | None = None
 
 def _load_signs() -> tuple[int, bool]:
     """What changes when a framework loads libcuda: the imported modules, and whether torch's CUDA is initialised."""
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
+    return len(sys.modules), _torch_cuda_started()
+
+
+def _torch_cuda_started() -> bool:
+    """Whether torch is imported and has initialised CUDA (never imports torch)."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
     try:
-        started = bool(cuda is not None and cuda.is_initialized())
+        return bool(cuda is not None and cuda.is_initialized())
     except Exception:  # a half-imported torch: not started
-        started = False
-    return len(sys.modules), started
+        return False
 
 
 class DeviceSync:
@@ -107,9 +110,8 @@ class DeviceSync:
         context active), so a round can end at its first clock reading, before this call's own time."""
         cuda = self._driver()
         if cuda is None:
-            torch = sys.modules.get("torch")
-            if self._error is not None and torch is not None and torch.cuda.is_initialized():
-                torch.cuda.synchronize()
+            if self._error is not None and _torch_cuda_started():
+                sys.modules["torch"].cuda.synchronize()
                 return True
             return False
         if not self._contexts(cuda):
@@ -135,8 +137,7 @@ class DeviceSync:
         initialised CUDA (the fallback `__call__` waits with)."""
         cuda = self._driver(in_round=False)
         if cuda is None:
-            torch = sys.modules.get("torch")
-            return torch is not None and bool(torch.cuda.is_initialized())
+            return _torch_cuda_started()
         if not self._contexts(cuda):
             return False
         if self._held:
