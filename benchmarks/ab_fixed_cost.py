@@ -1,8 +1,8 @@
 """Fixed cost per test with reports, two source trees of the plugin compared in one interleaved run.
 
 `bench_fixed_cost.py`'s project (N trivial tests) and its `run_pytest`, run with PYTHONPATH set to
-each tree in turn: modes a (`-p no:inferscope`), c (`--inferscope-all`) and d (`--inferscope-all
---inferscope-report=DIR`) of both trees, the six runs rotated every repetition, after one untimed
+each tree in turn: modes a (`-p no:inferscope`), b (the plugin loaded, unused), c (`--inferscope-all`) and d
+(`--inferscope-all --inferscope-report=DIR`) of both trees, the eight runs rotated every repetition, after one untimed
 warm-up of each. Added ms per test = (mode - a of the same tree and repetition) / N. With
 `--pluggy DIR` (an unpacked pluggy sdist), its suite (`pytest testing`) is run too, with and
 without `--inferscope-all --inferscope-report=DIR`, both trees interleaved.
@@ -28,7 +28,7 @@ from pathlib import Path
 import bench_fixed_cost as bfc
 from _common import med, quartiles
 
-MODES = {k: bfc.MODES[k][1] for k in ("a", "c", "d")}
+MODES = {k: bfc.MODES[k][1] for k in ("a", "b", "c", "d")}
 
 
 def cell(xs: list[float]) -> str:
@@ -84,7 +84,7 @@ def main() -> int:
         commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run([*git, "status", "--porcelain", "pytest_inferscope"], capture_output=True, text=True)
         print(f"{name}: {tree} at {commit}" + (" (with uncommitted changes)" if dirty.stdout.strip() else ""))
-    print("\n".join(bfc.header("ab_fixed_cost: old and new tree, modes a, c, d, interleaved")))
+    print("\n".join(bfc.header("ab_fixed_cost: old and new tree, modes a, b, c, d, interleaved")))
     n = args.tests
     scratch = Path(tempfile.mkdtemp(prefix="inferscope-ab-fixed-"))
     bfc.PYCACHE = scratch / "pycache"
@@ -101,7 +101,7 @@ def main() -> int:
             walls = ", ".join(f"{t} {m} {runs[t, m][-1].wall:.2f} s" for t, m in keys)
             print(f"  repetition {r + 1}/{args.reps}: {walls}; load {load()}", flush=True)
         print(f"\n## added ms per test against a of the same tree and repetition (/ {n}): median [IQR] (range)")
-        for m in ("c", "d"):
+        for m in ("b", "c", "d"):
             for attr in ("wall", "cpu"):
                 line = "   ".join(f"{t} {cell(added(runs[t, m], runs[t, 'a'], attr, n))}" for t in trees)
                 print(f"  {m} - a, {attr:4s}: {line}")

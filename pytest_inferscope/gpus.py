@@ -1,4 +1,4 @@
-"""Which GPU this process profiles on: `--inferscope-gpus` gives each xdist worker its own."""
+"""Which GPU this process profiles on: `--inferscope-gpus` gives each xdist worker its own; whether there is one."""
 
 from __future__ import annotations
 
@@ -29,3 +29,16 @@ def pin_gpu(config: pytest.Config, gpus: tuple[int, ...] | None) -> int | None:
         )
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     return gpu
+
+
+def device_missing() -> str | None:
+    """None when a CUDA device looks usable, else the reason it doesn't: the environment and the device files only.
+
+    Cheap on purpose: the pytest header says this much without loading the collectors (numpy), which a session
+    that profiles nothing never needs (`collectors.gpu.select_backend` asks it first).
+    """
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return "CUDA_VISIBLE_DEVICES hides every GPU"
+    if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/proc/driver/nvidia/version")):
+        return "no NVIDIA GPU or driver on this machine"
+    return None

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .analyzer import DEFAULT_RULES, Context, Rule, WhatIf, analyze
 from .analyzer.context import LAUNCH_GAP_NS
@@ -15,9 +15,11 @@ from .checks import Plan, evaluate
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
 from .regression import compare_to_baseline
-from .reporters import ReportWriter, submit_raw, write_test_reports
 from .reporters.files import slugify
 from .results import Analysis, CollectorInfo, LatencyStats, RegressionVerdict, TestResult
+
+if TYPE_CHECKING:
+    from .reporters.writer import ReportWriter
 
 
 @dataclass
@@ -62,6 +64,8 @@ def process(
     """
     raw.meta["plan"] = dataclasses.asdict(plan)
     raw.meta["environment"] = dict(environment or _meta_dict(raw, "environment"))
+    if report_dir is not None:  # the report files' code (Jinja2, the trace writer) loads only where they are written
+        from .reporters.folder import submit_raw, write_test_reports
     # raw.npz first: the writer makes the test's folder and writes it while the analysis runs.
     raw_submitted = (
         report_dir is not None

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .stats import Comparison, MetricChange
+from .comparison import Comparison, MetricChange
 
 #: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15).
 SCHEMA_VERSION = 2

@@ -10,10 +10,12 @@ kind is stored in a record, and how traces saved before kinds existed encoded it
 from __future__ import annotations
 
 import enum
+import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy only where arrays are decoded: the plugin imports this module whether or not it profiles
+    import numpy as np
 
 #: A ROUND span's flags: bit 1 is the raised bit (collectors.RAISED_FLAG); bits 8-15 hold the RoundKind.
 _KIND_SHIFT = 8
@@ -62,6 +64,8 @@ def _legacy_kind(flags: int) -> RoundKind:
 
 def kinds_of(flags: np.ndarray) -> np.ndarray:
     """The RoundKind (as uint8) of each ROUND span, from its flags; traces saved before kinds are decoded too."""
+    import numpy as np
+
     flags = np.asarray(flags, dtype=np.uint32)
     kinds = ((flags & _KIND_MASK) >> _KIND_SHIFT).astype(np.uint8)
     legacy = np.flatnonzero(kinds == 0)
@@ -119,5 +123,5 @@ def in_step(wall_ns: float, measured_ns: Sequence[float] | np.ndarray, record_co
     measured rounds to compare with."""
     if not len(measured_ns):
         return True
-    bound = float(np.median(measured_ns)) * (1.0 + max(0.0, record_cost))
+    bound = float(statistics.median(measured_ns)) * (1.0 + max(0.0, record_cost))
     return float(wall_ns) <= max(bound * (1.0 + STEP), bound + STEP_SLACK_NS)

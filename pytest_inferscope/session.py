@@ -24,7 +24,7 @@ import pytest
 from .checks import validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
-from .gpus import pin_gpu
+from .gpus import device_missing, pin_gpu
 from .marker import parse_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP, lean_rounds_conflict
 from .warning import InferscopeWarning, async_not_profiled
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .collectors import Collection, SamplerThread
     from .collectors.gpu import Choice
     from .events import RawTrace
-    from .reporters import ReportWriter
+    from .reporters.writer import ReportWriter
     from .results import TestResult
 
 log = logging.getLogger("pytest_inferscope")
@@ -89,8 +89,6 @@ class InferscopeSession:
         self._sampler: SamplerThread | None = None  # the stack sampler's thread, parked between tests
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
-    # -- setup ---------------------------------------------------------------------
-
     def gpu_choice(self) -> Choice:
         """The GPU backend, chosen once per session (raises GpuBackendError when required and absent)."""
         if self._gpu is None:
@@ -100,6 +98,13 @@ class InferscopeSession:
             self._gpu = select_backend(self.settings.gpu, forced=forced, trace_size_mb=self.settings.trace_size_mb)
             log.info("inferscope GPU collection: %s", self._gpu.describe())
         return self._gpu
+
+    def gpu_line(self) -> str:
+        """The header's GPU part; without a GPU, the reason, known without loading the collectors (numpy: ~0.1 s)."""
+        missing = device_missing() if self._gpu is None and self.settings.gpu == "auto" else None
+        if missing is None or os.environ.get("INFERSCOPE_COLLECTOR"):
+            return self.gpu_choice().describe()
+        return f"not collected ({missing})"  # as select_backend says it
 
     def environment(self) -> dict[str, Any]:
         if self._environment is None:
@@ -204,7 +209,7 @@ class InferscopeSession:
             "trace": "full call tracing",
             "off": "scopes and rounds only",
         }[s.cpu]
-        lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_choice().describe()}"]
+        lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_line()}"]
         if self.report_dir is not None:
             lines.append(f"inferscope: reports in {self.report_dir}")
         return lines
@@ -334,18 +339,16 @@ class InferscopeSession:
         return rep
 
     def _finish(self, item: pytest.Item, pending: _Pending) -> TestResult:
-        from .postprocess import process
+        from .analyzer import DEFAULT_RULES
+        from .postprocess import Comparison, process
+        from .reporters.progress import slow_notice
 
         assert pending.raw is not None
         plan = self.plans[item.nodeid]
         rules = [r for extra in self.config.hook.pytest_inferscope_rules(config=self.config) for r in extra or ()]
         rules += self.custom_rules
-        from .analyzer import DEFAULT_RULES
-
         comparison = None
         if self.baseline is not None:
-            from .postprocess import Comparison
-
             comparison = Comparison(
                 baseline_name=self.baseline.name,
                 entry=self.baseline.get(item.nodeid),
@@ -354,10 +357,8 @@ class InferscopeSession:
                 tests_in_baseline=len(self.baseline.tests),
                 history=list(self.baseline.history.get(item.nodeid, [])),
             )
-        from .reporters.progress import slow_notice
-
         if self.report_dir is not None and self.writer is None:
-            from .reporters import ReportWriter
+            from .reporters.writer import ReportWriter
 
             self.writer = ReportWriter()
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -471,7 +472,7 @@ class InferscopeSession:
         if not saved and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to save, and nothing was saved
         if self.report_dir is not None and self.results:
-            from .reporters import write_index
+            from .reporters.folder import write_index
 
             env = self.environment()
             info = {
@@ -481,7 +482,7 @@ class InferscopeSession:
             write_index(self.results, self.report_dir, info)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary and self.results:
-            from .reporters import append_step_summary
+            from .reporters.folder import append_step_summary
 
             append_step_summary(Path(summary), self.results, self.report_dir)
 

@@ -9,15 +9,14 @@ flags machine noise; a significance test alone flags differences too small to ma
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
+
+from .comparison import Comparison, MetricChange
 
 VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
 ALTERNATIVES = ("greater", "less", "two-sided")
@@ -186,55 +185,6 @@ def rel_spread(samples: Sequence[float] | np.ndarray) -> float:
 
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
-
-
-@dataclass
-class Comparison:
-    """The verdict on one test's round latencies, base run against new run, with the numbers behind it."""
-
-    verdict: str  # one of VERDICTS
-    ratio: float  # median(new) / median(base); NaN when a side has no rounds
-    ci_low: float
-    ci_high: float
-    p_value: float  # of the one-sided test in the verdict's direction (slower, unless faster)
-    reason: str
-    base_median: float
-    new_median: float
-    base_n: int
-    new_n: int
-    alpha: float = 0.01
-    max_regression: float = 0.05
-    confidence: float = 0.99
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe data (NaN becomes None)."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Comparison:
-        floats = {f.name for f in dataclasses.fields(cls) if f.type in ("float", float)}
-        known = {f.name for f in dataclasses.fields(cls)}
-        kw: dict[str, Any] = {k: (math.nan if k in floats and v is None else v) for k, v in data.items() if k in known}
-        return cls(**kw)
-
-
-@dataclass
-class MetricChange:
-    """A deterministic metric (kernel launches, bytes copied per round) that differs from the baseline."""
-
-    name: str
-    base: float
-    new: float
-    tolerance: float  # allowed relative increase; 0 = must not grow at all
-    regressed: bool
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MetricChange:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
 
 
 def compare_samples(

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..stats import MetricChange, _norm_sf
+from ..comparison import MetricChange
+from ..stats import _norm_sf
 
 #: Bootstrap resamples for the CI of the median ratio; seeded, so a report is reproducible.
 BOOTSTRAP = 2000

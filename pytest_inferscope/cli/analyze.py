@@ -135,7 +135,7 @@ def _from_npz(path: Path) -> _Input:
     import numpy as np
 
     from ..events import GPU_KINDS, Kind, RawTrace
-    from ..reporters import ReportFormatError, load_report
+    from ..reporters.jsonreport import ReportFormatError, load_report
     from ..results import CollectorInfo
     from ..rounds import RoundKind, kinds_of
 

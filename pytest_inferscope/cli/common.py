@@ -87,7 +87,7 @@ def check_report_folder(report: Path) -> None:
 
 def summary_lines(result: TestResult, report: Path) -> list[str]:
     """The short summary `run` and `analyze` print: latency, bottleneck, top suggestion, report path."""
-    from ..reporters.markdown import fmt_conf, fmt_ms
+    from ..reporters.fmt import fmt_conf, fmt_ms
 
     lat, a = result.latency, result.analysis
     n = len(lat.samples_ms)
@@ -117,7 +117,8 @@ def conclude(report: Path, result: TestResult, tool: str) -> None:
 
 def write_index_with(report: Path, result: TestResult, tool: str) -> None:
     """Write index.md/index.json for the folder: this result plus the still-readable ones listed before."""
-    from ..reporters import ReportFormatError, load_report, write_index
+    from ..reporters.folder import write_index
+    from ..reporters.jsonreport import ReportFormatError, load_report
 
     results = [result]
     try:

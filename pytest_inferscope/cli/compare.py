@@ -20,10 +20,10 @@ from typing import Any
 
 from ..baseline import FORMAT as BASELINE_FORMAT
 from ..baseline import BaselineEntry, BaselineError, BaselineStore, fingerprint, fingerprint_diff
+from ..comparison import Comparison
 from ..drift import probe_applies
 from ..regression import latency_verdict
-from ..reporters import ReportFormatError, load_report
-from ..stats import Comparison
+from ..reporters.jsonreport import ReportFormatError, load_report
 from .common import EXIT_FAILED, EXIT_OK, CliError, echo
 
 #: Longest test id in the table; longer ones keep their start and end around an ellipsis.

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..events import EVENT_DTYPE
+from ..gpus import device_missing
 
 BACKENDS = ("native", "cupti-python")
 
@@ -128,15 +129,6 @@ def require_driver() -> None:
         ) from exc
 
 
-def _cuda_device_present() -> str | None:
-    """None when a CUDA device looks usable, else the reason it doesn't."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return "CUDA_VISIBLE_DEVICES hides every GPU"
-    if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/proc/driver/nvidia/version")):
-        return "no NVIDIA GPU or driver on this machine"
-    return None
-
-
 def _load(backend: str, trace_size_mb: float | None) -> GpuCollector:
     """Import and construct one backend keeping `trace_size_mb` of records; raises with the reason when it can't."""
     module = {"native": ".gpu_native", "cupti-python": ".gpu_cuptipy"}[backend]
@@ -162,7 +154,7 @@ def select_backend(gpu: str = "auto", forced: str | None = None, trace_size_mb: 
             f"INFERSCOPE_COLLECTOR={forced!r} is not a GPU backend; choose one of {', '.join(BACKENDS)}."
         )
     reasons: dict[str, str] = {}
-    missing = _cuda_device_present()
+    missing = device_missing()
     if missing is not None:
         reasons["gpu"] = missing
     else:

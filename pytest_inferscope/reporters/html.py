@@ -28,9 +28,10 @@ from markupsafe import Markup
 from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
+from .fmt import fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
 from .lanes_rounds import rounds_payload
-from .markdown import TEMPLATES, compiled_templates, fmt_conf, fmt_ms, fmt_pct, fmt_value, trace_name, verdict_label
+from .markdown import TEMPLATES, compiled_templates, trace_name
 
 #: Marks where the base64 data goes in the rendered page (written around, never through Jinja). Every
 #: text from a test is escaped and the manifest has "<" as \u003c, so nothing else can contain it.

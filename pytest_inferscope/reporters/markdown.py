@@ -1,15 +1,13 @@
 """Markdown reports (report.md per test, index.md per session) from the Jinja2 templates shipped here.
 
-The templates do the layout; this module does the number formatting they share (milliseconds,
-shares, confidences, table cells), so a change of format is made once for every report.
+The templates do the layout; the number formatting they share (milliseconds, shares, confidences)
+is `fmt`'s, so a change of format is made once for every report; this module adds the table cells.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
-import math
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -18,6 +16,7 @@ import jinja2
 import jinja2.bccache
 
 from ..results import CheckResult, TestResult
+from .fmt import fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
 
 TEMPLATES = Path(__file__).with_name("templates")
 #: Events listed under a finding; the rest are counted, and all are in the trace (trace.json.gz).
@@ -46,16 +45,6 @@ def render_index(results: list[TestResult], session: dict[str, Any]) -> str:
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
     template = _env().get_template("index.md.j2")
     return template.render(results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link)
-
-
-def verdict_label(result: TestResult) -> str:
-    """'pass', 'FAIL (key, key)' naming the failed checks, or 'partial'."""
-    if result.verdict == "partial":
-        return "partial"
-    failed = [c.key for c in result.failed_checks]
-    if result.verdict == "fail" or failed:
-        return f"FAIL ({', '.join(failed)})" if failed else "FAIL"
-    return result.verdict
 
 
 def report_link(result: TestResult) -> str:
@@ -119,54 +108,6 @@ def compiled_templates(env: jinja2.Environment) -> jinja2.BytecodeCache | None:
         return _CompiledTemplates(salt)
     except (OSError, RuntimeError):  # no private temp folder (RuntimeError: Jinja2 found it unsafe)
         return None
-
-
-def fmt_ms(x: float | None) -> str:
-    """Milliseconds with about three significant digits: 87.4, 3.14, 0.123, <0.001."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    a = abs(x)
-    if a == 0:
-        return "0"
-    if a >= 9.995:
-        return f"{x:.1f}"
-    if a >= 1:
-        return f"{x:.2f}"
-    if a >= 0.001:
-        return f"{x:.3f}"
-    return "<0.001" if x > 0 else ">-0.001"
-
-
-def fmt_pct(share: float | None) -> str:
-    """A fraction as a percentage: 0.357 -> '35.7%'."""
-    if share is None or not math.isfinite(share):
-        return "n/a"
-    if 0 < abs(share) < 0.001:
-        return "<0.1%"
-    return f"{share * 100:.1f}%"
-
-
-def fmt_conf(c: float | None) -> str:
-    """A confidence in [0, 1] as a whole percentage."""
-    return "n/a" if c is None or not math.isfinite(c) else f"{c * 100:.0f}%"
-
-
-def fmt_value(v: Any) -> str:
-    """Any evidence, limit or measured value, compactly: floats to 4 significant digits."""
-    if v is None:
-        return "n/a"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return "n/a" if not math.isfinite(v) else f"{v:.4g}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, list | tuple):
-        shown = ", ".join(fmt_value(x) for x in v[:8])
-        return f"[{shown}{', …' if len(v) > 8 else ''}]"
-    if isinstance(v, dict):
-        return json.dumps(v, sort_keys=True, default=str)
-    return str(v)
 
 
 def md_cell(v: Any) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..results import TestResult
-from .markdown import fmt_conf, fmt_ms, fmt_pct, verdict_label
+from .fmt import fmt_conf, fmt_ms, fmt_pct, verdict_label
 
 if TYPE_CHECKING:
     from pytest import TerminalReporter

@@ -17,8 +17,9 @@ import pytest_inferscope
 from pytest_inferscope import kineto
 from pytest_inferscope.cli import _split_run, main, parse_fraction
 from pytest_inferscope.events import CopyKind, Kind, MemoryKind, RawTrace, unpack_copy_flags
-from pytest_inferscope.reporters import _raw_bytes, load_report, write_index, write_test_reports
+from pytest_inferscope.reporters import load_report, write_index, write_test_reports
 from pytest_inferscope.reporters.files import slugify
+from pytest_inferscope.reporters.folder import _raw_bytes
 from pytest_inferscope.results import Analysis, LatencyStats, TestResult
 
 KINETO = Path(__file__).parent.parent / "data" / "kineto"

@@ -21,7 +21,7 @@ def _create(**kwargs):
     raise RuntimeError("a test backend")
 
 # the backend is chosen at session start, before any fixture; the run is a subprocess of its own
-gpu._cuda_device_present = lambda: None
+gpu.device_missing = lambda: None
 gpu_native.create = gpu_cuptipy.create = _create
 """
 

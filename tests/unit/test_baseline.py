@@ -414,8 +414,8 @@ def test_verdict_round_trips_as_plain_data() -> None:
 
 def test_a_test_results_regression_verdict_is_typed_and_round_trips_as_plain_data() -> None:
     """report.json and xdist carry the verdict as plain data (NaN as null), and it comes back typed."""
+    from pytest_inferscope.comparison import Comparison
     from pytest_inferscope.results import Analysis, LatencyStats, TestResult
-    from pytest_inferscope.stats import Comparison
 
     c = Comparison("inconclusive", math.nan, math.nan, math.nan, math.nan, "no rounds", 1.0, math.nan, 3, 0)
     verdict = RegressionVerdict("t", "inconclusive", "no rounds", c, bottleneck_before="a", bottleneck_after="b")

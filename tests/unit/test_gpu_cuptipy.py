@@ -468,7 +468,7 @@ def test_create_without_cupti_python_says_it_is_not_installed(monkeypatch: pytes
 
 
 def test_select_backend_keeps_each_rejected_backends_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpu, "_cuda_device_present", lambda: None)  # as on a GPU machine
+    monkeypatch.setattr(gpu, "device_missing", lambda: None)  # as on a GPU machine
     monkeypatch.setitem(sys.modules, "pytest_inferscope._cupti", None)
     monkeypatch.setitem(sys.modules, "cupti", None)
     monkeypatch.setitem(sys.modules, "cupti.cupti", None)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.checks import Plan
+from pytest_inferscope.comparison import Comparison
 from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import Timeline
 from pytest_inferscope.postprocess import process
@@ -46,7 +47,6 @@ from pytest_inferscope.results import (
     TestResult,
 )
 from pytest_inferscope.rounds import RoundKind, kind_flags
-from pytest_inferscope.stats import Comparison
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

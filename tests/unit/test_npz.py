@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.events import EVENT_DTYPE, Kind, RawTrace
-from pytest_inferscope.reporters import _raw_bytes
+from pytest_inferscope.reporters.folder import _raw_bytes
 from pytest_inferscope.reporters.npz import npy_bytes, npz_bytes
 
 

@@ -25,9 +25,10 @@ from pytest_inferscope.reporters.files import (
     check_report_dir,
     slugify,
 )
+from pytest_inferscope.reporters.fmt import fmt_ms, fmt_pct
 from pytest_inferscope.reporters.jsonreport import ReportFormatError, load_report, to_json
 from pytest_inferscope.reporters.junit import junit_properties
-from pytest_inferscope.reporters.markdown import fmt_ms, fmt_pct, render_report
+from pytest_inferscope.reporters.markdown import render_report
 from pytest_inferscope.reporters.terminal import summary_lines, write_terminal_summary
 from pytest_inferscope.reporters.trace import write_chrome_trace
 from pytest_inferscope.results import (
@@ -539,7 +540,7 @@ def test_dumps_writes_what_the_standard_library_writes() -> None:
 def test_a_big_test_writes_raw_npz_beside_its_trace_and_fails_cleanly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pytest_inferscope.reporters as reporters
+    import pytest_inferscope.reporters.folder as reporters
 
     monkeypatch.setattr(reporters, "THREAD_MIN_EVENTS", 1)  # raw.npz on its own thread, as for a big test
     tl = small_timeline()
@@ -1023,7 +1024,7 @@ def test_a_timeline_of_only_rounds_gets_no_trace_json(tmp_path: Path) -> None:
 def test_a_small_raw_trace_is_compressed_and_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import zipfile
 
-    import pytest_inferscope.reporters as reporters
+    import pytest_inferscope.reporters.folder as reporters
 
     tl = small_timeline()
     raw = RawTrace(events=tl.events.copy(), strings=list(STRINGS), meta={"plan": {"nodeid": "x" * 2000}})

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_reporters import gpu_result, small_timeline
 
-import pytest_inferscope.reporters as reporters
+import pytest_inferscope.reporters.folder as reporters
 import pytest_inferscope.reporters.trace as trace_module
 from pytest_inferscope.reporters import ReportWriter, index_entry, trace_file, write_test_reports
 from pytest_inferscope.reporters.files import GzipStream, atomic_write_gzip

@@ -1,0 +1,281 @@
+"""The report folder: a test's files (`write_test_reports`, or handed to the writer's helper with
+`submit_raw`), the session's index (`write_index`), and the GitHub step summary. The package's
+`__init__` names these; see there for what each file holds."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..events import Kind, RawTrace
+from ..merger import Timeline
+from ..results import SCHEMA_VERSION, TestResult
+from .files import atomic_open, atomic_write_text
+from .fmt import verdict_label
+from .html import render_html_index, write_html_report, write_shared_assets
+from .jsonreport import dumps, to_json
+from .markdown import render_index, render_report
+from .npz import npz_bytes
+from .trace import THREAD_MIN_EVENTS, write_chrome_trace
+from .writer import ReportWriter
+
+_SAFE_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Below this many events raw.npz is compressed: a few kB less per test for microseconds (zip's
+#: fixed headers and the JSON metadata dominate a small trace); above it, uncompressed is ~10x faster.
+RAW_COMPRESS_MAX_EVENTS = 1_000
+#: Kinds every timeline has whatever the test does: the test's span, its rounds, the plugin's
+#: end-of-round waits, the memory readings, and CPU stack samples (whether one lands in a short
+#: test is chance, and the files written must not be). A timeline of only these gets no trace file.
+_OWN_KINDS = np.array([Kind.TEST, Kind.ROUND, Kind.WAIT, Kind.MEMORY, Kind.SAMPLE], dtype=np.uint8)
+#: --inferscope-trace-format's values; the file is `trace.<format>`.
+TRACE_FORMATS = ("json.gz", "json")
+
+
+def trace_file(trace_format: str) -> str:
+    """The name of a test's trace file in this format: trace.json.gz or trace.json."""
+    if trace_format not in TRACE_FORMATS:
+        raise ValueError(f"trace format {trace_format!r}: give one of {', '.join(TRACE_FORMATS)}")
+    return f"trace.{trace_format}"
+
+
+def has_trace(timeline: Timeline | None) -> bool:
+    """Whether a test gets a trace file: its timeline holds what the test did (a scope, module, mark,
+    call, GPU work or runtime call), not only what every test has (`_OWN_KINDS`).
+
+    A trivial test's trace would be a bar per round, which report.html draws and report.json lists
+    (latency samples); leaving it out saves a file, ~1 kB and ~0.5 ms per test. Samples alone are
+    drawn in report.html and counted in its hotspots.
+    """
+    return timeline is not None and bool(len(timeline)) and not np.isin(timeline.events["kind"], _OWN_KINDS).all()
+
+
+def write_test_reports(
+    result: TestResult,
+    timeline: Timeline | None,
+    report_dir: Path,
+    raw: RawTrace | None = None,
+    idle: Any = None,
+    writer: ReportWriter | None = None,
+    raw_submitted: bool = False,
+    trace_format: str = "json.gz",
+) -> dict[str, str]:
+    """Write one test's report files; return {"md", "html", "json"[, "trace"][, "raw"]} -> path relative to report_dir.
+
+    The trace (`trace_file(trace_format)`: trace.json.gz, gzipped, or trace.json) is written when the
+    timeline has more than the test's rounds (`has_trace`); a trace file of ours that report.json does
+    not name (the other format's, from an earlier run) is removed after report.md is written.
+    `raw` (the collection before merging) is kept as `raw.npz`, so `inferscope analyze` can
+    re-run merger, analyzer and reporters from disk. `idle` is the analyzer's GPU idle attribution
+    (`Context.gpu.idle`), shaded in report.html; when not given, report.html computes it.
+
+    With a `writer`, a small test's files (below `THREAD_MIN_EVENTS` events) are formatted here and
+    put on disk by the writer; the caller must `writer.wait()` before relying on them.
+    `raw_submitted`: `submit_raw` handed raw.npz to the writer already.
+
+    The same dict is stored in `result.files` (and so in report.json). A partial result (the test
+    raised) is written the same way; its report says so at the top.
+    """
+    if not _SAFE_SLUG.fullmatch(result.slug or ""):
+        raise ValueError(f"{result.nodeid}: slug {result.slug!r} is not a safe folder name; use slugify(nodeid)")
+    folder = Path(report_dir) / result.slug
+    n_events = max(len(timeline) if timeline is not None else 0, len(raw.events) if raw is not None else 0)
+    small = n_events < THREAD_MIN_EVENTS
+    trace = trace_file(trace_format) if has_trace(timeline) else None
+    if writer is not None and small:
+        return _submit_test_reports(result, timeline, Path(report_dir), folder, raw, idle, writer, raw_submitted, trace)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
+    saving: _Saving | None = None
+    if raw_submitted:
+        files["raw"] = f"{result.slug}/raw.npz"
+    elif raw is not None:
+        files["raw"] = f"{result.slug}/raw.npz"
+        if timeline is not None and len(timeline) >= THREAD_MIN_EVENTS:
+            # A big raw.npz (mostly the kernel copying pages) is written while the trace is formatted.
+            saving = _Saving(raw, folder / "raw.npz")
+        else:
+            _save_raw(raw, folder / "raw.npz")
+    try:
+        if trace is not None:
+            assert timeline is not None
+            # The trace before report.json: if the disk fills up, report.json does not point to a missing trace.
+            # A big trace is gzipped here, on the writer thread of `write_chrome_trace` (see docs/performance.md).
+            write_chrome_trace(timeline, folder / trace, title=result.nodeid, compress=trace.endswith(".gz"))
+            files["trace"] = f"{result.slug}/{trace}"
+    finally:
+        if saving is not None:
+            saving.wait()
+    result.files = dict(files)
+    shared = write_shared_assets(report_dir)
+    write_html_report(result, timeline, folder / "report.html", idle=idle, shared=shared)
+    atomic_write_text(folder / "report.json", to_json(result))
+    atomic_write_text(folder / "report.md", render_report(result))
+    for name in _stale_traces(trace):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / name)
+    return files
+
+
+def _stale_traces(trace: str | None) -> list[str]:
+    """The trace files of ours a test's folder must not keep: every format's but the one just written."""
+    return [n for n in map(trace_file, TRACE_FORMATS) if n != trace]
+
+
+def submit_raw(raw: RawTrace, report_dir: Path, slug: str, nodeid: str, writer: ReportWriter) -> bool:
+    """Hand a small test's raw.npz to the writer before it is analysed (its folder and first file are
+    then made while the analysis runs); False for a big one, which `write_test_reports` writes."""
+    if len(raw.events) >= THREAD_MIN_EVENTS or not _SAFE_SLUG.fullmatch(slug):
+        return False
+    writer.submit(nodeid, Path(report_dir) / slug, [("raw.npz", _raw_bytes(raw))])
+    return True
+
+
+def _raw_bytes(raw: RawTrace) -> bytes:
+    """A small test's raw.npz, built in memory (`npz.npz_bytes`: `RawTrace.load` reads it as `RawTrace.save`'s)."""
+    return npz_bytes(raw.arrays(), compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
+
+
+def _submit_test_reports(
+    result: TestResult,
+    timeline: Timeline | None,
+    report_dir: Path,
+    folder: Path,
+    raw: RawTrace | None,
+    idle: Any,
+    writer: ReportWriter,
+    raw_submitted: bool,
+    trace: str | None,
+) -> dict[str, str]:
+    """`write_test_reports` through the writer: the same files in the same order, each handed over
+    as soon as it is formatted, so the writer works while the next one is."""
+    files = {k: f"{result.slug}/report.{k}" for k in ("md", "html", "json")}
+
+    def submit(name: str, data: bytes, compress: bool = False) -> None:
+        writer.submit(result.nodeid, folder, [(name, data)], compress=compress)
+
+    if raw is not None or raw_submitted:
+        files["raw"] = f"{result.slug}/raw.npz"
+        if not raw_submitted:
+            assert raw is not None
+            submit("raw.npz", _raw_bytes(raw))
+    if trace is not None:
+        assert timeline is not None
+        buf = io.BytesIO()
+        write_chrome_trace(timeline, buf, title=result.nodeid)
+        submit(trace, buf.getvalue(), compress=trace.endswith(".gz"))  # gzipped by the helper, off pytest's path
+        files["trace"] = f"{result.slug}/{trace}"
+    result.files = dict(files)
+    buf = io.BytesIO()
+    write_html_report(result, timeline, buf, idle=idle, shared=write_shared_assets(report_dir))
+    submit("report.html", buf.getvalue())
+    submit("report.json", to_json(result).encode())
+    submit("report.md", render_report(result).encode())
+    writer.remove(result.nodeid, folder, _stale_traces(trace))
+    return files
+
+
+def _save_raw(raw: RawTrace, path: Path) -> None:
+    with atomic_open(path) as f:
+        raw.save(f, compress=len(raw.events) < RAW_COMPRESS_MAX_EVENTS)
+
+
+class _Saving:
+    """`_save_raw` on a second thread; `wait()` returns when it is done and raises what it raised."""
+
+    def __init__(self, raw: RawTrace, path: Path) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(raw, path), name="inferscope-raw-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self, raw: RawTrace, path: Path) -> None:
+        try:
+            _save_raw(raw, path)
+        except BaseException as e:  # handed to the caller by wait()
+            self._error = e
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def write_index(results: list[TestResult], report_dir: Path, session: dict[str, Any]) -> Path:
+    """Write index.md, index.html and index.json for a session's profiled tests; return the path of index.md."""
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    index = {
+        "schema_version": SCHEMA_VERSION,
+        "session": session,
+        "tests": [index_entry(r) for r in sorted(results, key=lambda r: r.nodeid)],
+    }
+    atomic_write_text(report_dir / "index.json", dumps(index))
+    md = report_dir / "index.md"
+    atomic_write_text(md, render_index(results, session))
+    atomic_write_text(report_dir / "index.html", render_html_index(results, session))
+    return md
+
+
+def index_entry(result: TestResult) -> dict[str, Any]:
+    """One test's line of index.json: the figures CI dashboards read, and where its files are."""
+    lat = result.latency
+    return {
+        "nodeid": result.nodeid,
+        "slug": result.slug,
+        "verdict": result.verdict,
+        "verdict_label": verdict_label(result),
+        "outcome": result.outcome,
+        "rounds": result.rounds,
+        "measured_rounds": len(lat.samples_ms),
+        "warmup": result.warmup,
+        "latency_ms": {k: getattr(lat, k) for k in ("median", "iqr", "mean", "p90", "p99", "min", "max")}
+        | {"rel_spread": lat.rel_spread},
+        "bottleneck": result.analysis.bottleneck,
+        "confidence": result.analysis.confidence,
+        "failed_checks": [c.key for c in result.failed_checks],
+        "checks": {c.key: c.status for c in result.checks},
+        "dropped_events": result.dropped_events,
+        "partial_reason": result.partial_reason,
+        "files": dict(result.files),
+    }
+
+
+def append_step_summary(path: Path, results: list[TestResult], report_dir: Path | None) -> None:
+    """Append the session's table to a GitHub Actions job summary ($GITHUB_STEP_SUMMARY).
+
+    Appended, not replaced: other steps of the job write to the same file.
+    """
+    from .terminal import vs_baseline, vs_ref
+
+    ab = next((r.ab for r in results if r.ab), None)  # an A/B run: a column against the other side
+    ab_head = f" vs {ab.get('ref')} |" if ab else ""
+    lines = [
+        "## inferscope",
+        "",
+        f"| Test | Median (ms) | ± IQR | vs baseline |{ab_head} Bottleneck | Verdict |",
+        "|---|---|---|---|" + ("---|" if ab else "") + "---|---|",
+    ]
+    for r in sorted(results, key=lambda r: r.nodeid):
+        lat = r.latency
+        ab_cell = f" {vs_ref(r)} |" if ab else ""
+        lines.append(
+            f"| `{r.nodeid}` | {lat.median:.3f} | {lat.iqr:.3f} | {vs_baseline(r)} |{ab_cell} {r.analysis.bottleneck} "
+            f"({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
+        )
+    failed = [c.message for r in results for c in r.failed_checks]
+    if any((r.ab or {}).get("verdict") == "regressed" for r in results):
+        from ..ab.paired import ab_message
+
+        failed += [f"`{r.nodeid}`: {ab_message(r.ab)}" for r in results if r.ab and r.ab.get("verdict") == "regressed"]
+    if failed:
+        lines += ["", "<details><summary>Failures</summary>", "", *(f"- {m}" for m in failed), "", "</details>"]
+    if report_dir is not None:
+        lines += ["", f"Reports: `{report_dir / 'index.md'}`"]
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n\n")
