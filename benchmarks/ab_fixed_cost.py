@@ -4,8 +4,9 @@
 each tree in turn: modes a (`-p no:inferscope`), b (the plugin loaded, unused), c (`--inferscope-all`) and d
 (`--inferscope-all --inferscope-report=DIR`) of both trees, the eight runs rotated every repetition, after one untimed
 warm-up of each. Added ms per test = (mode - a of the same tree and repetition) / N. With
-`--pluggy DIR` (an unpacked pluggy sdist), its suite (`pytest testing`) is run too, with and
-without `--inferscope-all --inferscope-report=DIR`, both trees interleaved.
+`--pluggy DIR` (an unpacked pluggy sdist), its suite (`pytest testing`) is run too, with
+`--inferscope-all --inferscope-report=DIR` and without the plugin (`-p no:inferscope`, as mode a; before
+2026-11-28 against the plugin loaded but unused, which hid what that costs), both trees interleaved.
 
     python benchmarks/ab_fixed_cost.py --old /tmp/old-tree --new . [--reps 5] [--pluggy /tmp/pluggy-1.7.0]
     python benchmarks/ab_fixed_cost.py --old /tmp/old-tree --new . --quick
@@ -106,16 +107,18 @@ def main() -> int:
                 line = "   ".join(f"{t} {cell(added(runs[t, m], runs[t, 'a'], attr, n))}" for t in trees)
                 print(f"  {m} - a, {attr:4s}: {line}")
         if args.pluggy:
-            print(f"\n## pluggy's suite ({args.pluggy}), with - without `--inferscope-all --inferscope-report=DIR`")
+            title = "`--inferscope-all --inferscope-report=DIR` - `-p no:inferscope`"
+            print(f"\n## pluggy's suite ({args.pluggy}), {title}")
             with_args = ["--inferscope-all", "--inferscope-report={report}"]
+            without = MODES["a"]
             pk = [(t, w) for t in trees for w in (False, True)]
             res: dict[tuple[str, bool], list[tuple[float, float]]] = {k: [] for k in pk}
             for t, w in pk:
-                run_in(trees[t], pluggy_run, args.pluggy, with_args if w else [], scratch)
+                run_in(trees[t], pluggy_run, args.pluggy, with_args if w else without, scratch)
             for r in range(args.reps):
                 order = pk[r % len(pk) :] + pk[: r % len(pk)]
                 for t, w in order:
-                    res[t, w].append(run_in(trees[t], pluggy_run, args.pluggy, with_args if w else [], scratch))
+                    res[t, w].append(run_in(trees[t], pluggy_run, args.pluggy, with_args if w else without, scratch))
                 print(f"  repetition {r + 1}/{args.reps}; load {load()}", flush=True)
             for t in trees:
                 diff = [(x[0] - y[0]) * 1e3 for x, y in zip(res[t, True], res[t, False], strict=True)]
