@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+#: Why no GPU is collected with --inferscope-gpu=off (the header and the report say it).
+GPU_OFF = "switched off (--inferscope-gpu=off)"
+
 
 def pin_gpu(config: pytest.Config, gpus: tuple[int, ...] | None) -> int | None:
     """With --inferscope-gpus, give this process (xdist worker N: the N-th GPU, round robin) one GPU.

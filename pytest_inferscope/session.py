@@ -24,7 +24,7 @@ import pytest
 from .checks import validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
-from .gpus import device_missing, pin_gpu
+from .gpus import GPU_OFF, device_missing, pin_gpu
 from .marker import parse_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP, lean_rounds_conflict
 from .warning import InferscopeWarning, async_not_profiled
@@ -43,6 +43,8 @@ log = logging.getLogger("pytest_inferscope")
 
 #: Custom analyzer rules, read from the rootdir (docs/custom-rules.md).
 CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
+#: What the header says the CPU collector does, by the cpu setting.
+_CPU_LINE = {"sample": "stack sampling every {ms:g} ms", "trace": "full call tracing", "off": "scopes and rounds only"}
 
 
 @dataclass
@@ -100,11 +102,15 @@ class InferscopeSession:
         return self._gpu
 
     def gpu_line(self) -> str:
-        """The header's GPU part; without a GPU, the reason, known without loading the collectors (numpy: ~0.1 s)."""
-        missing = device_missing() if self._gpu is None and self.settings.gpu == "auto" else None
-        if missing is None or os.environ.get("INFERSCOPE_COLLECTOR"):
-            return self.gpu_choice().describe()
-        return f"not collected ({missing})"  # as select_backend says it
+        """The header's GPU part, without loading the collectors (numpy, the backend: ~0.1-0.2 s) in a session that
+        may profile nothing: without a GPU, the reason; with one, the backend once a test has chosen it."""
+        gpu = self.settings.gpu
+        if self._gpu is None and gpu != "required" and not os.environ.get("INFERSCOPE_COLLECTOR"):
+            if (missing := GPU_OFF if gpu == "off" else device_missing()) is not None:
+                return f"not collected ({missing})"  # as select_backend says it
+            if not self.settings.all and not self.results:  # results: the summary's line names what was chosen
+                return "auto (the backend is chosen as the first test is profiled)"
+        return self.gpu_choice().describe()
 
     def environment(self) -> dict[str, Any]:
         if self._environment is None:
@@ -203,12 +209,7 @@ class InferscopeSession:
             raise pytest.UsageError(str(exc)) from exc
 
     def header_lines(self) -> list[str]:
-        s = self.settings
-        cpu = {
-            "sample": f"stack sampling every {s.sample_interval_ms:g} ms",
-            "trace": "full call tracing",
-            "off": "scopes and rounds only",
-        }[s.cpu]
+        cpu = _CPU_LINE[self.settings.cpu].format(ms=self.settings.sample_interval_ms)
         lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_line()}"]
         if self.report_dir is not None:
             lines.append(f"inferscope: reports in {self.report_dir}")
@@ -474,10 +475,9 @@ class InferscopeSession:
         if self.report_dir is not None and self.results:
             from .reporters.folder import write_index
 
-            env = self.environment()
             info = {
                 "collectors": self.header_lines()[0].removeprefix("inferscope: "),
-                "environment": ", ".join(f"{k} {v}" for k, v in sorted(env.items())),
+                "environment": ", ".join(f"{k} {v}" for k, v in sorted(self.environment().items())),
             }
             write_index(self.results, self.report_dir, info)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..events import EVENT_DTYPE
-from ..gpus import device_missing
+from ..gpus import GPU_OFF, device_missing
 
 BACKENDS = ("native", "cupti-python")
 
@@ -148,7 +148,7 @@ def select_backend(gpu: str = "auto", forced: str | None = None, trace_size_mb: 
     None: its default) caps the GPU records the backend keeps between drains.
     """
     if gpu == "off":
-        return Choice(None, {"gpu": "switched off (--inferscope-gpu=off)"})
+        return Choice(None, {"gpu": GPU_OFF})
     if forced is not None and forced not in BACKENDS:
         raise GpuBackendError(
             f"INFERSCOPE_COLLECTOR={forced!r} is not a GPU backend; choose one of {', '.join(BACKENDS)}."

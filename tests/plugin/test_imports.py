@@ -1,7 +1,8 @@
 """What the plugin imports in a session, by what the session asks of it (issue 16: the fixed cost per session).
 
 Installed but unused, the plugin must not load numpy, Jinja2, the analyzer or the report writers: on the
-2-core development VM they took ~0.6 s of every pytest session (2026-11-28). Profiling without a report
+2-core development VM they took ~0.3-0.6 s of every pytest session (2026-11-28). Nor must the pytest header
+(shown without -q) choose a GPU backend, which loads the collectors and CUPTI. Profiling without a report
 folder needs numpy and the analyzer, not Jinja2 or the report writers. Each case runs pytest in a fresh
 process (this test session has numpy loaded already) and reads `sys.modules` as the session ends.
 """
@@ -18,12 +19,12 @@ HEAVY = (
     "numpy",
     "jinja2",
     "pytest_inferscope.analyzer",
+    "pytest_inferscope.collectors",
     "pytest_inferscope.merger",
     "pytest_inferscope.reporters.folder",
     "pytest_inferscope.reporters.html",
     "pytest_inferscope.reporters.trace",
 )
-
 RECORDER = """
 import json, sys
 
@@ -31,51 +32,92 @@ def pytest_unconfigure(config):
     with open("modules.json", "w") as f:
         json.dump(sorted(sys.modules), f)
 """
+#: A conftest line that makes the session see a GPU's device files, as on a GPU machine.
+AS_ON_A_GPU_MACHINE = """
+import pytest_inferscope.session
+pytest_inferscope.session.device_missing = lambda: None
+"""
+UNUSED_HEADER = "inferscope: cpu stack sampling every 10 ms; memory procfs; gpu {}"
 
 
-def loaded(pytester: pytest.Pytester, *args: str) -> set[str]:
-    """The heavy modules loaded by the end of a pytest session with `args`, in a fresh process."""
-    pytester.makeconftest(RECORDER)
+@pytest.fixture(autouse=True)
+def _default_gpu_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU collection as by default (a GPU check runs everything with INFERSCOPE_GPU=required)."""
+    for name in ("INFERSCOPE_GPU", "INFERSCOPE_COLLECTOR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run(pytester: pytest.Pytester, *args: str, conftest: str = "", passed: int = 1) -> tuple[set[str], list[str]]:
+    """A pytest session with `args` in a fresh process: the heavy modules it loaded, and its inferscope header."""
+    pytester.makeconftest(RECORDER + conftest)
     pytester.makepyfile(test_one="def test_one():\n    assert sum(range(10)) == 45\n")
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", *args)
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=passed)
     modules = set(json.loads((pytester.path / "modules.json").read_text()))
-    assert "pytest_inferscope.plugin" in modules or "-p" in args  # the plugin was loaded (or refused on purpose)
-    return {m for m in HEAVY if m in modules}
+    assert "pytest_inferscope.plugin" in modules
+    header = [line for line in result.outlines if line.startswith("inferscope: cpu")]
+    return {m for m in HEAVY if m in modules}, header
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "why"),
+    [
+        ("CUDA_VISIBLE_DEVICES", "-1", "CUDA_VISIBLE_DEVICES hides every GPU"),  # no GPU, whatever the machine
+        ("INFERSCOPE_GPU", "off", "switched off (--inferscope-gpu=off)"),
+    ],
+)
 def test_the_plugin_installed_but_unused_loads_nothing_heavy(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    variable: str, value: str, why: str, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The header (pytest without -q) says why no GPU is collected: where there is none, without the collectors.
-    # On a GPU machine it names the backend, which loads them: the GPU is hidden here so the check holds anywhere.
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
-    assert loaded(pytester) == set()
+    monkeypatch.setenv(variable, value)
+    heavy, header = run(pytester)
+    assert heavy == set()
+    assert header == [UNUSED_HEADER.format(f"not collected ({why})")]
 
 
-def test_the_header_says_what_choosing_a_backend_would(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_on_a_gpu_machine_the_header_of_an_unused_plugin_chooses_no_backend(pytester: pytest.Pytester) -> None:
+    heavy, header = run(pytester, conftest=AS_ON_A_GPU_MACHINE)
+    assert heavy == set()
+    assert header == [UNUSED_HEADER.format("auto (the backend is chosen as the first test is profiled)")]
+
+
+def test_the_header_says_what_choosing_a_backend_would(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_inferscope.collectors.gpu import select_backend
-    from pytest_inferscope.gpus import device_missing
+    from pytest_inferscope.gpus import GPU_OFF, device_missing
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
-    line = f"gpu {select_backend('auto').describe()}"
-    assert (
-        line == "gpu not collected (CUDA_VISIBLE_DEVICES hides every GPU)" == f"gpu not collected ({device_missing()})"
-    )
-    pytester.makepyfile(test_one="def test_one():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:randomly")
-    result.stdout.fnmatch_lines([f"inferscope: cpu stack sampling every 10 ms; memory procfs; {line}"])
+    said = "not collected (CUDA_VISIBLE_DEVICES hides every GPU)"
+    assert select_backend("auto").describe() == said == f"not collected ({device_missing()})"
+    assert select_backend("off").describe() == f"not collected ({GPU_OFF})"
 
 
 def test_profiling_without_a_report_folder_loads_no_report_writers(pytester: pytest.Pytester) -> None:
-    heavy = loaded(pytester, "--inferscope-all", "--inferscope-gpu=off")
-    assert "pytest_inferscope.analyzer" in heavy  # it profiled and analysed the test
+    heavy, _ = run(pytester, "--inferscope-all", "--inferscope-gpu=off")
+    assert {"numpy", "pytest_inferscope.analyzer", "pytest_inferscope.collectors"} <= heavy  # it profiled the test
     assert heavy.isdisjoint({"jinja2", "pytest_inferscope.reporters.folder", "pytest_inferscope.reporters.html"})
 
 
 def test_a_report_folder_loads_the_report_writers(pytester: pytest.Pytester) -> None:
-    heavy = loaded(pytester, "--inferscope-all", "--inferscope-gpu=off", "--inferscope-report=out")
+    heavy, _ = run(pytester, "--inferscope-all", "--inferscope-gpu=off", "--inferscope-report=out")
     assert {"jinja2", "pytest_inferscope.reporters.folder", "pytest_inferscope.reporters.html"} <= heavy
     assert (pytester.path / "out" / "index.html").is_file()
+
+
+def test_profiling_every_test_chooses_the_backend_for_the_header(pytester: pytest.Pytester) -> None:
+    # --inferscope-all profiles every test: the header names what will collect, as the summary's line does after.
+    _, lines = run(pytester, "--inferscope-all", conftest=AS_ON_A_GPU_MACHINE)
+    assert len(lines) == 2 and lines[0] == lines[1] and "the backend is chosen" not in lines[0]
+
+
+def test_with_a_marked_test_the_summary_names_the_backend_the_header_left_open(pytester: pytest.Pytester) -> None:
+    from pytest_inferscope.gpus import device_missing
+
+    pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.inferscope(rounds=2)\ndef test_two():\n    pass\n")
+    _, lines = run(pytester, conftest=AS_ON_A_GPU_MACHINE, passed=2)  # test_one unmarked, test_two profiled
+    assert len(lines) == 2
+    assert lines[0] == UNUSED_HEADER.format("auto (the backend is chosen as the first test is profiled)")
+    missing = device_missing()  # what choosing the backend found on this machine
+    if missing is not None:
+        assert lines[1] == UNUSED_HEADER.format(f"not collected ({missing})")
+    else:
+        assert "the backend is chosen" not in lines[1] and "not collected" not in lines[1]
