@@ -177,6 +177,18 @@ class BaselineStore:
             return []
         return sorted(p.stem for p in files if p.suffix == ".json" and _NAME.fullmatch(p.stem) and p.is_file())
 
+    def for_run(self, compare: str | None, save: str | None) -> tuple[Baseline | None, Baseline | None]:
+        """The baseline a run compares with, and the existing one its save will append to: loaded as the session
+        starts, so that a corrupt or foreign file stops the run before its tests, not after (BaselineError)."""
+        compared = self.load(compare) if compare is not None else None
+        return compared, self.load(save) if save is not None and self.path(save).exists() else None
+
+    def save_run(self, name: str, results: list[TestResult], environment: Mapping[str, Any]) -> str:
+        """`save`, and the summary's line saying where, and how many tests (BaselineError as from `save`)."""
+        path = self.save(name, results, environment)
+        saved = sum(1 for r in results if r.outcome == "passed" and not r.partial_reason and r.latency.samples_ms)
+        return f"inferscope: saved baseline {name!r} ({saved} tests) to {path}"
+
     def save(self, name: str, results: Iterable[TestResult], environment: Mapping[str, Any]) -> Path:
         """Append one entry per test that completed its rounds to `<name>.json`; return the file's path.
 

@@ -198,13 +198,9 @@ class InferscopeSession:
     def _check_baselines(self) -> None:
         from .baseline import BaselineError, BaselineStore
 
-        store = BaselineStore(self.baseline_dir())
         try:
-            if self.settings.compare is not None:
-                self.baseline = store.load(self.settings.compare)
-            save = self.settings.save_baseline
-            if save is not None and store.path(save).exists():
-                self.saving_to = store.load(save)  # a corrupt or foreign file stops the run now, not after the tests
+            store = BaselineStore(self.baseline_dir())
+            self.baseline, self.saving_to = store.for_run(self.settings.compare, self.settings.save_baseline)
         except BaselineError as exc:
             raise pytest.UsageError(str(exc)) from exc
 
@@ -490,11 +486,8 @@ class InferscopeSession:
         from .baseline import BaselineError, BaselineStore
 
         try:
-            path = BaselineStore(self.baseline_dir()).save(name, self.results, self.environment())
-        except BaselineError as exc:
-            # Not a crash and not silent: the summary says why, and the run fails.
+            self.notes.append(BaselineStore(self.baseline_dir()).save_run(name, self.results, self.environment()))
+        except BaselineError as exc:  # not a crash and not silent: the summary says why, and the run fails
             self.notes.append(f"inferscope: baseline {name!r} NOT saved: {exc}")
             return False
-        saved = sum(1 for r in self.results if r.outcome == "passed" and not r.partial_reason and r.latency.samples_ms)
-        self.notes.append(f"inferscope: saved baseline {name!r} ({saved} tests) to {path}")
         return True
