@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-import pytest
+if TYPE_CHECKING:  # pytest only where a pin is refused: the collectors ask `device_missing`, outside pytest too
+    import pytest
 
 #: Why no GPU is collected with --inferscope-gpu=off (the header and the report say it).
 GPU_OFF = "switched off (--inferscope-gpu=off)"
@@ -25,6 +27,8 @@ def pin_gpu(config: pytest.Config, gpus: tuple[int, ...] | None) -> int | None:
     gpu = gpus[worker % len(gpus)]
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
+        import pytest
+
         raise pytest.UsageError(
             f"--inferscope-gpus={','.join(map(str, gpus))}: CUDA was already started in this process (by a "
             f"conftest or plugin using CUDA at import), so GPU {gpu} can no longer be pinned. Move the CUDA "

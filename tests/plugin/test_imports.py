@@ -121,3 +121,36 @@ def test_with_a_marked_test_the_summary_names_the_backend_the_header_left_open(p
         assert lines[1] == UNUSED_HEADER.format(f"not collected ({missing})")
     else:
         assert "the backend is chosen" not in lines[1] and "not collected" not in lines[1]
+
+
+def test_the_collectors_import_no_pytest() -> None:
+    # `measure()` and `inferscope run` collect outside pytest: choosing a GPU backend must not need it.
+    import subprocess
+    import sys
+
+    code = "import sys, pytest_inferscope.collectors.gpu; print('pytest' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_a_gpu_pin_after_cuda_started_is_refused_with_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from pytest_inferscope.gpus import pin_gpu
+
+    cuda = types.SimpleNamespace(is_initialized=lambda: True)
+    monkeypatch.setitem(__import__("sys").modules, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.delenv("INFERSCOPE_AB_TWIN", raising=False)
+    config = types.SimpleNamespace(getoption=lambda name, default=None: default)
+    with pytest.raises(pytest.UsageError, match=r"--inferscope-gpus=1,2: CUDA was already started .* GPU 1 can no"):
+        pin_gpu(config, (1, 2))  # type: ignore[arg-type]
+
+
+def test_the_reporters_package_names_each_public_name_once_and_loads_it() -> None:
+    import pytest_inferscope.reporters as reporters
+
+    assert sorted(reporters.__all__) == sorted(reporters._WHERE)
+    for name in reporters.__all__:
+        assert getattr(reporters, name).__module__.startswith("pytest_inferscope.reporters.")
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        reporters.nothing_here  # noqa: B018
