@@ -131,6 +131,7 @@ def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float
     return api.measure(body, rounds=3, warmup=1, cpu="off")  # gpu_rounds: the default, auto
 
 
+@pytest.mark.usefixtures("every_round_in_step")
 def test_auto_keeps_cupti_recording_into_the_measured_rounds_when_it_stays_measured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -255,6 +256,7 @@ def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
     assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 1
 
 
+@pytest.mark.usefixtures("every_round_in_step")
 def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = _RecordingGpu(per_call=2, flushes=False)
     _measure(monkeypatch, gpu, 0.03)
