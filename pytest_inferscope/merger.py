@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .events import EVENT_DTYPE, GPU_KINDS, SPAN_KINDS, Domain, Kind, RawTrace
+from .events import EVENT_DTYPE, GPU_KINDS, SPAN_KINDS, Domain, Kind, RawTrace, unique
 from .results import ClockFit
 
 #: A fit whose paired readings miss it by more than this is not trusted for GPU times.
@@ -202,7 +202,7 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
     leaves = (~is_span & (ev["device"] < 0)).nonzero()[0]
     if len(leaves):
         leaf_tids = tids[leaves]
-        for tid in np.unique(leaf_tids).tolist():
+        for tid in unique(leaf_tids).tolist():
             sel = leaves[leaf_tids == tid]
             key = tid if tid in steps else test_tid
             if key is None or key not in steps:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..comparison import MetricChange
+from ..events import unique
 from ..stats import _norm_sf
 
 #: Bootstrap resamples for the CI of the median ratio; seeded, so a report is reproducible.
@@ -39,9 +40,9 @@ def signed_rank_p(d: Sequence[float]) -> tuple[float, float]:
     order = np.argsort(a, kind="mergesort")
     ranks = np.empty(n)
     ranks[order] = np.arange(1, n + 1, dtype=float)
-    tied = len(np.unique(a)) < n
+    tied = len(unique(a)) < n
     if tied:  # midranks
-        for v in np.unique(a):
+        for v in unique(a):
             m = a == v
             ranks[m] = ranks[m].mean()
     w = float(ranks[x > 0].sum())

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import Kind
+from ..events import Kind, unique
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
 from ..rounds import RoundKind, allowance, in_step, kinds_of, row_kind
@@ -41,10 +41,11 @@ MIN_COUNTED_MS = 0.05
 
 def distinct(a: np.ndarray) -> np.ndarray:
     """The distinct values of an integer array, sorted: `np.unique(a)`, counted with bincount where the values
-    are small non-negative ones (devices, interned names), several times faster on a long array."""
+    are small non-negative ones (devices, interned names), several times faster on a long array (events.unique
+    otherwise)."""
     if len(a) and a.min() >= 0 and int(a.max()) <= 4 * len(a) + 1024:
         return np.flatnonzero(np.bincount(a))
-    return np.unique(a)
+    return unique(a)
 
 
 def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..events import GPU_KINDS, Kind, MemoryKind, SyncType, unpack_copy_flags
+from ..events import GPU_KINDS, Kind, MemoryKind, SyncType, unique, unpack_copy_flags
 from ..merger import Timeline
 from .columns import K_BLOCKING, K_CALL, K_EXTERNAL, K_SEGMENT, Flat, Modules
 from .context import Context
@@ -251,7 +251,7 @@ def _own_ops(op_corr: np.ndarray, item_corr: np.ndarray) -> tuple[list[list[int]
 
 def _named(tl: Timeline, ids: np.ndarray, *tests: Callable[[str], bool]) -> list[np.ndarray]:
     """Each of `tests` of the name of each of `ids` (interned names), asked once per distinct name."""
-    distinct = np.unique(ids).tolist()
+    distinct = unique(ids).tolist()
     names = [tl.strings[i] for i in distinct]
     out = []
     for test in tests:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..events import Kind
+from ..events import Kind, unique
 from .base import distinct, union_ns
 
 #: Kernel names of collectives: NCCL's (ncclKernel_*, ncclDevKernel_*), torch's symmetric-memory and
@@ -78,7 +78,7 @@ def per_device(gpu: np.ndarray, strings: list[str]) -> list[DeviceComm]:
         return []
     compute = ((gpu["kind"] == Kind.KERNEL) | (gpu["kind"] == Kind.MEMSET)) & ~comm
     out = []
-    for device in np.unique(gpu["device"][comm]):
+    for device in unique(gpu["device"][comm]):
         on = gpu["device"] == device
         c, k = gpu[comm & on], gpu[compute & on]
         comm_ns, compute_ns = union_ns(c["start"], c["end"]), union_ns(k["start"], k["end"])

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, copy_devices, peer_copies, unpack_copy_flags
+from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, copy_devices, peer_copies, unique, unpack_copy_flags
 from ..merger import Timeline
 from ..results import BreakdownPart
 from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, union_ns
@@ -387,7 +387,7 @@ class GpuView:
         n, per_round_ms = rounds.n_gpu_rounds, rounds.per_gpu_round_ms
         streams = []
         key = (g["device"].astype(np.int64) << 32) | (g["stream"].astype(np.int64) & 0xFFFFFFFF)
-        for k in np.unique(key).tolist():
+        for k in unique(key).tolist():
             dev, stream = k >> 32, int(np.int32(np.uint32(k & 0xFFFFFFFF)))
             sel = g[key == k]
             busy = union_ns(sel["start"], sel["end"])

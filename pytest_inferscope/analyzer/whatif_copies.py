@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from ..events import CopyKind
+from ..events import CopyKind, unique
 from .columns import K_BLOCKING, K_CALL, K_EXTERNAL, Flat, issued
 from .edits import ArrayTransform
 from .graph import HOST_LINK, MEMCPY
@@ -72,7 +72,7 @@ def _ops_moved(f: Flat, moved: list[int]) -> tuple[list[list[int]], tuple[np.nda
     node_ops = [moved, *f.node_ops]
     keep = ~np.isin(placed, moved)
     gone = set(moved)
-    for i in np.unique(issuer[~keep]).tolist():
+    for i in unique(issuer[~keep]).tolist():
         node_ops[i + 1] = [j for j in f.node_ops[i] if j not in gone]
     counts = np.concatenate([[len(moved)], np.bincount(issuer[keep], minlength=len(counts))]).astype(np.int64)
     issuer = np.concatenate([np.zeros(len(moved), dtype=np.int64), issuer[keep] + 1])

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..events import unique
+
 #: Rows formatted per numpy pass: small enough to pipeline with the writer thread, large enough
 #: that numpy's per-call overhead does not matter.
 CHUNK = 150_000
@@ -77,7 +79,7 @@ def emit(f: Sink, n: int, pieces: Sequence[Piece], key: np.ndarray | None, tail_
         lengths = np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)) // 4
         # One table per tail length; `local` is a tail's row in the table of its length.
         local = np.zeros(len(tails), dtype=np.intp)
-        for units in np.unique(lengths).tolist():
+        for units in unique(lengths).tolist():
             ids = np.flatnonzero(lengths == units)
             local[ids] = np.arange(len(ids))
             tables[units] = np.frombuffer(b"".join(tails[i] for i in ids.tolist()), _U4).reshape(len(ids), units)

@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..events import CopyKind, Kind, MemoryKind, copy_devices, unpack_copy_flags
+from ..events import CopyKind, Kind, MemoryKind, copy_devices, unique, unpack_copy_flags
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
 from . import rowwriter
@@ -242,7 +242,7 @@ def _host_rows(rows: _Rows, frames: _Frames) -> None:
         if k == Kind.ROUND:
             kinds = kinds_of(ev["flags"][sel])
             t += b',"args":{"round":#,"kind":"%s"},'
-            for kind in np.unique(kinds).tolist():  # a few rounds: one template per kind
+            for kind in unique(kinds).tolist():  # a few rounds: one template per kind
                 name = RoundKind(kind).name.lower().encode()
                 rows(
                     sel[kinds == kind],
@@ -414,7 +414,7 @@ def _unique(a: np.ndarray) -> list[int]:
     lo, hi = int(a.min()), int(a.max())
     if hi - lo < 1 << 16:
         return (np.flatnonzero(np.bincount((a - lo).astype(np.int64))) + lo).tolist()
-    return [int(x) for x in np.unique(a)]
+    return [int(x) for x in unique(a)]
 
 
 class _Frames:

@@ -3,8 +3,9 @@
 Installed but unused, the plugin must not load numpy, Jinja2, the analyzer or the report writers: on the
 2-core development VM they took ~0.3-0.6 s of every pytest session (2026-11-28). Nor must the pytest header
 (shown without -q) choose a GPU backend, which loads the collectors and CUPTI. Profiling without a report
-folder needs numpy and the analyzer, not Jinja2 or the report writers. Each case runs pytest in a fresh
-process (this test session has numpy loaded already) and reads `sys.modules` as the session ends.
+folder needs numpy and the analyzer, not Jinja2 or the report writers; no profiling session needs numpy.ma.
+Each case runs pytest in a fresh process (this test session has numpy loaded already) and reads `sys.modules`
+as the session ends.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ pytest_plugins = ["pytester"]
 
 HEAVY = (
     "numpy",
+    "numpy.ma",  # np.unique's plain call imports it at its first use (numpy 2.4): events.unique does not
     "jinja2",
     "pytest_inferscope.analyzer",
     "pytest_inferscope.collectors",
@@ -95,11 +97,13 @@ def test_profiling_without_a_report_folder_loads_no_report_writers(pytester: pyt
     heavy, _ = run(pytester, "--inferscope-all", "--inferscope-gpu=off")
     assert {"numpy", "pytest_inferscope.analyzer", "pytest_inferscope.collectors"} <= heavy  # it profiled the test
     assert heavy.isdisjoint({"jinja2", "pytest_inferscope.reporters.folder", "pytest_inferscope.reporters.html"})
+    assert "numpy.ma" not in heavy
 
 
 def test_a_report_folder_loads_the_report_writers(pytester: pytest.Pytester) -> None:
     heavy, _ = run(pytester, "--inferscope-all", "--inferscope-gpu=off", "--inferscope-report=out")
     assert {"jinja2", "pytest_inferscope.reporters.folder", "pytest_inferscope.reporters.html"} <= heavy
+    assert "numpy.ma" not in heavy
     assert (pytester.path / "out" / "index.html").is_file()
 
 
