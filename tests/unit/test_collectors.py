@@ -200,6 +200,25 @@ def test_proc_files_read_what_a_fresh_open_reads_and_nothing_once_closed() -> No
     proc.close()  # twice is harmless
 
 
+def test_the_peak_rss_is_reset_at_the_start_and_read_as_procfs_has_it() -> None:
+    from pytest_inferscope.collectors.memory import MemoryCollector, _read_hwm, read_rss, reset_peak
+
+    with open("/proc/self/status") as f:  # the kernel's own line, read the plain way
+        hwm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    assert abs((_read_hwm() or 0) - hwm) < 64 << 20
+    if not reset_peak():
+        pytest.skip("this kernel does not let /proc/self/clear_refs reset the peak RSS")
+    grown = bytearray(256 << 20)  # a peak 256 MB above what the process holds after
+    grown[::4096] = b"x" * len(grown[::4096])  # touched: resident
+    del grown
+    assert (_read_hwm() or 0) >= read_rss() + (200 << 20)
+    memory = MemoryCollector()
+    memory.start()
+    out = memory.stop(0)
+    assert memory.hwm_reset and out["rss_peak_source"] == "kernel VmHWM (reset at start)"
+    assert out["rss_peak"] < out["rss_end"] + (64 << 20)  # the earlier peak is gone
+
+
 def test_samples_keep_the_line_the_leaf_frame_was_on() -> None:
     import inspect
 
