@@ -281,7 +281,11 @@ def memory_pressure(ctx: Context) -> list[Finding]:
 
 def cpu_contention(ctx: Context) -> list[Finding]:
     """CPU threading contention: the test thread waited for a core, torch runs more intra-op threads than the
-    process may use (os.sched_getaffinity), or the process, using all its cores, is preempted often."""
+    process may use (os.sched_getaffinity), or the process, using all its cores, is preempted often.
+
+    Rounds shorter than MIN_COUNTED_MS leave only the thread setting to judge: over a few µs the counters read
+    nonsense (a `pass` body's 2 µs round with two preemptions read "835 per ms" and "process CPU / wall 2.50"
+    on a loaded machine, and its 17 kB of reports grew past 20 kB with the finding)."""
     m = ctx.metrics
     if m.get("cpu.test_thread_runqueue") is None:
         return []  # no per-round counters
@@ -293,8 +297,9 @@ def cpu_contention(ctx: Context) -> list[Finding]:
     switches = m.get("cpu.involuntary_switches_per_round") or 0.0
     per_ms = switches / round_ms if round_ms else 0.0
     oversubscribed = threads is not None and threads > cores
-    preempted = per_ms >= PREEMPT_PER_MS and proc >= 0.9 * cores
-    if runq < CONTENTION_MIN and not oversubscribed and not preempted:
+    counted = round_ms >= MIN_COUNTED_MS
+    preempted = counted and per_ms >= PREEMPT_PER_MS and proc >= 0.9 * cores
+    if (runq < CONTENTION_MIN or not counted) and not oversubscribed and not preempted:
         return []
     wait_ms = round_ms * runq
     evidence: dict[str, object] = {

@@ -288,6 +288,17 @@ def test_waiting_for_a_core_is_cpu_demand_and_reported_as_contention() -> None:
     assert contention.evidence["share of the round"] == "45.0%"
 
 
+def test_rounds_too_short_for_the_counters_show_no_contention_but_the_thread_setting() -> None:
+    # A `pass` body: 2 µs rounds, each preempted twice and waiting on a loaded machine (CI, once): the counters
+    # cannot tell that from noise, so no finding; torch's threads against the cores do not depend on them.
+    short = dict(n_rounds=1, round_ms=0.002, cpu_busy=0.5, runqueue=0.5, nivcsw=2, warmup=0)
+    assert not any(f.rule == "cpu_contention" for f in analyze(merge(build(**short))).findings)  # type: ignore[arg-type]
+    long = dict(short, round_ms=1.0)
+    assert any(f.rule == "cpu_contention" for f in analyze(merge(build(**long))).findings)  # type: ignore[arg-type]
+    threads = build(**short, meta={"torch_threads": 8, "cpu_affinity": 2})  # type: ignore[arg-type]
+    assert any(f.rule == "cpu_contention" for f in analyze(merge(threads)).findings)
+
+
 def test_gpu_summary_per_stream_gaps_copies_and_syncs() -> None:
     pageable = copy_flags(1, MemoryKind.PAGEABLE, MemoryKind.DEVICE)
     raw = build(
