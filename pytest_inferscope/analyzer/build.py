@@ -195,9 +195,8 @@ def _host_nodes(
     # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
     sync_named, copy_named = _named(tl, it.name_ids, _is_sync_call, _is_copy_call)
     maybe = (it.wait > 0) | sync_named | (copy_named & (counts > 0))
-    sync_types = found.sync_types if maybe.any() else {}
-    for k in np.flatnonzero(maybe).tolist():
-        _blocking(it, k, own[k], sync_types.get(it.corrs[k]), issued, cols)
+    if maybe.any():
+        _blocking(it, np.flatnonzero(maybe), sync_named, own, found.sync_types, issued, cols)
     seg_start, seg_dur, entries = _segments(tl, s, t, r1 - r0, it.idx, calls, rnd, framework)
     n, ne, nseg = len(s), len(ext), len(seg_start)
     last = int(r1 - r0 > int(t[-1]))
@@ -262,23 +261,40 @@ def _named(tl: Timeline, ids: np.ndarray, *tests: Callable[[str], bool]) -> list
 
 
 def _blocking(
-    it: _Items, k: int, ops: list[int], sync: tuple[int, int] | None, issued: Issued, cols: _OpColumns
+    it: _Items,
+    ks: np.ndarray,
+    sync_named: np.ndarray,
+    own: list[list[int]],
+    sync_types: dict[int, tuple[int, int]],
+    issued: Issued,
+    cols: _OpColumns,
 ) -> None:
-    """Host item `k` made a blocking call (a synchronisation, the end-of-round wait, a copy call that returned
-    only after its copy finished: a pageable copy, staged, held the host), with what it waited for."""
-    end, before, start, name = int(it.e[k]), int(it.t[k]), int(it.s[k]), it.names[k]
-    wait = bool(it.is_wait[k])
+    """Which of host items `ks` made a blocking call (a synchronisation, the end-of-round wait, a copy call that
+    returned only after its copy finished: a pageable copy, staged, held the host), with what each waited for.
+    `sync_named`: by item, whether its name is a synchronisation's; `own`: by item, the ops it issued."""
     op_end = cols.end_list
-    if not wait and not _is_sync_call(name) and not any(op_end[j] <= end + CLOCK_SLACK_NS for j in ops):
-        return
-    it.kind[k] = K_BLOCKING
-    on = sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not wait else None
-    waited = issued.finished(k, end + CLOCK_SLACK_NS, on) or issued.finished(k, end + CLOCK_SLACK_NS)
-    it.waits[k] = waited
-    finished = max((op_end[j] for j in waited), default=start)
-    it.dur[k] = min(max(0, end - max(start, finished)), max(0, end - before))
-    if not wait and _is_sync_call(name):
-        it.sync[k] = _sync_kind(name, (sync or (None, None))[0])
+    at_all = it.e[ks] + CLOCK_SLACK_NS
+    # a copy call blocked only where one of its own ops had finished when it returned
+    held = [
+        bool(it.is_wait[k]) or bool(sync_named[k]) or any(op_end[j] <= at for j in own[k])
+        for k, at in zip(ks.tolist(), at_all.tolist(), strict=True)
+    ]
+    ks, at_all = ks[held], at_all[held]
+    it.kind[ks] = K_BLOCKING
+    ks_list = ks.tolist()
+    syncs = [sync_types.get(it.corrs[k]) for k in ks_list]
+    on = [
+        sync[1] if sync and sync[0] == SyncType.STREAM_SYNCHRONIZE and not it.is_wait[k] else None
+        for k, sync in zip(ks_list, syncs, strict=True)
+    ]
+    waits = issued.waited(ks, at_all, on)
+    ends, befores, starts = it.e[ks].tolist(), it.t[ks].tolist(), it.s[ks].tolist()
+    for k, waited, sync, end, before, start in zip(ks_list, waits, syncs, ends, befores, starts, strict=True):
+        it.waits[k] = waited
+        finished = max((op_end[j] for j in waited), default=start)
+        it.dur[k] = min(max(0, end - max(start, finished)), max(0, end - before))
+        if not it.is_wait[k] and sync_named[k]:
+            it.sync[k] = _sync_kind(it.names[k], (sync or (None, None))[0])
 
 
 def _segments(

@@ -31,7 +31,8 @@ class Issued:
             self.streams.append((key, item[sel], ends, holder))
 
     def finished(self, k: int, at: int, stream: int | None = None) -> list[int]:
-        """What host item `k` (with its own ops issued) found finished at `at`."""
+        """What host item `k` (with its own ops issued) found finished at `at`; with `stream`, on that stream
+        alone (its low 32 bits: a CUDA stream's handle, whatever the device)."""
         out = []
         for key, items, ends, holder in self.streams:
             if stream is not None and key & 0xFFFFFFFF != stream & 0xFFFFFFFF:
@@ -40,4 +41,25 @@ class Issued:
             m = min(n, int(np.searchsorted(ends, at, side="right")))
             if m:
                 out.append(int(holder[m - 1]))
+        return out
+
+    def waited(self, ks: np.ndarray, at: np.ndarray, on: list[int | None]) -> list[list[int]]:
+        """For each host item `ks[i]`: `finished(ks[i], at[i], on[i])`, or where that finds nothing on its stream,
+        `finished(ks[i], at[i])`; found for all of them at once, two searches a stream (a round of a per-step
+        sync loop has hundreds of blocking calls)."""
+        if not self.streams or not len(ks):
+            return [[] for _ in range(len(ks))]
+        found = []
+        for _, items, ends, holder in self.streams:
+            m = np.minimum(np.searchsorted(items, ks, side="right"), np.searchsorted(ends, at, side="right"))
+            found.append(np.where(m > 0, holder[np.maximum(m, 1) - 1], -1))
+        low = [key & 0xFFFFFFFF for key, *_ in self.streams]
+        out = []
+        for row, stream in zip(np.stack(found, axis=1).tolist(), on, strict=True):
+            if stream is not None:
+                mine = [h for h, key in zip(row, low, strict=True) if h >= 0 and key == stream & 0xFFFFFFFF]
+                if mine:
+                    out.append(mine)
+                    continue
+            out.append([h for h in row if h >= 0])
         return out
