@@ -1,9 +1,11 @@
-"""Builds the optional native CUPTI collector, `pytest_inferscope._cupti`; metadata lives in pyproject.toml.
+"""Builds the optional native CUPTI collector, `pytest_inferscope._cupti`, and the replay's walk in C,
+`pytest_inferscope._replay`; metadata lives in pyproject.toml.
 
-The extension needs only the CUPTI headers at build time (libcupti is loaded at run time, never
+The CUPTI extension needs only the CUPTI headers at build time (libcupti is loaded at run time, never
 linked). Without them, or when the compiler fails, the install goes on without the extension and
-inferscope falls back to the cupti-python backend or to CPU-only collection. Set
-INFERSCOPE_FORCE_NATIVE_BUILD=1 on machines that must have it: any of those becomes an error.
+inferscope falls back to the cupti-python backend or to CPU-only collection. The replay's walk needs a C
+compiler alone; without it the analysis walks in Python. Set INFERSCOPE_FORCE_NATIVE_BUILD=1 on machines
+that must have both: any of those becomes an error.
 
     python3 setup.py build_ext --inplace    # development build, next to the sources
 """
@@ -19,6 +21,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 FORCE_ENV = "INFERSCOPE_FORCE_NATIVE_BUILD"
+REPLAY = "pytest_inferscope._replay"
 CUPTI_MAJOR = "13"  # nvidia/cu13: where torch's CUDA 13 wheels put the toolkit's headers and libraries
 
 
@@ -68,6 +71,12 @@ class OptionalBuildExt(build_ext):
             self._give_up(None, f"build failed: {exc}")
 
     def build_extension(self, ext: Extension) -> None:
+        if ext.name == REPLAY:  # plain C, no CUDA: the replay's walk (analyzer/replay.py falls back to Python)
+            try:
+                super().build_extension(ext)
+            except Exception as exc:
+                self._give_up(ext, f"build failed: {exc}")
+            return
         if not sys.platform.startswith("linux"):
             self._give_up(ext, f"CUPTI collection is Linux-only (this is {sys.platform})")
             return
@@ -99,14 +108,17 @@ class OptionalBuildExt(build_ext):
         return dict(super().get_output_mapping())
 
     def _give_up(self, ext: Extension | None, reason: str) -> None:
-        message = f"pytest-inferscope: skipping the native CUPTI extension: {reason}"
+        replay = ext is not None and ext.name == REPLAY
+        what = "the native replay walk" if replay else "the native CUPTI extension"
+        message = f"pytest-inferscope: skipping {what}: {reason}"
         if _forced():
             raise SystemExit(f"{message} ({FORCE_ENV}=1 makes this an error)")
         if ext is None:
             self._skipped.update(e.name for e in self.extensions)
         else:
             self._skipped.add(ext.name)
-        print(f"WARNING: {message}. GPU collection will use cupti-python if installed.", file=sys.stderr)
+        then = "the analysis replays in Python" if replay else "GPU collection will use cupti-python if installed"
+        print(f"WARNING: {message}. {then.capitalize()}.", file=sys.stderr)
 
 
 setup(
@@ -117,7 +129,13 @@ setup(
             libraries=["dl", "pthread"],  # libcupti itself is dlopen'ed at run time
             extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
             py_limited_api=True,  # Py_LIMITED_API 3.11 in the source: one .abi3.so for every CPython
-        )
+        ),
+        Extension(
+            REPLAY,
+            sources=["native/_replay.c"],
+            extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
+            py_limited_api=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

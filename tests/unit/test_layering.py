@@ -30,9 +30,9 @@ KNOWN_LONG_FUNCTIONS: set[str] = set()
 
 
 def _modules() -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the package."""
+    """Dotted module name -> file, for every module of the package; a C extension by its stub (`_cupti.pyi`)."""
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.pyi")]):
         parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()

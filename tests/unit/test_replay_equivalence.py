@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.analyzer import flat
+from pytest_inferscope.analyzer import replay as replay_module
 from pytest_inferscope.analyzer.build import round_graphs
 from pytest_inferscope.analyzer.columns import Modules
 from pytest_inferscope.analyzer.context import Context
@@ -30,8 +31,16 @@ from pytest_inferscope.analyzer.graph import (
     HostNode,
     RoundGraph,
 )
-from pytest_inferscope.analyzer.replay import Replayer, replay, replay_plan, replay_walk, walk_columns
-from pytest_inferscope.analyzer.whatif import _whatif_ns, builtin
+from pytest_inferscope.analyzer.replay import (
+    Replayer,
+    replay,
+    replay_plan,
+    replay_walk,
+    walk_columns,
+    walk_native,
+    walk_round_ns,
+)
+from pytest_inferscope.analyzer.whatif import _whatif_ns, builtin, simulate
 from pytest_inferscope.events import Kind, RawTrace
 from pytest_inferscope.merger import merge
 
@@ -182,6 +191,78 @@ def test_an_op_issued_twice_and_float_times_are_walked() -> None:
     assert fast(twice) is None and replay(twice).round_ns == reference(twice)[0]
     g.nodes[0] = HostNode(SEGMENT, 12.5, 0)  # type: ignore[arg-type]
     assert fast(g) is None and replay(g).round_ns == reference(g)[0]
+
+
+needs_c_walk = pytest.mark.skipif(
+    replay_module._native_walk is None,
+    reason="the replay's C walk (native/_replay.c) was not built: no C compiler at install",
+)
+
+
+@needs_c_walk
+@pytest.mark.parametrize("seed", range(30))
+def test_the_walk_in_c_equals_the_walk(seed: int) -> None:
+    rng = random.Random(3000 + seed)
+    g = random_graph(
+        rng, rng.choice([5, 60, 400]), rng.choice([1, 2, 5]), rng.choice([0.0, 0.05, 0.3]), trees=seed % 2 == 1
+    )
+    for graph in (g, _issued_twice(g)):
+        got = walk_native(flat.flatten(graph))
+        assert got is not None
+        assert (got.round_ns, got.host_ns, got.op_start, got.op_end) == reference(graph)
+        assert walk_round_ns(flat.flatten(graph)) == reference(graph)[0]
+
+
+def _issued_twice(g: RoundGraph) -> RoundGraph:
+    call = next(n for n in g.nodes if n.kind == CALL)
+    return RoundGraph([*g.nodes, HostNode(CALL, 5, 0, ops=list(call.ops))], g.ops, 0, counted=g.counted)
+
+
+def test_without_the_c_walk_or_with_float_times_python_walks(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = random_graph(random.Random(11), 300, 2, 0.1)
+    monkeypatch.setattr(replay_module, "_native_walk", None)
+    assert walk_native(flat.flatten(g)) is None and walk_round_ns(flat.flatten(g)) == reference(g)[0]
+    monkeypatch.undo()
+    g.nodes[0] = HostNode(SEGMENT, 12.5, 0)  # type: ignore[arg-type]  # a float: not for the C walk
+    assert walk_native(flat.flatten(g)) is None and walk_round_ns(flat.flatten(g)) == reference(g)[0]
+
+
+@needs_c_walk
+def test_the_c_walk_refuses_columns_it_would_misread() -> None:
+    native = replay_module._native_walk
+    assert native is not None
+
+    def walk(**changed: np.ndarray) -> tuple[int, int]:
+        i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+        cols = dict(
+            kinds=np.array([1, 2], dtype=np.int8), durs=i64(5, 5), ops_at=i64(0, 1, 1), ops=i64(0),
+            waits_at=i64(0, 0, 1), waits=i64(0), op_start=i64(0), op_lat=i64(1), op_floor=i64(0),
+            op_after=i64(-1), op_gap=i64(0), op_dur=i64(3), counted=i64(0), start=i64(0), end=i64(0),
+        )  # fmt: skip
+        cols.update(changed)
+        return native(*cols.values(), 0, 3, 2)
+
+    # a call of 5 issues its op 1 after its start (ends at 4); the blocking call finds it done, and takes its 5
+    assert walk() == (10, 10)
+    assert walk(op_dur=np.array([30], dtype=np.int64)) == (36, 36)  # now it waits for the op's end, 31
+    with pytest.raises(IndexError, match="ops"):
+        walk(ops=np.array([1], dtype=np.int64))
+    with pytest.raises(IndexError, match="op_after"):
+        walk(op_after=np.array([2], dtype=np.int64))
+    with pytest.raises(TypeError, match="op_dur"):
+        walk(op_dur=np.array([3.0]))
+    with pytest.raises(ValueError, match="op_lat"):
+        walk(op_lat=np.array([1, 2], dtype=np.int64))
+    with pytest.raises(ValueError, match="decreases"):
+        walk(ops_at=np.array([1, 0, 1], dtype=np.int64))
+
+
+def test_the_whatif_table_is_the_same_walked_in_c_or_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    graphs, _ = round_graphs(Context(merge(RawTrace.load(str(ROOT / "tests/data/sync_bound/trace.npz")))))
+    table = simulate(graphs, builtin(graphs))  # the sync loop's what-ifs are walked (stretches too short)
+    monkeypatch.setattr(replay_module, "_native_walk", None)
+    graphs, _ = round_graphs(Context(merge(RawTrace.load(str(ROOT / "tests/data/sync_bound/trace.npz")))))
+    assert simulate(graphs, builtin(graphs)) == table
 
 
 def test_a_planted_error_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
