@@ -106,8 +106,11 @@ def _walk_native(f: Flat) -> tuple[int, int, np.ndarray, np.ndarray] | None:
     dur, o_start, lat, floor, after, gap, o_dur, counted = (np.ascontiguousarray(a, dtype=np.int64) for a in arrays)
     kind = np.ascontiguousarray(f.kind, dtype=np.int8)
     ops = np.ascontiguousarray(ops, dtype=np.int64)
-    round_ns, host_ns = _native_walk(kind, dur, ops_at, ops, waits_at, waits, o_start, lat, floor, after, gap, o_dur,
-                                     counted, start, end, K_SEGMENT, K_EXTERNAL, K_BLOCKING)  # fmt: skip
+    try:
+        round_ns, host_ns = _native_walk(kind, dur, ops_at, ops, waits_at, waits, o_start, lat, floor, after, gap,
+                                         o_dur, counted, start, end, K_SEGMENT, K_EXTERNAL, K_BLOCKING)  # fmt: skip
+    except (IndexError, ValueError, TypeError):  # an index C will not follow (Python's walk reads -1 as the last)
+        return None
     return int(round_ns), int(host_ns), start, end
 
 

@@ -225,6 +225,11 @@ def test_without_the_c_walk_or_with_float_times_python_walks(monkeypatch: pytest
     monkeypatch.undo()
     g.nodes[0] = HostNode(SEGMENT, 12.5, 0)  # type: ignore[arg-type]  # a float: not for the C walk
     assert walk_native(flat.flatten(g)) is None and walk_round_ns(flat.flatten(g)) == reference(g)[0]
+    g.nodes[0] = HostNode(SEGMENT, 12, 0)
+    f = flat.flatten(g)
+    block = next(i for i, k in enumerate(f.kind.tolist()) if k == flat.K_BLOCKING)
+    f.waits = [*f.waits[:block], [-1], *f.waits[block + 1 :]]  # an index the C walk refuses: Python's walk it is
+    assert walk_native(f) is None and walk_round_ns(f) == walk_columns(f).round_ns
 
 
 @needs_c_walk
