@@ -23,7 +23,7 @@ from typing import Any
 
 from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, host_clock_ns
-from .memory import read_rss
+from .memory import RssFile
 
 #: Frames from these files are the harness, not the user's code.
 _HARNESS_MARKERS = (
@@ -144,13 +144,16 @@ class Sampler:
         # The cost is all of this thread's CPU time, wake-ups and GIL hand-overs included:
         # on a busy machine with no spare core every microsecond of it is taken from the test.
         cpu_start = time.thread_time_ns()
+        rss = RssFile()
         try:
-            self._loop(wait, stopped, frames, record)
+            self._loop(wait, stopped, frames, record, rss.rss)
         finally:
+            rss.close()
             self.cost_ns = time.thread_time_ns() - cpu_start
 
     def _loop(self, wait: Callable[[float], bool], stopped: Callable[[], bool],
-              frames: Callable[[], dict[int, FrameType]], record: Callable[..., bool]) -> None:  # fmt: skip
+              frames: Callable[[], dict[int, FrameType]], record: Callable[..., bool],
+              read_rss: Callable[[], int]) -> None:  # fmt: skip
         # The first sample an interval after the start, however late a parked thread took the sampler up.
         first = max(0.0, self.interval_s - (host_clock_ns() - self._last) / 1e9)
         if wait(first):

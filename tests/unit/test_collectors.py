@@ -219,6 +219,39 @@ def test_the_peak_rss_is_reset_at_the_start_and_read_as_procfs_has_it() -> None:
     assert out["rss_peak"] < out["rss_end"] + (64 << 20)  # the earlier peak is gone
 
 
+def test_the_sampler_reads_the_rss_from_one_open_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each system call on the sampler's thread hands the GIL to the test thread and back: the RSS it reads every
+    # ~10 ms comes from one pread() of a file opened once, not from an open, a read and a close each time.
+    import os
+
+    from pytest_inferscope.collectors import memory
+    from pytest_inferscope.events import Kind
+
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, *args: int) -> int:
+        opened.append(path)
+        return real_open(path, *args)
+
+    monkeypatch.setattr(memory.os, "open", counting_open)
+    monkeypatch.setattr("pytest_inferscope.collectors.cpu.MEMORY_SAMPLE_NS", 1_000_000)  # an RSS reading a sample
+
+    def body() -> None:
+        deadline = time.perf_counter() + 0.06
+        while time.perf_counter() < deadline:
+            pass
+
+    coll = Collection(CollectionOptions(sample_interval_ms=2.0))
+    coll.start()
+    coll.run_rounds(body, 1, 0)
+    raw = coll.stop()
+    readings = int((raw.events["kind"] == Kind.MEMORY).sum())
+    assert raw.meta["sampler"]["samples"] >= 8 and readings >= 8, (raw.meta["sampler"], readings)
+    # the memory collector's start and stop, the rounds' ProcFiles and the sampler's file: four, however many samples
+    assert opened.count("/proc/self/statm") == 4, opened
+
+
 def test_samples_keep_the_line_the_leaf_frame_was_on() -> None:
     import inspect
 
