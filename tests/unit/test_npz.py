@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,3 +87,16 @@ def test_a_small_tests_raw_npz_is_built_by_it() -> None:
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
     assert RawTrace.load(io.BytesIO(data)).meta == raw.meta
+
+
+@pytest.mark.parametrize("n", [4, 60_000])  # built in memory below THREAD_MIN_EVENTS; streamed by RawTrace.save above
+def test_raw_npz_written_without_the_writer_loads_the_same(n: int, tmp_path: Path) -> None:
+    from pytest_inferscope.reporters.folder import _save_raw
+    from pytest_inferscope.reporters.trace import THREAD_MIN_EVENTS
+
+    raw = a_trace(n)
+    _save_raw(raw, tmp_path / "raw.npz")
+    back = RawTrace.load(str(tmp_path / "raw.npz"))
+    assert np.array_equal(back.events, raw.events) and back.strings == raw.strings and back.meta == raw.meta
+    small = n < THREAD_MIN_EVENTS
+    assert ((tmp_path / "raw.npz").read_bytes() == _raw_bytes(raw)) is small  # npz_bytes' archive: no zip64 extras
