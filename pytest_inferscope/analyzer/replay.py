@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .columns import K_BLOCKING, K_EXTERNAL, K_SEGMENT, issued
+from .flat import KIND_CODES, Flat, Plan, compile_plan, flat_of, patch, shape_of
+from .graph import RoundGraph
 
 try:  # the walk in C (setup.py builds it where a C compiler is found); Python's otherwise
     from .._replay import walk as _native_walk
 except ImportError:  # pragma: no cover - where it was not built
     _native_walk = None  # type: ignore[assignment]
-from .flat import KIND_CODES, Flat, Plan, compile_plan, flat_of, patch, shape_of
-from .graph import RoundGraph
 
 
 @dataclass
