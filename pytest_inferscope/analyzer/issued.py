@@ -30,23 +30,12 @@ class Issued:
             holder = op[sel][np.maximum.accumulate(np.where(rises, np.arange(len(sel)), 0))]
             self.streams.append((key, item[sel], ends, holder))
 
-    def finished(self, k: int, at: int, stream: int | None = None) -> list[int]:
-        """What host item `k` (with its own ops issued) found finished at `at`; with `stream`, on that stream
-        alone (its low 32 bits: a CUDA stream's handle, whatever the device)."""
-        out = []
-        for key, items, ends, holder in self.streams:
-            if stream is not None and key & 0xFFFFFFFF != stream & 0xFFFFFFFF:
-                continue
-            n = int(np.searchsorted(items, k, side="right"))
-            m = min(n, int(np.searchsorted(ends, at, side="right")))
-            if m:
-                out.append(int(holder[m - 1]))
-        return out
-
     def waited(self, ks: np.ndarray, at: np.ndarray, on: list[int | None]) -> list[list[int]]:
-        """For each host item `ks[i]`: `finished(ks[i], at[i], on[i])`, or where that finds nothing on its stream,
-        `finished(ks[i], at[i])`; found for all of them at once, two searches a stream (a round of a per-step
-        sync loop has hundreds of blocking calls)."""
+        """What each host item `ks[i]` (with its own ops issued) found finished at `at[i]`: on its stream `on[i]`
+        alone (a stream synchronisation's; its low 32 bits, a CUDA stream's handle whatever the device) unless
+        nothing is found there, then on every stream. Found for all of them at once, two searches a stream (a
+        round of a per-step sync loop has hundreds of blocking calls; tests/unit/test_issued.py keeps the lookup
+        one call at a time that this replaced)."""
         if not self.streams or not len(ks):
             return [[] for _ in range(len(ks))]
         found = []

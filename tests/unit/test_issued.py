@@ -1,5 +1,6 @@
 """What a blocking call waited for (`analyzer/issued.py`): all of a round's blocking calls at once (`waited`), as
-one call at a time (`finished`, with a stream synchronisation's own stream first) finds it."""
+one call at a time (`finished` below, the lookup `waited` replaced) finds it, a stream synchronisation's own
+stream first."""
 
 from __future__ import annotations
 
@@ -7,6 +8,20 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.analyzer.issued import Issued
+
+
+def finished(issued: Issued, k: int, at: int, stream: int | None = None) -> list[int]:
+    """The lookup one call at a time (build.py before session 15): per stream, the op holding the latest end
+    among those item `k` had issued that had ended at `at`."""
+    out = []
+    for key, items, ends, holder in issued.streams:
+        if stream is not None and key & 0xFFFFFFFF != stream & 0xFFFFFFFF:
+            continue
+        n = int(np.searchsorted(items, k, side="right"))
+        m = min(n, int(np.searchsorted(ends, at, side="right")))
+        if m:
+            out.append(int(holder[m - 1]))
+    return out
 
 
 def _random_issued(rng: np.random.Generator, n_ops: int, n_items: int) -> Issued:
@@ -25,9 +40,8 @@ def test_all_blocking_calls_at_once_find_what_each_alone_finds(seed: int) -> Non
     at = rng.integers(0, 12_000, len(ks))
     on = [None if rng.random() < 0.4 else int(rng.choice([7, 13, 99, 0xFFFFFFFF])) for _ in ks]  # 99: no such stream
     got = issued.waited(ks, at, on)
-    want = [
-        issued.finished(k, a, s) or issued.finished(k, a) for k, a, s in zip(ks.tolist(), at.tolist(), on, strict=True)
-    ]
+    calls = zip(ks.tolist(), at.tolist(), on, strict=True)
+    want = [finished(issued, k, a, s) or finished(issued, k, a) for k, a, s in calls]
     assert got == want
     assert any(w for w in want) and any(s is not None and w for s, w in zip(on, want, strict=True))
 
