@@ -14,7 +14,8 @@ rotates every repetition, so machine drift hits them alike; each figure is the m
 of (mode median / plain median in the same repetition) - 1.
 
 Modes: `plain`; `default` (measure() with default settings: gpu_rounds="auto"); `lean` (gpu_rounds="trace");
-`measured` (gpu_rounds="measured", the default until 2026-11-25); and the
+`measured` (gpu_rounds="measured", the default until 2026-11-25); `all` (gpu_rounds="measured",
+trace_rounds="all": the launch calls recorded in every round, no trace round); and the
 parts of the default: `rounds` (CPU sampler off, no GPU collection: the round machinery alone),
 `sampler` (stack sampling, no GPU collection), `cupti` (GPU collection, sampler off).
 
@@ -47,6 +48,7 @@ MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "default": ({}, {}),
     "lean": ({}, {"gpu_rounds": "trace"}),
     "measured": ({}, {"gpu_rounds": "measured"}),  # the default before 2026-11-25
+    "all": ({}, {"gpu_rounds": "measured", "trace_rounds": "all"}),  # launch calls in every round, no trace round
     "rounds": ({"INFERSCOPE_GPU": "off"}, {"cpu": "off"}),
     "sampler": ({"INFERSCOPE_GPU": "off"}, {"cpu": "sample"}),
     "cupti": ({}, {"cpu": "off"}),

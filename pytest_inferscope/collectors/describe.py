@@ -90,6 +90,8 @@ def _api_mode(self: Described) -> str:
         return decided.reason
     if session.api_note:
         note = session.api_note
+    elif decided is not None and decided.launch_calls:
+        return decided.reason
     elif self.options.trace_rounds is None:
         note = "launch calls recorded in every round"
     else:

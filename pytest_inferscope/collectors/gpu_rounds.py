@@ -6,9 +6,11 @@ measured rounds are done; then (the GPU primed, or one settling round) the profi
 without the launch calls, read for every GPU figure: analyzer/base.py, `gpu_round_idx`) and the trace
 rounds (the launch calls). `auto` (the default): the warm-up rounds record as `measured`; then, if their
 GPU records per round at `RECORD_COST_NS` each would cost the measured rounds more than
-`AUTO_LEAN_ABOVE` of a round's time, the measured rounds go lean. The round's time is the fastest
-warm-up round after the first; with one warm-up round, the first round over `FIRST_ROUND_SLOWDOWN`,
-but never less than the GPU's busy time in it (a GPU-bound round is not faster than its kernels).
+`AUTO_LEAN_ABOVE` of a round's time, the measured rounds go lean; if they and as many launch calls would
+cost at most that (and the number of trace rounds is not given), the measured rounds record the launch
+calls too and no trace round runs. The round's time is the fastest warm-up round after the first; with
+one warm-up round, the first round over `FIRST_ROUND_SLOWDOWN`, but never less than the GPU's busy time
+in it (a GPU-bound round is not faster than its kernels).
 
 Policy only; the `GpuSession` (collectors/gpu_session.py) pauses and resumes the backend.
 """
@@ -39,6 +41,10 @@ FIRST_ROUND_MOST_SLOWDOWN = 30.0
 AUTO_LEAN_ABOVE = 0.01
 #: The GPU records whose count drives the decision: the ones each launch of GPU work produces.
 WORK_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+#: auto: launch-call records a round is taken to make per GPU work record (each kernel, copy and memset has its call;
+#: syncs and allocations are fewer), each costing `RECORD_COST_NS`, when it judges whether the measured rounds can
+#: record the launch calls too, so that no trace round runs. The warm-up records no launch call to count.
+LAUNCH_CALLS_PER_RECORD = 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class GpuRoundsDecision:
     records_per_round: float | None = None  # the warm-up's GPU records per round (auto only)
     round_ms: float | None = None  # the fastest warm-up round (auto only)
     estimated_cost: float | None = None  # records_per_round x RECORD_COST_NS / round time (auto only)
+    #: auto: the measured rounds record the launch calls too, and no trace round runs (`decide_auto`)
+    launch_calls: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +96,12 @@ def decide_auto(
     first call after a collection starts runs slower (CUPTI's first use of each kernel; the small
     forward on the H200 took 3.8 ms against 0.33 ms, 2026-11-21). With one warm-up round it is that
     round over FIRST_ROUND_SLOWDOWN, or the GPU's busy time per round when that is longer.
+
+    `until_in_step` (the number of trace rounds not given): when the records and their launch calls
+    (`LAUNCH_CALLS_PER_RECORD`) together would cost at most AUTO_LEAN_ABOVE, the measured rounds record the
+    launch calls as well (`launch_calls`) and no trace round runs: that round would cost the test a whole call
+    (GPT-2 forward's test of 1 + 10 calls +13.2% against +4.5%, H200, 2026-11-28) to record what the measured
+    rounds can record for less than the per-call budget.
     """
     if not warm_round_ns:
         return GpuRoundsDecision("auto", "measured", "GPU activity recorded in every round (auto: no warm-up round "
@@ -103,7 +117,14 @@ def decide_auto(
             "the first after CUPTI started)"
         )
     cost = per_round * RECORD_COST_NS / fastest
+    with_calls = cost * (1 + LAUNCH_CALLS_PER_RECORD)
     what = f"the warm-up's {per_round:.0f} GPU records (kernels, copies, memsets) per {judged}"
+    if until_in_step and per_round and with_calls <= AUTO_LEAN_ABOVE:
+        reason = (
+            f"GPU activity and the launch calls recorded in the measured rounds, no trace round: {what} and as many "
+            f"launch calls cost ~{100 * with_calls:.1f}% per round (auto: at most {100 * AUTO_LEAN_ABOVE:g}%)"
+        )
+        return GpuRoundsDecision("auto", "measured", reason, per_round, fastest / 1e6, with_calls, launch_calls=True)
     if cost > AUTO_LEAN_ABOVE:
         reason = (
             f"GPU activity recorded only after the measured rounds, in {_profile(lean_trace_rounds, until_in_step)} "

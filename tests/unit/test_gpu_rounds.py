@@ -113,8 +113,8 @@ class _RecordingGpu(FakeGpu):
         return recs, ["k"]
 
 
-def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float, first_s: float | None = None
-             ) -> TestResult:  # fmt: skip
+def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float, first_s: float | None = None,
+             trace_rounds: int | None = None) -> TestResult:  # fmt: skip
     """measure() a body that launches and sleeps `sleep_s` (`first_s` in its first call)."""
     import time
 
@@ -128,20 +128,50 @@ def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float
         gpu.launch()
         time.sleep(first_s if first and first_s is not None else sleep_s)
 
-    return api.measure(body, rounds=3, warmup=1, cpu="off")  # gpu_rounds: the default, auto
+    return api.measure(body, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds)  # gpu_rounds: auto
 
 
 @pytest.mark.usefixtures("every_round_in_step")
-def test_auto_keeps_cupti_recording_into_the_measured_rounds_when_it_stays_measured(
+def test_auto_records_the_launch_calls_in_the_measured_rounds_when_all_records_fit_the_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # 2 records per 30 ms call: ~0.02% per round. CUPTI is flushed, not stopped: the first call after a
-    # restart would be slow (CUPTI's first use again), and it would be a latency sample.
+    # 2 records per 30 ms call (one warm-up round: taken as 10 ms), and as many launch calls: ~0.04% per round.
+    # CUPTI is flushed, not stopped (the first call after a restart would be slow, and a latency sample), the
+    # launch calls are switched on for the measured rounds, and no trace round runs.
     gpu = _RecordingGpu(per_call=2)
     result = _measure(monkeypatch, gpu, 0.03)
     b = ["body"]
-    assert gpu.calls == ["start", "api off", *b, "flush", *b * 3, "api on", *b, "api off", "stop"]
-    assert len(result.latency.samples_ms) == 3
+    assert gpu.calls == ["start", "api off", *b, "flush", "api on", *b * 3, "stop"]
+    assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
+    mode = _gpu_mode(result)
+    assert "GPU activity and the launch calls recorded in the measured rounds, no trace round" in mode
+    assert "trace round after" not in mode
+
+
+@pytest.mark.usefixtures("every_round_in_step")
+@pytest.mark.parametrize(("per_call", "trace_rounds"), [(200, None), (2, 1)])
+def test_auto_keeps_the_launch_calls_for_the_trace_round_when_they_would_cost_too_much_or_it_is_asked_for(
+    monkeypatch: pytest.MonkeyPatch, per_call: int, trace_rounds: int | None
+) -> None:
+    # 200 records per 30 ms round (two warm-up rounds: the second is the round): ~0.67% per round, ~1.3% with the
+    # launch calls, so they wait for the trace round; or the number of trace rounds given: the trace round runs.
+    import time
+
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors.gpu import Choice
+
+    gpu = _RecordingGpu(per_call=per_call)
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+
+    def body() -> None:
+        gpu.launch()
+        time.sleep(0.03)
+
+    result = api.measure(body, rounds=3, warmup=2, cpu="off", trace_rounds=trace_rounds)
+    b = ["body"]
+    assert gpu.calls == ["start", "api off", *b * 2, "flush", *b * 3, "api on", *b, "api off", "stop"]
+    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 1
+    assert "GPU activity recorded in the measured rounds" in _gpu_mode(result)
 
 
 @pytest.mark.parametrize("gpu_rounds", ["auto", "trace"])
@@ -256,11 +286,50 @@ def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
     assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 1
 
 
+@pytest.mark.parametrize(("per_call", "trace_rounds"), [(2, None), (2, 1)])
+@pytest.mark.usefixtures("every_round_in_step")
+def test_auto_staying_measured_primes_the_gpu_after_the_flush(
+    monkeypatch: pytest.MonkeyPatch, per_call: int, trace_rounds: int | None
+) -> None:
+    # The first measured round after the warm-up's flush ran 1.4-5.3 ms slower than the rest on GPT-2 forward (H200,
+    # 2026-11-28): the prime pays that outside the rounds, after the launch calls are switched on when they are
+    gpu = _PrimingGpu(per_call=per_call)
+    result = _measure(monkeypatch, gpu, 0.03, trace_rounds=trace_rounds)
+    b = ["body"]
+    switched = ["api on"] if trace_rounds is None else []
+    traced = [] if trace_rounds is None else ["api on", *b, "api off"]
+    assert gpu.calls == ["start", "api off", "prime", *b, "flush", *switched, "prime", *b * 3, *traced, "stop"]
+    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == len(traced) // 3
+
+
+def test_launch_calls_in_the_measured_rounds_only_when_all_the_records_fit_and_no_trace_round_was_asked_for() -> None:
+    # GPT-2 forward on the H200 (2026-11-28): 247 records per 53.19 ms round (the GPU's busy time bounds it)
+    gpt2 = decide_auto(247, [55_310_000], 3, busy=53_190_000, until_in_step=True)
+    assert gpt2.mode == "measured" and gpt2.launch_calls
+    assert gpt2.estimated_cost == pytest.approx(2 * 247 * RECORD_COST_NS / 53_190_000)
+    assert "GPU activity and the launch calls recorded in the measured rounds, no trace round" in gpt2.reason
+    assert "~0.9% per round" in gpt2.reason
+    # the number of trace rounds given: measured, the launch calls left for the trace round
+    asked = decide_auto(247, [55_310_000], 3, busy=53_190_000)
+    assert asked.mode == "measured" and not asked.launch_calls
+    # twice as many records: 0.93% alone, 1.9% with their launch calls: measured, launch calls in the trace round
+    denser = decide_auto(494, [55_310_000], 3, busy=53_190_000, until_in_step=True)
+    assert denser.mode == "measured" and not denser.launch_calls
+    # no GPU work counted: as before (the trace round may still see sync calls)
+    assert not decide_auto(0, [55_310_000], 3, until_in_step=True).launch_calls
+    assert decide_auto(0, [55_310_000], 3, until_in_step=True).to_json()["launch_calls"] is False
+
+
 @pytest.mark.usefixtures("every_round_in_step")
 def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = _RecordingGpu(per_call=2, flushes=False)
     _measure(monkeypatch, gpu, 0.03)
     b = ["body"]
+    # started again with the launch calls on: the measured rounds record them (2 records a round), no trace round
+    assert gpu.calls == ["start", "api off", *b, "stop", "start", *b * 3, "stop"]
+    # the number of trace rounds given: started again with the launch calls off, and the trace round runs
+    gpu = _RecordingGpu(per_call=2, flushes=False)
+    _measure(monkeypatch, gpu, 0.03, trace_rounds=1)
     assert gpu.calls == ["start", "api off", *b, "stop", "start", "api off", *b * 3, "api on", *b, "api off", "stop"]
 
 
