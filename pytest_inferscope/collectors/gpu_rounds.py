@@ -141,17 +141,21 @@ def decide_auto(
     return GpuRoundsDecision("auto", mode, reason, per_round, fastest / 1e6, cost)
 
 
-def undecided(n_records: int, warm_round_ns: int, busy: int) -> bool:
+def undecided(n_records: int, warm_round_ns: int, busy: int, until_in_step: bool = False) -> bool:
     """With one warm-up round: whether its time leaves auto's decision open. Judged at a third of its time
     (`decide_auto`) and at the least a round can take (a FIRST_ROUND_MOST_SLOWDOWN-th of it, and never less
-    than the GPU's busy time), the records' cost falls on different sides of AUTO_LEAN_ABOVE: a warm-up
+    than the GPU's busy time), the records' cost falls on different sides of AUTO_LEAN_ABOVE, or (`until_in_step`:
+    the launch calls may join the measured rounds) with their launch calls on different sides of it: a warm-up
     round that was mostly first-time work hides how long a round takes."""
     if n_records <= 0:
         return False
     judged = max(1, int(warm_round_ns / FIRST_ROUND_SLOWDOWN), busy)
     least = max(1, int(warm_round_ns / FIRST_ROUND_MOST_SLOWDOWN), busy)
     cost = n_records * RECORD_COST_NS
-    return (cost / judged > AUTO_LEAN_ABOVE) != (cost / least > AUTO_LEAN_ABOVE)
+    if (cost / judged > AUTO_LEAN_ABOVE) != (cost / least > AUTO_LEAN_ABOVE):
+        return True
+    with_calls = cost * (1 + LAUNCH_CALLS_PER_RECORD)
+    return until_in_step and (with_calls / judged > AUTO_LEAN_ABOVE) != (with_calls / least > AUTO_LEAN_ABOVE)
 
 
 def trace_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRoundsDecision:

@@ -212,7 +212,8 @@ class GpuSession:
                 flush()
                 n, busy = self._keep_records()
             n, busy = n + self._warm[0], busy + self._warm[1]
-            if allow_more and flush is not None and len(warm_ns) == 1 and undecided(n, warm_ns[0], busy):
+            one_round = allow_more and flush is not None and len(warm_ns) == 1
+            if one_round and undecided(n, warm_ns[0], busy, o.until_in_step):
                 self._warm = (n, busy)
                 return False
             self.decision = decide_auto(

@@ -334,19 +334,23 @@ def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch:
 
 
 @pytest.mark.parametrize(
-    ("records", "warm_ms", "busy_ms", "open_"),
+    ("records", "warm_ms", "busy_ms", "open_", "open_with_calls"),
     [
-        (1003, 511.5, 12.8, True),  # the per-step sync loop's first call (cuBLAS init), H100: 4.7% a real round
-        (294, 20.61, 3.3, False),  # ViT-B/16: lean either way
-        (247, 58.61, 55.0, False),  # GPT-2 forward: measured either way (the GPU's busy time bounds the round)
-        (2, 30.0, 0.002, False),  # a few records: measured even at a 30th of the round
-        (0, 500.0, 0.0, False),  # no GPU work
+        (1003, 511.5, 12.8, True, True),  # the per-step sync loop's first call (cuBLAS init), H100: 4.7% a real round
+        (294, 20.61, 3.3, False, False),  # ViT-B/16: lean either way
+        (247, 58.61, 55.0, False, False),  # GPT-2 forward: launch calls in the measured rounds either way (0.9%)
+        (2, 30.0, 0.002, False, False),  # a few records: measured, launch calls and all, even at a 30th of the round
+        (0, 500.0, 0.0, False, False),  # no GPU work
+        # 8 records: 0.08% (0.16% with their launch calls) at a third of the round, 0.67% (1.33%) at the GPU's busy
+        # time, the least it can take: measured either way, but whether with the launch calls is open
+        (8, 30.0, 1.2, False, True),
     ],
 )
 def test_one_warmup_round_leaves_the_decision_open_only_when_its_bounds_disagree(
-    records: int, warm_ms: float, busy_ms: float, open_: bool
+    records: int, warm_ms: float, busy_ms: float, open_: bool, open_with_calls: bool
 ) -> None:
     assert undecided(records, int(warm_ms * 1e6), int(busy_ms * 1e6)) is open_
+    assert undecided(records, int(warm_ms * 1e6), int(busy_ms * 1e6), until_in_step=True) is open_with_calls
 
 
 def test_auto_runs_one_more_warmup_round_when_the_first_left_the_decision_open(
