@@ -27,6 +27,7 @@ from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
 from .marker import parse_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP, lean_rounds_conflict
+from .stackbase import fresh_chunk
 from .warning import InferscopeWarning, async_not_profiled
 
 if TYPE_CHECKING:
@@ -275,7 +276,8 @@ class InferscopeSession:
         @functools.wraps(original)
         def profiled(*args: Any, **kwargs: Any) -> Any:
             if self.ab is not None:  # A/B: the rounds take turns with the twin's (ab/lockstep.py)
-                return self.ab.run_test(pyfuncitem.nodeid, coll, lambda: original(*args, **kwargs), plan)
+                body = lambda: original(*args, **kwargs)  # noqa: E731
+                return fresh_chunk(self.ab.run_test, pyfuncitem.nodeid, coll, body, plan)  # as run_rounds does
             result = coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup, steady)
             self.probe_seen.extend(coll.probe_ms)
             return result

@@ -22,6 +22,7 @@ from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
 from ..rounds import RoundKind, kind_flags, row_kind
+from ..stackbase import fresh_chunk
 from .cpu import Sampler, SamplerThread, Tracer
 from .devsync import DeviceSync
 from .gpu import Choice, GpuBackendError, GpuCollector
@@ -318,8 +319,10 @@ class Collection:
         return Counters.now(self.proc)
 
     def run_rounds(self, body: Callable[[], R], rounds: int, warmup: int, steady: Steadying | None = None) -> R:
-        """The test's rounds (`schedule.run`): warm-up, measured (made up for when `steady`), after them."""
-        return run(self, body, RoundSchedule(rounds, warmup, steady))
+        """The test's rounds (`schedule.run`): warm-up, measured (made up for when `steady`), after them; run from
+        a fresh chunk of the frame stack (`stackbase.fresh_chunk`), so how deep the test was called does not move
+        its body across the end of one."""
+        return fresh_chunk(run, self, body, RoundSchedule(rounds, warmup, steady))
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) this collection runs: none without GPU collection or `all`."""
