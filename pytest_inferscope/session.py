@@ -275,10 +275,10 @@ class InferscopeSession:
 
         @functools.wraps(original)
         def profiled(*args: Any, **kwargs: Any) -> Any:
+            body = lambda: original(*args, **kwargs)  # noqa: E731
             if self.ab is not None:  # A/B: the rounds take turns with the twin's (ab/lockstep.py)
-                body = lambda: original(*args, **kwargs)  # noqa: E731
                 return fresh_chunk(self.ab.run_test, pyfuncitem.nodeid, coll, body, plan)  # as run_rounds does
-            result = coll.run_rounds(lambda: original(*args, **kwargs), plan.rounds, plan.warmup, steady)
+            result = coll.run_rounds(body, plan.rounds, plan.warmup, steady)
             self.probe_seen.extend(coll.probe_ms)
             return result
 

@@ -12,7 +12,7 @@ and a frame more or less in pytest, the plugin or the user's fixtures could chan
 16 KiB chunk has free, so that frame begins a new 64 KiB chunk and what it calls follows it there: the rounds,
 and the body under them, start ~38 KiB (some 100 frames of a torch model, many more small ones) before the end of
 a chunk, at the same place in it whatever called the test. Its cost is the chunk's allocation and release once
-per test (~20 µs on the dev VM). From CPython 3.15 a freed chunk is kept for reuse, and the crossings are cheap.
+per test (~35 µs on the 2-core dev VM). From CPython 3.15 a freed chunk is kept for reuse, and the crossings are cheap.
 """
 
 from __future__ import annotations

@@ -152,10 +152,8 @@ def undecided(n_records: int, warm_round_ns: int, busy: int, until_in_step: bool
     judged = max(1, int(warm_round_ns / FIRST_ROUND_SLOWDOWN), busy)
     least = max(1, int(warm_round_ns / FIRST_ROUND_MOST_SLOWDOWN), busy)
     cost = n_records * RECORD_COST_NS
-    if (cost / judged > AUTO_LEAN_ABOVE) != (cost / least > AUTO_LEAN_ABOVE):
-        return True
-    with_calls = cost * (1 + LAUNCH_CALLS_PER_RECORD)
-    return until_in_step and (with_calls / judged > AUTO_LEAN_ABOVE) != (with_calls / least > AUTO_LEAN_ABOVE)
+    costs = (cost, cost * (1 + LAUNCH_CALLS_PER_RECORD)) if until_in_step else (cost,)
+    return any((c / judged > AUTO_LEAN_ABOVE) != (c / least > AUTO_LEAN_ABOVE) for c in costs)
 
 
 def trace_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRoundsDecision:
