@@ -9,9 +9,11 @@ Models no one here wrote, built from configs with random weights (nothing is dow
 
 Per call: a "test" is `warmup` + `calls` calls; the plugin's figure is the per-round latency it records
 for the measured rounds (what a latency threshold sees), the plain figure is each call timed the same way
-(perf_counter around the call and a device synchronise). The modes run interleaved, in an order that
-rotates every repetition, so machine drift hits them alike; each figure is the median over repetitions
-of (mode median / plain median in the same repetition) - 1.
+(perf_counter around the call and a device synchronise), its loop called from a fresh chunk of CPython's
+frame stack as the plugin's rounds are (pytest_inferscope/stackbase.py: otherwise where a chunk ends would
+differ between the two, which can move a deep model's call by more than the plugin costs). The modes run
+interleaved, in an order that rotates every repetition, so machine drift hits them alike; each figure is
+the median over repetitions of (mode median / plain median in the same repetition) - 1.
 
 Modes: `plain`; `default` (measure() with default settings: gpu_rounds="auto"); `lean` (gpu_rounds="trace");
 `measured` (gpu_rounds="measured", the default until 2026-11-25); `all` (gpu_rounds="measured",
@@ -42,6 +44,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import header, quartiles
+from pytest_inferscope.stackbase import fresh_chunk
 
 #: mode -> (environment for the plugin's settings, measure() keywords)
 MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
@@ -155,7 +158,7 @@ def bench(name: str, args: argparse.Namespace, device: str) -> dict[str, Any]:
         order = modes[rep % len(modes) :] + modes[: rep % len(modes)]
         for mode in order:
             if mode == "plain":
-                samples, total = plain(call, sync, args.warmup, args.calls)
+                samples, total = fresh_chunk(plain, call, sync, args.warmup, args.calls)
             else:
                 samples, total, gpu = profiled(mode, call, args.warmup, args.calls)
                 gpu_modes[mode].append(gpu)
