@@ -17,7 +17,9 @@ the median over repetitions of (mode median / plain median in the same repetitio
 
 Modes: `plain`; `default` (measure() with default settings: gpu_rounds="auto"); `lean` (gpu_rounds="trace");
 `measured` (gpu_rounds="measured", the default until 2026-11-25); `all` (gpu_rounds="measured",
-trace_rounds="all": the launch calls recorded in every round, no trace round); and the
+trace_rounds="all": the launch calls recorded in every round, no trace round); `before` (the default as it was
+before the warm-up recorded the launch calls to stand for the trace round: `gpu_rounds.WARMUP_LAUNCH_CALLS`
+off); and the
 parts of the default: `rounds` (CPU sampler off, no GPU collection: the round machinery alone),
 `sampler` (stack sampling, no GPU collection), `cupti` (GPU collection, sampler off).
 
@@ -55,7 +57,10 @@ MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "rounds": ({"INFERSCOPE_GPU": "off"}, {"cpu": "off"}),
     "sampler": ({"INFERSCOPE_GPU": "off"}, {"cpu": "sample"}),
     "cupti": ({}, {"cpu": "off"}),
+    "before": ({}, {}),  # the default with the warm-up recording no launch call (the schedule before session 17)
 }
+#: modes that run the default with a module constant changed: mode -> (module, name, value)
+SCHEDULES = {"before": ("pytest_inferscope.collectors.gpu_rounds", "WARMUP_LAUNCH_CALLS", False)}
 TARGETS = {"gpt2_forward": 0.01, "resnet50": 0.01, "gpt2_generate": 0.03, "vit_b16": 0.03}
 
 
@@ -122,16 +127,25 @@ def plain(call: Callable[[], Any], sync: Callable[[], None], warmup: int, calls:
 
 def profiled(mode: str, call: Callable[[], Any], warmup: int, calls: int) -> tuple[list[float], float, str]:
     """The measured rounds' latencies, the test's whole time in ms, and its GPU collector's mode."""
+    import importlib
+
     from pytest_inferscope import measure
 
     env, kwargs = MODES[mode]
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    module, name, value = SCHEDULES.get(mode, (None, "", None))
+    owner = importlib.import_module(module) if module else None
+    kept = getattr(owner, name) if owner is not None else None
+    if owner is not None:
+        setattr(owner, name, value)
     try:
         t0 = time.perf_counter_ns()
         result = measure(call, rounds=calls, warmup=warmup, name=mode, **kwargs)
         whole = (time.perf_counter_ns() - t0) / 1e6
     finally:
+        if owner is not None:
+            setattr(owner, name, kept)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

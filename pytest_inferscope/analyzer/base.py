@@ -98,8 +98,11 @@ class Rounds:
     def trace_idx(self) -> np.ndarray:
         """Indices of the trace rounds (launch calls recorded; not latency samples), those in step with the
         measured rounds while there is one (rounds.in_step: a round slowed by something else misleads the
-        what-ifs)."""
-        return self._in_step(RoundKind.TRACE)
+        what-ifs).
+
+        Without trace rounds, the warm-up rounds the schedule read as standing for one (meta "trace_warmups":
+        collectors/schedule.py `_warmups_stand_in`): they recorded the launch calls and ran in step."""
+        return self._in_step(RoundKind.TRACE, "trace_warmups")
 
     @cached_property
     def profile_idx(self) -> np.ndarray:
@@ -110,20 +113,20 @@ class Rounds:
         another is in step.
 
         Without profile rounds, the warm-up rounds the schedule read as standing for one (meta "profile_warmups":
-        their indices; collectors/schedule.py `_warmup_profiled`): they recorded GPU activity as a profile round
-        does and ran in step with the measured rounds.
+        their indices; collectors/schedule.py `_warmups_stand_in`): they recorded GPU activity and ran in step with
+        the measured rounds.
         """
-        profiled = self._in_step(RoundKind.PROFILE)
-        warmups = self.timeline.meta.get("profile_warmups")
-        if len(profiled) or not warmups:
-            return profiled
-        rounds, kinds = self._round_spans
-        warm = rounds[kinds == int(RoundKind.WARMUP)]
-        return warm[np.isin(self.timeline.events["value"][warm], np.asarray(warmups, dtype=np.int64))]
+        return self._in_step(RoundKind.PROFILE, "profile_warmups")
 
-    def _in_step(self, kind: RoundKind) -> np.ndarray:
-        """The rounds of `kind` in step with the measured rounds, or all of them when none is."""
+    def _in_step(self, kind: RoundKind, standing: str) -> np.ndarray:
+        """The rounds of `kind` in step with the measured rounds, or all of them when none is; without any, the
+        warm-up rounds listed in the meta's `standing` (those that stood for them)."""
         rounds = self._rounds_of(kind)
+        warmups = self.timeline.meta.get(standing)
+        if not len(rounds) and warmups:
+            spans, kinds = self._round_spans
+            warm = spans[kinds == int(RoundKind.WARMUP)]
+            return warm[np.isin(self.timeline.events["value"][warm], np.asarray(warmups, dtype=np.int64))]
         if len(rounds) < 2:
             return rounds
         ev = self.timeline.events

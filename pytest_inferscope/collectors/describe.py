@@ -84,14 +84,21 @@ def _api_mode(self: Described) -> str:
     if session.no_context:
         note = "no trace round: no CUDA context was active after the measured rounds (the body did no GPU work)"
         return f"{decided.reason}; {note}" if decided is not None else note
+    stood = [name for name, idx in (("profile", session.profile_warmups), ("trace", session.trace_warmups)) if idx]
     if decided is not None and session.lean:
-        if session.profile_warmups:
-            return f"{decided.reason}; the warm-up ran in step with the measured rounds and stood for the profile round"
+        if stood:
+            return f"{decided.reason}; the warm-up ran in step with the measured rounds and stood for the " + (
+                "profile and trace rounds: no round ran after the measured ones"
+                if len(stood) == 2
+                else f"{stood[0]} round"
+            )
         return decided.reason
     if session.api_note:
         note = session.api_note
     elif decided is not None and decided.launch_calls:
         return decided.reason
+    elif stood:
+        note = "the warm-up recorded the launch calls and, in step with the measured rounds, stood for the trace round"
     elif self.options.trace_rounds is None:
         note = "launch calls recorded in every round"
     else:

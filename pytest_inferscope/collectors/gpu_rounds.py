@@ -43,8 +43,13 @@ AUTO_LEAN_ABOVE = 0.01
 WORK_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 #: auto: launch-call records a round is taken to make per GPU work record (each kernel, copy and memset has its call;
 #: syncs and allocations are fewer), each costing `RECORD_COST_NS`, when it judges whether the measured rounds can
-#: record the launch calls too, so that no trace round runs. The warm-up records no launch call to count.
+#: record the launch calls too, so that no trace round runs.
 LAUNCH_CALLS_PER_RECORD = 1
+#: auto, the number of trace rounds not given: the warm-up records the launch calls too, so that a warm-up round in
+#: step with the measured rounds can stand for the trace round, and for the profile round as well (schedule.py,
+#: `_warmups_stand_in`). False: the warm-up records GPU activity only, as before 2026-11-28's session 17 (the
+#: benchmarks' handle to measure one schedule against the other in one process).
+WARMUP_LAUNCH_CALLS = True
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import numpy as np
 from ..buffer import GPU_RING, TraceBuffer
 from ..events import host_clock_ns
 from ..warning import warn_once
+from . import gpu_rounds
 from .gpu import Choice, GpuBackendError, GpuCollector
 from .gpu_rounds import (
     GpuRoundsDecision,
@@ -65,6 +66,10 @@ class GpuSession:
         #: Lean: the warm-up rounds (their indices) that stand for the profile round, which then does not run: they
         #: recorded GPU activity as a profile round does and ran in step with the measured rounds (schedule.py).
         self.profile_warmups: list[int] = []
+        #: auto: the warm-up recorded the launch calls too (`gpu_rounds.WARMUP_LAUNCH_CALLS`), and those of its rounds
+        #: that ran in step with the measured rounds stand for the trace round, which then does not run (schedule.py).
+        self.warmup_launch_calls = False
+        self.trace_warmups: list[int] = []
         self._primes: list[tuple[int, int]] = []  # the primes' device-clock windows: their records are not kept
         self.clock_pairs: list[tuple[int, int]] = []
         self.dropped = 0  # records the backend could not keep, summed at each drain (a start resets its count)
@@ -118,10 +123,18 @@ class GpuSession:
             self.decision = no_context_setting(o.lean_trace_rounds, o.until_in_step)
             return
         self._start()
-        if self.recording and o.trace_rounds is not None:
+        self.warmup_launch_calls = self.recording and self._warmup_traces()
+        if self.recording and o.trace_rounds is not None and not self.warmup_launch_calls:
             self._launch_calls_off()
         if self.recording and o.gpu_rounds == "auto":
             self._prime_unrecorded()  # so that the warm-up can stand for a profile round (schedule.py)
+
+    def _warmup_traces(self) -> bool:
+        """Whether auto's warm-up records the launch calls, so that it may stand for the trace round: where the number
+        of trace rounds is not given (`until_in_step`) and the backend can switch them off for the measured rounds."""
+        o = self.options
+        can_switch = getattr(self.collector, "set_api_records", None) is not None
+        return o.gpu_rounds == "auto" and o.until_in_step and can_switch and gpu_rounds.WARMUP_LAUNCH_CALLS
 
     def _start(self) -> None:
         """Start the backend (every kind recorded, launch calls too) and take a clock pair."""
@@ -171,11 +184,14 @@ class GpuSession:
         """The raw trace's GPU meta: the link, and `gpu_rounds` ("trace" when only the rounds after the
         measured ones recorded GPU activity: the analyzer reads it) with the decision."""
         out = link_meta(getattr(self.collector, "bus_ids", []))
+        ran = after_measured_ran or bool(self.profile_warmups)  # rounds after the measured ones, or warm-ups for them
         if self.decision is not None:
-            mode = "trace" if self.lean and after_measured_ran else "measured"
+            mode = "trace" if self.lean and ran else "measured"
             out.update(gpu_rounds=mode, gpu_rounds_decision=self.decision.to_json())
-        if self.profile_warmups and self.lean and after_measured_ran:
+        if self.profile_warmups and self.lean and ran:
             out["profile_warmups"] = list(self.profile_warmups)  # the analyzer reads them as profile rounds
+        if self.trace_warmups and (ran or not self.lean):
+            out["trace_warmups"] = list(self.trace_warmups)  # ... and these as trace rounds
         return out
 
     # -- between the rounds -------------------------------------------------------------------------
@@ -238,9 +254,12 @@ class GpuSession:
 
     def _measured_from_here(self) -> None:
         """auto, measured: the launch calls on when the decision records them in the measured rounds; then the prime.
-        Switching them on failed: they stay off and the trace round runs, as the decision without them would."""
+        Switching them on failed: they stay off and the trace round runs, as the decision without them would. Left on
+        by the warm-up (`warmup_launch_calls`) where the decision does not record them: off."""
         assert self.collector is not None and self.decision is not None
-        if self.decision.launch_calls and not self.api_on:
+        if not self.decision.launch_calls and self.api_on and self.warmup_launch_calls:
+            self._launch_calls_off()
+        elif self.decision.launch_calls and not self.api_on:
             try:
                 self.launch_calls(True)
             except Exception as exc:

@@ -102,10 +102,21 @@ def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
         # The probe runs between rounds, outside their spans: round i lies between readings i and i+1.
         done = measure_steady(measured, schedule.rounds, schedule.steady.cap, prior=schedule.steady.prior)
         coll.probe_ms.extend(done.probe_ms)
-    if coll.trace_rounds_due():
-        result = None  # let go before the rounds after the measured ones too
+    if not rounds_after_due(coll):
+        return result  # type: ignore[return-value]  # none due, or the warm-up stood for them
+    result = None  # let go before the rounds after the measured ones too
     traced = after_measured(coll, body, len(coll.rounds))
     return result if traced is None else traced[0]  # type: ignore[return-value]
+
+
+def rounds_after_due(coll: Collection) -> bool:
+    """Whether any round runs after the measured ones: trace rounds are due (`trace_rounds_due`) and the warm-up did
+    not stand for all of them (`_warmups_stand_in`, decided here)."""
+    if not coll.trace_rounds_due():
+        return False
+    gpu = coll.gpu_session
+    _warmups_stand_in(coll)
+    return not gpu.trace_warmups or (gpu.lean and not gpu.profile_warmups)
 
 
 def after_measured(coll: Collection, body: Callable[[], R], first_index: int) -> tuple[R] | None:
@@ -116,16 +127,18 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     linkage, sync and copy calls and idle causes from them (analyzer/base.py, `api_round_idx`).
     In lean mode CUPTI starts here: a settling round unless the backend primed the GPU (`GpuSession.primed`),
     then the profile rounds (by default up to `lean_trace_rounds`, ending at the first in step with the
-    measured rounds; none when auto's warm-up ran in step with them: `_warmup_profiled`), then the trace rounds
-    (by default up to rounds.TRACE_ROUNDS_MAX, ending the same way).
+    measured rounds), then the trace rounds (by default up to rounds.TRACE_ROUNDS_MAX, ending the same way).
+    Auto's warm-up rounds in step with the measured rounds stand for the profile or trace rounds, which then do
+    not run (`_warmups_stand_in`); when they stand for all of them, nothing runs here.
     """
-    n = coll.trace_rounds_due()
-    if not n:
+    if not rounds_after_due(coll):
         return None
+    n = coll.trace_rounds_due()
     gpu = coll.gpu_session
+    traced = bool(gpu.trace_warmups)  # the warm-up stood for the trace rounds: none runs
     gpu.synchronize()  # the measured rounds' GPU work finished before the switch
     if gpu.lean:  # lean: CUPTI starts here (launch calls off when it can) and records until stop()
-        stood_in = _warmup_profiled(coll)  # then no profile round: the launch calls stay on for the trace rounds
+        stood_in = bool(gpu.profile_warmups)  # then no profile round: the launch calls stay on for the trace rounds
         if not gpu.begin_profile(launch_calls=stood_in):
             return None
         # The first GPU operation after CUPTI starts is slow (the first round ran 14-18% slower on
@@ -142,7 +155,7 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
         if not stood_in:
             switched = not gpu.api_on  # else the profile rounds record the launch calls too
             ran, result = _until_in_step(coll, body, first_index, n, RoundKind.PROFILE)
-            if not switched:
+            if not switched or traced:
                 return result
             gpu.synchronize()
             if not gpu.switch_launch_calls(True):
@@ -179,27 +192,40 @@ def _until_in_step(coll: Collection, body: Callable[[], R], first: int, n: int, 
     return ran, result
 
 
-def _warmup_profiled(coll: Collection) -> bool:
-    """Lean under auto: whether a warm-up round stands for the profile round, which then does not run (a round
-    fewer: 9% of a test of 1 + 10 calls). Sets `GpuSession.profile_warmups`, which the analyzer reads.
+def _warmups_stand_in(coll: Collection) -> None:
+    """Under auto: which warm-up rounds stand for the profile round (lean) and for the trace round, which then do not
+    run (each a round fewer: 9% of a test of 1 + 10 calls). Sets `GpuSession.profile_warmups` and `trace_warmups`,
+    which the analyzer reads as those rounds.
 
-    Auto's warm-up recorded GPU activity as a profile round does: CUPTI started with the collection, primed outside
-    the rounds (`GpuSession.start`), the launch calls off. A warm-up round in step with the measured rounds, with a
-    profile round's allowance for its records (rounds.in_step), reads as one would; a cold model's (first call,
-    autotuning, lazy initialisation) runs slower and is not read. Only where the number of profile rounds is not
-    given (`until_in_step`) and the warm-up's launch calls were off.
+    Auto's warm-up recorded GPU activity, and the launch calls too (`GpuSession.warmup_launch_calls`): CUPTI started
+    with the collection, primed outside the rounds (`GpuSession.start`). A warm-up round in step with the measured
+    rounds (rounds.in_step) with the allowance of the round it stands for reads as that round would: for a profile
+    round, what its GPU activity records cost, so that the launch calls' records did not slow it past what a profile
+    round may run over (its GPU figures are read from it); for a trace round, the launch calls' records too. A cold
+    model's warm-up (first call, autotuning, lazy initialisation) runs slower and stands for nothing. Only where the
+    number of profile and trace rounds is not given (`until_in_step`).
     """
     gpu, options = coll.gpu_session, coll.options
     decision = gpu.decision
+    gpu.profile_warmups, gpu.trace_warmups = [], []
     if not options.until_in_step or options.gpu_rounds != "auto" or options.trace_rounds is None or gpu.api_note:
-        return False
+        return
     if decision is None or not decision.records_per_round or decision.estimated_cost is None:
-        return False
+        return
     measured = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.MEASURED.name]
-    cost = allowance(RoundKind.PROFILE, True, decision.estimated_cost)
     warm = [r for r in coll.rounds if r["kind"] == RoundKind.WARMUP.name and not r["raised"]]
-    gpu.profile_warmups = [r["index"] for r in warm if measured and in_step(r["wall_ns"], measured, cost)]
-    return bool(gpu.profile_warmups)
+    if not measured:
+        return
+    estimated = decision.estimated_cost
+
+    def standing(kind: RoundKind) -> list[int]:
+        cost = allowance(kind, gpu.lean, estimated)
+        return [r["index"] for r in warm if in_step(r["wall_ns"], measured, cost)]
+
+    if gpu.lean:
+        gpu.profile_warmups = standing(RoundKind.PROFILE)
+    if gpu.warmup_launch_calls:
+        gpu.trace_warmups = standing(RoundKind.TRACE)
 
 
 def _in_step(coll: Collection, kind: RoundKind) -> bool:

@@ -35,7 +35,7 @@ for label, fn, mode, warm, traced in (("trace", w.small_forward, "trace", 1, 3),
         "residual_ns": res.clock.residual_ns, "pairs": res.clock.pairs,
         "samples": len(res.latency.samples_ms), "trace_ms": res.latency.trace_ms, "mode": gpu.mode,
         "meta": tl.meta.get("gpu_rounds"), "decision": tl.meta.get("gpu_rounds_decision"),
-        "profile_warmups": tl.meta.get("profile_warmups"),
+        "profile_warmups": tl.meta.get("profile_warmups"), "trace_warmups": tl.meta.get("trace_warmups"),
         "metrics": {k: m.get(k) for k in ("gpu.kernel_launches_per_round", "host.syncs_per_round",
                                           "gpu.idle_fraction", "gpu.idle_host_wait_fraction")},
         "bottleneck": res.analysis.bottleneck,
@@ -57,6 +57,7 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
             bottleneck=run["bottleneck"],
             mode=run["mode"],
             profile_warmups=run["profile_warmups"],
+            trace_warmups=run["trace_warmups"],
             **{k.split(".", 1)[1]: (None if v is None else round(v, 4)) for k, v in run["metrics"].items()},
         )
     lean = out["trace"]
@@ -96,17 +97,20 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
 
 
 def _warmup_profile(run: dict) -> None:
-    """Auto with the defaults, gone lean: a warm-up round in step with the measured rounds stands for the profile
-    round, which then does not run, and the GPU figures are read from it; else the profile rounds run as before."""
+    """Auto with the defaults, gone lean: the warm-up records GPU activity and the launch calls; a warm-up round in
+    step with the measured rounds stands for the trace round and (within a profile round's allowance) for the
+    profile round, which then do not run, and the figures are read from it; else those rounds run as before."""
     kinds = [r["kind"] for r in run["rounds"]]
     assert run["meta"] == "trace", run["decision"]
     warm = [r for r in run["rounds"] if r["kind"] == "WARMUP"]
-    assert all(r["kernels"] > 0 and r["launches"] == 0 for r in warm), warm  # recorded as a profile round is
-    if run["profile_warmups"]:
-        assert "PROFILE" not in kinds and "stood for the profile round" in run["mode"], (kinds, run["mode"])
-        assert kinds.count("TRACE") >= 1
-        stood = [warm[i] for i in run["profile_warmups"]]
+    assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in warm), warm
+    profiled, traced = run["profile_warmups"] or [], run["trace_warmups"] or []
+    assert set(profiled) <= set(traced), (profiled, traced)  # a profile round's allowance is the smaller
+    assert ("PROFILE" in kinds) != bool(profiled) and ("TRACE" in kinds) != bool(traced), (kinds, run["mode"])
+    if profiled:
+        assert "stood for the profile and trace rounds" in run["mode"], run["mode"]
+        stood = [warm[i] for i in profiled]
         expected = sum(r["kernels"] for r in stood) / len(stood)
         assert run["metrics"]["gpu.kernel_launches_per_round"] == pytest.approx(expected)
-    else:
-        assert "PROFILE" in kinds, kinds
+    elif traced:
+        assert "stood for the trace round" in run["mode"], run["mode"]

@@ -137,24 +137,24 @@ def test_auto_records_the_launch_calls_in_the_measured_rounds_when_all_records_f
 ) -> None:
     # 2 records per 30 ms call (one warm-up round: taken as 10 ms), and as many launch calls: ~0.04% per round.
     # CUPTI is flushed, not stopped (the first call after a restart would be slow, and a latency sample), the
-    # launch calls are switched on for the measured rounds, and no trace round runs.
+    # launch calls the warm-up recorded stay on for the measured rounds, and no trace round runs.
     gpu = _RecordingGpu(per_call=2)
     result = _measure(monkeypatch, gpu, 0.03)
     b = ["body"]
-    assert gpu.calls == ["start", "api off", *b, "flush", "api on", *b * 3, "stop"]
+    assert gpu.calls == ["start", *b, "flush", *b * 3, "stop"]
     assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
     mode = _gpu_mode(result)
     assert "GPU activity and the launch calls recorded in the measured rounds, no trace round" in mode
     assert "trace round after" not in mode
 
 
-@pytest.mark.usefixtures("every_round_in_step")
-@pytest.mark.parametrize(("per_call", "trace_rounds"), [(200, None), (2, 1)])
+@pytest.mark.parametrize(("per_call", "trace_rounds", "slow_warmup"), [(600, None, True), (2, 1, False)])
 def test_auto_keeps_the_launch_calls_for_the_trace_round_when_they_would_cost_too_much_or_it_is_asked_for(
-    monkeypatch: pytest.MonkeyPatch, per_call: int, trace_rounds: int | None
+    monkeypatch: pytest.MonkeyPatch, per_call: int, trace_rounds: int | None, slow_warmup: bool
 ) -> None:
-    # 200 records per 30 ms round (two warm-up rounds: the second is the round): ~0.67% per round, ~1.3% with the
-    # launch calls, so they wait for the trace round; or the number of trace rounds given: the trace round runs.
+    # 600 records per 90 ms warm-up round (two: the second is the round): ~0.67% per round, ~1.3% with the launch
+    # calls, so they are switched off for the measured rounds; the measured rounds take 30 ms, so neither warm-up
+    # round ran in step to stand for the trace round, which runs. Or the number of trace rounds given: it runs.
     import time
 
     from pytest_inferscope import api
@@ -165,13 +165,41 @@ def test_auto_keeps_the_launch_calls_for_the_trace_round_when_they_would_cost_to
 
     def body() -> None:
         gpu.launch()
-        time.sleep(0.03)
+        time.sleep(0.09 if slow_warmup and gpu.calls.count("body") <= 2 else 0.03)
 
     result = api.measure(body, rounds=3, warmup=2, cpu="off", trace_rounds=trace_rounds)
     b = ["body"]
-    assert gpu.calls == ["start", "api off", *b * 2, "flush", *b * 3, "api on", *b, "api off", "stop"]
+    warm = [*b * 2, "flush"] if trace_rounds is None else ["api off", *b * 2, "flush"]
+    switched = ["api off"] if trace_rounds is None else []
+    assert gpu.calls == ["start", *warm, *switched, *b * 3, "api on", *b, "api off", "stop"]
     assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 1
     assert "GPU activity recorded in the measured rounds" in _gpu_mode(result)
+    assert "stood for the trace round" not in _gpu_mode(result)
+
+
+@pytest.mark.usefixtures("every_round_in_step")
+def test_auto_staying_measured_reads_the_launch_calls_from_a_warmup_in_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 200 records per 30 ms round: measured, the launch calls off for the measured rounds. The warm-up recorded them
+    # and ran in step with the measured rounds: it stands for the trace round, which does not run.
+    gpu = _RecordingGpu(per_call=200)
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors.gpu import Choice
+
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+
+    def body() -> None:
+        import time
+
+        gpu.launch()
+        time.sleep(0.03)
+
+    result = api.measure(body, rounds=3, warmup=2, cpu="off")
+    b = ["body"]
+    assert gpu.calls == ["start", *b * 2, "flush", "api off", *b * 3, "stop"]
+    assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
+    mode = _gpu_mode(result)
+    assert "GPU activity recorded in the measured rounds" in mode
+    assert "the warm-up recorded the launch calls and, in step with the measured rounds, stood for the trace" in mode
 
 
 @pytest.mark.parametrize("gpu_rounds", ["auto", "trace"])
@@ -221,13 +249,47 @@ def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest
     gpu = _RecordingGpu(per_call=400)
     result = _measure(monkeypatch, gpu, 0.001)
     b = ["body"]
-    # The warm-up recorded GPU activity without the launch calls and ran in step with the measured rounds: it
-    # stands for the profile round. CUPTI starts again with the launch calls on (no switching off and on again), a
-    # settling round (no prime on this backend), then the trace round.
+    # The warm-up recorded GPU activity and the launch calls, and ran in step with the measured rounds: it stands
+    # for the profile and the trace round. CUPTI does not start again, and no round runs after the measured ones.
+    assert gpu.calls == ["start", *b, "flush", "stop", *b * 3]
+    assert "stood for the profile and trace rounds: no round ran after the measured ones" in _gpu_mode(result)
+    assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
+    assert any(part.name.endswith("(warm-up rounds)") for part in result.analysis.breakdown)  # GPU figures read from it
+
+
+@pytest.mark.usefixtures("every_round_in_step")
+def test_without_the_warmups_launch_calls_it_stands_for_the_profile_round_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_inferscope.collectors import gpu_rounds
+
+    monkeypatch.setattr(gpu_rounds, "WARMUP_LAUNCH_CALLS", False)  # the schedule before session 17
+    gpu = _RecordingGpu(per_call=400)
+    result = _measure(monkeypatch, gpu, 0.001)
+    b = ["body"]
+    # The warm-up recorded GPU activity without the launch calls: it stands for the profile round. CUPTI starts
+    # again with the launch calls on (no switching off and on again), a settling round (no prime on this backend),
+    # then the trace round.
     lean = ["start", *b, *b, "api off", "stop"]
     assert gpu.calls == ["start", "api off", *b, "flush", "stop", *b * 3, *lean]
-    assert "stood for the profile round" in _gpu_mode(result)
-    assert any(part.name.endswith("(warm-up rounds)") for part in result.analysis.breakdown)  # GPU figures read from it
+    assert "stood for the profile round" in _gpu_mode(result) and "trace rounds" not in _gpu_mode(result)
+    assert len(result.latency.trace_ms) == 1  # the trace round (the settling round is no sample)
+
+
+def test_a_warmup_slowed_by_its_launch_calls_stands_for_the_trace_round_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 9,150 records in a 55 ms warm-up round (taken as 18.3 ms): ~50% per round, lean. 30 ms measured rounds: the
+    # warm-up is in step within a trace round's allowance (its records and as many launch calls: up to 66 ms) and
+    # not within a profile round's (its activity records alone: up to 49.5 ms), so its GPU figures are not read and
+    # a profile round runs, with the launch calls off; no trace round.
+    gpu = _RecordingGpu(per_call=9150)
+    result = _measure(monkeypatch, gpu, 0.03, first_s=0.055)
+    b = ["body"]
+    after = gpu.calls[len(gpu.calls) - gpu.calls[::-1].index("start") - 1 :]
+    assert gpu.calls[:5] == ["start", *b, "flush", "stop", *b] and gpu.calls.count("start") == 2
+    # a settling round (no prime on this backend), then profile rounds until one runs in step
+    assert after[:2] == ["start", "api off"] and after[-1] == "stop" and "api on" not in after, after
+    assert set(after[2:-1]) == {"body"} and len(after) >= 5, after
+    mode = _gpu_mode(result)
+    assert "the warm-up ran in step with the measured rounds and stood for the trace round" in mode, mode
+    assert any(part.name.endswith("(profile rounds)") for part in result.analysis.breakdown)
 
 
 def test_a_slow_warmup_does_not_stand_for_the_profile_round(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -276,6 +338,9 @@ class _PrimingGpu(_RecordingGpu):
 def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
     monkeypatch: pytest.MonkeyPatch, fails: bool, settling: int
 ) -> None:
+    from pytest_inferscope.collectors import gpu_rounds
+
+    monkeypatch.setattr(gpu_rounds, "WARMUP_LAUNCH_CALLS", False)  # else the warm-up stands for every round after
     gpu = _PrimingGpu(per_call=400, fails=fails)  # ~13% per round: lean
     result = _measure(monkeypatch, gpu, 0.001)
     b = ["body"]
@@ -296,9 +361,9 @@ def test_auto_staying_measured_primes_the_gpu_after_the_flush(
     gpu = _PrimingGpu(per_call=per_call)
     result = _measure(monkeypatch, gpu, 0.03, trace_rounds=trace_rounds)
     b = ["body"]
-    switched = ["api on"] if trace_rounds is None else []
+    off = [] if trace_rounds is None else ["api off"]  # the warm-up records the launch calls unless it is asked for
     traced = [] if trace_rounds is None else ["api on", *b, "api off"]
-    assert gpu.calls == ["start", "api off", "prime", *b, "flush", *switched, "prime", *b * 3, *traced, "stop"]
+    assert gpu.calls == ["start", *off, "prime", *b, "flush", "prime", *b * 3, *traced, "stop"]
     assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == len(traced) // 3
 
 
@@ -326,7 +391,7 @@ def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch:
     _measure(monkeypatch, gpu, 0.03)
     b = ["body"]
     # started again with the launch calls on: the measured rounds record them (2 records a round), no trace round
-    assert gpu.calls == ["start", "api off", *b, "stop", "start", *b * 3, "stop"]
+    assert gpu.calls == ["start", *b, "stop", "start", *b * 3, "stop"]
     # the number of trace rounds given: started again with the launch calls off, and the trace round runs
     gpu = _RecordingGpu(per_call=2, flushes=False)
     _measure(monkeypatch, gpu, 0.03, trace_rounds=1)
@@ -361,7 +426,7 @@ def test_auto_runs_one_more_warmup_round_when_the_first_left_the_decision_open(
     gpu = _RecordingGpu(per_call=500)
     result = _measure(monkeypatch, gpu, 0.01, first_s=0.3)
     b = ["body"]
-    assert gpu.calls[:8] == ["start", "api off", *b, "flush", *b, "flush", "stop", *b]
+    assert gpu.calls[:7] == ["start", *b, "flush", *b, "flush", "stop", *b]
     assert len(result.latency.warmup_ms) == 2 and len(result.latency.samples_ms) == 3
     mode = next(c.mode for c in result.collectors if c.name == "gpu")
     assert "one more warm-up round ran" in mode and "GPU activity recorded only after the measured rounds" in mode

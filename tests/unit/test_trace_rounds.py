@@ -68,6 +68,7 @@ def steady(
     profile: int = 0,
     profile_stretch: tuple[float, ...] = (),
     trace_stretches: tuple[float, ...] = (),
+    warmup_all: bool = False,
 ) -> RawTrace:
     """`warmup` + `rounds` + `trace` copies of ROUND; launch calls in the measured rounds only when `api_in_measured`.
 
@@ -75,7 +76,8 @@ def steady(
     `gpu_in_measured=False`: no GPU record at all outside the trace rounds, as `--inferscope-gpu-rounds=trace`
     records them (the meta says so). `profile`: that many profile rounds (GPU activity, no launch calls)
     between the measured and the trace rounds, as lean mode runs them; `profile_stretch`: each one's stretch;
-    `trace_stretches`: each trace round's, instead of `trace_stretch`.
+    `trace_stretches`: each trace round's, instead of `trace_stretch`. `warmup_all`: the warm-up rounds record GPU
+    activity and the launch calls, as auto's warm-up does.
     """
     strings = ["test"]
     rows: list[tuple[Any, ...]] = []
@@ -83,7 +85,7 @@ def steady(
     t, corr = 0, 1
     for i in range(warmup + rounds + profile + trace):
         is_profile = warmup + rounds <= i < warmup + rounds + profile
-        is_trace = i >= warmup + rounds + profile
+        is_trace = i >= warmup + rounds + profile or (warmup_all and i < warmup)
         stretch = trace_stretch if is_trace else 1.0
         if is_profile and profile_stretch:
             stretch = profile_stretch[i - warmup - rounds]
@@ -112,7 +114,8 @@ def steady(
         meta_rounds.append(
             {"index": i, "warmup": i < warmup, "wall_ns": dur, "thread_cpu_ns": dur // 2, "user_ns": dur // 2,
              "sys_ns": 0, "minflt": 0, "majflt": 0, "nvcsw": 0, "nivcsw": 0, "runqueue_ns": 0,
-             "rss_start": 100 << 20, "rss_end": 100 << 20, **({"trace": True} if is_trace or is_profile else {})}
+             "rss_start": 100 << 20, "rss_end": 100 << 20,
+             **({"trace": True} if (is_trace or is_profile) and i >= warmup else {})}
         )  # fmt: skip
         t += dur + 1000
     rows.append((0, t, 0, 0, 0, 1, -1, -1, Kind.TEST, Domain.HOST, 0))
@@ -210,6 +213,33 @@ def test_lean_profile_rounds_give_the_gpu_figures_and_the_trace_round_the_launch
     assert lean.metrics["host.syncs_per_round"] == every.metrics["host.syncs_per_round"] == 2
     assert lean.bottleneck == every.bottleneck
     assert lean.gpu["rounds"] == "the 3 profile rounds, per profile round"
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_warmup_that_stood_for_the_rounds_after_the_measured_ones_gives_what_they_would(lean: bool) -> None:
+    """Auto's warm-up records GPU activity and the launch calls; in step with the measured rounds it stands for the
+    trace round (meta "trace_warmups") and, lean, for the profile round ("profile_warmups"), which then do not run.
+    The analysis reads them from it: identical rounds, so what every round showed."""
+    every = analyze(merge(steady(5)))
+    raw = steady(5, api_in_measured=False, gpu_in_measured=not lean, warmup_all=True)
+    raw.meta["trace_warmups"] = [0]
+    if lean:
+        raw.meta["profile_warmups"] = [0]
+    tl = merge(raw)
+    r = Context(tl).rounds
+    warm = r._round_spans[0][:1]
+    assert r.api_round_idx.tolist() == warm.tolist() and r.has_trace_rounds and r.api_scale == 5.0
+    assert r.gpu_lean is lean and r.gpu_round_idx.tolist() == (warm.tolist() if lean else r.round_idx.tolist())
+    assert len(r.latency.samples_ms) == 5 and not r.latency.trace_ms and len(r.latency.warmup_ms) == 1
+    got = analyze(tl)
+    for key in API_METRICS + ACTIVITY_METRICS:
+        assert got.metrics[key] == pytest.approx(every.metrics[key], rel=1e-6, abs=1e-9), key
+    assert got.bottleneck == every.bottleneck
+    assert [f.rule for f in got.findings] == [f.rule for f in every.findings]
+    # without the meta's word the warm-up is read for nothing
+    del raw.meta["trace_warmups"]
+    raw.meta.pop("profile_warmups", None)
+    assert Context(merge(raw)).rounds.api_round_idx.tolist() != warm.tolist()
 
 
 @pytest.mark.parametrize(
@@ -652,6 +682,8 @@ def test_the_prime_at_the_start_leaves_no_record_in_the_trace(body_memsets: bool
     coll.start()
     coll.run_rounds(lambda: gpu.memset() if body_memsets else None, 3, 1)
     raw = coll.stop()
-    assert gpu.calls[:3] == ["start", "api off", "prime"]
+    assert gpu.calls[:2] == ["start", "prime"]  # the launch calls stay on for the warm-up (it may stand in)
     memsets = np.count_nonzero(raw.events["kind"] == Kind.MEMSET)
-    assert memsets == (5 if body_memsets else 0)  # the warm-up, 3 measured rounds and the trace round's
+    # the warm-up's and the 3 measured rounds' (this backend records whether CUPTI runs or not); the warm-up, in step,
+    # stood for the rounds after the measured ones
+    assert memsets == (4 if body_memsets else 0)
