@@ -171,7 +171,9 @@ def measure(
     with "trace" the measured calls run without CUPTI; then CUPTI starts (the GPU primed, or one settling
     call where it cannot be), the profile calls (GPU activity without the launch calls: up to 3, ending at
     the first that runs as the measured calls did, or `trace_rounds` of them when given) run, and the
-    `trace_rounds` calls with the launch calls.
+    `trace_rounds` calls with the launch calls. Under "auto" with `trace_rounds` unset, the warm-up calls record the
+    launch calls too, and one that ran as the measured calls did stands for the trace call (and, gone "trace", for
+    the profile call), which then does not run.
     """
     from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 

@@ -279,8 +279,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "at most 1% and --inferscope-trace-rounds is not given, the measured rounds record the launch calls too and "
         "no trace round runs; with one warm-up round, that round counts as "
         "up to 3x slower than the rounds after it, since CUPTI's first use slows it, and one more warm-up round "
-        "runs when counting it up to 30x slower would decide otherwise; gone trace, a warm-up round that ran in "
-        "step with the measured rounds stands for the profile round, which then does not run; trace, with CUPTI "
+        "runs when counting it up to 30x slower would decide otherwise; the warm-up records the launch calls too "
+        "when --inferscope-trace-rounds is not given, and a warm-up round that ran in step with the measured rounds "
+        "stands for the trace round and, gone trace, for the profile round, which then do not run; trace, with CUPTI "
         "started after the measured rounds only if the body started CUDA, when no CUDA context is active in the "
         "process as the test starts). Unless the marker says otherwise.",
         f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,

@@ -8,7 +8,9 @@ rounds (the launch calls). `auto` (the default): the warm-up rounds record as `m
 GPU records per round at `RECORD_COST_NS` each would cost the measured rounds more than
 `AUTO_LEAN_ABOVE` of a round's time, the measured rounds go lean; if they and as many launch calls would
 cost at most that (and the number of trace rounds is not given), the measured rounds record the launch
-calls too and no trace round runs. The round's time is the fastest warm-up round after the first; with
+calls too and no trace round runs. The warm-up records the launch calls as well (`WARMUP_LAUNCH_CALLS`), so
+that a warm-up round in step with the measured rounds can stand for the trace round, and lean for the profile
+round (collectors/schedule.py). The round's time is the fastest warm-up round after the first; with
 one warm-up round, the first round over `FIRST_ROUND_SLOWDOWN`, but never less than the GPU's busy time
 in it (a GPU-bound round is not faster than its kernels).
 

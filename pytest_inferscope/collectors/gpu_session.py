@@ -307,8 +307,8 @@ class GpuSession:
 
         Launch calls off first: the profile rounds record GPU activity as measured rounds do by default,
         so their host is not slowed by the launch-call records (+6-9% on small bodies). `launch_calls`: left on,
-        for the trace rounds that follow at once (the warm-up stood for the profile round; two switches of
-        ~0.2 ms fewer).
+        for the trace rounds that follow at once (a warm-up without the launch calls stood for the profile round;
+        two switches of ~0.2 ms fewer).
         """
         self._start()
         if self.collector is None:

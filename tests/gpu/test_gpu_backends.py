@@ -337,9 +337,10 @@ def test_the_clock_fit_holds_before_and_after_torch_profiler(proof: dict[str, An
     for phase, clock in proof["pairs"].items():  # a clock pair after every round, besides start and stop
         _report(f"{proof['backend']} {phase} per-round pairs", pairs=clock["pairs"], rate=f"{clock['rate']:.6f}",
                 residual_us=f"{clock['residual_ns'] / 1e3:.2f}", causality=clock["causality_violations"])  # fmt: skip
-        # at least one pair per recorded round, and more than the start and stop pairs of both CUPTI runs: the fewest
-        # is lean with the warm-up standing for the profile round (4 + the warm-up + the trace round)
-        assert clock["pairs"] >= max(6, clock["expected"]), (phase, clock)
+        # at least one pair per recorded round, and more than the start and stop pairs (with only those the fit's
+        # residual is 0 and proves nothing): the fewest is lean with the warm-up standing for every round after the
+        # measured ones, CUPTI's one run (its start, the warm-up round, its stop)
+        assert clock["pairs"] >= max(3, clock["expected"]), (phase, clock)
         assert clock["ok"] and clock["causality_violations"] == 0, (phase, clock)
 
 
