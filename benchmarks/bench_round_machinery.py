@@ -7,9 +7,11 @@ alone when PIL is missing), which allocates many objects: the run also counts, p
 collections (gc.callbacks) that ran inside the timed calls in each mode, since a plugin that allocates
 between rounds moves the collector's collections out of (or into) the calls it times. Per "test": 1 warm-up + 10
 calls; the plugin's figure is the per-round latency `measure()` records for the measured rounds, the
-plain figure the same calls timed with perf_counter. Modes, interleaved in a rotating order so drift hits
-them alike: `default` (`measure()` with default settings: stack sampling every 10 ms), `cpu_off`
-(`measure(cpu="off")`: rounds and counters only). GPU collection is off (INFERSCOPE_GPU=off) so that the
+plain figure the same calls timed with perf_counter, its loop called from a fresh chunk of CPython's frame
+stack as the plugin's rounds are (pytest_inferscope/stackbase.py: otherwise the recursion crosses the end of
+a chunk at other places in the two). Modes, interleaved in a rotating order so drift hits them alike:
+`default` (`measure()` with default settings: stack sampling every 10 ms), `cpu_off` (`measure(cpu="off")`:
+rounds and counters only). GPU collection is off (INFERSCOPE_GPU=off) so that the
 figures are the same on a machine with a GPU. Each figure: median over repetitions of (mode median /
 plain median in the same repetition) - 1, IQR beside it.
 
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks._common import header, quartiles
+from pytest_inferscope.stackbase import fresh_chunk
 
 WARMUP, CALLS = 1, 10
 
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(header("bench_round_machinery", f"python {sys.version.split()[0]}")), flush=True)
     gcs = GcInCalls()
     modes = {
-        "plain": lambda body: plain(body),
+        "plain": lambda body: fresh_chunk(plain, body),
         "default": lambda body: profiled(body, None),
         "cpu_off": lambda body: profiled(body, "off"),
     }
