@@ -439,3 +439,26 @@ def test_auto_runs_one_more_warmup_round_when_the_first_left_the_decision_open(
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu2))  # type: ignore[arg-type]
     api.measure(gpu2.launch, rounds=3, warmup=2, cpu="off")
     assert gpu2.calls.count("flush") == 1
+
+
+@pytest.mark.usefixtures("every_round_in_step")
+def test_with_no_round_after_the_measured_ones_the_last_measured_calls_result_is_returned() -> None:
+    """The warm-up stood for every round after the measured ones: none runs, and `run_rounds` returns what the last
+    measured call returned (the result is let go only before a call that follows)."""
+    from pytest_inferscope.collectors import Collection, CollectionOptions
+    from pytest_inferscope.collectors.gpu import Choice
+
+    gpu = _RecordingGpu(per_call=400)
+    options = CollectionOptions(cpu="off", trace_rounds=1, gpu_rounds="auto", lean_trace_rounds=3, until_in_step=True)
+    coll = Collection(options, Choice(gpu), name="t")  # type: ignore[arg-type]
+    coll.start()
+    calls: list[int] = []
+
+    def body() -> int:
+        gpu.launch()
+        calls.append(1)
+        return len(calls)
+
+    assert coll.run_rounds(body, 3, 1) == 4 == len(calls)  # 1 warm-up + 3 measured, nothing after
+    raw = coll.stop()
+    assert raw.meta["profile_warmups"] == raw.meta["trace_warmups"] == [0] and raw.meta["gpu_rounds"] == "trace"
