@@ -134,7 +134,8 @@ class GpuSession:
         of trace rounds is not given (`until_in_step`) and the backend can switch them off for the measured rounds."""
         o = self.options
         can_switch = getattr(self.collector, "set_api_records", None) is not None
-        return o.gpu_rounds == "auto" and o.until_in_step and can_switch and gpu_rounds.WARMUP_LAUNCH_CALLS
+        traced = o.trace_rounds is not None  # else (`all`) the launch calls are recorded in every round anyway
+        return o.gpu_rounds == "auto" and o.until_in_step and traced and can_switch and gpu_rounds.WARMUP_LAUNCH_CALLS
 
     def _start(self) -> None:
         """Start the backend (every kind recorded, launch calls too) and take a clock pair."""
