@@ -105,7 +105,7 @@ def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
     if not rounds_after_due(coll):
         return result  # type: ignore[return-value]  # none due, or the warm-up stood for them
     result = None  # let go before the rounds after the measured ones too
-    traced = after_measured(coll, body, len(coll.rounds))
+    traced = _after_measured(coll, body, len(coll.rounds))
     return result if traced is None else traced[0]  # type: ignore[return-value]
 
 
@@ -131,8 +131,11 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     Auto's warm-up rounds in step with the measured rounds stand for the profile or trace rounds, which then do
     not run (`_warmups_stand_in`); when they stand for all of them, nothing runs here.
     """
-    if not rounds_after_due(coll):
-        return None
+    return _after_measured(coll, body, first_index) if rounds_after_due(coll) else None
+
+
+def _after_measured(coll: Collection, body: Callable[[], R], first_index: int) -> tuple[R] | None:
+    """`after_measured` once `rounds_after_due` said some round runs (and decided what the warm-up stands for)."""
     n = coll.trace_rounds_due()
     gpu = coll.gpu_session
     traced = bool(gpu.trace_warmups)  # the warm-up stood for the trace rounds: none runs
