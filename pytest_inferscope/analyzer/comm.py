@@ -71,9 +71,10 @@ class DeviceComm:
         return self.overlap_ns / self.comm_ns if self.comm_ns else None
 
 
-def per_device(gpu: np.ndarray, strings: list[str]) -> list[DeviceComm]:
-    """Communication, compute and their overlap on each device that ran a collective kernel."""
-    comm = comm_mask(gpu, strings)
+def per_device(gpu: np.ndarray, strings: list[str], comm: np.ndarray | None = None) -> list[DeviceComm]:
+    """Communication, compute and their overlap on each device that ran a collective kernel (`comm`: `comm_mask`'s
+    of `gpu`, when the caller has it)."""
+    comm = comm_mask(gpu, strings) if comm is None else comm
     if not comm.any():
         return []
     compute = ((gpu["kind"] == Kind.KERNEL) | (gpu["kind"] == Kind.MEMSET)) & ~comm

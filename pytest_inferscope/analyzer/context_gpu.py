@@ -20,6 +20,7 @@ from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, copy_devices, peer_c
 from ..merger import Timeline
 from ..results import BreakdownPart
 from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, union_ns
+from .comm import DeviceComm, comm_mask, per_device
 from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle, no_gaps
 
 #: Runtime/driver calls that block the calling thread until the device catches up.
@@ -79,6 +80,16 @@ class GpuView:
     def collected(self) -> bool:
         """Whether the timeline has GPU activity at all."""
         return self.timeline.has_gpu
+
+    @cached_property
+    def comm(self) -> np.ndarray:
+        """Which of `records` are collective kernels (comm.comm_mask), for the metrics and the communication rule."""
+        return comm_mask(self.records, self.timeline.strings)
+
+    @cached_property
+    def comm_devices(self) -> list[DeviceComm]:
+        """Communication, compute and their overlap per device that ran a collective (comm.per_device)."""
+        return per_device(self.records, self.timeline.strings, self.comm)
 
     @cached_property
     def copies(self) -> dict[str, np.ndarray]:

@@ -34,6 +34,7 @@ on), so a reporter can shade the intervals: `rows()` gives (start_ns, end_ns, ca
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -82,8 +83,14 @@ class IdleGaps:
 
     def total_ns(self, cause: str | None = None) -> int:
         """Idle ns of one cause (all causes when None), summed over devices."""
-        sel = slice(None) if cause is None else self.mask(cause)
-        return int(np.sum(self.end_ns[sel] - self.start_ns[sel]))
+        return sum(self._totals) if cause is None else self._totals[CAUSES.index(cause)]
+
+    @cached_property
+    def _totals(self) -> list[int]:
+        """Idle ns by cause (in `CAUSES` order), found once: the analysis asks for them ~20 times a test."""
+        totals = np.zeros(len(CAUSES), dtype=np.int64)
+        np.add.at(totals, self.cause.astype(np.intp), self.end_ns - self.start_ns)
+        return [int(x) for x in totals.tolist()]
 
     def totals_ns(self) -> dict[str, int]:
         return {c: self.total_ns(c) for c in CAUSES}

@@ -13,7 +13,6 @@ import numpy as np
 
 from ..events import Kind
 from .base import _MB, union_ns
-from .comm import comm_mask, per_device
 from .idle import CAUSES
 
 if TYPE_CHECKING:
@@ -130,12 +129,12 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     busy = union_ns(ctx.gpu.records["start"], ctx.gpu.records["end"])
     cp = ctx.gpu.copies
     # Collective kernels (NCCL) occupy the GPU while waiting for peers: communication, not compute (comm.py).
-    comm = comm_mask(ctx.gpu.records, ctx.timeline.strings)
+    comm = ctx.gpu.comm
     kind = ctx.gpu.records["kind"]
     compute = ((kind == int(Kind.KERNEL)) | (kind == int(Kind.MEMSET))) & ~comm  # columns: no copy of whole records
     m["gpu.busy_fraction"] = busy / wall
     m["gpu.compute_fraction"] = union_ns(ctx.gpu.records["start"][compute], ctx.gpu.records["end"][compute]) / wall
-    devices = per_device(ctx.gpu.records, ctx.timeline.strings)
+    devices = ctx.gpu.comm_devices
     m["gpu.communication_fraction"] = max((d.comm_ns for d in devices), default=0) / wall
     m["gpu.communication_exposed_fraction"] = max((d.exposed_ns for d in devices), default=0) / wall
     total = sum(d.comm_ns for d in devices)

@@ -198,10 +198,13 @@ def host_memory(ctx: Context) -> HostMemory:
     n = len(rss)
     growth, r2 = 0.0, 0.0
     if n >= 3:
-        fit = np.polyfit(np.arange(n), rss, 1)
-        growth = float(fit[0]) / _MB
-        ss = float(np.sum((rss - rss.mean()) ** 2))
-        r2 = 1.0 - float(np.sum((rss - np.polyval(fit, np.arange(n))) ** 2)) / ss if ss > 0 else 0.0
+        # The least-squares line through the rounds' RSS, in closed form (np.polyfit's, ~5x faster on 10 rounds)
+        x = np.arange(n) - (n - 1) / 2
+        y = rss - rss.mean()
+        slope = float(x @ y) / float(x @ x)
+        growth = slope / _MB
+        ss, rest = float(y @ y), y - slope * x
+        r2 = 1.0 - float(rest @ rest) / ss if ss > 0 else 0.0
     sys_ns = c.get("sys_ns", 0.0)
     return HostMemory(
         growth_mb_per_round=growth,

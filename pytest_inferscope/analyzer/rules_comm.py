@@ -11,7 +11,7 @@ import numpy as np
 
 from ..events import Kind, copy_devices
 from ..results import Finding, Suggestion
-from .comm import comm_mask, per_device
+from .comm import comm_mask
 from .context import Context
 from .rules import _pct
 from .rules_gpu import _gap_refs
@@ -25,7 +25,7 @@ def communication(ctx: Context) -> list[Finding]:
     if not ctx.gpu.collected:
         return []
     strings = ctx.timeline.strings
-    devices = per_device(ctx.gpu.records, strings)
+    devices = ctx.gpu.comm_devices
     if not devices:
         return []
     wall = max(1, ctx.rounds.gpu_wall_ns)
@@ -33,7 +33,7 @@ def communication(ctx: Context) -> list[Finding]:
     share = worst.exposed_ns / wall
     if share < COMM_MIN:
         return []
-    comm = comm_mask(ctx.gpu.records, strings)
+    comm = ctx.gpu.comm
     k = ctx.gpu.records[comm]
     dur = (k["end"] - k["start"]).astype(float)
     weights = np.bincount(k["name"], weights=dur)
