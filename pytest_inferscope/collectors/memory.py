@@ -187,6 +187,32 @@ def _torch_cuda() -> Any | None:
         return None
 
 
+def allocator_peaks(cuda: Any, device: int) -> dict[str, int]:
+    """torch's caching allocator on `device`: its peaks since the collection's start, and the device's memory.
+
+    What `max_memory_allocated` and `max_memory_reserved` give, read from one nested copy of the allocator's
+    statistics: each of those flattens all of them first (0.5 ms a call on the H200 host, 2026-11-28)."""
+    stats = cuda.memory_stats_as_nested_dict(device)
+
+    def peak(key: str) -> int:
+        return int(stats.get(key, {}).get("all", {}).get("peak", 0))
+
+    return {
+        "gpu_allocated_peak": peak("allocated_bytes"),
+        "gpu_reserved_peak": peak("reserved_bytes"),
+        "gpu_total": _total_memory(cuda, device),
+    }
+
+
+_TOTAL_MEMORY: dict[int, int] = {}  # by device: it does not change
+
+
+def _total_memory(cuda: Any, device: int) -> int:
+    if device not in _TOTAL_MEMORY:
+        _TOTAL_MEMORY[device] = int(cuda.get_device_properties(device).total_memory)
+    return _TOTAL_MEMORY[device]
+
+
 class MemoryCollector:
     """Brackets a collection: peaks and totals for the report, per-round counters for the analyzer."""
 
@@ -215,9 +241,7 @@ class MemoryCollector:
         }
         cuda = _torch_cuda()
         if cuda is not None and self.torch_cuda_device is not None:
-            out["gpu_allocated_peak"] = int(cuda.max_memory_allocated(self.torch_cuda_device))
-            out["gpu_reserved_peak"] = int(cuda.max_memory_reserved(self.torch_cuda_device))
-            out["gpu_total"] = int(cuda.get_device_properties(self.torch_cuda_device).total_memory)
+            out.update(allocator_peaks(cuda, self.torch_cuda_device))
         return out
 
     def mode(self) -> str:

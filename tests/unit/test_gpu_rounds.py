@@ -12,9 +12,12 @@ from pytest_inferscope.collectors.gpu_rounds import (
     AUTO_LEAN_ABOVE,
     FIRST_ROUND_SLOWDOWN,
     RECORD_COST_NS,
+    WORK_KINDS,
+    _work,
     busy_ns,
     decide_auto,
     undecided,
+    work_records,
 )
 from pytest_inferscope.config import ConfigError, resolve
 from pytest_inferscope.events import EVENT_DTYPE, Kind
@@ -68,6 +71,13 @@ def test_the_busy_time_is_the_union_of_the_work_records() -> None:
     recs["end"] = [300, 250, 500, 5000, 1010]  # the RUNTIME call spans all, and is not GPU work
     assert busy_ns(recs) == 200 + 100 + 10
     assert busy_ns(recs[3:4]) == 0 and busy_ns(recs[:0]) == 0
+
+
+def test_the_work_records_are_the_kernels_copies_and_memsets() -> None:
+    recs = np.zeros(len(Kind), dtype=EVENT_DTYPE)
+    recs["kind"] = list(Kind)
+    assert work_records(recs) == 3 == len(WORK_KINDS)
+    assert sorted(Kind(k) for k in recs["kind"][_work(recs)]) == sorted(WORK_KINDS)
 
 
 def test_auto_is_the_default(tmp_path: Path) -> None:

@@ -65,3 +65,12 @@ def test_a_collection_records_the_cores_it_may_use() -> None:
     coll.start()
     raw = coll.stop()
     assert raw.meta["cpu_affinity"] >= 1 and "link_gb_s" not in raw.meta  # no GPU collected, no link
+
+
+def test_a_devices_link_is_read_once_a_process(tmp_path: Path) -> None:
+    # The maxima are the hardware's: read at the first test's stop, not at every test's (~0.9 ms on the H200 host).
+    root = tree(tmp_path, ("32.0 GT/s PCIe", "16"), ("32.0 GT/s PCIe", "16"))
+    first = pcie_link("0000:3b:00.0", root)
+    for f in (tmp_path / "devices").rglob("max_link_*"):
+        f.unlink()
+    assert pcie_link("0000:3b:00.0", root) == first is not None
