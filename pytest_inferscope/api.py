@@ -24,7 +24,8 @@ __all__ = ["InferscopeFixture", "Profile", "mark_event", "measure", "profile", "
 
 
 def standalone_settings() -> Settings:
-    """Settings outside pytest: environment variables and the config file of the working directory (read now)."""
+    """Settings outside pytest: environment variables and the config file of the working directory (read again when
+    it changed: config._load_file)."""
     return resolve(cli={}, ini={}, env=os.environ, rootdir=Path.cwd())
 
 
@@ -84,6 +85,7 @@ def collecting(
     gpu_rounds: str = "measured",
     profile_rounds: int | None = None,
     until_in_step: bool = False,
+    settings: Settings | None = None,
 ) -> Iterator[Collection]:
     """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result.
 
@@ -93,8 +95,9 @@ def collecting(
     record GPU activity (collectors/gpu_rounds.py); when lean, `profile_rounds` rounds record it after
     the measured ones (default: as many as `trace_rounds`; with `until_in_step`, up to that many, ending at
     the first in step with the measured rounds: rounds.in_step), then the trace rounds the launch calls.
+    `settings`: the caller's, when it resolved them (else resolved here).
     """
-    settings = standalone_settings()
+    settings = settings or standalone_settings()
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
         check_report_dir(Path(out))
@@ -210,6 +213,7 @@ def measure(
         gpu_rounds=gpu_rounds,
         profile_rounds=profile_rounds,
         until_in_step=not explicit,
+        settings=settings,
     ) as coll:
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None

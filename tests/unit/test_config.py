@@ -191,6 +191,30 @@ def test_yaml_wins_over_pyproject(tmp_path: Path) -> None:
     assert settings.warmup is None  # pyproject is not read at all when a YAML file exists
 
 
+def test_a_config_file_is_parsed_again_only_when_it_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # measure() resolves its settings at every call; a long pyproject.toml is parsed once, and read again when a
+    # config file in the folder is changed, created or deleted.
+    from pytest_inferscope import config
+
+    parsed: list[Path] = []
+    real = config._toml_entries
+    monkeypatch.setattr(config, "_toml_entries", lambda path: parsed.append(path) or real(path))
+    path = write(tmp_path / "pyproject.toml", "[tool.inferscope]\nrounds = 12\n")
+    assert run(tmp_path).rounds == run(tmp_path).rounds == 12 and len(parsed) == 1
+    write(path, "[tool.inferscope]\nrounds = 7\n")  # the same size: told apart by its time and contents
+    assert run(tmp_path).rounds == 7 and len(parsed) == 2
+    write(path, "[tool.inferscope]\nrounds = 30\nwarmup = 3\n")
+    assert (run(tmp_path).rounds, run(tmp_path).warmup) == (30, 3) and len(parsed) == 3
+    yaml = write(tmp_path / ".inferscope.yaml", "rounds: 4\n")
+    assert run(tmp_path).rounds == 4
+    yaml.unlink()
+    assert run(tmp_path).rounds == 30 and len(parsed) == 4
+    write(path, "[tool.inferscope]\nrounds = 'many'\n")  # read once, and the value refused at every call
+    assert "not a whole number" in error(tmp_path) and "not a whole number" in error(tmp_path) and len(parsed) == 5
+    write(path, "[tool.inferscope]\nrounds = \n")  # a file that cannot be read is not kept: raised at every call
+    assert "not valid TOML" in error(tmp_path) and "not valid TOML" in error(tmp_path) and len(parsed) == 7
+
+
 def test_both_yaml_spellings_is_an_error(tmp_path: Path) -> None:
     write(tmp_path / ".inferscope.yaml", "rounds: 4\n")
     write(tmp_path / ".inferscope.yml", "rounds: 5\n")
