@@ -402,9 +402,12 @@ def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
         step = len(idx) / most
         idx = [idx[int(k * step)] for k in range(most)]
     link = float(ctx.gpu.transfer["link_gb_s"])
-    # trace rounds: their recorded calls cost host time the timed rounds did not pay (graph.trim_recording_cost)
-    walls = ev["end"][ctx.rounds.gpu_round_idx] - ev["start"][ctx.rounds.gpu_round_idx]
-    ref = None if ctx.rounds.gpu_api_same or not len(walls) else int(np.median(walls))
+    # trace rounds: their recorded calls cost host time the timed rounds did not pay (graph.trim_recording_cost). They
+    # stand for the profile rounds; a warm-up round that stood for both (lean) stands for the measured rounds.
+    r = ctx.rounds
+    ref_idx = r.round_idx if r.gpu_api_same else r.gpu_round_idx
+    walls = ev["end"][ref_idx] - ev["start"][ref_idx]
+    ref = None if np.array_equal(ref_idx, r.api_round_idx) or not len(walls) else int(np.median(walls))
     graphs = build_rounds(ctx.timeline, idx, link, ref)
     if not graphs:
         return [], "no GPU work in the rounds whose launch calls were recorded"
