@@ -189,10 +189,6 @@ class StringTable:
     def __len__(self) -> int:
         return len(self.strings)
 
-    def remap(self, other: list[str]) -> np.ndarray:
-        """Map indices of another table (e.g. the native extension's) into this one."""
-        return np.fromiter((self.intern(s) for s in other), dtype=np.int32, count=len(other))
-
 
 def empty_events(n: int = 0) -> np.ndarray:
     return np.zeros(n, dtype=EVENT_DTYPE)

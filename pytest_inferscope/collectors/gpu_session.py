@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..buffer import GPU_RING, TraceBuffer
-from ..events import host_clock_ns
+from ..events import host_clock_ns, unique
 from ..warning import warn_once
 from . import gpu_rounds
 from .gpu import Choice, GpuBackendError, GpuCollector
@@ -177,9 +177,19 @@ class GpuSession:
             records = records[~self._in_primes(records)]
         if len(records):
             records = records.copy()
-            records["name"] = self.buffer.strings.remap(names)[records["name"]]
+            records["name"] = self._trace_names(names, records["name"])
             self.buffer.extend(records, GPU_RING)  # not the stopping thread's ring: its events would be overwritten
         return (work_records(records), busy_ns(records)) if len(records) else (0, 0)
+
+    def _trace_names(self, names: list[str], ids: np.ndarray) -> np.ndarray:
+        """The backend's name ids `ids` as this trace's. Only the names they use are interned: the backend keeps every
+        name the process has met (a suite's kernels), and interning them all put every earlier test's kernel names in
+        each test's trace, and cost each drain a look-up per name."""
+        used = unique(ids)
+        table = np.zeros(len(names), dtype=np.int32)
+        intern = self.buffer.strings.intern
+        table[used] = [intern(names[i]) for i in used.tolist()]
+        return table[ids]
 
     def meta(self, after_measured_ran: bool) -> dict[str, Any]:
         """The raw trace's GPU meta: the link, and `gpu_rounds` ("trace" when only the rounds after the

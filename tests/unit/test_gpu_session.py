@@ -16,7 +16,7 @@ from test_trace_rounds import FakeGpu
 from pytest_inferscope import warning
 from pytest_inferscope.collectors import Collection, CollectionOptions, active
 from pytest_inferscope.collectors.gpu import Choice, GpuBackendError
-from pytest_inferscope.events import Kind, RawTrace
+from pytest_inferscope.events import EVENT_DTYPE, Kind, RawTrace
 from pytest_inferscope.results import CollectorInfo
 from pytest_inferscope.warning import InferscopeWarning
 
@@ -187,3 +187,29 @@ def test_a_backend_that_cannot_switch_its_launch_calls_off_after_the_trace_round
     assert np.count_nonzero(raw.events["kind"] == Kind.ROUND) == 4  # the trace round ran
     assert "launch calls not switched off around the trace rounds" in _gpu_info(coll).mode
     assert len(said) == 1 and "the trace rounds ran" in said[0]
+
+
+class NamingGpu(FailingGpu):
+    """A backend that, like the native one, keeps every name the process has met and drains records naming some."""
+
+    def __init__(self, names: list[str], used: list[int]) -> None:
+        super().__init__()
+        self.names, self.used = names, used
+
+    def drain(self) -> tuple[np.ndarray, list[str]]:
+        records = np.zeros(len(self.used), dtype=EVENT_DTYPE)
+        records["kind"], records["name"] = Kind.KERNEL, self.used
+        records["start"], records["end"] = 10, 20
+        self.used = []  # drained
+        return records, list(self.names)
+
+
+def test_a_trace_holds_the_names_its_gpu_records_use_not_every_name_the_backend_met() -> None:
+    # The backend's name list spans the process (a suite's kernels): each test's trace takes only the names its own
+    # records use, so a late test's raw.npz and string table do not carry every earlier test's kernels.
+    met = [f"kernel_{i}<float, {i}>" for i in range(5000)]
+    for used in ([4999, 7, 7, 123], [0, 2500]):
+        _, raw, said = _collect(NamingGpu(met, list(used)), gpu_rounds="measured")
+        gpu = raw.events[raw.events["kind"] == Kind.KERNEL]
+        assert sorted(raw.strings[i] for i in gpu["name"]) == sorted(met[i] for i in used) and not said
+        assert not set(raw.strings) & (set(met) - {met[i] for i in used})
