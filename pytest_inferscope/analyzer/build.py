@@ -14,6 +14,7 @@ import numpy as np
 
 from ..events import GPU_KINDS, Kind, MemoryKind, SyncType, unique, unpack_copy_flags
 from ..merger import Timeline
+from .base import median, member
 from .columns import K_BLOCKING, K_CALL, K_EXTERNAL, K_SEGMENT, Flat, Modules
 from .context import Context
 from .context_gpu import COPY_CALL, SYNC_CALL
@@ -80,7 +81,7 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0, found: _Foun
         calls = calls[(ev["start"][calls] < ev["start"][w]) | (ev["start"][calls] >= ev["end"][w])]
     call_corr = ev["corr"][calls]
     gpu_all, gpu_corr, gpu_start = found.gpu, found.gpu_corr, found.gpu_start
-    own = np.isin(gpu_corr, call_corr[call_corr != 0]) & (gpu_corr != 0)
+    own = member(gpu_corr, call_corr[call_corr != 0]) & (gpu_corr != 0)
     g_in = (gpu_start >= r0) & (gpu_start < r1)
     # the ops its calls issued, wherever they ran, and the GPU work that started in it (launched by calls of
     # other rounds or threads, or by none recorded: external)
@@ -374,7 +375,7 @@ def _latencies(stream_busy: dict[int, int], cols: _OpColumns) -> tuple[np.ndarra
     queued = (at < before) & (start <= before + np.maximum(CLOCK_SLACK_NS, start - at))
     gap = np.where(queued, np.maximum(0, start - before), 0)
     lat = np.maximum(0, start - at)
-    typical = int(np.median(lat[~queued])) if (~queued).any() else DEFAULT_LAT_NS
+    typical = int(median(lat[~queued])) if (~queued).any() else DEFAULT_LAT_NS
     lat = np.where(queued, np.minimum(lat, typical), lat)
     return lat, gap, after, floor.astype(np.int64)
 
@@ -407,7 +408,7 @@ def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
     r = ctx.rounds
     ref_idx = r.round_idx if r.gpu_api_same else r.gpu_round_idx
     walls = ev["end"][ref_idx] - ev["start"][ref_idx]
-    ref = None if np.array_equal(ref_idx, r.api_round_idx) or not len(walls) else int(np.median(walls))
+    ref = None if np.array_equal(ref_idx, r.api_round_idx) or not len(walls) else int(median(walls))
     graphs = build_rounds(ctx.timeline, idx, link, ref)
     if not graphs:
         return [], "no GPU work in the rounds whose launch calls were recorded"

@@ -19,7 +19,7 @@ import numpy as np
 from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, copy_devices, peer_copies, unique, unpack_copy_flags
 from ..merger import Timeline
 from ..results import BreakdownPart
-from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, union_ns
+from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, median, union_ns
 from .comm import DeviceComm, comm_mask, per_device
 from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle, no_gaps
 
@@ -208,7 +208,7 @@ class GpuView:
         """
         if not self.collected:  # no GPU records, so no gaps: the blocking calls and the masks need not be read
             return no_gaps()
-        blocking = np.union1d(self.sync_calls, self.copy_calls)
+        blocking = unique(np.concatenate((self.sync_calls, self.copy_calls)))  # np.union1d's
         return attribute_idle(
             self.timeline.events, self.rounds.in_api_rounds, self.rounds.api_round_idx, blocking, self.launch_gap_ns
         )
@@ -417,18 +417,19 @@ class GpuView:
             "gaps_per_round": len(gaps) / n,
             "total_ms_per_round": per_round_ms(float(gaps.sum())),
             "longest_ms": float(gaps.max()) / _MS if len(gaps) else 0.0,
-            "median_us": float(np.median(gaps)) / 1e3 if len(gaps) else 0.0,
+            "median_us": median(gaps) / 1e3 if len(gaps) else 0.0,
             # Every idle interval (lead-in and tail of each round too) by cause, per device: idle.py.
             "by_cause_ms_per_round": {c: per_round_ms(ns) for c, ns in self.idle_totals().items()},
         }
         copies = {}
         cp = self.copies["all"]
         kind, src, dst = unpack_copy_flags(cp["flags"])
+        h2d, d2h, d2d = kind == CopyKind.HTOD, kind == CopyKind.DTOH, kind == CopyKind.DTOD
         for label, mask in (
-            ("HtoD", kind == CopyKind.HTOD),
-            ("DtoH", kind == CopyKind.DTOH),
-            ("DtoD", kind == CopyKind.DTOD),
-            ("other", ~np.isin(kind, [1, 2, 8]) & ~peer_copies(cp["flags"])),
+            ("HtoD", h2d),
+            ("DtoH", d2h),
+            ("DtoD", d2d),
+            ("other", ~(h2d | d2h | d2d) & ~peer_copies(cp["flags"])),
             *_peer_directions(cp),
         ):
             sel = cp[mask]

@@ -163,7 +163,9 @@ def _device_gaps(
     b = np.concatenate((run_s[lead], run_s[np.flatnonzero(~tail) + 1], r_end[run_rid[tail]]))
     nxt = np.concatenate((first[lead], first[np.flatnonzero(~tail) + 1], np.full(int(tail.sum()), -1)))
     # Rounds in which this device did nothing at all: idle throughout, the host launched nothing.
-    empty = np.setdiff1d(np.arange(len(r_start)), run_rid)
+    busy = np.zeros(len(r_start), dtype=bool)
+    busy[run_rid] = True
+    empty = np.flatnonzero(~busy)
     a = np.concatenate((a, r_start[empty]))
     b = np.concatenate((b, r_end[empty]))
     nxt = np.concatenate((nxt, np.full(len(empty), -1)))

@@ -454,3 +454,18 @@ def test_the_breakdown_does_not_split_rounds_too_short_for_the_cpu_clocks(round_
         assert on.reason == off.reason == "rounds of 4 µs: under 50 µs, too short for the CPU clocks to split"
     else:
         assert on.collected and on.share == pytest.approx(0.9, abs=0.01) and off.share == pytest.approx(0.1, abs=0.01)
+
+
+def test_the_analyzers_median_and_membership_are_numpys() -> None:
+    """`base.median` and `base.member` stand for np.median and np.isin where their wrappers cost more than the work."""
+    from pytest_inferscope.analyzer.base import median, member
+
+    rng = np.random.default_rng(11)
+    for n in [1, 2, 3, 10, 11, 400]:
+        for _ in range(50):
+            a = rng.integers(-(10**12), 10**12, n)
+            assert median(a) == float(np.median(a)) and median(a / 7) == float(np.median(a / 7))
+            small = rng.integers(-3, 3, n)  # repeats, and values missing from the other side
+            for values in (rng.choice(a, int(rng.integers(0, n + 1))), a[:0], rng.integers(-3, 3, 4)):
+                assert np.array_equal(member(a, values), np.isin(a, values))
+                assert np.array_equal(member(small, values), np.isin(small, values))
