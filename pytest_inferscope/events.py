@@ -8,6 +8,7 @@ million Python objects. Names are interned into a `StringTable`; free-form attri
 from __future__ import annotations
 
 import enum
+import functools
 import time
 from collections.abc import Iterable
 from typing import IO, Any
@@ -188,6 +189,16 @@ class StringTable:
 
     def __len__(self) -> int:
         return len(self.strings)
+
+
+@functools.lru_cache(maxsize=64)
+def kind_table(kinds: tuple[int, ...]) -> np.ndarray:
+    """A lookup table indexed by an event's kind (uint8), True for `kinds`: `kind_table(k)[events["kind"]]` is
+    np.isin's mask at a tenth of its cost. Built once per set of kinds, and read-only."""
+    table = np.zeros(256, dtype=bool)
+    table[[int(k) for k in kinds]] = True
+    table.flags.writeable = False
+    return table
 
 
 def empty_events(n: int = 0) -> np.ndarray:

@@ -14,14 +14,13 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from .events import EVENT_DTYPE, GPU_KINDS, SPAN_KINDS, Domain, Kind, RawTrace, unique
+from .events import EVENT_DTYPE, GPU_KINDS, SPAN_KINDS, Domain, Kind, RawTrace, kind_table, unique
 from .results import ClockFit
 
 #: A fit whose paired readings miss it by more than this is not trusted for GPU times.
@@ -49,7 +48,7 @@ class Timeline:
 
     def mask(self, *kinds: int) -> np.ndarray:
         """Events of the given kinds (a lookup table indexed by kind: np.isin costs ~10x more)."""
-        return _kind_table(kinds)[self.events["kind"]]
+        return kind_table(kinds)[self.events["kind"]]
 
     def name(self, i: int) -> str:
         return self.strings[int(self.events["name"][i])]
@@ -118,17 +117,8 @@ def _to_host(ev: np.ndarray, fit: ClockFit) -> None:
     ev["domain"][dev] = Domain.HOST
 
 
-@functools.lru_cache(maxsize=64)
-def _kind_table(kinds: tuple[int, ...]) -> np.ndarray:
-    """A lookup table indexed by kind, True for `kinds`: built once per set of kinds, and read-only."""
-    table = np.zeros(256, dtype=bool)
-    table[[int(k) for k in kinds]] = True
-    table.flags.writeable = False
-    return table
-
-
-_GPU = _kind_table(GPU_KINDS)
-_SPAN = _kind_table(SPAN_KINDS)
+_GPU = kind_table(GPU_KINDS)
+_SPAN = kind_table(SPAN_KINDS)
 
 
 def causality_violations(ev: np.ndarray) -> int:

@@ -38,7 +38,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..events import GPU_KINDS, Kind, copy_devices, peer_copies
+from ..events import GPU_KINDS, Kind, copy_devices, kind_table, peer_copies
 from .base import distinct
 
 #: The causes, in the order of their codes in `IdleGaps.cause`.
@@ -47,8 +47,7 @@ HOST_WAIT, LAUNCH_GAP, SYNC_STALL, ROUND_END, OTHER, PEER_WAIT = range(len(CAUSE
 #: Slack for comparing host times with GPU times (the clock fit's residual is a few µs at most).
 CLOCK_SLACK_NS = 2_000
 #: Whether a kind is GPU work, indexed by kind (a table lookup: np.isin costs ~10x more).
-_GPU = np.zeros(256, dtype=bool)
-_GPU[list(GPU_KINDS)] = True
+_GPU = kind_table(GPU_KINDS)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import Kind
+from ..events import Kind, kind_table
 
 #: Host cost of one CUPTI activity record (kernel, copy, memset) to the round that makes it: about 1 µs.
 #: Measured per call on timm ViT-B/16 (256 kernels per call, launch-heavy), CUPTI recording in the measured
@@ -43,8 +43,6 @@ FIRST_ROUND_MOST_SLOWDOWN = 30.0
 AUTO_LEAN_ABOVE = 0.01
 #: The GPU records whose count drives the decision: the ones each launch of GPU work produces.
 WORK_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-_WORK_KIND = np.zeros(256, dtype=bool)  # by an event's kind (uint8): whether it is GPU work
-_WORK_KIND[[int(k) for k in WORK_KINDS]] = True
 #: auto: launch-call records a round is taken to make per GPU work record (each kernel, copy and memset has its call;
 #: syncs and allocations are fewer), each costing `RECORD_COST_NS`, when it judges whether the measured rounds can
 #: record the launch calls too, so that no trace round runs.
@@ -79,7 +77,7 @@ def work_records(records: np.ndarray) -> int:
 
 
 def _work(records: np.ndarray) -> np.ndarray:
-    return _WORK_KIND[records["kind"]]  # a table: np.isin took ~60 us a call, four calls a test
+    return kind_table(WORK_KINDS)[records["kind"]]  # np.isin took ~60 us a call, four calls a test
 
 
 def busy_ns(records: np.ndarray) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..analyzer.base import Rounds
-from ..events import CopyKind, Kind, unpack_copy_flags
+from ..events import CopyKind, Kind, kind_table, unpack_copy_flags
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
 from .trace import _unique
@@ -98,7 +98,7 @@ def build_lanes(tl: Timeline, f: Fields | None = None) -> list[Lane]:
     kind, tid, device = f["kind"], f["tid"], f["device"]
     lanes: list[Lane] = []
     host = np.flatnonzero((device < 0) | (kind == int(Kind.RUNTIME)))
-    test_tids = set(_unique(tid[_table((Kind.TEST, Kind.ROUND))[kind]]))
+    test_tids = set(_unique(tid[kind_table((Kind.TEST, Kind.ROUND))[kind]]))
     host_tid = tid[host]
     for t in sorted(_unique(host_tid), key=lambda t: (t not in test_tids, t)):
         same = host_tid == t
@@ -106,14 +106,14 @@ def build_lanes(tl: Timeline, f: Fields | None = None) -> list[Lane]:
         k_on = kind[on_thread]
         who = ("test thread" if t in test_tids else "thread") + (f" {t}" if t >= 0 else " (unknown)")
         for name, kinds in _GROUPS.items():
-            rows = on_thread[_table(kinds)[k_on]]
+            rows = on_thread[kind_table(kinds)[k_on]]
             if not len(rows):
                 continue
             lane = Lane(name, f"{who} · {_LABELS[name]}", rows)
             lane.cols["cat"] = _cpu_cats(name, f, rows)
             lane.cols["depth"] = _cpu_depth(tl, f, name, rows, kinds)
             lanes.append(lane)
-    gpu = np.flatnonzero((device >= 0) & _table((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC))[kind])
+    gpu = np.flatnonzero((device >= 0) & kind_table((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC))[kind])
     stream = f["stream"][gpu]
     for d in _unique(device[gpu]):
         on_device = np.flatnonzero(device[gpu] == d)
@@ -142,12 +142,6 @@ _GROUPS = {  # lane kind -> event kinds, in the order the lanes are drawn
     "runtime": (Kind.RUNTIME, Kind.SYNC, Kind.WAIT, Kind.OVERHEAD),
 }
 _LABELS = {"rounds": "rounds", "scopes": "scopes", "modules": "modules", "python": "Python", "runtime": "runtime API"}
-
-
-def _table(kinds: tuple[int, ...]) -> np.ndarray:
-    t = np.zeros(256, dtype=bool)
-    t[list(kinds)] = True
-    return t
 
 
 def _cpu_cats(name: str, f: Fields, rows: np.ndarray) -> np.ndarray:
@@ -193,7 +187,7 @@ def _gpu_cats(f: Fields, rows: np.ndarray) -> np.ndarray:
 
 def _span_depth(tl: Timeline, f: Fields, rows: np.ndarray, kinds: tuple[int, ...]) -> np.ndarray:
     """How many enclosing spans of the same kinds each span has (walks the parent links level by level)."""
-    same = _table(kinds)[f["kind"]]
+    same = kind_table(kinds)[f["kind"]]
     depth = np.zeros(len(rows), dtype=np.int64)
     p = tl.parent[rows].astype(np.int64)
     for _ in range(64):  # hierarchies are shallow; the bound only guards against a cycle
@@ -275,7 +269,7 @@ def own_gaps(tl: Timeline, f: Fields | None = None) -> Gaps:
     GPU work (kernels, copies, memsets on any stream) inside a round."""
     f = f or Fields(tl.events)
     kind, device = f["kind"], f["device"]
-    work = (device >= 0) & _table((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))[kind]
+    work = (device >= 0) & kind_table((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))[kind]
     rounds = np.sort(f["start"][kind == int(Kind.ROUND)])
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for d in _unique(device[work]):

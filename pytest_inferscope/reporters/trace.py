@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..events import CopyKind, Kind, MemoryKind, copy_devices, unique, unpack_copy_flags
+from ..events import CopyKind, Kind, MemoryKind, copy_devices, kind_table, unique, unpack_copy_flags
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
 from . import rowwriter
@@ -145,9 +145,7 @@ class _Cols:
 
     def of(self, *kinds: int) -> np.ndarray:
         """Events of these kinds, as a boolean mask (a table lookup: np.isin costs ~10x more)."""
-        table = np.zeros(256, dtype=bool)
-        table[list(kinds)] = True
-        return table[self.kind]
+        return kind_table(kinds)[self.kind]
 
     @functools.cached_property
     def name(self) -> np.ndarray:
