@@ -12,9 +12,10 @@ from typing import Any
 
 from .collectors import Collection, CollectionOptions, active, mark_event, scope
 from .collectors.gpu import Choice, select_backend
-from .config import Settings, resolve
+from .config import Settings, file_stats, resolve
 from .environment import collect_environment
 from .merger import Timeline
+from .options import OPTIONS
 from .postprocess import Plan, process
 from .reporters.files import check_report_dir
 from .results import TestResult
@@ -23,10 +24,25 @@ from .rounds import RoundKind
 __all__ = ["InferscopeFixture", "Profile", "mark_event", "measure", "profile", "scope"]
 
 
+#: The last `standalone_settings`: what they came from (the working directory, its INFERSCOPE_* variables, its config
+#: files' stats), and the Settings. measure() resolves them at every call: 0.27-0.33 ms a call on the H200 host
+#: (2026-11-28, scratch/s19_acct.py), ~0.01 ms to see that nothing they came from changed.
+_STANDALONE: tuple[tuple[Any, ...], Settings] | None = None
+_ENV_NAMES = tuple(spec.env for spec in OPTIONS)
+
+
 def standalone_settings() -> Settings:
-    """Settings outside pytest: environment variables and the config file of the working directory (read again when
-    it changed: config._load_file)."""
-    return resolve(cli={}, ini={}, env=os.environ, rootdir=Path.cwd())
+    """Settings outside pytest: environment variables and the config file of the working directory; resolved again
+    when the working directory, an INFERSCOPE_* variable or a config file there changed (a resolve that raised is not
+    kept: it raises again)."""
+    global _STANDALONE
+    cwd = Path.cwd()
+    key = (cwd, tuple(os.environ.get(name) for name in _ENV_NAMES), file_stats(cwd))
+    if _STANDALONE is not None and _STANDALONE[0] == key:
+        return _STANDALONE[1]
+    settings = resolve(cli={}, ini={}, env=os.environ, rootdir=cwd)
+    _STANDALONE = (key, settings)
+    return settings
 
 
 def _gpu_choice(gpu: str, trace_size_mb: float | None = None) -> Choice:

@@ -165,7 +165,7 @@ _CONFIG_NAMES = (".inferscope.yaml", ".inferscope.yml", "pyproject.toml")
 _READ: dict[Path, tuple[tuple[tuple[int, int, int] | None, ...], dict[str, tuple[Any, _Origin]]]] = {}
 
 
-def _stats(rootdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
+def file_stats(rootdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """Inode, size and modification time (ns) of each config file name in rootdir (None: absent)."""
     out: list[tuple[int, int, int] | None] = []
     for name in _CONFIG_NAMES:
@@ -180,7 +180,7 @@ def _stats(rootdir: Path) -> tuple[tuple[int, int, int] | None, ...]:
 
 def _load_file(rootdir: Path) -> dict[str, tuple[Any, _Origin]]:
     """`_read_file`, read again only when a config file in rootdir was created, changed or deleted since."""
-    stats = _stats(rootdir)
+    stats = file_stats(rootdir)
     kept = _READ.get(rootdir)
     if kept is not None and kept[0] == stats:
         return dict(kept[1])

@@ -215,6 +215,37 @@ def test_a_config_file_is_parsed_again_only_when_it_changed(tmp_path: Path, monk
     assert "not valid TOML" in error(tmp_path) and "not valid TOML" in error(tmp_path) and len(parsed) == 7
 
 
+def test_measures_settings_are_resolved_again_only_when_what_they_come_from_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # measure() asks for its settings at every call: the last ones are kept while the working directory, the
+    # INFERSCOPE_* variables and the config files there are as they were.
+    from pytest_inferscope import api, config
+
+    resolved: list[Path] = []
+    real = config.resolve
+    monkeypatch.setattr(api, "resolve", lambda **kw: resolved.append(kw["rootdir"]) or real(**kw))
+    monkeypatch.delenv("INFERSCOPE_ROUNDS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path / "pyproject.toml", "[tool.inferscope]\nrounds = 12\n")
+    first = api.standalone_settings()
+    assert api.standalone_settings() is first and first.rounds == 12 and len(resolved) == 1
+    monkeypatch.setenv("INFERSCOPE_ROUNDS", "5")
+    assert api.standalone_settings().rounds == 5 and len(resolved) == 2
+    monkeypatch.delenv("INFERSCOPE_ROUNDS")
+    write(path, "[tool.inferscope]\nrounds = 30\nwarmup = 3\n")
+    assert api.standalone_settings().rounds == 30 and len(resolved) == 3
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert api.standalone_settings().rounds is None and len(resolved) == 4
+    write(other / "pyproject.toml", "[tool.inferscope]\nrounds = 'many'\n")  # refused at every call, never kept
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="not a whole number"):
+            api.standalone_settings()
+    assert len(resolved) == 6
+
+
 def test_both_yaml_spellings_is_an_error(tmp_path: Path) -> None:
     write(tmp_path / ".inferscope.yaml", "rounds: 4\n")
     write(tmp_path / ".inferscope.yml", "rounds: 5\n")
