@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -62,6 +63,7 @@ enum { DOMAIN_DEVICE = 1 };
     X(cuptiActivityGetNumDroppedRecords)
 
 typedef CUptiResult(CUPTIAPI *EnableApi)(CUpti_CallbackId, uint8_t);
+typedef CUptiResult(CUPTIAPI *SetAttribute)(CUpti_ActivityAttribute, size_t *, void *);
 
 typedef struct {
     void *handle;
@@ -71,6 +73,7 @@ typedef struct {
     CUPTI_SYMBOLS(DECLARE)
 #undef DECLARE
     EnableApi enable_api[2]; /* cuptiActivityEnable{Runtime,Driver}Api (CUPTI 12.x+), NULL when absent */
+    SetAttribute set_attribute; /* cuptiActivitySetAttribute, NULL when absent */
 } Library;
 
 static Library lib; /* written under the GIL by load(); read-only once handle is set */
@@ -522,12 +525,16 @@ static void decode_buffer(Sink *s, uint8_t *buffer, size_t valid) {
     while (valid && lib.cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) decode_record(s, r);
 }
 
+/* Buffers are fresh anonymous pages, which read as zero: CUPTI is told so (`zeroed_buffers`) and does not zero each
+ * one itself in the thread that needs it. It did, 8 MB at every request: 0.79 ms a request by its own OVERHEAD records,
+ * at the first record after a start and after every flush (H200, 2026-11-28). Only the pages records are written to
+ * are ever faulted in, and munmap gives them all back at once. */
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
-    void *p = NULL;
     pthread_mutex_lock(&g_lock);
     size_t want = g_buffer_size;
     pthread_mutex_unlock(&g_lock);
-    if (posix_memalign(&p, 8, want) != 0) p = NULL; /* CUPTI then drops records and counts them */
+    void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) p = NULL; /* CUPTI then drops records and counts them */
     *buffer = p;
     *size = p ? want : 0;
     *max_records = 0;
@@ -543,7 +550,14 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         g_sink->dropped += dropped;
     }
     pthread_mutex_unlock(&g_lock);
-    free(buffer);
+    if (buffer) munmap(buffer, size); /* `size`: what buffer_requested gave CUPTI */
+}
+
+/* Whether CUPTI may take our buffers as zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER; process-wide): on from
+ * a start, off again at the stop, for another client of this libcupti that hands it buffers of its own. */
+static void zeroed_buffers(uint8_t on) {
+    size_t size = sizeof on;
+    if (lib.set_attribute) lib.set_attribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &on);
 }
 
 /* ---- loading libcupti ---- */
@@ -574,6 +588,7 @@ static int try_open(const char *what, const char *path, int flags, PyObject *tri
     CUPTI_SYMBOLS(RESOLVE)
 #undef RESOLVE
     for (int d = 0; d < 2; d++) *(void **)&cand.enable_api[d] = dlsym(cand.handle, API_DOMAINS[d].setter);
+    *(void **)&cand.set_attribute = dlsym(cand.handle, "cuptiActivitySetAttribute");
     CUptiResult rc = cand.cuptiGetVersion(&cand.version);
     if (rc != CUPTI_SUCCESS || CUPTI_MAJOR(cand.version) != CUPTI_MAJOR(CUPTI_API_VERSION)) {
         if (rc != CUPTI_SUCCESS)
@@ -804,6 +819,7 @@ static void disable_kinds(Collector *self) {
 }
 
 static void release(Collector *self) {
+    zeroed_buffers(0);
     if (self->tid_type_saved) lib.cuptiSetThreadIdType(self->saved_tid_type);
     self->tid_type_saved = 0;
     pthread_mutex_lock(&g_lock);
@@ -837,6 +853,7 @@ static PyObject *collector_start(Collector *self, PyObject *unused) {
         snprintf(what, sizeof what, "cuptiSetThreadIdType(SYSTEM)");
         goto fail;
     }
+    zeroed_buffers(1); /* a libcupti without the attribute zeroes them itself, as before */
     if ((rc = lib.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed)) != CUPTI_SUCCESS) {
         snprintf(what, sizeof what, "cuptiActivityRegisterCallbacks");
         goto fail;

@@ -137,6 +137,35 @@ def test_known_kernels_are_counted_named_and_linked_to_their_launches(native: An
     assert all(traced_api(n) for n in api_names), api_names  # launches and syncs only, not cudaGetDevice & co.
 
 
+def test_buffers_come_zeroed_and_every_record_survives_several_of_them(native: Any, torch: Any) -> None:
+    # CUPTI zeroed each 8 MB buffer in the thread that needed one: 0.79 ms a request by its own OVERHEAD records, at
+    # the first record after a start and after every flush (H200, 2026-11-28). The buffers are now fresh anonymous
+    # pages that CUPTI is told read as zero (native/_cupti.c, buffer_requested); a request must cost far less than
+    # clearing 8 MB, and the records of several buffers in turn must all come back.
+    x = torch.ones(1 << 10, device="cuda")
+    x.add_(1.0)
+
+    def body() -> None:
+        for _ in range(3):
+            for _ in range(100):
+                x.add_(1.0)
+            native.synchronize()
+            native.flush()  # each flush hands a buffer back and makes CUPTI ask for another
+
+    events, names = collect(native, body)
+    kernels = of_kind(events, Kind.KERNEL)
+    assert len(kernels) == 300 and {names[i] for i in kernels["name"]} == {names[kernels["name"][0]]}
+    assert native.dropped() == 0 and native.incomplete() == 0
+    if "OVERHEAD" not in native.enabled():
+        pytest.skip("this CUPTI records no OVERHEAD activity: the buffer requests' cost cannot be read")
+    overhead = of_kind(events, Kind.OVERHEAD)
+    requests = overhead[[names[i] == "Activity buffer request" for i in overhead["name"]]]
+    took_us = (requests["end"] - requests["start"]) / 1e3
+    _report("buffer requests", n=len(requests), took_us=[round(float(t), 1) for t in took_us])
+    assert len(requests) >= 1
+    assert took_us.max() < 250, f"a buffer request took {took_us.max():.0f} us: is CUPTI clearing the buffer again?"
+
+
 def test_a_long_kernel_lasts_what_cuda_events_say(native: Any, torch: Any) -> None:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(100_000_000)  # clocks up before calibrating
