@@ -1,9 +1,9 @@
-"""The trace buffer: fixed-size numpy rings, one per writing thread, no lock on the hot path.
+"""The trace buffer: numpy rings of a bounded size, one per writing thread, no lock on the hot path.
 
-Collectors write here and nowhere else. A ring that fills either wraps (the oldest
-events are overwritten and counted as dropped) or, when a spill directory is given,
-writes its full contents to disk and starts again, losing nothing. The dropped count
-always reaches the report.
+Collectors write here and nowhere else. A ring starts small and doubles as it fills, up to the
+buffer's size; a ring of that size that fills either wraps (the oldest events are overwritten and
+counted as dropped) or, when a spill directory is given, writes its full contents to disk and
+starts again, losing nothing. The dropped count always reaches the report.
 
 Two kinds of writer do not get a thread's ring. GPU drains go to a ring of their own (named
 "gpu"), so a GPU-heavy test cannot overwrite the events of the thread that stops the collection.
@@ -29,28 +29,34 @@ _MB = 1024 * 1024
 #: Kinds never dropped: recorded in a growing ring rather than the writer's wrapping one.
 KEPT_KINDS = frozenset({int(Kind.ROUND)})
 _KEPT_START = 64  # the kept ring's first capacity; it doubles when full
+#: A thread's (or the GPU drain's) ring's first capacity: 768 kB. The rings were made at the buffer's size (100 MB)
+#: at once, and numpy asks for huge pages for arrays from 4 MB: the first event written to each ring cost a 2 MB page
+#: cleared, ~0.37 ms for the GPU drain's ring on the H200 host (2026-11-28, scratch/s19_acct.py), in every test, and
+#: in the sampler's thread during a round.
+_RING_START = 16384
 GPU_RING = "gpu"
 
 
 class _Ring:
     """One thread's ring. Only its owning thread writes to it."""
 
-    __slots__ = ("data", "dropped", "label", "pos", "spilled", "wrapped")
+    __slots__ = ("cap", "data", "dropped", "label", "pos", "spilled", "wrapped")
 
     def __init__(self, capacity: int, label: str) -> None:
-        # np.empty leaves pages untouched, so an unused ring costs address space only.
         self.data = np.empty(capacity, dtype=EVENT_DTYPE)
+        self.cap = capacity  # len(self.data)
         self.pos = 0
         self.wrapped = False
         self.dropped = 0
         self.spilled: list[Path] = []
         self.label = label
 
-    def grow(self) -> None:
-        """Double the capacity, keeping every event (the kept ring only)."""
-        bigger = np.empty(max(16, 2 * len(self.data)), dtype=EVENT_DTYPE)
+    def grow(self, limit: int | None = None, need: int = 1) -> None:
+        """Double the capacity (more when `need` more events must fit), to at most `limit`, keeping every event."""
+        size = max(16, 2 * self.cap, self.pos + need)
+        bigger = np.empty(size if limit is None else min(limit, size), dtype=EVENT_DTYPE)
         bigger[: self.pos] = self.data[: self.pos]
-        self.data = bigger
+        self.data, self.cap = bigger, len(bigger)
 
     def ordered(self) -> np.ndarray:
         if not self.wrapped:
@@ -91,7 +97,7 @@ class TraceBuffer:
     def _ring(self, label: str | None = None) -> _Ring:
         ring: _Ring | None = getattr(self._local, "ring", None)
         if ring is None:
-            ring = _Ring(self.capacity, label or threading.current_thread().name)
+            ring = _Ring(min(self.capacity, _RING_START), label or threading.current_thread().name)
             with self._lock:
                 self._rings.append(ring)
             self._local.ring = ring
@@ -102,21 +108,24 @@ class TraceBuffer:
         with self._lock:
             ring = self._named.get(label)
             if ring is None:
-                ring = self._named[label] = _Ring(self.capacity, label)
+                ring = self._named[label] = _Ring(min(self.capacity, _RING_START), label)
                 self._rings.append(ring)
         return ring
 
     def _record_kept(self, row: tuple[int, ...]) -> None:
         with self._kept_lock:
             ring = self._kept
-            if ring.pos >= len(ring.data):
+            if ring.pos >= ring.cap:
                 ring.grow()
             ring.data[ring.pos] = row
             ring.pos += 1
 
-    def _make_room(self, ring: _Ring) -> None:
-        """A full ring either spills to disk (nothing lost) or wraps (what follows overwrites the oldest)."""
-        if self.spill_dir is not None:
+    def _make_room(self, ring: _Ring, need: int = 1) -> None:
+        """A full ring grows while it is smaller than the buffer's size; then it either spills to disk (nothing lost)
+        or wraps (what follows overwrites the oldest)."""
+        if ring.cap < self.capacity:
+            ring.grow(self.capacity, need)
+        elif self.spill_dir is not None:
             self._spill(ring)
         else:
             ring.pos = 0
@@ -151,7 +160,7 @@ class TraceBuffer:
             self._record_kept(row)
             return True
         ring = self._ring()
-        if ring.pos >= self.capacity:
+        if ring.pos >= ring.cap:
             self._make_room(ring)
         if ring.wrapped:
             ring.dropped += 1  # this write overwrites the oldest kept event
@@ -201,9 +210,9 @@ class TraceBuffer:
         lost = done = 0
         n = len(records)
         while done < n:
-            if ring.pos >= self.capacity:
-                self._make_room(ring)
-            take = min(n - done, self.capacity - ring.pos)
+            if ring.pos >= ring.cap:
+                self._make_room(ring, n - done)
+            take = min(n - done, ring.cap - ring.pos)
             if ring.wrapped:
                 lost += take
             ring.data[ring.pos : ring.pos + take] = records[done : done + take]

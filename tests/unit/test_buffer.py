@@ -45,6 +45,31 @@ def test_extend_across_the_wrap_counts_what_it_overwrote() -> None:
         buf.extend(np.zeros(3))
 
 
+def test_rings_start_small_and_grow_to_the_buffers_size_before_they_wrap() -> None:
+    # A ring made at the buffer's size (100 MB) cost a cleared 2 MB huge page at its first event on the H200 host: rings
+    # start under numpy's 4 MB huge-page size and double, losing nothing, until they reach the buffer's size.
+    from pytest_inferscope.buffer import GPU_RING
+
+    buf = TraceBuffer()
+    buf.record(Kind.MARK, 0, 0, 0)
+    buf.extend(empty_events(10), GPU_RING)
+    assert all(r.data.nbytes < 4 << 20 for r in buf._rings)
+    small = TraceBuffer(size_mb=2)  # 43,690 records: the rings grow twice, the second time to the buffer's size
+    cap = small.capacity
+    for i in range(cap):
+        assert small.record(Kind.MARK, 0, i, i)
+    recs = empty_events(cap + 3)
+    recs["start"] = np.arange(cap + 3)
+    assert small.extend(recs[:5], GPU_RING) == 0 and small.extend(recs[5:], GPU_RING) == 3  # one drain past the size
+    assert small.record(Kind.MARK, 0, cap, cap) is False  # a full ring wraps as before
+    events = small.to_array()
+    marks = events[events["kind"] == Kind.MARK]["start"]
+    assert list(marks) == [*range(1, cap), cap] and small.dropped == 1 + 3
+    gpu = events[events["kind"] != Kind.MARK]["start"]
+    assert sorted(gpu) == list(range(3, cap + 3))
+    assert all(len(r.data) == cap for r in small._rings if r.label != "rounds")
+
+
 def test_spill_to_disk_loses_nothing_and_clear_removes_spills(tmp_path) -> None:
     buf = TraceBuffer(size_mb=0.001, spill_dir=tmp_path)
     n = buf.capacity * 3 + 4
