@@ -53,8 +53,8 @@ class _Found:
         ev = tl.events
         self.gpu = np.flatnonzero(tl.mask(*GPU_KINDS))
         self.gpu_start, self.gpu_end, self.gpu_corr = ev["start"][self.gpu], ev["end"][self.gpu], ev["corr"][self.gpu]
-        self.calls = np.flatnonzero((ev["kind"] == Kind.RUNTIME) & (ev["tid"] >= 0))
-        self.waits = np.flatnonzero(ev["kind"] == Kind.WAIT)
+        self.calls = np.flatnonzero((ev["kind"] == int(Kind.RUNTIME)) & (ev["tid"] >= 0))
+        self.waits = np.flatnonzero(ev["kind"] == int(Kind.WAIT))
         self._tl = tl
         self._sync_types: dict[int, tuple[int, int]] | None = None
 
@@ -120,9 +120,9 @@ class _OpColumns:
         self.start = (ev["start"] - r0).astype(np.int64)
         self.end = (ev["end"] - r0).astype(np.int64)
         copy, src, dst = unpack_copy_flags(ev["flags"])
-        is_copy = self.kind == Kind.MEMCPY
-        self.pageable = is_copy & ((src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE))
-        self.nbytes = np.where(self.kind != Kind.KERNEL, ev["value"], 0).astype(np.int64)
+        is_copy = self.kind == int(Kind.MEMCPY)
+        self.pageable = is_copy & ((src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE)))
+        self.nbytes = np.where(self.kind != int(Kind.KERNEL), ev["value"], 0).astype(np.int64)
         self.copy = np.where(is_copy, copy, 0).astype(np.int64)
         self.dur = (ev["end"] - ev["start"]).astype(np.int64)
         self.end_list = self.end.tolist()
@@ -347,7 +347,7 @@ def _is_copy_call(name: str) -> bool:
 def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
     """CUPTI synchronisation records by correlation id: (type, stream)."""
     ev = tl.events
-    s = ev[ev["kind"] == Kind.SYNC]
+    s = ev[ev["kind"] == int(Kind.SYNC)]
     return {
         int(c): (int(f), int(st))
         for c, f, st in zip(s["corr"].tolist(), s["flags"].tolist(), s["stream"].tolist(), strict=True)
@@ -396,7 +396,7 @@ def round_graphs(ctx: Context) -> tuple[list[RoundGraph], str]:
         return [], "no GPU work was recorded, so there is no round graph to replay"
     idx = ctx.rounds.api_round_idx.tolist()
     ev = ctx.timeline.events
-    calls = int(np.count_nonzero((ev["kind"] == Kind.RUNTIME) & ctx.rounds.in_api_rounds)) / max(1, len(idx))
+    calls = int(np.count_nonzero((ev["kind"] == int(Kind.RUNTIME)) & ctx.rounds.in_api_rounds)) / max(1, len(idx))
     # Replaying is Python, node by node: keep it to about MAX_NODES nodes (a call and a segment per launch).
     most = max(1, min(MAX_ROUNDS, int(MAX_NODES // max(1.0, 2 * calls))))
     if len(idx) > most:

@@ -42,7 +42,7 @@ def is_comm_kernel(name: str) -> bool:
 
 def comm_mask(gpu: np.ndarray, strings: list[str]) -> np.ndarray:
     """Which GPU records are collective kernels: one look per distinct kernel name, not per record."""
-    kernels = gpu["kind"] == Kind.KERNEL if len(gpu) else np.zeros(0, dtype=bool)
+    kernels = gpu["kind"] == int(Kind.KERNEL) if len(gpu) else np.zeros(0, dtype=bool)
     if not kernels.any():
         return kernels
     names = distinct(gpu["name"][kernels])
@@ -77,7 +77,7 @@ def per_device(gpu: np.ndarray, strings: list[str], comm: np.ndarray | None = No
     comm = comm_mask(gpu, strings) if comm is None else comm
     if not comm.any():
         return []
-    compute = ((gpu["kind"] == Kind.KERNEL) | (gpu["kind"] == Kind.MEMSET)) & ~comm
+    compute = ((gpu["kind"] == int(Kind.KERNEL)) | (gpu["kind"] == int(Kind.MEMSET))) & ~comm
     out = []
     for device in unique(gpu["device"][comm]):
         on = gpu["device"] == device

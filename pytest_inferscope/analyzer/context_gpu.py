@@ -97,9 +97,9 @@ class GpuView:
         kind, src, dst = unpack_copy_flags(cp["flags"])
         return {
             "all": cp,
-            "h2d": cp[kind == CopyKind.HTOD],
-            "d2h": cp[kind == CopyKind.DTOH],
-            "pageable": cp[(src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)],
+            "h2d": cp[kind == int(CopyKind.HTOD)],
+            "d2h": cp[kind == int(CopyKind.DTOH)],
+            "pageable": cp[(src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE))],
         }
 
     @cached_property
@@ -284,7 +284,7 @@ class GpuView:
         copy_union = union_ns(hd["start"], hd["end"])
         overlap = _intersection_ns(hd["start"], hd["end"], ks, ke) if len(ks) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
-        pageable = (src == MemoryKind.PAGEABLE) | (dst == MemoryKind.PAGEABLE)
+        pageable = (src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE))
         if not self.rounds.gpu_api_same:  # copies matched to their calls where those were recorded
             blocking, blocked_ns = self._blocking_copies(self._api_host_copies())
             scale = self.rounds.gpu_api_scale
@@ -326,7 +326,7 @@ class GpuView:
         ev = self.timeline.events
         cp = ev[(ev["kind"] == int(Kind.MEMCPY)) & self.rounds.in_api_rounds]
         kind, _, _ = unpack_copy_flags(cp["flags"])
-        return cp[(kind == CopyKind.HTOD) | (kind == CopyKind.DTOH)]
+        return cp[(kind == int(CopyKind.HTOD)) | (kind == int(CopyKind.DTOH))]
 
     def _blocking_copies(self, hd: np.ndarray) -> tuple[int, int]:
         """Copies the host waited for: the copy call returned only after the copy ended, or a
@@ -406,8 +406,8 @@ class GpuView:
                 {
                     "device": dev,
                     "stream": stream,
-                    "kernels_per_round": float(np.count_nonzero(sel["kind"] == Kind.KERNEL)) / n,
-                    "copies_per_round": float(np.count_nonzero(sel["kind"] == Kind.MEMCPY)) / n,
+                    "kernels_per_round": float(np.count_nonzero(sel["kind"] == int(Kind.KERNEL))) / n,
+                    "copies_per_round": float(np.count_nonzero(sel["kind"] == int(Kind.MEMCPY))) / n,
                     "busy_ms_per_round": per_round_ms(busy),
                     "busy_share": busy / max(1, rounds.gpu_wall_ns),
                 }
@@ -424,7 +424,7 @@ class GpuView:
         copies = {}
         cp = self.copies["all"]
         kind, src, dst = unpack_copy_flags(cp["flags"])
-        h2d, d2h, d2d = kind == CopyKind.HTOD, kind == CopyKind.DTOH, kind == CopyKind.DTOD
+        h2d, d2h, d2d = kind == int(CopyKind.HTOD), kind == int(CopyKind.DTOH), kind == int(CopyKind.DTOD)
         for label, mask in (
             ("HtoD", h2d),
             ("DtoH", d2h),
@@ -435,15 +435,15 @@ class GpuView:
             sel = cp[mask]
             if not len(sel):
                 continue
-            host_side = np.where(kind[mask] == CopyKind.DTOH, dst[mask], src[mask])
+            host_side = np.where(kind[mask] == int(CopyKind.DTOH), dst[mask], src[mask])
             dur = float(np.sum(sel["end"] - sel["start"]))
             copies[label] = {
                 "count_per_round": len(sel) / n,
                 "mb_per_round": float(np.sum(sel["value"])) / _MB / n,
                 "ms_per_round": per_round_ms(dur),
                 "gb_per_s": float(np.sum(sel["value"])) / dur if dur else 0.0,
-                "pageable_per_round": np.count_nonzero(host_side == MemoryKind.PAGEABLE) / n,
-                "pinned_per_round": np.count_nonzero(host_side == MemoryKind.PINNED) / n,
+                "pageable_per_round": np.count_nonzero(host_side == int(MemoryKind.PAGEABLE)) / n,
+                "pinned_per_round": np.count_nonzero(host_side == int(MemoryKind.PINNED)) / n,
             }
         syncs: dict[str, dict[str, float]] = {}
         ev = tl.events

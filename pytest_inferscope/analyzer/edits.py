@@ -96,7 +96,7 @@ def comm_kernels(f: Flat) -> np.ndarray:
     """Which ops are collective kernels (comm.py); kept in `f.comm` for the what-ifs that ask again."""
     if f.comm is None:
         named = np.fromiter(map(is_comm_kernel, f.op_name), dtype=bool, count=len(f.op_name))
-        f.comm = (f.op_kind == Kind.KERNEL) & named
+        f.comm = (f.op_kind == int(Kind.KERNEL)) & named
     return f.comm
 
 
@@ -116,7 +116,7 @@ def faster(select: Callable[[Flat], np.ndarray], factor: float | None) -> Callab
 
 def compute(f: Flat) -> np.ndarray:
     """Kernels and memsets, collectives left out."""
-    return ((f.op_kind == Kind.KERNEL) | (f.op_kind == Kind.MEMSET)) & ~comm_kernels(f)
+    return ((f.op_kind == int(Kind.KERNEL)) | (f.op_kind == int(Kind.MEMSET))) & ~comm_kernels(f)
 
 
 def syncs_removed(kind: str) -> Callable[[Flat], Flat | None]:
@@ -149,7 +149,7 @@ def _reads(f: Flat, blocks: list[int], stretch: list[int]) -> tuple[np.ndarray, 
     right before the call when it is no longer than DISPATCH_NS: the framework's dispatch of the read) and their
     ops."""
     assert f.op_copy is not None and f.op_nbytes is not None
-    is_read = (f.op_kind == Kind.MEMCPY) & (f.op_copy == CopyKind.DTOH) & (f.op_nbytes > 0)
+    is_read = (f.op_kind == int(Kind.MEMCPY)) & (f.op_copy == int(CopyKind.DTOH)) & (f.op_nbytes > 0)
     is_read &= f.op_nbytes <= READ_BYTES
     _, issuer, placed = issued(f)
     sel = is_read[placed]

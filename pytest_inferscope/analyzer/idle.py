@@ -176,7 +176,7 @@ class _PeerCopies:
     """The rounds' copies between two known devices, for telling a gap that waited for another GPU."""
 
     def __init__(self, events: np.ndarray, gpu: np.ndarray) -> None:
-        cp = gpu[events["kind"][gpu] == Kind.MEMCPY]
+        cp = gpu[events["kind"][gpu] == int(Kind.MEMCPY)]
         cp = cp[peer_copies(events["flags"][cp])]
         self.src, self.dst = copy_devices(events["flags"][cp])
         self.end = events["end"][cp]
@@ -223,10 +223,10 @@ def attribute_idle(
     r_order = np.argsort(starts[round_idx], kind="stable")
     r_start, r_end = starts[round_idx][r_order], ends[round_idx][r_order]
     # Launch call of each GPU record, by correlation id (host RUNTIME records carry the same id).
-    rt = np.flatnonzero((kind == Kind.RUNTIME) & (corr > 0))
+    rt = np.flatnonzero((kind == int(Kind.RUNTIME)) & (corr > 0))
     rt = rt[np.argsort(corr[rt], kind="stable")]
     rt_corr, rt_start = corr[rt], starts[rt]
-    waits = np.flatnonzero((kind == Kind.WAIT) & in_rounds)
+    waits = np.flatnonzero((kind == int(Kind.WAIT)) & in_rounds)
     w_start, w_end = starts[waits], ends[waits]
     s_start, s_end = starts[sync_idx], ends[sync_idx]
     gpu = np.flatnonzero(gpu_mask)
@@ -260,7 +260,7 @@ def attribute_idle(
         peer = np.full(len(a), -1, dtype=np.int16)
         if len(peers.end):
             after = g[np.maximum(nxt, 0)]
-            nxt_copy = np.where(has_next & (kind[after] == Kind.MEMCPY), events["flags"][after], 0)
+            nxt_copy = np.where(has_next & (kind[after] == int(Kind.MEMCPY)), events["flags"][after], 0)
             cause, peer = _peer_wait(peers, dev, cause, (a, b), nxt_copy, (known, launch), launch_gap_ns)
         out.append((a, b, cause, np.full(len(a), dev, dtype=np.int16), blocked, peer))
     if not out:

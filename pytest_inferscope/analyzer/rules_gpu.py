@@ -36,7 +36,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     busy = max(0.0, compute - hidden)
     if busy < GPU_BUSY_MIN:
         return []
-    k = ctx.gpu.records[ctx.gpu.records["kind"] == Kind.KERNEL]
+    k = ctx.gpu.records[ctx.gpu.records["kind"] == int(Kind.KERNEL)]
     kernels_per_round = len(k) / ctx.rounds.n_gpu_rounds
     names = k["name"]
     dur = (k["end"] - k["start"]).astype(float)

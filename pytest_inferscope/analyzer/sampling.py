@@ -34,7 +34,7 @@ def samples_in(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) ->
     """The test thread's CPU samples in the round, by start: (start, end, the latest end so far, module of the
     innermost frame); the modules that are the framework's are added to `framework`."""
     ev = tl.events
-    sel = np.flatnonzero((ev["kind"] == Kind.SAMPLE) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid))
+    sel = np.flatnonzero((ev["kind"] == int(Kind.SAMPLE)) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid))
     sel = sel[np.argsort(ev["start"][sel], kind="stable")]
     mods = []
     for i in sel.tolist():

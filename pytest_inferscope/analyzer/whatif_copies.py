@@ -31,7 +31,7 @@ def pinned_arrays(f: Flat) -> Flat | None:
         return None
     unblock, cheap = _unblocked(f, is_copy)
     sized = hits[f.op_nbytes[hits] != 0]
-    moved = hits[f.op_copy[hits] == CopyKind.HTOD].tolist()
+    moved = hits[f.op_copy[hits] == int(CopyKind.HTOD)].tolist()
     if not len(sized) and not moved and not unblock.any():
         return None
     op_dur = f.op_dur.copy()
