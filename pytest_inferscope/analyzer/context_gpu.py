@@ -21,7 +21,7 @@ from ..merger import Timeline
 from ..results import BreakdownPart
 from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, median, union_ns
 from .comm import DeviceComm, comm_mask, per_device
-from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle, no_gaps
+from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle, idle_total_ns, no_gaps
 
 #: Runtime/driver calls that block the calling thread until the device catches up.
 SYNC_CALL = re.compile(r"Synchronize|^cudaMemcpy(2D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?$|^cudaMemcpy(To|From)Symbol$")
@@ -223,12 +223,9 @@ class GpuView:
         """
         if self.rounds.gpu_api_same:  # the launch calls' rounds are the GPU rounds
             return 1.0
-        none = np.zeros(0, dtype=np.int64)
-        measured = attribute_idle(
-            self.timeline.events, self.rounds.in_gpu_rounds, self.rounds.gpu_round_idx, none, self.launch_gap_ns
-        )
+        measured = idle_total_ns(self.timeline.events, self.rounds.in_gpu_rounds, self.rounds.gpu_round_idx)
         traced = self.idle.total_ns()
-        return measured.total_ns() / traced if traced else 0.0
+        return measured / traced if traced else 0.0
 
     def idle_ns(self, cause: str | None = None) -> float:
         """Idle ns of one cause (all when None) over the measured rounds, summed over devices."""

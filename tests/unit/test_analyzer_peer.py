@@ -7,7 +7,8 @@ import pytest
 from test_analyzer import MS
 from test_analyzer_gpu import one_round
 
-from pytest_inferscope.analyzer import analyze, idle_gaps
+from pytest_inferscope.analyzer import Context, analyze, idle_gaps
+from pytest_inferscope.analyzer.idle import idle_total_ns
 from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Domain, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import merge
 
@@ -118,3 +119,16 @@ def test_idle_gaps_between_gpu_work_are_counted_per_device() -> None:
     assert gaps["gaps_per_round"] == 1
     assert gaps["longest_ms"] == pytest.approx(4.01)
     assert gaps["total_ms_per_round"] == pytest.approx(4.01)
+
+
+@pytest.mark.parametrize("devices", [(0, 1), (-1, -1)])
+def test_the_idle_total_without_causes_is_the_attributions_total(devices: tuple[int, int]) -> None:
+    """`idle_total_ns` (GpuView.idle_scale's, which skips the causes) sums the same intervals as `attribute_idle`,
+    over both devices; nothing without rounds."""
+    tl = merge(split_model(*devices))
+    ctx = Context(tl)
+    r = ctx.rounds
+    total = idle_total_ns(tl.events, r.in_api_rounds, r.api_round_idx)
+    assert total == ctx.gpu.idle.total_ns() == sum(ctx.gpu.idle.totals_ns().values())
+    assert total == int((ctx.gpu.idle.end_ns - ctx.gpu.idle.start_ns).sum()) > 0
+    assert idle_total_ns(tl.events, r.in_api_rounds, r.api_round_idx[:0]) == 0
