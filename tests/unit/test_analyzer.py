@@ -442,6 +442,9 @@ def test_counter_times_are_read_over_their_span_and_old_traces_as_before() -> No
     for key in ("thread_cpu_ns", "user_ns", "sys_ns", "runqueue_ns"):
         assert new[key] == pytest.approx(old[key] / 2)
     assert new["wall_ns"] == old["wall_ns"] and new["minflt"] == old["minflt"] and old["thread_cpu_ns"] > 0
+    raw.meta["rounds"] = []  # no counters kept (an imported trace): every sum is 0
+    none = Context(merge(raw)).rounds.counters
+    assert none == dict.fromkeys(none, 0.0) and "thread_cpu_ns" in none and "rss_first" not in none
 
 
 @pytest.mark.parametrize("round_ms", [0.004, 0.06])
