@@ -297,7 +297,15 @@ def whatif_graphs(graphs: list[RoundGraph]) -> list[RoundGraph]:
     return out
 
 
-def test_the_array_replay_equals_the_walk_on_the_benchmark_trace_and_its_whatifs() -> None:
+@pytest.mark.parametrize("in_c", [True, False])
+def test_the_array_replay_equals_the_walk_on_the_benchmark_trace_and_its_whatifs(
+    in_c: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Replayer` walks in C where that walk is built, and replays by the array plan where not: both as the walk."""
+    if not in_c:
+        monkeypatch.setattr(replay_module, "_native_walk", None)
+    elif replay_module._native_walk is None:
+        pytest.skip("the walk in C is not built")
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from synthetic import make_raw_trace
 
@@ -312,9 +320,16 @@ def test_the_array_replay_equals_the_walk_on_the_benchmark_trace_and_its_whatifs
     assert taken >= len(graphs)
 
 
+@pytest.mark.parametrize("in_c", [True, False])
 @pytest.mark.parametrize("scenario", ["sync_bound", "launch_bound", "transfer_bound", "cpu_bound", "gpu_bound"])
-def test_the_replay_equals_the_walk_on_the_recorded_scenarios(scenario: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_replay_equals_the_walk_on_the_recorded_scenarios(
+    scenario: str, in_c: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(flat, "MIN_STRETCH", 1)  # the array replay even where the walk is faster
+    if not in_c:  # Replayer's array plan (it walks in C where that walk is built)
+        monkeypatch.setattr(replay_module, "_native_walk", None)
+    elif replay_module._native_walk is None:
+        pytest.skip("the walk in C is not built")
     graphs, _ = round_graphs(Context(merge(RawTrace.load(str(ROOT / "tests/data" / scenario / "trace.npz")))))
     for g in whatif_graphs(graphs):
         got = fast(g)
