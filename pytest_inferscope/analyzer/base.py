@@ -65,6 +65,19 @@ def distinct(a: np.ndarray) -> np.ndarray:
     return unique(a)
 
 
+def distinct_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(a, return_inverse=True)` of a 1-d integer array: its distinct values, sorted, and where each of `a`
+    is among them. np.unique's wrappers cost ~35 µs a call on a round's few hundred records, this ~8."""
+    keys = unique(a)
+    return keys, keys.searchsorted(a)
+
+
+def first_seen(a: np.ndarray) -> list[int]:
+    """The distinct values of a 1-d integer array in the order they first occur (`np.unique`'s keys ordered by its
+    `return_index`, ~40 µs a call in wrappers)."""
+    return list(dict.fromkeys(a.tolist()))
+
+
 def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
     """Total length of the union of [start, end) intervals."""
     if len(starts) == 0:

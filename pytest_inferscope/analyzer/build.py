@@ -14,7 +14,7 @@ import numpy as np
 
 from ..events import GPU_KINDS, Kind, MemoryKind, SyncType, unique, unpack_copy_flags
 from ..merger import Timeline
-from .base import median, member
+from .base import distinct_inverse, median, member
 from .columns import K_BLOCKING, K_CALL, K_EXTERNAL, K_SEGMENT, Flat, Modules
 from .context import Context
 from .context_gpu import COPY_CALL, SYNC_CALL
@@ -361,7 +361,7 @@ def _latencies(stream_busy: dict[int, int], cols: _OpColumns) -> tuple[np.ndarra
     those) so far on its stream."""
     start, end, stream = cols.start, cols.end, cols.stream
     at = cols.issue_at  # when its call issued it (its own start when none did)
-    keys, inverse = np.unique(stream, return_inverse=True)
+    keys, inverse = distinct_inverse(stream)
     busy = np.array([stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
     floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
     prev = np.full(len(start), -1, dtype=np.int64)

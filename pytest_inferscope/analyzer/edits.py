@@ -200,7 +200,8 @@ def module_removed(module: str) -> Callable[[Flat], Flat | None]:
 
     def on_arrays(f: Flat) -> Flat | None:
         m = f.modules
-        sel = np.isin(m.module, [k for k, name in enumerate(m.names) if name == module])
+        # the module's entries (its names are distinct: one index at most; np.isin took ~28 µs a call)
+        sel = m.module == m.names.index(module) if module in m.names else np.zeros(len(m.module), dtype=bool)
         node, ns = m.node[sel], m.ns[sel]
         keep = f.kind[node] == K_SEGMENT
         node, ns = node[keep], ns[keep]

@@ -145,7 +145,8 @@ def _device_gaps(
 
     Lead-in, between the runs of busy records of a round, and the tail; and rounds in which it did nothing.
     """
-    rid = np.clip(np.searchsorted(r_start, g_start, side="right") - 1, 0, len(r_start) - 1)
+    # (np.minimum of np.maximum: np.clip's wrappers cost 8 against 2 µs)
+    rid = np.minimum(np.maximum(r_start.searchsorted(g_start, side="right") - 1, 0), len(r_start) - 1)
     run_end = np.maximum.accumulate(g_end)
     new = np.ones(len(g_start), dtype=bool)
     new[1:] = (g_start[1:] > run_end[:-1]) | (rid[1:] != rid[:-1])

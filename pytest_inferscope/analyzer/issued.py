@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import first_seen
+
 
 class Issued:
     """The ops issued up to each host item, per stream in issue order, for what a blocking call waited for: on
@@ -20,9 +22,8 @@ class Issued:
         stream, end = op_streams[op].astype(np.int64), op_ends[op].astype(np.int64)
         # per stream, in issue order (streams by first issue): the item that issued each op, the latest end so
         # far, and the op holding it (the first to reach it)
-        keys, first = np.unique(stream, return_index=True)
         self.streams: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
-        for key in keys[np.argsort(first)].tolist():
+        for key in first_seen(stream):
             sel = np.flatnonzero(stream == key)
             ends = np.maximum.accumulate(end[sel])
             rises = np.ones(len(sel), dtype=bool)

@@ -11,12 +11,15 @@ import dataclasses
 import numpy as np
 
 from ..events import CopyKind, unique
+from .base import member
 from .columns import K_BLOCKING, K_CALL, K_EXTERNAL, Flat, issued
 from .edits import ArrayTransform
 from .graph import HOST_LINK, MEMCPY
 
 #: Pinned copies reach this share of the link's peak (docs/architecture.md, "Transfers and the link").
 PINNED_EFFICIENCY = 0.8
+#: graph.HOST_LINK as an array, for base.member (np.isin, whose wrappers cost ~28 µs a call, three a what-if).
+_HOST_LINK = np.array([int(k) for k in HOST_LINK], dtype=np.int64)
 
 
 def pinned_arrays(f: Flat) -> Flat | None:
@@ -25,7 +28,7 @@ def pinned_arrays(f: Flat) -> Flat | None:
     launch call; the uploads are issued from the round's start by a node put first ("prefetch")."""
     assert f.op_copy is not None and f.op_nbytes is not None and f.op_stream is not None
     link = f.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
-    is_copy = (f.op_kind == MEMCPY) & np.isin(f.op_copy, HOST_LINK)  # graph.copy_is_host_link
+    is_copy = (f.op_kind == MEMCPY) & member(f.op_copy, _HOST_LINK)  # graph.copy_is_host_link
     hits = np.flatnonzero(is_copy)
     if not len(hits) or link <= 0:
         return None
@@ -70,7 +73,7 @@ def _ops_moved(f: Flat, moved: list[int]) -> tuple[list[list[int]], tuple[np.nda
     `columns.issued` of them."""
     counts, issuer, placed = issued(f)
     node_ops = [moved, *f.node_ops]
-    keep = ~np.isin(placed, moved)
+    keep = ~member(placed, np.array(moved, dtype=np.int64))
     gone = set(moved)
     for i in unique(issuer[~keep]).tolist():
         node_ops[i + 1] = [j for j in f.node_ops[i] if j not in gone]
@@ -104,7 +107,7 @@ def _uploads_moved(f: Flat, moved: list[int]) -> tuple[np.ndarray, ...]:
     after, stream = f.op_after.copy(), f.op_stream.copy()
     start, lat, gap, floor = f.op_start.copy(), f.op_lat.copy(), f.op_gap.copy(), f.op_floor.copy()
     followers: dict[int, list[int]] = {j: [] for j in moved}
-    for k in np.flatnonzero(np.isin(f.op_after, moved)).tolist() if moved else []:
+    for k in np.flatnonzero(member(f.op_after, np.array(moved, dtype=np.int64))).tolist() if moved else []:
         followers[int(f.op_after[k])].append(k)
     copy_stream: dict[int, int] = {}  # per device: the last upload on its copy stream
     for j in moved:

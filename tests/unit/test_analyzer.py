@@ -472,3 +472,19 @@ def test_the_analyzers_median_and_membership_are_numpys() -> None:
             for values in (rng.choice(a, int(rng.integers(0, n + 1))), a[:0], rng.integers(-3, 3, 4)):
                 assert np.array_equal(member(a, values), np.isin(a, values))
                 assert np.array_equal(member(small, values), np.isin(small, values))
+
+
+def test_the_analyzers_distinct_values_are_numpys() -> None:
+    """`base.distinct_inverse` and `base.first_seen` stand for np.unique's return_inverse and return_index."""
+    from pytest_inferscope.analyzer.base import distinct_inverse, first_seen
+
+    rng = np.random.default_rng(12)
+    for n in [0, 1, 2, 5, 300]:
+        for high in (3, 10**12):
+            a = rng.integers(-high, high, n)
+            keys, inverse = distinct_inverse(a)
+            want_keys, want_inverse = np.unique(a, return_inverse=True)
+            assert np.array_equal(keys, want_keys) and np.array_equal(inverse, want_inverse)
+            assert np.array_equal(keys[inverse], a)
+            distinct, first = np.unique(a, return_index=True)
+            assert first_seen(a) == distinct[np.argsort(first)].tolist()
