@@ -120,12 +120,17 @@ class GpuView:
         # (array methods: numpy's functions' wrappers cost more than the work on a short timeline)
         return (runtime & self.rounds.in_api_rounds).nonzero()[0] if np.count_nonzero(runtime) else runtime.nonzero()[0]
 
+    @cached_property
+    def _api_call_names(self) -> tuple[np.ndarray, list[int]]:
+        """The names of `_api_calls` (interned), and the distinct ones: found once for the three patterns."""
+        ids = self.timeline.events["name"][self._api_calls]
+        return ids, distinct(ids).tolist()
+
     def _calls_named(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which of `_api_calls` have a name `pattern` matches: one regex per distinct name of a call, not per
         event (nor per kernel name: those can be long)."""
-        ids = self.timeline.events["name"][self._api_calls]
+        ids, names = self._api_call_names
         table = np.zeros(len(self.timeline.strings), dtype=bool)
-        names = distinct(ids).tolist()
         table[names] = [bool(pattern.search(self.timeline.strings[i])) for i in names]
         return table[ids]
 
@@ -279,7 +284,9 @@ class GpuView:
         nominal = float(self.timeline.meta.get("link_gb_s") or LINK_NOMINAL_GB_S)
         time_ns = float(dur.sum())
         copy_union = union_ns(hd["start"], hd["end"])
-        overlap = _intersection_ns(hd["start"], hd["end"], ks, ke) if len(ks) else 0
+        # `_intersection_ns` of the copies and the compute, from the unions of each found already (two of its three)
+        both = union_ns(np.concatenate((hd["start"], ks)), np.concatenate((hd["end"], ke))) if len(ks) else 0
+        overlap = copy_union + self._compute_ns - both if len(ks) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE))
         if not self.rounds.gpu_api_same:  # copies matched to their calls where those were recorded
@@ -317,6 +324,12 @@ class GpuView:
     def _compute_ns(self) -> int:
         """Their union: the time the GPU computed (the transfer summary's and the breakdown's)."""
         return union_ns(*self._compute_spans)
+
+    @cached_property
+    def copies_ns(self) -> int:
+        """The union of the copies among the records: the time the GPU copied (the metrics' and the breakdown's)."""
+        cp = self.copies["all"]
+        return union_ns(cp["start"], cp["end"])
 
     def _api_host_copies(self) -> np.ndarray:
         """Host<->device copy records of the API rounds."""
@@ -360,16 +373,19 @@ class GpuView:
 
     def merged_busy(self, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The GPU's busy intervals (kernels, copies, memsets on any stream), merged; of one device when given."""
-        g = self.records if device is None else self.records[self.records["device"] == device]
-        if not len(g):
+        starts, ends = self.records["start"], self.records["end"]  # columns: no copy of whole records
+        if device is not None:
+            mine = self.records["device"] == device
+            starts, ends = starts[mine], ends[mine]
+        if not len(starts):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        order = np.argsort(g["start"], kind="stable")
-        s, e = g["start"][order], g["end"][order]
+        order = starts.argsort(kind="stable")
+        s, e = starts[order], ends[order]
         run_end = np.maximum.accumulate(e)
         new = np.ones(len(s), dtype=bool)
         new[1:] = s[1:] > run_end[:-1]
-        idx = np.flatnonzero(new)
-        return s[idx], np.append(run_end[idx[1:] - 1], run_end[-1])
+        idx = new.nonzero()[0]
+        return s[idx], np.concatenate((run_end[idx[1:] - 1], run_end[-1:]))
 
     def _gaps_between_work(self) -> np.ndarray:
         """The idle gaps (ns) between merged busy intervals of one device inside the same round: two GPUs' busy time
@@ -395,16 +411,17 @@ class GpuView:
         n, per_round_ms = rounds.n_gpu_rounds, rounds.per_gpu_round_ms
         streams = []
         key = (g["device"].astype(np.int64) << 32) | (g["stream"].astype(np.int64) & 0xFFFFFFFF)
+        starts, ends, kinds = g["start"], g["end"], g["kind"]  # columns: no copy of whole records per stream
         for k in unique(key).tolist():
             dev, stream = k >> 32, int(np.int32(np.uint32(k & 0xFFFFFFFF)))
-            sel = g[key == k]
-            busy = union_ns(sel["start"], sel["end"])
+            sel = key == k
+            busy = union_ns(starts[sel], ends[sel])
             streams.append(
                 {
                     "device": dev,
                     "stream": stream,
-                    "kernels_per_round": float(np.count_nonzero(sel["kind"] == int(Kind.KERNEL))) / n,
-                    "copies_per_round": float(np.count_nonzero(sel["kind"] == int(Kind.MEMCPY))) / n,
+                    "kernels_per_round": float(np.count_nonzero(kinds[sel] == int(Kind.KERNEL))) / n,
+                    "copies_per_round": float(np.count_nonzero(kinds[sel] == int(Kind.MEMCPY))) / n,
                     "busy_ms_per_round": per_round_ms(busy),
                     "busy_share": busy / max(1, rounds.gpu_wall_ns),
                 }
@@ -468,9 +485,7 @@ class GpuView:
                 BreakdownPart("Transfers (host/device copies)", None, None, collected=False, reason=reason),
             ]
         r = self.rounds
-        k_ns = self._compute_ns
-        cp = self.copies["all"]
-        c_ns = union_ns(cp["start"], cp["end"])
+        k_ns, c_ns = self._compute_ns, self.copies_ns
         g_wall, where = max(1, r.gpu_wall_ns), f" ({r.gpu_rounds_kind} rounds)" if r.gpu_lean else ""
         return [
             BreakdownPart(f"GPU compute{where}", r.per_gpu_round_ms(k_ns), k_ns / g_wall),

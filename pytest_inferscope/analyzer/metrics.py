@@ -141,7 +141,7 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["gpu.communication_overlap"] = sum(d.overlap_ns for d in devices) / total if total else None
     m["gpu.idle_fraction"] = 1.0 - busy / wall
     m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu.records["kind"] == int(Kind.KERNEL)) / n_gpu
-    m["gpu.transfer_fraction"] = union_ns(cp["all"]["start"], cp["all"]["end"]) / wall
+    m["gpu.transfer_fraction"] = ctx.gpu.copies_ns / wall
     m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / n_gpu
     m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / n_gpu
     ev = ctx.timeline.events
