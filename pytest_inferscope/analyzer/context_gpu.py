@@ -120,17 +120,12 @@ class GpuView:
         # (array methods: numpy's functions' wrappers cost more than the work on a short timeline)
         return (runtime & self.rounds.in_api_rounds).nonzero()[0] if np.count_nonzero(runtime) else runtime.nonzero()[0]
 
-    @cached_property
-    def _api_call_names(self) -> tuple[np.ndarray, list[int]]:
-        """The names of `_api_calls` (interned), and the distinct ones: found once for the three patterns."""
-        ids = self.timeline.events["name"][self._api_calls]
-        return ids, distinct(ids).tolist()
-
     def _calls_named(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which of `_api_calls` have a name `pattern` matches: one regex per distinct name of a call, not per
         event (nor per kernel name: those can be long)."""
-        ids, names = self._api_call_names
+        ids = self.timeline.events["name"][self._api_calls]
         table = np.zeros(len(self.timeline.strings), dtype=bool)
+        names = distinct(ids).tolist()
         table[names] = [bool(pattern.search(self.timeline.strings[i])) for i in names]
         return table[ids]
 
@@ -328,8 +323,7 @@ class GpuView:
     @cached_property
     def copies_ns(self) -> int:
         """The union of the copies among the records: the time the GPU copied (the metrics' and the breakdown's)."""
-        cp = self.copies["all"]
-        return union_ns(cp["start"], cp["end"])
+        return union_ns(self.copies["all"]["start"], self.copies["all"]["end"])
 
     def _api_host_copies(self) -> np.ndarray:
         """Host<->device copy records of the API rounds."""
