@@ -30,9 +30,9 @@ _MB = 1024 * 1024
 KEPT_KINDS = frozenset({int(Kind.ROUND)})
 _KEPT_START = 64  # the kept ring's first capacity; it doubles when full
 #: A thread's (or the GPU drain's) ring's first capacity: 768 kB. The rings were made at the buffer's size (100 MB)
-#: at once, and numpy asks for huge pages for arrays from 4 MB: the first event written to each ring cost a 2 MB page
-#: cleared, ~0.37 ms for the GPU drain's ring on the H200 host (2026-11-28, scratch/s19_acct.py), in every test, and
-#: in the sampler's thread during a round.
+#: at once, and the GPU drain's first extend into its ring cost ~0.37 ms a ResNet-50 test on the H200 host (0.02 ms
+#: with rings that start small, the same call, 2026-11-28, scratch/s19_acct.py). Why is not pinned down: numpy asks
+#: for huge pages from 4 MB, but a lone event written to a fresh 100 MB array took 8.6 us there.
 _RING_START = 16384
 GPU_RING = "gpu"
 
