@@ -776,92 +776,45 @@ static const char *unfiltered(int d, char *why, size_t size) {
     return why;
 }
 
-/* Calls of domain d that this libcupti knows past the headers' CBID_SIZE (a newer minor version's): recorded with the
- * traced ones, as the kind records every call. Asked of cuptiGetCallbackName once a process, in a window of ids. */
-#define NEWER_WINDOW 256
-static CUpti_CallbackId newer_cbids[2][NEWER_WINDOW];
-static size_t n_newer[2];
-static int newer_asked[2];
-
-static void find_newer(int d) {
-    if (newer_asked[d]) return;
-    CUpti_CallbackDomain domain = d ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API;
-    for (CUpti_CallbackId cbid = API_DOMAINS[d].size; cbid < API_DOMAINS[d].size + NEWER_WINDOW; cbid++) {
-        const char *name = NULL;
-        if (lib.cuptiGetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && name) newer_cbids[d][n_newer[d]++] = cbid;
-    }
-    newer_asked[d] = 1;
-}
-
-/* The per-call switch of domain d on or off for the traced calls and the newer ones; how many took. */
-static size_t switch_one(int d, CUpti_CallbackId cbid, uint8_t on, CUptiResult *rc) {
-    CUptiResult r = lib.enable_api[d](cbid, on);
-    if (r == CUPTI_SUCCESS) return 1;
-    *rc = r; /* a call this libcupti does not know: nothing to record either way */
-    return 0;
-}
-
-static size_t switch_picked(int d, uint8_t on, CUptiResult *rc) {
-    size_t ok = 0;
-    for (size_t i = 0; i < API_DOMAINS[d].n_traced; i++) ok += switch_one(d, API_DOMAINS[d].traced[i].cbid, on, rc);
-    for (size_t i = 0; i < n_newer[d]; i++) ok += switch_one(d, newer_cbids[d][i], on, rc);
-    return ok;
-}
-
-/* Records of domain d's calls on: only the traced ones (and those newer than the headers), by the per-call switch and
- * without the kind. The kind records every call, and turning the ~1,300 others off after it, at each start and at each
- * switch of the launch calls, cost ~0.2 ms a time (set_api_records 0.22-0.24 ms, H200 host, 2026-11-28). The kind
- * where the calls cannot be picked (INFERSCOPE_CUPTI_ALL_API=1, no per-call switch) or no pick took. Appends to
- * self->apis what it did, or why every call is recorded. */
-static CUptiResult api_records_on(Collector *self, int d) {
+/* After cuptiActivityEnable(RUNTIME or DRIVER), which records every call: all but the traced calls off again.
+ * Appends to self->apis what it did, or why every call stays recorded. */
+static void filter_apis(Collector *self, int d) {
+    uint8_t on[CBID_LIMIT] = {0};
     char why[128];
-    size_t len = strlen(self->apis);
+    size_t ok = 0, len = strlen(self->apis);
     CUptiResult rc = CUPTI_SUCCESS;
     const char *all = unfiltered(d, why, sizeof why);
-    self->filtered[d] = 0;
     if (!all) {
-        find_newer(d);
-        if (switch_picked(d, 1, &rc) > 0) {
-            self->filtered[d] = 1;
-            snprintf(self->apis + len, sizeof self->apis - len, "%s%s: %zu traced calls of %u", len ? "; " : "",
-                     API_DOMAINS[d].label, API_DOMAINS[d].n_traced, (unsigned)API_DOMAINS[d].size - 1);
-            return CUPTI_SUCCESS;
+        for (size_t i = 0; i < API_DOMAINS[d].n_traced; i++) on[API_DOMAINS[d].traced[i].cbid] = 1;
+        for (CUpti_CallbackId cbid = 1; cbid < API_DOMAINS[d].size; cbid++) {
+            CUptiResult r = lib.enable_api[d](cbid, on[cbid]);
+            if (r == CUPTI_SUCCESS)
+                ok++;
+            else
+                rc = r; /* a call this libcupti does not know: nothing to record either way */
         }
-        snprintf(why, sizeof why, "%s returned %s", API_DOMAINS[d].setter, result_name(rc));
-        all = why; /* nothing took: the kind, every call */
+        self->filtered[d] = ok > 0;
+        if (!ok) { /* nothing took, so the kind still records every call */
+            snprintf(why, sizeof why, "%s returned %s", API_DOMAINS[d].setter, result_name(rc));
+            all = why;
+        }
     }
-    rc = lib.cuptiActivityEnable(API_DOMAINS[d].kind);
-    if (rc == CUPTI_SUCCESS)
+    if (all)
         snprintf(self->apis + len, sizeof self->apis - len, "%s%s: every call (%s)", len ? "; " : "",
                  API_DOMAINS[d].label, all);
-    return rc;
-}
-
-/* Records of domain d's calls off: the picked calls' switches, or the kind. */
-static void api_records_off(Collector *self, int d) {
-    CUptiResult rc = CUPTI_SUCCESS;
-    if (self->filtered[d])
-        switch_picked(d, 0, &rc);
     else
-        lib.cuptiActivityDisable(API_DOMAINS[d].kind);
-    self->filtered[d] = 0;
-}
-
-/* The API domain (0 runtime, 1 driver) of an activity kind, or -1. */
-static int api_domain(CUpti_ActivityKind kind) {
-    for (int d = 0; d < 2; d++)
-        if (kind == API_DOMAINS[d].kind) return d;
-    return -1;
+        snprintf(self->apis + len, sizeof self->apis - len, "%s%s: %zu traced calls of %u", len ? "; " : "",
+                 API_DOMAINS[d].label, API_DOMAINS[d].n_traced, (unsigned)API_DOMAINS[d].size - 1);
 }
 
 static void disable_kinds(Collector *self) {
-    for (size_t i = 0; i < N_KINDS; i++) {
-        if (!(self->enabled & (1ULL << KINDS[i].kind))) continue;
-        int d = api_domain(KINDS[i].kind);
-        if (d >= 0)
-            api_records_off(self, d); /* per-call switches record on their own, without the kind: off one by one */
-        else
-            lib.cuptiActivityDisable(KINDS[i].kind);
+    for (size_t i = 0; i < N_KINDS; i++)
+        if (self->enabled & (1ULL << KINDS[i].kind)) lib.cuptiActivityDisable(KINDS[i].kind);
+    /* Per-call enables may outlive the kind (they record on their own without it): the traced ones off too. */
+    for (int d = 0; d < 2; d++) {
+        for (size_t i = 0; self->filtered[d] && i < API_DOMAINS[d].n_traced; i++)
+            lib.enable_api[d](API_DOMAINS[d].traced[i].cbid, 0);
+        self->filtered[d] = 0;
     }
 }
 
@@ -907,10 +860,11 @@ static PyObject *collector_start(Collector *self, PyObject *unused) {
     }
     for (size_t i = 0; i < N_KINDS; i++) {
         if (KINDS[i].kind == CUPTI_ACTIVITY_KIND_DRIVER && !self->driver) continue;
-        int d = api_domain(KINDS[i].kind);
-        rc = d >= 0 ? api_records_on(self, d) : lib.cuptiActivityEnable(KINDS[i].kind);
+        rc = lib.cuptiActivityEnable(KINDS[i].kind);
         if (rc == CUPTI_SUCCESS) {
             self->enabled |= 1ULL << KINDS[i].kind;
+            for (int d = 0; d < 2; d++)
+                if (KINDS[i].kind == API_DOMAINS[d].kind) filter_apis(self, d);
         } else if (KINDS[i].required || is_busy(rc)) {
             snprintf(what, sizeof what, "cuptiActivityEnable(%s)", KINDS[i].name);
             goto fail;
@@ -1026,17 +980,21 @@ static PyObject *collector_set_api_records(Collector *self, PyObject *arg) {
         uint64_t bit = 1ULL << kind;
         if (!(self->api_started & bit)) continue; /* not recorded by this start (driver=False, or unsupported) */
         if (!on && (self->enabled & bit)) {
-            api_records_off(self, d);
+            lib.cuptiActivityDisable(kind);
+            for (size_t i = 0; self->filtered[d] && i < API_DOMAINS[d].n_traced; i++)
+                lib.enable_api[d](API_DOMAINS[d].traced[i].cbid, 0);
+            self->filtered[d] = 0;
             self->enabled &= ~bit;
         } else if (on && !(self->enabled & bit)) {
             size_t len = strlen(self->apis);
-            CUptiResult rc = api_records_on(self, d);
-            self->apis[len] = '\0'; /* the description start() wrote still holds */
+            CUptiResult rc = lib.cuptiActivityEnable(kind);
             if (rc != CUPTI_SUCCESS)
                 return raise_cupti(kind == CUPTI_ACTIVITY_KIND_RUNTIME ? "cuptiActivityEnable(RUNTIME)"
                                                                        : "cuptiActivityEnable(DRIVER)",
                                    rc);
             self->enabled |= bit;
+            filter_apis(self, d);
+            self->apis[len] = '\0'; /* the description start() wrote still holds */
         }
     }
     Py_RETURN_NONE;
