@@ -28,6 +28,8 @@ MAX_RESIDUAL_NS = 50_000
 #: A device clock whose rate differs from the host's by more than this is reported.
 RATE_TOLERANCE = 1e-3
 
+_SUM, _MAX, _MIN = np.add.reduce, np.maximum.reduce, np.minimum.reduce
+
 
 @dataclass
 class Timeline:
@@ -68,21 +70,25 @@ def fit_clock(pairs: list[tuple[int, int]], has_device_events: bool) -> ClockFit
     h_ref, d_ref = int(pairs[0][0]), int(pairs[0][1])
     h = np.array([p[0] - h_ref for p in pairs], dtype=np.float64)
     d = np.array([p[1] - d_ref for p in pairs], dtype=np.float64)
-    if len(pairs) == 1 or np.ptp(d) == 0:
-        offset = float(np.mean(h - d))
+    n = len(pairs)
+    # The reductions are the ufuncs' own (np.add.reduce is what np.sum, np.mean and ndarray.mean run, to the bit):
+    # np.ptp, np.mean and np.sum's wrappers cost ~40 against ~14 µs for the fit of a test's 6 readings (2-core dev
+    # VM, 2026-11-28).
+    if n == 1 or _MAX(d) == _MIN(d):  # np.ptp(d) == 0: the readings are finite
+        offset = float(_SUM(h - d) / n)
         return ClockFit(
             rate=1.0,
             offset_ns=offset,
             host_ref_ns=h_ref,
             device_ref_ns=d_ref,
-            residual_ns=float(np.max(np.abs(h - d - offset))),
-            pairs=len(pairs),
+            residual_ns=float(_MAX(np.abs(h - d - offset))),
+            pairs=n,
             note="one clock reading: offset only, rate assumed 1",
         )
-    d0, h0 = d.mean(), h.mean()
-    rate = float(np.sum((d - d0) * (h - h0)) / np.sum((d - d0) ** 2))
+    d0, h0 = _SUM(d) / n, _SUM(h) / n
+    rate = float(_SUM((d - d0) * (h - h0)) / _SUM((d - d0) ** 2))
     offset = float(h0 - rate * d0)
-    residual = float(np.max(np.abs(h - (rate * d + offset))))
+    residual = float(_MAX(np.abs(h - (rate * d + offset))))
     ok = residual <= MAX_RESIDUAL_NS
     notes = []
     if abs(rate - 1.0) > RATE_TOLERANCE:
@@ -100,7 +106,7 @@ def fit_clock(pairs: list[tuple[int, int]], has_device_events: bool) -> ClockFit
         host_ref_ns=h_ref,
         device_ref_ns=d_ref,
         residual_ns=residual,
-        pairs=len(pairs),
+        pairs=n,
         ok=ok,
         note="; ".join(notes) or "fitted from paired readings",
     )

@@ -126,3 +126,28 @@ def test_fit_is_exact_at_cupti_magnitudes() -> None:
     assert tl.clock.rate == 1.0 and tl.clock.residual_ns == 0.0
     k = tl.events[tl.events["kind"] == Kind.KERNEL][0]
     assert (int(k["start"]), int(k["end"])) == (10_007, 10_019)  # to the nanosecond
+
+
+def test_fit_is_numpys_least_squares_to_the_bit() -> None:
+    # fit_clock runs the ufuncs' reductions (not np.mean/np.sum/np.ptp, whose wrappers cost more than a fit of a
+    # few readings): the same numbers to the last bit, for one reading, equal device times, and 2 to 20 readings.
+    rng = np.random.default_rng(7)
+    cases = [[(HOST0, 5)], [(HOST0, 5), (HOST0 + 999, 5)]]
+    for n in range(2, 21):
+        d = np.sort(rng.integers(0, 10**12, n))
+        h = (d * (1 + rng.normal(0, 1e-6)) + rng.integers(-3000, 3000, n)).astype(np.int64)
+        cases.append([(HOST0 + int(a), 1_760_000_000_000_000_000 + int(b)) for a, b in zip(h, d, strict=True)])
+    for pairs in cases:
+        fit = fit_clock(pairs, has_device_events=True)
+        hh = np.array([p[0] - pairs[0][0] for p in pairs], dtype=np.float64)
+        dd = np.array([p[1] - pairs[0][1] for p in pairs], dtype=np.float64)
+        if len(pairs) == 1 or np.ptp(dd) == 0:
+            offset = float(np.mean(hh - dd))
+            expected = (1.0, offset, float(np.max(np.abs(hh - dd - offset))))
+        else:
+            d0, h0 = dd.mean(), hh.mean()
+            rate = float(np.sum((dd - d0) * (hh - h0)) / np.sum((dd - d0) ** 2))
+            offset = float(h0 - rate * d0)
+            expected = (rate, offset, float(np.max(np.abs(hh - (rate * dd + offset)))))
+        assert (fit.rate, fit.offset_ns, fit.residual_ns) == expected
+        assert fit.pairs == len(pairs)
