@@ -15,11 +15,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from .caching import cached_property
 from .events import EVENT_DTYPE, GPU_KINDS, SPAN_KINDS, Domain, Kind, RawTrace, kind_table, unique
 from .results import ClockFit
 

@@ -17,11 +17,11 @@ Pure functions of a `Timeline`; nothing here prints or writes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from ..caching import cached_property
 from ..events import Kind, unique
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats

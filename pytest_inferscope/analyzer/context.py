@@ -11,10 +11,10 @@ from __future__ import annotations
 import linecache
 import re
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
+from ..caching import cached_property
 from ..events import GPU_KINDS, Kind
 from ..merger import Timeline
 from ..results import BreakdownPart, EventRef, Hotspot, ScopeStat

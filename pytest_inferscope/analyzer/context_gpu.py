@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from ..caching import cached_property
 from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, copy_devices, peer_copies, unique, unpack_copy_flags
 from ..merger import Timeline
 from ..results import BreakdownPart

@@ -34,10 +34,10 @@ on), so a reporter can shade the intervals: `rows()` gives (start_ns, end_ns, ca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
+from ..caching import cached_property
 from ..events import GPU_KINDS, Kind, copy_devices, kind_table, peer_copies
 from .base import distinct
 
