@@ -241,9 +241,21 @@ def _order(ev: np.ndarray) -> np.ndarray:
     return order
 
 
+def _copy_records(events: np.ndarray) -> np.ndarray:
+    """The collection's records as a new EVENT_DTYPE array, for the merger to change in place.
+
+    Records already of EVENT_DTYPE are copied by `take`, whole: numpy's copy of a structured array (np.array,
+    .copy, .astype) goes field by field through the dtype's cast, 32 against 7 µs for ResNet-50's 677 records
+    (2-core dev VM, 2026-11-28).
+    """
+    if events.dtype == EVENT_DTYPE and events.ndim == 1:
+        return events.take(np.arange(len(events)))
+    return np.array(events, dtype=EVENT_DTYPE, copy=True)
+
+
 def merge(raw: RawTrace) -> Timeline:
     """Put a raw collection on one clock, in one order, with its hierarchy."""
-    ev = np.array(raw.events, dtype=EVENT_DTYPE, copy=True)
+    ev = _copy_records(raw.events)
     has_device = bool(np.count_nonzero(ev["domain"] == int(Domain.DEVICE)))  # int: see events.Kind
     fit = fit_clock(raw.clock_pairs, has_device)
     incomplete_mask = ev["end"] < ev["start"]  # e.g. end == 0 from a forced flush
@@ -267,7 +279,7 @@ def merge(raw: RawTrace) -> Timeline:
             fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
     ev["start"] -= raw.t0_ns
     ev["end"] -= raw.t0_ns
-    ev = np.take(ev, _order(ev))
+    ev = ev.take(_order(ev))
     return Timeline(
         events=ev,
         parent=_hierarchy(ev),

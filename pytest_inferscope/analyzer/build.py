@@ -90,10 +90,10 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0, found: _Foun
         return None
     op_idx = op_idx[np.argsort(ev["start"][op_idx], kind="stable")]
     external = np.flatnonzero(~own[np.searchsorted(gpu_all, op_idx)]).tolist()
-    cols = _OpColumns(ev[op_idx], r0)
+    cols = _OpColumns(ev.take(op_idx), r0)  # (not indexing: see context_gpu.GpuView.records)
     stream_busy: dict[int, int] = {}
     earlier = gpu_all[(gpu_start < r0) & (found.gpu_end > r0)]
-    for k, e in zip(_stream_key(ev[earlier]).tolist(), ev["end"][earlier].tolist(), strict=True):
+    for k, e in zip(_stream_key(ev.take(earlier)).tolist(), ev["end"][earlier].tolist(), strict=True):
         stream_busy[k] = max(stream_busy.get(k, 0), e - r0)
     counted = np.flatnonzero(cols.end <= r1 - r0 + CLOCK_SLACK_NS)
     framework: set[str] = set()
@@ -347,7 +347,7 @@ def _is_copy_call(name: str) -> bool:
 def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
     """CUPTI synchronisation records by correlation id: (type, stream)."""
     ev = tl.events
-    s = ev[ev["kind"] == int(Kind.SYNC)]
+    s = ev.compress(ev["kind"] == int(Kind.SYNC))
     return {
         int(c): (int(f), int(st))
         for c, f, st in zip(s["corr"].tolist(), s["flags"].tolist(), s["stream"].tolist(), strict=True)

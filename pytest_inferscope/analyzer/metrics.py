@@ -156,7 +156,7 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["gpu.pageable_copy_bytes_fraction"] = t["pageable_bytes"] / t["bytes"] if t["bytes"] else None
     m["gpu.blocking_copies_per_round"] = t["blocking_count"] / n_gpu
     m["gpu.copy_overlap_fraction"] = t["overlap_ns"] / t["union_ns"] if t["union_ns"] else None
-    alloc = ev[ctx.gpu.alloc_calls]
+    alloc = ev.take(ctx.gpu.alloc_calls)  # (not indexing: see GpuView.records)
     scale = ctx.rounds.gpu_api_scale  # allocator calls are read in the API rounds
     m["gpu.alloc_call_fraction"] = union_ns(alloc["start"], alloc["end"]) * scale / wall
 

@@ -36,7 +36,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     busy = max(0.0, compute - hidden)
     if busy < GPU_BUSY_MIN:
         return []
-    k = ctx.gpu.records[ctx.gpu.records["kind"] == int(Kind.KERNEL)]
+    k = ctx.gpu.records.compress(ctx.gpu.records["kind"] == int(Kind.KERNEL))  # (not indexing: see GpuView.records)
     kernels_per_round = len(k) / ctx.rounds.n_gpu_rounds
     names = k["name"]
     dur = (k["end"] - k["start"]).astype(float)
@@ -215,7 +215,7 @@ def sync_stall(ctx: Context) -> list[Finding]:
     frac = turn_ns / max(1, ctx.rounds.gpu_wall_ns)
     if frac < SYNC_MIN and blocked_frac < SYNC_MIN:
         return []
-    calls = ctx.timeline.events[ctx.gpu.sync_calls]
+    calls = ctx.timeline.events.take(ctx.gpu.sync_calls)
     # Where in the user's code the syncs were issued: the stacks sampled while the thread was blocked in them.
     lines = ctx.cpu.samples_inside(calls["start"], calls["end"], lines=True, api=True)
     stalls = ctx.gpu.idle_per_round("sync_stall")

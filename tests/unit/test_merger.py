@@ -151,3 +151,22 @@ def test_fit_is_numpys_least_squares_to_the_bit() -> None:
             expected = (rate, offset, float(np.max(np.abs(hh - (rate * dd + offset)))))
         assert (fit.rate, fit.offset_ns, fit.residual_ns) == expected
         assert fit.pairs == len(pairs)
+
+
+def test_merge_works_on_its_own_copy_of_the_records_of_any_layout() -> None:
+    # merge copies the records (by `take` when they are EVENT_DTYPE already) before it moves them to the host clock
+    # and sorts them: the raw trace is left as it was, and records of another layout are converted as before.
+    pairs = [(HOST0, HOST0 + 50), (HOST0 + 10**9, HOST0 + 10**9 + 50)]
+    rows = [
+        ev(Kind.ROUND, HOST0 + 100, HOST0 + 9_000),
+        ev(Kind.RUNTIME, HOST0 + 300, HOST0 + 400, corr=3),
+        ev(Kind.KERNEL, HOST0 + 550, HOST0 + 950, corr=3, device=0, domain=Domain.DEVICE),
+    ]
+    r = raw(rows, pairs)
+    before = r.events.copy()
+    tl = merge(r)
+    assert r.events.tobytes() == before.tobytes() and not np.shares_memory(tl.events, r.events)
+    assert tl.events["start"].tolist() == [100, 300, 500]  # the kernel moved 50 ns back to the host's clock
+    wider = np.array(rows, dtype=[(n, "<i8") if n in ("corr", "name") else (n, t) for n, t in EVENT_DTYPE.descr])
+    other = merge(RawTrace(wider, r.strings, clock_pairs=pairs, t0_ns=HOST0))
+    assert other.events.dtype == EVENT_DTYPE and other.events.tobytes() == tl.events.tobytes()
