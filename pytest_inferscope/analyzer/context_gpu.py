@@ -55,10 +55,8 @@ def _intersection_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.
 
 @dataclass(eq=False)
 class GpuView:
-    """GPU records of the GPU rounds, and what the GPU rules read about them (`Context.gpu`).
-
-    Reads the timeline through its `Rounds`; `launch_gap_ns` is the idle attribution's (see `idle.py`).
-    """
+    """GPU records of the GPU rounds, and what the GPU rules read about them (`Context.gpu`). Reads the timeline
+    through its `Rounds`; `launch_gap_ns` is the idle attribution's (see `idle.py`)."""
 
     rounds: Rounds
     #: A gap between queued GPU work shorter than this is a launch gap (see `idle.py`).
@@ -74,8 +72,7 @@ class GpuView:
         tl = self.timeline
         if not self.collected:  # none to find (a CPU-only test: no need for the rounds' mask)
             return tl.events[:0].copy()
-        # compress and take, here and below, not indexing: numpy indexes structured records one by one, ~10x slower
-        # (ResNet-50's GPU records: 29 against 6 µs, 2-core dev VM, 2026-11-28)
+        # compress, take (here and below): indexing copies records one by one, 29 against 6 µs here (ResNet-50)
         return tl.events.compress(tl.mask(*GPU_KINDS) & self.rounds.in_gpu_rounds)
 
     @cached_property
@@ -283,7 +280,7 @@ class GpuView:
         copy_union = union_ns(hd["start"], hd["end"])
         # `_intersection_ns` of the copies and the compute, from the unions of each found already (two of its three)
         both = union_ns(np.concatenate((hd["start"], ks)), np.concatenate((hd["end"], ke))) if len(ks) else 0
-        overlap = copy_union + self._compute_ns - both if len(ks) else 0
+        overlap = copy_union + self.compute_ns - both if len(ks) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE))
         if not self.rounds.gpu_api_same:  # copies matched to their calls where those were recorded
@@ -308,7 +305,7 @@ class GpuView:
             "blocking_ns": float(blocked_ns),
             "overlap_ns": float(overlap),
             "exposed_ns": float(copy_union - overlap),
-            "compute_ns": float(self._compute_ns),
+            "compute_ns": float(self.compute_ns),
         }
 
     @cached_property
@@ -318,8 +315,8 @@ class GpuView:
         return self.records["start"][sel], self.records["end"][sel]
 
     @cached_property
-    def _compute_ns(self) -> int:
-        """Their union: the time the GPU computed (the transfer summary's and the breakdown's)."""
+    def compute_ns(self) -> int:
+        """Their union: the time the GPU computed (the transfer summary's, the breakdown's, the metrics')."""
         return union_ns(*self._compute_spans)
 
     @cached_property
@@ -481,7 +478,7 @@ class GpuView:
                 BreakdownPart("Transfers (host/device copies)", None, None, collected=False, reason=reason),
             ]
         r = self.rounds
-        k_ns, c_ns = self._compute_ns, self.copies_ns
+        k_ns, c_ns = self.compute_ns, self.copies_ns
         g_wall, where = max(1, r.gpu_wall_ns), f" ({r.gpu_rounds_kind} rounds)" if r.gpu_lean else ""
         return [
             BreakdownPart(f"GPU compute{where}", r.per_gpu_round_ms(k_ns), k_ns / g_wall),

@@ -131,9 +131,13 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     # Collective kernels (NCCL) occupy the GPU while waiting for peers: communication, not compute (comm.py).
     comm = ctx.gpu.comm
     kind = ctx.gpu.records["kind"]
-    compute = ((kind == int(Kind.KERNEL)) | (kind == int(Kind.MEMSET))) & ~comm  # columns: no copy of whole records
     m["gpu.busy_fraction"] = busy / wall
-    m["gpu.compute_fraction"] = union_ns(ctx.gpu.records["start"][compute], ctx.gpu.records["end"][compute]) / wall
+    if comm.any():
+        compute = ((kind == int(Kind.KERNEL)) | (kind == int(Kind.MEMSET))) & ~comm  # columns: no copy of records
+        compute_ns = union_ns(ctx.gpu.records["start"][compute], ctx.gpu.records["end"][compute])
+    else:  # without collectives, the kernels' and memsets' union the transfer summary and the breakdown read too
+        compute_ns = ctx.gpu.compute_ns
+    m["gpu.compute_fraction"] = compute_ns / wall
     devices = ctx.gpu.comm_devices
     m["gpu.communication_fraction"] = max((d.comm_ns for d in devices), default=0) / wall
     m["gpu.communication_exposed_fraction"] = max((d.exposed_ns for d in devices), default=0) / wall
