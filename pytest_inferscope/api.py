@@ -25,8 +25,9 @@ __all__ = ["InferscopeFixture", "Profile", "mark_event", "measure", "profile", "
 
 
 #: The last `standalone_settings`: what they came from (the working directory, its INFERSCOPE_* variables, its config
-#: files' stats), and the Settings. measure() resolves them at every call: 0.27-0.33 ms a call on the H200 host
-#: (2026-11-28, scratch/s19_acct.py), ~0.01 ms to see that nothing they came from changed.
+#: files' stats), and the Settings. measure() asks for them at every call: resolving took 0.27-0.33 ms a call on the
+#: H200 host, seeing that nothing they came from changed 0.16-0.21 ms there and 0.06 ms on the 2-core VM (2026-11-28,
+#: benchmarks/bench_outside_rounds.py).
 _STANDALONE: tuple[tuple[Any, ...], Settings] | None = None
 _ENV_NAMES = tuple(spec.env for spec in OPTIONS)
 #: The stack sampler's thread of `measure()` and `profile()`, parked between their calls and never ticking there
