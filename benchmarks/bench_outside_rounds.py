@@ -36,17 +36,10 @@ STEPS: dict[str, list[float]] = defaultdict(list)
 
 
 def wrap(owner: Any, names: tuple[str, ...], prefix: str) -> None:
-    for name in names:
-        orig = getattr(owner, name)
+    """bench_session_phases' timers, into this script's STEPS (there since 8cad8b3, so a TREE= of then has it too)."""
+    from benchmarks.bench_session_phases import timers
 
-        def w(*a: Any, _o: Any = orig, _k: str = prefix + name, **k: Any) -> Any:
-            t0 = time.perf_counter_ns()
-            try:
-                return _o(*a, **k)
-            finally:
-                STEPS[_k].append((time.perf_counter_ns() - t0) / 1e6)
-
-        setattr(owner, name, w)
+    timers(owner, names, prefix, STEPS)
 
 
 _KEPT: dict[int, int] = {}
