@@ -31,8 +31,8 @@ KEPT_KINDS = frozenset({int(Kind.ROUND)})
 _KEPT_START = 64  # the kept ring's first capacity; it doubles when full
 #: A thread's (or the GPU drain's) ring's first capacity: 768 kB. The rings were made at the buffer's size (100 MB)
 #: at once, and the GPU drain's first extend into its ring cost ~0.37 ms a ResNet-50 test on the H200 host (0.02 ms
-#: with rings that start small, the same call, 2026-11-28, scratch/s19_acct.py). Why is not pinned down: numpy asks
-#: for huge pages from 4 MB, but a lone event written to a fresh 100 MB array took 8.6 us there.
+#: with rings that start small, the same call, 2026-11-28, benchmarks/bench_outside_rounds.py). Why is not pinned
+#: down: numpy asks for huge pages from 4 MB, but a lone event written to a fresh 100 MB array took 8.6 us there.
 _RING_START = 16384
 GPU_RING = "gpu"
 
