@@ -10,8 +10,9 @@ medians of those and of every step. The first two tests (imports, first uses) ar
 
 `TREE=/path/to/other/tree` imports that tree's package instead (two trees compared in one machine's run).
 `--prime split` times the prime's driver calls one by one, `--prime kept` keeps its allocation across tests (what
-that would save); `--buffer-mb N` sets the native collector's CUPTI buffer size; `--no-flush` makes auto stop CUPTI
-to count instead of flushing it; `--cpu` spins the CPU for 8 ms instead of a model (a smoke test).
+that would save), `--prime none` runs none (what the warm-up pays without it); `--buffer-mb N` sets the native
+collector's CUPTI buffer size; `--no-flush` makes auto stop CUPTI to count instead of flushing it; `--cpu` spins the
+CPU for 8 ms instead of a model (a smoke test).
 
     python3 benchmarks/bench_outside_rounds.py [--model resnet50] [--tests 12] [--calls 10] [--prime as-is]
 """
@@ -85,7 +86,7 @@ def main() -> int:
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--tests", type=int, default=12)
     ap.add_argument("--calls", type=int, default=10)
-    ap.add_argument("--prime", default="as-is", choices=("split", "kept", "as-is"))
+    ap.add_argument("--prime", default="as-is", choices=("split", "kept", "none", "as-is"))
     ap.add_argument("--cpu", action="store_true", help="a CPU spin of 8 ms instead of a model (smoke test)")
     ap.add_argument("--buffer-mb", type=int, default=None, help="the native collector's CUPTI buffer size")
     ap.add_argument("--no-flush", action="store_true", help="after the warm-up: stop (and count) instead of flush")
@@ -124,7 +125,8 @@ def main() -> int:
         call()
     sync()
     wrap(gpu_session.GpuSession, ("start", "after_warmup", "stop", "_keep_records", "_stop", "_prime_unrecorded",
-                                  "launch_calls", "clock_pair", "synchronize", "meta"), "session.")  # fmt: skip
+                                  "launch_calls", "clock_pair", "round_clock_pair", "synchronize", "meta"),
+         "session.")  # fmt: skip
     native: tuple[str, ...] = ("start", "stop", "set_api_records", "drain", "synchronize", "timestamp")
     if args.no_flush:
         del gpu_native.NativeGpuCollector.flush
@@ -140,9 +142,15 @@ def main() -> int:
 
     wrap(B.TraceBuffer, ("extend", "to_array"), "buffer.")
     wrap(devsync.DeviceSync, ("release", "pci_bus_ids"), "devsync.")
-    if args.prime != "as-is":
+    if args.prime == "none":
+        devsync.DeviceSync.prime = lambda self: False  # type: ignore[method-assign]
+    elif args.prime != "as-is":
         devsync.DeviceSync.prime = lambda self: prime_split(self, kept=args.prime == "kept")  # type: ignore[method-assign]
-    wrap(collectors.Collection, ("start", "stop", "__init__", "collectors_info", "after_warmup"), "collection.")
+    wrap(
+        collectors.Collection,
+        ("start", "stop", "__init__", "collectors_info", "after_warmup", "_end_round"),
+        "collection.",
+    )
     wrap(memory.MemoryCollector, ("start", "stop"), "memory.")
     wrap(memory.Counters, ("now",), "counters.")
     wrap(cpu.Sampler, ("start", "stop"), "sampler.")
