@@ -376,3 +376,33 @@ def test_a_sub_millisecond_body_is_never_more_than_all_cpu() -> None:
     assert 0.5 < metrics["cpu.test_thread_busy"] <= 1.02  # a `pass` body and its harness: on CPU throughout
     cpu_part = ctx.cpu.thread_parts()[0]  # a round this short is not split in the breakdown at all
     assert cpu_part.share is None and not cpu_part.collected and "too short" in cpu_part.reason
+
+
+def test_the_rounds_write_nothing_into_the_buffer_until_the_stop_writes_their_spans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_inferscope.buffer import TraceBuffer
+    from pytest_inferscope.events import MemoryFlag
+
+    writes: list[int] = []
+    real = TraceBuffer.record
+
+    def counting(self: TraceBuffer, kind: int, *args: object, **kwargs: object) -> bool:
+        writes.append(kind)
+        return real(self, kind, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TraceBuffer, "record", counting)
+    coll = Collection(CollectionOptions(cpu="off"))
+    coll.start()
+    coll.run_rounds(lambda: None, 3, 1)
+    assert writes == []  # the gaps between rounds are the test's time: nothing but the counters runs there
+    raw = coll.stop()
+    ev = raw.events
+    rounds = ev[ev["kind"] == Kind.ROUND]
+    assert list(rounds["value"]) == [0, 1, 2, 3]
+    assert list(kinds_of(rounds["flags"])) == [RoundKind.WARMUP] + [RoundKind.MEASURED] * 3
+    assert [raw.strings[n] for n in rounds["name"]] == [f"round {i}" for i in range(4)]
+    ends = ev[(ev["kind"] == Kind.MEMORY) & (ev["flags"] == MemoryFlag.BOUNDARY)]
+    assert list(ends["start"]) == list(rounds["end"])  # each round's RSS at its end
+    assert list(ends["value"]) == [r["rss_end"] for r in coll.rounds]
+    assert coll.stop().events.shape == raw.events.shape  # a second stop writes them no more
