@@ -137,10 +137,10 @@ def causality_violations(ev: np.ndarray) -> int:
     if not rt.any() or not gpu.any():
         return 0
     rc, rs = corr[rt], start[rt]
-    order = np.argsort(rc, kind="stable")
+    order = rc.argsort(kind="stable")
     rc, rs = rc[order], rs[order]
     gc, gs = corr[gpu], start[gpu]
-    pos = np.minimum(np.searchsorted(rc, gc), len(rc) - 1)
+    pos = np.minimum(rc.searchsorted(gc), len(rc) - 1)
     return int(np.count_nonzero((rc[pos] == gc) & (gs < rs[pos])))
 
 
@@ -215,11 +215,11 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
     runtime = kind == int(Kind.RUNTIME)
     dev = ((ev["device"] >= 0) & ~runtime).nonzero()[0]
     if len(dev):
-        rt = np.flatnonzero(runtime & (ev["corr"] != 0))
+        rt = (runtime & (ev["corr"] != 0)).nonzero()[0]
         if len(rt):
-            order = rt[np.argsort(ev["corr"][rt], kind="stable")]
+            order = rt[ev["corr"][rt].argsort(kind="stable")]
             corr = ev["corr"][order]
-            pos = np.minimum(np.searchsorted(corr, ev["corr"][dev]), len(corr) - 1)
+            pos = np.minimum(corr.searchsorted(ev["corr"][dev]), len(corr) - 1)
             found = (corr[pos] == ev["corr"][dev]) & (ev["corr"][dev] != 0)
             parent[dev[found]] = parent[order[pos[found]]]
     return parent
@@ -232,11 +232,11 @@ def _order(ev: np.ndarray) -> np.ndarray:
     runs of equal starts need the second key, so only they go through lexsort.
     """
     start = ev["start"]
-    order = np.argsort(start, kind="stable")
+    order = start.argsort(kind="stable")
     s = start[order]
     tie = s[1:] == s[:-1]
     if tie.any():
-        pos = np.flatnonzero(np.concatenate((tie, [False])) | np.concatenate(([False], tie)))
+        pos = (np.concatenate((tie, [False])) | np.concatenate(([False], tie))).nonzero()[0]
         sub = order[pos]
         order[pos] = sub[np.lexsort((ev["start"][sub] - ev["end"][sub], ev["start"][sub]))]
     return order

@@ -68,7 +68,7 @@ def kinds_of(flags: np.ndarray) -> np.ndarray:
 
     flags = np.asarray(flags, dtype=np.uint32)
     kinds = ((flags & _KIND_MASK) >> _KIND_SHIFT).astype(np.uint8)
-    legacy = np.flatnonzero(kinds == 0)
+    legacy = (kinds == 0).nonzero()[0]
     for i in legacy:
         kinds[i] = _legacy_kind(int(flags[i]))
     return kinds

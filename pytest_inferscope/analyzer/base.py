@@ -39,6 +39,12 @@ LAUNCH_GAP_NS = 30_000
 MIN_COUNTED_MS = 0.05
 
 
+# Array methods (x.nonzero()[0], a.searchsorted(v), x.argsort(), x.cumsum(), x.sum()) rather than numpy's functions
+# (np.flatnonzero, np.searchsorted, ...) throughout the analyzer: on a round's few hundred records the functions'
+# Python wrappers cost more than the work (np.flatnonzero 2.0 against 0.8 µs, np.searchsorted 3.0 against 0.9,
+# np.argsort 4.5 against 2.2, np.cumsum 3.4 against 1.6; numpy 2.4 on the 2-core dev VM, 2026-11-28).
+
+
 def median(a: np.ndarray) -> float:
     """`np.median(a)` of a non-empty 1-d array, to the bit, by a sort: numpy's own call costs ~50 us in wrappers."""
     s = np.sort(a, axis=None)
@@ -52,7 +58,7 @@ def member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
     s = np.sort(values, axis=None)
     if not len(s):
         return np.zeros(len(a), dtype=bool)
-    at = np.minimum(np.searchsorted(s, a), len(s) - 1)
+    at = np.minimum(s.searchsorted(a), len(s) - 1)
     return s[at] == a
 
 
@@ -61,7 +67,7 @@ def distinct(a: np.ndarray) -> np.ndarray:
     are small non-negative ones (devices, interned names), several times faster on a long array (events.unique
     otherwise)."""
     if len(a) and a.min() >= 0 and int(a.max()) <= 4 * len(a) + 1024:
-        return np.flatnonzero(np.bincount(a))
+        return np.bincount(a).nonzero()[0]
     return unique(a)
 
 

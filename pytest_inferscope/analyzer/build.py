@@ -51,10 +51,10 @@ class _Found:
 
     def __init__(self, tl: Timeline) -> None:
         ev = tl.events
-        self.gpu = np.flatnonzero(tl.mask(*GPU_KINDS))
+        self.gpu = tl.mask(*GPU_KINDS).nonzero()[0]
         self.gpu_start, self.gpu_end, self.gpu_corr = ev["start"][self.gpu], ev["end"][self.gpu], ev["corr"][self.gpu]
-        self.calls = np.flatnonzero((ev["kind"] == int(Kind.RUNTIME)) & (ev["tid"] >= 0))
-        self.waits = np.flatnonzero(ev["kind"] == int(Kind.WAIT))
+        self.calls = ((ev["kind"] == int(Kind.RUNTIME)) & (ev["tid"] >= 0)).nonzero()[0]
+        self.waits = (ev["kind"] == int(Kind.WAIT)).nonzero()[0]
         self._tl = tl
         self._sync_types: dict[int, tuple[int, int]] | None = None
 
@@ -88,14 +88,14 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0, found: _Foun
     op_idx = gpu_all[own | g_in]
     if not len(op_idx):
         return None
-    op_idx = op_idx[np.argsort(ev["start"][op_idx], kind="stable")]
-    external = np.flatnonzero(~own[np.searchsorted(gpu_all, op_idx)]).tolist()
+    op_idx = op_idx[ev["start"][op_idx].argsort(kind="stable")]
+    external = (~own[gpu_all.searchsorted(op_idx)]).nonzero()[0].tolist()
     cols = _OpColumns(ev.take(op_idx), r0)  # (not indexing: see context_gpu.GpuView.records)
     stream_busy: dict[int, int] = {}
     earlier = gpu_all[(gpu_start < r0) & (found.gpu_end > r0)]
     for k, e in zip(_stream_key(ev.take(earlier)).tolist(), ev["end"][earlier].tolist(), strict=True):
         stream_busy[k] = max(stream_busy.get(k, 0), e - r0)
-    counted = np.flatnonzero(cols.end <= r1 - r0 + CLOCK_SLACK_NS)
+    counted = (cols.end <= r1 - r0 + CLOCK_SLACK_NS).nonzero()[0]
     framework: set[str] = set()
     f = _host_nodes(tl, calls, waits, op_idx, external, (r0, r1, tid), cols, framework, found)
     f.op_lat, f.op_gap, f.op_after, f.op_floor = _latencies(stream_busy, cols)
@@ -157,7 +157,7 @@ class _Items:
         self.name_ids = ev["name"][self.idx]
         self.corrs, self.is_wait = ev["corr"][self.idx].tolist(), self.wait.tolist()
         self.names = list(map(tl.strings.__getitem__, self.name_ids.tolist()))
-        for k in np.flatnonzero(self.wait).tolist():
+        for k in self.wait.nonzero()[0].tolist():
             self.names[k] = "end-of-round synchronize"
         s, e, t = self.s, self.e, self.t
         # A call inside one already on the host's clock (a driver call under its runtime call: Kineto records both)
@@ -186,9 +186,9 @@ def _host_nodes(
     it = _Items(tl, calls, waits, r0)
     s, t = it.s, it.t
     ext = sorted(external, key=cols.start.tolist().__getitem__) if external else []
-    ext_at = np.searchsorted(s, cols.start[ext], side="left")  # the item they come before
+    ext_at = s.searchsorted(cols.start[ext], side="left")  # the item they come before
     own, counts, placed = _own_ops(ev["corr"][op_idx], np.where(it.wait > 0, 0, ev["corr"][it.idx]))
-    item = np.concatenate([ext_at, np.repeat(np.arange(len(s)), counts)]).astype(np.int64)
+    item = np.concatenate([ext_at, np.arange(len(s)).repeat(counts)]).astype(np.int64)
     issued_ops = np.concatenate([np.array(ext, dtype=np.int64), placed])  # the externals', then the items'
     issued = Issued(cols.stream, cols.end, item, issued_ops)
     # when each op was issued: its call's start (the last call's, by two; external work: its own start)
@@ -197,12 +197,12 @@ def _host_nodes(
     sync_named, copy_named = _named(tl, it.name_ids, _is_sync_call, _is_copy_call)
     maybe = (it.wait > 0) | sync_named | (copy_named & (counts > 0))
     if maybe.any():
-        _blocking(it, np.flatnonzero(maybe), sync_named, own, found.sync_types, issued, cols)
+        _blocking(it, maybe.nonzero()[0], sync_named, own, found.sync_types, issued, cols)
     seg_start, seg_dur, entries = _segments(tl, s, t, r1 - r0, it.idx, calls, rnd, framework)
     n, ne, nseg = len(s), len(ext), len(seg_start)
     last = int(r1 - r0 > int(t[-1]))
     # each item after the external work released before it and the segment before it; the last segment at the end
-    at = np.concatenate([ext_at, np.flatnonzero(s > t[:-1]), np.arange(n), np.full(last, n)]).astype(np.int64)
+    at = np.concatenate([ext_at, (s > t[:-1]).nonzero()[0], np.arange(n), np.full(last, n)]).astype(np.int64)
     rank = np.repeat([0, 1, 2, 3], [ne, nseg - last, n, last])
     order = np.lexsort((np.arange(len(at)), rank, at))
     pick = order.tolist()
@@ -229,8 +229,8 @@ def _host_nodes(
     seg, module, ns, names = entries
     f.modules = Modules(where[seg_pool[seg]], module, ns, names)
     # columns.issued(f), from the pool: the externals' ops and the items' (the segments issue none)
-    node = where[np.concatenate([np.arange(ne), ne + nseg - last + np.repeat(np.arange(n), counts)]).astype(np.int64)]
-    by_node = np.argsort(node, kind="stable")
+    node = where[np.concatenate([np.arange(ne), ne + nseg - last + np.arange(n).repeat(counts)]).astype(np.int64)]
+    by_node = node.argsort(kind="stable")
     f.issue = (np.bincount(node, minlength=len(order)), node[by_node], issued_ops[by_node])
     return f
 
@@ -238,14 +238,14 @@ def _host_nodes(
 def _own_ops(op_corr: np.ndarray, item_corr: np.ndarray) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
     """The ops each item issued (the ops of its correlation id, none for 0), how many, and all of them in item
     order."""
-    order = np.argsort(op_corr, kind="stable")
+    order = op_corr.argsort(kind="stable")
     by_corr = op_corr[order]
-    lo = np.searchsorted(by_corr, item_corr, side="left")
-    hi = np.where(item_corr != 0, np.searchsorted(by_corr, item_corr, side="right"), lo)
+    lo = by_corr.searchsorted(item_corr, side="left")
+    hi = np.where(item_corr != 0, by_corr.searchsorted(item_corr, side="right"), lo)
     ops = order.tolist()
     own = [ops[a:b] if b > a else _NONE for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
     counts = hi - lo
-    at = np.arange(int(counts.sum())) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    at = np.arange(int(counts.sum())) + np.repeat(lo - (counts.cumsum() - counts), counts)
     return own, counts, order[at]
 
 
@@ -312,7 +312,7 @@ def _segments(
     round's end (`length`): their starts, lengths and the modules sampled in each (or the frame around the next
     call)."""
     samples = samples_in(tl, *rnd, framework)
-    gap = np.flatnonzero(s > t[:-1])
+    gap = (s > t[:-1]).nonzero()[0]
     a, b = t[gap], s[gap]
     tail = length > int(t[-1])
     if samples[0]:
@@ -366,7 +366,7 @@ def _latencies(stream_busy: dict[int, int], cols: _OpColumns) -> tuple[np.ndarra
     floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
     prev = np.full(len(start), -1, dtype=np.int64)
     for key in range(len(keys)):
-        sel = np.flatnonzero(inverse == key)
+        sel = (inverse == key).nonzero()[0]
         latest = np.where(end[sel] == np.maximum.accumulate(end[sel]), sel, -1)  # ended last so far
         prev[sel[1:]] = np.maximum.accumulate(latest)[:-1]
     follows = (prev >= 0) & (start + CLOCK_SLACK_NS >= end[prev])

@@ -78,6 +78,11 @@ class Flat:
     comm: np.ndarray | None = field(default=None, repr=False, compare=False)
     #: `issued(f)`, once asked; None until then, and where nodes changed.
     issue: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    #: What the walk in C reads of the nodes (replay.py `_walk_links`), with the `kind`, `waits` and `issue` it was
+    #: read from; None until asked.
+    links: tuple[np.ndarray, list[list[int]], object, tuple[np.ndarray, ...]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
 
 def issued(f: Flat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,5 +91,5 @@ def issued(f: Flat) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if f.issue is None:
         counts = np.fromiter(map(len, f.node_ops), dtype=np.int64, count=len(f.node_ops))
         placed = np.fromiter(chain.from_iterable(f.node_ops), dtype=np.int64, count=int(counts.sum()))
-        f.issue = (counts, np.repeat(np.arange(len(counts)), counts), placed)
+        f.issue = (counts, np.arange(len(counts)).repeat(counts), placed)
     return f.issue

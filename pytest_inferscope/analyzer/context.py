@@ -49,7 +49,7 @@ class CpuView:
         if not len(names):
             return {}
         weights = np.bincount(names, weights=dur)
-        nz = np.flatnonzero(weights)
+        nz = weights.nonzero()[0]
         return {int(i): float(weights[i]) for i in nz}
 
     @cached_property
@@ -89,14 +89,14 @@ class CpuView:
         "mod:fn (path.py:42: `x.item()`)". Traces recorded before the sampler kept lines name the function.
         """
         ev, r = self.timeline.events, self.rounds
-        sel = np.flatnonzero((ev["kind"] == int(Kind.SAMPLE)) & (r.in_api_rounds if api else r.in_rounds))
+        sel = ((ev["kind"] == int(Kind.SAMPLE)) & (r.in_api_rounds if api else r.in_rounds)).nonzero()[0]
         per_round = r.per_api_round_ms if api else r.per_round_ms
         if not len(sel) or not len(starts):
             return []
-        order = np.argsort(starts)
+        order = starts.argsort()
         s, e = starts[order], ends[order]
         at = ev["end"][sel] - 1
-        k = np.searchsorted(s, at, side="right") - 1
+        k = s.searchsorted(at, side="right") - 1
         inside = (k >= 0) & (at < e[np.maximum(k, 0)])
         tally: dict[str, float] = {}
         for i in sel[inside].tolist():
@@ -142,14 +142,14 @@ class CpuView:
         ev = tl.events
         if not self.timeline.has_gpu:
             return {}, {}
-        gpu = np.flatnonzero(tl.mask(*GPU_KINDS) & self.rounds.in_api_rounds)
+        gpu = (tl.mask(*GPU_KINDS) & self.rounds.in_api_rounds).nonzero()[0]
         parents = tl.parent[gpu]
         keep = parents >= 0
         gpu, parents = gpu[keep], parents[keep]
         n = len(ev)
         ns = np.bincount(parents, weights=(ev["end"][gpu] - ev["start"][gpu]).astype(float), minlength=n)
         count = np.bincount(parents, weights=(ev["kind"][gpu] == int(Kind.KERNEL)).astype(float), minlength=n)
-        spans = np.flatnonzero(tl.mask(Kind.SCOPE, Kind.MODULE, Kind.ROUND, Kind.TEST, Kind.WAIT, Kind.CALL))
+        spans = tl.mask(Kind.SCOPE, Kind.MODULE, Kind.ROUND, Kind.TEST, Kind.WAIT, Kind.CALL).nonzero()[0]
         span_parent = tl.parent[spans].tolist()
         for i, p in zip(spans[::-1].tolist(), span_parent[::-1], strict=True):  # reverse start order: bottom-up
             if p >= 0 and ns[i]:

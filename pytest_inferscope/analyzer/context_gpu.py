@@ -338,8 +338,8 @@ class GpuView:
         calls = ev.take(self.copy_calls)
         if not len(hd) or not len(calls):
             return 0, 0
-        calls = calls.take(np.argsort(calls["corr"], kind="stable"))
-        k = np.searchsorted(calls["corr"], hd["corr"])
+        calls = calls.take(calls["corr"].argsort(kind="stable"))
+        k = calls["corr"].searchsorted(hd["corr"])
         ok = (hd["corr"] > 0) & (k < len(calls))
         ok[ok] = calls["corr"][k[ok]] == hd["corr"][ok]
         c = calls.take(k[ok])
@@ -348,8 +348,8 @@ class GpuView:
         syncs = ev.take(self.sync_calls)
         sync_end = np.zeros(len(c), dtype=np.int64)
         if len(syncs):
-            s = syncs.take(np.argsort(syncs["start"], kind="stable"))
-            j = np.searchsorted(s["start"], c["end"], side="left")
+            s = syncs.take(syncs["start"].argsort(kind="stable"))
+            j = s["start"].searchsorted(c["end"], side="left")
             has = j < len(s)
             jj = np.minimum(j, len(s) - 1)
             near = has & (s["start"][jj] - c["end"] <= COPY_SYNC_NS) & (s["end"][jj] >= h["end"] - CLOCK_SLACK_NS)
@@ -390,7 +390,7 @@ class GpuView:
             s, e = self.merged_busy(dev - 1)
             gaps = s[1:] - e[:-1]
             if round_starts is not None and len(gaps):
-                rid = np.searchsorted(round_starts, s, side="right") - 1
+                rid = round_starts.searchsorted(s, side="right") - 1
                 gaps = gaps[rid[1:] == rid[:-1]]
             per_device.append(gaps[gaps > 0])
         return np.concatenate(per_device) if per_device else np.zeros(0, dtype=np.int64)
@@ -443,12 +443,12 @@ class GpuView:
             if not len(sel):
                 continue
             host_side = np.where(kind[mask] == int(CopyKind.DTOH), dst[mask], src[mask])
-            dur = float(np.sum(sel["end"] - sel["start"]))
+            dur = float((sel["end"] - sel["start"]).sum())
             copies[label] = {
                 "count_per_round": len(sel) / n,
-                "mb_per_round": float(np.sum(sel["value"])) / _MB / n,
+                "mb_per_round": float(sel["value"].sum()) / _MB / n,
                 "ms_per_round": per_round_ms(dur),
-                "gb_per_s": float(np.sum(sel["value"])) / dur if dur else 0.0,
+                "gb_per_s": float(sel["value"].sum()) / dur if dur else 0.0,
                 "pageable_per_round": np.count_nonzero(host_side == int(MemoryKind.PAGEABLE)) / n,
                 "pinned_per_round": np.count_nonzero(host_side == int(MemoryKind.PINNED)) / n,
             }

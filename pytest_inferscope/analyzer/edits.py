@@ -59,23 +59,23 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
     n = len(f.kind)
     n_ops, issuer, placed = issued(f)
     launch = (f.kind == K_CALL) & (n_ops > 0)
-    li = np.flatnonzero(launch)
+    li = launch.nonzero()[0]
     if not len(li):
         return None
-    stretch = np.cumsum(f.kind == K_BLOCKING)[li]
+    stretch = (f.kind == K_BLOCKING).cumsum()[li]
     new = np.ones(len(li), dtype=bool)
     new[1:] = stretch[1:] != stretch[:-1]
     first, last = li[new], li[np.append(new[1:], True)]
     mark = np.zeros(n + 1, dtype=np.int64)  # +1 after each region's first launch, -1 after its last
     np.add.at(mark, first + 1, 1)
     np.add.at(mark, last + 1, -1)
-    inside = np.cumsum(mark)[:n] > 0
+    inside = mark.cumsum()[:n] > 0
     before = li[li > 0] - 1
     before = before[(f.kind[before] == K_SEGMENT) & (f.dur[before] <= DISPATCH_NS)]
     hit = inside & ((f.kind == K_SEGMENT) | launch)
     hit[before] = True
     hit &= f.dur > 0
-    replayed = np.flatnonzero(inside & launch)
+    replayed = (inside & launch).nonzero()[0]
     if not hit.any() and not len(replayed):
         return None
     dur = np.where(hit, 0, f.dur)
@@ -124,11 +124,11 @@ def syncs_removed(kind: str) -> Callable[[Flat], Flat | None]:
     for (`_reads`) go too (whatif.remove_syncs)."""
 
     def on_arrays(f: Flat) -> Flat | None:
-        blocks = np.flatnonzero(f.kind == K_BLOCKING)
+        blocks = (f.kind == K_BLOCKING).nonzero()[0]
         hit = [b for b in blocks.tolist() if f.node_sync[b] == kind]
         if not hit:
             return None
-        stretch = np.concatenate([[0], blocks[:-1] + 1])[np.searchsorted(blocks, hit)]  # after the block before
+        stretch = np.concatenate([[0], blocks[:-1] + 1])[blocks.searchsorted(hit)]  # after the block before
         nodes, ops = _reads(f, hit, stretch.tolist())
         dur, kinds, waits = f.dur.copy(), f.kind.copy(), list(f.waits)
         dur[hit], kinds[hit], dur[nodes] = 0, K_CALL, 0
@@ -170,7 +170,7 @@ def _reads(f: Flat, blocks: list[int], stretch: list[int]) -> tuple[np.ndarray, 
             mark[b] -= 1
             if c > 0 and kind[c - 1] == K_SEGMENT and dur[c - 1] <= DISPATCH_NS:
                 nodes.append(c - 1)
-    segments = np.flatnonzero((np.cumsum(mark)[:-1] > 0) & (kind == K_SEGMENT))
+    segments = ((mark.cumsum()[:-1] > 0) & (kind == K_SEGMENT)).nonzero()[0]
     return np.concatenate([np.array(nodes, dtype=np.int64), segments]), np.array(ops, dtype=np.int64)
 
 

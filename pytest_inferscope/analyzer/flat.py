@@ -182,7 +182,7 @@ class Shape:
             out: list[Stretch] = []
             for t in range(len(self.bounds) - 1):
                 a, b = self.bounds[t], self.bounds[t + 1]
-                first, last = np.flatnonzero(self.first[a:b]), np.flatnonzero(self.last[a:b])
+                first, last = self.first[a:b].nonzero()[0], self.last[a:b].nonzero()[0]
                 chain = self.chain[a:b]
                 w0, w1 = self.wptr[t], self.wptr[t + 1]
                 waits = self.waits[w0:w1] if w1 > w0 else None
@@ -234,7 +234,7 @@ def compile_plan(f: Flat, shape: Shape | None = None, like: tuple[Flat, Plan] | 
 def shape_of(f: Flat) -> Shape | None:
     """The shape of `f`, or None (see `compile_plan`)."""
     n_nodes, n_ops = len(f.kind), len(f.op_dur)
-    blocks = np.flatnonzero(f.kind == K_BLOCKING)
+    blocks = (f.kind == K_BLOCKING).nonzero()[0]
     if n_nodes < MIN_STRETCH * (len(blocks) + 1):
         return None
     _, issuer, placed = issued(f)
@@ -245,7 +245,7 @@ def shape_of(f: Flat) -> Shape | None:
     times = np.bincount(placed, minlength=n_ops)  # how many nodes issued each op (np.unique sorts: ~5x dearer)
     if times.max(initial=0) > 1:
         return None
-    rest = np.flatnonzero(times == 0)  # issued by no node: placed last, at their measured time
+    rest = (times == 0).nonzero()[0]  # issued by no node: placed last, at their measured time
     order = np.concatenate([placed, rest])
     pos = np.empty(n_ops, dtype=np.int64)
     pos[order] = np.arange(n_ops)
@@ -275,18 +275,18 @@ def _shape(f: Flat, pos: np.ndarray, node_of: np.ndarray, parent: np.ndarray, bl
     on_host[on_host] = f.kind[node_of[on_host]] != K_EXTERNAL
     root = _roots(parent)
     by_chain = np.lexsort((pos, root))
-    stretch = np.searchsorted(blocks, node_of, side="left")
+    stretch = blocks.searchsorted(node_of, side="left")
     run = np.lexsort((pos, root, stretch))
     s_run, r_run = stretch[run], root[run]
     new = np.ones(n_ops, dtype=bool)
     new[1:] = (s_run[1:] != s_run[:-1]) | (r_run[1:] != r_run[:-1])
     # what each blocking node waits for: the ops among its waits placed by then (as the walk sees them)
     wait_lists = [f.waits[b] for b in blocks.tolist()]
-    of_block = np.repeat(np.arange(len(blocks)), [len(x) for x in wait_lists])
+    of_block = np.arange(len(blocks)).repeat([len(x) for x in wait_lists])
     waits = np.fromiter(chain.from_iterable(wait_lists), dtype=np.int64, count=len(of_block))
     ok = (waits >= 0) & (waits < n_ops)
     ok[ok] = node_of[waits[ok]] <= blocks[of_block[ok]]
-    wptr = np.concatenate([[0], np.cumsum(np.bincount(of_block[ok], minlength=len(blocks)))])
+    wptr = np.concatenate([[0], np.bincount(of_block[ok], minlength=len(blocks)).cumsum()])
     return Shape(
         op=run,
         node_of=node_of,
@@ -294,12 +294,12 @@ def _shape(f: Flat, pos: np.ndarray, node_of: np.ndarray, parent: np.ndarray, bl
         host_run=on_host[run],
         parent=parent,
         by_chain=by_chain,
-        head=np.flatnonzero(parent[by_chain] < 0),
+        head=(parent[by_chain] < 0).nonzero()[0],
         first=new,
         last=np.append(new[1:], True),
         chain=r_run,
-        rank=np.cumsum(new) - 1,
-        bounds=np.searchsorted(s_run, np.arange(len(blocks) + 2)).tolist(),
+        rank=new.cumsum() - 1,
+        bounds=s_run.searchsorted(np.arange(len(blocks) + 2)).tolist(),
         blocks=blocks,
         waits=waits[ok],
         wptr=[*wptr.tolist(), int(wptr[-1])],  # the last stretch waits for nothing
@@ -323,7 +323,7 @@ def _host_part(f: Flat, sh: Shape) -> tuple[np.ndarray, list[int], int]:
     """By run position each op's ready time (less the host's waits); the host's clock before each blocking
     node and at the end, without waits."""
     adv = np.where(f.kind == K_EXTERNAL, 0, f.dur).astype(np.int64)
-    host = np.concatenate([[0], np.cumsum(adv)])  # the host's clock before each node, without waits
+    host = np.concatenate([[0], adv.cumsum()])  # the host's clock before each node, without waits
     base = f.op_start.astype(np.int64)
     base = np.where(sh.on_host, host[np.minimum(sh.node_of, len(host) - 1)] + f.op_lat, base)
     return base[sh.op], host[sh.blocks].tolist(), int(host[-1])
@@ -334,7 +334,7 @@ def _chain_part(f: Flat, sh: Shape) -> tuple[np.ndarray, np.ndarray]:
     n_ops = len(f.op_dur)
     parent = sh.parent
     w = np.where(parent >= 0, f.op_dur[np.maximum(parent, 0)] + f.op_gap, 0)[sh.by_chain]
-    csum = np.cumsum(w)
+    csum = w.cumsum()
     c = np.empty(n_ops, dtype=np.int64)
     c[sh.by_chain] = csum - np.repeat(csum[sh.head] - w[sh.head], np.diff(np.append(sh.head, n_ops)))
     return c[sh.op], f.op_dur.astype(np.int64)[sh.op]

@@ -264,5 +264,5 @@ def sync_kinds(graphs: list[RoundGraph]) -> list[str]:
         if f is None:
             out += [n.sync for n in g.nodes if n.kind == BLOCKING and n.sync]
         else:
-            out += [s for s in map(f.node_sync.__getitem__, np.flatnonzero(f.kind == K_BLOCKING).tolist()) if s]
+            out += [s for s in map(f.node_sync.__getitem__, (f.kind == K_BLOCKING).nonzero()[0].tolist()) if s]
     return out

@@ -123,14 +123,14 @@ def _covering(spans_s: np.ndarray, spans_e: np.ndarray, at: np.ndarray) -> tuple
     """For each instant: whether a span contains it, and that span's start (the earliest such start)."""
     if not len(spans_s) or not len(at):
         return np.zeros(len(at), dtype=bool), np.zeros(len(at), dtype=np.int64)
-    order = np.argsort(spans_s, kind="stable")
+    order = spans_s.argsort(kind="stable")
     s, e = spans_s[order], spans_e[order]
     run_end = np.maximum.accumulate(e)
     arg = np.zeros(len(e), dtype=np.int64)  # index of the span that holds run_end so far
-    best = np.flatnonzero(np.concatenate(([True], e[1:] > run_end[:-1])))
+    best = np.concatenate(([True], e[1:] > run_end[:-1])).nonzero()[0]
     arg[best] = best
     arg = np.maximum.accumulate(arg)
-    k = np.searchsorted(s, at + CLOCK_SLACK_NS, side="right") - 1
+    k = s.searchsorted(at + CLOCK_SLACK_NS, side="right") - 1
     ok = k >= 0
     kk = np.maximum(k, 0)
     covered = ok & (run_end[kk] >= at - CLOCK_SLACK_NS)
@@ -150,7 +150,7 @@ def _device_gaps(
     run_end = np.maximum.accumulate(g_end)
     new = np.ones(len(g_start), dtype=bool)
     new[1:] = (g_start[1:] > run_end[:-1]) | (rid[1:] != rid[:-1])
-    first = np.flatnonzero(new)
+    first = new.nonzero()[0]
     run_s, run_rid = g_start[first], rid[first]
     # The run's end: the latest end among its own records (not an earlier round's).
     run_e = np.maximum.reduceat(g_end, first)
@@ -160,12 +160,12 @@ def _device_gaps(
     tail = np.ones(len(first), dtype=bool)
     tail[:-1] = run_rid[1:] != run_rid[:-1]
     a = np.concatenate((r_start[run_rid[lead]], run_e[~tail], run_e[tail]))
-    b = np.concatenate((run_s[lead], run_s[np.flatnonzero(~tail) + 1], r_end[run_rid[tail]]))
-    nxt = np.concatenate((first[lead], first[np.flatnonzero(~tail) + 1], np.full(int(tail.sum()), -1)))
+    b = np.concatenate((run_s[lead], run_s[(~tail).nonzero()[0] + 1], r_end[run_rid[tail]]))
+    nxt = np.concatenate((first[lead], first[(~tail).nonzero()[0] + 1], np.full(int(tail.sum()), -1)))
     # Rounds in which this device did nothing at all: idle throughout, the host launched nothing.
     busy = np.zeros(len(r_start), dtype=bool)
     busy[run_rid] = True
-    empty = np.flatnonzero(~busy)
+    empty = (~busy).nonzero()[0]
     a = np.concatenate((a, r_start[empty]))
     b = np.concatenate((b, r_end[empty]))
     nxt = np.concatenate((nxt, np.full(len(empty), -1)))
@@ -195,9 +195,9 @@ class _PeerCopies:
         sel = (self.dst == dev) & (self.src != dev) & (self.lane != dev)
         if not sel.any() or not len(a):
             return np.full(len(a), -1, dtype=np.int16), b
-        order = np.argsort(self.end[sel], kind="stable")
+        order = self.end[sel].argsort(kind="stable")
         end, src = self.end[sel][order], self.src[sel][order]
-        k = np.searchsorted(end, b + CLOCK_SLACK_NS, side="right") - 1
+        k = end.searchsorted(b + CLOCK_SLACK_NS, side="right") - 1
         kk = np.maximum(k, 0)
         ok = (k >= 0) & (end[kk] > a - CLOCK_SLACK_NS) & (b - end[kk] <= window_ns + CLOCK_SLACK_NS)
         return np.where(ok, src[kk], -1).astype(np.int16), np.where(ok, end[kk], b)
@@ -212,8 +212,8 @@ def _gpu_work(
     gpu_mask = _GPU[events["kind"]] & in_rounds
     if not gpu_mask.any() or not len(round_idx):
         return None
-    r_order = np.argsort(starts[round_idx], kind="stable")
-    return np.flatnonzero(gpu_mask), starts[round_idx][r_order], ends[round_idx][r_order]
+    r_order = starts[round_idx].argsort(kind="stable")
+    return gpu_mask.nonzero()[0], starts[round_idx][r_order], ends[round_idx][r_order]
 
 
 def _per_device(events: np.ndarray, gpu: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -224,7 +224,7 @@ def _per_device(events: np.ndarray, gpu: np.ndarray) -> list[tuple[int, np.ndarr
         g = gpu[gpu_dev == dev]
         g_start = starts[g]
         if len(g) > 1 and (g_start[1:] < g_start[:-1]).any():  # a merged timeline is in order already
-            g = g[np.argsort(g_start, kind="stable")]
+            g = g[g_start.argsort(kind="stable")]
         out.append((dev, g))
     return out
 
@@ -264,10 +264,10 @@ def attribute_idle(
         return no_gaps()
     gpu, r_start, r_end = work
     # Launch call of each GPU record, by correlation id (host RUNTIME records carry the same id).
-    rt = np.flatnonzero((kind == int(Kind.RUNTIME)) & (corr > 0))
-    rt = rt[np.argsort(corr[rt], kind="stable")]
+    rt = ((kind == int(Kind.RUNTIME)) & (corr > 0)).nonzero()[0]
+    rt = rt[corr[rt].argsort(kind="stable")]
     rt_corr, rt_start = corr[rt], starts[rt]
-    waits = np.flatnonzero((kind == int(Kind.WAIT)) & in_rounds)
+    waits = ((kind == int(Kind.WAIT)) & in_rounds).nonzero()[0]
     w_start, w_end = starts[waits], ends[waits]
     s_start, s_end = starts[sync_idx], ends[sync_idx]
     peers = _PeerCopies(events, gpu)
@@ -279,7 +279,7 @@ def attribute_idle(
         has_next = nxt >= 0
         # When was the next record launched?
         nc = np.where(has_next, g_corr[np.maximum(nxt, 0)], 0)
-        k = np.searchsorted(rt_corr, nc)
+        k = rt_corr.searchsorted(nc)
         known = has_next & (nc > 0) & (k < len(rt))
         known[known] = rt_corr[k[known]] == nc[known]
         launch = np.where(known, rt_start[np.minimum(k, max(len(rt) - 1, 0))] if len(rt) else 0, 0)

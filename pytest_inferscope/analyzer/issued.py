@@ -17,14 +17,14 @@ class Issued:
     at each item; `op_streams` and `op_ends` are the ops' streams (graph.GpuOp.stream) and ends, by op."""
 
     def __init__(self, op_streams: np.ndarray, op_ends: np.ndarray, item: np.ndarray, op: np.ndarray) -> None:
-        order = np.argsort(item, kind="stable")  # externals first at each item: they come first in `item`
+        order = item.argsort(kind="stable")  # externals first at each item: they come first in `item`
         item, op = item[order], op[order]
         stream, end = op_streams[op].astype(np.int64), op_ends[op].astype(np.int64)
         # per stream, in issue order (streams by first issue): the item that issued each op, the latest end so
         # far, and the op holding it (the first to reach it)
         self.streams: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
         for key in first_seen(stream):
-            sel = np.flatnonzero(stream == key)
+            sel = (stream == key).nonzero()[0]
             ends = np.maximum.accumulate(end[sel])
             rises = np.ones(len(sel), dtype=bool)
             rises[1:] = end[sel][1:] > ends[:-1]
@@ -41,7 +41,7 @@ class Issued:
             return [[] for _ in range(len(ks))]
         found = []
         for _, items, ends, holder in self.streams:
-            m = np.minimum(np.searchsorted(items, ks, side="right"), np.searchsorted(ends, at, side="right"))
+            m = np.minimum(items.searchsorted(ks, side="right"), ends.searchsorted(at, side="right"))
             found.append(np.where(m > 0, holder[np.maximum(m, 1) - 1], -1))
         low = [key & 0xFFFFFFFF for key, *_ in self.streams]
         out = []

@@ -146,8 +146,8 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["gpu.idle_fraction"] = 1.0 - busy / wall
     m["gpu.kernel_launches_per_round"] = np.count_nonzero(ctx.gpu.records["kind"] == int(Kind.KERNEL)) / n_gpu
     m["gpu.transfer_fraction"] = ctx.gpu.copies_ns / wall
-    m["gpu.h2d_bytes_per_round"] = float(np.sum(cp["h2d"]["value"])) / n_gpu
-    m["gpu.d2h_bytes_per_round"] = float(np.sum(cp["d2h"]["value"])) / n_gpu
+    m["gpu.h2d_bytes_per_round"] = float(cp["h2d"]["value"].sum()) / n_gpu
+    m["gpu.d2h_bytes_per_round"] = float(cp["d2h"]["value"].sum()) / n_gpu
     ev = ctx.timeline.events
     allocs = (ev["kind"] == int(Kind.GPU_MEMORY)) & (ev["value"] > 0) & ctx.rounds.in_gpu_rounds
     m["gpu.allocations_per_round"] = float(np.count_nonzero(allocs)) / n_gpu

@@ -37,7 +37,7 @@ def communication(ctx: Context) -> list[Finding]:
     k = ctx.gpu.records[comm]
     dur = (k["end"] - k["start"]).astype(float)
     weights = np.bincount(k["name"], weights=dur)
-    top = [int(i) for i in np.argsort(-weights)[:3] if weights[i] > 0]
+    top = [int(i) for i in (-weights).argsort()[:3] if weights[i] > 0]
     per_round_ms = ctx.rounds.per_gpu_round_ms
     evidence: dict[str, object] = {}
     for d in devices:
@@ -51,7 +51,7 @@ def communication(ctx: Context) -> list[Finding]:
         evidence[f"collective {i}"] = f"{strings[n][:120]}: {per_round_ms(float(weights[n])):.2f} ms/round"
     exposed_ms = per_round_ms(worst.exposed_ns)
     comm_ms = per_round_ms(worst.comm_ns)
-    idx = np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds)
+    idx = (ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds).nonzero()[0]
     chosen = idx[comm_mask(ctx.timeline.events[idx], strings)] if len(idx) else idx
     return [
         Finding(

@@ -41,7 +41,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
     names = k["name"]
     dur = (k["end"] - k["start"]).astype(float)
     weights = np.bincount(names, weights=dur) if len(k) else np.zeros(0)
-    top: list[int] = [int(i) for i in np.argsort(-weights)[:3] if weights[i] > 0]
+    top: list[int] = [int(i) for i in (-weights).argsort()[:3] if weights[i] > 0]
     total = float(dur.sum()) or 1.0
     evidence: dict[str, object] = {
         "GPU computing": _pct(compute),
@@ -66,7 +66,7 @@ def gpu_saturation(ctx: Context) -> list[Finding]:
             share=busy,
             confidence=min(1.0, 0.7 + 0.3 * busy),
             evidence=evidence,
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds), 5),
+            events=ctx.refs((ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds).nonzero()[0], 5),
             suggestions=[
                 Suggestion(
                     LOWER_PRECISION,
@@ -296,7 +296,7 @@ def launch_overhead(ctx: Context) -> list[Finding]:
                 "host CPU per launch (µs)": round(host_us, 2),
                 "GPU computing": _pct(compute),
             },
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds), 5),
+            events=ctx.refs((ctx.timeline.mask(Kind.KERNEL) & ctx.rounds.in_gpu_rounds).nonzero()[0], 5),
             suggestions=[
                 Suggestion(
                     CUDA_GRAPH,
@@ -328,10 +328,10 @@ def _idle_evidence(ctx: Context) -> dict[str, object]:
 def _gap_refs(ctx: Context, sel: np.ndarray, limit: int = 5) -> list[EventRef]:
     """The longest selected idle gaps, as report references."""
     idle = ctx.gpu.idle
-    idx = np.flatnonzero(sel)
+    idx = sel.nonzero()[0]
     if not len(idx):
         return []
-    top = idx[np.argsort(-(idle.end_ns[idx] - idle.start_ns[idx]), kind="stable")[:limit]]
+    top = idx[(-(idle.end_ns[idx] - idle.start_ns[idx])).argsort(kind="stable")[:limit]]
     return [
         EventRef(
             kind="gpu_idle",

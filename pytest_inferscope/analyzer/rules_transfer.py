@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..events import Kind
 from ..results import Finding, Suggestion
 from .context import Context
@@ -145,7 +143,7 @@ def transfers(ctx: Context) -> list[Finding]:
                 "blocking copies per round": round(t["blocking_count"] / n, 1),
                 "copy time overlapping kernels": _pct(t["overlap_ns"] / t["union_ns"] if t["union_ns"] else 0.0),
             },
-            events=ctx.refs(np.flatnonzero(ctx.timeline.mask(Kind.MEMCPY) & ctx.rounds.in_gpu_rounds), 5),
+            events=ctx.refs((ctx.timeline.mask(Kind.MEMCPY) & ctx.rounds.in_gpu_rounds).nonzero()[0], 5),
             suggestions=suggestions,
         )
     ]

@@ -34,8 +34,8 @@ def samples_in(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) ->
     """The test thread's CPU samples in the round, by start: (start, end, the latest end so far, module of the
     innermost frame); the modules that are the framework's are added to `framework`."""
     ev = tl.events
-    sel = np.flatnonzero((ev["kind"] == int(Kind.SAMPLE)) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid))
-    sel = sel[np.argsort(ev["start"][sel], kind="stable")]
+    sel = ((ev["kind"] == int(Kind.SAMPLE)) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid)).nonzero()[0]
+    sel = sel[ev["start"][sel].argsort(kind="stable")]
     mods = []
     for i in sel.tolist():
         leaf = tl.name(i).rsplit(";", 1)[-1]
@@ -90,12 +90,12 @@ def entries_of(dicts: list[tuple[int, dict[str, int]]]) -> Entries:
 def sampled_entries(a: np.ndarray, b: np.ndarray, samples: Samples) -> Entries:
     """For each segment [a, b): the ns each module was sampled in it, as `modules_in` counts them, as entries."""
     s, e, run_end = (np.asarray(x, dtype=np.int64) for x in samples[:3])
-    k0, k1 = np.searchsorted(run_end, a, side="right"), np.searchsorted(s, b, side="left")
+    k0, k1 = run_end.searchsorted(a, side="right"), s.searchsorted(b, side="left")
     count = np.maximum(0, k1 - k0)  # the samples that can overlap each (see modules_in)
     if int(count.sum()) <= FEW_PAIRS:
-        return entries_of([(i, modules_in(int(a[i]), int(b[i]), samples, "")) for i in np.flatnonzero(count).tolist()])
-    seg = np.repeat(np.arange(len(a)), count)
-    k = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count - k0, count)
+        return entries_of([(i, modules_in(int(a[i]), int(b[i]), samples, "")) for i in count.nonzero()[0].tolist()])
+    seg = np.arange(len(a)).repeat(count)
+    k = np.arange(int(count.sum())) - np.repeat(count.cumsum() - count - k0, count)
     over = np.minimum(e[k], b[seg]) - np.maximum(s[k], a[seg])
     seg, k, over = seg[over > 0], k[over > 0], over[over > 0]
     index: dict[str, int] = {}  # each module's number, as first sampled (np.unique of strings sorts them: dearer)

@@ -29,7 +29,7 @@ def pinned_arrays(f: Flat) -> Flat | None:
     assert f.op_copy is not None and f.op_nbytes is not None and f.op_stream is not None
     link = f.link_gb_s * PINNED_EFFICIENCY  # bytes per ns
     is_copy = (f.op_kind == MEMCPY) & member(f.op_copy, _HOST_LINK)  # graph.copy_is_host_link
-    hits = np.flatnonzero(is_copy)
+    hits = is_copy.nonzero()[0]
     if not len(hits) or link <= 0:
         return None
     unblock, cheap = _unblocked(f, is_copy)
@@ -43,7 +43,7 @@ def pinned_arrays(f: Flat) -> Flat | None:
     dur = np.where(unblock, np.minimum(f.dur, cheap), f.dur)
     kinds = np.where(unblock, K_CALL, f.kind).astype(f.kind.dtype)
     waits = [[], *f.waits]
-    for i in np.flatnonzero(unblock).tolist():
+    for i in unblock.nonzero()[0].tolist():
         waits[i + 1] = []
     node_ops, issue = _ops_moved(f, moved)
     return dataclasses.replace(  # the prefetch node first: every node one further on
@@ -89,7 +89,7 @@ def _unblocked(f: Flat, is_copy: np.ndarray) -> tuple[np.ndarray, int]:
     counts, issuer, placed = issued(f)
     copies = np.bincount(issuer[is_copy[placed]], minlength=len(counts))
     calls = (f.kind == K_CALL) | (f.kind == K_BLOCKING)
-    asked = np.flatnonzero((counts > 0) & ((copies > 0) | (f.kind == K_BLOCKING))).tolist()
+    asked = ((counts > 0) & ((copies > 0) | (f.kind == K_BLOCKING))).nonzero()[0].tolist()
     no_sync = np.zeros(len(counts), dtype=bool)
     no_sync[asked] = [not f.node_sync[i] for i in asked]
     copy_call = calls & no_sync & (copies == counts) & (copies > 0)
@@ -107,7 +107,7 @@ def _uploads_moved(f: Flat, moved: list[int]) -> tuple[np.ndarray, ...]:
     after, stream = f.op_after.copy(), f.op_stream.copy()
     start, lat, gap, floor = f.op_start.copy(), f.op_lat.copy(), f.op_gap.copy(), f.op_floor.copy()
     followers: dict[int, list[int]] = {j: [] for j in moved}
-    for k in np.flatnonzero(member(f.op_after, np.array(moved, dtype=np.int64))).tolist() if moved else []:
+    for k in member(f.op_after, np.array(moved, dtype=np.int64)).nonzero()[0].tolist() if moved else []:
         followers[int(f.op_after[k])].append(k)
     copy_stream: dict[int, int] = {}  # per device: the last upload on its copy stream
     for j in moved:
