@@ -8,7 +8,9 @@ here prints or writes.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +29,8 @@ from .sampling import Entries, entries_of, modules_in, sampled_entries, samples_
 MAX_ROUNDS = 5
 #: Host nodes replayed at most, over the rounds (fewer rounds for long ones; at least one round).
 MAX_NODES = 40_000
+
+T = TypeVar("T")
 
 _NONE: list[int] = []  # the ops or waits of a node with none (shared: nothing changes them in place)
 
@@ -205,17 +209,13 @@ def _host_nodes(
     at = np.concatenate([ext_at, (s > t[:-1]).nonzero()[0], np.arange(n), np.full(last, n)]).astype(np.int64)
     rank = np.repeat([0, 1, 2, 3], [ne, nseg - last, n, last])
     order = np.lexsort((np.arange(len(at)), rank, at))
-    pick = order.tolist()
+    ordered = _picker(order.tolist())
     # the pool, in the order `at` and `rank` count it: externals, segments but the last, items, the last segment
     k_seg, k_ext = np.full(nseg, K_SEGMENT, dtype=np.int8), np.full(ne, K_EXTERNAL, dtype=np.int8)
     kind = np.concatenate([k_ext, k_seg[: nseg - last], it.kind, k_seg[nseg - last :]])
     dur = np.concatenate([np.zeros(ne, dtype=np.int64), seg_dur[: nseg - last], it.dur, seg_dur[nseg - last :]])
     start = np.concatenate([cols.start[ext], seg_start[: nseg - last], s, seg_start[nseg - last :]])
     segs_none = [_NONE] * (nseg - last)
-
-    def ordered(pool: list) -> list:
-        return list(map(pool.__getitem__, pick))
-
     f = cols.flat()
     f.kind, f.dur, f.node_start = kind[order], dur[order].astype(np.int64), start[order].astype(np.int64)
     f.node_ops = ordered([[j] for j in ext] + segs_none + own + [_NONE] * last)
@@ -233,6 +233,15 @@ def _host_nodes(
     by_node = node.argsort(kind="stable")
     f.issue = (np.bincount(node, minlength=len(order)), node[by_node], issued_ops[by_node])
     return f
+
+
+def _picker(pick: list[int]) -> Callable[[list[T]], list[T]]:
+    """`pool -> [pool[i] for i in pick]`, for several pools in the same order: operator.itemgetter's loop is C's,
+    9 against 16 µs (a map of `pool.__getitem__`) a pool of ~600 nodes (2-core dev VM, 2026-11-28)."""
+    if len(pick) < 2:  # an itemgetter of one index gives the item, not a tuple; of none, it cannot be made
+        return lambda pool: [pool[i] for i in pick]
+    get = operator.itemgetter(*pick)
+    return lambda pool: list(get(pool))
 
 
 def _own_ops(op_corr: np.ndarray, item_corr: np.ndarray) -> tuple[list[list[int]], np.ndarray, np.ndarray]:

@@ -65,10 +65,13 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
     stretch = (f.kind == K_BLOCKING).cumsum()[li]
     new = np.ones(len(li), dtype=bool)
     new[1:] = stretch[1:] != stretch[:-1]
-    first, last = li[new], li[np.append(new[1:], True)]
+    ends = np.empty(len(li), dtype=bool)  # each stretch's last launch (np.append's wrappers: 3.4 against 1 µs)
+    ends[:-1], ends[-1] = new[1:], True
+    first, last = li[new], li[ends]
     mark = np.zeros(n + 1, dtype=np.int64)  # +1 after each region's first launch, -1 after its last
-    np.add.at(mark, first + 1, 1)
-    np.add.at(mark, last + 1, -1)
+    # (`first` and `last` are each distinct, so a fancy-indexed add is np.add.at's: ~10 µs less)
+    mark[first + 1] += 1
+    mark[last + 1] -= 1
     inside = mark.cumsum()[:n] > 0
     before = li[li > 0] - 1
     before = before[(f.kind[before] == K_SEGMENT) & (f.dur[before] <= DISPATCH_NS)]
@@ -83,13 +86,13 @@ def cuda_graph_arrays(f: Flat) -> Flat | None:
     replayed_node = np.zeros(n, dtype=bool)
     replayed_node[replayed] = True
     op_gap[placed[replayed_node[issuer]]] = GRAPH_GAP_NS
-    return dataclasses.replace(f, dur=dur, op_gap=op_gap)
+    return f.changed(dur=dur, op_gap=op_gap)
 
 
 def host_work_arrays(f: Flat) -> Flat | None:
     """The host segments longer than the dispatch (DISPATCH_NS) cost nothing (whatif.host_off_path)."""
     hits = (f.kind == K_SEGMENT) & (f.dur > DISPATCH_NS)
-    return dataclasses.replace(f, dur=np.where(hits, 0, f.dur)) if hits.any() else None
+    return f.changed(dur=np.where(hits, 0, f.dur)) if hits.any() else None
 
 
 def comm_kernels(f: Flat) -> np.ndarray:
@@ -109,7 +112,7 @@ def faster(select: Callable[[Flat], np.ndarray], factor: float | None) -> Callab
             return None
         dur = f.op_dur.copy()
         dur[hits] = 0 if factor is None else np.round(f.op_dur[hits] / factor)
-        return dataclasses.replace(f, op_dur=dur)
+        return f.changed(op_dur=dur)
 
     return on_arrays
 
@@ -138,7 +141,7 @@ def syncs_removed(kind: str) -> Callable[[Flat], Flat | None]:
         if len(ops):
             op_dur = op_dur.copy()
             op_dur[ops] = 0
-        return dataclasses.replace(f, kind=kinds, dur=dur, waits=waits, op_dur=op_dur)
+        return f.changed(kind=kinds, dur=dur, waits=waits, op_dur=op_dur)
 
     return on_arrays
 
@@ -190,9 +193,9 @@ def allocator_free(f: Flat) -> Flat | None:
         return None
     dur = np.where(hits, 0, f.dur)
     if not (f.kind[hits] == K_BLOCKING).any():  # calls only: the same shape
-        return dataclasses.replace(f, dur=dur)
+        return f.changed(dur=dur)
     waits = [[] if h else w for h, w in zip(hits.tolist(), f.waits, strict=True)]
-    return dataclasses.replace(f, dur=dur, kind=np.where(hits, K_CALL, f.kind).astype(f.kind.dtype), waits=waits)
+    return f.changed(dur=dur, kind=np.where(hits, K_CALL, f.kind).astype(f.kind.dtype), waits=waits)
 
 
 def module_removed(module: str) -> Callable[[Flat], Flat | None]:
@@ -210,7 +213,7 @@ def module_removed(module: str) -> Callable[[Flat], Flat | None]:
             return None
         dur = f.dur.copy()
         dur[node] = new
-        return dataclasses.replace(f, dur=dur)
+        return f.changed(dur=dur)
 
     return on_arrays
 

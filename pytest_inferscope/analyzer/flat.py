@@ -9,7 +9,6 @@ graph node by node). Pure functions; nothing here prints or writes.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -96,7 +95,7 @@ def flatten(g: RoundGraph) -> Flat:
 def patch(base: Flat, g: RoundGraph, nodes: set[int], ops: set[int]) -> tuple[Flat, bool]:
     """`base` (the arrays of the graph `g` was copied from) with `g`'s nodes `nodes` and ops `ops` reread, and
     whether the shape (`Shape`) is the same: no node changed kind, ops or waits, no op its `after`."""
-    f = dataclasses.replace(base)
+    f = base.changed()
     same = True
     if nodes:
         idx = np.fromiter(nodes, dtype=np.int64, count=len(nodes))

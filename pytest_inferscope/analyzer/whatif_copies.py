@@ -6,8 +6,6 @@ lists it with the other what-ifs. Pure functions; nothing here prints or writes.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..events import CopyKind, unique
@@ -46,8 +44,7 @@ def pinned_arrays(f: Flat) -> Flat | None:
     for i in unblock.nonzero()[0].tolist():
         waits[i + 1] = []
     node_ops, issue = _ops_moved(f, moved)
-    return dataclasses.replace(  # the prefetch node first: every node one further on
-        f,
+    return f.changed(  # the prefetch node first: every node one further on
         kind=np.concatenate([np.array([K_EXTERNAL], dtype=kinds.dtype), kinds]),
         dur=np.concatenate([np.zeros(1, dtype=dur.dtype), dur]),
         node_ops=node_ops,

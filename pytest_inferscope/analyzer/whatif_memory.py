@@ -9,8 +9,6 @@ faulting it does not apply. Pure functions; nothing here prints or writes.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from .context import Context
@@ -29,7 +27,7 @@ def fewer_host_ns(kernel_ns: float) -> ArrayTransform:
         if kernel_ns <= 0 or total <= 0:
             return None
         keep = max(0.0, 1.0 - kernel_ns / total)
-        return dataclasses.replace(f, dur=np.where(seg, np.round(f.dur * keep).astype(f.dur.dtype), f.dur))
+        return f.changed(dur=np.where(seg, np.round(f.dur * keep).astype(f.dur.dtype), f.dur))
 
     return ArrayTransform(on_arrays)
 
