@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 
 from ..caching import cached_property
-from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, copy_devices, peer_copies, unique, unpack_copy_flags
+from ..events import GPU_KINDS, CopyKind, Kind, MemoryKind, unique, unpack_copy_flags
 from ..merger import Timeline
 from ..results import BreakdownPart
-from .base import _MB, _MS, LAUNCH_GAP_NS, Rounds, distinct, median, union_ns
+from .base import _MS, LAUNCH_GAP_NS, Rounds, distinct, median, union_ns
 from .comm import DeviceComm, comm_mask, per_device
+from .gpu_summary import copies_by_direction, gaps_between_work, merged_busy, streams
 from .idle import CAUSES, CLOCK_SLACK_NS, IdleGaps, attribute_idle, idle_total_ns, no_gaps
 
 #: Runtime/driver calls that block the calling thread until the device catches up.
@@ -119,12 +120,17 @@ class GpuView:
         # (array methods: numpy's functions' wrappers cost more than the work on a short timeline)
         return (runtime & self.rounds.in_api_rounds).nonzero()[0] if np.count_nonzero(runtime) else runtime.nonzero()[0]
 
+    @cached_property
+    def _api_call_names(self) -> tuple[np.ndarray, list[int]]:
+        """The name of each of `_api_calls`, and their distinct names: found once for the three patterns asked."""
+        ids = self.timeline.events["name"][self._api_calls]
+        return ids, distinct(ids).tolist()
+
     def _calls_named(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which of `_api_calls` have a name `pattern` matches: one regex per distinct name of a call, not per
         event (nor per kernel name: those can be long)."""
-        ids = self.timeline.events["name"][self._api_calls]
+        ids, names = self._api_call_names
         table = np.zeros(len(self.timeline.strings), dtype=bool)
-        names = distinct(ids).tolist()
         table[names] = [bool(pattern.search(self.timeline.strings[i])) for i in names]
         return table[ids]
 
@@ -279,7 +285,13 @@ class GpuView:
         time_ns = float(dur.sum())
         copy_union = union_ns(hd["start"], hd["end"])
         # `_intersection_ns` of the copies and the compute, from the unions of each found already (two of its three)
-        both = union_ns(np.concatenate((hd["start"], ks)), np.concatenate((hd["end"], ke))) if len(ks) else 0
+        both = 0
+        if len(ks):  # without copies, the compute's union, found already (~10 µs a union of ~300 records)
+            both = (
+                union_ns(np.concatenate((hd["start"], ks)), np.concatenate((hd["end"], ke)))
+                if len(hd)
+                else self.compute_ns
+            )
         overlap = copy_union + self.compute_ns - both if len(ks) else 0
         _, src, dst = unpack_copy_flags(hd["flags"])
         pageable = (src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE))
@@ -318,6 +330,14 @@ class GpuView:
     def compute_ns(self) -> int:
         """Their union: the time the GPU computed (the transfer summary's, the breakdown's, the metrics')."""
         return union_ns(*self._compute_spans)
+
+    @cached_property
+    def busy_ns(self) -> int:
+        """The union of all the records: the time the GPU was busy (the metrics', and the summary's for one stream).
+        Without copies the records are the kernels and memsets, so it is `compute_ns`, not found a second time."""
+        if not len(self.copies["all"]):
+            return self.compute_ns
+        return union_ns(self.records["start"], self.records["end"])
 
     @cached_property
     def copies_ns(self) -> int:
@@ -366,60 +386,17 @@ class GpuView:
 
     def merged_busy(self, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The GPU's busy intervals (kernels, copies, memsets on any stream), merged; of one device when given."""
-        starts, ends = self.records["start"], self.records["end"]  # columns: no copy of whole records
-        if device is not None:
-            mine = self.records["device"] == device
-            starts, ends = starts[mine], ends[mine]
-        if not len(starts):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        order = starts.argsort(kind="stable")
-        s, e = starts[order], ends[order]
-        run_end = np.maximum.accumulate(e)
-        new = np.ones(len(s), dtype=bool)
-        new[1:] = s[1:] > run_end[:-1]
-        idx = new.nonzero()[0]
-        return s[idx], np.concatenate((run_end[idx[1:] - 1], run_end[-1:]))
-
-    def _gaps_between_work(self) -> np.ndarray:
-        """The idle gaps (ns) between merged busy intervals of one device inside the same round: two GPUs' busy time
-        merged would hide the one idle while the other works."""
-        idx = self.rounds.gpu_round_idx
-        round_starts = np.sort(self.timeline.events["start"][idx]) if len(idx) else None
-        per_device = []
-        for dev in distinct(self.records["device"].astype(np.int64) + 1).tolist():  # device -1 (unknown) too
-            s, e = self.merged_busy(dev - 1)
-            gaps = s[1:] - e[:-1]
-            if round_starts is not None and len(gaps):
-                rid = round_starts.searchsorted(s, side="right") - 1
-                gaps = gaps[rid[1:] == rid[:-1]]
-            per_device.append(gaps[gaps > 0])
-        return np.concatenate(per_device) if per_device else np.zeros(0, dtype=np.int64)
+        return merged_busy(self.records, device)
 
     def summary(self, memory_peak_mb: float | None = None) -> dict[str, Any]:
         """Per-stream busy time, idle gaps, copies by direction and memory kind, blocking syncs (per round);
         `memory_peak_mb` (the metric `gpu.memory_peak_mb`) as given."""
         if not self.collected:
             return {}
-        tl, g, rounds = self.timeline, self.records, self.rounds
+        tl, rounds = self.timeline, self.rounds
         n, per_round_ms = rounds.n_gpu_rounds, rounds.per_gpu_round_ms
-        streams = []
-        key = (g["device"].astype(np.int64) << 32) | (g["stream"].astype(np.int64) & 0xFFFFFFFF)
-        starts, ends, kinds = g["start"], g["end"], g["kind"]  # columns: no copy of whole records per stream
-        for k in unique(key).tolist():
-            dev, stream = k >> 32, int(np.int32(np.uint32(k & 0xFFFFFFFF)))
-            sel = key == k
-            busy = union_ns(starts[sel], ends[sel])
-            streams.append(
-                {
-                    "device": dev,
-                    "stream": stream,
-                    "kernels_per_round": float(np.count_nonzero(kinds[sel] == int(Kind.KERNEL))) / n,
-                    "copies_per_round": float(np.count_nonzero(kinds[sel] == int(Kind.MEMCPY))) / n,
-                    "busy_ms_per_round": per_round_ms(busy),
-                    "busy_share": busy / max(1, rounds.gpu_wall_ns),
-                }
-            )
-        gaps = self._gaps_between_work()
+        idx = rounds.gpu_round_idx
+        gaps = gaps_between_work(self.records, np.sort(tl.events["start"][idx]) if len(idx) else None)
         idle = {
             "gaps_per_round": len(gaps) / n,
             "total_ms_per_round": per_round_ms(float(gaps.sum())),
@@ -428,30 +405,6 @@ class GpuView:
             # Every idle interval (lead-in and tail of each round too) by cause, per device: idle.py.
             "by_cause_ms_per_round": {c: per_round_ms(ns) for c, ns in self.idle_totals().items()},
         }
-        copies = {}
-        cp = self.copies["all"]
-        kind, src, dst = unpack_copy_flags(cp["flags"])
-        h2d, d2h, d2d = kind == int(CopyKind.HTOD), kind == int(CopyKind.DTOH), kind == int(CopyKind.DTOD)
-        for label, mask in (
-            ("HtoD", h2d),
-            ("DtoH", d2h),
-            ("DtoD", d2d),
-            ("other", ~(h2d | d2h | d2d) & ~peer_copies(cp["flags"])),
-            *_peer_directions(cp),
-        ):
-            sel = cp.compress(mask)
-            if not len(sel):
-                continue
-            host_side = np.where(kind[mask] == int(CopyKind.DTOH), dst[mask], src[mask])
-            dur = float((sel["end"] - sel["start"]).sum())
-            copies[label] = {
-                "count_per_round": len(sel) / n,
-                "mb_per_round": float(sel["value"].sum()) / _MB / n,
-                "ms_per_round": per_round_ms(dur),
-                "gb_per_s": float(sel["value"].sum()) / dur if dur else 0.0,
-                "pageable_per_round": np.count_nonzero(host_side == int(MemoryKind.PAGEABLE)) / n,
-                "pinned_per_round": np.count_nonzero(host_side == int(MemoryKind.PINNED)) / n,
-            }
         syncs: dict[str, dict[str, float]] = {}
         ev = tl.events
         n_api = rounds.n_api_rounds  # the sync calls are read from the API rounds
@@ -462,9 +415,9 @@ class GpuView:
         return {
             **({"rounds": rounds.gpu_rounds_label} if rounds.gpu_lean else {}),
             **({"gpu_rounds": decided} if (decided := tl.meta.get("gpu_rounds_decision")) else {}),
-            "streams": streams,
+            "streams": streams(self.records, self.busy_ns, n, per_round_ms, rounds.gpu_wall_ns),
             "idle_gaps": idle,
-            "copies": copies,
+            "copies": copies_by_direction(self.copies["all"], n, per_round_ms),
             "syncs": syncs,
             "round_end_wait_ms_per_round": rounds.per_round_ms(self.wait_ns["round_end"]),
             "memory_peak_mb": memory_peak_mb,
@@ -484,16 +437,3 @@ class GpuView:
             BreakdownPart(f"GPU compute{where}", r.per_gpu_round_ms(k_ns), k_ns / g_wall),
             BreakdownPart(f"Transfers (host/device copies){where}", r.per_gpu_round_ms(c_ns), c_ns / g_wall),
         ]
-
-
-def _peer_directions(cp: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """The copies between two devices by direction and the device they ran on: ("PtoP 0→1 on GPU 0", mask)."""
-    peer = peer_copies(cp["flags"])
-    if not peer.any():
-        return []
-    src, dst = copy_devices(cp["flags"])
-    keys = {(int(s), int(d), int(on)) for s, d, on in zip(src[peer], dst[peer], cp["device"][peer], strict=True)}
-    return [
-        (f"PtoP {s}\u2192{d} on GPU {on}", peer & (src == s) & (dst == d) & (cp["device"] == on))
-        for s, d, on in sorted(keys)
-    ]

@@ -126,7 +126,7 @@ GPU_METRICS = (
 def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     """From the GPU rounds: the measured rounds, or the profile rounds when lean (base.py `gpu_round_idx`)."""
     wall, n_gpu = max(1, ctx.rounds.gpu_wall_ns), ctx.rounds.n_gpu_rounds
-    busy = union_ns(ctx.gpu.records["start"], ctx.gpu.records["end"])
+    busy = ctx.gpu.busy_ns
     cp = ctx.gpu.copies
     # Collective kernels (NCCL) occupy the GPU while waiting for peers: communication, not compute (comm.py).
     comm = ctx.gpu.comm
