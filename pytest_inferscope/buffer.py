@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .events import EVENT_DTYPE, Domain, Kind, StringTable
+from .events import EVENT_DTYPE, Domain, Kind, StringTable, concat_events, put_events
 
 DEFAULT_SIZE_MB = 100
 _MB = 1024 * 1024
@@ -55,13 +55,13 @@ class _Ring:
         """Double the capacity (more when `need` more events must fit), to at most `limit`, keeping every event."""
         size = max(16, 2 * self.cap, self.pos + need)
         bigger = np.empty(size if limit is None else min(limit, size), dtype=EVENT_DTYPE)
-        bigger[: self.pos] = self.data[: self.pos]
+        put_events(bigger, 0, self.data[: self.pos])
         self.data, self.cap = bigger, len(bigger)
 
     def ordered(self) -> np.ndarray:
         if not self.wrapped:
             return self.data[: self.pos]
-        return np.concatenate((self.data[self.pos :], self.data[: self.pos]))
+        return concat_events([self.data[self.pos :], self.data[: self.pos]])
 
 
 class TraceBuffer:
@@ -215,7 +215,7 @@ class TraceBuffer:
             take = min(n - done, ring.cap - ring.pos)
             if ring.wrapped:
                 lost += take
-            ring.data[ring.pos : ring.pos + take] = records[done : done + take]
+            put_events(ring.data, ring.pos, records[done : done + take])
             ring.pos += take
             done += take
         ring.dropped += lost
@@ -240,9 +240,7 @@ class TraceBuffer:
         for ring in list(self._rings):
             parts.extend(np.load(p) for p in ring.spilled)
             parts.append(ring.ordered())
-        if not parts:
-            return np.zeros(0, dtype=EVENT_DTYPE)
-        return np.concatenate(parts)
+        return concat_events(parts)
 
     def read_all(self) -> list[dict[str, Any]]:
         """Seeds' interface: every kept event as a dict (slow; for tests and small traces)."""

@@ -81,16 +81,25 @@ def _work(records: np.ndarray) -> np.ndarray:
 
 
 def busy_ns(records: np.ndarray) -> int:
-    """The time the GPU was busy with the work records (the union of their intervals, in ns)."""
-    work = records[_work(records)] if len(records) else records
-    if not len(work):
+    """The time the GPU was busy with the work records (the union of their intervals, in ns).
+
+    Column by column, with array methods: selecting whole records copies them field by field (events.py), and
+    numpy's function wrappers outcost the work here (85 against 30 µs for a ResNet-50 warm-up's 625 records,
+    2-core dev VM, 2026-11-28)."""
+    if not len(records):
         return 0
-    order = np.argsort(work["start"], kind="stable")
-    start, end = work["start"][order], np.maximum.accumulate(work["end"][order])
+    work = _work(records)
+    start, end = records["start"][work], records["end"][work]
+    if not len(start):
+        return 0
+    order = start.argsort(kind="stable")
+    start, end = start[order], np.maximum.accumulate(end[order])
     # a new busy stretch begins where a record starts after every earlier one ended
     new = np.empty(len(start), dtype=bool)
     new[0], new[1:] = True, start[1:] > end[:-1]
-    firsts, lasts = np.flatnonzero(new), np.append(np.flatnonzero(new)[1:] - 1, len(start) - 1)
+    firsts = new.nonzero()[0]
+    lasts = np.empty_like(firsts)
+    lasts[:-1], lasts[-1] = firsts[1:] - 1, len(start) - 1
     return int((end[lasts] - start[firsts]).sum())
 
 

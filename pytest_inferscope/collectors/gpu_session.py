@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..buffer import GPU_RING, TraceBuffer
-from ..events import host_clock_ns, unique
+from ..events import copy_events, host_clock_ns, unique
 from ..warning import warn_once
 from . import gpu_rounds
 from .gpu import Choice, GpuBackendError, GpuCollector
@@ -173,10 +173,11 @@ class GpuSession:
         assert self.collector is not None
         records, names = self.collector.drain()
         self.dropped += self.collector.dropped()
-        if len(records) and self._primes:
-            records = records[~self._in_primes(records)]
         if len(records):
-            records = records.copy()
+            # a copy of its own to rename (the backend's may be read-only), without the primes' records (events.py:
+            # numpy's copies of records go field by field; compress does not)
+            records = records.compress(~self._in_primes(records)) if self._primes else copy_events(records)
+        if len(records):
             records["name"] = self._trace_names(names, records["name"])
             self.buffer.extend(records, GPU_RING)  # not the stopping thread's ring: its events would be overwritten
         return (work_records(records), busy_ns(records)) if len(records) else (0, 0)

@@ -213,3 +213,25 @@ def test_a_trace_holds_the_names_its_gpu_records_use_not_every_name_the_backend_
         gpu = raw.events[raw.events["kind"] == Kind.KERNEL]
         assert sorted(raw.strings[i] for i in gpu["name"]) == sorted(met[i] for i in used) and not said
         assert not set(raw.strings) & (set(met) - {met[i] for i in used})
+
+
+class ReadOnlyGpu(NamingGpu):
+    """A backend whose drained records are read-only (a view of its own buffer), kept to be looked at after."""
+
+    def __init__(self, names: list[str], used: list[int]) -> None:
+        super().__init__(names, used)
+        self.drained: list[np.ndarray] = []
+
+    def drain(self) -> tuple[np.ndarray, list[str]]:
+        records, names = super().drain()
+        records.flags.writeable = False
+        self.drained.append(records)
+        return records, names
+
+
+def test_drained_records_are_copied_before_they_are_renamed_and_the_backends_are_left_as_they_were() -> None:
+    gpu = ReadOnlyGpu([f"k{i}" for i in range(50)], [40, 41, 41])
+    _, raw, said = _collect(gpu, gpu_rounds="measured")
+    kernels = raw.events[raw.events["kind"] == Kind.KERNEL]
+    assert [raw.strings[i] for i in kernels["name"]] == ["k40", "k41", "k41"] and not said
+    assert [r["name"].tolist() for r in gpu.drained if len(r)] == [[40, 41, 41]]  # the backend's ids, untouched
