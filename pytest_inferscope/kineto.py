@@ -38,7 +38,18 @@ from typing import Any
 import numpy as np
 
 from .analyzer import DEFAULT_RULES, Context, Rule
-from .events import EVENT_DTYPE, GPU_KINDS, CopyKind, Domain, Kind, MemoryKind, RawTrace, StringTable, copy_flags
+from .events import (
+    EVENT_DTYPE,
+    GPU_KINDS,
+    CopyKind,
+    Domain,
+    Kind,
+    MemoryKind,
+    RawTrace,
+    StringTable,
+    concat_events,
+    copy_flags,
+)
 from .results import CollectorInfo, Finding
 
 __all__ = ["RULES", "KinetoTrace", "TraceFormatError", "import_events", "load", "read_json"]
@@ -270,7 +281,7 @@ def _finish(
             events["end"][last] = max(e, int(gpu["end"].max()))
     else:
         extra.append((t0, t_end, 0, 0, strings.intern("profiled window"), main, -1, -1, Kind.ROUND, Domain.HOST, 0))
-    events = np.concatenate([events, np.array(extra, dtype=EVENT_DTYPE)])
+    events = concat_events([events, np.array(extra, dtype=EVENT_DTYPE)])  # events.py: as bytes
     n_kernels = counts.get("kernel", 0) + counts.get("memcpy", 0) + counts.get("memset", 0)
     device_names = [str(d.get("name")) for d in data.get("deviceProperties") or [] if isinstance(d, dict)]
     rounds = f"{len(steps)} ProfilerStep rounds" if steps else "no ProfilerStep: the whole trace is one round"
