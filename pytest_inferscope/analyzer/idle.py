@@ -145,6 +145,8 @@ def _device_gaps(
 
     Lead-in, between the runs of busy records of a round, and the tail; and rounds in which it did nothing.
     """
+    if len(r_start) == 1:
+        return _one_round_gaps(g_start, g_end, int(r_start[0]), int(r_end[0]))
     # (np.minimum of np.maximum: np.clip's wrappers cost 8 against 2 µs)
     rid = np.minimum(np.maximum(r_start.searchsorted(g_start, side="right") - 1, 0), len(r_start) - 1)
     run_end = np.maximum.accumulate(g_end)
@@ -173,12 +175,28 @@ def _device_gaps(
     return a[keep], b[keep], nxt[keep]
 
 
+def _one_round_gaps(g_start: np.ndarray, g_end: np.ndarray, r0: int, r1: int) -> tuple[np.ndarray, ...]:
+    """`_device_gaps` in one round [r0, r1) (a lean test's API round, its profile round): the same intervals, in
+    the same order, without the rounds' bookkeeping (~15 array operations of ~2 µs on a few hundred records)."""
+    run_end = np.maximum.accumulate(g_end)
+    new = np.empty(len(g_start), dtype=bool)
+    new[0] = True
+    np.greater(g_start[1:], run_end[:-1], out=new[1:])
+    first = new.nonzero()[0]
+    a = np.concatenate(((r0,), np.maximum.reduceat(g_end, first)))
+    b = np.concatenate((g_start[first], (r1,)))
+    nxt = np.concatenate((first, (-1,)))
+    keep = b > a
+    return a[keep], b[keep], nxt[keep]
+
+
 class _PeerCopies:
     """The rounds' copies between two known devices, for telling a gap that waited for another GPU."""
 
     def __init__(self, events: np.ndarray, gpu: np.ndarray) -> None:
         cp = gpu[events["kind"][gpu] == int(Kind.MEMCPY)]
-        cp = cp[peer_copies(events["flags"][cp])]
+        if len(cp):  # (most rounds copy nothing: their flags need no unpacking)
+            cp = cp[peer_copies(events["flags"][cp])]
         self.src, self.dst = copy_devices(events["flags"][cp])
         self.end = events["end"][cp]
         self.lane = events["device"][cp]
