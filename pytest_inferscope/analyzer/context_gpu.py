@@ -48,6 +48,13 @@ def _compute_kind(kind: np.ndarray) -> np.ndarray:
     return (kind == int(Kind.KERNEL)) | (kind == int(Kind.MEMSET))
 
 
+#: `GpuView._copy_figures` of no copies.
+_NO_COPIES: dict[str, float] = {
+    "measured": 0.0, "time_ns": 0.0, "union_ns": 0, "bytes": 0.0, "pageable_count": 0.0, "pageable_ns": 0.0,
+    "pageable_bytes": 0.0, "pinned_bytes": 0.0, "overlap_ns": 0,
+}  # fmt: skip
+
+
 def _intersection_ns(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:
     """Length of (union of a) intersected with (union of b)."""
     both = union_ns(np.concatenate((a_s, b_s)), np.concatenate((a_e, b_e)))
@@ -94,6 +101,8 @@ class GpuView:
     @cached_property
     def copies(self) -> dict[str, np.ndarray]:
         cp = self.records.compress(self.records["kind"] == int(Kind.MEMCPY))
+        if not len(cp):  # (most rounds copy nothing: no flags to unpack)
+            return {"all": cp, "h2d": cp, "d2h": cp, "pageable": cp}
         kind, src, dst = unpack_copy_flags(cp["flags"])
         return {
             "all": cp,
@@ -275,26 +284,11 @@ class GpuView:
     def transfer(self) -> dict[str, float]:
         """Host<->device copies: bytes, time, bandwidth against the link, blocking copies, overlap with compute."""
         cp = self.copies
-        hd = np.concatenate((cp["h2d"], cp["d2h"]))
-        ks, ke = self._compute_spans
-        dur = (hd["end"] - hd["start"]).astype(float)
-        nbytes = hd["value"].astype(float)
-        big = (nbytes >= LINK_MEASURE_MIN_BYTES) & (dur > 0)
-        measured = float(np.max(nbytes[big] / dur[big])) if big.any() else 0.0
+        hd = np.concatenate((cp["h2d"], cp["d2h"])) if len(cp["all"]) else cp["all"]
         nominal = float(self.timeline.meta.get("link_gb_s") or LINK_NOMINAL_GB_S)
-        time_ns = float(dur.sum())
-        copy_union = union_ns(hd["start"], hd["end"])
-        # `_intersection_ns` of the copies and the compute, from the unions of each found already (two of its three)
-        both = 0
-        if len(ks):  # without copies, the compute's union, found already (~10 µs a union of ~300 records)
-            both = (
-                union_ns(np.concatenate((hd["start"], ks)), np.concatenate((hd["end"], ke)))
-                if len(hd)
-                else self.compute_ns
-            )
-        overlap = copy_union + self.compute_ns - both if len(ks) else 0
-        _, src, dst = unpack_copy_flags(hd["flags"])
-        pageable = (src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE))
+        # Without copies (most inference rounds) every figure of them is zero, found without array operations.
+        figures = self._copy_figures(hd) if len(hd) else _NO_COPIES
+        measured, time_ns, nbytes = figures["measured"], figures["time_ns"], figures["bytes"]
         if not self.rounds.gpu_api_same:  # copies matched to their calls where those were recorded
             blocking, blocked_ns = self._blocking_copies(self._api_host_copies())
             scale = self.rounds.gpu_api_scale
@@ -303,21 +297,45 @@ class GpuView:
             blocking, blocked_ns = self._blocking_copies(hd)
         return {
             "count": float(len(hd)),
-            "bytes": float(nbytes.sum()),
+            "bytes": nbytes,
             "time_ns": time_ns,
-            "union_ns": float(copy_union),
-            "gb_per_s": float(nbytes.sum()) / time_ns if time_ns else 0.0,
+            "union_ns": float(figures["union_ns"]),
+            "gb_per_s": nbytes / time_ns if time_ns else 0.0,
             "link_gb_s": max(nominal, measured),
             "link_source": 0.0 if measured <= nominal else 1.0,  # 1: the measured peak beat the nominal
+            "pageable_count": figures["pageable_count"],
+            "pageable_ns": figures["pageable_ns"],
+            "pageable_bytes": figures["pageable_bytes"],
+            "pinned_bytes": figures["pinned_bytes"],
+            "blocking_count": float(blocking),
+            "blocking_ns": float(blocked_ns),
+            "overlap_ns": float(figures["overlap_ns"]),
+            "exposed_ns": float(figures["union_ns"] - figures["overlap_ns"]),
+            "compute_ns": float(self.compute_ns),
+        }
+
+    def _copy_figures(self, hd: np.ndarray) -> dict[str, float]:
+        """`transfer`'s figures of host<->device copy records `hd`: their fastest rate over 1 MB, time, union,
+        bytes, pageable ones, and their overlap with the compute."""
+        ks, ke = self._compute_spans
+        dur = (hd["end"] - hd["start"]).astype(float)
+        nbytes = hd["value"].astype(float)
+        big = (nbytes >= LINK_MEASURE_MIN_BYTES) & (dur > 0)
+        copy_union = union_ns(hd["start"], hd["end"])
+        # `_intersection_ns` of the copies and the compute, from the unions of each found already (two of its three)
+        both = union_ns(np.concatenate((hd["start"], ks)), np.concatenate((hd["end"], ke))) if len(ks) else 0
+        _, src, dst = unpack_copy_flags(hd["flags"])
+        pageable = (src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE))
+        return {
+            "measured": float(np.max(nbytes[big] / dur[big])) if big.any() else 0.0,
+            "time_ns": float(dur.sum()),
+            "union_ns": copy_union,
+            "bytes": float(nbytes.sum()),
             "pageable_count": float(np.count_nonzero(pageable)),
             "pageable_ns": float(dur[pageable].sum()),
             "pageable_bytes": float(nbytes[pageable].sum()),
             "pinned_bytes": float(nbytes[~pageable].sum()),
-            "blocking_count": float(blocking),
-            "blocking_ns": float(blocked_ns),
-            "overlap_ns": float(overlap),
-            "exposed_ns": float(copy_union - overlap),
-            "compute_ns": float(self.compute_ns),
+            "overlap_ns": copy_union + self.compute_ns - both if len(ks) else 0,
         }
 
     @cached_property

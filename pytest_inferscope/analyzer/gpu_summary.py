@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..events import CopyKind, Kind, MemoryKind, copy_devices, peer_copies, unique, unpack_copy_flags
+from ..events import CopyKind, Kind, MemoryKind, copy_devices, peer_copies, unpack_copy_flags
 from .base import _MB, distinct, union_ns
 
 
@@ -22,7 +22,7 @@ def streams(
     out = []
     key = (g["device"].astype(np.int64) << 32) | (g["stream"].astype(np.int64) & 0xFFFFFFFF)
     starts, ends, kinds = g["start"], g["end"], g["kind"]  # columns: no copy of whole records per stream
-    keys = unique(key).tolist()
+    keys = distinct(key).tolist()
     for k in keys:
         dev, stream = k >> 32, int(np.int32(np.uint32(k & 0xFFFFFFFF)))
         sel = key == k
@@ -74,7 +74,9 @@ def gaps_between_work(records: np.ndarray, round_starts: np.ndarray | None) -> n
 
 def copies_by_direction(cp: np.ndarray, n: int, per_round_ms: Callable[[float], float]) -> dict[str, dict[str, Any]]:
     """Copy records `cp` of `n` rounds by direction (peer copies by their devices): counts, sizes, times, memory."""
-    copies = {}
+    copies: dict[str, dict[str, Any]] = {}
+    if not len(cp):  # (most rounds copy nothing)
+        return copies
     kind, src, dst = unpack_copy_flags(cp["flags"])
     h2d, d2h, d2d = kind == int(CopyKind.HTOD), kind == int(CopyKind.DTOH), kind == int(CopyKind.DTOD)
     for label, mask in (
