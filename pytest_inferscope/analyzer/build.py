@@ -33,6 +33,7 @@ MAX_NODES = 40_000
 T = TypeVar("T")
 
 _NONE: list[int] = []  # the ops or waits of a node with none (shared: nothing changes them in place)
+_RANKS = np.arange(4, dtype=np.int64)  # the pool's parts (externals, segments, items, the last segment), in order
 
 
 def _stream_key(ev: np.ndarray) -> np.ndarray:
@@ -97,8 +98,9 @@ def build_round(tl: Timeline, round_i: int, link_gb_s: float = 0.0, found: _Foun
     cols = _OpColumns(ev.take(op_idx), r0)  # (not indexing: see context_gpu.GpuView.records)
     stream_busy: dict[int, int] = {}
     earlier = gpu_all[(gpu_start < r0) & (found.gpu_end > r0)]
-    for k, e in zip(_stream_key(ev.take(earlier)).tolist(), ev["end"][earlier].tolist(), strict=True):
-        stream_busy[k] = max(stream_busy.get(k, 0), e - r0)
+    if len(earlier):  # (mostly none)
+        for k, e in zip(_stream_key(ev.take(earlier)).tolist(), ev["end"][earlier].tolist(), strict=True):
+            stream_busy[k] = max(stream_busy.get(k, 0), e - r0)
     counted = (cols.end <= r1 - r0 + CLOCK_SLACK_NS).nonzero()[0]
     framework: set[str] = set()
     f = _host_nodes(tl, calls, waits, op_idx, external, (r0, r1, tid), cols, framework, found)
@@ -123,11 +125,14 @@ class _OpColumns:
         self.stream = _stream_key(ev)
         self.start = (ev["start"] - r0).astype(np.int64)
         self.end = (ev["end"] - r0).astype(np.int64)
-        copy, src, dst = unpack_copy_flags(ev["flags"])
         is_copy = self.kind == int(Kind.MEMCPY)
-        self.pageable = is_copy & ((src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE)))
         self.nbytes = np.where(self.kind != int(Kind.KERNEL), ev["value"], 0).astype(np.int64)
-        self.copy = np.where(is_copy, copy, 0).astype(np.int64)
+        if is_copy.any():
+            copy, src, dst = unpack_copy_flags(ev["flags"])
+            self.pageable = is_copy & ((src == int(MemoryKind.PAGEABLE)) | (dst == int(MemoryKind.PAGEABLE)))
+            self.copy = np.where(is_copy, copy, 0).astype(np.int64)
+        else:  # most rounds copy nothing: no flags to unpack
+            self.pageable, self.copy = is_copy, np.zeros(len(is_copy), dtype=np.int64)
         self.dur = (ev["end"] - ev["start"]).astype(np.int64)
         self.end_list = self.end.tolist()
         self.issue_at = self.start.copy()  # when each was issued: _host_nodes sets it for the calls' ops
@@ -207,8 +212,8 @@ def _host_nodes(
     last = int(r1 - r0 > int(t[-1]))
     # each item after the external work released before it and the segment before it; the last segment at the end
     at = np.concatenate([ext_at, (s > t[:-1]).nonzero()[0], np.arange(n), np.full(last, n)]).astype(np.int64)
-    rank = np.repeat([0, 1, 2, 3], [ne, nseg - last, n, last])
-    order = np.lexsort((np.arange(len(at)), rank, at))
+    # by `at`, then rank, then place in the pool: a stable sort of at * 4 + rank (np.lexsort of three keys costs more)
+    order = (at * 4 + _RANKS.repeat([ne, nseg - last, n, last])).argsort(kind="stable")
     ordered = _picker(order.tolist())
     # the pool, in the order `at` and `rank` count it: externals, segments but the last, items, the last segment
     k_seg, k_ext = np.full(nseg, K_SEGMENT, dtype=np.int8), np.full(ne, K_EXTERNAL, dtype=np.int8)
@@ -254,7 +259,7 @@ def _own_ops(op_corr: np.ndarray, item_corr: np.ndarray) -> tuple[list[list[int]
     ops = order.tolist()
     own = [ops[a:b] if b > a else _NONE for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
     counts = hi - lo
-    at = np.arange(int(counts.sum())) + np.repeat(lo - (counts.cumsum() - counts), counts)
+    at = np.arange(int(counts.sum())) + (lo - (counts.cumsum() - counts)).repeat(counts)
     return own, counts, order[at]
 
 
@@ -370,12 +375,16 @@ def _latencies(stream_busy: dict[int, int], cols: _OpColumns) -> tuple[np.ndarra
     those) so far on its stream."""
     start, end, stream = cols.start, cols.end, cols.stream
     at = cols.issue_at  # when its call issued it (its own start when none did)
-    keys, inverse = distinct_inverse(stream)
-    busy = np.array([stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
+    busy: np.ndarray | int
+    if not (stream != stream[0]).any():  # one stream (most rounds): its ops need no grouping
+        busy, groups = stream_busy.get(int(stream[0]), 0), [np.arange(len(stream))]
+    else:
+        keys, inverse = distinct_inverse(stream)
+        busy = np.array([stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
+        groups = [(inverse == key).nonzero()[0] for key in range(len(keys))]
     floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
     prev = np.full(len(start), -1, dtype=np.int64)
-    for key in range(len(keys)):
-        sel = (inverse == key).nonzero()[0]
+    for sel in groups:
         latest = np.where(end[sel] == np.maximum.accumulate(end[sel]), sel, -1)  # ended last so far
         prev[sel[1:]] = np.maximum.accumulate(latest)[:-1]
     follows = (prev >= 0) & (start + CLOCK_SLACK_NS >= end[prev])
@@ -384,7 +393,8 @@ def _latencies(stream_busy: dict[int, int], cols: _OpColumns) -> tuple[np.ndarra
     queued = (at < before) & (start <= before + np.maximum(CLOCK_SLACK_NS, start - at))
     gap = np.where(queued, np.maximum(0, start - before), 0)
     lat = np.maximum(0, start - at)
-    typical = int(median(lat[~queued])) if (~queued).any() else DEFAULT_LAT_NS
+    idle = ~queued
+    typical = int(median(lat[idle])) if idle.any() else DEFAULT_LAT_NS
     lat = np.where(queued, np.minimum(lat, typical), lat)
     return lat, gap, after, floor.astype(np.int64)
 

@@ -34,7 +34,8 @@ def samples_in(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) ->
     """The test thread's CPU samples in the round, by start: (start, end, the latest end so far, module of the
     innermost frame); the modules that are the framework's are added to `framework`."""
     ev = tl.events
-    sel = ((ev["kind"] == int(Kind.SAMPLE)) & (ev["end"] > r0) & (ev["start"] < r1) & (ev["tid"] == tid)).nonzero()[0]
+    sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # the few samples first, then those of the round
+    sel = sel[(ev["end"][sel] > r0) & (ev["start"][sel] < r1) & (ev["tid"][sel] == tid)]
     sel = sel[ev["start"][sel].argsort(kind="stable")]
     mods = []
     for i in sel.tolist():
@@ -94,6 +95,10 @@ def sampled_entries(a: np.ndarray, b: np.ndarray, samples: Samples) -> Entries:
     count = np.maximum(0, k1 - k0)  # the samples that can overlap each (see modules_in)
     if int(count.sum()) <= FEW_PAIRS:
         return entries_of([(i, modules_in(int(a[i]), int(b[i]), samples, "")) for i in count.nonzero()[0].tolist()])
+    if len(s) == 1:  # one sample over many segments (a trace round of a few ms): its overlap with each, by segment
+        over = np.minimum(e[0], b) - np.maximum(s[0], a)
+        seg = (over > 0).nonzero()[0]
+        return seg, np.zeros(len(seg), dtype=np.int64), over[seg], [samples[3][0]]
     seg = np.arange(len(a)).repeat(count)
     k = np.arange(int(count.sum())) - np.repeat(count.cumsum() - count - k0, count)
     over = np.minimum(e[k], b[seg]) - np.maximum(s[k], a[seg])
