@@ -9,7 +9,9 @@ Pure functions of a `Timeline`; nothing here prints or writes.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,23 @@ LINK_NOMINAL_GB_S = 64.0
 LINK_MEASURE_MIN_BYTES = 1 << 20
 #: A copy call followed this soon by a synchronisation is a blocking `.to()` (copy, then stream sync).
 COPY_SYNC_NS = 50_000
+
+
+# Whether a call's name is a synchronisation's, a copy's, the allocator's: remembered across the tests of a process
+# (a regex search per distinct name and test cost ~30 µs a ResNet-50 test, each name asked again by the round graph).
+@functools.lru_cache(maxsize=4096)
+def is_sync_call(name: str) -> bool:
+    return bool(SYNC_CALL.search(name))
+
+
+@functools.lru_cache(maxsize=4096)
+def is_copy_call(name: str) -> bool:
+    return bool(COPY_CALL.search(name))
+
+
+@functools.lru_cache(maxsize=4096)
+def is_alloc_call(name: str) -> bool:
+    return bool(ALLOC_CALL.search(name))
 
 
 def _compute_kind(kind: np.ndarray) -> np.ndarray:
@@ -118,9 +137,10 @@ class GpuView:
         rt = self._api_calls
         if not len(rt):
             return rt
-        names = self._calls_named(SYNC_CALL)
-        own = tl.events["kind"][np.maximum(tl.parent[rt], 0)] == int(Kind.WAIT)  # our end-of-round synchronize
-        return rt[names & ~(own & (tl.parent[rt] >= 0))]
+        names = self._calls_named(is_sync_call)
+        parent = tl.parent[rt]
+        own = tl.events["kind"][np.maximum(parent, 0)] == int(Kind.WAIT)  # our end-of-round synchronize
+        return rt[names & ~(own & (parent >= 0))]
 
     @cached_property
     def _api_calls(self) -> np.ndarray:
@@ -135,19 +155,19 @@ class GpuView:
         ids = self.timeline.events["name"][self._api_calls]
         return ids, distinct(ids).tolist()
 
-    def _calls_named(self, pattern: re.Pattern[str]) -> np.ndarray:
-        """Which of `_api_calls` have a name `pattern` matches: one regex per distinct name of a call, not per
+    def _calls_named(self, named: Callable[[str], bool]) -> np.ndarray:
+        """Which of `_api_calls` have a name `named` says yes to: asked once per distinct name of a call, not per
         event (nor per kernel name: those can be long)."""
         ids, names = self._api_call_names
         table = np.zeros(len(self.timeline.strings), dtype=bool)
-        table[names] = [bool(pattern.search(self.timeline.strings[i])) for i in names]
+        table[names] = [named(self.timeline.strings[i]) for i in names]
         return table[ids]
 
     @cached_property
     def copy_calls(self) -> np.ndarray:
         """Indices of the test's copy calls (any cudaMemcpy*/cuMemcpy*) in the API rounds."""
         rt = self._api_calls
-        return rt[self._calls_named(COPY_CALL)] if len(rt) else rt
+        return rt[self._calls_named(is_copy_call)] if len(rt) else rt
 
     @cached_property
     def wait_ns(self) -> dict[str, int]:
@@ -400,7 +420,7 @@ class GpuView:
     def alloc_calls(self) -> np.ndarray:
         """Indices of the test's allocator calls (cudaMalloc/cudaFree and the driver's) in the API rounds."""
         rt = self._api_calls
-        return rt[self._calls_named(ALLOC_CALL)] if len(rt) else rt
+        return rt[self._calls_named(is_alloc_call)] if len(rt) else rt
 
     def merged_busy(self, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The GPU's busy intervals (kernels, copies, memsets on any stream), merged; of one device when given."""

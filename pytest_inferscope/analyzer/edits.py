@@ -13,7 +13,6 @@ Pure functions; nothing here prints or writes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -22,7 +21,7 @@ import numpy as np
 
 from ..events import CopyKind, Kind
 from .comm import is_comm_kernel
-from .context_gpu import ALLOC_CALL
+from .context_gpu import is_alloc_call
 from .flat import K_BLOCKING, K_CALL, K_SEGMENT, Flat, flat_of, issued, materialise
 from .graph import CALL, READ_BYTES, Derived, GpuOp, HostNode, RoundGraph
 
@@ -177,14 +176,9 @@ def _reads(f: Flat, blocks: list[int], stretch: list[int]) -> tuple[np.ndarray, 
     return np.concatenate([np.array(nodes, dtype=np.int64), segments]), np.array(ops, dtype=np.int64)
 
 
-@functools.lru_cache(maxsize=4096)
-def _alloc_name(name: str) -> bool:
-    return bool(ALLOC_CALL.search(name))
-
-
 def allocator_free(f: Flat) -> Flat | None:
     """The GPU allocator's calls cost nothing and wait for nothing (whatif.no_allocator)."""
-    alloc = {name for name in set(f.node_name) if _alloc_name(name)}
+    alloc = {name for name in set(f.node_name) if is_alloc_call(name)}
     if not alloc:  # most rounds: nothing to change, found without a Python step per node
         return None
     named = np.fromiter((name in alloc for name in f.node_name), dtype=bool, count=len(f.node_name))
