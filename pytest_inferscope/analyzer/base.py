@@ -67,11 +67,16 @@ def distinct(a: np.ndarray) -> np.ndarray:
     are small non-negative ones (devices, interned names), several times faster on a long array (events.unique
     otherwise); one value (one device, one stream: most tests) is found by one comparison."""
     small = 4 * len(a) + 1024
-    if len(a) and not (a != a[0]).any():
+    if _one_value(a):
         return a[:1].astype(np.intp) if 0 <= a[0] <= small else a[:1].copy()  # the dtype either way gives
     if len(a) and a.min() >= 0 and int(a.max()) <= small:
         return np.bincount(a).nonzero()[0]
     return unique(a)
+
+
+def _one_value(a: np.ndarray) -> bool:
+    """Whether a non-empty array holds one value throughout (its ends tell most arrays that do not at once)."""
+    return bool(len(a)) and bool(a[0] == a[-1]) and not (a != a[0]).any()
 
 
 def distinct_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +89,7 @@ def distinct_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def first_seen(a: np.ndarray) -> list[int]:
     """The distinct values of a 1-d integer array in the order they first occur (`np.unique`'s keys ordered by its
     `return_index`, ~40 µs a call in wrappers); one value (one stream: most tests) by one comparison."""
-    if len(a) and not (a != a[0]).any():
+    if _one_value(a):
         return [a[0].item()]
     return list(dict.fromkeys(a.tolist()))
 
@@ -94,15 +99,11 @@ def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
     if len(starts) == 0:
         return 0
     order = starts.argsort(kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    # A new run begins where a start lies past everything before it.
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = new.nonzero()[0]
-    run_ends = np.concatenate((run_end[idx[1:] - 1], run_end[-1:]))  # (np.append's wrappers: 3.4 against 1.9 µs)
-    return int((run_ends - s[idx]).sum())
+    s, run_end = starts[order], np.maximum.accumulate(ends[order])
+    # From the first start to the last end, less the gaps: where a start lies past everything before it (integers,
+    # so the same as summing the runs, in fewer array operations).
+    gaps = s[1:] - run_end[:-1]
+    return int(run_end[-1] - s[0]) - int(gaps[gaps > 0].sum())
 
 
 @dataclass(eq=False)
@@ -300,10 +301,10 @@ class Rounds:
         warm = rounds[kinds == int(RoundKind.WARMUP)]
         # the rounds after the measured ones (but the settling round), out-of-step profile rounds too
         trace = np.sort(np.concatenate((self._rounds_of(RoundKind.PROFILE), self._rounds_of(RoundKind.TRACE))))
-        stats = LatencyStats.from_samples(
-            list(self.round_ms),
-            list((ev["end"][warm] - ev["start"][warm]) / _MS),
-            list((ev["end"][trace] - ev["start"][trace]) / _MS),
+        stats = LatencyStats.from_samples(  # (lists of floats: from_samples makes floats of numpy's scalars)
+            self.round_ms.tolist(),
+            ((ev["end"][warm] - ev["start"][warm]) / _MS).tolist(),
+            ((ev["end"][trace] - ev["start"][trace]) / _MS).tolist(),
         )
         stats.probe_ms = [float(x) for x in self.timeline.meta.get("probe_ms") or []]  # drift's readings, if any
         return stats
@@ -335,13 +336,18 @@ class Rounds:
     def _at(self) -> np.ndarray:
         """When each event happened, for the masks of the rounds: its start (a sample's end: when it was taken)."""
         ev = self.timeline.events
-        return np.where(ev["kind"] == int(Kind.SAMPLE), ev["end"] - 1, ev["start"])
+        at = ev["start"].copy()
+        samples = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # (few: not a choice over every event)
+        at[samples] = ev["end"][samples] - 1
+        return at
 
     def _inside(self, round_idx: np.ndarray) -> np.ndarray:
         ev = self.timeline.events
         if not len(round_idx):
             return np.ones(len(ev), dtype=bool)
         at = self._at
+        if len(round_idx) == 1:  # one round (a lean test's API or GPU round): two comparisons, no search
+            return (at >= ev["start"][round_idx[0]]) & (at < ev["end"][round_idx[0]])
         starts, ends = ev["start"][round_idx], ev["end"][round_idx]
         order = starts.argsort()
         rs, re = starts[order], ends[order]
@@ -393,8 +399,9 @@ def _in_round(row: dict[str, Any]) -> list[float]:
     recorded before span_ns was kept reads as before."""
     span, wall = row.get("span_ns", 0), row.get("wall_ns", 0)
     scaled = wall > 0 and span > wall
-    values = [float(row.get(key, 0)) for key in _COUNTERS]
-    return [v * wall / span if scaled and key in _TIMES else v for key, v in zip(_COUNTERS, values, strict=True)]
+    if not scaled:
+        return [float(row.get(key, 0)) for key in _COUNTERS]
+    return [float(row.get(key, 0)) * wall / span if key in _TIMES else float(row.get(key, 0)) for key in _COUNTERS]
 
 
 def _span_ns(ev: np.ndarray, idx: np.ndarray) -> int:

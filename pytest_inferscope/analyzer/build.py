@@ -7,7 +7,6 @@ here prints or writes.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable
 from typing import TypeVar
@@ -19,7 +18,7 @@ from ..merger import Timeline
 from .base import distinct_inverse, median, member
 from .columns import K_BLOCKING, K_CALL, K_EXTERNAL, K_SEGMENT, Flat, Modules
 from .context import Context
-from .context_gpu import COPY_CALL, SYNC_CALL
+from .context_gpu import is_copy_call, is_sync_call
 from .graph import DEFAULT_LAT_NS, ArrayGraph, RoundGraph, trim_recording_cost
 from .idle import CLOCK_SLACK_NS
 from .issued import Issued
@@ -133,7 +132,7 @@ class _OpColumns:
             self.copy = np.where(is_copy, copy, 0).astype(np.int64)
         else:  # most rounds copy nothing: no flags to unpack
             self.pageable, self.copy = is_copy, np.zeros(len(is_copy), dtype=np.int64)
-        self.dur = (ev["end"] - ev["start"]).astype(np.int64)
+        self.dur = self.end - self.start  # (integers: the same as end - start)
         self.end_list = self.end.tolist()
         self.issue_at = self.start.copy()  # when each was issued: _host_nodes sets it for the calls' ops
 
@@ -203,7 +202,7 @@ def _host_nodes(
     # when each op was issued: its call's start (the last call's, by two; external work: its own start)
     cols.issue_at[placed] = s.repeat(counts)
     # the items that can block: waits, sync calls, copy calls that issued ops (names looked at once each)
-    sync_named, copy_named = _named(tl, it.name_ids, _is_sync_call, _is_copy_call)
+    sync_named, copy_named = _named(tl, it.name_ids, is_sync_call, is_copy_call)
     maybe = (it.wait > 0) | sync_named | (copy_named & (counts > 0))
     if maybe.any():
         _blocking(it, maybe.nonzero()[0], sync_named, own, found.sync_types, issued, cols)
@@ -220,21 +219,25 @@ def _host_nodes(
     kind = np.concatenate([k_ext, k_seg[: nseg - last], it.kind, k_seg[nseg - last :]])
     dur = np.concatenate([np.zeros(ne, dtype=np.int64), seg_dur[: nseg - last], it.dur, seg_dur[nseg - last :]])
     start = np.concatenate([cols.start[ext], seg_start[: nseg - last], s, seg_start[nseg - last :]])
-    segs_none = [_NONE] * (nseg - last)
     f = cols.flat()
     f.kind, f.dur, f.node_start = kind[order], dur[order].astype(np.int64), start[order].astype(np.int64)
-    f.node_ops = ordered([[j] for j in ext] + segs_none + own + [_NONE] * last)
-    f.waits = ordered([_NONE] * ne + segs_none + it.waits + [_NONE] * last)
+    f.node_ops = ordered([[j] for j in ext] + [_NONE] * (nseg - last) + own + [_NONE] * last)
     f.node_name = ordered([""] * (ne + nseg - last) + it.names + [""] * last)
-    f.node_sync = ordered([""] * (ne + nseg - last) + it.sync + [""] * last)
-    # a segment's place in the pool, then in the order: segments keep their order, so the entries stay by node
-    seg_pool = np.concatenate([ne + np.arange(nseg - last), ne + nseg - last + n + np.arange(last)]).astype(np.int64)
+    # each of the pool's places in the order; the items', the segments' (they keep their order, so the entries stay
+    # by node)
     where = np.empty(len(order), dtype=np.int64)
     where[order] = np.arange(len(order))
+    item_node = where[ne + nseg - last : ne + nseg - last + n]
+    seg_node = np.concatenate([where[ne : ne + nseg - last], where[ne + nseg - last + n :]])
+    # only blocking calls wait, or have a kind of synchronisation: a few nodes set, not a pool of each put in order
+    f.waits, f.node_sync = [_NONE] * len(order), [""] * len(order)
+    blocking = (it.kind == K_BLOCKING).nonzero()[0].tolist()
+    for k, i in zip(blocking, item_node[blocking].tolist(), strict=True):
+        f.waits[i], f.node_sync[i] = it.waits[k], it.sync[k]
     seg, module, ns, names = entries
-    f.modules = Modules(where[seg_pool[seg]], module, ns, names)
+    f.modules = Modules(seg_node[seg], module, ns, names)
     # columns.issued(f), from the pool: the externals' ops and the items' (the segments issue none)
-    node = where[np.concatenate([np.arange(ne), ne + nseg - last + np.arange(n).repeat(counts)]).astype(np.int64)]
+    node = np.concatenate([where[:ne], item_node.repeat(counts)])
     by_node = node.argsort(kind="stable")
     f.issue = (np.bincount(node, minlength=len(order)), node[by_node], issued_ops[by_node])
     return f
@@ -344,18 +347,8 @@ def _segments(
         named = segment_names(tl, calls)
         ends = zip(a.tolist(), b.tolist(), items[gap].tolist(), strict=True)
         entries = entries_of([(k, {named[i]: y - x}) for k, (x, y, i) in enumerate(ends) if named.get(i, "")])
-    starts, stops = (np.append(a, t[-1]), np.append(b, length)) if tail else (a, b)
+    starts, stops = (np.concatenate((a, t[-1:])), np.concatenate((b, [length]))) if tail else (a, b)
     return starts.astype(np.int64), (stops - starts).astype(np.int64), entries
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_sync_call(name: str) -> bool:
-    return bool(SYNC_CALL.search(name))
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_copy_call(name: str) -> bool:
-    return bool(COPY_CALL.search(name))
 
 
 def _sync_types(tl: Timeline) -> dict[int, tuple[int, int]]:
@@ -382,14 +375,17 @@ def _latencies(stream_busy: dict[int, int], cols: _OpColumns) -> tuple[np.ndarra
         keys, inverse = distinct_inverse(stream)
         busy = np.array([stream_busy.get(k, 0) for k in keys.tolist()], dtype=np.int64)[inverse]
         groups = [(inverse == key).nonzero()[0] for key in range(len(keys))]
-    floor = np.where(start + CLOCK_SLACK_NS >= busy, busy, 0)
+    slack = start + CLOCK_SLACK_NS
+    floor = np.where(slack >= busy, busy, 0)
     prev = np.full(len(start), -1, dtype=np.int64)
     for sel in groups:
-        latest = np.where(end[sel] == np.maximum.accumulate(end[sel]), sel, -1)  # ended last so far
+        ends = end[sel]
+        latest = np.where(ends == np.maximum.accumulate(ends), sel, -1)  # ended last so far
         prev[sel[1:]] = np.maximum.accumulate(latest)[:-1]
-    follows = (prev >= 0) & (start + CLOCK_SLACK_NS >= end[prev])
+    end_prev = end[prev]
+    follows = (prev >= 0) & (slack >= end_prev)
     after = np.where(follows, prev, -1)
-    before = np.maximum(floor, np.where(follows, end[prev], 0))
+    before = np.maximum(floor, np.where(follows, end_prev, 0))
     queued = (at < before) & (start <= before + np.maximum(CLOCK_SLACK_NS, start - at))
     gap = np.where(queued, np.maximum(0, start - before), 0)
     lat = np.maximum(0, start - at)

@@ -163,6 +163,8 @@ class CpuView:
         tl, r = self.timeline, self.rounds
         ev = tl.events
         idx = (tl.mask(Kind.SCOPE, Kind.MODULE) & r.in_rounds).nonzero()[0]
+        if not len(idx):  # no scope or module span in the rounds (a test without them): none to list, nor their GPU
+            return []
         paths = self._paths
         agg: dict[tuple[str, str], list[float]] = {}
         kinds, durs = ev["kind"][idx].tolist(), (ev["end"][idx] - ev["start"][idx]).tolist()
