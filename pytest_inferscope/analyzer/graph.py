@@ -234,7 +234,8 @@ def trim_recording_cost(g: RoundGraph, ref_ns: int) -> int:
     """
     f = g.columns if isinstance(g, ArrayGraph) else None
     calls = [] if f is not None else [n for n in g.nodes if n.kind == CALL]
-    durs = f.dur[f.kind == K_CALL] if f is not None else np.array([n.dur for n in calls], dtype=np.int64)
+    is_call = f.kind == K_CALL if f is not None else np.zeros(0, dtype=bool)
+    durs = f.dur[is_call] if f is not None else np.array([n.dur for n in calls], dtype=np.int64)
     total = int(durs.sum())
     excess = g.measured_ns - ref_ns
     if excess <= 0 or total <= 0:
@@ -242,7 +243,7 @@ def trim_recording_cost(g: RoundGraph, ref_ns: int) -> int:
     keep = max(MIN_CALL_SHARE, 1.0 - excess / total)
     trimmed = (durs * keep).astype(np.int64)  # int(d * keep), each
     if f is not None:
-        f.dur[f.kind == K_CALL] = trimmed
+        f.dur[is_call] = trimmed
     else:
         for n, d in zip(calls, trimmed.tolist(), strict=True):
             n.dur = d

@@ -76,8 +76,8 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     threads = m["cpu.torch_threads"]
     m["cpu.threads_per_core"] = threads / cores if threads else None
     m["cpu.involuntary_switches_per_round"] = c.get("nivcsw", 0.0) / ctx.rounds.n_rounds
-    samples = ctx.timeline.events["kind"] == int(Kind.SAMPLE)  # int, here and below: see events.Kind
-    m["cpu.samples"] = float(np.count_nonzero(samples & ctx.rounds.in_rounds))
+    samples = (ctx.timeline.events["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # int, here and below: see events.Kind
+    m["cpu.samples"] = float(np.count_nonzero(ctx.rounds.in_rounds[samples]))
 
 
 def _memory_metrics(ctx: Context, m: dict[str, float | None]) -> None:
@@ -149,8 +149,9 @@ def _gpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["gpu.h2d_bytes_per_round"] = float(cp["h2d"]["value"].sum()) / n_gpu
     m["gpu.d2h_bytes_per_round"] = float(cp["d2h"]["value"].sum()) / n_gpu
     ev = ctx.timeline.events
-    allocs = (ev["kind"] == int(Kind.GPU_MEMORY)) & (ev["value"] > 0) & ctx.rounds.in_gpu_rounds
-    m["gpu.allocations_per_round"] = float(np.count_nonzero(allocs)) / n_gpu
+    allocs = (ev["kind"] == int(Kind.GPU_MEMORY)).nonzero()[0]  # (few: the rest is read of them only)
+    allocs = allocs[(ev["value"][allocs] > 0) & ctx.rounds.in_gpu_rounds[allocs]]
+    m["gpu.allocations_per_round"] = float(len(allocs)) / n_gpu
     for cause in CAUSES:
         m[f"gpu.idle_{cause}_fraction"] = ctx.gpu.idle_fraction(cause)
     t = ctx.gpu.transfer

@@ -113,12 +113,12 @@ def _walk_links(f: Flat) -> tuple[np.ndarray, ...]:
     if kept is not None and kept[0] is f.kind and kept[1] is f.waits and kept[2] is f.issue:
         return kept[3]
     ops_at = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=ops_at[1:])
+    counts.cumsum(out=ops_at[1:])
     blocks = (f.kind == K_BLOCKING).nonzero()[0]  # only blocking nodes wait
     lists = [f.waits[b] for b in blocks.tolist()]
     waits_at = np.zeros(len(f.kind) + 1, dtype=np.int64)
     waits_at[blocks + 1] = [len(w) for w in lists]
-    np.cumsum(waits_at, out=waits_at)
+    waits_at.cumsum(out=waits_at)
     waits = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(waits_at[-1]))
     kind = np.ascontiguousarray(f.kind, dtype=np.int8)
     links = (kind, ops_at, np.ascontiguousarray(ops, dtype=np.int64), waits_at, waits)
