@@ -44,7 +44,8 @@ class CpuView:
     def sample_weights(self) -> dict[int, float]:
         """Sampled ns per folded-stack name id, inside measured rounds."""
         ev = self.timeline.events
-        sel = (ev["kind"] == int(Kind.SAMPLE)) & self.rounds.in_rounds  # int, here and below: see events.Kind
+        sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # int, here and below: see events.Kind
+        sel = sel[self.rounds.in_rounds[sel]]  # (the few samples, then those in the rounds)
         names, dur = ev["name"][sel], (ev["end"][sel] - ev["start"][sel]).astype(float)
         if not len(names):
             return {}

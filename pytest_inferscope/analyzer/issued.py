@@ -23,12 +23,15 @@ class Issued:
         # per stream, in issue order (streams by first issue): the item that issued each op, the latest end so
         # far, and the op holding it (the first to reach it)
         self.streams: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
-        for key in first_seen(stream):
-            sel = (stream == key).nonzero()[0]
-            ends = np.maximum.accumulate(end[sel])
-            rises = np.ones(len(sel), dtype=bool)
-            rises[1:] = end[sel][1:] > ends[:-1]
-            holder = op[sel][np.maximum.accumulate(np.where(rises, np.arange(len(sel)), 0))]
+        keys = first_seen(stream)
+        for key in keys:
+            sel = (stream == key).nonzero()[0] if len(keys) > 1 else slice(None)  # one stream (most rounds): all
+            s_end, s_op = end[sel], op[sel]
+            ends = np.maximum.accumulate(s_end)
+            rises = np.empty(len(s_end), dtype=bool)  # (np.ones' wrappers cost more than the work here)
+            rises[0] = True
+            np.greater(s_end[1:], ends[:-1], out=rises[1:])
+            holder = s_op[np.maximum.accumulate(np.where(rises, np.arange(len(s_end)), 0))]
             self.streams.append((key, item[sel], ends, holder))
 
     def waited(self, ks: np.ndarray, at: np.ndarray, on: list[int | None]) -> list[list[int]]:
