@@ -195,15 +195,22 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
             k = t_times.searchsorted(starts[orphans], side="right") - 1
             parent[orphans] = np.where(k >= 0, t_active[np.maximum(k, 0)], -1)
 
-    # Host leaves (samples, marks, memory, runtime calls): innermost span of their thread.
+    # Host leaves (samples, marks, memory, runtime calls): innermost span of their thread, or of the test thread
+    # for a thread without spans; each table searched once, for all the threads that read it.
     leaves = (~is_span & (ev["device"] < 0)).nonzero()[0]
     if len(leaves):
         leaf_tids = tids[leaves]
-        for tid in unique(leaf_tids).tolist():
-            sel = leaves[leaf_tids == tid]
+        readers: dict[int, list[int]] = {}
+        distinct_tids = unique(leaf_tids).tolist()
+        for tid in distinct_tids:
             key = tid if tid in steps else test_tid
-            if key is None or key not in steps:
-                continue
+            if key is not None and key in steps:
+                readers.setdefault(key, []).append(tid)
+        for key, group in readers.items():
+            if len(group) == len(distinct_tids):
+                sel = leaves
+            else:
+                sel = leaves[np.logical_or.reduce([leaf_tids == tid for tid in group])]
             times_a = np.asarray(steps[key][0], dtype=np.int64)
             active_a = np.asarray(steps[key][1], dtype=np.int32)
             # A sample's stack was seen when it was taken, at its end.
@@ -211,18 +218,25 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
             k = times_a.searchsorted(at, side="right") - 1
             parent[sel] = np.where(k >= 0, active_a[np.maximum(k, 0)], -1)
 
-    # Device work: the span its runtime call ran in.
-    runtime = kind == int(Kind.RUNTIME)
+    _launch_parents(ev, parent)
+    return parent
+
+
+def _launch_parents(ev: np.ndarray, parent: np.ndarray) -> None:
+    """Set each device record's parent to the span its runtime call ran in (the first call with its correlation id,
+    in the timeline's order)."""
+    runtime = ev["kind"] == int(Kind.RUNTIME)  # int: see events.Kind
     dev = ((ev["device"] >= 0) & ~runtime).nonzero()[0]
     if len(dev):
-        rt = (runtime & (ev["corr"] != 0)).nonzero()[0]
+        corr_col = ev["corr"]
+        rt = (runtime & (corr_col != 0)).nonzero()[0]
         if len(rt):
-            order = rt[ev["corr"][rt].argsort(kind="stable")]
-            corr = ev["corr"][order]
-            pos = np.minimum(corr.searchsorted(ev["corr"][dev]), len(corr) - 1)
-            found = (corr[pos] == ev["corr"][dev]) & (ev["corr"][dev] != 0)
-            parent[dev[found]] = parent[order[pos[found]]]
-    return parent
+            rt = rt[corr_col[rt].argsort(kind="stable")]
+            corr = corr_col[rt]
+            dev_corr = corr_col[dev]
+            pos = np.minimum(corr.searchsorted(dev_corr), len(corr) - 1)
+            found = (corr[pos] == dev_corr) & (dev_corr != 0)
+            parent[dev[found]] = parent[rt[pos[found]]]
 
 
 def _order(ev: np.ndarray) -> np.ndarray:

@@ -170,3 +170,51 @@ def test_merge_works_on_its_own_copy_of_the_records_of_any_layout() -> None:
     wider = np.array(rows, dtype=[(n, "<i8") if n in ("corr", "name") else (n, t) for n, t in EVENT_DTYPE.descr])
     other = merge(RawTrace(wider, r.strings, clock_pairs=pairs, t0_ns=HOST0))
     assert other.events.dtype == EVENT_DTYPE and other.events.tobytes() == tl.events.tobytes()
+
+
+def _innermost(spans: list[tuple[int, int, int]], t: int) -> int:
+    """The index of the latest-starting span (index, start, end) open at `t`: the innermost of nested spans."""
+    return max((i for i, s, e in spans if s <= t < e), default=-1)
+
+
+def test_links_by_correlation_id_and_thread_hold_on_shuffled_and_repeated_ids() -> None:
+    # Calls' ids out of order and repeated (the merger's shortcut for increasing ids must not apply), leaves on the
+    # test thread, on a thread with its own spans and on threads without any: against the definitions, brute force.
+    rng = np.random.default_rng(7)
+    pairs = [(HOST0, HOST0), (HOST0 + 10**9, HOST0 + 10**9)]
+    rows = [ev(Kind.TEST, HOST0, HOST0 + 100_000), ev(Kind.SCOPE, HOST0 + 50_000, HOST0 + 90_000, tid=2)]
+    for k in range(8):
+        r0 = HOST0 + 1_000 + k * 10_000
+        rows += [ev(Kind.ROUND, r0, r0 + 8_000), ev(Kind.SCOPE, r0 + 1_000, r0 + 5_000, name=1)]
+    ids = rng.permutation(np.repeat(np.arange(1, 41), 2))[:60]
+    for c, t in zip(ids.tolist(), rng.integers(HOST0, HOST0 + 100_000, len(ids)).tolist(), strict=True):
+        rows.append(ev(Kind.RUNTIME, t, t + 50, tid=int(rng.choice([1, 2, 3])), corr=c, domain=Domain.DEVICE))
+        start = t + int(rng.integers(-200, 2_000))
+        rows.append(ev(Kind.KERNEL, start, start + 300, corr=c, device=0, domain=Domain.DEVICE))
+    for t in rng.integers(HOST0, HOST0 + 100_000, 30).tolist():
+        rows.append(ev(Kind.SAMPLE, t, t + 10, tid=int(rng.choice([1, 2, 4]))))
+    events = np.array(rows, dtype=EVENT_DTYPE)
+    tl = merge(raw(rows, pairs))
+
+    # causality: each GPU record against the first call with its id in the collection's order
+    first_start = {}
+    for e in events[events["kind"] == Kind.RUNTIME]:
+        first_start.setdefault(int(e["corr"]), int(e["start"]))
+    kernels = events[events["kind"] == Kind.KERNEL]
+    assert tl.clock.causality_violations == sum(int(e["start"]) < first_start[int(e["corr"])] for e in kernels) > 0
+    # hierarchy: a leaf's innermost span of its thread (the test thread's for a thread without spans); a kernel's,
+    # its first call's (in the timeline's order) with its id
+    ev_ = tl.events
+    spans: dict[int, list[tuple[int, int, int]]] = {1: [], 2: []}
+    for i in np.flatnonzero(np.isin(ev_["kind"], [Kind.TEST, Kind.ROUND, Kind.SCOPE])).tolist():
+        spans[int(ev_["tid"][i])].append((i, int(ev_["start"][i]), int(ev_["end"][i])))
+    first_call: dict[int, int] = {}
+    for i in range(len(ev_)):
+        kind, tid = int(ev_["kind"][i]), int(ev_["tid"][i])
+        if kind == Kind.RUNTIME:
+            first_call.setdefault(int(ev_["corr"][i]), i)
+        if kind in (Kind.RUNTIME, Kind.SAMPLE):
+            at = int(ev_["end"][i]) - 1 if kind == Kind.SAMPLE else int(ev_["start"][i])
+            assert tl.parent[i] == _innermost(spans.get(tid, spans[1]), at)
+    for i in np.flatnonzero(ev_["kind"] == Kind.KERNEL).tolist():
+        assert tl.parent[i] == tl.parent[first_call[int(ev_["corr"][i])]]
