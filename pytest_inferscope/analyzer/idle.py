@@ -321,15 +321,19 @@ def attribute_idle(
         out.append((a, b, cause, np.full(len(a), dev, dtype=np.int16), blocked, peer))
     if not out:
         return no_gaps()
-    a, b, c, d, blk, p = (np.concatenate(x) for x in zip(*out, strict=True))
-    order = np.lexsort((a, d))
+    if len(out) == 1 and not (out[0][0][1:] < out[0][0][:-1]).any():
+        a, b, c, d, blk, p = out[0]  # one device's gaps, in order already (the stable sort's identity)
+    else:
+        a, b, c, d, blk, p = (np.concatenate(x) for x in zip(*out, strict=True))
+        order = np.lexsort((a, d))
+        a, b, c, d, blk, p = a[order], b[order], c[order], d[order], blk[order], p[order]
     return IdleGaps(
-        a[order].astype(np.int64),
-        b[order].astype(np.int64),
-        c[order].astype(np.uint8),
-        d[order].astype(np.int16),
-        blk[order].astype(np.int64),
-        p[order].astype(np.int16),
+        a.astype(np.int64),
+        b.astype(np.int64),
+        c.astype(np.uint8),
+        d.astype(np.int16),
+        blk.astype(np.int64),
+        p.astype(np.int16),
     )
 
 
