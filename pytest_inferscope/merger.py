@@ -128,24 +128,43 @@ _GPU = kind_table(GPU_KINDS)
 _SPAN = kind_table(SPAN_KINDS)
 
 
-def causality_violations(ev: np.ndarray) -> int:
-    """GPU records that start before the runtime call with their correlation id."""
+def causality_violations(ev: np.ndarray, launches: Launches | None = None) -> int:
+    """GPU records that start before the runtime call with their correlation id (the first such call, in `ev`'s
+    order); `launches`: `_launches(ev)`, where the caller has it."""
+    rec, call, _ = _launches(ev) if launches is None else launches
+    gpu = _GPU[ev["kind"][rec]]
+    start = ev["start"]
+    return int(np.count_nonzero(start[rec[gpu]] < start[call[gpu]]))
+
+
+#: Records issued by runtime calls, each with its call (indices into the events), and whether no two calls share a
+#: correlation id.
+Launches = tuple[np.ndarray, np.ndarray, bool]
+
+
+def _launches(ev: np.ndarray) -> Launches:
+    """Each record a runtime call issued (GPU work, and any other device record with a correlation id) with the
+    first call, in `ev`'s order, that has its correlation id; and whether no two calls share an id, so that the
+    call found is the only one, whatever the order (then the hierarchy, after the events are put in order, can
+    read the same pairs instead of looking again)."""
     # Single columns only: indexing whole structured records is several times slower.
-    kind, corr, start = ev["kind"], ev["corr"], ev["start"]
-    rt = (kind == int(Kind.RUNTIME)) & (corr != 0)  # int: see events.Kind
-    gpu = _GPU[kind] & (corr != 0)
-    if not rt.any() or not gpu.any():
-        return 0
-    rc, rs = corr[rt], start[rt]
-    order = rc.argsort(kind="stable")
-    rc, rs = rc[order], rs[order]
-    gc, gs = corr[gpu], start[gpu]
-    pos = np.minimum(rc.searchsorted(gc), len(rc) - 1)
-    return int(np.count_nonzero((rc[pos] == gc) & (gs < rs[pos])))
+    kind, corr = ev["kind"], ev["corr"]
+    issued = corr != 0
+    runtime = kind == int(Kind.RUNTIME)  # int: see events.Kind
+    rt = (runtime & issued).nonzero()[0]
+    rec = ((_GPU[kind] | (ev["device"] >= 0)) & ~runtime & issued).nonzero()[0]
+    if not len(rt) or not len(rec):
+        return rec[:0], rec[:0], True
+    rt = rt[corr[rt].argsort(kind="stable")]
+    rc, rec_corr = corr[rt], corr[rec]
+    pos = np.minimum(rc.searchsorted(rec_corr), len(rc) - 1)
+    found = rc[pos] == rec_corr
+    return rec[found], rt[pos[found]], not (rc[1:] == rc[:-1]).any()
 
 
-def _hierarchy(ev: np.ndarray) -> np.ndarray:
-    """Parent index of every event (see the module docstring, step 5)."""
+def _hierarchy(ev: np.ndarray, launches: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Parent index of every event (see the module docstring, step 5). `launches`: each record a runtime call issued
+    with that call, as indices into `ev`, where the caller has them (`_launches`, without shared ids)."""
     n = len(ev)
     parent = np.full(n, -1, dtype=np.int32)
     kind = ev["kind"]
@@ -218,13 +237,18 @@ def _hierarchy(ev: np.ndarray) -> np.ndarray:
             k = times_a.searchsorted(at, side="right") - 1
             parent[sel] = np.where(k >= 0, active_a[np.maximum(k, 0)], -1)
 
-    _launch_parents(ev, parent)
+    _launch_parents(ev, parent, launches)
     return parent
 
 
-def _launch_parents(ev: np.ndarray, parent: np.ndarray) -> None:
+def _launch_parents(ev: np.ndarray, parent: np.ndarray, launches: tuple[np.ndarray, np.ndarray] | None) -> None:
     """Set each device record's parent to the span its runtime call ran in (the first call with its correlation id,
-    in the timeline's order)."""
+    in the timeline's order); `launches`: the records with their calls, where the caller has them."""
+    if launches is not None:
+        rec, call = launches
+        dev = ev["device"][rec] >= 0  # (GPU records without a device are leaves, parented as such)
+        parent[rec[dev]] = parent[call[dev]]
+        return
     runtime = ev["kind"] == int(Kind.RUNTIME)  # int: see events.Kind
     dev = ((ev["device"] >= 0) & ~runtime).nonzero()[0]
     if len(dev):
@@ -256,6 +280,16 @@ def _order(ev: np.ndarray) -> np.ndarray:
     return order
 
 
+def _in_order(launches: Launches | None, order: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The launches' (record, call) pairs as indices into the events put in `order`; None where calls share a
+    correlation id (which call is first depends on the order: the hierarchy looks again, in the new one)."""
+    if launches is None or not launches[2]:
+        return None
+    where = np.empty(len(order), dtype=np.intp)
+    where[order] = np.arange(len(order))
+    return where[launches[0]], where[launches[1]]
+
+
 def _copy_records(events: np.ndarray) -> np.ndarray:
     """The collection's records as a new EVENT_DTYPE array, for the merger to change in place.
 
@@ -276,10 +310,12 @@ def merge(raw: RawTrace) -> Timeline:
     incomplete = int(np.count_nonzero(incomplete_mask))
     if incomplete:
         ev = np.compress(~incomplete_mask, ev)
+    launches = None
     if has_device:
         if fit.ok:
             _to_host(ev, fit)
-            fit.causality_violations = causality_violations(ev)
+            launches = _launches(ev)
+            fit.causality_violations = causality_violations(ev, launches)
             if fit.causality_violations:
                 fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
         else:
@@ -288,15 +324,17 @@ def merge(raw: RawTrace) -> Timeline:
     elif "clock_note" in raw.meta:
         # GPU records already on the host clock (an imported trace): say who aligned them, and check them.
         fit.note = str(raw.meta["clock_note"])
-        fit.causality_violations = causality_violations(ev)
+        launches = _launches(ev)
+        fit.causality_violations = causality_violations(ev, launches)
         if fit.causality_violations:
             fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
     ev["start"] -= raw.t0_ns
     ev["end"] -= raw.t0_ns
-    ev = ev.take(_order(ev))
+    order = _order(ev)
+    ev = ev.take(order)
     return Timeline(
         events=ev,
-        parent=_hierarchy(ev),
+        parent=_hierarchy(ev, _in_order(launches, order)),
         strings=list(raw.strings),
         attrs=list(raw.attrs),
         clock=fit,
