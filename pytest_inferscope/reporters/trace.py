@@ -38,7 +38,7 @@ from ..events import CopyKind, Kind, MemoryKind, copy_devices, kind_table, uniqu
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
 from . import rowwriter
-from .files import Writable, open_target
+from .files import Writable, gzip_threads, open_target
 from .rowwriter import Column, Piece, Tail
 
 HOST_PID = 1
@@ -60,13 +60,15 @@ def write_chrome_trace(
 ) -> int:
     """Write `timeline` as a Chrome trace JSON file (atomically; or into a file object); return the number of events.
 
-    `compress`: gzip it (trace.json.gz), on the writer thread when there is one, so it overlaps the formatting.
+    `compress`: gzip it (trace.json.gz); a big trace on up to four threads (`files.ParallelGzipStream`) fed by the
+    writer thread, so it overlaps the formatting.
     """
     other = {"title": title, "generator": "pytest-inferscope", "dropped_events": int(timeline.dropped),
              "incomplete_events": int(timeline.incomplete), "clock": timeline.clock.to_dict(),
              "t0_ns": int(timeline.t0_ns)}  # fmt: skip
-    with open_target(path, compress=compress) as f:
-        out: _Writer = _Background(f) if len(timeline) >= THREAD_MIN_EVENTS else _Direct(f)
+    big = len(timeline) >= THREAD_MIN_EVENTS
+    with open_target(path, compress=compress, threads=gzip_threads() if big else 1) as f:
+        out: _Writer = _Background(f) if big else _Direct(f)
         try:
             out.write(b'{"displayTimeUnit":"ms","otherData":%s,"traceEvents":[\n' % json.dumps(other).encode())
             frames = _Frames()

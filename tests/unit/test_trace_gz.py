@@ -4,18 +4,22 @@ way a test's reports are written, the links that name the file, and no stale tra
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
+import threading
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_reporters import gpu_result, small_timeline
 
+import pytest_inferscope.reporters.files as files_module
 import pytest_inferscope.reporters.folder as reporters
 import pytest_inferscope.reporters.trace as trace_module
 from pytest_inferscope.reporters import ReportWriter, index_entry, trace_file, write_test_reports
-from pytest_inferscope.reporters.files import GzipStream, atomic_write_gzip
+from pytest_inferscope.reporters.files import GzipStream, ParallelGzipStream, atomic_write_gzip, open_target
 from pytest_inferscope.reporters.junit import junit_properties
 
 NODEID = "tests/perf/test_model.py::test_batch[cuda-8]"
@@ -42,11 +46,13 @@ def write(folder: Path, fmt: str, how: str) -> dict[str, str]:
     return write_test_reports(gpu_result(NODEID), small_timeline(), folder, trace_format=fmt)
 
 
-@pytest.fixture(params=["here", "writer", "big"])
+@pytest.fixture(params=["here", "writer", "big", "big-threads"])
 def how(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "big":  # written on pytest's side, through the trace writer's thread
+    if request.param.startswith("big"):  # written on pytest's side, through the trace writer's thread
         monkeypatch.setattr(reporters, "THREAD_MIN_EVENTS", 1)
         monkeypatch.setattr(trace_module, "THREAD_MIN_EVENTS", 1)
+        # gzipped on one thread, or in pieces on three (files.ParallelGzipStream), whatever this machine's cores
+        monkeypatch.setattr(trace_module, "gzip_threads", lambda: 3 if request.param == "big-threads" else 1)
     return str(request.param)
 
 
@@ -114,6 +120,16 @@ def test_a_bad_trace_format_is_refused() -> None:
     assert OPTIONS_BY_NAME["trace_format"].default == "json.gz"
 
 
+class _Sink:
+    """Where a gzip stream writes: the parts kept in memory."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, b: bytes) -> None:
+        self.parts.append(bytes(b))
+
+
 def test_gzip_stream_and_atomic_write_gzip_write_one_member(tmp_path: Path) -> None:
     data = bytes(range(256)) * 10_000  # 2.4 MiB: three chunks
     calls = []
@@ -121,17 +137,45 @@ def test_gzip_stream_and_atomic_write_gzip_write_one_member(tmp_path: Path) -> N
     assert len(calls) == 3  # the helper's pause point, after each MiB
     assert one_member((tmp_path / "a.gz").read_bytes()) == data == gzip.decompress((tmp_path / "a.gz").read_bytes())
 
-    class Sink:
-        def __init__(self) -> None:
-            self.parts: list[bytes] = []
-
-        def write(self, b: bytes) -> None:
-            self.parts.append(bytes(b))
-
-    sink = Sink()
+    sink = _Sink()
     z = GzipStream(sink)
     for i in range(0, len(data), 7_000):
         z.write(memoryview(data)[i : i + 7_000])
     z.close()
     assert one_member(b"".join(sink.parts)) == data
     assert [p.name for p in tmp_path.iterdir()] == ["a.gz"]  # no temporary file left
+
+
+def _parallel(blocks: list[bytes], threads: int) -> bytes:
+    sink = _Sink()
+    z = ParallelGzipStream(sink, threads)
+    for b in blocks:
+        z.write(b)
+    z.close()
+    return b"".join(sink.parts)
+
+
+def test_the_parallel_gzip_stream_writes_one_member_the_same_for_any_threads_and_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(files_module, "_PIECE", 40_000)  # many pieces, some shorter than the 32 KiB window before them
+    data = b"".join(b'{"ph":"X","ts":%d,"name":"kernel %d"},\n' % (i, i % 53) for i in range(40_000))
+    cuts = [0, 1, 2, 39_999, 40_000, 40_001, 123_457, 500_000, 500_003, len(data)]
+    split = [data[a:b] for a, b in itertools.pairwise(cuts)]
+    one_block = _parallel([data], 1)
+    assert one_member(one_block) == data == gzip.decompress(one_block)
+    assert _parallel(split, 2) == _parallel([data], 4) == one_block  # pieces cut at fixed offsets of the stream
+    assert len(one_block) < len(data) // 5  # each piece refers back into the one before: it compresses as one stream
+    assert one_member(_parallel([], 2)) == b"" and one_member(_parallel([b"x"], 2)) == b"x"
+    rows = np.arange(60_000, dtype=np.uint32).reshape(-1, 3)  # the trace writer's blocks: 2-D arrays of uint32
+    assert one_member(_parallel([memoryview(rows)], 3)) == rows.tobytes()
+
+
+def test_a_failed_parallel_gzip_leaves_no_file_and_no_thread(tmp_path: Path) -> None:
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(RuntimeError, match="formatting failed"), open_target(tmp_path / "t.json.gz", compress=True,
+                                                                               threads=3) as f:  # fmt: skip
+        f.write(b"x" * (5 << 20))
+        raise RuntimeError("formatting failed")
+    assert list(tmp_path.iterdir()) == []
+    assert {t.name for t in threading.enumerate()} <= before
