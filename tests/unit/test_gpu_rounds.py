@@ -168,10 +168,14 @@ def test_auto_keeps_the_launch_calls_for_the_trace_round_when_they_would_cost_to
     import time
 
     from pytest_inferscope import api
+    from pytest_inferscope.collectors import schedule
     from pytest_inferscope.collectors.gpu import Choice
 
     gpu = _RecordingGpu(per_call=per_call)
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+    # The trace round counts as in step: a loaded machine (CI, once) delayed it past the 10% and one more ran. Whether
+    # the warm-up stands for it is still judged by rounds.in_step (90 against 30 ms: it does not).
+    monkeypatch.setattr(schedule, "_in_step", lambda *_args, **_kw: True)
 
     def body() -> None:
         gpu.launch()
