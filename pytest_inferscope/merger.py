@@ -280,6 +280,16 @@ def _order(ev: np.ndarray) -> np.ndarray:
     return order
 
 
+def _check_causality(ev: np.ndarray, fit: ClockFit) -> Launches:
+    """Count in `fit` the GPU records that start before their launch call (and say so in its note); the launches
+    found, for the hierarchy."""
+    launches = _launches(ev)
+    fit.causality_violations = causality_violations(ev, launches)
+    if fit.causality_violations:
+        fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
+    return launches
+
+
 def _in_order(launches: Launches | None, order: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The launches' (record, call) pairs as indices into the events put in `order`; None where calls share a
     correlation id (which call is first depends on the order: the hierarchy looks again, in the new one)."""
@@ -314,20 +324,14 @@ def merge(raw: RawTrace) -> Timeline:
     if has_device:
         if fit.ok:
             _to_host(ev, fit)
-            launches = _launches(ev)
-            fit.causality_violations = causality_violations(ev, launches)
-            if fit.causality_violations:
-                fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
+            launches = _check_causality(ev, fit)
         else:
             # Keep the CPU-side results rather than report GPU times on a wrong clock.
             ev = np.compress(ev["domain"] != int(Domain.DEVICE), ev)
     elif "clock_note" in raw.meta:
         # GPU records already on the host clock (an imported trace): say who aligned them, and check them.
         fit.note = str(raw.meta["clock_note"])
-        launches = _launches(ev)
-        fit.causality_violations = causality_violations(ev, launches)
-        if fit.causality_violations:
-            fit.note += f"; {fit.causality_violations} GPU records start before their launch call"
+        launches = _check_causality(ev, fit)
     ev["start"] -= raw.t0_ns
     ev["end"] -= raw.t0_ns
     order = _order(ev)
