@@ -135,11 +135,7 @@ class ParallelGzipStream:
 
 def _deflate(piece: Any, before: bytes, mode: int) -> bytes:
     """One piece of a deflate stream (no header), `before` as what it may refer back to."""
-    z = (
-        zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -15, zdict=before)
-        if before
-        else zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -15)
-    )
+    z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -15, zdict=before)  # (an empty one, the first piece's: none)
     return z.compress(piece) + z.flush(mode)
 
 
