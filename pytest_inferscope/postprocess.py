@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from .merger import Timeline, merge
 from .regression import compare_to_baseline
 from .reporters.files import slugify
 from .results import Analysis, CollectorInfo, LatencyStats, RegressionVerdict, TestResult
+from .rounds import RoundKind, row_kind
 
 if TYPE_CHECKING:
     from .reporters.writer import ReportWriter
@@ -67,11 +69,13 @@ def process(
     if report_dir is not None:  # the report files' code (Jinja2, the trace writer) loads only where they are written
         from .reporters.folder import submit_raw, write_test_reports
     # raw.npz first: the writer makes the test's folder and writes it while the analysis runs.
+    began = time.perf_counter_ns()
     raw_submitted = (
         report_dir is not None
         and writer is not None
         and submit_raw(raw, report_dir, slugify(plan.nodeid), plan.nodeid, writer)
     )
+    submitted = time.perf_counter_ns() - began
     judged = judge(raw, plan, collectors, report_dir=report_dir, **how)
     result = judged.result
     if ab is not None:  # the A/B verdict (ab.controller.finish): a regression fails the test like a check
@@ -79,6 +83,7 @@ def process(
         if result.ab is not None and result.ab.get("verdict") == "regressed" and result.verdict == "pass":
             result.verdict = "fail"
     if report_dir is not None:
+        began = time.perf_counter_ns()
         write_test_reports(
             result,
             judged.timeline,
@@ -89,7 +94,16 @@ def process(
             raw_submitted=raw_submitted,
             trace_format=trace_format,
         )
+        # Known only now, so not in the files just written: the session's summary and index.json have it.
+        add_time(result, "reports_ms", time.perf_counter_ns() - began + submitted)
     return result, judged.timeline
+
+
+def add_time(result: TestResult, key: str, ns: int) -> None:
+    """Add `ns` to `result.added[key]` (ms) and to its `added_ms`, where the result says what the plugin added."""
+    if result.added:
+        for k in (key, "added_ms"):
+            result.added[k] = round((result.added.get(k) or 0.0) + ns / 1e6, 3)
 
 
 def judge(
@@ -111,6 +125,7 @@ def judge(
     `collectors` default to the ones the collection described (`raw.meta["collectors"]`), the environment
     to `raw.meta["environment"]`; the speed probe's readings come with the trace (`raw.meta["probe_ms"]`).
     """
+    began = time.perf_counter_ns()
     timeline = merge(raw)
     if collectors is None:
         described = raw.meta.get("collectors")
@@ -158,8 +173,41 @@ def judge(
         marks=_marks(timeline),
         environment=environment,
         regression=regression,
+        added=added_time(raw.meta, plan, time.perf_counter_ns() - began),
     )
     return Judged(result, timeline, ctx)
+
+
+def added_time(meta: Mapping[str, Any], plan: Plan, analysis_ns: int) -> dict[str, float]:
+    """What the plugin added to a test's time, in ms (`TestResult.added`), from the collection's meta (`meta`).
+
+    `asked_ms`: the warm-up and measured rounds the test asked for (`plan`); `extra_rounds` and `extra_rounds_ms`: the
+    rounds the plugin ran besides (after the measured ones: settling, profile, trace; a warm-up auto asked for; measured
+    rounds the speed probe made up for); `outside_rounds_ms`: the collection's own time outside every round (starting
+    and stopping the collectors, the work between rounds); `analysis_ms`: merge, analysis and checks (`analysis_ns`);
+    `added_ms`: the three together (`process` adds `reports_ms` once the report files are written). Empty where the meta
+    does not say (a trace imported from elsewhere)."""
+    rows = meta.get("rounds")
+    if not isinstance(rows, list) or "wall_ns" not in meta:
+        return {}
+    walls: dict[RoundKind, list[int]] = {}
+    for row in rows:
+        walls.setdefault(row_kind(row), []).append(int(row.get("wall_ns", 0)))
+    warm, measured = walls.get(RoundKind.WARMUP, []), walls.get(RoundKind.MEASURED, [])
+    asked = warm[: plan.warmup] + measured[: plan.rounds]
+    after = [w for k, ws in walls.items() if k.after_measured for w in ws]
+    extra = after + warm[plan.warmup :] + measured[plan.rounds :]
+    every = sum(sum(ws) for ws in walls.values())
+    outside = max(0, int(meta["wall_ns"]) - every) + int(meta.get("start_ns", 0)) + int(meta.get("stop_ns", 0))
+    added = sum(extra) + outside + analysis_ns
+    return {
+        "asked_ms": round(sum(asked) / 1e6, 3),
+        "extra_rounds": len(extra),
+        "extra_rounds_ms": round(sum(extra) / 1e6, 3),
+        "outside_rounds_ms": round(outside / 1e6, 3),
+        "analysis_ms": round(analysis_ns / 1e6, 3),
+        "added_ms": round(added / 1e6, 3),
+    }
 
 
 def _meta_dict(raw: RawTrace, key: str) -> dict[str, Any]:

@@ -465,6 +465,7 @@ class TestResult(_Serial):
     files: dict[str, str] = field(default_factory=dict)  # "md" -> path, relative to the report dir
     regression: RegressionVerdict | None = None  # when compared with a baseline (regression.compare_to_baseline)
     ab: dict[str, Any] | None = None  # ab.paired.ABVerdict.to_dict() with --inferscope-ab / --inferscope-ab-python
+    added: dict[str, float] = field(default_factory=dict)  # what the plugin added, ms (postprocess.added_time)
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -12,6 +12,7 @@ import inspect
 import logging
 import math
 import os
+import time
 import traceback
 import warnings
 from collections.abc import Generator
@@ -390,16 +391,20 @@ class InferscopeSession:
         return result
 
     def wait_for_reports(self, close: bool = False, pause: bool = False) -> None:
-        """Wait until the report files handed to the writer are on disk (`pause`: until the writer writes
-        nothing more before its `resume`, the files it has not written yet waiting until then).
+        """Wait until the report files handed to the writer are on disk (`pause`: until the writer writes nothing more
+        before its `resume`, the files it has not written yet waiting until then; the wait counts as the last test's).
 
-        A test whose files could not all be written keeps no file list in its result (index.json and
-        index.html do not point to them) and gets a line in the summary, as a baseline that was not
-        saved does (a warning here would be charged to the test about to run).
-        """
+        A test whose files could not all be written keeps no file list in its result (index.json and index.html do not
+        point to them) and gets a line in the summary, as a baseline that was not saved does (a warning here would be
+        charged to the test about to run)."""
         if self.writer is None:
             return
+        began = time.perf_counter_ns()
         errors = self.writer.close() if close else self.writer.pause() if pause else self.writer.wait()
+        if pause and self.results:
+            from .postprocess import add_time
+
+            add_time(self.results[-1], "reports_ms", time.perf_counter_ns() - began)
         if close:
             self.writer = None
         for e in errors:
@@ -451,12 +456,12 @@ class InferscopeSession:
         if not self.results and not self.notes:
             return
         from .regression import gate_blind_notes
-        from .reporters.terminal import extra_rounds_lines, write_terminal_summary
+        from .reporters.terminal import added_time_line, extra_rounds_lines, write_terminal_summary
 
         saving = self.settings.save_baseline is not None
         blind = gate_blind_notes(self.results, alpha=self.settings.alpha, saving=saving)
-        notes = [*self.header_lines()[:1], *extra_rounds_lines(self.results), *blind, *self.notes]
-        notes += getattr(self.ab, "notes", [])
+        notes = [*self.header_lines()[:1], *extra_rounds_lines(self.results), *added_time_line(self.results), *blind]
+        notes += [*self.notes, *getattr(self.ab, "notes", [])]
         column = getattr(self.ab, "column", None)
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
 

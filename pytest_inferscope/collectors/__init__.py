@@ -152,6 +152,10 @@ class Collection:
         self._ends: list[tuple[int, int, int, int, int, int, int]] = []
         self.t0 = 0
         self.t_end = 0
+        #: The collectors' start before `t0` and their stop after `t_end` (ns): the collection's own time outside
+        #: the TEST span, for the plugin's cost in the result (postprocess.added_time).
+        self.start_ns = 0
+        self.stop_ns = 0
         self._running = False
         #: The speed probe's readings around the measured rounds, when they were made up for (drift.measure_steady).
         self.probe_ms: list[float] = []
@@ -165,6 +169,7 @@ class Collection:
                 f"a collection ({_active.name!r}) is already running in this process; "
                 "profiles cannot nest (use scope() inside the running one)"
             )
+        entered = host_clock_ns()
         tid = threading.get_native_id()
         self.memory.start()
         try:
@@ -188,6 +193,7 @@ class Collection:
         _active = self
         self._running = True
         self.t0 = host_clock_ns()
+        self.start_ns = self.t0 - entered
         if self.sampler is not None:
             self.sampler.start()
         elif self._sampler_thread is not None:
@@ -209,7 +215,8 @@ class Collection:
     def stop(self) -> RawTrace:
         """Stop every collector (idempotent) and return what was collected."""
         global _active
-        if self._running:
+        running = self._running
+        if running:
             self.t_end = host_clock_ns()
             if self.modules is not None:
                 self.modules.stop()  # spans still open close inside the test
@@ -227,24 +234,29 @@ class Collection:
             self._devsync.release()
             _active = None
             self._running = False
+        meta = {
+            "rounds": self.rounds,
+            "memory": self.memory.stop(self.sampler.rss_peak if self.sampler else 0),
+            "wall_ns": self.t_end - self.t0,
+            "sampler": self._sampler_meta(),
+            "torch_threads": _torch_threads(),
+            "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            **self.gpu_session.meta(any(row_kind(r).after_measured for r in self.rounds)),
+            "probe_ms": list(self.probe_ms),  # the speed probe around the measured rounds, when it ran
+            "collectors": [c.to_dict() for c in self.collectors_info()],
+        }
+        events = self.buffer.to_array()
+        if running:
+            self.stop_ns = host_clock_ns() - self.t_end
+        meta.update(start_ns=self.start_ns, stop_ns=self.stop_ns)
         return RawTrace(
-            events=self.buffer.to_array(),
+            events=events,
             strings=list(self.buffer.strings.strings),
             attrs=list(self.buffer.attrs),
             clock_pairs=self.gpu_session.clock_pairs,
             dropped=self.buffer.dropped + self.gpu_session.dropped,
             t0_ns=self.t0,
-            meta={
-                "rounds": self.rounds,
-                "memory": self.memory.stop(self.sampler.rss_peak if self.sampler else 0),
-                "wall_ns": self.t_end - self.t0,
-                "sampler": self._sampler_meta(),
-                "torch_threads": _torch_threads(),
-                "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-                **self.gpu_session.meta(any(row_kind(r).after_measured for r in self.rounds)),
-                "probe_ms": list(self.probe_ms),  # the speed probe around the measured rounds, when it ran
-                "collectors": [c.to_dict() for c in self.collectors_info()],
-            },
+            meta=meta,
         )
 
     def _sampler_meta(self) -> dict[str, Any]:

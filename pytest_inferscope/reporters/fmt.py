@@ -67,3 +67,36 @@ def fmt_value(v: Any) -> str:
     if isinstance(v, dict):
         return json.dumps(v, sort_keys=True, default=str)
     return str(v)
+
+
+def fmt_added(added: dict[str, float], tests: int = 0) -> str:
+    """What the plugin added to a test (`TestResult.added`), in words: '12.4 ms (15.5% over the 80.1 ms of the calls
+    asked for): 1 more round 8.10 ms, outside the rounds 2.30 ms, analysis 2.00 ms'. With `tests`: the sums of that
+    many tests' (`sum_added`), in seconds ('0.07 s to the 3 profiled tests (...): ...')."""
+
+    def t(key: str) -> str:
+        value = added.get(key) or 0.0
+        return f"{value / 1e3:.2f} s" if tests else f"{fmt_ms(value)} ms"
+
+    asked = added.get("asked_ms") or 0.0
+    share = f" ({fmt_pct((added.get('added_ms') or 0.0) / asked)} over the {t('asked_ms')} of the calls asked for)"
+    parts = [f"outside the rounds {t('outside_rounds_ms')}", f"analysis {t('analysis_ms')}"]
+    extra = int(added.get("extra_rounds") or 0)
+    if extra:
+        where = f" in {int(added.get('extra_tests') or 0)} of them" if tests else ""
+        parts.insert(0, f"{extra} more round{'s' * (extra != 1)}{where} {t('extra_rounds_ms')}")
+    if "reports_ms" in added:
+        parts.append(f"writing reports {t('reports_ms')}")
+    whom = f" to the {tests} profiled test{'s' * (tests != 1)}" if tests else ""
+    return f"{t('added_ms')}{whom}{share if asked else ''}: {', '.join(parts)}"
+
+
+def sum_added(results: list[TestResult]) -> tuple[dict[str, float], int]:
+    """The `added` figures of `results` summed (`extra_tests`: how many ran more rounds), and how many had them."""
+    added = [r.added for r in results if r.added]
+    total: dict[str, float] = {}
+    for a in added:
+        for k, v in a.items():
+            total[k] = total.get(k, 0.0) + (v or 0.0)
+    total["extra_tests"] = sum(1 for a in added if a.get("extra_rounds"))
+    return total, len(added)

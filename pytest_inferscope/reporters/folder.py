@@ -212,7 +212,12 @@ class _Saving:
 
 
 def write_index(results: list[TestResult], report_dir: Path, session: dict[str, Any]) -> Path:
-    """Write index.md, index.html and index.json for a session's profiled tests; return the path of index.md."""
+    """Write index.md, index.html and index.json for a session's profiled tests; return the path of index.md.
+    `session`: lines about the session (collectors, environment); what the plugin added to the tests joins them."""
+    from .terminal import added_time
+
+    if added := added_time(results):
+        session = {**session, "the plugin added": added}
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     index = {
@@ -248,6 +253,7 @@ def index_entry(result: TestResult) -> dict[str, Any]:
         "dropped_events": result.dropped_events,
         "partial_reason": result.partial_reason,
         "files": dict(result.files),
+        "added": dict(result.added),  # what the plugin added, ms, with reports_ms (not in its report.json)
     }
 
 

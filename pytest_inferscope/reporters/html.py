@@ -28,7 +28,7 @@ from markupsafe import Markup
 from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
-from .fmt import fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
+from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
 from .lanes_rounds import rounds_payload
 from .markdown import TEMPLATES, compiled_templates, trace_name
@@ -270,7 +270,9 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
         auto_reload=False,  # the templates ship with the package: no stat() of them per report
     )
-    env.filters.update(ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, value=fmt_value, bytes=_fmt_bytes, unit=_unit)
+    env.filters.update(
+        ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, value=fmt_value, bytes=_fmt_bytes, unit=_unit, added=fmt_added
+    )
     env.bytecode_cache = compiled_templates(env)
     return env
 

@@ -28,6 +28,8 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
         ("inferscope.verdict", result.verdict),
         ("inferscope.dropped_events", str(result.dropped_events)),
     ]
+    if result.added:  # what the plugin added to the test's time, before its report files (TestResult.added)
+        props.append(("inferscope.added_ms", _num(result.added.get("added_ms"))))
     if result.partial_reason:
         props.append(("inferscope.partial_reason", result.partial_reason))
     if report_dir is not None and "md" in result.files:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..results import TestResult
-from .fmt import fmt_conf, fmt_ms, fmt_pct, verdict_label
+from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, sum_added, verdict_label
 
 if TYPE_CHECKING:
     from pytest import TerminalReporter
@@ -167,3 +167,15 @@ def extra_rounds_lines(results: list[TestResult]) -> list[str]:
         "(speed probe; at most --inferscope-round-cap times the rounds). Their latency statistics cover every "
         "round that ran; the regression gate compares the steady ones."
     ]
+
+
+def added_time(results: list[TestResult]) -> str:
+    """What the plugin added to the profiled tests' time (`TestResult.added`), summed, in words ('' when unknown)."""
+    total, n = sum_added(results)
+    return f"{fmt_added(total, n)} (per test: `added` in index.json)" if n else ""
+
+
+def added_time_line(results: list[TestResult]) -> list[str]:
+    """The summary's line of `added_time`, when there is one."""
+    text = added_time(results)
+    return [f"inferscope: the plugin added {text}"] if text else []
