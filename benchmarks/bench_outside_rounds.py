@@ -5,8 +5,10 @@ Runs `--tests` tests of 1 warm-up + `--calls` calls of a real model (`bench_real
 the sampler's and the post-processing's steps wrapped in timers (monkeypatched for this process only). Prints per
 test the whole, the rounds' walls and what lies outside them: `setup` (the call to the collection's start), `first`
 (its start to the first round), `gap_after_warmup` (auto's decision, the flush, CUPTI's stop), `gaps_measured` (between
-the measured rounds), `tail` (the last round to the collection's stop) and `post` (the stop to the result); then the
-medians of those and of every step. The first two tests (imports, first uses) are left out of the medians.
+the measured rounds), `tail` (the last round to the collection's stop) and `post` (the stop to the result), and what
+the result says the plugin added (`added.*`: `TestResult.added`'s rounds besides, time outside the rounds and analysis,
+which `outside` holds besides `measure()`'s own steps); then the medians of those and of every step. The first two
+tests (imports, first uses) are left out of the medians.
 
 `TREE=/path/to/other/tree` imports that tree's package instead (two trees compared in one machine's run).
 `--prime split` times the prime's driver calls one by one, `--prime kept` keeps its allocation across tests (what
@@ -168,7 +170,7 @@ def main() -> int:
     for i in range(args.tests + 2):
         mark = {k: len(v) for k, v in STEPS.items()}
         t_in = host_clock_ns()
-        measure(call, rounds=args.calls, warmup=1, name="acct")
+        result = measure(call, rounds=args.calls, warmup=1, name="acct")
         t_out = host_clock_ns()
         c = seen["coll"]
         rr = c.rounds
@@ -189,6 +191,11 @@ def main() -> int:
             "warmup_wall": rr[0]["wall_ns"] / 1e6,
             "measured_median": statistics.median(r["wall_ns"] for r in rr if r["kind"] == "MEASURED") / 1e6,
         }
+        # what the result says the plugin added (TestResult.added, since a742f96): `outside` but measure()'s own steps
+        added = getattr(result, "added", None) or {}
+        row.update(
+            {f"added.{k}": added[k] for k in ("extra_rounds_ms", "outside_rounds_ms", "analysis_ms") if k in added}
+        )
         g = c.gpu_session
         print(
             f"test {i}: {'  '.join(f'{k} {v:.2f}' for k, v in row.items())}; rounds besides: {kinds}; "
