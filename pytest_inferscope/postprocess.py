@@ -183,8 +183,9 @@ def added_time(meta: Mapping[str, Any], plan: Plan, analysis_ns: int) -> dict[st
 
     `asked_ms`: the warm-up and measured rounds the test asked for (`plan`); `extra_rounds` and `extra_rounds_ms`: the
     rounds the plugin ran besides (after the measured ones: settling, profile, trace; a warm-up auto asked for; measured
-    rounds the speed probe made up for); `outside_rounds_ms`: the collection's own time outside every round (starting
-    and stopping the collectors, the work between rounds); `analysis_ms`: merge, analysis and checks (`analysis_ns`);
+    rounds beyond those asked for: the speed probe's, an A/B test's further pairs); `outside_rounds_ms`: the
+    collection's own time outside every round (starting and stopping the collectors, the work between rounds: an A/B
+    test's other side's rounds too); `analysis_ms`: merge, analysis and checks (`analysis_ns`);
     `added_ms`: the three together (`process` adds `reports_ms` once the report files are written). Empty where the meta
     does not say (a trace imported from elsewhere)."""
     rows = meta.get("rounds")
