@@ -264,7 +264,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "(cheaper); `all` records them in every round and runs no trace round. Unset: one, and a second when the "
         "first ran out of step with the measured rounds (slowed by something else). Not a latency sample; no "
         "trace round runs without GPU collection, nor when no CUDA context is active in the process after the "
-        "measured rounds (the body did no GPU work). Unless the marker says otherwise.",
+        "measured rounds (the body did no GPU work), nor, unset, when the warm-up and the measured rounds recorded no "
+        "GPU work (a CPU-only test after a GPU one). Unless the marker says otherwise.",
         "give a number of trace rounds from 1 to 1000, or all", "all", metavar="N|all", toml_type=int | str,
     ),
     OptionSpec(

@@ -81,8 +81,12 @@ def _api_mode(self: Described) -> str:
     """Which rounds recorded the launch calls, for the report header."""
     session = self.gpu_session
     decided = session.decision
-    if session.no_context:
-        note = "no trace round: no CUDA context was active after the measured rounds (the body did no GPU work)"
+    if session.no_context or session.no_work:
+        note = "no trace round: " + (
+            "no CUDA context was active after the measured rounds (the body did no GPU work)"
+            if session.no_context
+            else "neither the warm-up nor the measured rounds did GPU work (a launch call would link to nothing)"
+        )
         return f"{decided.reason}; {note}" if decided is not None else note
     stood = [name for name, idx in (("profile", session.profile_warmups), ("trace", session.trace_warmups)) if idx]
     if decided is not None and session.lean:

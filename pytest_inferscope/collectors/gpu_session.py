@@ -76,6 +76,9 @@ class GpuSession:
         self._warm = (0, 0)  # auto: the warm-up's work records and GPU busy ns counted so far
         #: No CUDA context was active after the measured rounds: no trace round ran (None: not asked yet).
         self.no_context: bool | None = None
+        self.work_kept = 0  # GPU work records (kernels, copies, memsets) kept so far
+        #: auto: neither the warm-up nor the measured rounds did GPU work: no trace round ran (None: not asked yet).
+        self.no_work: bool | None = None
 
     # -- the one failure policy -------------------------------------------------------------------
 
@@ -180,7 +183,9 @@ class GpuSession:
         if len(records):
             records["name"] = self._trace_names(names, records["name"])
             self.buffer.extend(records, GPU_RING)  # not the stopping thread's ring: its events would be overwritten
-        return (work_records(records), busy_ns(records)) if len(records) else (0, 0)
+        work = work_records(records) if len(records) else 0
+        self.work_kept += work
+        return (work, busy_ns(records)) if work else (0, 0)
 
     def _trace_names(self, names: list[str], ids: np.ndarray) -> np.ndarray:
         """The backend's name ids `ids` as this trace's. Only the names they use are interned: the backend keeps every
@@ -285,8 +290,8 @@ class GpuSession:
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) run after the measured ones: none without GPU collection,
-        with trace_rounds `all`, with the launch calls on throughout, or when no CUDA context was active after
-        the measured rounds (`no_context`)."""
+        with trace_rounds `all`, with the launch calls on throughout, when no CUDA context was active after
+        the measured rounds (`no_context`), or when auto's warm-up and measured rounds did no GPU work (`_no_work`)."""
         o = self.options
         if self.lean and o.lean_trace_rounds is not None:
             n = o.lean_trace_rounds
@@ -294,7 +299,7 @@ class GpuSession:
             return 0
         else:
             n = o.trace_rounds
-        return n if n and not self._no_context() else 0
+        return n if n and not self._no_context() and not self._no_work() else 0
 
     def _no_context(self) -> bool:
         """Whether no CUDA context is active in the process, asked once, after the measured rounds: then the body did
@@ -303,6 +308,26 @@ class GpuSession:
         if self.no_context is None:
             self.no_context = not self._has_context()
         return self.no_context
+
+    def _no_work(self) -> bool:
+        """auto, the number of trace rounds not given: whether neither the warm-up nor the measured rounds did GPU work,
+        asked once, after the measured rounds (their records flushed and kept here). A CPU-only test in a process where
+        CUDA is up (an earlier test's) had a trace round that called it once more to link no GPU work to its launches:
+        151 ms for the example project's pipeline test on the H200 host (2026-11-29)."""
+        if self.no_work is None:
+            o, flush = self.options, getattr(self.collector, "flush", None)
+            self.no_work = False
+            if o.gpu_rounds == "auto" and o.until_in_step and self.recording and not self.work_kept and flush:
+                assert self.collector is not None
+                try:
+                    self.collector.synchronize()
+                    flush()
+                    self._keep_records()
+                except Exception as exc:
+                    self._fail("failed while flushing after the measured rounds", exc)
+                    return True  # no backend left to trace with
+                self.no_work = not self.work_kept
+        return self.no_work
 
     def _has_context(self) -> bool:
         """The backend's `has_context`; True where it has none or it failed (CUPTI then runs as it always did)."""

@@ -234,6 +234,36 @@ def test_a_body_without_gpu_work_gets_no_trace_round_and_lean_never_starts_cupti
 
 
 @pytest.mark.usefixtures("every_round_in_step")
+@pytest.mark.parametrize(("later", "trace_rounds", "traced"), [(0, None, False), (2, None, True), (0, 1, True)])
+def test_a_body_without_gpu_work_in_a_process_with_cuda_up_gets_no_trace_round_unless_asked(
+    monkeypatch: pytest.MonkeyPatch, later: int, trace_rounds: int | None, traced: bool
+) -> None:
+    """A CPU-only test after a GPU test (CUDA up): its warm-up recorded no GPU work, and neither did its measured rounds
+    (flushed after them to know), so no trace round calls it once more to link nothing. A body whose GPU work starts
+    after its first call (`later` records a call from the second on), or trace rounds asked for, gets its trace
+    round."""
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors.gpu import Choice
+
+    gpu = _RecordingGpu(per_call=0)
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+
+    def body() -> None:
+        gpu.launch()
+        gpu.per_call = later  # from the second call on
+
+    result = api.measure(body, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds)
+    b = ["body"]
+    if traced:  # the trace round: one call more, with the launch calls on
+        assert gpu.calls[-4:] == ["api on", *b, "api off", "stop"] and gpu.calls.count("body") == 5, gpu.calls
+        assert len(result.latency.trace_ms) == 1
+    else:  # the warm-up's records counted (a flush), the measured rounds', and no call more
+        assert gpu.calls == ["start", *b, "flush", "api off", *b * 3, "flush", "stop"]
+        assert not result.latency.trace_ms and len(result.latency.samples_ms) == 3
+        assert "no trace round: neither the warm-up nor the measured rounds did GPU work" in _gpu_mode(result)
+
+
+@pytest.mark.usefixtures("every_round_in_step")
 def test_auto_without_a_context_at_the_start_goes_lean_and_starts_cupti_once_the_body_started_cuda(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
