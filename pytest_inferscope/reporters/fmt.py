@@ -76,10 +76,12 @@ def fmt_added(added: dict[str, float], tests: int = 0) -> str:
 
     def t(key: str) -> str:
         value = added.get(key) or 0.0
-        return f"{value / 1e3:.2f} s" if tests else f"{fmt_ms(value)} ms"
+        return f"{value / 1e3:.2f} s" if tests and value >= 1000 else f"{fmt_ms(value)} ms"
 
     asked = added.get("asked_ms") or 0.0
-    share = f" ({fmt_pct((added.get('added_ms') or 0.0) / asked)} over the {t('asked_ms')} of the calls asked for)"
+    ratio = (added.get("added_ms") or 0.0) / asked if asked else 0.0
+    over = f"{ratio:,.0f}x" if ratio >= 10 else f"{fmt_pct(ratio)} over"  # trivial calls: 5 ms on 0.003 ms
+    share = f" ({over} the {t('asked_ms')} of the calls asked for)"
     parts = [f"outside the rounds {t('outside_rounds_ms')}", f"analysis {t('analysis_ms')}"]
     extra = int(added.get("extra_rounds") or 0)
     if extra:

@@ -167,10 +167,11 @@ def test_shell_example_runs(block: Block, project: pytest.Pytester) -> None:
 
 
 def _output_pattern(line: str) -> str:
-    """A printed line as an fnmatch pattern: numbers, column padding and `<cwd>` match anything."""
+    """A printed line as an fnmatch pattern: numbers (a duration with its unit, ms or s, which follows the number),
+    column padding and `<cwd>` match anything."""
     line = line.replace("<cwd>", "*")
     line = re.sub(r"\(\d+%\)", "(*)", line)
-    line = re.sub(r"\s*±?\s*\b\d[\d.]*%?(?=\s|$)", "*", line)
+    line = re.sub(r"\s*±?\s*\b\d[\d.,]*(?:%|x)?(?: m?s\b)?(?=[\s,)]|$)", "*", line)
     line = re.sub(r"\s{2,}", "*", line)  # column widths follow the widest cell
     return re.sub(r"\*(\s*\*)+", "*", line)
 

@@ -76,8 +76,14 @@ def test_one_test_and_a_session_in_words() -> None:
     assert n == 2 and total["added_ms"] == 2412.4 and total["extra_tests"] == 1
     assert fmt_added(total, n) == (
         "2.41 s to the 2 profiled tests (223.4% over the 1.08 s of the calls asked for): 1 more round in 1 of them "
-        "0.01 s, outside the rounds 1.50 s, analysis 0.50 s, writing reports 0.40 s"
+        "8.10 ms, outside the rounds 1.50 s, analysis 502.0 ms, writing reports 400.0 ms"
     )
+    trivial = {"asked_ms": 0.004, "outside_rounds_ms": 0.7, "analysis_ms": 1.0, "added_ms": 1.7}
+    assert (
+        fmt_added(trivial)
+        == "1.70 ms (425x the 0.004 ms of the calls asked for): outside the rounds 0.700 ms, analysis 1.00 ms"
+    )
+    assert fmt_added(trivial, 1).startswith("1.70 ms to the 1 profiled test (425x the 0.004 ms of the calls asked for)")
     (line,) = added_time_line([_result(one), _result(quiet)])
     assert line.startswith("inferscope: the plugin added 2.41 s to the 2 profiled tests") and "index.json" in line
     assert added_time_line([_result({})]) == []
