@@ -86,8 +86,9 @@ def check_report_folder(report: Path) -> None:
 
 
 def summary_lines(result: TestResult, report: Path) -> list[str]:
-    """The short summary `run` and `analyze` print: latency, bottleneck, top suggestion, report path."""
-    from ..reporters.fmt import fmt_conf, fmt_ms
+    """The short summary `run` and `analyze` print: latency, bottleneck, top suggestion, what profiling added, report
+    path."""
+    from ..reporters.fmt import fmt_added, fmt_conf, fmt_ms
 
     lat, a = result.latency, result.analysis
     n = len(lat.samples_ms)
@@ -105,6 +106,8 @@ def summary_lines(result: TestResult, report: Path) -> list[str]:
         lines.append(f"  top suggestion: {s.action} (saves ~{fmt_ms(s.saving_ms)} ms per round)")
     lines += [f"  not collected:  {c.name}: {c.reason}" for c in result.collectors if not c.active and c.reason]
     lines += [f"  FAILED check:   {c.message}" for c in result.failed_checks]
+    if result.added:  # what profiling added to the script's runs, the report files included
+        lines.append(f"  added:          {fmt_added(result.added)}")
     lines.append(f"  report:         {report / result.files.get('md', result.slug + '/report.md')}")
     return lines
 

@@ -71,12 +71,12 @@ def fmt_value(v: Any) -> str:
 
 def fmt_added(added: dict[str, float], tests: int = 0) -> str:
     """What the plugin added to a test (`TestResult.added`), in words: '12.4 ms (15.5% over the 80.1 ms of the calls
-    asked for): 1 more round 8.10 ms, outside the rounds 2.30 ms, analysis 2.00 ms'. With `tests`: the sums of that
-    many tests' (`sum_added`), in seconds ('0.07 s to the 3 profiled tests (...): ...')."""
+    asked for): 1 more round 8.10 ms, outside the rounds 2.30 ms, analysis 2.00 ms' (a second and more in seconds).
+    With `tests`: the sums of that many tests' (`sum_added`: '1.05 s to the 200 profiled tests (...): ...')."""
 
     def t(key: str) -> str:
         value = added.get(key) or 0.0
-        return f"{value / 1e3:.2f} s" if tests and value >= 1000 else f"{fmt_ms(value)} ms"
+        return f"{value / 1e3:.2f} s" if value >= 1000 else f"{fmt_ms(value)} ms"
 
     asked = added.get("asked_ms") or 0.0
     ratio = (added.get("added_ms") or 0.0) / asked if asked else 0.0

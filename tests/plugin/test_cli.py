@@ -111,6 +111,9 @@ def test_run_writes_reports_with_the_scripts_scopes(work: Path, capsys: pytest.C
     assert [t["nodeid"] for t in index["tests"]] == [str(job)]
     assert "script output" in out and "latency:" in out and "bottleneck:" in out
     assert f"report:         {Path('out') / folder.name / 'report.md'}" in out
+    # what profiling added, the report files included (known once they are written)
+    (added,) = [line for line in out.splitlines() if line.startswith("  added:          ")]
+    assert "of the calls asked for): outside the rounds " in added and ", writing reports " in added
 
 
 def test_run_rounds_and_warmup_run_the_script_again(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
