@@ -214,9 +214,9 @@ class _Saving:
 def write_index(results: list[TestResult], report_dir: Path, session: dict[str, Any]) -> Path:
     """Write index.md, index.html and index.json for a session's profiled tests; return the path of index.md.
     `session`: lines about the session (collectors, environment); what the plugin added to the tests joins them."""
-    from .terminal import added_time
+    from .terminal import added_time_text
 
-    if added := added_time(results):
+    if added := added_time_text(results):
         session = {**session, "the plugin added": added}
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)

@@ -169,13 +169,13 @@ def extra_rounds_lines(results: list[TestResult]) -> list[str]:
     ]
 
 
-def added_time(results: list[TestResult]) -> str:
+def added_time_text(results: list[TestResult]) -> str:
     """What the plugin added to the profiled tests' time (`TestResult.added`), summed, in words ('' when unknown)."""
     total, n = sum_added(results)
     return f"{fmt_added(total, n)} (per test: `added` in index.json)" if n else ""
 
 
 def added_time_line(results: list[TestResult]) -> list[str]:
-    """The summary's line of `added_time`, when there is one."""
-    text = added_time(results)
+    """The summary's line of `added_time_text`, when there is one."""
+    text = added_time_text(results)
     return [f"inferscope: the plugin added {text}"] if text else []
