@@ -10,12 +10,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .marker import MARKER_KEYS, MarkerKey, validate_marker
+from .marker import MARKER_KEYS, MarkerKey, parse_marker, validate_marker
+from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP
 from .results import Analysis, CheckResult, LatencyStats
 
 __all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "evaluate", "validate_marker"]
 
 if TYPE_CHECKING:
+    import pytest
+
+    from .config import Settings
     from .results import RegressionVerdict
 
 
@@ -168,6 +172,39 @@ class Plan:
     gpu_rounds: str = "measured"  # which rounds record GPU activity: measured | trace | auto
     lean_trace_rounds: int | str = "all"  # trace rounds when only they record GPU activity (trace, or auto gone lean)
     until_in_step: bool = False  # profile and trace rounds end at the first in step (up to their maximum)
+
+
+def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:
+    """How `item` is profiled (its markers, closest first, over the settings), or None when it is not."""
+    kwargs: dict[str, Any] = {}
+    marked = False
+    for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
+        marked = True
+        kwargs.update(parse_marker(marker.kwargs))  # validated at collection; typed by the options' parsers
+    # A test that asks for the `inferscope` fixture (directly or through another fixture) asked to be
+    # profiled, as pytest-benchmark's `benchmark` does: like a marked test with no keys, but with the
+    # rounds of an unmarked one unless options say otherwise.
+    asked = "inferscope" in getattr(item, "fixturenames", ())
+    if not marked and not settings.all and not asked:
+        return None
+    s = settings
+    default_rounds, default_warmup = (MARKED_ROUNDS, MARKED_WARMUP) if marked else (1, 0)
+    traced = kwargs.get("trace_rounds", s.trace_rounds)
+    explicit = "trace_rounds" in kwargs or s.sources.get("trace_rounds", "default") != "default"
+    return Plan(
+        nodeid=item.nodeid,
+        rounds=int(kwargs.get("rounds", s.rounds if s.rounds is not None else default_rounds)),
+        warmup=int(kwargs.get("warmup", s.warmup if s.warmup is not None else default_warmup)),
+        thresholds=kwargs,
+        latency_stat=str(kwargs.get("latency_stat", s.latency_stat)),
+        cpu=str(kwargs.get("cpu", s.cpu)),
+        modules=int(kwargs.get("modules", s.modules)),
+        round_cap=float(kwargs.get("round_cap", s.round_cap)),
+        trace_rounds=traced,
+        gpu_rounds=str(kwargs.get("gpu_rounds", s.gpu_rounds)),
+        lean_trace_rounds=traced if explicit else LEAN_TRACE_ROUNDS,
+        until_in_step=not explicit,
+    )
 
 
 #: expect_fix's default: the fix must save this share of the round.

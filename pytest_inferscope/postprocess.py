@@ -185,9 +185,11 @@ def added_time(meta: Mapping[str, Any], plan: Plan, analysis_ns: int) -> dict[st
     rounds the plugin ran besides (after the measured ones: settling, profile, trace; a warm-up auto asked for; measured
     rounds beyond those asked for: the speed probe's, an A/B test's further pairs); `outside_rounds_ms`: the
     collection's own time outside every round (starting and stopping the collectors, the work between rounds: an A/B
-    test's other side's rounds too); `analysis_ms`: merge, analysis and checks (`analysis_ns`);
-    `added_ms`: the three together (`process` adds `reports_ms` once the report files are written). Empty where the meta
-    does not say (a trace imported from elsewhere)."""
+    test's other side's rounds too); `analysis_ms`: merge, analysis and checks (`analysis_ns`); `load_ms`, only on
+    the first profiled test of a pytest process (`meta["load_ns"]`): loading the plugin's code for profiling and
+    post-processing, choosing the GPU backend and reading the machine (`preload`); `added_ms`: these together
+    (`process` adds `reports_ms` once the report files are written). Empty where the meta does not say (a trace
+    imported from elsewhere)."""
     rows = meta.get("rounds")
     if not isinstance(rows, list) or "wall_ns" not in meta:
         return {}
@@ -200,15 +202,30 @@ def added_time(meta: Mapping[str, Any], plan: Plan, analysis_ns: int) -> dict[st
     extra = after + warm[plan.warmup :] + measured[plan.rounds :]
     every = sum(sum(ws) for ws in walls.values())
     outside = max(0, int(meta["wall_ns"]) - every) + int(meta.get("start_ns", 0)) + int(meta.get("stop_ns", 0))
-    added = sum(extra) + outside + analysis_ns
-    return {
+    load = int(meta.get("load_ns", 0))
+    added = {
         "asked_ms": round(sum(asked) / 1e6, 3),
         "extra_rounds": len(extra),
         "extra_rounds_ms": round(sum(extra) / 1e6, 3),
         "outside_rounds_ms": round(outside / 1e6, 3),
         "analysis_ms": round(analysis_ns / 1e6, 3),
-        "added_ms": round(added / 1e6, 3),
     }
+    if load > 0:
+        added["load_ms"] = round(load / 1e6, 3)
+    added["added_ms"] = round((sum(extra) + outside + analysis_ns + load) / 1e6, 3)
+    return added
+
+
+def preload(reports: bool) -> None:
+    """Import what a profiled test's collection, post-processing and (`reports`) report files load, before its
+    collection starts: once a process, the pytest plugin times it as the first test's `load_ms` (`added_time`)."""
+    from .collectors import schedule  # noqa: F401
+    from .reporters import junit, progress, terminal  # noqa: F401
+
+    if reports:
+        from .reporters import folder
+
+        folder.load_templates()
 
 
 def _meta_dict(raw: RawTrace, key: str) -> dict[str, Any]:

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .checks import validate_marker
+from .checks import plan_of, validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
-from .marker import parse_marker
-from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP, lean_rounds_conflict
+from .options import lean_rounds_conflict
 from .stackbase import fresh_chunk
 from .warning import InferscopeWarning, async_not_profiled
 
@@ -91,6 +90,7 @@ class InferscopeSession:
         self.probe_seen: list[float] = []  # this process's speed-probe readings: the machine's usual speed so far
         self.writer: ReportWriter | None = None  # puts report files on disk between tests (reporters/writer.py)
         self._sampler: SamplerThread | None = None  # the stack sampler's thread, parked between tests
+        self._load_ns: int | None = None  # the first profiled test's preparation (`_prepare`), until charged to it
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
     def gpu_choice(self) -> Choice:
@@ -114,6 +114,18 @@ class InferscopeSession:
                 return "auto (the backend is chosen as the first test is profiled)"
         return self.gpu_choice().describe()
 
+    def _prepare(self) -> None:
+        """Once, before the first profiled test's collection: load the code that profiles and post-processes it,
+        choose the GPU backend, read the machine; what it took is that test's `added` load_ms."""
+        if self._load_ns is None:
+            began = time.perf_counter_ns()
+            from .postprocess import preload
+
+            preload(reports=self.report_dir is not None)
+            self.gpu_choice()
+            self.environment()
+            self._load_ns = time.perf_counter_ns() - began
+
     def environment(self) -> dict[str, Any]:
         if self._environment is None:
             from .environment import collect_environment
@@ -125,39 +137,6 @@ class InferscopeSession:
                 env.update(extra or {})
             self._environment = env
         return self._environment
-
-    def _plan(self, item: pytest.Item) -> Plan | None:
-        from .checks import Plan
-
-        kwargs: dict[str, Any] = {}
-        marked = False
-        for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
-            marked = True
-            kwargs.update(parse_marker(marker.kwargs))  # validated at collection; typed by the options' parsers
-        # A test that asks for the `inferscope` fixture (directly or through another fixture) asked to be
-        # profiled, as pytest-benchmark's `benchmark` does: like a marked test with no keys, but with the
-        # rounds of an unmarked one unless options say otherwise.
-        asked = "inferscope" in getattr(item, "fixturenames", ())
-        if not marked and not self.settings.all and not asked:
-            return None
-        s = self.settings
-        default_rounds, default_warmup = (MARKED_ROUNDS, MARKED_WARMUP) if marked else (1, 0)
-        traced = kwargs.get("trace_rounds", s.trace_rounds)
-        explicit = "trace_rounds" in kwargs or s.sources.get("trace_rounds", "default") != "default"
-        return Plan(
-            nodeid=item.nodeid,
-            rounds=int(kwargs.get("rounds", s.rounds if s.rounds is not None else default_rounds)),
-            warmup=int(kwargs.get("warmup", s.warmup if s.warmup is not None else default_warmup)),
-            thresholds=kwargs,
-            latency_stat=str(kwargs.get("latency_stat", s.latency_stat)),
-            cpu=str(kwargs.get("cpu", s.cpu)),
-            modules=int(kwargs.get("modules", s.modules)),
-            round_cap=float(kwargs.get("round_cap", s.round_cap)),
-            trace_rounds=traced,
-            gpu_rounds=str(kwargs.get("gpu_rounds", s.gpu_rounds)),
-            lean_trace_rounds=traced if explicit else LEAN_TRACE_ROUNDS,
-            until_in_step=not explicit,
-        )
 
     # -- hooks ---------------------------------------------------------------------
 
@@ -225,7 +204,7 @@ class InferscopeSession:
             raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))
         for item in items:
             if isinstance(item, pytest.Function):
-                plan = self._plan(item)
+                plan = plan_of(item, self.settings)
                 if plan is not None:
                     self.plans[item.nodeid] = plan
                     if (bad := lean_rounds_conflict(plan.trace_rounds, plan.gpu_rounds, item.nodeid)) is not None:
@@ -242,6 +221,7 @@ class InferscopeSession:
         if inspect.iscoroutinefunction(original):
             warnings.warn(InferscopeWarning(async_not_profiled(pyfuncitem.nodeid)), stacklevel=1)
             return (yield)
+        self._prepare()
         from .collectors import Collection, CollectionOptions, SamplerThread
         from .collectors.schedule import Steadying
 
@@ -303,6 +283,8 @@ class InferscopeSession:
             pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
             pending.raw = coll.stop()
             pending.raw.meta["extra_metrics"] = pending.extra_metrics
+            if self._load_ns:  # the preparation counts as this (first) test's (postprocess.added_time's load_ms)
+                pending.raw.meta["load_ns"], self._load_ns = self._load_ns, 0
             if self.writer is not None:
                 self.writer.resume()
 

@@ -71,7 +71,8 @@ def fmt_value(v: Any) -> str:
 
 def fmt_added(added: dict[str, float], tests: int = 0) -> str:
     """What the plugin added to a test (`TestResult.added`), in words: '12.4 ms (15.5% over the 80.1 ms of the calls
-    asked for): 1 more round 8.10 ms, outside the rounds 2.30 ms, analysis 2.00 ms' (a second and more in seconds).
+    asked for): 1 more round 8.10 ms, outside the rounds 2.30 ms, analysis 2.00 ms' (a second and more in seconds;
+    the first test of a process also says what loading the plugin took).
     With `tests`: the sums of that many tests' (`sum_added`: '1.05 s to the 200 profiled tests (...): ...')."""
 
     def t(key: str) -> str:
@@ -89,6 +90,8 @@ def fmt_added(added: dict[str, float], tests: int = 0) -> str:
         parts.insert(0, f"{extra} more round{'s' * (extra != 1)}{where} {t('extra_rounds_ms')}")
     if "reports_ms" in added:
         parts.append(f"writing reports {t('reports_ms')}")
+    if added.get("load_ms"):  # the first profiled test of a process: the plugin's code loaded, the machine read
+        parts.append(f"loading the plugin {t('load_ms')} (once a process)")
     whom = f" to the {tests} profiled test{'s' * (tests != 1)}" if tests else ""
     return f"{t('added_ms')}{whom}{share if asked else ''}: {', '.join(parts)}"
 

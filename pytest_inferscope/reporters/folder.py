@@ -17,6 +17,7 @@ import numpy as np
 from ..events import Kind, RawTrace
 from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
+from . import html, markdown
 from .files import atomic_open, atomic_write_bytes, atomic_write_text
 from .fmt import verdict_label
 from .html import render_html_index, write_html_report, write_shared_assets
@@ -43,6 +44,12 @@ def trace_file(trace_format: str) -> str:
     if trace_format not in TRACE_FORMATS:
         raise ValueError(f"trace format {trace_format!r}: give one of {', '.join(TRACE_FORMATS)}")
     return f"trace.{trace_format}"
+
+
+def load_templates() -> None:
+    """Load and compile the templates of a test's report.html and report.md (else its first report pays it)."""
+    html.load_template()
+    markdown.load_template()
 
 
 def has_trace(timeline: Timeline | None) -> bool:

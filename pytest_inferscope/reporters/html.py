@@ -260,6 +260,11 @@ def _nice_ceiling(v: float) -> float:
     return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= v)
 
 
+def load_template() -> None:
+    """Load and compile report.html's template now, not at the first test's report."""
+    _env().get_template("report.html.j2")
+
+
 @functools.cache
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(

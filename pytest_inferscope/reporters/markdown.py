@@ -53,6 +53,11 @@ def report_link(result: TestResult) -> str:
     return quote(rel.replace("\\", "/"))
 
 
+def load_template() -> None:
+    """Load and compile report.md's template now, not at the first test's report."""
+    _env().get_template("report.md.j2")
+
+
 @functools.cache
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(

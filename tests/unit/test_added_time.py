@@ -87,3 +87,15 @@ def test_one_test_and_a_session_in_words() -> None:
     (line,) = added_time_line([_result(one), _result(quiet)])
     assert line.startswith("inferscope: the plugin added 2.41 s to the 2 profiled tests") and "index.json" in line
     assert added_time_line([_result({})]) == []
+
+
+def test_the_first_test_of_a_process_adds_what_loading_the_plugin_took() -> None:
+    rows = _rows(("WARMUP", 2), ("MEASURED", 1), ("MEASURED", 1))
+    meta = {"rounds": rows, "wall_ns": 5 * MS, "load_ns": 250 * MS}  # the session's preparation, charged to it
+    added = added_time(meta, Plan("t", rounds=2, warmup=1), analysis_ns=MS)
+    assert added["load_ms"] == 250.0 and added["added_ms"] == 1.0 + 1.0 + 250.0
+    later = added_time({**meta, "load_ns": 0}, Plan("t", rounds=2, warmup=1), analysis_ns=MS)
+    assert "load_ms" not in later and later["added_ms"] == 2.0  # the tests after it say nothing of loading
+    assert fmt_added(added).endswith("analysis 1.00 ms, loading the plugin 250.0 ms (once a process)")
+    total, n = sum_added([_result(added), _result(later)])
+    assert total["load_ms"] == 250.0 and "loading the plugin 250.0 ms (once a process)" in fmt_added(total, n)
