@@ -187,7 +187,7 @@ def added_time(meta: Mapping[str, Any], plan: Plan, analysis_ns: int) -> dict[st
     collection's own time outside every round (starting and stopping the collectors, the work between rounds: an A/B
     test's other side's rounds too); `analysis_ms`: merge, analysis and checks (`analysis_ns`); `load_ms`, only on
     the first profiled test of a pytest process (`meta["load_ns"]`): loading the plugin's code for profiling and
-    post-processing, choosing the GPU backend and reading the machine (`preload`); `added_ms`: these together
+    post-processing (`preload`), choosing the GPU backend, reading the machine's facts; `added_ms`: these together
     (`process` adds `reports_ms` once the report files are written). Empty where the meta does not say (a trace
     imported from elsewhere)."""
     rows = meta.get("rounds")

@@ -90,7 +90,8 @@ class InferscopeSession:
         self.probe_seen: list[float] = []  # this process's speed-probe readings: the machine's usual speed so far
         self.writer: ReportWriter | None = None  # puts report files on disk between tests (reporters/writer.py)
         self._sampler: SamplerThread | None = None  # the stack sampler's thread, parked between tests
-        self._load_ns: int | None = None  # the first profiled test's preparation (`_prepare`), until charged to it
+        self._prepared = False  # `_prepare` ran
+        self._load_ns = 0  # what was done once for the tests (`_prepare`, the environment), until charged to one
         logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
 
     def gpu_choice(self) -> Choice:
@@ -115,19 +116,20 @@ class InferscopeSession:
         return self.gpu_choice().describe()
 
     def _prepare(self) -> None:
-        """Once, before the first profiled test's collection: load the code that profiles and post-processes it,
-        choose the GPU backend, read the machine; what it took is that test's `added` load_ms."""
-        if self._load_ns is None:
-            began = time.perf_counter_ns()
+        """Once, before the first profiled test's collection: load the code that profiles and post-processes it and
+        choose the GPU backend. What it took, and the environment's first reading (after the test: torch's facts
+        once the test imported it, CUDA left alone before it), are that test's `added` load_ms (`_finish`)."""
+        if not self._prepared:
+            self._prepared, began = True, time.perf_counter_ns()
             from .postprocess import preload
 
             preload(reports=self.report_dir is not None)
             self.gpu_choice()
-            self.environment()
-            self._load_ns = time.perf_counter_ns() - began
+            self._load_ns += time.perf_counter_ns() - began
 
     def environment(self) -> dict[str, Any]:
         if self._environment is None:
+            began = time.perf_counter_ns()
             from .environment import collect_environment
 
             env = collect_environment()
@@ -136,6 +138,7 @@ class InferscopeSession:
             for extra in self.config.hook.pytest_inferscope_machine_info(config=self.config):
                 env.update(extra or {})
             self._environment = env
+            self._load_ns += time.perf_counter_ns() - began
         return self._environment
 
     # -- hooks ---------------------------------------------------------------------
@@ -283,8 +286,6 @@ class InferscopeSession:
             pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
             pending.raw = coll.stop()
             pending.raw.meta["extra_metrics"] = pending.extra_metrics
-            if self._load_ns:  # the preparation counts as this (first) test's (postprocess.added_time's load_ms)
-                pending.raw.meta["load_ns"], self._load_ns = self._load_ns, 0
             if self.writer is not None:
                 self.writer.resume()
 
@@ -343,6 +344,9 @@ class InferscopeSession:
             from .reporters.writer import ReportWriter
 
             self.writer = ReportWriter()
+        environment = self.environment()
+        if self._load_ns:  # done once for the tests: this one's (postprocess.added_time's load_ms)
+            pending.raw.meta["load_ns"], self._load_ns = self._load_ns, 0
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         with slow_notice(terminal, item.nodeid, len(pending.raw.events)):  # a line on a tty after 1 s
             result, _ = process(
@@ -353,7 +357,7 @@ class InferscopeSession:
                 partial_reason=pending.partial,
                 gpu_required=self.settings.gpu == "required",
                 report_dir=self.report_dir,
-                environment=self.environment(),
+                environment=environment,
                 rules=[*DEFAULT_RULES, *rules],
                 whatifs=[
                     w for extra in self.config.hook.pytest_inferscope_whatifs(config=self.config) for w in extra or ()

@@ -88,3 +88,32 @@ def test_the_plugin_is_loaded_before_the_first_test_is_measured_and_charged_to_i
     first, second = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
     assert first["added"]["load_ms"] > 0 and "load_ms" not in second["added"]
     assert first["added"]["load_ms"] > first["added"]["analysis_ms"]  # imports, the backend, the machine's facts
+
+
+def test_the_machine_is_read_after_the_first_tests_body_as_before(pytester: pytest.Pytester) -> None:
+    # Loading the plugin comes before the first test's collection; reading the environment still comes after its
+    # body (what the body imported, torch's CUDA state, is the test's): a machine-info hook sees the body's doing.
+    pytester.makeconftest(
+        """
+        SEEN = {"ran": False}
+
+        def pytest_inferscope_machine_info(config):
+            return {"body_ran_first": SEEN["ran"]}
+        """
+    )
+    pytester.makepyfile(
+        """
+        import conftest
+        import pytest
+
+        @pytest.mark.inferscope(rounds=1, warmup=0)
+        def test_first():
+            conftest.SEEN["ran"] = True
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    (entry,) = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    report = json.loads((pytester.path / "out" / entry["slug"] / "report.json").read_text())
+    assert report["environment"]["body_ran_first"] is True
+    assert report["added"]["load_ms"] > 0  # the first reading of the machine is in it
