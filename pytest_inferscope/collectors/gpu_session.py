@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -238,12 +239,7 @@ class GpuSession:
             return True
         flush = getattr(self.collector, "flush", None)
         try:
-            if flush is None:
-                n, busy = self._stop()
-            else:
-                self.collector.synchronize()
-                flush()
-                n, busy = self._keep_records()
+            n, busy = self._stop() if flush is None else self._flush_kept(flush)
             n, busy = n + self._warm[0], busy + self._warm[1]
             one_round = allow_more and flush is not None and len(warm_ns) == 1
             if one_round and undecided(n, warm_ns[0], busy, o.until_in_step):
@@ -318,16 +314,20 @@ class GpuSession:
             o, flush = self.options, getattr(self.collector, "flush", None)
             self.no_work = False
             if o.gpu_rounds == "auto" and o.until_in_step and self.recording and not self.work_kept and flush:
-                assert self.collector is not None
                 try:
-                    self.collector.synchronize()
-                    flush()
-                    self._keep_records()
+                    self._flush_kept(flush)
                 except Exception as exc:
                     self._fail("failed while flushing after the measured rounds", exc)
                     return True  # no backend left to trace with
                 self.no_work = not self.work_kept
         return self.no_work
+
+    def _flush_kept(self, flush: Callable[[], None]) -> tuple[int, int]:
+        """Wait for the GPU, `flush` the backend's records and keep them: their count and GPU busy time (ns)."""
+        assert self.collector is not None
+        self.collector.synchronize()
+        flush()
+        return self._keep_records()
 
     def _has_context(self) -> bool:
         """The backend's `has_context`; True where it has none or it failed (CUPTI then runs as it always did)."""
