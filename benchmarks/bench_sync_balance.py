@@ -7,10 +7,10 @@ work and GPU work are alike, and smaller on either side: a host slower than the 
 host-heavy step further from the balance, a faster host (or a slower GPU) a GPU-heavy one.
 
 Each run here is that loop through `measure(rounds=5, warmup=1)` (the test's marker), the process pinned to one core.
-The host is slowed by a busy loop pinned to the same core: `nice5` (the loop at nice 5: the test thread gets ~3/4 of
-the core, and waits to be scheduled after each wait for the GPU) or `nice0` (~1/2). Printed per run: the rounds'
-median, the class, the syncs' best simulated saving (expect_fix's figure) and the best what-if; then, per size and
-host, the saving's minimum and median. CUDA only: it says so and exits 2 without a GPU.
+The host is slowed by a busy loop pinned to the same core: `nice10` (the loop at nice 10: the test thread gets ~9/10
+of the core), `nice5` (~3/4, and it waits to be scheduled after each wait for the GPU) or `nice0` (~1/2). Printed per
+run: the rounds' median, the class, the syncs' best simulated saving (expect_fix's figure) and the best what-if; then,
+per size and host, the saving's minimum and median. CUDA only: it says so and exits 2 without a GPU.
 
     python3 benchmarks/bench_sync_balance.py [--sizes 1024,1152,1280,1536] [--reps 3] [--loads none,nice5,nice0]
 """
@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
 from benchmarks._common import header
 
 STEPS = 200  # as the example's test
-NICE = {"nice5": "5", "nice0": "0"}
+NICE = {"nice10": "10", "nice5": "5", "nice0": "0"}
 
 
 def loop(torch: Any, n: int) -> Callable[[], list[float]]:
