@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         return raw
 
     collectors.Collection.stop = keep_meta  # type: ignore[method-assign]  # this process only
+    print("\n".join(header("bench_after_measured.py", f"torch {torch.__version__}, {torch.cuda.get_device_name()}")))
     core = max(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {core})
-    print("\n".join(header("bench_after_measured.py", f"torch {torch.__version__}, {torch.cuda.get_device_name()}")))
     print(f"pinned to core {core}; tests of 1 warm-up + {args.calls} calls through measure(), defaults\n")
     records = []
     for model in args.models.split(","):

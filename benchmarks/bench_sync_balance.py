@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench_sync_balance.py needs a CUDA device (none here)")
         return 2
+    print("\n".join(header("bench_sync_balance.py", f"torch {torch.__version__}, {torch.cuda.get_device_name()}")))
     core = max(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {core})
-    print("\n".join(header("bench_sync_balance.py", f"torch {torch.__version__}, {torch.cuda.get_device_name()}")))
     print(f"pinned to core {core}; {STEPS} steps a round, 5 rounds after 1 warm-up\n")
     print("| N | host | run | round ms | class | syncs' saving | best what-if |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
