@@ -117,3 +117,20 @@ def test_the_machine_is_read_after_the_first_tests_body_as_before(pytester: pyte
     report = json.loads((pytester.path / "out" / entry["slug"] / "report.json").read_text())
     assert report["environment"]["body_ran_first"] is True
     assert report["added"]["load_ms"] > 0  # the first reading of the machine is in it
+
+
+def test_a_failure_to_load_ahead_of_the_first_test_leaves_the_test_to_run_and_be_reported(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_inferscope import postprocess
+
+    def fail(reports: bool) -> None:
+        raise ImportError("no module named 'jinja2' (simulated)")
+
+    monkeypatch.setattr(postprocess, "preload", fail)
+    pytester.makepyfile(BODY)
+    result = pytester.runpytest("--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    (entry,) = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    assert entry["added"]["analysis_ms"] > 0 and {"json", "md", "html"} <= set(entry["files"])
+    assert (pytester.path / "out" / entry["files"]["html"]).is_file()  # the templates loaded where they are used
