@@ -175,7 +175,7 @@ class Plan:
 
 
 def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:
-    """How `item` is profiled (its markers, closest first, over the settings), or None when it is not."""
+    """How `item` is profiled (its markers over the settings, the closest marker winning), or None when it is not."""
     kwargs: dict[str, Any] = {}
     marked = False
     for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
