@@ -3,7 +3,9 @@
 `bench_fixed_cost.py`'s project (N trivial tests) and its `run_pytest`, run with PYTHONPATH set to
 each tree in turn: modes a (`-p no:inferscope`), b (the plugin loaded, unused), c (`--inferscope-all`) and d
 (`--inferscope-all --inferscope-report=DIR`) of both trees, the eight runs rotated every repetition, after one untimed
-warm-up of each. Added ms per test = (mode - a of the same tree and repetition) / N. With
+warm-up of each. Added ms per test = (mode - a of the same tree and repetition) / N; for d, besides, what the results
+say the plugin added (the sum of index.json's `added_ms`, the first test's `load_ms` included) and what of d - a they
+do not hold (pytest calling the plugin's hooks, the session's start and end). With
 `--pluggy DIR` (an unpacked pluggy sdist), its suite (`pytest testing`) is run too, with
 `--inferscope-all --inferscope-report=DIR` and without the plugin (`-p no:inferscope`, as mode a; before
 2026-11-28 against the plugin loaded but unused, which hid what that costs), both trees interleaved.
@@ -106,6 +108,14 @@ def main() -> int:
             for attr in ("wall", "cpu"):
                 line = "   ".join(f"{t} {cell(added(runs[t, m], runs[t, 'a'], attr, n))}" for t in trees)
                 print(f"  {m} - a, {attr:4s}: {line}")
+        # What the results themselves say the plugin added (`added` in index.json, the first test's load_ms
+        # included), and what of d - a they do not hold: pytest calling the plugin's hooks, the session's start and end.
+        said = {t: [r.added * 1e3 / n for r in runs[t, "d"]] for t in trees}
+        if all(x == x for xs in said.values() for x in xs):  # a tree from before `added` has none (nan)
+            print("  d, `added`:  " + "   ".join(f"{t} {cell(said[t])}" for t in trees))
+            rest = {t: [w - s for w, s in zip(added(runs[t, "d"], runs[t, "a"], "wall", n), said[t], strict=True)]
+                    for t in trees}  # fmt: skip
+            print("  d - a - `added`: " + "   ".join(f"{t} {cell(rest[t])}" for t in trees))
         if args.pluggy:
             title = "`--inferscope-all --inferscope-report=DIR` - `-p no:inferscope`"
             print(f"\n## pluggy's suite ({args.pluggy}), {title}")

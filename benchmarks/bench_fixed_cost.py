@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import platform
 import re
@@ -100,6 +101,7 @@ class Run:
     wall: float  # s, the subprocess from start to exit
     cpu: float  # s, user + sys of the child
     inner: float  # s, pytest's own "N passed in X s"
+    added: float = float("nan")  # s, with reports: what the results say the plugin added (index.json's `added_ms`)
 
 
 @dataclass
@@ -120,13 +122,23 @@ def run_pytest(project: Path, args: list[str], scratch: Path, n_tests: int) -> R
     proc = subprocess.run(cmd, cwd=project, env=clean_env(), capture_output=True, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    added = _added_s(report / "index.json")
     shutil.rmtree(report, ignore_errors=True)
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if proc.returncode != 0 or f"{n_tests} passed" not in tail:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr}")
     m = _IN_SECONDS.search(tail)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Run(wall=wall, cpu=cpu, inner=float(m.group(1)) if m else float("nan"))
+    return Run(wall=wall, cpu=cpu, inner=float(m.group(1)) if m else float("nan"), added=added)
+
+
+def _added_s(index: Path) -> float:
+    """The sum of the tests' `added_ms` in a report folder's index.json, in s (nan without one)."""
+    try:
+        tests = json.loads(index.read_text())["tests"]
+    except (OSError, ValueError, KeyError):
+        return float("nan")
+    return sum(float((t.get("added") or {}).get("added_ms") or 0.0) for t in tests) / 1e3
 
 
 def paired_ms_per_test(mode: Mode, base: Mode, attr: str, n_tests: int) -> list[float]:
