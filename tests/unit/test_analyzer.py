@@ -447,6 +447,20 @@ def test_counter_times_are_read_over_their_span_and_old_traces_as_before() -> No
     assert none == dict.fromkeys(none, 0.0) and "thread_cpu_ns" in none and "rss_first" not in none
 
 
+def test_a_rounds_cpu_time_over_its_span_is_the_clocks_skew_and_reads_as_all_of_it() -> None:
+    raw = build(cpu_busy=0.5, warmup=0)
+    rows = raw.meta["rounds"]
+    for row in rows:  # the thread's CPU clock read a little later than the wall clock at the round's end
+        row["span_ns"] = row["wall_ns"] + 20_000
+        row["thread_cpu_ns"] = row["span_ns"] + 800
+    ctx = Context(merge(raw))
+    assert ctx.rounds.counters["thread_cpu_ns"] == pytest.approx(sum(r["wall_ns"] for r in rows))
+    assert analyze(merge(raw)).metrics["cpu.test_thread_busy"] == pytest.approx(1.0)
+    rows[0]["thread_cpu_ns"] = rows[0]["span_ns"] // 2  # a round under its span is scaled, not clamped
+    first = Context(merge(raw)).rounds.counters["thread_cpu_ns"] - sum(r["wall_ns"] for r in rows[1:])
+    assert first == pytest.approx(rows[0]["wall_ns"] * (rows[0]["span_ns"] // 2) / rows[0]["span_ns"])
+
+
 @pytest.mark.parametrize("round_ms", [0.004, 0.06])
 def test_the_breakdown_does_not_split_rounds_too_short_for_the_cpu_clocks(round_ms: float) -> None:
     """A 3 µs `pass` body read from 50% to 98% on CPU from run to run: under MIN_COUNTED_MS the part says why."""
