@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from collections import Counter
@@ -30,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import header
-from benchmarks.bench_sync_balance import NICE, busy_loop
+from benchmarks.bench_sync_balance import busy_loop, loads_of, pin_to_one_core
 
 
 def rounds_after(meta: dict[str, Any]) -> list[tuple[str, bool, float]]:
@@ -69,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--json", type=Path, default=None, help="write every test's rounds and added figures here")
     args = ap.parse_args(argv)
-    loads = args.loads.split(",")
-    if unknown := [x for x in loads if x != "none" and x not in NICE]:
-        ap.error(f"--loads: {', '.join(unknown)} is not one of none, {', '.join(NICE)}")
+    loads = loads_of(ap, args.loads)
     import torch
 
     from benchmarks.bench_real_models import build
@@ -90,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     collectors.Collection.stop = keep_meta  # type: ignore[method-assign]  # this process only
     print("\n".join(header("bench_after_measured.py", f"torch {torch.__version__}, {torch.cuda.get_device_name()}")))
-    core = max(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {core})
+    core = pin_to_one_core()
     print(f"pinned to core {core}; tests of 1 warm-up + {args.calls} calls through measure(), defaults\n")
     records = []
     for model in args.models.split(","):

@@ -18,7 +18,6 @@ per size and host, the saving's minimum and median. CUDA only: it says so and ex
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,20 @@ def loop(torch: Any, n: int) -> Callable[[], list[float]]:
     return body
 
 
+def loads_of(ap: argparse.ArgumentParser, text: str) -> list[str]:
+    """`--loads` as a list: none and the keys of NICE (else the parser's error)."""
+    loads = text.split(",")
+    if unknown := [x for x in loads if x != "none" and x not in NICE]:
+        ap.error(f"--loads: {', '.join(unknown)} is not one of none, {', '.join(NICE)}")
+    return loads
+
+
+def pin_to_one_core() -> int:
+    """Pin this process to its last allowed core (the busy loops go there too); returns the core."""
+    core = pin_to_one_core()
+    return core
+
+
 def busy_loop(core: int, load: str) -> subprocess.Popen[bytes] | None:
     """A busy loop pinned to `core` at the load's niceness (none for "none")."""
     if load == "none":
@@ -70,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", default="none,nice5,nice0")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    loads = args.loads.split(",")
-    if unknown := [x for x in loads if x != "none" and x not in NICE]:
-        ap.error(f"--loads: {', '.join(unknown)} is not one of none, {', '.join(NICE)}")
+    loads = loads_of(ap, args.loads)
     import torch
 
     from pytest_inferscope import api
@@ -81,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_sync_balance.py needs a CUDA device (none here)")
         return 2
     print("\n".join(header("bench_sync_balance.py", f"torch {torch.__version__}, {torch.cuda.get_device_name()}")))
-    core = max(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {core})
+    core = pin_to_one_core()
     print(f"pinned to core {core}; {STEPS} steps a round, 5 rounds after 1 warm-up\n")
     print("| N | host | run | round ms | class | syncs' saving | best what-if |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
