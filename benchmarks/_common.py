@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: the header they print first (date, commit, machine, versions) and small statistics."""
+"""Shared by the benchmarks: the header they print first (date, commit, machine, versions), small statistics,
+and pinning to one core."""
 
 from __future__ import annotations
 
@@ -40,6 +41,13 @@ def header(title: str, versions: str) -> list[str]:
         f"machine: nproc={_run(['nproc'])}, CPU {cpu_model()}, load average {load}",
         versions,
     ]
+
+
+def pin_to_one_core() -> int:
+    """Pin this process to its last allowed core and return the core (a thread started later inherits it)."""
+    core = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    return core
 
 
 def med(xs: list[float]) -> float:

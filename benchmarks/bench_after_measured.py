@@ -28,8 +28,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository's package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import header
-from benchmarks.bench_sync_balance import busy_loop, loads_of, pin_to_one_core
+from benchmarks._common import header, pin_to_one_core
+from benchmarks.bench_sync_balance import busy_loop, loads_of
 
 
 def rounds_after(meta: dict[str, Any]) -> list[tuple[str, bool, float]]:

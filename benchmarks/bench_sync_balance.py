@@ -29,7 +29,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository's package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import header
+from benchmarks._common import header, pin_to_one_core
 
 STEPS = 200  # as the example's test
 NICE = {"nice10": "10", "nice5": "5", "nice0": "0"}
@@ -58,12 +58,6 @@ def loads_of(ap: argparse.ArgumentParser, text: str) -> list[str]:
     if unknown := [x for x in loads if x != "none" and x not in NICE]:
         ap.error(f"--loads: {', '.join(unknown)} is not one of none, {', '.join(NICE)}")
     return loads
-
-
-def pin_to_one_core() -> int:
-    """Pin this process to its last allowed core (the busy loops go there too); returns the core."""
-    core = pin_to_one_core()
-    return core
 
 
 def busy_loop(core: int, load: str) -> subprocess.Popen[bytes] | None:
