@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import statistics
 import subprocess
 from pathlib import Path
@@ -60,3 +61,10 @@ def quartiles(xs: list[float]) -> tuple[float, float]:
         return xs[0], xs[0]
     q = statistics.quantiles(xs, n=4, method="inclusive")
     return q[0], q[2]
+
+
+def bootstrap_median_ci(xs: list[float], rounds: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of the median."""
+    rng = random.Random(seed)
+    meds = sorted(med(rng.choices(xs, k=len(xs))) for _ in range(rounds))
+    return meds[int(0.025 * rounds)], meds[int(0.975 * rounds) - 1]

@@ -31,7 +31,6 @@ import gc
 import math
 import os
 import platform
-import random
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import _common  # the header every benchmark prints (benchmarks/_common.py)
-from _common import med, quartiles
+from _common import bootstrap_median_ci, med, quartiles
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -179,13 +178,6 @@ def run_workload(fn: Callable[[], Any], n: int, reps: int, modes: tuple[str, ...
             out[m].ratio.append(got[m].wall / got["plain"].wall)
             out[m].cpu_ratio.append(got[m].cpu / got["plain"].cpu)
     return out
-
-
-def bootstrap_median_ci(xs: list[float], rounds: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap interval of the median."""
-    rng = random.Random(seed)
-    meds = sorted(med(rng.choices(xs, k=len(xs))) for _ in range(rounds))
-    return meds[int(0.025 * rounds)], meds[int(0.975 * rounds) - 1]
 
 
 def report(name: str, n: int, per_call_ms: float, res: dict[str, Samples]) -> list[str]:

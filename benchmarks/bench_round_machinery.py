@@ -13,9 +13,12 @@ a chunk at other places in the two). Modes, interleaved in a rotating order so d
 `default` (`measure()` with default settings: stack sampling every 10 ms), `cpu_off` (`measure(cpu="off")`:
 rounds and counters only). GPU collection is off (INFERSCOPE_GPU=off) so that the
 figures are the same on a machine with a GPU. Each figure: median over repetitions of (mode median /
-plain median in the same repetition) - 1, IQR beside it.
+plain median in the same repetition) - 1, its IQR and a 95% bootstrap interval of the median beside it.
+`--pin`: the whole process on one core (the sampler thread shares it with the body, as on a busy machine),
+so that the scheduler moving the body between cores is not part of the noise.
 
-    python3 benchmarks/bench_round_machinery.py [--reps 30] [--sizes 19,23]
+    python3 benchmarks/bench_round_machinery.py [--reps 30] [--sizes 19,23] [--pin]
+    python3 benchmarks/bench_round_machinery.py --processes 20 --reps 40 --pin   # the processes as the samples
     python3 benchmarks/bench_round_machinery.py --body pipeline [--reps 30] [--sizes 16,64]   # images per call
 """
 
@@ -24,8 +27,10 @@ from __future__ import annotations
 import argparse
 import gc
 import io
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,10 +41,11 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks._common import header, quartiles
+from benchmarks._common import bootstrap_median_ci, header, pin_to_one_core, quartiles
 from pytest_inferscope.stackbase import fresh_chunk
 
 WARMUP, CALLS = 1, 10
+MODES = ("default", "cpu_off")  # against plain
 
 
 def fib(n: int) -> int:
@@ -123,25 +129,15 @@ def profiled(body: Callable[[], Any], cpu: str | None) -> float:
     return statistics.median(result.latency.samples_ms)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--sizes", default=None, help="fib arguments (default 19,23: ~0.5-0.7 and ~4-5 ms here) "
-                        "or images per call with --body pipeline (default 16,64)")  # fmt: skip
-    parser.add_argument("--body", choices=("fib", "pipeline"), default="fib")
-    args = parser.parse_args(argv)
-    os.environ["INFERSCOPE_GPU"] = "off"
-    print("\n".join(header("bench_round_machinery", f"python {sys.version.split()[0]}")), flush=True)
+def run_sizes(args: argparse.Namespace, sizes: str) -> dict[str, dict[str, Any]]:
+    """Each size's plain median (ms), the modes' per-repetition ratios and the collections in the calls."""
     gcs = GcInCalls()
     modes = {
         "plain": lambda body: fresh_chunk(plain, body),
         "default": lambda body: profiled(body, None),
         "cpu_off": lambda body: profiled(body, "off"),
     }
-    sizes = args.sizes or ("19,23" if args.body == "fib" else "16,64")
-    print(f"reps {args.reps}; a test = {WARMUP} warm-up + {CALLS} calls\n")
-    print("| body | plain per call | default | IQR | cpu off | IQR | collections in the calls, gen 0/1/2 per call: "
-          "plain, default, cpu off |\n| --- | --- | --- | --- | --- | --- | --- |")  # fmt: skip
+    out: dict[str, dict[str, Any]] = {}
     for n in (int(x) for x in sizes.split(",")):
         body = gcs.wrap((lambda n=n: fib(n)) if args.body == "fib" else make_pipeline(n))
         per: dict[str, list[float]] = {m: [] for m in modes}
@@ -153,13 +149,81 @@ def main(argv: list[str] | None = None) -> int:
                 per[mode].append(modes[mode](body))
                 collected[mode] = [a + b for a, b in zip(collected[mode], gcs.take(), strict=True)]
         label = f"fib({n})" if args.body == "fib" else f"pipeline({n} images)"
-        cells = [label, f"{statistics.median(per['plain']):.3f} ms"]
-        for mode in ("default", "cpu_off"):
-            ratios = [m / p - 1 for m, p in zip(per[mode], per["plain"], strict=True)]
+        out[label] = {
+            "plain_ms": statistics.median(per["plain"]),
+            "ratios": {
+                m: [x / p - 1 for x, p in zip(per[m], per["plain"], strict=True)] for m in ("default", "cpu_off")
+            },
+            "collected": collected,
+        }
+    return out
+
+
+def over_processes(args: argparse.Namespace, sizes: str) -> int:
+    """`--processes K`: K fresh processes one after another, each its own repetitions; a process's figure is the
+    median of its repetitions, and the table gives the median over processes, a 95% bootstrap interval of it, and
+    the range. Each process lays out its memory anew (address randomisation, hash seeds), which moved one process's
+    median by a few per cent against the next on the 2-core VM: the processes are the samples."""
+    child = [sys.executable, str(Path(__file__).resolve()), "--child", "--reps", str(args.reps), "--sizes", sizes]
+    child += ["--body", args.body] + (["--pin"] if args.pin else [])
+    got: list[dict[str, dict[str, Any]]] = []
+    for k in range(args.processes):
+        done = subprocess.run(child, capture_output=True, text=True, check=True)
+        got.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        figures = "; ".join(f"{label} {statistics.median(r['ratios']['default']):+.1%}" for label, r in got[-1].items())
+        print(f"process {k + 1}/{args.processes}: default {figures}", flush=True)
+    print(f"\n{args.processes} processes of {args.reps} repetitions; a test = {WARMUP} warm-up + {CALLS} calls\n")
+    print("| body | plain per call | default, median of processes | 95% CI | range | cpu off | 95% CI | range |")
+    print("| --- " * 8 + "|")
+    for label in got[0]:
+        cells = [label, f"{statistics.median(g[label]['plain_ms'] for g in got):.3f} ms"]
+        for mode in MODES:
+            meds = [statistics.median(g[label]["ratios"][mode]) for g in got]
+            lo, hi = bootstrap_median_ci(meds)
+            cells += [
+                f"{statistics.median(meds):+.1%}",
+                f"{lo:+.1%} … {hi:+.1%}",
+                f"{min(meds):+.1%} … {max(meds):+.1%}",
+            ]
+        print(f"| {' | '.join(cells)} |", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--sizes", default=None, help="fib arguments (default 19,23: ~0.5-0.7 and ~4-5 ms here) "
+                        "or images per call with --body pipeline (default 16,64)")  # fmt: skip
+    parser.add_argument("--body", choices=("fib", "pipeline"), default="fib")
+    parser.add_argument("--pin", action="store_true", help="run the whole process on one core")
+    parser.add_argument("--processes", type=int, default=0, help="K fresh processes, each --reps repetitions")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    os.environ["INFERSCOPE_GPU"] = "off"
+    sizes = args.sizes or ("19,23" if args.body == "fib" else "16,64")
+    if args.child:
+        if args.pin:
+            pin_to_one_core()
+        print(json.dumps(run_sizes(args, sizes)))
+        return 0
+    print("\n".join(header("bench_round_machinery", f"python {sys.version.split()[0]}")), flush=True)
+    if args.processes:
+        return over_processes(args, sizes)
+    if args.pin:
+        print(f"pinned to core {pin_to_one_core()}")
+    print(f"reps {args.reps}; a test = {WARMUP} warm-up + {CALLS} calls\n")
+    print("| body | plain per call | default | IQR | 95% CI | cpu off | IQR | 95% CI | collections in the calls, "
+          "gen 0/1/2 per call: plain, default, cpu off |")  # fmt: skip
+    print("| --- " * 9 + "|")
+    for label, r in run_sizes(args, sizes).items():
+        cells = [label, f"{r['plain_ms']:.3f} ms"]
+        for mode in MODES:
+            ratios = r["ratios"][mode]
             lo, hi = quartiles(ratios)
-            cells += [f"{statistics.median(ratios):+.1%}", f"{lo:+.1%} … {hi:+.1%}"]
+            clo, chi = bootstrap_median_ci(ratios)
+            cells += [f"{statistics.median(ratios):+.1%}", f"{lo:+.1%} … {hi:+.1%}", f"{clo:+.1%} … {chi:+.1%}"]
         calls = args.reps * (WARMUP + CALLS)
-        cells.append(", ".join("/".join(f"{c / calls:.2f}" for c in collected[m]) for m in modes))
+        cells.append(", ".join("/".join(f"{c / calls:.2f}" for c in r["collected"][m]) for m in r["collected"]))
         print(f"| {' | '.join(cells)} |", flush=True)
     return 0
 
