@@ -578,9 +578,10 @@ TRIVIAL_REPORT_BYTES = 20_000
 def test_a_trivial_tests_report_files_stay_small(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_small="def test_nothing():\n    pass\n\ndef test_other():\n    pass\n")
     # One warm-up round, so that the measured round is a warm call of `pass`. With `--inferscope-all`'s default of
-    # none, the one round is the first call: on a busy CI machine it once took 50 µs or more, and its report carried a
-    # finding (22,157 bytes, the sizes of a CPU-bound 2 ms round's files, report.md to the byte). The warm-up adds
-    # ~0.4 kB of figures (18.1 against 17.7 kB on the 2-core VM).
+    # none, the one round is the first call: on a busy CI machine one such round took 50 µs or more and its report
+    # carried a finding (22,157 bytes, the sizes of a CPU-bound 2 ms round's files, report.md to the byte). A warm
+    # round is ~4x shorter (0.8 against 3.4 µs, medians of 80 processes under 3 busy loops, 2-core VM), so a moment
+    # of contention lands in it ~4x less often. The warm-up adds ~0.4 kB of figures (18.1 against 17.7 kB).
     result = pytester.runpytest_subprocess(
         "--inferscope-all", "--inferscope-warmup=1", "--inferscope-report=out", "-p", "no:randomly"
     )
