@@ -3,12 +3,14 @@ and pinning to one core."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
 import statistics
 import subprocess
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,3 +70,14 @@ def bootstrap_median_ci(xs: list[float], rounds: int = 2000, seed: int = 0) -> t
     rng = random.Random(seed)
     meds = sorted(med(rng.choices(xs, k=len(xs))) for _ in range(rounds))
     return meds[int(0.025 * rounds)], meds[int(0.975 * rounds) - 1]
+
+
+def child_json(cmd: list[str]) -> Any:
+    """Run a benchmark's child process and return the JSON of its last line of output; on failure, exit with what
+    the child wrote to stderr (the last lines), not only its exit status."""
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise SystemExit(f"the child process {' '.join(cmd)} failed (exit status {done.returncode}):\n{tail}")
+    return json.loads(lines[-1])

@@ -24,7 +24,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository's package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import bootstrap_median_ci, header, pin_to_one_core
+from benchmarks._common import bootstrap_median_ci, child_json, header, pin_to_one_core
 
 MODES = ("plain", "in_collection", "rounds", "minimal_end")
 CALLS = 11  # 1 warm-up + 10
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--size", str(args.size), "--reps", str(args.reps)]
     runs: list[dict[str, float]] = []
     for k in range(args.processes):
-        runs.append(json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1]))
+        runs.append(child_json(cmd))
         print(
             f"process {k + 1}/{args.processes}: " + ", ".join(f"{m} {runs[-1][m]:+.2%}" for m in MODES[1:]), flush=True
         )

@@ -30,7 +30,6 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks._common import bootstrap_median_ci, header, pin_to_one_core, quartiles
+from benchmarks._common import bootstrap_median_ci, child_json, header, pin_to_one_core, quartiles
 from pytest_inferscope.stackbase import fresh_chunk
 
 WARMUP, CALLS = 1, 10
@@ -168,8 +167,7 @@ def over_processes(args: argparse.Namespace, sizes: str) -> int:
     child += ["--body", args.body] + (["--pin"] if args.pin else [])
     got: list[dict[str, dict[str, Any]]] = []
     for k in range(args.processes):
-        done = subprocess.run(child, capture_output=True, text=True, check=True)
-        got.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        got.append(child_json(child))
         figures = "; ".join(f"{label} {statistics.median(r['ratios']['default']):+.1%}" for label, r in got[-1].items())
         print(f"process {k + 1}/{args.processes}: default {figures}", flush=True)
     print(f"\n{args.processes} processes of {args.reps} repetitions; a test = {WARMUP} warm-up + {CALLS} calls\n")
