@@ -1,5 +1,5 @@
-"""Shared by the benchmarks: the header they print first (date, commit, machine, versions), small statistics,
-and pinning to one core."""
+"""Shared by the benchmarks: the header they print first (date, commit, machine, versions), small statistics (a
+bootstrap interval of the median among them), pinning to one core, and the JSON a child process prints."""
 
 from __future__ import annotations
 
