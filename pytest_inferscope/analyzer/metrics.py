@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from .context import Context
 
 
+#: The process CPU time (ns, over the measured rounds) under which its user/system split is not used. The kernel
+#: splits a thread's CPU time into user and system by where its timer ticks land (1 to 10 ms apart), so over a few
+#: ms the split is a tick or two: a pure-Python call of 5 ms read 39-53% system time now and then on the 2-core VM
+#: (1 call in 300 alone, 1 in 30 with a busy loop on its core, 2026-11-29), and was then not called CPU-bound.
+KERNEL_SPLIT_MIN_NS = 25_000_000
+
+
 def compute_metrics(ctx: Context) -> dict[str, float | None]:
     """Flat, dotted metric names, computed from the context once per analysis."""
     lat = ctx.rounds.latency
@@ -59,17 +66,18 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["cpu.test_thread_runqueue"] = runq / wall
     working = min(cpu + runq, max(0.0, wall - waits["all"]))
     m["cpu.test_thread_working"] = working / wall
-    # The kernel share of the process's CPU time, applied to the test thread: user-mode work.
+    # The kernel share of the process's CPU time, applied to the test thread: user-mode work. Known only over
+    # KERNEL_SPLIT_MIN_NS of CPU: below it the working time is not discounted.
     proc_cpu = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
-    m["cpu.test_thread_user_busy"] = working / wall * (c.get("user_ns", 0.0) / proc_cpu if proc_cpu else 1.0)
+    split = c.get("sys_ns", 0.0) / proc_cpu if proc_cpu >= KERNEL_SPLIT_MIN_NS else None
+    m["cpu.test_thread_user_busy"] = working / wall * (1.0 - split if split is not None else 1.0)
     m["cpu.torch_threads"] = float(ctx.timeline.meta.get("torch_threads") or 0) or None
     m["host.wait_fraction"] = waits["all"] / wall
     m["host.sync_fraction"] = waits["user"] / wall
     m["host.syncs_per_round"] = len(ctx.gpu.sync_calls) / ctx.rounds.n_api_rounds  # read where the calls were recorded
     m["host.copy_call_fraction"] = waits["copy_calls"] / wall
     m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
-    proc = c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)
-    m["cpu.kernel_fraction"] = c.get("sys_ns", 0.0) / proc if proc else 0.0
+    m["cpu.kernel_fraction"] = split
     m["cpu.cores"] = _machine_cores()
     cores = float(available_cores(ctx))
     m["cpu.available_cores"] = cores

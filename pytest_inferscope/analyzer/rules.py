@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..results import Finding, Suggestion
 from .base import MIN_COUNTED_MS
 from .context import Context
+from .metrics import KERNEL_SPLIT_MIN_NS
 
 Rule = Callable[[Context], list[Finding]]
 
@@ -40,6 +41,14 @@ def _sample_confidence(ctx: Context, floor: float = 0.6) -> float:
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
+
+
+def _user_mode(ctx: Context, user_busy: float) -> str:
+    """The user-mode share, or why it is not known (metrics.KERNEL_SPLIT_MIN_NS)."""
+    if ctx.metrics.get("cpu.kernel_fraction") is None:
+        ms = KERNEL_SPLIT_MIN_NS / 1e6
+        return f"not known (under {ms:.0f} ms of CPU: the kernel's user/system split is a tick or two)"
+    return _pct(user_busy)
 
 
 def cpu_saturation(ctx: Context) -> list[Finding]:
@@ -69,7 +78,7 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
         "wall per round (ms)": round(round_ms, 3),
         "test thread on CPU or waiting for a core, outside device waits": _pct(busy),
         "waiting for a core (CPU contention)": _pct(ctx.metrics.get("cpu.test_thread_runqueue") or 0.0),
-        "of it in user mode": _pct(user_busy),
+        "of it in user mode": _user_mode(ctx, user_busy),
         "process CPU / wall": f"{ctx.metrics.get('cpu.process_utilisation') or 0.0:.2f}",
     }
     for i, (fn, ms) in enumerate(spots[:3], 1):
