@@ -90,10 +90,19 @@ def test_a_small_tests_raw_npz_is_built_by_it() -> None:
 
 
 @pytest.mark.parametrize("n", [4, 60_000])  # built in memory below THREAD_MIN_EVENTS; streamed by RawTrace.save above
-def test_raw_npz_written_without_the_writer_loads_the_same(n: int, tmp_path: Path) -> None:
+def test_raw_npz_written_without_the_writer_loads_the_same(
+    n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from pytest_inferscope.reporters import npz
     from pytest_inferscope.reporters.folder import _save_raw
     from pytest_inferscope.reporters.trace import THREAD_MIN_EVENTS
 
+    # The members carry the time they were written, to 2 s: the two archives compared below are made at one time
+    # (a CI run once wrote them on either side of a 2 s step, and their bytes differed there).
+    now = time.localtime()
+    monkeypatch.setattr(npz, "time", type("FrozenTime", (), {"localtime": staticmethod(lambda: now)}))
     raw = a_trace(n)
     _save_raw(raw, tmp_path / "raw.npz")
     back = RawTrace.load(str(tmp_path / "raw.npz"))
