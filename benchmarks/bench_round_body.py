@@ -34,13 +34,10 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import bootstrap_median_ci, child_json, header, pin_to_one_core
+from benchmarks.bench_round_machinery import fib
 
 MODES = ("plain", "in_collection", "rounds", "minimal_end")
 CALLS = 11  # 1 warm-up + 10
-
-
-def fib(n: int) -> int:
-    return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
 def child(size: int, reps: int) -> dict[str, float]:

@@ -76,7 +76,7 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["host.sync_fraction"] = waits["user"] / wall
     m["host.syncs_per_round"] = len(ctx.gpu.sync_calls) / ctx.rounds.n_api_rounds  # read where the calls were recorded
     m["host.copy_call_fraction"] = waits["copy_calls"] / wall
-    m["cpu.process_utilisation"] = (c.get("user_ns", 0.0) + c.get("sys_ns", 0.0)) / wall
+    m["cpu.process_utilisation"] = proc_cpu / wall
     m["cpu.kernel_fraction"] = split
     m["cpu.cores"] = _machine_cores()
     cores = float(available_cores(ctx))
