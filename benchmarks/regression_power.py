@@ -14,7 +14,7 @@ baseline run's loop knows the readings of the runs saved before it (the first kn
 runs, as with `--inferscope-compare` (the last five runs, in both cases). Baseline and
 candidate are never interleaved: CI cannot do that.
 
-The same trials are judged by six rules, all through the plugin's own functions:
+The same trials are judged by eight rules, all through the plugin's own functions:
 
 - `asv`: `stats.compare_samples` on the latest baseline run against the candidate (a one-sided
   Mann–Whitney U test at alpha *and* a median ratio above 1 + max_regression): the gate before
@@ -26,7 +26,10 @@ The same trials are judged by six rules, all through the plugin's own functions:
   when main has saved `--history` runs. This is the headline.
 - `probe-cap1`, `gate-cap1`: the same on the first `rounds` rounds (and readings) of every run,
   which is exactly what a round cap of 1 would have measured: the effect of the added rounds,
-  on the same trials.
+  on the same trials;
+- `asv+ci`, `gate+ci`: `asv` and `gate`, with "regressed" kept only where the 99% CI of the ratio
+  that the report prints lies above 1 too (else "unchanged"): how often the verdict and the
+  interval printed beside it disagree, and what requiring both would cost.
 
 Slowdowns (0, 5, 10, 20%) and round counts (10, 20, 40) are visited in a shuffled order in every
 trial, so a noisy minute on the shared machine hits every setting alike.
@@ -61,6 +64,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's package 
 from benchmarks._common import header
 from pytest_inferscope import drift, regression, stats
 from pytest_inferscope.baseline import BaselineEntry
+from pytest_inferscope.comparison import Comparison
 from pytest_inferscope.drift import measure_steady
 from pytest_inferscope.options import OPTIONS_BY_NAME
 from pytest_inferscope.regression import compare_to_baseline
@@ -69,7 +73,8 @@ from pytest_inferscope.stats import compare_samples, rel_spread
 
 SLOWDOWNS = (0.0, 0.05, 0.10, 0.20)
 ROUNDS = (10, 20, 40)
-RULES = ("asv", "floor", "probe", "gate", "probe-cap1", "gate-cap1")
+RULES = ("asv", "floor", "probe", "gate", "probe-cap1", "gate-cap1", "asv+ci", "gate+ci")
+CI = "+ci"  # the rule, and "regressed" only where the printed CI of the ratio lies above 1 too
 CAP1 = "-cap1"  # the rule on the first `rounds` rounds of every run: as if no rounds had been added
 NODEID = "bench::workload"
 
@@ -159,7 +164,7 @@ def judge(
     regression.noise_warnings = _no_warnings  # type: ignore[assignment]
     kw = {"max_regression": max_regression, "alpha": alpha}
     asv = compare_samples(history[-1].samples_ms, new.samples_ms, **kw)
-    out = {"asv": (asv.verdict, asv.ratio)}
+    out = {"asv": (asv.verdict, asv.ratio), "asv" + CI: (_ci_agrees(asv), asv.ratio)}
     first = [_first(r, rounds) for r in history]
     for rule, probe, hist, cand in (
         ("floor", False, history, new),
@@ -171,7 +176,14 @@ def judge(
         entries = [entry(r, probe) for r in hist]
         v = compare_to_baseline(entries[-1], result(cand, probe), history=entries, **kw)
         out[rule] = (v.verdict, v.latency.ratio)
+        if rule == "gate":
+            out[rule + CI] = (_ci_agrees(v.latency) if v.verdict == "regressed" else v.verdict, v.latency.ratio)
     return out
+
+
+def _ci_agrees(c: Comparison) -> str:
+    """A verdict of "regressed" kept only where the CI the report prints lies above 1 ("unchanged" otherwise)."""
+    return "unchanged" if c.verdict == "regressed" and not c.ci_low > 1.0 else c.verdict
 
 
 @dataclass

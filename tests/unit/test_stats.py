@@ -185,6 +185,20 @@ def test_clear_slowdown_is_regressed_with_the_numbers_in_the_reason() -> None:
     assert "Slower by +" in c.reason and "above the allowed 5%" in c.reason and f"{c.ratio:.3f}" in c.reason
 
 
+def test_a_verdict_whose_printed_ci_reaches_one_says_why_it_stands() -> None:
+    # Two levels in the new run: 8 rounds at the baseline's, 12 slower. Every round is compared, so the test is
+    # significant, while a resample's median lands at the baseline's level often enough for the 99% CI to reach 1.
+    base = list(np.linspace(9.9, 10.0, 20))
+    new = list(np.linspace(9.88, 9.98, 8)) + list(np.linspace(10.65, 10.75, 12))
+    for a, b, verdict in ((base, new, "regressed"), (new, base, "improved")):
+        c = compare_samples(a, b, max_regression=0.05)
+        assert c.verdict == verdict and c.p_value < 0.01 and c.ci_low <= 1.0 <= c.ci_high
+        assert "The CI reaches 1.0" in c.reason and "Mann–Whitney" in c.reason
+    rng = np.random.default_rng(6)  # a clear slowdown: its CI lies above 1, and its reason has no such sentence
+    clear = compare_samples(_lognormal(rng, 3.0, 0.02, 20), _lognormal(rng, 3.3, 0.02, 20), max_regression=0.05)
+    assert clear.verdict == "regressed" and clear.ci_low > 1.0 and "CI reaches" not in clear.reason
+
+
 def test_clear_speedup_is_improved() -> None:
     rng = np.random.default_rng(7)
     c = compare_samples(_lognormal(rng, 3.0, 0.02, 20), _lognormal(rng, 2.5, 0.02, 20), max_regression=0.05)
