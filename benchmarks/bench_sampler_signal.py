@@ -1,0 +1,191 @@
+"""What the stack sampler's thread costs a launch-heavy call, against a sampler that needs no second thread (issue 16).
+
+The plugin's sampler is a Python thread that wakes every interval and reads the test thread's stack with
+`sys._current_frames()`: it needs the GIL, which the test thread holds while it runs Python (a launch-heavy
+model's forward dispatching its ops), so every sample is a forced GIL hand-over and back. A sampler that
+runs in the test thread needs none: a timer signal (`signal.setitimer`, wall clock) whose Python handler
+CPython runs in the main thread between two bytecodes, with the interrupted frame as its argument.
+
+This script times the same call, each followed by a device synchronise, in blocks taken in turn:
+
+  plain    nothing else running
+  thread   a thread like the plugin's: `Event.wait(interval)`, then `sys._current_frames()` and a walk of the
+           main thread's frames to a tuple of code ids (what `collectors.cpu.Sampler` does per sample)
+  signal   `signal.setitimer(ITIMER_REAL, interval)`: the handler walks the frame it is given, the same way
+  plugin   the plugin's own `collectors.cpu.Sampler` on its parked `SamplerThread` (the stack recorded, RSS read)
+
+Per block: the median and the mean call (a sample lands in some calls only: the mean holds all of its cost);
+per mode: the median over blocks of each one's ratio to the plain block of the same repetition, with the IQR,
+and the samples each mode took. Not the plugin's sampler itself: a measure of
+the mechanism, so that a design can be chosen before it is built.
+
+    python3 benchmarks/bench_sampler_signal.py --model vit_b16 [--reps 10] [--calls 30]   # on a CUDA machine
+    python3 benchmarks/bench_sampler_signal.py --cpu-smoke          # the script, on the CPU (48 small layers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from _common import header, quartiles
+
+MODES = ("plain", "thread", "signal", "plugin")
+
+
+def walk(frame: FrameType | None) -> tuple[int, ...]:
+    ids = []
+    while frame is not None:
+        ids.append(id(frame.f_code))
+        frame = frame.f_back
+    return tuple(ids)
+
+
+class ThreadSampler:
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s, self.samples = interval_s, 0
+        self._stop = threading.Event()
+        self._target = threading.main_thread().ident
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ThreadSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            frame = sys._current_frames().get(self._target)
+            walk(frame)
+            del frame
+            self.samples += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class SignalSampler:
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s, self.samples = interval_s, 0
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        walk(frame)
+        self.samples += 1
+
+    def __enter__(self) -> SignalSampler:
+        self._previous = signal.signal(signal.SIGALRM, self._handler)
+        signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, self._previous)
+
+
+class PluginSampler:
+    """The plugin's own `collectors.cpu.Sampler` on a parked `SamplerThread`, as a pytest session runs it: besides
+    the walk, each sample records its stack and reads the process's RSS (`MEMORY_SAMPLE_NS`)."""
+
+    _thread: Any = None
+
+    def __init__(self, interval_s: float) -> None:
+        import os
+
+        from pytest_inferscope.buffer import TraceBuffer
+        from pytest_inferscope.collectors.cpu import Sampler, SamplerThread
+
+        if PluginSampler._thread is None:
+            PluginSampler._thread = SamplerThread()
+        self._sampler = Sampler(TraceBuffer(size_mb=8), interval_s * 1000, threading.get_ident(), os.getpid(),
+                                PluginSampler._thread)  # fmt: skip
+        self.samples = 0
+
+    def __enter__(self) -> PluginSampler:
+        self._sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._sampler.stop()
+        self.samples = self._sampler.samples
+
+
+SAMPLERS = {"thread": ThreadSampler, "signal": SignalSampler, "plugin": PluginSampler}
+
+
+def smoke_model() -> Callable[[], Any]:
+    """A small stack of layers called from Python on the CPU (no timm or torchvision needed)."""
+    import torch
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(48)]).eval()
+    x = torch.randn(8, 64)
+
+    def call() -> Any:
+        with torch.no_grad():
+            return model(x)
+
+    return call
+
+
+def block(call: Callable[[], Any], sync: Callable[[], None], calls: int) -> list[float]:
+    out = []
+    for _ in range(calls):
+        t = time.perf_counter_ns()
+        call()
+        sync()
+        out.append((time.perf_counter_ns() - t) / 1e6)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--model", default="vit_b16")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--calls", type=int, default=30)
+    p.add_argument("--interval-ms", type=float, default=10.0)
+    p.add_argument("--cpu-smoke", action="store_true", help="a tiny model on the CPU, to check the script")
+    args = p.parse_args()
+    import torch
+    from bench_real_models import build
+
+    device = "cpu" if args.cpu_smoke else "cuda"
+    print("\n".join(header("bench_sampler_signal", f"torch {torch.__version__}; {args.model} on {device}")))
+    call = smoke_model() if args.cpu_smoke else build(args.model, device, False)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(5):
+        call()
+    sync()
+    interval = args.interval_ms / 1000
+    medians: dict[str, list[float]] = {m: [] for m in MODES}
+    means: dict[str, list[float]] = {m: [] for m in MODES}
+    samples: dict[str, int] = dict.fromkeys(MODES, 0)
+    for rep in range(args.reps):
+        for mode in MODES[rep % len(MODES) :] + MODES[: rep % len(MODES)]:
+            if mode == "plain":
+                times = block(call, sync, args.calls)
+            else:
+                with SAMPLERS[mode](interval) as s:
+                    times = block(call, sync, args.calls)
+                samples[mode] += s.samples
+            medians[mode].append(statistics.median(times))
+            means[mode].append(statistics.fmean(times))
+    print(f"reps {args.reps}, {args.calls} calls a block, interval {args.interval_ms:g} ms")
+    print(f"plain: {statistics.median(medians['plain']):.3f} ms a call (median of the blocks' medians)")
+    for mode in MODES[1:]:
+        cells = []
+        for label, per in (("median call", medians), ("mean call", means)):
+            ratios = [m / p - 1 for m, p in zip(per[mode], per["plain"], strict=True)]
+            q1, q3 = quartiles(ratios)
+            cells.append(f"{label} {100 * statistics.median(ratios):+.2f}% [{100 * q1:+.2f}, {100 * q3:+.2f}]")
+        print(f"{mode:>6}: {'; '.join(cells)}; {samples[mode] / args.reps:.1f} samples a block")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
