@@ -13,6 +13,7 @@ This script times the same call, each followed by a device synchronise, in block
            main thread's frames to a tuple of code ids (what `collectors.cpu.Sampler` does per sample)
   signal   `signal.setitimer(ITIMER_REAL, interval)`: the handler walks the frame it is given, the same way
   plugin   the plugin's own `collectors.cpu.Sampler` on its parked `SamplerThread` (the stack recorded, RSS read)
+  plugin-norss  the same without its RSS reading (an `os.pread`, which lets the GIL go: a second hand-over)
 
 Per block: the median and the mean call (a sample lands in some calls only: the mean holds all of its cost);
 per mode: the median over blocks of each one's ratio to the plain block of the same repetition, with the IQR,
@@ -37,7 +38,7 @@ from typing import Any
 
 from _common import header, quartiles
 
-MODES = ("plain", "thread", "signal", "plugin")
+MODES = ("plain", "thread", "signal", "plugin", "plugin-norss")
 
 
 def walk(frame: FrameType | None) -> tuple[int, ...]:
@@ -116,7 +117,29 @@ class PluginSampler:
         self.samples = self._sampler.samples
 
 
-SAMPLERS = {"thread": ThreadSampler, "signal": SignalSampler, "plugin": PluginSampler}
+class PluginNoRssSampler(PluginSampler):
+    """The plugin's sampler without its RSS reading (`MEMORY_SAMPLE_NS` out of reach): that `os.pread` lets the GIL go,
+    so the sampler waits for it a second time to record the reading."""
+
+    def __enter__(self) -> PluginSampler:
+        from pytest_inferscope.collectors import cpu
+
+        self._kept, cpu.MEMORY_SAMPLE_NS = cpu.MEMORY_SAMPLE_NS, 1 << 62
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        from pytest_inferscope.collectors import cpu
+
+        super().__exit__(*exc)
+        cpu.MEMORY_SAMPLE_NS = self._kept
+
+
+SAMPLERS = {
+    "thread": ThreadSampler,
+    "signal": SignalSampler,
+    "plugin": PluginSampler,
+    "plugin-norss": PluginNoRssSampler,
+}
 
 
 def smoke_model() -> Callable[[], Any]:
@@ -183,7 +206,7 @@ def main() -> int:
             ratios = [m / p - 1 for m, p in zip(per[mode], per["plain"], strict=True)]
             q1, q3 = quartiles(ratios)
             cells.append(f"{label} {100 * statistics.median(ratios):+.2f}% [{100 * q1:+.2f}, {100 * q3:+.2f}]")
-        print(f"{mode:>6}: {'; '.join(cells)}; {samples[mode] / args.reps:.1f} samples a block")
+        print(f"{mode:>12}: {'; '.join(cells)}; {samples[mode] / args.reps:.1f} samples a block")
     return 0
 
 

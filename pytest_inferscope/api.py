@@ -84,6 +84,7 @@ def _options(
         until_in_step=until_in_step,
         cpu=cpu or settings.cpu,
         sample_interval_ms=settings.sample_interval_ms,
+        sampler=settings.sampler,
         trace_size_mb=settings.trace_size_mb,
         trace_spill=str(settings.trace_spill) if settings.trace_spill else None,
         gpu_required=settings.gpu == "required",

@@ -37,6 +37,7 @@ __all__ = [
 
 GpuMode = Literal["auto", "off", "required"]
 CpuMode = Literal["sample", "trace", "off"]
+SamplerKind = Literal["thread", "signal"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
 ProbeMode = Literal["auto", "on", "off"]
@@ -110,6 +111,7 @@ class OptionSpec:
 
 _GPU_MODES: tuple[str, ...] = get_args(GpuMode)
 _CPU_MODES: tuple[str, ...] = get_args(CpuMode)
+_SAMPLERS: tuple[str, ...] = get_args(SamplerKind)
 _LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 _LATENCY_STATS: tuple[str, ...] = get_args(LatencyStat)
 _PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
@@ -186,6 +188,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Stack sampling interval of the CPU collector in ms (each wake-up of the sampler costs CPU: ~50 µs on a "
         "small VM, so 1 ms costs ~5% of a core there).",
         "give the sampling interval in milliseconds, from 0.1 to 1000", "5", metavar="MS", toml_type=float,
+    ),
+    OptionSpec(
+        "sampler", choice(_SAMPLERS), "thread",
+        "How the stack is sampled: thread (a thread of the plugin's, which takes the GIL from the test for each "
+        "sample, and from pure Python gets it only every 5 ms) or signal (a timer signal whose handler samples in the "
+        "test's own thread at the interval asked for, no GIL hand-over; the main thread only, and not while another "
+        "tool uses the wall-clock timer or SIGALRM, where the thread samples instead and the report says why).",
+        f"set the sampler to {_one_of(_SAMPLERS)}", "signal", choices=_SAMPLERS,
     ),
     OptionSpec(
         "latency_stat", choice(_LATENCY_STATS), "median",
@@ -326,6 +336,7 @@ class Settings:
     trace_spill: Path | None
     cpu: CpuMode
     sample_interval_ms: float
+    sampler: SamplerKind
     latency_stat: LatencyStat
     modules: int
     launch_gap_us: float

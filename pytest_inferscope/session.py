@@ -193,6 +193,8 @@ class InferscopeSession:
 
     def header_lines(self) -> list[str]:
         cpu = _CPU_LINE[self.settings.cpu].format(ms=self.settings.sample_interval_ms)
+        if self.settings.cpu == "sample" and self.settings.sampler == "signal":
+            cpu += " by a timer signal"
         lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_line()}"]
         if self.report_dir is not None:
             lines.append(f"inferscope: reports in {self.report_dir}")
@@ -235,6 +237,7 @@ class InferscopeSession:
         options = CollectionOptions(
             cpu=plan.cpu,
             sample_interval_ms=s.sample_interval_ms,
+            sampler=s.sampler,
             trace_size_mb=s.trace_size_mb,
             trace_spill=str(s.trace_spill) if s.trace_spill else None,
             gpu_required=s.gpu == "required",

@@ -23,7 +23,7 @@ from ..events import Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..results import CollectorInfo
 from ..rounds import RoundKind, kind_flags, row_kind
 from ..stackbase import fresh_chunk
-from .cpu import Sampler, SamplerThread, Tracer
+from .cpu import Sampler, SamplerThread, SignalSampler, Tracer
 from .devsync import DeviceSync
 from .gpu import Choice, GpuBackendError, GpuCollector
 from .gpu_session import GpuSession
@@ -48,6 +48,7 @@ class CollectionOptions:
 
     cpu: str = "sample"  # sample | trace | off
     sample_interval_ms: float = 10.0
+    sampler: str = "thread"  # thread | signal (cpu.SignalSampler, where it can)
     trace_size_mb: float = 100.0
     trace_spill: str | None = None
     gpu_required: bool = False
@@ -144,6 +145,7 @@ class Collection:
         self._devsync = DeviceSync()  # the end-of-round wait when no GPU backend collects
         self._after: tuple[int, Counters] | None = None  # the last round's end counters, and when they were read
         self.sampler: Sampler | None = None
+        self.sampler_note = ""  # why the signal sampler asked for could not be used (the thread's sampled instead)
         self.tracer: Tracer | None = None
         self.modules: ModuleTracker | None = None
         self.modules_note = "off"
@@ -178,9 +180,13 @@ class Collection:
             self.memory.stop(0)
             raise
         if self.options.cpu == "sample":
-            self.sampler = Sampler(
-                self.buffer, self.options.sample_interval_ms, threading.get_ident(), tid, self._sampler_thread
-            )
+            interval, ident = self.options.sample_interval_ms, threading.get_ident()
+            unavailable = SignalSampler.unavailable() if self.options.sampler == "signal" else None
+            if unavailable == "":
+                self.sampler = SignalSampler(self.buffer, interval, ident, tid)
+            else:
+                self.sampler_note = unavailable or ""
+                self.sampler = Sampler(self.buffer, interval, ident, tid, self._sampler_thread)
         elif self.options.cpu == "trace":
             self.tracer = Tracer(self.buffer, tid)
         if self.options.modules > 0:

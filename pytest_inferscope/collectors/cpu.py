@@ -7,6 +7,8 @@ Two ways to see Python time:
   the previous sample. It takes the GIL briefly once per interval; its own cost is
   measured and reported as the overhead estimate. While the test thread is inside a
   C call that released the GIL (a torch op), sampling costs the test thread nothing.
+  With `--inferscope-sampler=signal` a timer signal takes the same samples in the test
+  thread itself (`SignalSampler`).
 * `trace` (opt-in): `sys.setprofile` records every Python call as a CALL span. Exact
   but expensive; the overhead is estimated from a calibration and reported.
 """
@@ -14,6 +16,7 @@ Two ways to see Python time:
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -59,6 +62,26 @@ def _label(code: CodeType) -> str:
 
 def _is_harness(code: CodeType) -> bool:
     return any(m in code.co_filename for m in _HARNESS_MARKERS)
+
+
+def _stack_key(frame: FrameType | None) -> tuple[int, ...]:
+    """The ids of the code objects from `frame` out to the innermost harness frame.
+
+    Keyed by id(): a code object hashes its whole contents, which made a sample cost ~40 µs. `_HARNESS` keeps every
+    code object seen alive, so an id is never reused for another.
+    """
+    ids: list[int] = []
+    harness = _HARNESS
+    while frame is not None:
+        code = frame.f_code
+        entry = harness.get(id(code))
+        if entry is None:
+            entry = harness[id(code)] = (_is_harness(code), code)
+        if entry[0]:
+            break
+        ids.append(id(code))
+        frame = frame.f_back
+    return tuple(ids)
 
 
 class Sampler:
@@ -116,25 +139,15 @@ class Sampler:
         so the walk is as short as the user's stack and pytest's own frames never show.
         A sample taken in the harness itself (e.g. the end-of-round synchronize) is "<harness>".
         """
-        # Keyed by id(): a code object hashes its whole contents, which made a sample cost ~40 µs.
-        # `_HARNESS` keeps every code object seen alive, so an id is never reused for another.
-        ids: list[int] = []
-        harness = _HARNESS
-        while frame is not None:
-            code = frame.f_code
-            entry = harness.get(id(code))
-            if entry is None:
-                entry = harness[id(code)] = (_is_harness(code), code)
-            if entry[0]:
-                break
-            ids.append(id(code))
-            frame = frame.f_back
-        key = tuple(ids)
+        return self._name_of(_stack_key(frame))
+
+    def _name_of(self, key: tuple[int, ...]) -> int:
+        """The interned folded name of a stack of code ids (`_stack_key`)."""
         name = self._stacks.get(key)
         if name is None:
             folded = _FOLDED.get(key)
             if folded is None:
-                folded = _FOLDED[key] = ";".join(_label(harness[i][1]) for i in reversed(ids)) or "<harness>"
+                folded = _FOLDED[key] = ";".join(_label(_HARNESS[i][1]) for i in reversed(key)) or "<harness>"
             name = self._stacks[key] = self.buffer.strings.intern(folded)
         return name
 
@@ -162,20 +175,95 @@ class Sampler:
             frame = frames().get(self.target_ident)
             if frame is None:  # the test thread is gone
                 break
-            name = self._stack_name(frame)
-            line = frame.f_lineno or 0  # the line the leaf frame was on (the name has its function's first line)
+            self._take(frame, record, read_rss)
             del frame
-            now = host_clock_ns()
-            record(Kind.SAMPLE, name, self._last, now, value=line, tid=self.target_tid)
-            self._last = now
-            self.samples += 1
-            if now - self._last_mem >= MEMORY_SAMPLE_NS:
-                rss = read_rss()
-                self.rss_peak = max(self.rss_peak, rss)
-                record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
-                self._last_mem = now
             if stopped() or wait(self.interval_s):
                 break
+
+    def _take(self, frame: FrameType, record: Callable[..., bool], read_rss: Callable[[], int]) -> None:
+        """One sample of `frame`'s stack, weighted by the time since the last, and the RSS every MEMORY_SAMPLE_NS."""
+        name = self._stack_name(frame)
+        line = frame.f_lineno or 0  # the line the leaf frame was on (the name has its function's first line)
+        now = host_clock_ns()
+        record(Kind.SAMPLE, name, self._last, now, value=line, tid=self.target_tid)
+        self._last = now
+        self.samples += 1
+        if now - self._last_mem >= MEMORY_SAMPLE_NS:
+            rss = read_rss()
+            self.rss_peak = max(self.rss_peak, rss)
+            record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
+            self._last_mem = now
+
+
+class SignalSampler(Sampler):
+    """The same samples, taken in the test thread itself by a timer signal (`--inferscope-sampler=signal`).
+
+    `Sampler`'s thread needs the GIL for each sample, which the test thread holds while it runs Python: every sample
+    is a forced hand-over and back. Here `setitimer(ITIMER_REAL)` raises SIGALRM every interval and CPython runs the
+    handler in the main thread between two bytecodes, with the interrupted frame: no second thread, no hand-over, and
+    samples at the interval asked for in pure Python, where the thread gets the GIL only every switch interval (5 ms).
+    (The mechanism alone, ViT-B/16 on an H200 at 10 ms: ~0% a call against ~2% for a thread that only walks the
+    frames, lower in 10 of 11 paired runs; through the plugin, two runs of four lower than the default: an option,
+    not the default. docs/performance.md, "Session 25 on the H200 host".) System calls the signal interrupts restart
+    (`siginterrupt(False)`). While the test thread is in a C call, the sample waits for the call's return (the frame
+    then is the caller's, its line the call's). Only where `unavailable()` says nothing: the main thread (Python runs
+    signal handlers there only), the wall-clock timer unused and SIGALRM without another tool's handler
+    (pytest-timeout's signal method uses both).
+    """
+
+    @staticmethod
+    def unavailable() -> str:
+        """Why this thread cannot be sampled by signal now ("" when it can)."""
+        if threading.current_thread() is not threading.main_thread():
+            return "the test runs outside the main thread, and Python runs signal handlers in the main thread only"
+        if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
+            return "the wall-clock timer (ITIMER_REAL) is in use by another tool, e.g. pytest-timeout's signal method"
+        if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+            return "SIGALRM has another tool's handler"
+        return ""
+
+    def start(self) -> None:
+        self._last = host_clock_ns()
+        self._last_mem = 0
+        self._taken: list[tuple[tuple[int, ...], int, int, int]] = []  # (stack key, line, when, RSS or 0)
+        self._busy = False  # the handler is running (a signal then is skipped)
+        self._rss = RssFile()
+        self._previous = signal.signal(signal.SIGALRM, self._on_signal)
+        signal.siginterrupt(signal.SIGALRM, False)  # after signal.signal, which makes it interrupt them
+        signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Between two bytecodes of the test thread, which may be inside the trace buffer's or the string table's own
+        # code: the handler only walks the stack and appends to a list of its own; names and records come at stop().
+        if frame is None or self._busy:
+            return  # a signal that came while the handler ran (a slowed machine): its frame would be the handler's
+        self._busy = True
+        began = time.thread_time_ns()  # the handler's CPU, in the test thread: its whole cost
+        try:
+            now = host_clock_ns()
+            rss = 0
+            if now - self._last_mem >= MEMORY_SAMPLE_NS:
+                rss, self._last_mem = self._rss.rss(), now
+            self._taken.append((_stack_key(frame), frame.f_lineno or 0, now, rss))
+            self.samples += 1
+        finally:
+            self.cost_ns += time.thread_time_ns() - began
+            self._busy = False
+
+    def stop(self) -> None:
+        if signal.getsignal(signal.SIGALRM) == self._on_signal:  # else the test set its own: left as it is
+            signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)
+            signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
+        self._rss.close()
+        record = self.buffer.record
+        for key, line, now, rss in self._taken:
+            record(Kind.SAMPLE, self._name_of(key), self._last, now, value=line, tid=self.target_tid)
+            self._last = now
+            if rss:
+                self.rss_peak = max(self.rss_peak, rss)
+                record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
+        self._taken = []
+        self._done.set()
 
 
 class SamplerThread:

@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 from ..results import CollectorInfo
 from ..rounds import RoundKind, row_kind
-from .cpu import Sampler, Tracer
+from .cpu import Sampler, SignalSampler, Tracer
 from .gpu_session import GpuSession
 from .memory import MemoryCollector
 
@@ -29,6 +29,7 @@ class Described(Protocol):
     t0: int
     t_end: int
     sampler: Sampler | None
+    sampler_note: str
     tracer: Tracer | None
     gpu_session: GpuSession
     modules_note: str
@@ -47,10 +48,12 @@ def collectors_info(self: Described) -> list[CollectorInfo]:
         # A thread holding the GIL (pure Python) lets the sampler in only every few ms: say so.
         effective = wall / 1e6 / self.sampler.samples if self.sampler.samples else float("inf")
         got = f"; {self.sampler.samples} samples, one per {effective:.1f} ms" if self.sampler.samples else ""
+        how = " by a timer signal in the test thread" if isinstance(self.sampler, SignalSampler) else ""
         cpu = CollectorInfo(
             "cpu",
             True,
-            f"stack sampling every {self.options.sample_interval_ms:g} ms{got}",
+            f"stack sampling every {self.options.sample_interval_ms:g} ms{how}{got}",
+            reason=f"sampled by a thread, not by signal: {self.sampler_note}" if self.sampler_note else "",
             overhead=self.sampler.cost_ns / wall,
         )
     elif self.tracer is not None:

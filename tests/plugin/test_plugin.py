@@ -329,6 +329,33 @@ def test_header_says_which_collectors_run(pytester: pytest.Pytester) -> None:
     )
 
 
+def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def spin():
+            return sum(i * i for i in range(200_000))
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_x():
+            spin()
+        """
+    )
+    args = ("--inferscope-sampler=signal", "--inferscope-report=out", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["inferscope: cpu stack sampling every 10 ms by a timer signal; memory procfs; gpu *"])
+    (report,) = (pytester.path / "out").glob("*/report.json")
+    data = json.loads(report.read_text())
+    (cpu,) = [c for c in data["collectors"] if c["name"] == "cpu"]
+    assert "by a timer signal in the test thread" in cpu["mode"] and not cpu["reason"]
+    assert any("spin" in h["function"] for h in data["analysis"]["hotspots"])
+    bad = pytester.runpytest("--inferscope-sampler=alarm")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--inferscope-sampler*alarm*thread*signal*"])
+
+
 def test_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

@@ -1,0 +1,128 @@
+"""The stack sampler run by a timer signal in the test thread (`--inferscope-sampler=signal`, collectors/cpu.py)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pytest_inferscope.buffer import TraceBuffer
+from pytest_inferscope.collectors import Collection, CollectionOptions
+from pytest_inferscope.collectors.cpu import Sampler, SignalSampler
+from pytest_inferscope.events import Kind
+
+
+def spin_for(seconds: float) -> int:
+    end, n = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+def sample_names(buffer: TraceBuffer) -> list[str]:
+    ev = buffer.to_array()
+    return [buffer.strings[int(i)] for i in ev["name"][ev["kind"] == Kind.SAMPLE]]
+
+
+def test_it_samples_the_main_threads_stack_and_leaves_sigalrm_as_it_found_it() -> None:
+    assert SignalSampler.unavailable() == ""
+    buffer = TraceBuffer(size_mb=4)
+    sampler = SignalSampler(buffer, 2.0, threading.get_ident(), 1234)
+    sampler.start()
+    try:
+        spin_for(0.08)
+    finally:
+        sampler.stop()
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    names = sample_names(buffer)
+    assert 10 <= sampler.samples == len(names) <= 80  # every 2 ms of 80
+    assert sum("spin_for" in n for n in names) >= 0.8 * len(names)  # where the time went
+    ev = buffer.to_array()
+    samples = ev[ev["kind"] == Kind.SAMPLE]
+    assert (samples["tid"] == 1234).all() and (samples["end"] > samples["start"]).all()
+    assert (samples["start"][1:] == samples["end"][:-1]).all()  # each weighted by the time since the one before
+    assert sampler.rss_peak > 0 and (ev["kind"] == Kind.MEMORY).any()
+    assert 0 < sampler.cost_ns < 80_000_000
+
+
+def test_records_of_the_interrupted_code_stay_whole() -> None:
+    # The handler runs between two bytecodes of the test thread, which may be inside TraceBuffer.record or the string
+    # table: it only appends to a list of its own, and the records are made at stop().
+    buffer = TraceBuffer(size_mb=4)
+    sampler = SignalSampler(buffer, 0.2, threading.get_ident(), 1)
+    sampler.start()
+    try:
+        for i in range(40_000):
+            buffer.record(Kind.MARK, buffer.strings.intern(f"mark {i % 500}"), i, i, value=i)
+    finally:
+        sampler.stop()
+    ev = buffer.to_array()
+    marks = ev[ev["kind"] == Kind.MARK]
+    assert sampler.samples > 5
+    assert np.array_equal(np.sort(marks["value"]), np.arange(40_000))
+    assert all(buffer.strings[int(m["name"])] == f"mark {m['value'] % 500}" for m in marks[::97])
+
+
+def test_it_says_why_not_off_the_main_thread_with_the_timer_in_use_or_another_handler() -> None:
+    why: list[str] = []
+    t = threading.Thread(target=lambda: why.append(SignalSampler.unavailable()))
+    t.start()
+    t.join()
+    assert "main thread" in why[0]
+    signal.setitimer(signal.ITIMER_REAL, 100.0)
+    try:
+        assert "ITIMER_REAL" in SignalSampler.unavailable()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    try:
+        assert "another tool's handler" in SignalSampler.unavailable()
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert SignalSampler.unavailable() == ""
+
+
+def test_a_handler_the_test_sets_meanwhile_is_left_to_it() -> None:
+    buffer = TraceBuffer(size_mb=4)
+    sampler = SignalSampler(buffer, 5.0, threading.get_ident(), 1)
+    sampler.start()
+    mine = signal.signal(signal.SIGALRM, lambda *_: None)  # the test's own
+    try:
+        sampler.stop()
+        assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert mine == sampler._on_signal
+
+
+@pytest.mark.parametrize("main", [True, False])
+def test_a_collection_asked_for_it_uses_it_on_the_main_thread_and_a_thread_elsewhere(main: bool) -> None:
+    out: dict[str, object] = {}
+
+    def collect() -> None:
+        coll = Collection(CollectionOptions(sampler="signal", sample_interval_ms=1.0))
+        coll.start()
+        try:
+            coll.run_rounds(lambda: spin_for(0.01), 3, 1)
+        finally:
+            raw = coll.stop()
+        out["sampler"], out["cpu"] = coll.sampler, coll.collectors_info()[0]
+        out["samples"] = int((raw.events["kind"] == Kind.SAMPLE).sum())
+
+    if main:
+        collect()
+    else:
+        t = threading.Thread(target=collect)
+        t.start()
+        t.join()
+    cpu = out["cpu"]
+    assert isinstance(out["sampler"], SignalSampler) is main and isinstance(out["sampler"], Sampler)
+    assert ("timer signal" in cpu.mode) is main  # type: ignore[attr-defined]
+    assert ("main thread" in cpu.reason) is not main  # type: ignore[attr-defined]
+    # 40 ms at 1 ms: the signal samples each interval; the thread gets the GIL from pure Python every switch (5 ms)
+    assert out["samples"] > (20 if main else 2)  # type: ignore[operator]
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
