@@ -193,8 +193,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "sampler", choice(_SAMPLERS), "thread",
         "How the stack is sampled: thread (a thread of the plugin's, which takes the GIL from the test for each "
         "sample, and from pure Python gets it only every 5 ms) or signal (a timer signal whose handler samples in the "
-        "test's own thread at the interval asked for, no GIL hand-over; the main thread only, and not while another "
-        "tool uses the wall-clock timer or SIGALRM, where the thread samples instead and the report says why).",
+        "test's own thread at the interval asked for, no GIL hand-over; in the main thread only, where xdist's workers "
+        "run tests too, and not while another tool uses the wall-clock timer or SIGALRM: there the thread samples "
+        "instead and the report says why).",
         f"set the sampler to {_one_of(_SAMPLERS)}", "signal", choices=_SAMPLERS,
     ),
     OptionSpec(

@@ -351,6 +351,11 @@ def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test
     (cpu,) = [c for c in data["collectors"] if c["name"] == "cpu"]
     assert "by a timer signal in the test thread" in cpu["mode"] and not cpu["reason"]
     assert any("spin" in h["function"] for h in data["analysis"]["hotspots"])
+    report.unlink()
+    xdist = pytester.runpytest_subprocess(*args, "-n", "2")  # xdist's workers run the tests in their main thread too
+    xdist.assert_outcomes(passed=1)
+    (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
+    assert "by a timer signal in the test thread" in cpu["mode"] and not cpu["reason"]
     bad = pytester.runpytest("--inferscope-sampler=alarm")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--inferscope-sampler*alarm*thread*signal*"])
