@@ -356,6 +356,22 @@ def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test
     xdist.assert_outcomes(passed=1)
     (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
     assert "by a timer signal in the test thread" in cpu["mode"] and not cpu["reason"]
+    pytester.makeconftest(
+        """
+        import signal, pytest
+
+        @pytest.fixture(autouse=True)
+        def alarm():  # as pytest-timeout's signal method does: a SIGALRM handler and the wall-clock timer armed
+            previous = signal.signal(signal.SIGALRM, lambda *_: None)
+            signal.setitimer(signal.ITIMER_REAL, 60.0)
+            yield
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+            signal.signal(signal.SIGALRM, previous)
+        """
+    )
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
+    assert "by a timer signal" not in cpu["mode"] and "ITIMER_REAL" in cpu["reason"]  # the thread sampled, and why
     bad = pytester.runpytest("--inferscope-sampler=alarm")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--inferscope-sampler*alarm*thread*signal*"])
