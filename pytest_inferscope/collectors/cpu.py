@@ -208,7 +208,8 @@ class SignalSampler(Sampler):
     (`siginterrupt(False)`). While the test thread is in a C call, the sample waits for the call's return (the frame
     then is the caller's, its line the call's). Only where `unavailable()` says nothing: the main thread (Python runs
     signal handlers there only), the wall-clock timer unused and SIGALRM without another tool's handler
-    (pytest-timeout's signal method uses both).
+    (pytest-timeout's signal method uses both). A test body that arms the timer itself (`signal.alarm`) takes it over:
+    the samples stop there, and a handler it set is left to it at the stop.
     """
 
     @staticmethod
