@@ -181,18 +181,27 @@ class Sampler:
                 break
 
     def _take(self, frame: FrameType, record: Callable[..., bool], read_rss: Callable[[], int]) -> None:
-        """One sample of `frame`'s stack, weighted by the time since the last, and the RSS every MEMORY_SAMPLE_NS."""
+        """One sample of `frame`'s stack, and the RSS every MEMORY_SAMPLE_NS."""
         name = self._stack_name(frame)
         line = frame.f_lineno or 0  # the line the leaf frame was on (the name has its function's first line)
         now = host_clock_ns()
+        self._put(record, name, line, now, self._rss_due(now, read_rss))
+        self.samples += 1
+
+    def _rss_due(self, now: int, read_rss: Callable[[], int]) -> int | None:
+        """The RSS when MEMORY_SAMPLE_NS has passed since the last reading, else None."""
+        if now - self._last_mem < MEMORY_SAMPLE_NS:
+            return None
+        self._last_mem = now
+        return read_rss()
+
+    def _put(self, record: Callable[..., bool], name: int, line: int, now: int, rss: int | None) -> None:
+        """Record a sample, weighted by the time since the last, and the RSS read with it (if any)."""
         record(Kind.SAMPLE, name, self._last, now, value=line, tid=self.target_tid)
         self._last = now
-        self.samples += 1
-        if now - self._last_mem >= MEMORY_SAMPLE_NS:
-            rss = read_rss()
+        if rss is not None:
             self.rss_peak = max(self.rss_peak, rss)
             record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
-            self._last_mem = now
 
 
 class SignalSampler(Sampler):
@@ -226,7 +235,7 @@ class SignalSampler(Sampler):
     def start(self) -> None:
         self._last = host_clock_ns()
         self._last_mem = 0
-        self._taken: list[tuple[tuple[int, ...], int, int, int]] = []  # (stack key, line, when, RSS or 0)
+        self._taken: list[tuple[tuple[int, ...], int, int, int | None]] = []  # (stack key, line, when, RSS or None)
         self._busy = False  # the handler is running (a signal then is skipped)
         self._rss = RssFile()
         self._previous = signal.signal(signal.SIGALRM, self._on_signal)
@@ -242,10 +251,7 @@ class SignalSampler(Sampler):
         began = time.thread_time_ns()  # the handler's CPU, in the test thread: its whole cost
         try:
             now = host_clock_ns()
-            rss = 0
-            if now - self._last_mem >= MEMORY_SAMPLE_NS:
-                rss, self._last_mem = self._rss.rss(), now
-            self._taken.append((_stack_key(frame), frame.f_lineno or 0, now, rss))
+            self._taken.append((_stack_key(frame), frame.f_lineno or 0, now, self._rss_due(now, self._rss.rss)))
             self.samples += 1
         finally:
             self.cost_ns += time.thread_time_ns() - began
@@ -256,13 +262,8 @@ class SignalSampler(Sampler):
             signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)
             signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
         self._rss.close()
-        record = self.buffer.record
         for key, line, now, rss in self._taken:
-            record(Kind.SAMPLE, self._name_of(key), self._last, now, value=line, tid=self.target_tid)
-            self._last = now
-            if rss:
-                self.rss_peak = max(self.rss_peak, rss)
-                record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
+            self._put(self.buffer.record, self._name_of(key), line, now, rss)
         self._taken = []
         self._done.set()
 
