@@ -1,11 +1,12 @@
-"""Builds the optional native CUPTI collector, `pytest_inferscope._cupti`, and the replay's walk in C,
-`pytest_inferscope._replay`; metadata lives in pyproject.toml.
+"""Builds the optional native CUPTI collector, `pytest_inferscope._cupti`, the replay's walk in C,
+`pytest_inferscope._replay`, and the stack sampler's clock, `pytest_inferscope._tick`; metadata lives in pyproject.toml.
 
 The CUPTI extension needs only the CUPTI headers at build time (libcupti is loaded at run time, never
 linked). Without them, or when the compiler fails, the install goes on without the extension and
 inferscope falls back to the cupti-python backend or to CPU-only collection. The replay's walk needs a C
-compiler alone; without it the analysis walks in Python. Set INFERSCOPE_FORCE_NATIVE_BUILD=1 on machines
-that must have both: any of those becomes an error.
+compiler alone; without it the analysis walks in Python. So does the sampler's clock (without it,
+--inferscope-sampler=signal falls back to the sampler thread). Set INFERSCOPE_FORCE_NATIVE_BUILD=1 on machines
+that must have all three: any of those becomes an error.
 
     python3 setup.py build_ext --inplace    # development build, next to the sources
 """
@@ -22,6 +23,8 @@ from setuptools.command.build_ext import build_ext
 
 FORCE_ENV = "INFERSCOPE_FORCE_NATIVE_BUILD"
 REPLAY = "pytest_inferscope._replay"
+TICK = "pytest_inferscope._tick"
+PLAIN_C = {REPLAY: "the native replay walk", TICK: "the native sampler clock"}  # no CUDA: a C compiler alone
 CUPTI_MAJOR = "13"  # nvidia/cu13: where torch's CUDA 13 wheels put the toolkit's headers and libraries
 
 
@@ -71,7 +74,7 @@ class OptionalBuildExt(build_ext):
             self._give_up(None, f"build failed: {exc}")
 
     def build_extension(self, ext: Extension) -> None:
-        if ext.name == REPLAY:  # plain C, no CUDA: the replay's walk (analyzer/replay.py falls back to Python)
+        if ext.name in PLAIN_C:  # without them the analysis walks in Python, and the pending sampler is not offered
             try:
                 super().build_extension(ext)
             except Exception as exc:
@@ -108,8 +111,7 @@ class OptionalBuildExt(build_ext):
         return dict(super().get_output_mapping())
 
     def _give_up(self, ext: Extension | None, reason: str) -> None:
-        replay = ext is not None and ext.name == REPLAY
-        what = "the native replay walk" if replay else "the native CUPTI extension"
+        what = PLAIN_C.get(ext.name, "the native CUPTI extension") if ext is not None else "the native extensions"
         message = f"pytest-inferscope: skipping {what}: {reason}"
         if _forced():
             raise SystemExit(f"{message} ({FORCE_ENV}=1 makes this an error)")
@@ -117,7 +119,10 @@ class OptionalBuildExt(build_ext):
             self._skipped.update(e.name for e in self.extensions)
         else:
             self._skipped.add(ext.name)
-        then = "the analysis replays in Python" if replay else "GPU collection will use cupti-python if installed"
+        then = {
+            REPLAY: "the analysis replays in Python",
+            TICK: "--inferscope-sampler=pending falls back to the sampler thread",
+        }.get(ext.name if ext is not None else "", "GPU collection will use cupti-python if installed")
         print(f"WARNING: {message}. {then.capitalize()}.", file=sys.stderr)
 
 
@@ -133,6 +138,13 @@ setup(
         Extension(
             REPLAY,
             sources=["native/_replay.c"],
+            extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
+            py_limited_api=True,
+        ),
+        Extension(
+            TICK,
+            sources=["native/_tick.c"],
+            libraries=["pthread"],
             extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
             py_limited_api=True,
         ),

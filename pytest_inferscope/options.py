@@ -192,10 +192,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "sampler", choice(_SAMPLERS), "thread",
         "How the stack is sampled: thread (a thread of the plugin's, which takes the GIL from the test for each "
-        "sample, and from pure Python gets it only every 5 ms) or signal (a timer signal whose handler samples in the "
-        "test's own thread at the interval asked for, no GIL hand-over; in the main thread only, where xdist's workers "
-        "run tests too, and not while another tool uses the wall-clock timer or SIGALRM: there the thread samples "
-        "instead and the report says why).",
+        "sample, and from pure Python gets it only every 5 ms) or signal (a clock thread in C has Python run a signal "
+        "handler in the test's own thread, which samples there at the interval asked for, no GIL hand-over; SIGALRM "
+        "and the wall-clock timer stay free for pytest-timeout; in the main thread only, where xdist's workers run "
+        "tests too: elsewhere, or where the C clock is not built, the thread samples and the report says why).",
         f"set the sampler to {_one_of(_SAMPLERS)}", "signal", choices=_SAMPLERS,
     ),
     OptionSpec(

@@ -7,8 +7,8 @@ Two ways to see Python time:
   the previous sample. It takes the GIL briefly once per interval; its own cost is
   measured and reported as the overhead estimate. While the test thread is inside a
   C call that released the GIL (a torch op), sampling costs the test thread nothing.
-  With `--inferscope-sampler=signal` a timer signal takes the same samples in the test
-  thread itself (`SignalSampler`).
+  With `--inferscope-sampler=signal` a signal takes the same samples in the test
+  thread itself (`SignalSampler`, its clock a C thread).
 * `trace` (opt-in): `sys.setprofile` records every Python call as a CALL span. Exact
   but expensive; the overhead is estimated from a calibration and reported.
 """
@@ -204,43 +204,73 @@ class Sampler:
             record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
 
 
+try:  # the sampler clock in C (native/_tick.c): without it (no C compiler at install), the thread samples
+    from .. import _tick
+except ImportError:  # pragma: no cover - the build skips it only without a compiler
+    _tick = None  # type: ignore[assignment]
+
+#: The signal number `SignalSampler`'s clock trips: a real-time one, which no tool we know of uses (SIGRTMAX - 2).
+TICK_SIGNAL: int | None = signal.SIGRTMAX - 2 if hasattr(signal, "SIGRTMAX") else None
+#: CPython wakes the main thread for a signal tripped from a thread of its own from 3.13 on; before, only a signal
+#: the kernel delivers to the main thread does (a trip from our thread waited for the next GIL switch: 0 in 200 ms).
+_TRIP_ONLY = sys.version_info >= (3, 13)
+_ticking: SignalSampler | None = None  # the sampler the clock feeds now
+
+
+def _on_tick(signum: int, frame: FrameType | None) -> None:
+    """TICK_SIGNAL's handler, installed once for the process: a trip that comes after its sampler stopped is dropped."""
+    sampler = _ticking
+    if sampler is not None:
+        sampler._on_signal(signum, frame)
+
+
 class SignalSampler(Sampler):
-    """The same samples, taken in the test thread itself by a timer signal (`--inferscope-sampler=signal`).
+    """The same samples, taken in the test thread itself (`--inferscope-sampler=signal`).
 
     `Sampler`'s thread needs the GIL for each sample, which the test thread holds while it runs Python: every sample
-    is a forced hand-over and back. Here `setitimer(ITIMER_REAL)` raises SIGALRM every interval and CPython runs the
-    handler in the main thread between two bytecodes, with the interrupted frame: no second thread, no hand-over, and
-    samples at the interval asked for in pure Python, where the thread gets the GIL only every switch interval (5 ms).
-    (The mechanism alone, ViT-B/16 on an H200 at 10 ms: ~0% a call against ~2% for a thread that only walks the
-    frames, lower in 10 of 11 paired runs; through the plugin, two runs of four lower than the default: an option,
-    not the default. docs/performance.md, "Session 25 on the H200 host".) System calls the signal interrupts restart
-    (`siginterrupt(False)`). While the test thread is in a C call, the sample waits for the call's return (the frame
-    then is the caller's, its line the call's). Only where `unavailable()` says nothing: the main thread (Python runs
-    signal handlers there only), the wall-clock timer unused and SIGALRM without another tool's handler
-    (pytest-timeout's signal method uses both). A test body that arms the timer itself (`signal.alarm`) takes it over:
-    the samples stop there, and a handler it set is left to it at the stop.
+    is a forced hand-over and back. Here a thread of C (native/_tick.c, never holding the GIL) wakes every interval
+    and has CPython run TICK_SIGNAL's Python handler in the main thread between two bytecodes, with the interrupted
+    frame: no GIL hand-over, and samples at the interval asked for in pure Python, where the thread gets the GIL only
+    every switch interval (5 ms). From CPython 3.13 no signal is sent (the clock "trips" it, PyErr_SetInterruptEx);
+    before, the clock sends it to the main thread alone (pthread_kill), and system calls it interrupts there restart
+    (`siginterrupt(False)`). The wall-clock timer and SIGALRM are left alone: pytest-timeout's signal method works
+    beside it. While the test thread is in a C call, the sample waits for the call's return (the frame then is the
+    caller's, its line the call's). (ViT-B/16 on an H200 at 10 ms, the mechanism alone: ~0% a call against ~2% for a
+    thread that only walks the frames; docs/performance.md, "Session 25 on the H200 host".)
+
+    Only where `unavailable()` says nothing: the C clock built, the main thread (Python runs signal handlers there
+    only), and TICK_SIGNAL without another tool's handler. Its handler stays installed for the process, a no-op
+    between two samplers, so that a signal still on its way at a stop cannot reach a default disposition.
     """
 
     @staticmethod
     def unavailable() -> str:
         """Why this thread cannot be sampled by signal now ("" when it can)."""
+        if _tick is None or TICK_SIGNAL is None:
+            return (
+                "the sampler clock in C (pytest_inferscope._tick) is not built: reinstall with a C compiler"
+                if _tick is None
+                else "this platform has no real-time signals"
+            )
         if threading.current_thread() is not threading.main_thread():
             return "the test runs outside the main thread, and Python runs signal handlers in the main thread only"
-        if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
-            return "the wall-clock timer (ITIMER_REAL) is in use by another tool, e.g. pytest-timeout's signal method"
-        if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
-            return "SIGALRM has another tool's handler"
+        if signal.getsignal(TICK_SIGNAL) not in (signal.SIG_DFL, None, _on_tick):
+            return f"signal {TICK_SIGNAL} (SIGRTMAX-2), which it uses, has another tool's handler"
         return ""
 
     def start(self) -> None:
+        global _ticking
+        assert _tick is not None and TICK_SIGNAL is not None  # unavailable() said so
         self._last = host_clock_ns()
         self._last_mem = 0
         self._taken: list[tuple[tuple[int, ...], int, int, int | None]] = []  # (stack key, line, when, RSS or None)
         self._busy = False  # the handler is running (a signal then is skipped)
         self._rss = RssFile()
-        self._previous = signal.signal(signal.SIGALRM, self._on_signal)
-        signal.siginterrupt(signal.SIGALRM, False)  # after signal.signal, which makes it interrupt them
-        signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+        if signal.getsignal(TICK_SIGNAL) is not _on_tick:
+            signal.signal(TICK_SIGNAL, _on_tick)
+            signal.siginterrupt(TICK_SIGNAL, False)  # after signal.signal, which makes it interrupt them
+        _ticking = self
+        _tick.start(int(self.interval_s * 1e9), TICK_SIGNAL, 0 if _TRIP_ONLY else threading.main_thread().ident or 0)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Between two bytecodes of the test thread, which may be inside the trace buffer's or the string table's own
@@ -258,9 +288,10 @@ class SignalSampler(Sampler):
             self._busy = False
 
     def stop(self) -> None:
-        if signal.getsignal(signal.SIGALRM) == self._on_signal:  # else the test set its own: left as it is
-            signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)
-            signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
+        global _ticking
+        assert _tick is not None
+        _tick.stop()  # no trip after it returns; one on its way finds _ticking None
+        _ticking = None
         self._rss.close()
         for key, line, now, rss in self._taken:
             self._put(self.buffer.record, self._name_of(key), line, now, rss)

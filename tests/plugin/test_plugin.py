@@ -345,17 +345,19 @@ def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test
     args = ("--inferscope-sampler=signal", "--inferscope-report=out", "-p", "no:randomly")
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["inferscope: cpu stack sampling every 10 ms by a timer signal; memory procfs; gpu *"])
+    result.stdout.fnmatch_lines(
+        ["inferscope: cpu stack sampling every 10 ms by a signal in the test thread; memory procfs; gpu *"]
+    )
     (report,) = (pytester.path / "out").glob("*/report.json")
     data = json.loads(report.read_text())
     (cpu,) = [c for c in data["collectors"] if c["name"] == "cpu"]
-    assert "by a timer signal in the test thread" in cpu["mode"] and not cpu["reason"]
+    assert "by a signal in the test thread" in cpu["mode"] and not cpu["reason"]
     assert any("spin" in h["function"] for h in data["analysis"]["hotspots"])
     report.unlink()
     xdist = pytester.runpytest_subprocess(*args, "-n", "2")  # xdist's workers run the tests in their main thread too
     xdist.assert_outcomes(passed=1)
     (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
-    assert "by a timer signal in the test thread" in cpu["mode"] and not cpu["reason"]
+    assert "by a signal in the test thread" in cpu["mode"] and not cpu["reason"]
     pytester.makeconftest(
         """
         import signal, pytest
@@ -365,13 +367,24 @@ def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test
             previous = signal.signal(signal.SIGALRM, lambda *_: None)
             signal.setitimer(signal.ITIMER_REAL, 60.0)
             yield
+            assert signal.getitimer(signal.ITIMER_REAL)[0] > 50  # still armed, untouched
             signal.setitimer(signal.ITIMER_REAL, 0.0)
             signal.signal(signal.SIGALRM, previous)
         """
     )
     pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
     (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
-    assert "by a timer signal" not in cpu["mode"] and "ITIMER_REAL" in cpu["reason"]  # the thread sampled, and why
+    assert "by a signal in the test thread" in cpu["mode"] and not cpu["reason"]  # beside pytest-timeout's alarm
+    pytester.makeconftest(
+        """
+        import signal
+
+        signal.signal(signal.SIGRTMAX - 2, lambda *_: None)  # another tool's handler on the sampler's signal
+        """
+    )
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+    (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
+    assert "by a signal" not in cpu["mode"] and "another tool's handler" in cpu["reason"]  # the thread sampled, and why
     bad = pytester.runpytest("--inferscope-sampler=alarm")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--inferscope-sampler*alarm*thread*signal*"])

@@ -1,4 +1,5 @@
-"""The stack sampler run by a timer signal in the test thread (`--inferscope-sampler=signal`, collectors/cpu.py)."""
+"""The stack sampler run by a signal in the test thread, its clock a C thread (`--inferscope-sampler=signal`,
+collectors/cpu.py, native/_tick.c)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 
 from pytest_inferscope.buffer import TraceBuffer
 from pytest_inferscope.collectors import Collection, CollectionOptions
-from pytest_inferscope.collectors.cpu import Sampler, SignalSampler
+from pytest_inferscope.collectors import cpu as cpu_collector
+from pytest_inferscope.collectors.cpu import TICK_SIGNAL, Sampler, SignalSampler
 from pytest_inferscope.events import Kind
+
+pytestmark = pytest.mark.skipif(SignalSampler.unavailable() != "", reason=SignalSampler.unavailable() or "available")
 
 
 def spin_for(seconds: float) -> int:
@@ -27,16 +31,25 @@ def sample_names(buffer: TraceBuffer) -> list[str]:
     return [buffer.strings[int(i)] for i in ev["name"][ev["kind"] == Kind.SAMPLE]]
 
 
-def test_it_samples_the_main_threads_stack_and_leaves_sigalrm_as_it_found_it() -> None:
-    assert SignalSampler.unavailable() == ""
+def test_it_samples_the_main_threads_stack_and_leaves_sigalrm_and_the_timer_alone() -> None:
+    # pytest-timeout's signal method: a SIGALRM handler and the wall-clock timer armed, for the whole test
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, _: fired.append(signum))
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
     buffer = TraceBuffer(size_mb=4)
     sampler = SignalSampler(buffer, 2.0, threading.get_ident(), 1234)
-    sampler.start()
     try:
-        spin_for(0.08)
+        assert SignalSampler.unavailable() == ""
+        sampler.start()
+        try:
+            spin_for(0.08)
+        finally:
+            sampler.stop()
     finally:
-        sampler.stop()
-    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, previous)
+    assert fired == [signal.SIGALRM]  # the test's alarm came, once, to its own handler
+    assert signal.getsignal(TICK_SIGNAL) is cpu_collector._on_tick and cpu_collector._ticking is None
     names = sample_names(buffer)
     assert 10 <= sampler.samples == len(names) <= 80  # every 2 ms of 80
     assert sum("spin_for" in n for n in names) >= 0.8 * len(names)  # where the time went
@@ -66,37 +79,36 @@ def test_records_of_the_interrupted_code_stay_whole() -> None:
     assert all(buffer.strings[int(m["name"])] == f"mark {m['value'] % 500}" for m in marks[::97])
 
 
-def test_it_says_why_not_off_the_main_thread_with_the_timer_in_use_or_another_handler() -> None:
+def test_it_says_why_not_off_the_main_thread_or_with_another_handler_on_its_signal() -> None:
     why: list[str] = []
     t = threading.Thread(target=lambda: why.append(SignalSampler.unavailable()))
     t.start()
     t.join()
     assert "main thread" in why[0]
-    signal.setitimer(signal.ITIMER_REAL, 100.0)
+    assert TICK_SIGNAL is not None
+    previous = signal.signal(TICK_SIGNAL, lambda *_: None)
     try:
-        assert "ITIMER_REAL" in SignalSampler.unavailable()
+        why = SignalSampler.unavailable()
+        assert "another tool's handler" in why and str(TICK_SIGNAL) in why
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0.0)
-    previous = signal.signal(signal.SIGALRM, lambda *_: None)
-    try:
-        assert "another tool's handler" in SignalSampler.unavailable()
-    finally:
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(TICK_SIGNAL, previous)
     assert SignalSampler.unavailable() == ""
 
 
-def test_a_handler_the_test_sets_meanwhile_is_left_to_it() -> None:
+def test_no_sample_comes_after_the_stop_and_a_late_trip_is_dropped() -> None:
     buffer = TraceBuffer(size_mb=4)
-    sampler = SignalSampler(buffer, 5.0, threading.get_ident(), 1)
+    sampler = SignalSampler(buffer, 0.1, threading.get_ident(), 1)  # 10 kHz: trips on their way at the stop
     sampler.start()
-    mine = signal.signal(signal.SIGALRM, lambda *_: None)  # the test's own
     try:
-        sampler.stop()
-        assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
+        spin_for(0.02)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0.0)
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    assert mine == sampler._on_signal
+        sampler.stop()
+    taken = sampler.samples
+    spin_for(0.02)
+    assert taken > 20 and sampler.samples == taken
+    assert int((buffer.to_array()["kind"] == Kind.SAMPLE).sum()) == taken
+    assert TICK_SIGNAL is not None
+    cpu_collector._on_tick(TICK_SIGNAL, None)  # as a trip that was on its way: no sampler, nothing happens
 
 
 @pytest.mark.parametrize("main", [True, False])
@@ -121,8 +133,7 @@ def test_a_collection_asked_for_it_uses_it_on_the_main_thread_and_a_thread_elsew
         t.join()
     cpu = out["cpu"]
     assert isinstance(out["sampler"], SignalSampler) is main and isinstance(out["sampler"], Sampler)
-    assert ("timer signal" in cpu.mode) is main  # type: ignore[attr-defined]
+    assert ("by a signal" in cpu.mode) is main  # type: ignore[attr-defined]
     assert ("main thread" in cpu.reason) is not main  # type: ignore[attr-defined]
     # 40 ms at 1 ms: the signal samples each interval; the thread gets the GIL from pure Python every switch (5 ms)
     assert out["samples"] > (20 if main else 2)  # type: ignore[operator]
-    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
