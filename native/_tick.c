@@ -7,7 +7,9 @@
  * from a thread of its own does not wake the eval loop before CPython 3.13: it ran 0 calls in 200 ms of pure
  * Python on 3.11 and 3.12.)
  *
- * start(interval_ns, signum): trip signum every interval_ns until stop(); its handler must be a Python function.
+ * start(interval_ns, signum[, thread_id]): trip signum every interval_ns until stop(); its handler must be a Python
+ * function. A signal whose disposition is the default or ignore (a test reset it, or the interpreter is finalising)
+ * is not sent: a real-time signal's default action ends the process.
  * stop(): no trip after it returns (one already tripped runs its handler at the next check). Neither blocks: the
  * thread is started once, and waits on a condition variable between two starts.
  */
@@ -53,10 +55,13 @@ static void *loop(void *unused) {
         at += period_ns;
         due = from_ns(at > now ? at : now + period_ns); /* fallen behind (a descheduled thread): no burst */
         /* Under mu, so that no trip comes after stop() returns: async-signal-safe, it never blocks. */
-        if (direct)
-            pthread_kill(target, signum);
-        else
-            PyErr_SetInterruptEx(signum);
+        if (direct) { /* never where the signal would take its default action, which ends the process */
+            struct sigaction now_sa;
+            if (sigaction(signum, NULL, &now_sa) == 0 && now_sa.sa_handler != SIG_DFL && now_sa.sa_handler != SIG_IGN)
+                pthread_kill(target, signum);
+        } else {
+            PyErr_SetInterruptEx(signum); /* a no-op where the Python handler is SIG_DFL or SIG_IGN */
+        }
         trips++;
     }
     return NULL;

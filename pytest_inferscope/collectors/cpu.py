@@ -15,6 +15,7 @@ Two ways to see Python time:
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -215,6 +216,15 @@ TICK_SIGNAL: int | None = signal.SIGRTMAX - 2 if hasattr(signal, "SIGRTMAX") els
 #: the kernel delivers to the main thread does (a trip from our thread waited for the next GIL switch: 0 in 200 ms).
 _TRIP_ONLY = sys.version_info >= (3, 13)
 _ticking: SignalSampler | None = None  # the sampler the clock feeds now
+
+
+def _stop_clock() -> None:
+    """At the interpreter's exit, before it resets the signal handlers: a collection left running stops its clock."""
+    if _tick is not None:
+        _tick.stop()
+
+
+atexit.register(_stop_clock)
 
 
 def _on_tick(signum: int, frame: FrameType | None) -> None:

@@ -4,6 +4,8 @@ collectors/cpu.py, native/_tick.c)."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -137,3 +139,26 @@ def test_a_collection_asked_for_it_uses_it_on_the_main_thread_and_a_thread_elsew
     assert ("main thread" in cpu.reason) is not main  # type: ignore[attr-defined]
     # 40 ms at 1 ms: the signal samples each interval; the thread gets the GIL from pure Python every switch (5 ms)
     assert out["samples"] > (20 if main else 2)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("how", ["exits", "resets"])
+def test_a_process_is_not_ended_by_the_clock_when_it_exits_sampling_or_a_test_resets_the_handler(how: str) -> None:
+    # A real-time signal's default action ends the process: the interpreter resets the handlers as it finalises, and a
+    # test may reset this one. Neither must let a signal through.
+    code = f"""
+import signal, sys, threading, time
+from pytest_inferscope.buffer import TraceBuffer
+from pytest_inferscope.collectors.cpu import TICK_SIGNAL, SignalSampler
+s = SignalSampler(TraceBuffer(size_mb=1), 0.1, threading.get_ident(), 1)
+s.start()
+if {how!r} == "resets":
+    signal.signal(TICK_SIGNAL, signal.SIG_DFL)
+end = time.perf_counter() + 0.05
+while time.perf_counter() < end:
+    pass
+print("samples", s.samples, flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    taken = int(done.stdout.split()[-1])
+    assert taken > 20 if how == "exits" else taken < 20  # reset: the samples stopped with the handler
