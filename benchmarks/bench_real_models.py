@@ -57,7 +57,7 @@ MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "rounds": ({"INFERSCOPE_GPU": "off"}, {"cpu": "off"}),
     "sampler": ({"INFERSCOPE_GPU": "off"}, {"cpu": "sample"}),
     "cupti": ({}, {"cpu": "off"}),
-    "signal": ({"INFERSCOPE_SAMPLER": "signal"}, {}),  # the default with the stack sampled by a timer signal
+    "signal": ({"INFERSCOPE_SAMPLER": "signal"}, {}),  # the default with the stack sampled by signal in the test thread
     "before": ({}, {}),  # the default with the warm-up recording no launch call (the schedule before session 17)
 }
 #: modes that run the default with a module constant changed: mode -> (module, name, value)

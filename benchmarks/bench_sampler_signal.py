@@ -12,8 +12,12 @@ This script times the same call, each followed by a device synchronise, in block
   thread   a thread like the plugin's: `Event.wait(interval)`, then `sys._current_frames()` and a walk of the
            main thread's frames to a tuple of code ids (what `collectors.cpu.Sampler` does per sample)
   signal   `signal.setitimer(ITIMER_REAL, interval)`: the handler walks the frame it is given, the same way
+  clock    the signal's handler run by the plugin's clock in C (`native/_tick.c`: a C thread that trips the signal
+           on CPython 3.13+, or sends SIGRTMAX-2 to the main thread before), not by ITIMER_REAL
   plugin   the plugin's own `collectors.cpu.Sampler` on its parked `SamplerThread` (the stack recorded, RSS read)
   plugin-norss  the same without its RSS reading (an `os.pread`, which lets the GIL go: a second hand-over)
+  plugin-signal the plugin's own `collectors.cpu.SignalSampler` (`--inferscope-sampler=signal`: the clock, the stack
+           recorded at the stop, the RSS read in the handler)
 
 Per block: the median and the mean call (a sample lands in some calls only: the mean holds all of its cost);
 per mode: the median over blocks of each one's ratio to the plain block of the same repetition, with the IQR,
@@ -38,7 +42,7 @@ from typing import Any
 
 from _common import header, quartiles
 
-MODES = ("plain", "thread", "signal", "plugin", "plugin-norss")
+MODES = ("plain", "thread", "signal", "clock", "plugin", "plugin-norss", "plugin-signal")
 
 
 def walk(frame: FrameType | None) -> tuple[int, ...]:
@@ -90,6 +94,27 @@ class SignalSampler:
         signal.signal(signal.SIGALRM, self._previous)
 
 
+class ClockSampler(SignalSampler):
+    """The same handler, run by the plugin's clock in C instead of the wall-clock timer."""
+
+    def __enter__(self) -> SignalSampler:
+        from pytest_inferscope.collectors import cpu
+
+        assert cpu._tick is not None and cpu.TICK_SIGNAL is not None, cpu.SignalSampler.unavailable()
+        self._previous = signal.signal(cpu.TICK_SIGNAL, self._handler)
+        signal.siginterrupt(cpu.TICK_SIGNAL, False)
+        ident = 0 if cpu._TRIP_ONLY else threading.main_thread().ident or 0
+        cpu._tick.start(int(self.interval_s * 1e9), cpu.TICK_SIGNAL, ident)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from pytest_inferscope.collectors import cpu
+
+        assert cpu._tick is not None and cpu.TICK_SIGNAL is not None
+        cpu._tick.stop()
+        signal.signal(cpu.TICK_SIGNAL, cpu._on_tick)  # the plugin's handler, which drops a late trip
+
+
 class PluginSampler:
     """The plugin's own `collectors.cpu.Sampler` on a parked `SamplerThread`, as a pytest session runs it: besides
     the walk, each sample records its stack and reads the process's RSS (`MEMORY_SAMPLE_NS`)."""
@@ -134,11 +159,26 @@ class PluginNoRssSampler(PluginSampler):
         cpu.MEMORY_SAMPLE_NS = self._kept
 
 
+class PluginSignalSampler(PluginSampler):
+    """The plugin's `collectors.cpu.SignalSampler`, as `--inferscope-sampler=signal` runs it."""
+
+    def __init__(self, interval_s: float) -> None:
+        import os
+
+        from pytest_inferscope.buffer import TraceBuffer
+        from pytest_inferscope.collectors.cpu import SignalSampler as Plugins
+
+        self._sampler = Plugins(TraceBuffer(size_mb=8), interval_s * 1000, threading.get_ident(), os.getpid())
+        self.samples = 0
+
+
 SAMPLERS = {
     "thread": ThreadSampler,
     "signal": SignalSampler,
+    "clock": ClockSampler,
     "plugin": PluginSampler,
     "plugin-norss": PluginNoRssSampler,
+    "plugin-signal": PluginSignalSampler,
 }
 
 
