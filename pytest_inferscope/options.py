@@ -194,8 +194,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "How the stack is sampled: thread (a thread of the plugin's, which takes the GIL from the test for each "
         "sample, and from pure Python gets it only every 5 ms) or signal (a clock thread in C has Python run a signal "
         "handler in the test's own thread, which samples there at the interval asked for, no GIL hand-over; SIGALRM "
-        "and the wall-clock timer stay free for pytest-timeout; in the main thread only, where xdist's workers run "
-        "tests too: elsewhere, or where the C clock is not built, the thread samples and the report says why).",
+        "and the wall-clock timer stay free for pytest-timeout; before CPython 3.13 it sends a real signal to the main "
+        "thread, whose system calls restart, except those that never do, such as a C extension's own poll() or "
+        "select() with a timeout, which then fail with EINTR; from 3.13 it sends none; in the main thread only, where "
+        "xdist's workers run tests too: elsewhere, or where the C clock is not built, the thread samples and the "
+        "report says why).",
         f"set the sampler to {_one_of(_SAMPLERS)}", "signal", choices=_SAMPLERS,
     ),
     OptionSpec(

@@ -278,7 +278,8 @@ class SignalSampler(Sampler):
         self._rss = RssFile()
         if signal.getsignal(TICK_SIGNAL) is not _on_tick:
             signal.signal(TICK_SIGNAL, _on_tick)
-            signal.siginterrupt(TICK_SIGNAL, False)  # after signal.signal, which makes it interrupt them
+        # Every time: signal.signal makes system calls interruptible again, and whoever set ours back called it
+        signal.siginterrupt(TICK_SIGNAL, False)
         _ticking = self
         _tick.start(int(self.interval_s * 1e9), TICK_SIGNAL, 0 if _TRIP_ONLY else threading.main_thread().ident or 0)
 

@@ -3,6 +3,8 @@ collectors/cpu.py, native/_tick.c)."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -162,3 +164,25 @@ print("samples", s.samples, flush=True)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     taken = int(done.stdout.split()[-1])
     assert taken > 20 if how == "exits" else taken < 20  # reset: the samples stopped with the handler
+
+
+def test_a_blocking_read_in_c_restarts_where_the_clock_sends_a_signal() -> None:
+    # Before CPython 3.13 the clock sends a real signal to the main thread: a C extension's read() must restart, not
+    # fail with EINTR (`siginterrupt(False)`). From 3.13 no signal is sent at all.
+    libc = ctypes.CDLL(None, use_errno=True)
+    r, w = os.pipe()
+    writer = threading.Timer(0.05, os.write, (w, b"x"))
+    buf = ctypes.create_string_buffer(1)
+    assert TICK_SIGNAL is not None
+    signal.signal(TICK_SIGNAL, cpu_collector._on_tick)  # set back by someone: signal.signal makes calls interruptible
+    sampler = SignalSampler(TraceBuffer(size_mb=1), 1.0, threading.get_ident(), 1)
+    sampler.start()
+    writer.start()
+    try:
+        got = libc.read(r, buf, 1)  # blocks ~50 ms, through ~50 signals
+    finally:
+        sampler.stop()
+        writer.join()
+        os.close(r)
+        os.close(w)
+    assert got == 1 and buf.raw == b"x", (got, os.strerror(ctypes.get_errno()))
