@@ -12,7 +12,7 @@ This script times the same call, each followed by a device synchronise, in block
   thread   a thread like the plugin's: `Event.wait(interval)`, then `sys._current_frames()` and a walk of the
            main thread's frames to a tuple of code ids (what `collectors.cpu.Sampler` does per sample)
   signal   `signal.setitimer(ITIMER_REAL, interval)`: the handler walks the frame it is given, the same way
-  clock    the signal's handler run by the plugin's clock in C (`native/_tick.c`: a C thread that trips the signal
+  clock    the same handler run by the plugin's clock in C (`native/_tick.c`: a C thread that queues a pending call
            on CPython 3.13+, or sends SIGRTMAX-2 to the main thread before), not by ITIMER_REAL
   plugin   the plugin's own `collectors.cpu.Sampler` on its parked `SamplerThread` (the stack recorded, RSS read)
   plugin-norss  the same without its RSS reading (an `os.pread`, which lets the GIL go: a second hand-over)
@@ -103,8 +103,8 @@ class ClockSampler(SignalSampler):
         assert cpu._tick is not None and cpu.TICK_SIGNAL is not None, cpu.SignalSampler.unavailable()
         self._previous = signal.signal(cpu.TICK_SIGNAL, self._handler)
         signal.siginterrupt(cpu.TICK_SIGNAL, False)
-        ident = 0 if cpu._TRIP_ONLY else threading.main_thread().ident or 0
-        cpu._tick.start(int(self.interval_s * 1e9), cpu.TICK_SIGNAL, ident)
+        ident = 0 if cpu._PENDING_CALLS else threading.main_thread().ident or 0
+        cpu._tick.start(int(self.interval_s * 1e9), lambda frame: self._handler(0, frame), cpu.TICK_SIGNAL, ident)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -112,7 +112,7 @@ class ClockSampler(SignalSampler):
 
         assert cpu._tick is not None and cpu.TICK_SIGNAL is not None
         cpu._tick.stop()
-        signal.signal(cpu.TICK_SIGNAL, cpu._on_tick)  # the plugin's handler, which drops a late trip
+        signal.signal(cpu.TICK_SIGNAL, cpu._on_tick)  # the plugin's handler, which drops a late signal
 
 
 class PluginSampler:

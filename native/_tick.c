@@ -1,17 +1,21 @@
-/* The stack sampler's clock without a signal (`--inferscope-sampler=trip`, collectors/cpu.py `TripSampler`).
+/* The stack sampler's clock (`--inferscope-sampler=signal`, collectors/cpu.py `SignalSampler`).
  *
- * A thread of ours, plain C (never Python, never the GIL), wakes every interval and "trips" a signal number with
- * PyErr_SetInterruptEx: CPython then runs that number's Python handler in the main thread between two bytecodes,
- * as it would for a signal that arrived, with the interrupted frame. No signal is sent: no system call of anyone's
- * returns EINTR, and the wall-clock timer and SIGALRM stay free for pytest-timeout and the test. (Py_AddPendingCall
- * from a thread of its own does not wake the eval loop before CPython 3.13: it ran 0 calls in 200 ms of pure
- * Python on 3.11 and 3.12.)
+ * A thread of ours, plain C (it never runs Python and never takes the GIL), wakes every interval and has CPython run
+ * the sampler in the main thread between two bytecodes, with the interrupted frame. Two ways, one per start:
  *
- * start(interval_ns, signum[, thread_id]): trip signum every interval_ns until stop(); its handler must be a Python
- * function. A signal whose disposition is the default or ignore (a test reset it, or the interpreter is finalising)
- * is not sent: a real-time signal's default action ends the process.
- * stop(): no trip after it returns (one already tripped runs its handler at the next check). Neither blocks: the
- * thread is started once, and waits on a condition variable between two starts.
+ * - a pending call (Py_AddPendingCall), which calls `callback(frame)` in the main thread. No signal is sent: no
+ *   system call of anyone's fails with EINTR. CPython wakes the main thread's eval loop for it from 3.13 on; before,
+ *   a pending call queued from a thread of ours waits for the main thread's next GIL switch (at 10 ms, 0 calls in
+ *   200 ms of pure Python on 3.11 and 3.12, 19 on 3.13). PyErr_SetInterruptEx is not used: from a thread without the GIL it
+ *   compares the handler objects, and where the handler is SIG_DFL that crashed 3.13 (a test found it).
+ * - a signal sent to the main thread alone (pthread_kill), whose Python handler takes the sample: before 3.13. Never
+ *   while the signal's disposition is the default or ignore (a test reset it, or the interpreter is finalising): a
+ *   real-time signal's default action ends the process.
+ *
+ * start(interval_ns, callback, signum, thread_id): thread_id 0: pending calls of callback; else signum to thread_id.
+ * stop(): nothing after it returns (a pending call queued before it returns without calling anything; a signal sent
+ * before it reaches its handler, which the caller leaves installed). Neither blocks: the thread is started once, and
+ * waits on a condition variable between two starts. Returns the number of ticks since the start.
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -19,17 +23,25 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv;
-/* All under mu. */
-static int have_thread, running, signum, direct;
-static pthread_t target;
+/* Under mu. */
+static int have_thread, running, signum;
+static pthread_t target;   /* the main thread, or 0: pending calls */
+static int direct;         /* a signal to `target` */
+static uintptr_t gen;      /* one per start and stop: a pending call of an earlier one does nothing */
 static int64_t period_ns;
 static struct timespec due;
-static unsigned long trips; /* since the last start */
+static unsigned long ticks; /* since the last start */
+static atomic_int queued;   /* a pending call is queued and has not run yet */
+
+/* Under the GIL. */
+static PyObject *callback;
+static uintptr_t callback_gen;
 
 static int64_t to_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec; }
 
@@ -44,6 +56,28 @@ static int64_t now_ns(void) {
     return to_ns(&t);
 }
 
+/* In the main thread, with the GIL. An exception of the callback is reported, never raised into the test. */
+static int fire(void *arg) {
+    atomic_store(&queued, 0);
+    if ((uintptr_t)arg != callback_gen || callback == NULL) return 0;
+    PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed; NULL outside Python code */
+    PyObject *result = PyObject_CallFunctionObjArgs(callback, frame ? frame : Py_None, NULL);
+    if (result == NULL) PyErr_WriteUnraisable(callback);
+    Py_XDECREF(result);
+    return 0;
+}
+
+static void tick(void) { /* under mu */
+    if (direct) {
+        struct sigaction sa;
+        if (sigaction(signum, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
+            pthread_kill(target, signum);
+    } else if (!atomic_exchange(&queued, 1)) { /* else the last one has not run: the main thread is in C */
+        if (Py_AddPendingCall(fire, (void *)gen) != 0) atomic_store(&queued, 0); /* CPython's queue is full */
+    }
+    ticks++;
+}
+
 static void *loop(void *unused) {
     (void)unused;
     pthread_mutex_lock(&mu);
@@ -54,15 +88,7 @@ static void *loop(void *unused) {
         if (!running || now < at) continue;
         at += period_ns;
         due = from_ns(at > now ? at : now + period_ns); /* fallen behind (a descheduled thread): no burst */
-        /* Under mu, so that no trip comes after stop() returns: async-signal-safe, it never blocks. */
-        if (direct) { /* never where the signal would take its default action, which ends the process */
-            struct sigaction now_sa;
-            if (sigaction(signum, NULL, &now_sa) == 0 && now_sa.sa_handler != SIG_DFL && now_sa.sa_handler != SIG_IGN)
-                pthread_kill(target, signum);
-        } else {
-            PyErr_SetInterruptEx(signum); /* a no-op where the Python handler is SIG_DFL or SIG_IGN */
-        }
-        trips++;
+        tick(); /* under mu, so that nothing is sent after stop() returns; neither way blocks */
     }
     return NULL;
 }
@@ -80,16 +106,19 @@ static void after_fork_in_child(void) { /* the thread is not in the child: a lat
     init_cv();
     have_thread = 0;
     running = 0;
+    atomic_store(&queued, 0);
 }
 
 static PyObject *tick_start(PyObject *self, PyObject *args) {
     (void)self;
     long long interval_ns;
-    unsigned long long thread_id = 0;
+    PyObject *cb;
     int sig;
-    if (!PyArg_ParseTuple(args, "Li|K:start", &interval_ns, &sig, &thread_id)) return NULL;
-    if (interval_ns < 10000 || sig < 1) {
-        PyErr_SetString(PyExc_ValueError, "start: interval_ns must be at least 10000 and signum positive");
+    unsigned long long thread_id;
+    if (!PyArg_ParseTuple(args, "LOiK:start", &interval_ns, &cb, &sig, &thread_id)) return NULL;
+    if (interval_ns < 10000 || !PyCallable_Check(cb) || (thread_id != 0 && sig < 1)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "start: interval_ns must be at least 10000, callback callable, and signum positive with a thread");
         return NULL;
     }
     pthread_mutex_lock(&mu);
@@ -107,15 +136,22 @@ static PyObject *tick_start(PyObject *self, PyObject *args) {
         }
         have_thread = 1;
     }
+    gen++;
     running = 1;
     signum = sig;
     direct = thread_id != 0;
     target = (pthread_t)thread_id;
     period_ns = interval_ns;
-    trips = 0;
+    ticks = 0;
     due = from_ns(now_ns() + interval_ns);
+    uintptr_t g = gen;
     pthread_cond_signal(&cv);
     pthread_mutex_unlock(&mu);
+    PyObject *old = callback;
+    Py_INCREF(cb);
+    callback = cb;
+    callback_gen = g;
+    Py_XDECREF(old);
     Py_RETURN_NONE;
 }
 
@@ -123,16 +159,21 @@ static PyObject *tick_stop(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
     pthread_mutex_lock(&mu);
+    gen++;
     running = 0;
-    unsigned long n = trips;
+    unsigned long n = ticks;
     pthread_cond_signal(&cv);
     pthread_mutex_unlock(&mu);
+    callback_gen = 0;
+    Py_CLEAR(callback);
     return PyLong_FromUnsignedLong(n);
 }
 
 static PyMethodDef methods[] = {
-    {"start", tick_start, METH_VARARGS, "start(interval_ns, signum): trip signum every interval_ns."},
-    {"stop", tick_stop, METH_NOARGS, "stop() -> the number of trips since start: none after it returns."},
+    {"start", tick_start, METH_VARARGS,
+     "start(interval_ns, callback, signum, thread_id): every interval, callback(frame) in the main thread by a "
+     "pending call (thread_id 0), or signum sent to thread_id."},
+    {"stop", tick_stop, METH_NOARGS, "stop() -> the ticks since start(): nothing after it returns."},
     {NULL, NULL, 0, NULL},
 };
 

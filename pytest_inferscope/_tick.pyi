@@ -1,7 +1,10 @@
 """Type stub for the stack sampler's clock in C, `native/_tick.c` (see native/README.md)."""
 
-def start(interval_ns: int, signum: int, thread_id: int = 0, /) -> None:
-    """Trip `signum` every `interval_ns` (sent to `thread_id` with pthread_kill when not 0) until stop()."""
+from collections.abc import Callable
+from types import FrameType
+
+def start(interval_ns: int, callback: Callable[[FrameType | None], object], signum: int, thread_id: int, /) -> None:
+    """Every interval: callback(frame) in the main thread by a pending call (thread_id 0), or signum to thread_id."""
 
 def stop() -> int:
-    """No trip after it returns; the number of trips since start()."""
+    """Nothing after it returns; the number of ticks since start()."""

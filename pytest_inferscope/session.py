@@ -194,7 +194,7 @@ class InferscopeSession:
     def header_lines(self) -> list[str]:
         cpu = _CPU_LINE[self.settings.cpu].format(ms=self.settings.sample_interval_ms)
         if self.settings.cpu == "sample" and self.settings.sampler == "signal":
-            cpu += " by a signal in the test thread"
+            cpu += " in the test thread"
         lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_line()}"]
         if self.report_dir is not None:
             lines.append(f"inferscope: reports in {self.report_dir}")

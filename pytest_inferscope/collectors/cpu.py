@@ -210,11 +210,13 @@ try:  # the sampler clock in C (native/_tick.c): without it (no C compiler at in
 except ImportError:  # pragma: no cover - the build skips it only without a compiler
     _tick = None  # type: ignore[assignment]
 
-#: The signal number `SignalSampler`'s clock trips: a real-time one, which no tool we know of uses (SIGRTMAX - 2).
+#: The signal `SignalSampler`'s clock sends to the main thread before CPython 3.13: a real-time one, which no tool we
+#: know of uses (SIGRTMAX - 2).
 TICK_SIGNAL: int | None = signal.SIGRTMAX - 2 if hasattr(signal, "SIGRTMAX") else None
-#: CPython wakes the main thread for a signal tripped from a thread of its own from 3.13 on; before, only a signal
-#: the kernel delivers to the main thread does (a trip from our thread waited for the next GIL switch: 0 in 200 ms).
-_TRIP_ONLY = sys.version_info >= (3, 13)
+#: From CPython 3.13 the clock queues pending calls, which wake the main thread's eval loop there, and sends no signal;
+#: before, a pending call from a thread of ours waited for the next GIL switch (none in 200 ms of pure Python at
+#: 10 ms, where 3.13 ran 19).
+_PENDING_CALLS = sys.version_info >= (3, 13)
 _ticking: SignalSampler | None = None  # the sampler the clock feeds now
 
 
@@ -228,10 +230,18 @@ atexit.register(_stop_clock)
 
 
 def _on_tick(signum: int, frame: FrameType | None) -> None:
-    """TICK_SIGNAL's handler, installed once for the process: a trip that comes after its sampler stopped is dropped."""
+    """TICK_SIGNAL's handler, installed once for the process: a signal that comes after its sampler stopped is
+    dropped."""
     sampler = _ticking
     if sampler is not None:
         sampler._on_signal(signum, frame)
+
+
+def _on_pending(frame: FrameType | None) -> None:
+    """The clock's pending call (CPython 3.13+), in the main thread."""
+    sampler = _ticking
+    if sampler is not None:
+        sampler._on_signal(0, frame)
 
 
 class SignalSampler(Sampler):
@@ -239,18 +249,20 @@ class SignalSampler(Sampler):
 
     `Sampler`'s thread needs the GIL for each sample, which the test thread holds while it runs Python: every sample
     is a forced hand-over and back. Here a thread of C (native/_tick.c, never holding the GIL) wakes every interval
-    and has CPython run TICK_SIGNAL's Python handler in the main thread between two bytecodes, with the interrupted
-    frame: no GIL hand-over, and samples at the interval asked for in pure Python, where the thread gets the GIL only
-    every switch interval (5 ms). From CPython 3.13 no signal is sent (the clock "trips" it, PyErr_SetInterruptEx);
-    before, the clock sends it to the main thread alone (pthread_kill), and system calls it interrupts there restart
-    (`siginterrupt(False)`). The wall-clock timer and SIGALRM are left alone: pytest-timeout's signal method works
+    and has CPython run the sampler in the main thread between two bytecodes, with the interrupted frame: no GIL
+    hand-over, and samples at the interval asked for in pure Python, where the thread gets the GIL only every switch
+    interval (5 ms). From CPython 3.13 no signal is sent (the clock queues a pending call, which the main thread runs);
+    before, the clock sends TICK_SIGNAL to the main thread alone (pthread_kill), whose Python handler samples, and the
+    system calls it interrupts there restart (`siginterrupt(False)`), except those that never do (a C `poll` with a
+    timeout fails with EINTR). The wall-clock timer and SIGALRM are left alone: pytest-timeout's signal method works
     beside it. While the test thread is in a C call, the sample waits for the call's return (the frame then is the
     caller's, its line the call's). (ViT-B/16 on an H200 at 10 ms, the mechanism alone: ~0% a call against ~2% for a
     thread that only walks the frames; docs/performance.md, "Session 25 on the H200 host".)
 
-    Only where `unavailable()` says nothing: the C clock built, the main thread (Python runs signal handlers there
-    only), and TICK_SIGNAL without another tool's handler. Its handler stays installed for the process, a no-op
-    between two samplers, so that a signal still on its way at a stop cannot reach a default disposition.
+    Only where `unavailable()` says nothing: the C clock built, the main thread (Python runs signal handlers and
+    pending calls there only), and before 3.13 TICK_SIGNAL without another tool's handler. Its handler stays installed
+    for the process, a no-op between two samplers, so that a signal still on its way at a stop cannot reach a default
+    disposition.
     """
 
     @staticmethod
@@ -264,7 +276,7 @@ class SignalSampler(Sampler):
             )
         if threading.current_thread() is not threading.main_thread():
             return "the test runs outside the main thread, and Python runs signal handlers in the main thread only"
-        if signal.getsignal(TICK_SIGNAL) not in (signal.SIG_DFL, None, _on_tick):
+        if not _PENDING_CALLS and signal.getsignal(TICK_SIGNAL) not in (signal.SIG_DFL, None, _on_tick):
             return f"signal {TICK_SIGNAL} (SIGRTMAX-2), which it uses, has another tool's handler"
         return ""
 
@@ -276,12 +288,15 @@ class SignalSampler(Sampler):
         self._taken: list[tuple[tuple[int, ...], int, int, int | None]] = []  # (stack key, line, when, RSS or None)
         self._busy = False  # the handler is running (a signal then is skipped)
         self._rss = RssFile()
+        _ticking = self
+        if _PENDING_CALLS:
+            _tick.start(int(self.interval_s * 1e9), _on_pending, 0, 0)
+            return
         if signal.getsignal(TICK_SIGNAL) is not _on_tick:
             signal.signal(TICK_SIGNAL, _on_tick)
         # Every time: signal.signal makes system calls interruptible again, and whoever set ours back called it
         signal.siginterrupt(TICK_SIGNAL, False)
-        _ticking = self
-        _tick.start(int(self.interval_s * 1e9), TICK_SIGNAL, 0 if _TRIP_ONLY else threading.main_thread().ident or 0)
+        _tick.start(int(self.interval_s * 1e9), _on_pending, TICK_SIGNAL, threading.main_thread().ident or 0)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Between two bytecodes of the test thread, which may be inside the trace buffer's or the string table's own
@@ -301,7 +316,7 @@ class SignalSampler(Sampler):
     def stop(self) -> None:
         global _ticking
         assert _tick is not None
-        _tick.stop()  # no trip after it returns; one on its way finds _ticking None
+        _tick.stop()  # nothing sent after it returns; a signal on its way finds _ticking None
         _ticking = None
         self._rss.close()
         for key, line, now, rss in self._taken:

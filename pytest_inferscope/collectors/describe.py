@@ -48,7 +48,7 @@ def collectors_info(self: Described) -> list[CollectorInfo]:
         # A thread holding the GIL (pure Python) lets the sampler in only every few ms: say so.
         effective = wall / 1e6 / self.sampler.samples if self.sampler.samples else float("inf")
         got = f"; {self.sampler.samples} samples, one per {effective:.1f} ms" if self.sampler.samples else ""
-        how = " by a signal in the test thread" if isinstance(self.sampler, SignalSampler) else ""
+        how = " in the test thread" if isinstance(self.sampler, SignalSampler) else ""
         cpu = CollectorInfo(
             "cpu",
             True,

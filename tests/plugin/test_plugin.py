@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -345,19 +346,17 @@ def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test
     args = ("--inferscope-sampler=signal", "--inferscope-report=out", "-p", "no:randomly")
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(
-        ["inferscope: cpu stack sampling every 10 ms by a signal in the test thread; memory procfs; gpu *"]
-    )
+    result.stdout.fnmatch_lines(["inferscope: cpu stack sampling every 10 ms in the test thread; memory procfs; gpu *"])
     (report,) = (pytester.path / "out").glob("*/report.json")
     data = json.loads(report.read_text())
     (cpu,) = [c for c in data["collectors"] if c["name"] == "cpu"]
-    assert "by a signal in the test thread" in cpu["mode"] and not cpu["reason"]
+    assert "in the test thread" in cpu["mode"] and not cpu["reason"]
     assert any("spin" in h["function"] for h in data["analysis"]["hotspots"])
     report.unlink()
     xdist = pytester.runpytest_subprocess(*args, "-n", "2")  # xdist's workers run the tests in their main thread too
     xdist.assert_outcomes(passed=1)
     (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
-    assert "by a signal in the test thread" in cpu["mode"] and not cpu["reason"]
+    assert "in the test thread" in cpu["mode"] and not cpu["reason"]
     pytester.makeconftest(
         """
         import signal, pytest
@@ -374,7 +373,7 @@ def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test
     )
     pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
     (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
-    assert "by a signal in the test thread" in cpu["mode"] and not cpu["reason"]  # beside pytest-timeout's alarm
+    assert "in the test thread" in cpu["mode"] and not cpu["reason"]  # beside pytest-timeout's alarm
     pytester.makeconftest(
         """
         import signal
@@ -384,7 +383,10 @@ def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test
     )
     pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
     (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
-    assert "by a signal" not in cpu["mode"] and "another tool's handler" in cpu["reason"]  # the thread sampled, and why
+    if sys.version_info >= (3, 13):  # the clock sends no signal there: the sampler is unaffected
+        assert "in the test thread" in cpu["mode"] and not cpu["reason"]
+    else:  # the thread sampled, and the report says why
+        assert "in the test thread" not in cpu["mode"] and "another tool's handler" in cpu["reason"]
     bad = pytester.runpytest("--inferscope-sampler=alarm")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--inferscope-sampler*alarm*thread*signal*"])
