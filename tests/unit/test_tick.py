@@ -1,0 +1,106 @@
+"""The sampler's clock in C (native/_tick.c), its pending calls driven directly.
+
+On CPython 3.13+ they wake the main thread's eval loop; before, they run when the main thread takes the GIL back, so
+the body here sleeps in short steps: the calls are the same either way.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+import pytest
+
+tick = pytest.importorskip("pytest_inferscope._tick", reason="the sampler clock in C is not built here")
+
+
+def sleep_in_steps(seconds: float, step: float = 0.001) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        time.sleep(step)
+
+
+def sleep_until(done: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Short sleeps until `done()` (a loaded machine runs fewer of them a second), at most `timeout`."""
+    end = time.perf_counter() + timeout
+    while not done() and time.perf_counter() < end:
+        time.sleep(0.001)
+
+
+def test_pending_calls_come_in_the_main_thread_with_its_frame_and_none_after_the_stop() -> None:
+    frames: list[str] = []
+    tick.start(1_000_000, lambda frame: frames.append(frame.f_code.co_name if frame else "?"), 0, 0)
+    try:
+        sleep_until(lambda: len(frames) >= 20)
+    finally:
+        ticks = tick.stop()
+    taken = len(frames)
+    sleep_in_steps(0.01)
+    assert 20 <= taken <= ticks and len(frames) == taken  # none after the stop
+    assert set(frames) == {"sleep_until"}  # the frame the call interrupted
+
+
+def test_one_call_at_most_waits_while_the_main_thread_is_in_c() -> None:
+    calls: list[int] = []
+    tick.start(1_000_000, lambda frame: calls.append(1), 0, 0)
+    try:
+        time.sleep(0.05)  # one C call: ~50 ticks, and no bytecode to run a call at
+        after_sleep = len(calls)
+        sleep_in_steps(0.002)
+    finally:
+        ticks = tick.stop()
+    assert ticks >= 30 and after_sleep <= 1  # no burst of queued calls when it returns
+
+
+def test_a_call_queued_for_a_stopped_callback_does_not_reach_the_next_one() -> None:
+    phase = ["before"]
+    old: list[str] = []
+    new: list[FrameType | None] = []
+    ticks_before: list[int] = []
+    gate = threading.Lock()
+    gate.acquire()
+
+    def switch() -> None:  # while the main thread waits in one C call, where a call queued for `old` waits too
+        time.sleep(0.01)
+        ticks_before.append(tick.stop())
+        phase[0] = "after"
+        tick.start(10_000_000_000, new.append, 0, 0)  # the next tick is 10 s away
+        gate.release()
+
+    tick.start(1_000_000, lambda frame: old.append(phase[0]), 0, 0)
+    switcher = threading.Thread(target=switch)
+    switcher.start()
+    try:
+        gate.acquire()  # returns with the queued call: it finds another callback's start, and calls none
+        sleep_in_steps(0.01)
+    finally:
+        switcher.join()
+        tick.stop()
+    assert ticks_before[0] >= 5 and "after" not in old and new == []
+
+
+def test_an_exception_in_the_callback_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+
+    def bad(frame: FrameType | None) -> None:
+        raise RuntimeError("the sampler failed")
+
+    tick.start(1_000_000, bad, 0, 0)
+    try:
+        sleep_until(lambda: len(reported) >= 5)  # no exception here
+    finally:
+        tick.stop()
+    assert len(reported) >= 5 and all(isinstance(e, RuntimeError) for e in reported)
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="interval_ns"):
+        tick.start(5, print, 0, 0)
+    with pytest.raises(ValueError, match="signum"):
+        tick.start(1_000_000, print, 0, 1)
+    with pytest.raises(TypeError):
+        tick.start(1_000_000, print)
