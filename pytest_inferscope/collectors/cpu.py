@@ -268,21 +268,21 @@ class SignalSampler(Sampler):
     @staticmethod
     def unavailable() -> str:
         """Why this thread cannot be sampled by signal now ("" when it can)."""
-        if _tick is None or TICK_SIGNAL is None:
-            return (
-                "the sampler clock in C (pytest_inferscope._tick) is not built: reinstall with a C compiler"
-                if _tick is None
-                else "this platform has no real-time signals"
-            )
+        if _tick is None:
+            return "the sampler clock in C (pytest_inferscope._tick) is not built: reinstall with a C compiler"
         if threading.current_thread() is not threading.main_thread():
             return "the test runs outside the main thread, and Python runs signal handlers in the main thread only"
-        if not _PENDING_CALLS and signal.getsignal(TICK_SIGNAL) not in (signal.SIG_DFL, None, _on_tick):
+        if _PENDING_CALLS:
+            return ""
+        if TICK_SIGNAL is None:
+            return "before CPython 3.13 it needs a real-time signal, and this platform has none"
+        if signal.getsignal(TICK_SIGNAL) not in (signal.SIG_DFL, None, _on_tick):
             return f"signal {TICK_SIGNAL} (SIGRTMAX-2), which it uses, has another tool's handler"
         return ""
 
     def start(self) -> None:
         global _ticking
-        assert _tick is not None and TICK_SIGNAL is not None  # unavailable() said so
+        assert _tick is not None  # unavailable() said so
         self._last = host_clock_ns()
         self._last_mem = 0
         self._taken: list[tuple[tuple[int, ...], int, int, int | None]] = []  # (stack key, line, when, RSS or None)
@@ -292,6 +292,7 @@ class SignalSampler(Sampler):
         if _PENDING_CALLS:
             _tick.start(int(self.interval_s * 1e9), _on_pending, 0, 0)
             return
+        assert TICK_SIGNAL is not None  # unavailable() said so
         if signal.getsignal(TICK_SIGNAL) is not _on_tick:
             signal.signal(TICK_SIGNAL, _on_tick)
         # Every time: signal.signal makes system calls interruptible again, and whoever set ours back called it
