@@ -24,7 +24,11 @@ from setuptools.command.build_ext import build_ext
 FORCE_ENV = "INFERSCOPE_FORCE_NATIVE_BUILD"
 REPLAY = "pytest_inferscope._replay"
 TICK = "pytest_inferscope._tick"
-PLAIN_C = {REPLAY: "the native replay walk", TICK: "the native sampler clock"}  # no CUDA: a C compiler alone
+#: The extensions of plain C (no CUDA: a C compiler alone): what each is, and what runs where it is not built.
+PLAIN_C = {
+    REPLAY: ("the native replay walk", "the analysis replays in Python"),
+    TICK: ("the native sampler clock", "--inferscope-sampler=signal falls back to the sampler thread"),
+}
 CUPTI_MAJOR = "13"  # nvidia/cu13: where torch's CUDA 13 wheels put the toolkit's headers and libraries
 
 
@@ -74,7 +78,7 @@ class OptionalBuildExt(build_ext):
             self._give_up(None, f"build failed: {exc}")
 
     def build_extension(self, ext: Extension) -> None:
-        if ext.name in PLAIN_C:  # without them the analysis walks in Python, and the pending sampler is not offered
+        if ext.name in PLAIN_C:
             try:
                 super().build_extension(ext)
             except Exception as exc:
@@ -111,7 +115,8 @@ class OptionalBuildExt(build_ext):
         return dict(super().get_output_mapping())
 
     def _give_up(self, ext: Extension | None, reason: str) -> None:
-        what = PLAIN_C.get(ext.name, "the native CUPTI extension") if ext is not None else "the native extensions"
+        cupti = ("the native CUPTI extension", "GPU collection will use cupti-python if installed")
+        what, then = PLAIN_C.get(ext.name, cupti) if ext is not None else ("the native extensions", cupti[1])
         message = f"pytest-inferscope: skipping {what}: {reason}"
         if _forced():
             raise SystemExit(f"{message} ({FORCE_ENV}=1 makes this an error)")
@@ -119,11 +124,7 @@ class OptionalBuildExt(build_ext):
             self._skipped.update(e.name for e in self.extensions)
         else:
             self._skipped.add(ext.name)
-        then = {
-            REPLAY: "the analysis replays in Python",
-            TICK: "--inferscope-sampler=pending falls back to the sampler thread",
-        }.get(ext.name if ext is not None else "", "GPU collection will use cupti-python if installed")
-        print(f"WARNING: {message}. {then.capitalize()}.", file=sys.stderr)
+        print(f"WARNING: {message}. {then[0].upper()}{then[1:]}.", file=sys.stderr)
 
 
 setup(
