@@ -229,19 +229,16 @@ def _stop_clock() -> None:
 atexit.register(_stop_clock)
 
 
-def _on_tick(signum: int, frame: FrameType | None) -> None:
-    """TICK_SIGNAL's handler, installed once for the process: a signal that comes after its sampler stopped is
-    dropped."""
-    sampler = _ticking
-    if sampler is not None:
-        sampler._on_signal(signum, frame)
-
-
 def _on_pending(frame: FrameType | None) -> None:
-    """The clock's pending call (CPython 3.13+), in the main thread."""
+    """The clock's pending call (CPython 3.13+), in the main thread: a sample, or nothing after its sampler stopped."""
     sampler = _ticking
     if sampler is not None:
-        sampler._on_signal(0, frame)
+        sampler._sample(frame)
+
+
+def _on_tick(signum: int, frame: FrameType | None) -> None:
+    """TICK_SIGNAL's handler (before 3.13), installed once for the process: the same."""
+    _on_pending(frame)
 
 
 class SignalSampler(Sampler):
@@ -299,7 +296,7 @@ class SignalSampler(Sampler):
         signal.siginterrupt(TICK_SIGNAL, False)
         _tick.start(int(self.interval_s * 1e9), _on_pending, TICK_SIGNAL, threading.main_thread().ident or 0)
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _sample(self, frame: FrameType | None) -> None:
         # Between two bytecodes of the test thread, which may be inside the trace buffer's or the string table's own
         # code: the handler only walks the stack and appends to a list of its own; names and records come at stop().
         if frame is None or self._busy:
