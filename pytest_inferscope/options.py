@@ -8,8 +8,10 @@ setting means one `OptionSpec` here and one `Settings` field.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from importlib.util import find_spec
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, get_args
@@ -32,12 +34,12 @@ from .rounds import PROFILE_ROUNDS_MAX
 
 __all__ = [
     "OPTIONS", "OPTIONS_BY_NAME", "TRACE_ROUNDS_COUNT", "OptionSpec", "Parse", "Settings", "choice", "default_settings",
-    "fraction", "number", "parse_trace_rounds",
+    "fraction", "number", "parse_trace_rounds", "sampler_in_use",
 ]  # fmt: skip
 
 GpuMode = Literal["auto", "off", "required"]
 CpuMode = Literal["sample", "trace", "off"]
-SamplerKind = Literal["thread", "signal"]
+SamplerKind = Literal["auto", "thread", "signal"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
 ProbeMode = Literal["auto", "on", "off"]
@@ -116,7 +118,21 @@ _LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 _LATENCY_STATS: tuple[str, ...] = get_args(LatencyStat)
 _PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
 _TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
+
 _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
+
+
+@functools.cache
+def sampler_in_use(asked: SamplerKind) -> SamplerKind:
+    """The sampler `--inferscope-sampler=asked` means here: auto is the signal sampler where it sends no signal (CPython
+    3.13+, its clock in C built: `pytest_inferscope._tick`), else the thread. Outside the rounds it took ~0.3 ms (2-core
+    VM, 3.13's pending call) to ~0.5 ms (H200, 3.12's signal) less a test than the thread's hand-overs, and no more a
+    call (docs/performance.md, "Session 27"); before 3.13 it is a real signal, which only the test's author can say
+    their C code survives (EINTR)."""
+    if asked != "auto":
+        return asked
+    return "signal" if sys.version_info >= (3, 13) and find_spec("pytest_inferscope._tick") is not None else "thread"
+
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
@@ -190,15 +206,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "give the sampling interval in milliseconds, from 0.1 to 1000", "5", metavar="MS", toml_type=float,
     ),
     OptionSpec(
-        "sampler", choice(_SAMPLERS), "thread",
+        "sampler", choice(_SAMPLERS), "auto",
         "How the stack is sampled: thread (a thread of the plugin's, which takes the GIL from the test for each "
-        "sample, and from pure Python gets it only every 5 ms) or signal (a clock thread in C has Python run a signal "
-        "handler in the test's own thread, which samples there at the interval asked for, no GIL hand-over; SIGALRM "
-        "and the wall-clock timer stay free for pytest-timeout; before CPython 3.13 it sends a real signal to the main "
-        "thread, whose system calls restart, except those that never do, such as a C extension's own poll() or "
-        "select() with a timeout, which then fail with EINTR; from 3.13 it sends none; in the main thread only, where "
-        "xdist's workers run tests too: elsewhere, or where the C clock is not built, the thread samples and the "
-        "report says why).",
+        "sample, and from pure Python gets it only every 5 ms), signal (a clock thread in C has Python run the sampler "
+        "in the test's own thread between two bytecodes, at the interval asked for, no GIL hand-over; SIGALRM and the "
+        "wall-clock timer stay free for pytest-timeout; from CPython 3.13 it sends no signal, but before it sends a "
+        "real signal to the main thread, whose system calls restart, except those that never do, such as a C "
+        "extension's own poll() or select() with a timeout, which then fail with EINTR; in the main thread only, "
+        "where xdist's workers run tests too: elsewhere, or where the C clock is not built, the thread samples and "
+        "the report says why) or auto (signal from CPython 3.13, where it sends no signal; thread before).",
         f"set the sampler to {_one_of(_SAMPLERS)}", "signal", choices=_SAMPLERS,
     ),
     OptionSpec(

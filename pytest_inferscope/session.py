@@ -26,7 +26,7 @@ from .checks import plan_of, validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
-from .options import lean_rounds_conflict
+from .options import lean_rounds_conflict, sampler_in_use
 from .stackbase import fresh_chunk
 from .warning import InferscopeWarning, async_not_profiled
 
@@ -193,7 +193,7 @@ class InferscopeSession:
 
     def header_lines(self) -> list[str]:
         cpu = _CPU_LINE[self.settings.cpu].format(ms=self.settings.sample_interval_ms)
-        if self.settings.cpu == "sample" and self.settings.sampler == "signal":
+        if self.settings.cpu == "sample" and sampler_in_use(self.settings.sampler) == "signal":
             cpu += " in the test thread"
         lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_line()}"]
         if self.report_dir is not None:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, RawTrace, host_clock_ns
+from ..options import sampler_in_use
 from ..results import CollectorInfo
 from ..rounds import RoundKind, kind_flags, row_kind
 from ..stackbase import fresh_chunk
@@ -48,7 +49,7 @@ class CollectionOptions:
 
     cpu: str = "sample"  # sample | trace | off
     sample_interval_ms: float = 10.0
-    sampler: str = "thread"  # thread | signal (cpu.SignalSampler, where it can)
+    sampler: str = "thread"  # thread | signal (cpu.SignalSampler, where it can) | auto (options.sampler_in_use)
     trace_size_mb: float = 100.0
     trace_spill: str | None = None
     gpu_required: bool = False
@@ -181,7 +182,7 @@ class Collection:
             raise
         if self.options.cpu == "sample":
             interval, ident = self.options.sample_interval_ms, threading.get_ident()
-            unavailable = SignalSampler.unavailable() if self.options.sampler == "signal" else None
+            unavailable = SignalSampler.unavailable() if sampler_in_use(self.options.sampler) == "signal" else None
             if unavailable == "":
                 self.sampler = SignalSampler(self.buffer, interval, ident, tid)
             else:

@@ -122,6 +122,22 @@ def test_no_sample_comes_after_the_stop_and_a_late_signal_or_call_is_dropped() -
     assert sampler.samples == taken
 
 
+def test_auto_the_default_is_the_signal_sampler_from_cpython_3_13_where_it_sends_no_signal() -> None:
+    from pytest_inferscope.options import OPTIONS_BY_NAME, sampler_in_use
+
+    assert OPTIONS_BY_NAME["sampler"].default == "auto"
+    assert sampler_in_use("auto") == ("signal" if sys.version_info >= (3, 13) else "thread")
+    assert sampler_in_use("thread") == "thread" and sampler_in_use("signal") == "signal"
+    coll = Collection(CollectionOptions(sampler="auto", sample_interval_ms=1.0))
+    coll.start()
+    try:
+        coll.run_rounds(lambda: spin_for(0.005), 2, 0)
+    finally:
+        coll.stop()
+    assert isinstance(coll.sampler, SignalSampler) is (sys.version_info >= (3, 13))
+    assert coll.sampler_note == ""  # before 3.13 auto means the thread: nothing to explain
+
+
 @pytest.mark.parametrize("main", [True, False])
 def test_a_collection_asked_for_it_uses_it_on_the_main_thread_and_a_thread_elsewhere(main: bool) -> None:
     out: dict[str, object] = {}
