@@ -58,6 +58,7 @@ MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "sampler": ({"INFERSCOPE_GPU": "off"}, {"cpu": "sample"}),
     "cupti": ({}, {"cpu": "off"}),
     "signal": ({"INFERSCOPE_SAMPLER": "signal"}, {}),  # the default with the stack sampled by signal in the test thread
+    "thread": ({"INFERSCOPE_SAMPLER": "thread"}, {}),  # ... by the sampler's thread (the default before CPython 3.13)
     "before": ({}, {}),  # the default with the warm-up recording no launch call (the schedule before session 17)
 }
 #: modes that run the default with a module constant changed: mode -> (module, name, value)

@@ -11,7 +11,9 @@ plain figure the same calls timed with perf_counter, its loop called from a fres
 stack as the plugin's rounds are (pytest_inferscope/stackbase.py: otherwise the recursion crosses the end of
 a chunk at other places in the two). Modes, interleaved in a rotating order so drift hits them alike:
 `default` (`measure()` with default settings: stack sampling every 10 ms), `cpu_off` (`measure(cpu="off")`:
-rounds and counters only). GPU collection is off (INFERSCOPE_GPU=off) so that the
+rounds and counters only); `--modes` chooses among these and `thread` and `signal` (the default settings with
+`INFERSCOPE_SAMPLER` set: the stack sampled by a thread, or in the test thread by a pending call from CPython 3.13 and a
+signal before; the default is `auto`: signal from 3.13). GPU collection is off (INFERSCOPE_GPU=off) so that the
 figures are the same on a machine with a GPU. Each figure: median over repetitions of (mode median /
 plain median in the same repetition) - 1, its IQR and a 95% bootstrap interval of the median beside it.
 `--pin`: the whole process on one core (the sampler thread shares it with the body, as on a busy machine),
@@ -44,7 +46,7 @@ from benchmarks._common import bootstrap_median_ci, child_json, header, pin_to_o
 from pytest_inferscope.stackbase import fresh_chunk
 
 WARMUP, CALLS = 1, 10
-MODES = ("default", "cpu_off")  # against plain
+MODES = ["default", "cpu_off"]  # against plain; --modes sets them
 
 
 def fib(n: int) -> int:
@@ -126,10 +128,16 @@ def plain(body: Callable[[], Any]) -> float:
     return statistics.median(samples)
 
 
-def profiled(body: Callable[[], Any], cpu: str | None) -> float:
+def profiled(body: Callable[[], Any], cpu: str | None, sampler: str | None = None) -> float:
     from pytest_inferscope import measure
 
-    result = measure(body, rounds=CALLS, warmup=WARMUP, cpu=cpu)
+    if sampler is not None:
+        os.environ["INFERSCOPE_SAMPLER"] = sampler
+    try:
+        result = measure(body, rounds=CALLS, warmup=WARMUP, cpu=cpu)
+    finally:
+        if sampler is not None:
+            del os.environ["INFERSCOPE_SAMPLER"]
     return statistics.median(result.latency.samples_ms)
 
 
@@ -139,8 +147,11 @@ def run_sizes(args: argparse.Namespace, sizes: str) -> dict[str, dict[str, Any]]
     modes = {
         "plain": lambda body: fresh_chunk(plain, body),
         "default": lambda body: profiled(body, None),
+        "thread": lambda body: profiled(body, None, "thread"),
+        "signal": lambda body: profiled(body, None, "signal"),
         "cpu_off": lambda body: profiled(body, "off"),
     }
+    modes = {m: f for m, f in modes.items() if m == "plain" or m in MODES}
     out: dict[str, dict[str, Any]] = {}
     for n in (int(x) for x in sizes.split(",")):
         call = fib_of(n) if args.body == "fib" else make_pipeline(n)
@@ -168,15 +179,18 @@ def over_processes(args: argparse.Namespace, sizes: str) -> int:
     the range. Each process lays out its memory anew (address randomisation, hash seeds), which moved one process's
     median by a few per cent against the next on the 2-core VM: the processes are the samples."""
     child = [sys.executable, str(Path(__file__).resolve()), "--child", "--reps", str(args.reps), "--sizes", sizes]
-    child += ["--body", args.body] + (["--pin"] if args.pin else [])
+    child += ["--body", args.body, "--modes", ",".join(MODES)] + (["--pin"] if args.pin else [])
     got: list[dict[str, dict[str, Any]]] = []
     for k in range(args.processes):
         got.append(child_json(child))
-        figures = "; ".join(f"{label} {statistics.median(r['ratios']['default']):+.1%}" for label, r in got[-1].items())
-        print(f"process {k + 1}/{args.processes}: default {figures}", flush=True)
+        figures = "; ".join(
+            f"{label} " + " ".join(f"{m} {statistics.median(r['ratios'][m]):+.1%}" for m in MODES)
+            for label, r in got[-1].items()
+        )
+        print(f"process {k + 1}/{args.processes}: {figures}", flush=True)
     print(f"\n{args.processes} processes of {args.reps} repetitions; a test = {WARMUP} warm-up + {CALLS} calls\n")
-    print("| body | plain per call | default, median of processes | 95% CI | range | cpu off | 95% CI | range |")
-    print("| --- " * 8 + "|")
+    print("| body | plain per call | " + " | ".join(f"{m}, median of processes | 95% CI | range" for m in MODES) + " |")
+    print("| --- " * (2 + 3 * len(MODES)) + "|")
     for label in got[0]:
         cells = [label, f"{statistics.median(g[label]['plain_ms'] for g in got):.3f} ms"]
         for mode in MODES:
@@ -199,8 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--body", choices=("fib", "pipeline"), default="fib")
     parser.add_argument("--pin", action="store_true", help="run the whole process on one core")
     parser.add_argument("--processes", type=int, default=0, help="K fresh processes, each --reps repetitions")
+    parser.add_argument("--modes", default="default,cpu_off", help="against plain: default, thread, signal, cpu_off")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    MODES[:] = [m for m in args.modes.split(",") if m]
+    if not MODES or set(MODES) - {"default", "thread", "signal", "cpu_off"}:
+        parser.error(f"--modes {args.modes!r}: give one or more of default, thread, signal, cpu_off, comma-separated")
     os.environ["INFERSCOPE_GPU"] = "off"
     sizes = args.sizes or ("19,23" if args.body == "fib" else "16,64")
     if args.child:
@@ -214,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.pin:
         print(f"pinned to core {pin_to_one_core()}")
     print(f"reps {args.reps}; a test = {WARMUP} warm-up + {CALLS} calls\n")
-    print("| body | plain per call | default | IQR | 95% CI | cpu off | IQR | 95% CI | collections in the calls, "
-          "gen 0/1/2 per call: plain, default, cpu off |")  # fmt: skip
-    print("| --- " * 9 + "|")
+    print("| body | plain per call | " + " | ".join(f"{m} | IQR | 95% CI" for m in MODES)
+          + " | collections in the calls, gen 0/1/2 per call: plain, " + ", ".join(MODES) + " |")  # fmt: skip
+    print("| --- " * (3 + 3 * len(MODES)) + "|")
     for label, r in run_sizes(args, sizes).items():
         cells = [label, f"{r['plain_ms']:.3f} ms"]
         for mode in MODES:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sampler thread against the signal sampler on a GPU machine, run after run until a deadline (issue 16):
 # bench_sampler_signal.py (the mechanism: walk-only thread, ITIMER_REAL signal, the C clock, the plugin's two
-# samplers) and bench_real_models.py --modes default,signal (through the plugin), in turn. Each run's table goes to
+# samplers) and bench_real_models.py --modes thread,signal (through the plugin), in turn. Each run's table goes to
 # stdout and its log under $OUT (default ./sampler-pairs-logs). One call of the device tool:
 #
 #   COMMIT=abc1234 DEADLINE_S=540 bash benchmarks/sampler_pairs.sh
@@ -40,8 +40,8 @@ while :; do
         [[ $m == gpt2_generate ]] && calls=10
         echo "### $k $m, 1 + $calls calls ($(date -u +%H:%M:%S))"
         timeout "$left" python3 benchmarks/bench_real_models.py --models "$m" --calls "$calls" --reps "${REPS:-8}" \
-            --modes default,signal --json "$LOGS/run$k.json" ${SMOKE:+--cpu-smoke} >"$LOGS/run$k.log" 2>&1
-        grep -E "^## |^\| (default|signal) " "$LOGS/run$k.log" | sed -E 's/ \(target.*//'
+            --modes thread,signal --json "$LOGS/run$k.json" ${SMOKE:+--cpu-smoke} >"$LOGS/run$k.log" 2>&1
+        grep -E "^## |^\| (thread|signal) " "$LOGS/run$k.log" | sed -E 's/ \(target.*//'
     fi
     k=$((k + 1))
 done
