@@ -17,11 +17,19 @@ two trees' results can be compared: `--compare A.json B.json` says where they di
 one worker process per tree, warmed up once, asked in turn (this, other, other, this, ...) so that
 drift in the machine's load falls on both.
 
+`--cold MB` walks MB megabytes of Python objects before each trace's merge (plain Python, no SIMD code),
+so that the merge and analysis start with the CPU caches holding someone else's data, as in a test: there
+the rounds' model code runs between two analyses. Warm repetitions of the same trace read a fraction of it:
+on the 2-core dev VM (2026-11-29, lean ViT-B/16 traces from an H200) `merge` took 0.26-0.30 ms back to
+back and 0.78-0.92 ms after such a walk (1.75 ms after a torch CPU model's calls), and a test's
+`added.analysis_ms` on the H200 host read 3.1-5.5 ms where this benchmark's warm median read 2.4-2.75 ms.
+
     python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz -n 9
     python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz --dump /tmp/new.json
     python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz --dump /tmp/old.json --tree /tmp/main_tree
     python benchmarks/bench_analysis.py --compare /tmp/old.json /tmp/new.json
     python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz -n 9 --against /tmp/main_tree
+    python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz -n 9 --cold 64
 """
 
 from __future__ import annotations
@@ -75,11 +83,20 @@ def _timed_diagnose() -> dict[str, float]:
 class Runner:
     """The traces loaded once; `once()` times merge and analyze of each, in ms."""
 
-    def __init__(self, paths: list[str]) -> None:
+    def __init__(self, paths: list[str], cold_mb: int = 0) -> None:
         from pytest_inferscope.events import RawTrace
 
         self.raws = {self.label(p): RawTrace.load(p) for p in paths}
         self.spent = _timed_diagnose()
+        # `--cold`: one-element lists of ~56 bytes each, walked in their order of allocation (spread over the heap)
+        self._junk = [[i] for i in range(cold_mb * (1 << 20) // 56)]
+
+    def evict(self) -> int:
+        """Walk the junk (`--cold`): the caches then hold it, not the analysis's code and data."""
+        total = 0
+        for cell in self._junk:
+            total += cell[0]
+        return total
 
     @staticmethod
     def label(path: str) -> str:
@@ -92,6 +109,8 @@ class Runner:
 
         out = {}
         for name, raw in self.raws.items():
+            if self._junk:
+                self.evict()
             t0 = time.perf_counter()
             timeline = merge(raw)
             t1 = time.perf_counter()
@@ -153,10 +172,10 @@ def differences(a: Any, b: Any, rtol: float, where: str = "") -> list[str]:
     return [f"{where}: {a!r} against {b!r}"]
 
 
-def _worker(tree: Path, paths: list[str]) -> None:
+def _worker(tree: Path, paths: list[str], cold_mb: int) -> None:
     """Answer each line on stdin with one repetition's times (JSON on one line)."""
     _import_tree(tree)
-    runner = Runner(paths)
+    runner = Runner(paths, cold_mb)
     runner.once()  # untimed: lazy imports, first allocations
     print(json.dumps({"ready": True}), flush=True)
     for _ in sys.stdin:
@@ -191,11 +210,13 @@ def _table(results: dict[str, list[dict[str, dict[str, float]]]]) -> list[str]:
     return lines
 
 
-def run_trees(trees: dict[str, Path], paths: list[str], n: int) -> dict[str, list[dict[str, dict[str, float]]]]:
+def run_trees(
+    trees: dict[str, Path], paths: list[str], n: int, cold_mb: int = 0
+) -> dict[str, list[dict[str, dict[str, float]]]]:
     """N repetitions of each tree's worker, alternating which goes first."""
     procs = {}
     for label, tree in trees.items():
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree), *paths]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(tree), "--cold", str(cold_mb), *paths]
         procs[label] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     for p in procs.values():
         assert p.stdout is not None
@@ -226,10 +247,13 @@ def main() -> None:
     ap.add_argument("--rtol", type=float, default=1e-9)
     ap.add_argument("--against", metavar="TREE", help="also time this other tree, interleaved")
     ap.add_argument("--tree", metavar="TREE", help="with --dump: the tree whose code runs (default: this one)")
+    ap.add_argument(
+        "--cold", type=int, default=0, metavar="MB", help="walk MB of objects before each trace (cold caches)"
+    )
     ap.add_argument("--worker", metavar="TREE", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        _worker(Path(args.worker), args.paths)
+        _worker(Path(args.worker), args.paths, args.cold)
         return
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -249,8 +273,9 @@ def main() -> None:
     trees = {f"this {_commit(_common.ROOT)}": _common.ROOT}
     if args.against:
         trees = {f"other {_commit(Path(args.against))}": Path(args.against), **trees}
-    print(f"traces: {', '.join(args.paths)}; {args.n} repetitions, trees: {', '.join(trees)}")
-    results = run_trees(trees, args.paths, args.n)
+    cold = f"; caches evicted before each trace ({args.cold} MB walked)" if args.cold else ""
+    print(f"traces: {', '.join(args.paths)}; {args.n} repetitions, trees: {', '.join(trees)}{cold}")
+    results = run_trees(trees, args.paths, args.n, args.cold)
     print("\n".join(_table(results)))
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
