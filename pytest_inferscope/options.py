@@ -118,7 +118,6 @@ _LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 _LATENCY_STATS: tuple[str, ...] = get_args(LatencyStat)
 _PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
 _TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
-
 _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 
@@ -126,9 +125,9 @@ _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 def sampler_in_use(asked: SamplerKind) -> SamplerKind:
     """The sampler `--inferscope-sampler=asked` means here: auto is the signal sampler where it sends no signal (CPython
     3.13+, its clock in C built: `pytest_inferscope._tick`), else the thread. Outside the rounds it took ~0.3 ms (2-core
-    VM, 3.13's pending call) to ~0.5 ms (H200, 3.12's signal) less a test than the thread's hand-overs, and no more a
-    call (docs/performance.md, "Session 27"); before 3.13 it is a real signal, which only the test's author can say
-    their C code survives (EINTR)."""
+    VM, 3.13's pending call) to ~0.5 ms (H200, 3.12's signal) less a test than the thread's hand-overs, and a call about
+    as much (within half a point; docs/performance.md, "Session 27"); before 3.13 it is a real signal, which only the
+    test's author can say their C code survives (EINTR)."""
     if asked != "auto":
         return asked
     return "signal" if sys.version_info >= (3, 13) and find_spec("pytest_inferscope._tick") is not None else "thread"
