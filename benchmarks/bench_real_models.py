@@ -19,7 +19,9 @@ Modes: `plain`; `default` (measure() with default settings: gpu_rounds="auto"); 
 `measured` (gpu_rounds="measured", the default until 2026-11-25); `all` (gpu_rounds="measured",
 trace_rounds="all": the launch calls recorded in every round, no trace round); `before` (the default as it was
 before the warm-up recorded the launch calls to stand for the trace round: `gpu_rounds.WARMUP_LAUNCH_CALLS`
-off); and the
+off); `profile_first` (the default with the profile rounds run before the trace rounds even when the warm-up stood
+for neither, as before session 27: `schedule.TRACE_FIRST` off); `thread` and `signal` (the default with that stack
+sampler); and the
 parts of the default: `rounds` (CPU sampler off, no GPU collection: the round machinery alone),
 `sampler` (stack sampling, no GPU collection), `cupti` (GPU collection, sampler off).
 
@@ -60,9 +62,13 @@ MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "signal": ({"INFERSCOPE_SAMPLER": "signal"}, {}),  # the default with the stack sampled by signal in the test thread
     "thread": ({"INFERSCOPE_SAMPLER": "thread"}, {}),  # ... by the sampler's thread (the default before CPython 3.13)
     "before": ({}, {}),  # the default with the warm-up recording no launch call (the schedule before session 17)
+    "profile_first": ({}, {}),  # the default with the profile rounds before the trace rounds always (before session 27)
 }
 #: modes that run the default with a module constant changed: mode -> (module, name, value)
-SCHEDULES = {"before": ("pytest_inferscope.collectors.gpu_rounds", "WARMUP_LAUNCH_CALLS", False)}
+SCHEDULES = {
+    "before": ("pytest_inferscope.collectors.gpu_rounds", "WARMUP_LAUNCH_CALLS", False),
+    "profile_first": ("pytest_inferscope.collectors.schedule", "TRACE_FIRST", False),
+}
 TARGETS = {"gpt2_forward": 0.01, "resnet50": 0.01, "gpt2_generate": 0.03, "vit_b16": 0.03}
 
 

@@ -197,7 +197,8 @@ def measure(
     the first that runs as the measured calls did, or `trace_rounds` of them when given) run, and the
     `trace_rounds` calls with the launch calls. Under "auto" with `trace_rounds` unset, the warm-up calls record the
     launch calls too, and one that ran as the measured calls did stands for the trace call (and, gone "trace", for
-    the profile call), which then does not run.
+    the profile call), which then does not run; gone "trace" with a warm-up that stood for neither, the trace call
+    runs first and stands for the profile call when it ran as one would.
     """
     from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 

@@ -311,7 +311,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "up to 3x slower than the rounds after it, since CUPTI's first use slows it, and one more warm-up round "
         "runs when counting it up to 30x slower would decide otherwise; the warm-up records the launch calls too "
         "when --inferscope-trace-rounds is not given, and a warm-up round that ran in step with the measured rounds "
-        "stands for the trace round and, gone trace, for the profile round, which then do not run; trace, with CUPTI "
+        "stands for the trace round and, gone trace, for the profile round, which then do not run; gone trace with a "
+        "warm-up that stood for neither, the trace round runs first and stands for the profile round when it ran in "
+        "step as one would, else the profile rounds follow; trace, with CUPTI "
         "started after the measured rounds only if the body started CUDA, when no CUDA context is active in the "
         "process as the test starts). Unless the marker says otherwise.",
         f"set the GPU rounds to {_one_of(_GPU_ROUNDS)}", "trace", choices=_GPU_ROUNDS,

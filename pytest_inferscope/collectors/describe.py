@@ -99,6 +99,11 @@ def _api_mode(self: Described) -> str:
                 if len(stood) == 2
                 else f"{stood[0]} round"
             )
+        if session.profile_from_trace:
+            return (
+                f"{decided.reason}; the trace round ran first and, in step with the measured rounds, stood for the "
+                "profile round"
+            )
         return decided.reason
     if session.api_note:
         note = session.api_note

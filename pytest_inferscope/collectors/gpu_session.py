@@ -67,6 +67,10 @@ class GpuSession:
         #: Lean: the warm-up rounds (their indices) that stand for the profile round, which then does not run: they
         #: recorded GPU activity as a profile round does and ran in step with the measured rounds (schedule.py).
         self.profile_warmups: list[int] = []
+        #: Lean, the warm-up standing for neither: the trace rounds ran first, and the last ran in step within a profile
+        #: round's allowance, so no profile round ran (schedule.py `_trace_then_profile`; the analyzer reads the trace
+        #: rounds' GPU figures where there is no profile round).
+        self.profile_from_trace = False
         #: auto: the warm-up recorded the launch calls too (`gpu_rounds.WARMUP_LAUNCH_CALLS`), and those of its rounds
         #: that ran in step with the measured rounds stand for the trace round, which then does not run (schedule.py).
         self.warmup_launch_calls = False

@@ -3,7 +3,8 @@
 Warm-up rounds, then the measured rounds (the latency samples; with the speed probe on, made up for
 while the machine was busy: drift.measure_steady), then, when GPU activity is collected, the rounds
 after them: profile rounds in lean mode (a settling round first where the GPU could not be primed), and
-the trace rounds that record the launch calls (collectors/gpu_rounds.py). Every round is a
+the trace rounds that record the launch calls (collectors/gpu_rounds.py); under auto, whose warm-up may
+stand for either, the trace rounds first when it stood for neither (`_trace_then_profile`). Every round is a
 `Collection.round` of its `RoundKind`. The plugin, `measure()`, `inferscope run` and the A/B twin's own
 side all come through `run`; the A/B pair loop (ab/lockstep.py) calls the same `Collection.round`,
 `after_warmup` and `after_measured` between its turns, since the twin process decides when this side's
@@ -129,7 +130,9 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     then the profile rounds (by default up to `lean_trace_rounds`, ending at the first in step with the
     measured rounds), then the trace rounds (by default up to rounds.TRACE_ROUNDS_MAX, ending the same way).
     Auto's warm-up rounds in step with the measured rounds stand for the profile or trace rounds, which then do
-    not run (`_warmups_stand_in`); when they stand for all of them, nothing runs here.
+    not run (`_warmups_stand_in`); when they stand for all of them, nothing runs here, and when for neither, the trace
+    rounds run first and the profile rounds only where the last trace round could not stand for them
+    (`_trace_then_profile`).
     """
     return _after_measured(coll, body, first_index) if rounds_after_due(coll) else None
 
@@ -141,8 +144,10 @@ def _after_measured(coll: Collection, body: Callable[[], R], first_index: int) -
     traced = bool(gpu.trace_warmups)  # the warm-up stood for the trace rounds: none runs
     gpu.synchronize()  # the measured rounds' GPU work finished before the switch
     if gpu.lean:  # lean: CUPTI starts here (launch calls off when it can) and records until stop()
-        stood_in = bool(gpu.profile_warmups)  # then no profile round: the launch calls stay on for the trace rounds
-        if not gpu.begin_profile(launch_calls=stood_in):
+        # no profile round (the warm-up stood for it), or the trace rounds first (`_trace_first`): launch calls stay on
+        first = _trace_first(coll)
+        stood_in = bool(gpu.profile_warmups)
+        if not gpu.begin_profile(launch_calls=stood_in or first):
             return None
         # The first GPU operation after CUPTI starts is slow (the first round ran 14-18% slower on
         # ResNet-50 and ViT-B/16, H100; +190% against +60% for a first call without CUPTI, small forward
@@ -155,6 +160,8 @@ def _after_measured(coll: Collection, body: Callable[[], R], first_index: int) -
                 result = (body(),)
             result = None  # let go before the next call (see `run`)
             first_index += 1
+        if first:
+            return _trace_then_profile(coll, body, first_index, n)
         if not stood_in:
             switched = not gpu.api_on  # else the profile rounds record the launch calls too
             ran, result = _until_in_step(coll, body, first_index, n, RoundKind.PROFILE)
@@ -178,6 +185,52 @@ def _after_measured(coll: Collection, body: Callable[[], R], first_index: int) -
     finally:
         gpu.switch_launch_calls(False)
     return result
+
+
+#: Lean, when the warm-up stood for neither round after the measured ones: the trace rounds run first, and one in step
+#: within a profile round's allowance stands for the profile round too (`_trace_then_profile`).
+TRACE_FIRST = True
+
+
+def _trace_first(coll: Collection) -> bool:
+    """Whether the rounds after the measured ones begin with the trace rounds: auto gone lean, the numbers of profile
+    and trace rounds not given (`until_in_step`), the launch calls switchable, and the warm-up standing for neither.
+    `--inferscope-gpu-rounds=trace` keeps its profile rounds first, as it says."""
+    gpu = coll.gpu_session
+    return (
+        TRACE_FIRST
+        and coll.options.gpu_rounds == "auto"
+        and coll.options.until_in_step
+        and coll.options.trace_rounds is not None
+        and not gpu.api_note
+        and not gpu.profile_warmups
+        and not gpu.trace_warmups
+    )
+
+
+def _trace_then_profile(coll: Collection, body: Callable[[], R], first_index: int, n_profile: int) -> tuple[R] | None:
+    """The trace rounds (launch calls on since CUPTI started), until one is in step; when that one ran within a profile
+    round's allowance too, the GPU figures are read from it, as from a warm-up standing for the profile round (the
+    same records, the same bound: `_warmups_stand_in`), and no profile round runs (`GpuSession.profile_from_trace`;
+    the analyzer, finding none, reads the trace rounds). Else the launch calls go off and the profile rounds run, until
+    one is in step. A test whose warm-up ran out of step ran a profile round and a trace round here; now one round,
+    where the trace round ran in step: 4 of 24 ViT-B/16 tests on a loaded H200 host ran both (docs/performance.md,
+    "Session 27 on the H200 host")."""
+    gpu = coll.gpu_session
+    stands = False
+    try:
+        ran, result = _until_in_step(coll, body, first_index, max(coll.options.trace_rounds or 0, TRACE_ROUNDS_MAX),
+                                     RoundKind.TRACE)  # fmt: skip
+        stands = not coll.running or _in_step(coll, RoundKind.TRACE, RoundKind.PROFILE)
+        if not stands:
+            result = None  # let go before the next call (see `run`)
+            gpu.synchronize()
+    finally:
+        off = gpu.switch_launch_calls(False)
+    if stands or not off:  # stood for the profile round; or the profile rounds would record the launch calls
+        gpu.profile_from_trace = stands and coll.running
+        return result
+    return _until_in_step(coll, body, first_index + ran, n_profile, RoundKind.PROFILE)[1]
 
 
 def _until_in_step(coll: Collection, body: Callable[[], R], first: int, n: int, kind: RoundKind
@@ -231,12 +284,13 @@ def _warmups_stand_in(coll: Collection) -> None:
         gpu.trace_warmups = standing(RoundKind.TRACE)
 
 
-def _in_step(coll: Collection, kind: RoundKind) -> bool:
-    """Whether the last round (of `kind`) ran as the measured rounds did, but for its records (rounds.in_step)."""
+def _in_step(coll: Collection, kind: RoundKind, allowed: RoundKind | None = None) -> bool:
+    """Whether the last round (of `kind`) ran as the measured rounds did, but for its records (rounds.in_step), with
+    the allowance of its kind or of `allowed`'s."""
     last = coll.last_round
     if last is None or last["kind"] != kind.name:
         return True  # the collection stopped inside the body: no more rounds
     measured = [r["wall_ns"] for r in coll.rounds if r["kind"] == RoundKind.MEASURED.name]
     decision = coll.gpu_session.decision
     cost = decision.estimated_cost if decision is not None and decision.estimated_cost is not None else 0.0
-    return in_step(last["wall_ns"], measured, allowance(kind, coll.gpu_session.lean, cost))
+    return in_step(last["wall_ns"], measured, allowance(allowed or kind, coll.gpu_session.lean, cost))

@@ -276,11 +276,71 @@ def test_auto_without_a_context_at_the_start_goes_lean_and_starts_cupti_once_the
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
     result = api.measure(gpu.launch, rounds=3, warmup=1, cpu="off")
     b = ["body"]
-    # no CUPTI in the warm-up and measured rounds; then a settling round (nothing counted: no prime), the profile
-    # round with the launch calls off, and the trace round with them on
-    assert gpu.calls == [*b * 4, "start", "api off", *b, *b, "api on", *b, "api off", "stop"]
-    assert "no CUDA context in the process when the test started" in _gpu_mode(result)
-    assert len(result.latency.samples_ms) == 3
+    # no CUPTI in the warm-up and measured rounds; then a settling round (nothing counted: no prime) and the trace
+    # round, the launch calls on since CUPTI started: in step, it stands for the profile round, which does not run
+    assert gpu.calls == [*b * 4, "start", *b, *b, "api off", "stop"]
+    mode = _gpu_mode(result)
+    assert "no CUDA context in the process when the test started" in mode
+    assert "the trace round ran first and, in step with the measured rounds, stood for the profile round" in mode
+    assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 1
+    assert any(part.name.endswith("(trace rounds)") for part in result.analysis.breakdown), result.analysis.breakdown
+
+
+@pytest.mark.parametrize("profile_in_step", [True, False])
+def test_a_warmup_standing_for_nothing_runs_the_trace_round_first_and_profile_rounds_only_if_it_is_out_of_step(
+    monkeypatch: pytest.MonkeyPatch, profile_in_step: bool
+) -> None:
+    """auto gone lean, its warm-up out of step for both rounds (a 60 ms first call against 1 ms calls): CUPTI starts
+    after the measured rounds with the launch calls on, for the trace round. In step as a profile round would be too,
+    it stands for it (one round after the measured ones, not two); in step only with a trace round's allowance (its
+    launch calls cost more than a profile round may run over), the launch calls go off and a profile round runs."""
+    from pytest_inferscope.collectors import schedule
+
+    # a trace round's allowance 1, a profile round's 0; the 60 ms warm-up out of step with either; the trace round out
+    # of step with the profile round's allowance when `profile_in_step` is False (the first 1 ms round judged with it)
+    monkeypatch.setattr(
+        schedule, "allowance", lambda kind, lean, cost: 1.0 if kind is schedule.RoundKind.TRACE else 0.0
+    )
+    judged: list[float] = []
+
+    def in_step(wall_ns: float, measured: object, record_cost: float = 0.0) -> bool:
+        if wall_ns >= 30_000_000:
+            return False
+        judged.append(record_cost)
+        return profile_in_step or record_cost > 0 or judged.count(0.0) > 1
+
+    monkeypatch.setattr(schedule, "in_step", in_step)
+    gpu = _RecordingGpu(per_call=400)
+    result = _measure(monkeypatch, gpu, 0.001, first_s=0.06)
+    b = ["body"]
+    after = gpu.calls[len(gpu.calls) - gpu.calls[::-1].index("start") - 1 :]
+    mode = _gpu_mode(result)
+    assert "the warm-up ran in step" not in mode, mode
+    if profile_in_step:  # start (launch calls on), a settling round (no prime on this backend), the trace round
+        assert after == ["start", *b, *b, "api off", "stop"], after
+        assert "the trace round ran first and, in step with the measured rounds, stood for the profile round" in mode
+        assert any(part.name.endswith("(trace rounds)") for part in result.analysis.breakdown)
+    else:  # ... then the launch calls off and the profile round
+        assert after == ["start", *b, *b, "api off", *b, "stop"], after
+        assert "stood for the profile round" not in mode, mode
+        assert any(part.name.endswith("(profile rounds)") for part in result.analysis.breakdown)
+    # the rounds after the measured ones (trace_ms: the trace round, and the profile round where one ran)
+    assert len(result.latency.trace_ms) == (1 if profile_in_step else 2) and len(result.latency.samples_ms) == 3
+
+
+def test_gpu_rounds_trace_asked_for_keeps_its_profile_rounds_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--inferscope-gpu-rounds=trace` (no warm-up recorded, so none stands in) runs the profile rounds first, as it
+    says; only auto's warm-up that stood for neither round begins with the trace round."""
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors import schedule
+    from pytest_inferscope.collectors.gpu import Choice
+
+    monkeypatch.setattr(schedule, "in_step", lambda *_a, **_k: True)
+    gpu = _RecordingGpu(per_call=400)
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+    api.measure(gpu.launch, rounds=3, warmup=1, cpu="off", gpu_rounds="trace")
+    after = gpu.calls[gpu.calls.index("start") :]
+    assert after == ["start", "api off", "body", "body", "api on", "body", "api off", "stop"], after
 
 
 def _gpu_mode(result: TestResult) -> str:
@@ -353,15 +413,17 @@ def test_a_slow_warmup_does_not_stand_for_the_profile_round(monkeypatch: pytest.
         time.sleep(0.02 if len(calls) <= 2 else 0.001)
 
     result = api.measure(body, rounds=3, warmup=1, cpu="off")
-    # After the measured rounds: CUPTI starts with the launch calls off, a settling round (no prime on this backend)
-    # and at least one profile round, then the launch calls on for the trace round(s). How many profile and trace
-    # rounds run depends on this machine's timing of 1 ms rounds; the warm-up's 20 ms does not.
+    # After the measured rounds: CUPTI starts with the launch calls on, a settling round (no prime on this backend) and
+    # the trace round(s); the launch calls off, and profile rounds where the last trace round ran out of a profile
+    # round's allowance. How many of each run depends on this machine's timing of 1 ms rounds; the warm-up's 20 ms,
+    # which stands for neither, does not.
     after = gpu.calls[len(gpu.calls) - gpu.calls[::-1].index("start") - 1 :]
-    on = after.index("api on")
-    assert after[:2] == ["start", "api off"] and after[2:on] == ["body"] * (on - 2) and on - 2 >= 2, after
-    assert after[-2:] == ["api off", "stop"] and after[on + 1 : -2] == ["body"] * (len(after) - on - 3) != [], after
-    assert "stood for the profile round" not in _gpu_mode(result)
-    assert any(part.name.endswith("(profile rounds)") for part in result.analysis.breakdown)
+    off = after.index("api off")
+    assert "api on" not in after and after[0] == "start" and after[1:off] == ["body"] * (off - 1) and off >= 3, after
+    assert after[-1] == "stop" and set(after[off + 1 : -1]) <= {"body"}, after
+    assert "the warm-up ran in step" not in _gpu_mode(result)
+    read_from = "(profile rounds)" if len(after) > off + 2 else "(trace rounds)"
+    assert any(read_from in part.name for part in result.analysis.breakdown), result.analysis.breakdown
 
 
 class _PrimingGpu(_RecordingGpu):
