@@ -34,8 +34,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import header
-
 MODES = ("main", "pinned", "free", "warm")
 
 
@@ -84,18 +82,13 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=8)
     p.add_argument("--cpu-smoke", action="store_true", help="a small model on the CPU, to check the script")
     args = p.parse_args()
-    import torch
-    from bench_real_models import build
-    from bench_sampler_signal import smoke_model
+    from bench_sampler_signal import model_call
 
     from pytest_inferscope.checks import Plan
     from pytest_inferscope.collectors.memory import Counters, ProcFiles
     from pytest_inferscope.postprocess import judge
 
-    device = "cpu" if args.cpu_smoke else "cuda"
-    print("\n".join(header("bench_cold_after_model", f"torch {torch.__version__}; {args.model} on {device}")))
-    call = smoke_model() if args.cpu_smoke else build(args.model, device, False)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    call, sync = model_call("bench_cold_after_model", args.model, args.cpu_smoke)
     with tempfile.TemporaryDirectory() as tmp:
         raws = record(call, args.tests, Path(tmp))
     plan = Plan(nodeid="x", rounds=10, warmup=1)

@@ -196,6 +196,18 @@ def smoke_model() -> Callable[[], Any]:
     return call
 
 
+def model_call(title: str, model: str, cpu_smoke: bool) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """The benchmark's header printed, then `model`'s call on the GPU (`bench_real_models.build`), or `smoke_model`'s on
+    the CPU with `cpu_smoke`, and the device synchronise to follow each call with."""
+    import torch
+    from bench_real_models import build
+
+    device = "cpu" if cpu_smoke else "cuda"
+    print("\n".join(header(title, f"torch {torch.__version__}; {model} on {device}")))
+    call = smoke_model() if cpu_smoke else build(model, device, False)
+    return call, (torch.cuda.synchronize if device == "cuda" else (lambda: None))
+
+
 def block(call: Callable[[], Any], sync: Callable[[], None], calls: int) -> list[float]:
     out = []
     for _ in range(calls):
@@ -214,13 +226,7 @@ def main() -> int:
     p.add_argument("--interval-ms", type=float, default=10.0)
     p.add_argument("--cpu-smoke", action="store_true", help="a tiny model on the CPU, to check the script")
     args = p.parse_args()
-    import torch
-    from bench_real_models import build
-
-    device = "cpu" if args.cpu_smoke else "cuda"
-    print("\n".join(header("bench_sampler_signal", f"torch {torch.__version__}; {args.model} on {device}")))
-    call = smoke_model() if args.cpu_smoke else build(args.model, device, False)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    call, sync = model_call("bench_sampler_signal", args.model, args.cpu_smoke)
     for _ in range(5):
         call()
     sync()
