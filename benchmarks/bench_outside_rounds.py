@@ -36,7 +36,6 @@ sys.path.insert(0, os.environ.get("TREE") or str(Path(__file__).resolve().parent
 from benchmarks._common import header
 
 STEPS: dict[str, list[float]] = defaultdict(list)
-AFTER = ("SETTLING", "PROFILE", "TRACE")  # the kinds of the rounds after the measured ones (rounds.RoundKind)
 
 
 def wrap(owner: Any, names: tuple[str, ...], prefix: str) -> None:
@@ -97,6 +96,7 @@ def main() -> int:
     from pytest_inferscope import api, collectors, measure, postprocess
     from pytest_inferscope.collectors import cpu, devsync, gpu_native, gpu_session, memory
     from pytest_inferscope.events import host_clock_ns
+    from pytest_inferscope.rounds import RoundKind
 
     if args.cpu:
 
@@ -168,7 +168,9 @@ def main() -> int:
 
     collectors.Collection.stop = keep  # type: ignore[method-assign]
     rows = []
-    by_group: dict[str, dict[str, list[float]]] = {g: defaultdict(list) for g in ("only the warm-up", "rounds after")}
+    groups = ("only the warm-up", "rounds after")
+    by_group: dict[str, dict[str, list[float]]] = {g: defaultdict(list) for g in groups}
+    counts = dict.fromkeys(groups, 0)
     for i in range(args.tests + 2):
         mark = {k: len(v) for k, v in STEPS.items()}
         t_in = host_clock_ns()
@@ -210,10 +212,10 @@ def main() -> int:
                 STEPS[k].clear()
             continue
         rows.append(row)
-        group = by_group["rounds after" if any(r["kind"] in AFTER for r in rr) else "only the warm-up"]
-        group["tests"].append(1.0)
+        g = groups[any(RoundKind[r["kind"]].after_measured for r in rr)]
+        counts[g] += 1
         for k, v in STEPS.items():  # this test's ms in each step
-            group[k].append(sum(v[mark.get(k, 0) :]))
+            by_group[g][k].append(sum(v[mark.get(k, 0) :]))
     print("\n| part | median ms | min |\n| --- | --- | --- |")
     for k in rows[0]:
         v = [r[k] for r in rows]
@@ -225,7 +227,6 @@ def main() -> int:
     # The same steps, ms per test by the median, apart for the tests whose warm-up stood for every round after the
     # measured ones (a quiet host's lean test) and those that ran such rounds (CUPTI started and stopped again).
     names = sorted(k for k, ms in STEPS.items() if ms)
-    counts = {g: len(v["tests"]) for g, v in by_group.items()}
     print("\n| step, ms per test (median) | " + " | ".join(f"{g} ({n} tests)" for g, n in counts.items()) + " |")
     print("| --- | --- | --- |")
     for key in names:
