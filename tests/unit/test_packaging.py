@@ -1,0 +1,58 @@
+"""What an install from the wheel holds: every module and data file of the package, as the source tree has them.
+
+Development installs (`pip install -e .`, what the README and CI use) import from the source tree, so a module the
+build leaves out shows only to users of the wheel: a hand-kept package list once left out `pytest_inferscope.ab`,
+and with that wheel installed every pytest run stopped with an INTERNALERROR (the plugin loads with pytest).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "pytest_inferscope"
+#: Built or left behind in a source tree, never shipped as they are: compiled extensions are built by build_ext.
+NOT_SOURCES = {".pyc", ".so"}
+
+
+def source_files() -> set[str]:
+    """The package's files in the source tree (what git tracks, when the tree is a clone)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "pytest_inferscope"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if tracked.returncode == 0 and tracked.stdout.strip():
+        return set(tracked.stdout.split())
+    return {
+        p.relative_to(ROOT).as_posix()
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and p.suffix not in NOT_SOURCES and "__pycache__" not in p.parts
+    }
+
+
+def test_the_build_ships_every_module_and_data_file(tmp_path: Path) -> None:
+    # From a copy of the sources alone: a development install's *.egg-info/SOURCES.txt in the tree lists every file
+    # it was built with, and setuptools ships what it lists as data, which hid the missing package here.
+    sources = source_files()
+    src, lib = tmp_path / "src", tmp_path / "lib"
+    for name in [*sources, "pyproject.toml", "setup.py", "README.md"]:
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, src / name)
+    # build_py copies what the wheel's pure part holds (packages and package data, from pyproject.toml), no compiler
+    built = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        pytest.fail(f"setup.py build_py failed:\n{built.stdout}\n{built.stderr}")
+    shipped = {p.relative_to(lib).as_posix() for p in lib.rglob("*") if p.is_file()}
+    assert {"pytest_inferscope/ab/__init__.py", "pytest_inferscope/reporters/templates/report.html.j2"} <= sources
+    assert sources - shipped == set(), "in the source tree but not in the wheel"
+    assert {f for f in shipped - sources if not f.endswith(".pyc")} == set(), "in the wheel but not tracked"
