@@ -318,11 +318,12 @@ class InferscopeSession:
         props = junit_properties(result, self.report_dir)
         rep.user_properties.extend(props)
         item.user_properties.extend(props)
-        from .reporters.terminal import failure_text
+        from .reporters.terminal import failure_longrepr, failure_text
 
         text = failure_text(result)
         if text and rep.passed:
-            rep.outcome, rep.longrepr = "failed", text
+            # (a FailureRepr is a TerminalRepr to pytest: it reads toterminal and reprcrash, not the class)
+            rep.outcome, rep.longrepr = "failed", failure_longrepr(text, rep.location)  # type: ignore[assignment]
         elif text:
             rep.sections.append(("inferscope thresholds", text))
         return rep

@@ -9,7 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pytest
+
     from .session import InferscopeSession
+
+_FAILED_BY_US = ("inferscope.verdict", "fail")  # a JUnit property (reporters/junit.py), sent with the report
 
 
 class XdistHooks:
@@ -29,3 +33,14 @@ class XdistHooks:
         for note in getattr(node, "workeroutput", {}).get("inferscope_ab_notes", []):
             if note not in self.session.notes:  # every worker sees the tests removed since the ref: said once
                 self.session.notes.append(note)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """A test a worker's plugin failed comes back with its reason as text; pytest 8 reads the short summary's
+        reason from a failure's `reprcrash` only, so it gets one again here (`failure_longrepr`; none on pytest 9)."""
+        if report.when != "call" or not report.failed or not isinstance(report.longrepr, str):
+            return
+        if any(tuple(p) == _FAILED_BY_US for p in report.user_properties):
+            from .reporters.terminal import failure_longrepr
+
+            # (a FailureRepr is a TerminalRepr to pytest: it reads toterminal and reprcrash, not the class)
+            report.longrepr = failure_longrepr(report.longrepr, report.location)  # type: ignore[assignment]

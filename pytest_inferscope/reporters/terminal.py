@@ -7,8 +7,9 @@ only hands its lines to the TerminalReporter, coloured by verdict.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..results import TestResult
 from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, sum_added, verdict_label
@@ -151,6 +152,64 @@ def failure_text(result: TestResult) -> str:
     if failed:
         texts.append(f"inferscope: {len(failed)} threshold(s) crossed\n" + "\n".join(c.message for c in failed))
     return "\n".join(texts)
+
+
+class _Writer(Protocol):
+    """What of pytest's terminal writer a failure's repr uses (the writer's class is not public API)."""
+
+    def line(self, s: str = "") -> None: ...
+
+
+@dataclass
+class FailureCrash:
+    """Where a test failed by the plugin failed, and why: what pytest 8 reads as a failure's `reprcrash` (the short
+    summary's reason, `--tb=line`'s line, JUnit's message)."""
+
+    path: str
+    lineno: int
+    message: str
+
+    def toterminal(self, tw: _Writer) -> None:
+        tw.line(str(self))
+
+    def __str__(self) -> str:
+        first = self.message.partition("\n")[0]
+        return f"{self.path}:{self.lineno}: {first}"
+
+
+@dataclass
+class FailureRepr:
+    """A test failed by the plugin, as pytest 8 shows a failure: its text, with the `reprcrash` it reads the reason
+    from (`failure_longrepr`)."""
+
+    text: str
+    reprcrash: FailureCrash
+
+    def toterminal(self, tw: _Writer) -> None:
+        tw.line(self.text)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def failure_longrepr(text: str, location: tuple[str, int | None, str], major: int | None = None) -> str | FailureRepr:
+    """The `longrepr` of a test the plugin fails (`failure_text`): the text, shown as `pytest.fail(pytrace=False)`
+    shows its message.
+
+    pytest 8 takes the short summary line's reason ("FAILED test_x.py::test_y - ...") from `longrepr.reprcrash`
+    alone, so a text there left the line with the test's id only; pytest 9 reads a text as the reason. Before 9 the
+    text is wrapped with a `reprcrash` at the test's line (`location`: the report's, its line 0-based). Through
+    pytest-xdist a worker sends the text (the wrapper has no traceback to serialise), so on pytest 8 with `-n` the
+    line names the test only; the failures section and JUnit XML carry the text either way. `major`: pytest's major
+    version (the running pytest's unless given)."""
+    if major is None:
+        import pytest
+
+        major = int(pytest.__version__.split(".")[0])
+    if major >= 9:
+        return text
+    path, line, _ = location
+    return FailureRepr(text, FailureCrash(path, (line or 0) + 1, text))
 
 
 def extra_rounds_lines(results: list[TestResult]) -> list[str]:

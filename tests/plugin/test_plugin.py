@@ -86,6 +86,7 @@ def test_crossed_threshold_fails_the_test_with_evidence(pytester: pytest.Pyteste
             time.sleep(0.01)
         """
     )
+    pytester._monkeypatch.setenv("CI", "true")  # the short summary line's reason untrimmed, as on CI
     result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -95,14 +96,49 @@ def test_crossed_threshold_fails_the_test_with_evidence(pytester: pytest.Pyteste
         ]
     )
     assert "report.md" in result.stdout.str()
+    # the short summary names the reason (pytest 8 reads it from the failure's reprcrash, pytest 9 from its text)
+    result.stdout.fnmatch_lines(["FAILED *::test_slow - inferscope: 1 threshold(s) crossed*"])
     case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase")
     assert case is not None and case.find("failure") is not None
+    assert case.find("failure").get("message", "").startswith("inferscope: 1 threshold(s) crossed")  # type: ignore[union-attr]
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert float(props["inferscope.latency_ms.median"]) >= 10
     assert props["inferscope.check.max_latency_ms"] == "failed"
     assert props["inferscope.verdict"] == "fail"
     assert props["inferscope.report"].endswith("report.md")
     assert {"inferscope.bottleneck", "inferscope.confidence"} <= set(props)
+
+
+def test_the_short_summary_gives_the_reason_under_xdist_too(pytester: pytest.Pytester) -> None:
+    """A worker sends the failure's reason as text: on pytest 8, which reads it from a `reprcrash` only, the
+    controller gives it one again (xdist.XdistHooks), so the summary line is the same with `-n` as without."""
+    pytester.makepyfile(
+        """
+        import time, pytest
+
+        @pytest.mark.inferscope(max_latency_ms=1, rounds=3, warmup=0)
+        def test_slow():
+            time.sleep(0.01)
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_own_failure():
+            pytest.fail("the test's own reason", pytrace=False)
+        """
+    )
+    pytester._monkeypatch.setenv("CI", "true")  # the reason untrimmed, as on CI
+    result = pytester.runpytest("-n", "2", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "FAILED *::test_slow - inferscope: 1 threshold(s) crossed*",
+            "*max_latency_ms: median latency * ms exceeds limit 1.000 ms*",
+        ]
+    )
+    # a failure of the test's own keeps its own reason
+    result.stdout.fnmatch_lines(["FAILED *::test_own_failure - *the test's own reason*"])
+    cases = ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
+    messages = {c.get("name"): c.find("failure") for c in cases}
+    assert messages["test_slow"].get("message", "").startswith("inferscope: 1 threshold(s) crossed")  # type: ignore[union-attr]
 
 
 def test_unknown_marker_key_is_a_usage_error_naming_test_key_and_closest(pytester: pytest.Pytester) -> None:

@@ -29,7 +29,12 @@ from pytest_inferscope.reporters.fmt import fmt_ms, fmt_pct
 from pytest_inferscope.reporters.jsonreport import ReportFormatError, load_report, to_json
 from pytest_inferscope.reporters.junit import junit_properties
 from pytest_inferscope.reporters.markdown import render_report
-from pytest_inferscope.reporters.terminal import summary_lines, write_terminal_summary
+from pytest_inferscope.reporters.terminal import (
+    FailureRepr,
+    failure_longrepr,
+    summary_lines,
+    write_terminal_summary,
+)
 from pytest_inferscope.reporters.trace import write_chrome_trace
 from pytest_inferscope.results import (
     SCHEMA_VERSION,
@@ -635,6 +640,35 @@ def test_index_lists_every_test_with_link_latency_and_verdict(tmp_path: Path) ->
     failing = next(t for t in index["tests"] if t["verdict"] == "fail")
     assert failing["failed_checks"] == ["max_latency_ms"] and failing["dropped_events"] == 1234
     assert failing["latency_ms"]["median"] == pytest.approx(float(np.median(SAMPLES)))
+
+
+class _Lines:
+    """A terminal writer's `line`, kept."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def line(self, s: str = "") -> None:
+        self.lines.append(s)
+
+
+def test_a_failure_carries_its_reason_where_pytest_8_reads_it() -> None:
+    text = "inferscope: 1 threshold(s) crossed\nmax_latency_ms: median latency 10.1 ms exceeds limit 1.000 ms"
+    # pytest 9 reads a text longrepr as the reason: left as it is
+    assert failure_longrepr(text, ("tests/test_x.py", 6, "test_y"), major=9) == text
+    # pytest 8 reads only longrepr.reprcrash.message: the text wrapped, at the test's line (the location's is 0-based)
+    rep = failure_longrepr(text, ("tests/test_x.py", 6, "test_y"), major=8)
+    assert isinstance(rep, FailureRepr)
+    assert rep.reprcrash.message == text and str(rep) == text
+    assert str(rep.reprcrash) == "tests/test_x.py:7: inferscope: 1 threshold(s) crossed"  # --tb=line
+    out = _Lines()
+    rep.toterminal(out)
+    assert out.lines == [text]  # the failures section: the text as a string longrepr shows it
+    crash = _Lines()
+    rep.reprcrash.toterminal(crash)
+    assert crash.lines == ["tests/test_x.py:7: inferscope: 1 threshold(s) crossed"]
+    # a test without a line (a report's location may have none)
+    assert str(failure_longrepr(text, ("t.py", None, "t"), major=8).reprcrash).startswith("t.py:1: ")  # type: ignore[union-attr]
 
 
 def test_summary_lines_align_and_show_verdicts() -> None:
