@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 
 # numpy cannot be imported twice in one process, and pytester's inline runs drop modules first
@@ -10,6 +13,15 @@ from collections.abc import Callable
 # import it here, in the test session itself, before any inline run does.
 import numpy  # noqa: F401
 import pytest
+
+
+@functools.cache
+def numpy_imports_ma() -> bool:
+    """Whether `import numpy` alone loads numpy.ma (numpy 1.x does; numpy 2 loads it lazily), in a fresh process:
+    where it does, no code of ours can keep numpy.ma out of a session that uses numpy."""
+    code = "import sys, numpy; print('numpy.ma' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return out.strip() == "True"
 
 
 def gpu_unavailable(needed: int = 1) -> str | None:
