@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import numpy  # noqa: F401
 import pytest
 
 
-@functools.cache
+@pytest.fixture(scope="session")
 def numpy_imports_ma() -> bool:
     """Whether `import numpy` alone loads numpy.ma (numpy 1.x does; numpy 2 loads it lazily), in a fresh process:
     where it does, no code of ours can keep numpy.ma out of a session that uses numpy."""

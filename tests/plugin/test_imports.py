@@ -14,7 +14,6 @@ import json
 import sys
 
 import pytest
-from conftest import numpy_imports_ma
 
 pytest_plugins = ["pytester"]
 
@@ -98,17 +97,19 @@ def test_the_header_says_what_choosing_a_backend_would(monkeypatch: pytest.Monke
     assert select_backend("off").describe() == f"not collected ({GPU_OFF})"
 
 
-def test_profiling_without_a_report_folder_loads_no_report_writers(pytester: pytest.Pytester) -> None:
+def test_profiling_without_a_report_folder_loads_no_report_writers(
+    pytester: pytest.Pytester, numpy_imports_ma: bool
+) -> None:
     heavy, _ = run(pytester, "--inferscope-all", "--inferscope-gpu=off")
     assert {"numpy", "pytest_inferscope.analyzer", "pytest_inferscope.collectors"} <= heavy  # it profiled the test
     assert heavy.isdisjoint({"jinja2", "pytest_inferscope.reporters.folder", "pytest_inferscope.reporters.html"})
-    assert "numpy.ma" not in heavy or numpy_imports_ma()  # numpy 1.x loads it with numpy
+    assert "numpy.ma" not in heavy or numpy_imports_ma  # numpy 1.x loads it with numpy
 
 
-def test_a_report_folder_loads_the_report_writers(pytester: pytest.Pytester) -> None:
+def test_a_report_folder_loads_the_report_writers(pytester: pytest.Pytester, numpy_imports_ma: bool) -> None:
     heavy, _ = run(pytester, "--inferscope-all", "--inferscope-gpu=off", "--inferscope-report=out")
     assert {"jinja2", "pytest_inferscope.reporters.folder", "pytest_inferscope.reporters.html"} <= heavy
-    assert "numpy.ma" not in heavy or numpy_imports_ma()  # numpy 1.x loads it with numpy
+    assert "numpy.ma" not in heavy or numpy_imports_ma  # numpy 1.x loads it with numpy
     assert (pytester.path / "out" / "index.html").is_file()
 
 

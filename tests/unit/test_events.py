@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import numpy_imports_ma
 
 from pytest_inferscope.events import EVENT_DTYPE, unique
 
@@ -28,9 +27,9 @@ def test_unique_gives_what_np_unique_gives(a: np.ndarray) -> None:
     assert got.dtype == want.dtype and got.tolist() == want.tolist()
 
 
-def test_unique_leaves_numpy_ma_unloaded() -> None:
+def test_unique_leaves_numpy_ma_unloaded(numpy_imports_ma: bool) -> None:
     # np.unique's plain call imports numpy.ma on its first use (numpy 2.4), 10-30 ms a process
-    if numpy_imports_ma():
+    if numpy_imports_ma:
         pytest.skip(f"numpy {np.__version__} loads numpy.ma when it is imported: nothing of ours can keep it out")
     code = (
         "import sys, numpy as np; from pytest_inferscope.events import unique; unique(np.arange(5) % 3); "
