@@ -47,6 +47,11 @@ from .gpu_native import DEFAULT_BUFFER_MB, _foreign_profiler, every_api_call, tr
 THREAD_ID_TYPE_SYSTEM = 1  # CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM: gettid(), as threading.get_native_id()
 FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
 BUSY_RESULTS = {26: "CUPTI_ERROR_HARDWARE_BUSY", 39: "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"}
+#: The first buffer CUPTI asks for after a start or a flush; each next one twice the last, up to `buffer_mb`.
+#: cupti-python's own buffer manager allocates the buffers (malloc), so CUPTI clears each one it is handed, all of
+#: it, in the thread that needed it (the native backend hands it zeroed pages instead: native/README.md); a short
+#: collection fills a fraction of even this first one (a lean ViT-B/16 warm-up: ~300 GPU and ~300 API records).
+FIRST_BUFFER_BYTES = 1 << 20
 
 #: (kind, label, required): what start() enables, in native/_cupti.c's order.
 KINDS = (
@@ -108,6 +113,7 @@ class CuptiPythonCollector:
     ) -> None:
         self._cupti = cupti
         self._buffer_size = buffer_mb << 20
+        self._next_buffer = min(FIRST_BUFFER_BYTES, self._buffer_size)  # CUPTI's next request (`_requested`)
         self._driver = driver
         self._converter = RecordConverter(cupti.get_callback_name, Demangler(), max_records)
         self._lock = threading.Lock()  # CUPTI's worker thread adds while the test thread may drain
@@ -127,7 +133,14 @@ class CuptiPythonCollector:
     # -- CUPTI's callbacks (its worker thread, or the thread that flushes) --------------------------
 
     def _requested(self) -> tuple[int, int]:
-        return self._buffer_size, 0
+        """A buffer's size (and no cap on its records): FIRST_BUFFER_BYTES after a start or a flush, then doubling
+        up to `buffer_mb` (two threads asking at once may both get the same size: harmless)."""
+        size = self._next_buffer
+        self._next_buffer = min(size * 2, self._buffer_size)
+        return size, 0
+
+    def _first_buffer_next(self) -> None:
+        self._next_buffer = min(FIRST_BUFFER_BYTES, self._buffer_size)
 
     def _completed(self, activities: Any) -> None:
         t0 = time.perf_counter_ns()
@@ -163,6 +176,7 @@ class CuptiPythonCollector:
         with self._lock:
             self._converter.dropped = self._converter.incomplete = 0
             self.callback_ns = 0
+        self._first_buffer_next()
         self._enabled, self._api_records = [], []
         what = "cuptiGetThreadIdType"
         try:
@@ -307,6 +321,7 @@ class CuptiPythonCollector:
             self._cupti.activity_flush_all(0)
         except Exception as exc:
             raise CuptiError(f"flushing cupti-python's records failed: {exc}") from exc
+        self._first_buffer_next()  # CUPTI asks for a new buffer at the next record
 
     def drain(self) -> tuple[np.ndarray, list[str]]:
         with self._lock:

@@ -279,6 +279,7 @@ class FakeCupti:
         self.callbacks: tuple[Any, Any] | None = None
         self.pending: list[SimpleNamespace] = []
         self.flushes: list[int] = []
+        self.sizes: list[int] = []  # the buffer sizes asked for, in MiB
 
     def get_thread_id_type(self) -> int:
         return self.tid_type
@@ -300,7 +301,9 @@ class FakeCupti:
     def activity_flush_all(self, flag: int) -> None:
         self.flushes.append(flag)
         if self.pending and self.callbacks is not None:
-            assert self.callbacks[0]() == (8 << 20, 0)
+            size, records = self.callbacks[0]()
+            assert records == 0  # no cap on a buffer's records
+            self.sizes.append(size >> 20)
             batch, self.pending = self.pending, []
             self.callbacks[1](batch)
 
@@ -327,12 +330,31 @@ def test_start_collect_stop_drain_with_a_fake_cupti() -> None:
     fake.pending = every_kind()
     collector.stop()
     assert fake.flushes == [0, 1] and not fake.enabled and fake.tid_type == 0
+    assert fake.sizes == [1]  # the first buffer after a start: 1 MiB
     ev, names = collector.drain()
     assert len(ev) == 11 and "square(float*, int)" in names
     assert collector.incomplete() == 1 and collector.dropped() == 0 and collector.callback_ns > 0
     assert collector.timestamp() == 123_456
     assert len(collector.drain()[0]) == 0
     collector.stop()  # idempotent
+
+
+def test_buffers_start_small_after_a_start_or_a_flush_and_double_up_to_the_size_asked_for() -> None:
+    # CUPTI clears every buffer cupti-python's manager hands it: a short collection should not pay for 8 MiB
+    fake = FakeCupti()
+    collector = CuptiPythonCollector(fake, buffer_mb=8)
+    collector.start()
+    assert fake.callbacks is not None
+    request = fake.callbacks[0]
+    assert [request()[0] >> 20 for _ in range(6)] == [1, 2, 4, 8, 8, 8]
+    collector.flush()
+    assert [request()[0] >> 20 for _ in range(2)] == [1, 2]
+    collector.stop()
+    collector.start()
+    assert request()[0] >> 20 == 1
+    collector.stop()
+    one = CuptiPythonCollector(FakeCupti(), buffer_mb=1)  # a cap at the first size: every buffer that size
+    assert [one._requested()[0] >> 20 for _ in range(3)] == [1, 1, 1]
 
 
 class FilteringCupti(FakeCupti):
