@@ -9,7 +9,8 @@ values CUPTI's headers define are repeated below, so the conversion is unit-test
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Iterable
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,6 +116,7 @@ class RecordConverter:
         callback_name: Callable[[int, int], str],
         demangle: Callable[[str], str | None],
         max_records: int = 0,
+        views: RecordViews | None = None,
     ) -> None:
         self.names: list[str] = []
         self.rows: list[Row] = []
@@ -125,6 +127,7 @@ class RecordConverter:
         self._api: dict[tuple[int, int], int] = {}
         self._callback_name = callback_name
         self._demangle = demangle
+        self._views = views  # reads a buffer's records in bulk where it can (RecordViews)
         self._convert: dict[int, Callable[[Any], Row]] = {
             A_KERNEL: self._kernel,
             A_CONCURRENT_KERNEL: self._kernel,
@@ -142,7 +145,10 @@ class RecordConverter:
         """Convert one buffer's records; kinds we did not enable (another client's) are skipped. Returns rows added."""
         rows, convert, cap = self.rows, self._convert, self.max_records
         before = len(rows)
-        for a in activities:
+        if not isinstance(activities, Sequence):
+            activities = list(activities)
+        records = self._views.read(activities) if self._views is not None else None
+        for a in activities if records is None else records:
             fn = convert.get(a.kind)
             if fn is None:
                 continue
@@ -257,3 +263,106 @@ class RecordConverter:
             device = _i16(a.object_id.dcs.device_id)
         name = self.intern(overhead_name(kind))
         return (start, end, 0, a.correlation_id, name, tid, -1, device, K_OVERHEAD, DEV, kind)
+
+
+class RecordViews:
+    """cupti-python's activity objects read in bulk, through their `ptr` and cupti-python's record dtypes.
+
+    Each field read through a cupti-python object goes through `numpy.record.__getattribute__`. Here the records of
+    one class in a buffer are copied out at their addresses with one numpy gather, and each becomes a named tuple of
+    the fields the converters read (READ; nested structs and unions as nested ones, a `name` pointer as its string),
+    which they read as they read the objects. 600 records (API and kernel, cupti-python 13.0.1's classes over memory,
+    the 2-core VM) converted in 13.5-13.8 ms one by one against 2.8-4.5 ms in bulk; on an H200 a lean ViT-B/16 test
+    spent 33.1 against 50.9 ms outside its rounds (2026-11-29). `read` gives None (the objects are read as before)
+    when a class has no dtype of that name in the module, or anything else is unexpected.
+    """
+
+    def __init__(self, module: Any) -> None:
+        # ActivityKernel10 -> activity_kernel10_dtype, ActivityMemcpyPtoP4 -> activity_memcpy_pto_p4_dtype
+        self._dtypes = {
+            name[: -len("_dtype")].replace("_", "").lower(): getattr(module, name)
+            for name in dir(module)
+            if name.startswith("activity_") and name.endswith("_dtype")
+        }
+        self._layouts: dict[type, _Layout | None] = {}
+
+    def read(self, activities: Sequence[Any]) -> list[Any] | None:
+        try:
+            return self._read(activities)
+        except Exception:  # the objects are read one by one instead
+            return None
+
+    def _read(self, activities: Sequence[Any]) -> list[Any] | None:
+        classes = [type(a) for a in activities]
+        ptrs = [a.ptr for a in activities]
+        out: list[Any] = [None] * len(classes)
+        for cls in set(classes):
+            layout = self._layouts.get(cls, ...)
+            if layout is ...:
+                dtype = self._dtypes.get(cls.__name__.lower())
+                layout = self._layouts[cls] = _Layout(dtype) if dtype is not None else None
+            if layout is None:
+                return None
+            where = [i for i, c in enumerate(classes) if c is cls]
+            for i, record in zip(where, layout.records([ptrs[i] for i in where]), strict=True):
+                out[i] = record
+        return out
+
+
+#: The fields the converters read (RecordConverter's `_kernel` ... `_overhead`): a record's other fields (a kernel
+#: record has 50, padding arrays among them) are left out of its named tuple.
+READ = frozenset(
+    ("kind", "start", "end", "correlation_id", "runtime_correlation_id", "name", "stream_id", "device_id", "copy_kind",
+     "src_kind", "dst_kind", "bytes", "src_device_id", "dst_device_id", "memory_kind", "cbid", "thread_id",
+     "return_value", "type", "cuda_event_id", "timestamp", "memory_operation_type", "overhead_kind", "object_kind",
+     "object_id")
+)  # fmt: skip
+
+
+class _Layout:
+    """One record dtype: how its records are copied out of a buffer and made into named tuples of the fields read."""
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self._fields = [n for n in dtype.names or () if n in READ]
+        self._offsets = np.arange(dtype.itemsize, dtype=np.int64)
+        self._strings: dict[int, str] = {}  # one buffer's `name` pointers, read once each
+        self._make = _maker(dtype, self._fields, self._strings)
+
+    def records(self, ptrs: list[int]) -> list[Any]:
+        at = np.array(ptrs, dtype=np.int64)
+        lo = int(at.min())
+        span = int(at.max()) - lo + self.dtype.itemsize
+        memory = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(lo))
+        raw = memory[(at - lo)[:, None] + self._offsets]  # a copy: the buffer goes back to CUPTI after its callback
+        self._strings.clear()  # (not kept across buffers: an address may later hold another name)
+        return [self._make(t) for t in raw.view(self.dtype).ravel()[self._fields].tolist()]
+
+
+def _maker(
+    dtype: np.dtype, fields: list[str] | None = None, strings: dict[int, str] | None = None
+) -> Callable[[tuple[Any, ...]], Any]:
+    """tuple (a record's `tolist()` of `fields`, all of them unless given) -> named tuple of those fields; nested
+    structs made the same way, and an integer field `name` (a `const char *`) read as its string ('' for NULL), as
+    cupti-python's objects give them (`strings`: those read so far, by address)."""
+    names = tuple(fields) if fields is not None else dtype.names or ()
+    record = namedtuple("Record", names, rename=True)  # type: ignore[misc]  # fields known only at run time
+    nested = {i: _maker(dtype[n]) for i, n in enumerate(names) if dtype[n].names}
+    read = {} if strings is None else strings
+    pointer = names.index("name") if "name" in names and dtype["name"].kind in "iu" else -1
+    if not nested and pointer < 0:
+        return record._make
+
+    def make(t: tuple[Any, ...]) -> Any:
+        values = list(t)
+        for i, sub in nested.items():
+            values[i] = sub(values[i])
+        if pointer >= 0:
+            address = values[pointer]
+            text = read.get(address)
+            if text is None:
+                text = read[address] = ctypes.string_at(address).decode("utf-8", "replace") if address else ""
+            values[pointer] = text
+        return record._make(values)
+
+    return make

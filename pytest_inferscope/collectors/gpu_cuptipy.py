@@ -39,6 +39,7 @@ from .cupti_records import (
     DOMAIN_RUNTIME_API,
     Demangler,
     RecordConverter,
+    RecordViews,
 )
 from .devsync import DeviceSync
 from .gpu import max_records_for, require_driver
@@ -115,7 +116,7 @@ class CuptiPythonCollector:
         self._buffer_size = buffer_mb << 20
         self._next_buffer = min(FIRST_BUFFER_BYTES, self._buffer_size)  # CUPTI's next request (`_requested`)
         self._driver = driver
-        self._converter = RecordConverter(cupti.get_callback_name, Demangler(), max_records)
+        self._converter = RecordConverter(cupti.get_callback_name, Demangler(), max_records, RecordViews(cupti))
         self._lock = threading.Lock()  # CUPTI's worker thread adds while the test thread may drain
         self._enabled: list[tuple[int, str]] = []
         self._choice: dict[int, tuple[list[int], int]] = {}  # kind -> (traced callback ids, CBID size)
