@@ -199,9 +199,8 @@ def failure_longrepr(text: str, location: tuple[str, int | None, str], major: in
     pytest 8 takes the short summary line's reason ("FAILED test_x.py::test_y - ...") from `longrepr.reprcrash`
     alone, so a text there left the line with the test's id only; pytest 9 reads a text as the reason. Before 9 the
     text is wrapped with a `reprcrash` at the test's line (`location`: the report's, its line 0-based). Through
-    pytest-xdist a worker sends the text (the wrapper has no traceback to serialise), so on pytest 8 with `-n` the
-    line names the test only; the failures section and JUnit XML carry the text either way. `major`: pytest's major
-    version (the running pytest's unless given)."""
+    pytest-xdist a worker sends the text (the wrapper has no traceback to serialise), and the controller wraps it
+    again (`xdist.XdistHooks`). `major`: pytest's major version (the running pytest's unless given)."""
     if major is None:
         import pytest
 
