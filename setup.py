@@ -151,4 +151,7 @@ setup(
         ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
+    # The wheel says what its extensions are: for the stable ABI of CPython 3.11 and later (cp311-abi3), not for the
+    # one CPython that built it, so one wheel installs on every supported CPython.
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
 )
