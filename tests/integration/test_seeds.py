@@ -73,7 +73,12 @@ def test_collectors_write_to_buffer() -> None:
 
     def body() -> None:
         with scope("inference"):
-            sum(i * i for i in range(100_000))  # synthetic CPU work
+            # synthetic CPU work, 20 ms a round: the sampler's thread gets the GIL from pure Python only at the 5 ms
+            # switch interval, and three rounds of 100,000 squares (~4 ms each on the 2-core VM) left it no sample in
+            # 7 to 10 of 20 lone runs (2026-11-29, before and after session 30's changes alike)
+            end = time.perf_counter() + 0.020
+            while time.perf_counter() < end:
+                sum(i * i for i in range(10_000))
 
     coll.run_rounds(body, rounds=3, warmup=0)
     raw = coll.stop()
