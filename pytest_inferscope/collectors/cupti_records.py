@@ -293,18 +293,18 @@ class RecordViews:
             return None
 
     def _read(self, activities: Sequence[Any]) -> list[Any] | None:
-        classes = [type(a) for a in activities]
-        ptrs = [a.ptr for a in activities]
-        out: list[Any] = [None] * len(classes)
-        for cls in set(classes):
+        by_class: dict[type, list[int]] = {}  # each class's records, by their place in the buffer
+        for i, a in enumerate(activities):
+            by_class.setdefault(type(a), []).append(i)
+        out: list[Any] = [None] * len(activities)
+        for cls, where in by_class.items():
             layout = self._layouts.get(cls, ...)
             if layout is ...:
                 dtype = self._dtypes.get(cls.__name__.lower())
                 layout = self._layouts[cls] = _Layout(dtype) if dtype is not None else None
             if layout is None:
                 return None
-            where = [i for i, c in enumerate(classes) if c is cls]
-            for i, record in zip(where, layout.records([ptrs[i] for i in where]), strict=True):
+            for i, record in zip(where, layout.records([activities[i].ptr for i in where]), strict=True):
                 out[i] = record
         return out
 
