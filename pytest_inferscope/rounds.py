@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # numpy only where arrays are decoded: the plugin imports this module whether or not it profiles
     import numpy as np
 
-#: A ROUND span's flags: bit 1 is the raised bit (collectors.RAISED_FLAG); bits 8-15 hold the RoundKind.
+#: A ROUND span's flags: bit 1 is the raised bit (`RAISED_FLAG`); bits 8-15 hold the RoundKind.
+#: A span (round or scope) whose body raised: a round that raised is no latency sample (the call did not finish).
+RAISED_FLAG = 2
 _KIND_SHIFT = 8
 _KIND_MASK = 0xFF << _KIND_SHIFT
 

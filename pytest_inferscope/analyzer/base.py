@@ -25,7 +25,7 @@ from ..caching import cached_property
 from ..events import Kind, unique
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
-from ..rounds import RoundKind, allowance, in_step, kinds_of, row_kind
+from ..rounds import RAISED_FLAG, RoundKind, allowance, in_step, kinds_of, row_kind
 
 _MS = 1e6
 _MB = 1024 * 1024
@@ -301,8 +301,10 @@ class Rounds:
         warm = rounds[kinds == int(RoundKind.WARMUP)]
         # the rounds after the measured ones (but the settling round), out-of-step profile rounds too
         trace = np.sort(np.concatenate((self._rounds_of(RoundKind.PROFILE), self._rounds_of(RoundKind.TRACE))))
+        # A round whose body raised is no sample: the call did not finish (an assertion, a timeout cut it short).
+        done = (ev["flags"][self.round_idx] & RAISED_FLAG) == 0
         stats = LatencyStats.from_samples(  # (lists of floats: from_samples makes floats of numpy's scalars)
-            self.round_ms.tolist(),
+            self.round_ms[done].tolist(),
             ((ev["end"][warm] - ev["start"][warm]) / _MS).tolist(),
             ((ev["end"][trace] - ev["start"][trace]) / _MS).tolist(),
         )

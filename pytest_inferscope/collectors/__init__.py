@@ -22,7 +22,7 @@ from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, RawTrace, host_clock_ns
 from ..options import sampler_in_use
 from ..results import CollectorInfo
-from ..rounds import RoundKind, kind_flags, row_kind
+from ..rounds import RAISED_FLAG, RoundKind, kind_flags, row_kind
 from ..stackbase import fresh_chunk
 from .cpu import Sampler, SamplerThread, SignalSampler, Tracer
 from .devsync import DeviceSync
@@ -33,7 +33,6 @@ from .modules import ModuleTracker
 from .schedule import RoundSchedule, Steadying, after_measured, run
 
 R = TypeVar("R")
-RAISED_FLAG = 2  # a span whose body raised
 
 _active: Collection | None = None
 
