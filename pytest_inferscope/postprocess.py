@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,7 @@ def process(
     environment: Mapping[str, Any] | None = None,
     writer: ReportWriter | None = None,
     trace_format: str = "json.gz",
+    earlier_runs: Sequence[str] = (),
     **how: Any,
 ) -> tuple[TestResult, Timeline]:
     """Turn one raw collection into a checked, reported `TestResult`: `judge`, then the A/B verdict and the reports.
@@ -62,7 +63,8 @@ def process(
     The plan and the environment are kept in the trace's meta first, so the raw.npz written beside the
     reports says how it was made (`inferscope analyze` re-runs it from there). `writer`: put the report
     files on disk through it (`reporters.writer`). `trace_format`: --inferscope-trace-format (json.gz or
-    json). `how`: `judge`'s keywords.
+    json). `earlier_runs`: the verdicts of the test's runs before this one in the session (a rerun plugin's), which
+    its reports name. `how`: `judge`'s keywords.
     """
     raw.meta["plan"] = dataclasses.asdict(plan)
     raw.meta["environment"] = dict(environment or _meta_dict(raw, "environment"))
@@ -78,6 +80,7 @@ def process(
     submitted = time.perf_counter_ns() - began
     judged = judge(raw, plan, collectors, report_dir=report_dir, **how)
     result = judged.result
+    result.earlier_runs = list(earlier_runs)
     if ab is not None:  # the A/B verdict (ab.controller.finish): a regression fails the test like a check
         result.ab = ab(result)
         if result.ab is not None and result.ab.get("verdict") == "regressed" and result.verdict == "pass":
@@ -104,6 +107,14 @@ def add_time(result: TestResult, key: str, ns: int) -> None:
     if result.added:
         for k in (key, "added_ms"):
             result.added[k] = round((result.added.get(k) or 0.0) + ns / 1e6, 3)
+
+
+def keep_last_run(results: list[TestResult], result: TestResult) -> None:
+    """Append `result`, and where it is a rerun (`result.earlier_runs`: pytest-rerunfailures runs the same item again)
+    drop the run before it: the summary, the index and a saved baseline hold a test's last run, as its folder does."""
+    if result.earlier_runs:
+        results[:] = [r for r in results if r.nodeid != result.nodeid]  # in place: the A/B gate holds this list too
+    results.append(result)
 
 
 def judge(

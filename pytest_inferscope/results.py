@@ -466,6 +466,7 @@ class TestResult(_Serial):
     regression: RegressionVerdict | None = None  # when compared with a baseline (regression.compare_to_baseline)
     ab: dict[str, Any] | None = None  # ab.paired.ABVerdict.to_dict() with --inferscope-ab / --inferscope-ab-python
     added: dict[str, float] = field(default_factory=dict)  # what the plugin added, ms (postprocess.added_time)
+    earlier_runs: list[str] = field(default_factory=list)  # verdicts of this test's runs before, this session (reruns)
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -44,6 +44,8 @@ log = logging.getLogger("pytest_inferscope")
 
 #: Custom analyzer rules, read from the rootdir (docs/custom-rules.md).
 CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
+#: An item's runs before this one in the session: their verdicts (pytest-rerunfailures runs the same item again).
+EARLIER_RUNS = pytest.StashKey[tuple[str, ...]]()
 #: What the header says the CPU collector does, by the cpu setting.
 _CPU_LINE = {"sample": "stack sampling every {ms:g} ms", "trace": "full call tracing", "off": "scopes and rounds only"}
 
@@ -316,8 +318,8 @@ class InferscopeSession:
         from .reporters.junit import junit_properties
 
         props = junit_properties(result, self.report_dir)
-        rep.user_properties.extend(props)
-        item.user_properties.extend(props)
+        for held in (rep.user_properties, item.user_properties):  # a rerun's: this run's only, not the runs' before
+            held[:] = [*(p for p in held if not str(p[0]).startswith("inferscope.")), *props]
         from .reporters.terminal import failure_longrepr, failure_text
 
         text = failure_text(result)
@@ -330,7 +332,7 @@ class InferscopeSession:
 
     def _finish(self, item: pytest.Item, pending: _Pending) -> TestResult:
         from .analyzer import DEFAULT_RULES
-        from .postprocess import Comparison, process
+        from .postprocess import Comparison, keep_last_run, process
         from .reporters.progress import slow_notice
 
         assert pending.raw is not None
@@ -355,6 +357,7 @@ class InferscopeSession:
         if self._load_ns:  # done once for the tests: this one's (postprocess.added_time's load_ms)
             pending.raw.meta["load_ns"], self._load_ns = self._load_ns, 0
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        earlier = item.stash.get(EARLIER_RUNS, ())
         with slow_notice(terminal, item.nodeid, len(pending.raw.events)):  # a line on a tty after 1 s
             result, _ = process(
                 pending.raw,
@@ -374,8 +377,10 @@ class InferscopeSession:
                 ab=functools.partial(self.ab.finish, item.nodeid) if hasattr(self.ab, "finish") else None,
                 writer=self.writer,
                 trace_format=self.settings.trace_format,
+                earlier_runs=earlier,
             )
-        self.results.append(result)
+        item.stash[EARLIER_RUNS] = (*result.earlier_runs, result.verdict)  # a rerun plugin runs the same item again
+        keep_last_run(self.results, result)
         self.note_environment_change(result)
         handle = self.fixtures.get(item.nodeid)
         if handle is not None:
@@ -449,11 +454,11 @@ class InferscopeSession:
         if not self.results and not self.notes:
             return
         from .regression import gate_blind_notes
-        from .reporters.terminal import added_time_line, extra_rounds_lines, write_terminal_summary
+        from .reporters.terminal import session_lines, write_terminal_summary
 
         saving = self.settings.save_baseline is not None
         blind = gate_blind_notes(self.results, alpha=self.settings.alpha, saving=saving)
-        notes = [*self.header_lines()[:1], *extra_rounds_lines(self.results), *added_time_line(self.results), *blind]
+        notes = [*self.header_lines()[:1], *session_lines(self.results), *blind]
         notes += [*self.notes, *getattr(self.ab, "notes", [])]
         column = getattr(self.ab, "column", None)
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)

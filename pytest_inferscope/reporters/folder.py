@@ -258,6 +258,7 @@ def index_entry(result: TestResult) -> dict[str, Any]:
         "failed_checks": [c.key for c in result.failed_checks],
         "checks": {c.key: c.status for c in result.checks},
         "dropped_events": result.dropped_events,
+        "earlier_runs": result.earlier_runs,
         "partial_reason": result.partial_reason,
         "files": dict(result.files),
         "added": dict(result.added),  # what the plugin added, ms, with reports_ms (not in its report.json)

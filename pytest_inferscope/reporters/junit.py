@@ -32,6 +32,8 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
         props.append(("inferscope.added_ms", _num(result.added.get("added_ms"))))
     if result.partial_reason:
         props.append(("inferscope.partial_reason", result.partial_reason))
+    if result.earlier_runs:  # rerun in this session (pytest-rerunfailures): the verdicts of the runs before this one
+        props.append(("inferscope.earlier_runs", ",".join(result.earlier_runs)))
     if report_dir is not None and "md" in result.files:
         props.append(("inferscope.report", str(Path(report_dir) / result.files["md"])))
     if report_dir is not None and "trace" in result.files:

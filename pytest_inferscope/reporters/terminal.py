@@ -227,6 +227,20 @@ def extra_rounds_lines(results: list[TestResult]) -> list[str]:
     ]
 
 
+def rerun_lines(results: list[TestResult]) -> list[str]:
+    """One summary line when tests ran more than once (pytest-rerunfailures, a test given twice): their runs' verdicts
+    in order, since the table, the index and a saved baseline hold only the last."""
+    rerun = [r for r in results if r.earlier_runs]
+    if not rerun:
+        return []
+    shown = "; ".join(f"{r.nodeid}: {', '.join(r.earlier_runs)}, then {r.verdict}" for r in rerun[:3])
+    more = f"; and {len(rerun) - 3} more (`earlier_runs` in index.json)" if len(rerun) > 3 else ""
+    return [
+        f"inferscope: {len(rerun)} test(s) ran more than once in this session (a rerun plugin: pytest-rerunfailures); "
+        f"the table, the index and a saved baseline hold each one's last run. {shown}{more}"
+    ]
+
+
 def added_time_text(results: list[TestResult]) -> str:
     """What the plugin added to the profiled tests' time (`TestResult.added`), summed, in words ('' when unknown)."""
     total, n = sum_added(results)
@@ -237,3 +251,8 @@ def added_time_line(results: list[TestResult]) -> list[str]:
     """The summary's line of `added_time_text`, when there is one."""
     text = added_time_text(results)
     return [f"inferscope: the plugin added {text}"] if text else []
+
+
+def session_lines(results: list[TestResult]) -> list[str]:
+    """The summary's lines about the session's tests: rounds the speed probe added, reruns, what the plugin added."""
+    return [*extra_rounds_lines(results), *rerun_lines(results), *added_time_line(results)]

@@ -257,40 +257,6 @@ def test_a_test_raising_inside_a_scope_fails_with_its_own_error_and_gets_a_parti
     assert not [t for t in threading.enumerate() if t.name == "inferscope-sampler"]
 
 
-def test_a_round_the_body_raised_in_is_no_latency_sample(pytester: pytest.Pytester) -> None:
-    """A call cut short (an assertion, pytest-timeout's signal) did not finish: its round's time is not a latency."""
-    pytester.makepyfile(
-        """
-        import time
-        import pytest
-
-        CALLS = []
-
-        @pytest.mark.inferscope(rounds=3, warmup=1)
-        def test_cut_short():
-            CALLS.append(1)
-            if len(CALLS) == 3:  # the second measured round
-                raise TimeoutError("cut short")
-            time.sleep(0.03)
-
-        @pytest.mark.inferscope(rounds=3, warmup=0)
-        def test_first_call_raises():
-            time.sleep(0.01)
-            raise TimeoutError("at once")
-        """
-    )
-    result = pytester.runpytest("--inferscope-report=out")
-    result.assert_outcomes(failed=2)
-    reports = {d.name.split("__")[1].rsplit("-", 1)[0]: d for d in slug_dirs(pytester.path / "out")}
-    cut = json.loads((reports["test_cut_short"] / "report.json").read_text())
-    assert cut["verdict"] == "partial" and "cut short" in cut["partial_reason"]
-    (sample,) = cut["latency"]["samples_ms"]  # the first measured round; not the second, which raised at once
-    assert sample >= 25.0 and cut["latency"]["median"] == sample
-    first = json.loads((reports["test_first_call_raises"] / "report.json").read_text())
-    assert first["latency"]["samples_ms"] == []
-    assert "no measured round completed" in (reports["test_first_call_raises"] / "report.md").read_text()
-
-
 def test_the_profiled_tests_of_a_session_share_one_sampler_thread_that_ends_with_it(
     pytester: pytest.Pytester,
 ) -> None:

@@ -1,0 +1,91 @@
+"""The plugin beside what other plugins do to a test: a body cut short (pytest-timeout), a test run again
+(pytest-rerunfailures)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+
+def folders(out: Path) -> dict[str, Path]:
+    """Each test's report folder by its function's name, as index.json lists them."""
+    tests = json.loads((out / "index.json").read_text())["tests"]
+    return {t["nodeid"].rsplit("::", 1)[1]: out / t["slug"] for t in tests}
+
+
+def test_a_round_the_body_raised_in_is_no_latency_sample(pytester: pytest.Pytester) -> None:
+    """A call cut short (an assertion, pytest-timeout's signal) did not finish: its round's time is not a latency."""
+    pytester.makepyfile(
+        """
+        import time
+        import pytest
+
+        CALLS = []
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_cut_short():
+            CALLS.append(1)
+            if len(CALLS) == 3:  # the second measured round
+                raise TimeoutError("cut short")
+            time.sleep(0.03)
+
+        @pytest.mark.inferscope(rounds=3, warmup=0)
+        def test_first_call_raises():
+            time.sleep(0.01)
+            raise TimeoutError("at once")
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out")
+    result.assert_outcomes(failed=2)
+    reports = folders(pytester.path / "out")
+    cut = json.loads((reports["test_cut_short"] / "report.json").read_text())
+    assert cut["verdict"] == "partial" and "cut short" in cut["partial_reason"]
+    (sample,) = cut["latency"]["samples_ms"]  # the first measured round; not the second, which raised at once
+    assert sample >= 25.0 and cut["latency"]["median"] == sample
+    first = json.loads((reports["test_first_call_raises"] / "report.json").read_text())
+    assert first["latency"]["samples_ms"] == []
+    assert "no measured round completed" in (reports["test_first_call_raises"] / "report.md").read_text()
+
+
+def test_a_rerun_test_keeps_its_last_run_and_names_the_runs_before(pytester: pytest.Pytester) -> None:
+    """pytest-rerunfailures runs the same item again: one row, one folder, one set of JUnit properties per run."""
+    pytester.makeconftest(
+        """
+        from _pytest.runner import runtestprotocol
+
+        def pytest_runtest_protocol(item, nextitem):  # as pytest-rerunfailures does: the same item, run again
+            for _ in range(3):
+                runtestprotocol(item, nextitem=nextitem, log=True)
+            return True
+        """
+    )
+    pytester.makepyfile(
+        """
+        import time
+        import pytest
+
+        RUN = [0]
+
+        @pytest.fixture
+        def run():
+            RUN[0] += 1
+            return RUN[0]
+
+        @pytest.mark.inferscope(rounds=3, warmup=0, max_latency_ms=15)
+        def test_slow_twice(run):
+            time.sleep(0.03 if run < 3 else 0.001)
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["*1 test(s) ran more than once*test_slow_twice: fail, fail, then pass*"])
+    (entry,) = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    assert entry["verdict"] == "pass" and entry["earlier_runs"] == ["fail", "fail"]
+    (d,) = folders(pytester.path / "out").values()
+    assert "run 3 of this test in the session (the runs before: fail, fail)" in (d / "report.md").read_text()
+    for case in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase"):  # each run's, not accumulated
+        names = [p.get("name") for p in case.iter("property")]
+        assert names.count("inferscope.verdict") == 1, names
