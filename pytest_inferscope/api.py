@@ -68,14 +68,16 @@ class Profile:
         self.timeline: Timeline | None = None
 
 
-def _options(
+def collection_options(
     settings: Settings,
     cpu: str | None,
     trace_rounds: int | str = "all",
     gpu_rounds: str = "measured",
-    profile_rounds: int | None = None,
+    profile_rounds: int | str | None = None,
     until_in_step: bool = False,
+    modules: int | None = None,
 ) -> CollectionOptions:
+    """What a collection does, from the settings and what a call (`measure()`) or a test's plan asked for."""
     lean = profile_rounds if profile_rounds is not None else trace_rounds
     return CollectionOptions(
         trace_rounds=None if trace_rounds == "all" else int(trace_rounds),
@@ -88,7 +90,7 @@ def _options(
         trace_size_mb=settings.trace_size_mb,
         trace_spill=str(settings.trace_spill) if settings.trace_spill else None,
         gpu_required=settings.gpu == "required",
-        modules=settings.modules,
+        modules=settings.modules if modules is None else modules,
     )
 
 
@@ -123,7 +125,7 @@ def collecting(
     if out is not None:
         check_report_dir(Path(out))
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
-    options = _options(settings, cpu, traced, gpu_rounds, profile_rounds, until_in_step)
+    options = collection_options(settings, cpu, traced, gpu_rounds, profile_rounds, until_in_step)
     coll = Collection(options, _gpu_choice(settings.gpu, settings.trace_size_mb), name=name, sampler_thread=_SAMPLER)
     coll.start()
     partial = ""

@@ -16,7 +16,6 @@ import time
 import traceback
 import warnings
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
 from .options import lean_rounds_conflict, sampler_in_use
+from .pending import Pending, is_unittest_case, note_exception
 from .stackbase import fresh_chunk
 from .warning import InferscopeWarning, async_not_profiled
 
@@ -34,9 +34,8 @@ if TYPE_CHECKING:
     from .api import InferscopeFixture
     from .baseline import Baseline
     from .checks import Plan
-    from .collectors import Collection, SamplerThread
+    from .collectors import SamplerThread
     from .collectors.gpu import Choice
-    from .events import RawTrace
     from .reporters.writer import ReportWriter
     from .results import TestResult
 
@@ -48,18 +47,6 @@ CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
 EARLIER_RUNS = pytest.StashKey[tuple[str, ...]]()
 #: What the header says the CPU collector does, by the cpu setting.
 _CPU_LINE = {"sample": "stack sampling every {ms:g} ms", "trace": "full call tracing", "off": "scopes and rounds only"}
-
-
-@dataclass
-class _Pending:
-    """A collection between the call phase and its report."""
-
-    collection: Collection
-    raw: RawTrace | None = None
-    partial: str = ""
-    skipped: bool = False
-    extra: list[Any] = field(default_factory=list)  # collectors from pytest_inferscope_collectors
-    extra_metrics: dict[str, float | None] = field(default_factory=dict)
 
 
 class InferscopeSession:
@@ -77,7 +64,7 @@ class InferscopeSession:
         self.plans: dict[str, Plan] = {}
         self.results: list[TestResult] = []
         self.fixtures: dict[str, InferscopeFixture] = {}
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, Pending] = {}
         self._gpu: Choice | None = None
         self._environment: dict[str, Any] | None = None
         self.baseline: Baseline | None = None  # loaded at session start with --inferscope-compare
@@ -224,6 +211,18 @@ class InferscopeSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+        return (yield from self._profiled_call(pyfuncitem))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
+        """A unittest.TestCase method: pytest runs it through unittest, not pytest_pyfunc_call, and unittest calls the
+        `item.obj` pytest sets on the test case (setUp and tearDown run once, around every round, as fixtures do)."""
+        cls = getattr(item, "cls", None)
+        if not (isinstance(item, pytest.Function) and isinstance(cls, type) and is_unittest_case(cls)):
+            return (yield)
+        return (yield from self._profiled_call(item))
+
+    def _profiled_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
         plan = self.plans.get(pyfuncitem.nodeid)
         original = pyfuncitem.obj
         if plan is None:
@@ -232,26 +231,16 @@ class InferscopeSession:
             warnings.warn(InferscopeWarning(async_not_profiled(pyfuncitem.nodeid)), stacklevel=1)
             return (yield)
         self._prepare()
-        from .collectors import Collection, CollectionOptions, SamplerThread
+        from .api import collection_options
+        from .collectors import Collection, SamplerThread
         from .collectors.schedule import Steadying
 
         s = self.settings
-        options = CollectionOptions(
-            cpu=plan.cpu,
-            sample_interval_ms=s.sample_interval_ms,
-            sampler=s.sampler,
-            trace_size_mb=s.trace_size_mb,
-            trace_spill=str(s.trace_spill) if s.trace_spill else None,
-            gpu_required=s.gpu == "required",
-            modules=plan.modules,
-            trace_rounds=None if plan.trace_rounds == "all" else int(plan.trace_rounds),
-            gpu_rounds=plan.gpu_rounds,
-            lean_trace_rounds=None if plan.lean_trace_rounds == "all" else int(plan.lean_trace_rounds),
-            until_in_step=plan.until_in_step,
-        )
+        options = collection_options(s, plan.cpu, plan.trace_rounds, plan.gpu_rounds, plan.lean_trace_rounds,
+                                     plan.until_in_step, modules=plan.modules)  # fmt: skip
         self._sampler = self._sampler or SamplerThread()  # one for the session: a thread per test cost 0.2-0.3 ms
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid, sampler_thread=self._sampler)
-        pending = self._pending[pyfuncitem.nodeid] = _Pending(coll)
+        pending = self._pending[pyfuncitem.nodeid] = Pending(coll)
 
         probing = s.speed_probe == "on" or (
             s.speed_probe == "auto" and (s.compare is not None or s.save_baseline is not None)
@@ -270,7 +259,11 @@ class InferscopeSession:
             body = lambda: original(*args, **kwargs)  # noqa: E731
             if self.ab is not None:  # A/B: the rounds take turns with the twin's (ab/lockstep.py)
                 return fresh_chunk(self.ab.run_test, pyfuncitem.nodeid, coll, body, plan)  # as run_rounds does
-            result = coll.run_rounds(body, plan.rounds, plan.warmup, steady)
+            try:
+                result = coll.run_rounds(body, plan.rounds, plan.warmup, steady)
+            except BaseException as exc:  # here, not around the yield only: unittest catches what its method raised
+                note_exception(pending, exc)
+                raise
             self.probe_seen.extend(coll.probe_ms)
             return result
 
@@ -280,14 +273,8 @@ class InferscopeSession:
         pending.extra = start_extra_collectors(self.config, pyfuncitem)
         try:
             return (yield)
-        except pytest.skip.Exception:
-            pending.skipped = True
-            raise
-        except (KeyboardInterrupt, SystemExit):
-            pending.skipped = True  # stop collecting, report nothing, let pytest stop
-            raise
         except BaseException as exc:
-            pending.partial = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            note_exception(pending, exc)
             raise
         finally:
             pyfuncitem.obj = original
@@ -330,7 +317,7 @@ class InferscopeSession:
             rep.sections.append(("inferscope thresholds", text))
         return rep
 
-    def _finish(self, item: pytest.Item, pending: _Pending) -> TestResult:
+    def _finish(self, item: pytest.Item, pending: Pending) -> TestResult:
         from .analyzer import DEFAULT_RULES
         from .postprocess import Comparison, keep_last_run, process
         from .reporters.progress import slow_notice

@@ -26,6 +26,11 @@ def render() -> str:
         "error naming the test, the key and what is valid. Markers on a class or module apply to its tests; the",
         "closest marker wins key by key.",
         "",
+        "A `unittest.TestCase` method is profiled as a test function is: its `setUp` and `tearDown` run once, around",
+        "all its rounds, as a test function's fixtures are set up once. An `async def` test is profiled when a plugin",
+        "such as pytest-asyncio hands it to pytest as a plain function; otherwise (anyio, an",
+        "`IsolatedAsyncioTestCase`) it runs once, unprofiled, with a warning saying how to profile the awaited work.",
+        "",
         "| key | valid values | meaning | needs GPU data |",
         "| --- | --- | --- | --- |",
     ]

@@ -89,3 +89,60 @@ def test_a_rerun_test_keeps_its_last_run_and_names_the_runs_before(pytester: pyt
     for case in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase"):  # each run's, not accumulated
         names = [p.get("name") for p in case.iter("property")]
         assert names.count("inferscope.verdict") == 1, names
+
+
+def test_a_unittest_method_is_profiled_in_rounds_between_one_setup_and_teardown(pytester: pytest.Pytester) -> None:
+    """pytest runs a TestCase method through unittest, not pytest_pyfunc_call: marked, or under --inferscope-all, it
+    is profiled too (it once ran unprofiled, with no word), its thresholds gate it, and what it raises is partial."""
+    pytester.makepyfile(
+        test_ut="""
+        import time
+        import unittest
+        import pytest
+
+        CALLS = {"setUp": 0, "tearDown": 0, "body": 0}
+
+        class TestModel(unittest.TestCase):
+            def setUp(self):
+                CALLS["setUp"] += 1
+
+            def tearDown(self):
+                CALLS["tearDown"] += 1
+
+            @pytest.mark.inferscope(rounds=4, warmup=1)
+            def test_forward(self):
+                CALLS["body"] += 1
+                time.sleep(0.002)
+
+            @pytest.mark.inferscope(rounds=3, warmup=0, max_latency_ms=1)
+            def test_too_slow(self):
+                time.sleep(0.005)
+
+            @pytest.mark.inferscope(rounds=3, warmup=0)
+            def test_raises_in_second_round(self):
+                CALLS.setdefault("raises", 0)
+                CALLS["raises"] += 1
+                self.assertLess(CALLS["raises"], 2)
+
+            def test_unmarked(self):
+                time.sleep(0.001)
+
+        def test_zz_counts():
+            # test_forward: one setUp and tearDown around its 1 + 4 calls; the other three tests one each
+            assert (CALLS["setUp"], CALLS["tearDown"], CALLS["body"]) == (4, 4, 5), CALLS
+        """
+    )
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-report=out")
+    result.assert_outcomes(passed=3, failed=2)
+    result.stdout.fnmatch_lines(["*FAILED*test_too_slow - inferscope: 1 threshold(s) crossed*"])
+    reports = folders(pytester.path / "out")
+    assert set(reports) == {"test_forward", "test_too_slow", "test_raises_in_second_round"}
+    forward = json.loads((reports["test_forward"] / "report.json").read_text())
+    assert forward["verdict"] == "pass" and len(forward["latency"]["samples_ms"]) == 4
+    raised = json.loads((reports["test_raises_in_second_round"] / "report.json").read_text())
+    assert raised["verdict"] == "partial" and "AssertionError" in raised["partial_reason"]
+    assert len(raised["latency"]["samples_ms"]) == 1
+
+    every = pytester.runpytest("-p", "no:randomly", "--inferscope-all", "--inferscope-report=all", "-k", "unmarked")
+    every.assert_outcomes(passed=1)
+    assert set(folders(pytester.path / "all")) == {"test_unmarked"}
