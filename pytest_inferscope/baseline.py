@@ -44,6 +44,7 @@ FINGERPRINT_KEYS = {
     "cpu_model": "CPU model",
     "plugin_version": "pytest-inferscope version",
     "pinned_gpu": "GPU pinned to this worker (--inferscope-gpus)",
+    "tracer": "Python tracer or profiler (coverage, a debugger)",
 }
 #: Keys that say which of several alike GPUs ran a test, not what it ran on: under `-n N --inferscope-gpus`
 #: xdist hands a test to whichever worker is free, so it moves between slots from run to run. A move alone

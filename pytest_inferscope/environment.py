@@ -7,6 +7,7 @@ import platform
 import sys
 from functools import cache
 from importlib import metadata
+from types import FunctionType
 from typing import Any
 
 
@@ -53,12 +54,31 @@ def _static() -> dict[str, Any]:
     }
 
 
+def active_tracer() -> str | None:
+    """The Python tracers and profilers hooked into this thread (coverage, a debugger, cProfile), each of which slows
+    every line or call the test's Python runs: `coverage.tracer.CTracer`, a sys.monitoring tool's name; None without."""
+    names = [_hook_name(hook) for hook in (sys.gettrace(), sys.getprofile()) if hook is not None]
+    monitoring = getattr(sys, "monitoring", None)  # CPython 3.12+: coverage's sysmon core, pdb from 3.14
+    if monitoring is not None:
+        names += [name for tool in range(6) if (name := monitoring.get_tool(tool))]
+    return ", ".join(dict.fromkeys(names)) or None
+
+
+def _hook_name(hook: Any) -> str:
+    owner = getattr(hook, "__self__", None)  # a bound method: its class names the tool
+    target = type(owner) if owner is not None else hook if isinstance(hook, FunctionType) else type(hook)
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
+
+
 def collect_environment() -> dict[str, Any]:
-    """Python, CPU, plugin version, and torch/CUDA/GPU facts when torch is already imported.
+    """Python, CPU, plugin version, and torch/CUDA/GPU facts when torch is already imported; the Python tracer or
+    profiler active in this thread, if any (`active_tracer`).
 
     Never imports torch itself: a test session that doesn't use torch must not pay for it.
     """
     env = dict(_static())
+    if (tracer := active_tracer()) is not None:
+        env["tracer"] = tracer
     torch = sys.modules.get("torch")
     if torch is not None:
         env["torch"] = str(getattr(torch, "__version__", "unknown"))  # not torch's TorchVersion: plain data

@@ -167,7 +167,9 @@ def latency_verdict(
                 f"the host CPU ran {100 * abs(drift - 1):.0f}% {'slower' if drift > 1 else 'faster'} than when the "
                 f"baseline was recorded (speed probe); not corrected for, since {not_cpu_bound}."
             )
-    same_env = ([e for e in history if e.fingerprint == entry.fingerprint] or [entry])[-FLOOR_WINDOW:]
+    # (a key an older entry lacks reads "none": a run saved before the key existed is of the same environment)
+    same_env = [e for e in history if not fingerprint_diff(e.fingerprint, entry.fingerprint)] or [entry]
+    same_env = same_env[-FLOOR_WINDOW:]
     floor, usable, new_median = _history_floor(
         same_env, new_ms, new_probe, alpha, min_samples, use_probe=steady is not None
     )

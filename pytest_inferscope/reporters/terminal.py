@@ -253,6 +253,19 @@ def added_time_line(results: list[TestResult]) -> list[str]:
     return [f"inferscope: the plugin added {text}"] if text else []
 
 
+def tracer_lines(results: list[TestResult]) -> list[str]:
+    """One summary line when a Python tracer or profiler (coverage, a debugger) ran beside the profiled tests."""
+    tracers = sorted({str(r.environment["tracer"]) for r in results if r.environment.get("tracer")})
+    if not tracers:
+        return []
+    return [
+        f"inferscope: a Python tracer or profiler was active ({'; '.join(tracers)}): every Python line or call of the "
+        "tests paid for it, so their latency is not what it is without it. A baseline saved without it is not "
+        "compared with this run, nor one saved with it with a run without it."
+    ]
+
+
 def session_lines(results: list[TestResult]) -> list[str]:
-    """The summary's lines about the session's tests: rounds the speed probe added, reruns, what the plugin added."""
-    return [*extra_rounds_lines(results), *rerun_lines(results), *added_time_line(results)]
+    """The summary's lines about the session's tests: rounds the speed probe added, reruns, a tracer beside them, what
+    the plugin added."""
+    return [*extra_rounds_lines(results), *rerun_lines(results), *tracer_lines(results), *added_time_line(results)]

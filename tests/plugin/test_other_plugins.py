@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -146,3 +147,51 @@ def test_a_unittest_method_is_profiled_in_rounds_between_one_setup_and_teardown(
     every = pytester.runpytest("-p", "no:randomly", "--inferscope-all", "--inferscope-report=all", "-k", "unmarked")
     every.assert_outcomes(passed=1)
     assert set(folders(pytester.path / "all")) == {"test_unmarked"}
+
+
+def test_a_tracer_beside_the_tests_is_said_and_keeps_a_baseline_without_it_from_the_comparison(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest-cov's tracer slows every Python line the test runs (a pure-Python body ~3x on the dev VM): a run under
+    one says so, and is not judged against a baseline saved without it."""
+    pytester.makepyfile(
+        test_model="""
+        import time
+        import pytest
+
+        @pytest.mark.inferscope(rounds=5, warmup=1)
+        def test_model():
+            time.sleep(0.005)
+        """
+    )
+    pytester.makeconftest(
+        """
+        import os, sys
+
+        def a_coverage_tracer(frame, event, arg):
+            return None
+
+        def pytest_sessionstart(session):  # where pytest-cov starts coverage
+            if os.environ.get("TRACE") == "1":
+                sys.settrace(a_coverage_tracer)
+        """
+    )
+    plain = pytester.runpytest("-p", "no:randomly", "--inferscope-save-baseline=main")
+    plain.assert_outcomes(passed=1)
+    assert "Python tracer" not in plain.stdout.str()
+    os.environ["TRACE"] = "1"
+    try:
+        traced = pytester.runpytest("-p", "no:randomly", "--inferscope-compare=main", "--inferscope-report=out")
+    finally:
+        del os.environ["TRACE"]
+    traced.assert_outcomes(passed=1)
+    out = traced.stdout.str()
+    assert "a Python tracer or profiler was active (conftest.a_coverage_tracer)" in out
+    assert (
+        "environment differs from baseline 'main' (Python tracer or profiler (coverage, a debugger) differs: "
+        "baseline 'none', this run 'conftest.a_coverage_tracer'.)" in out
+    )
+    (folder,) = folders(pytester.path / "out").values()
+    report = json.loads((folder / "report.json").read_text())
+    assert report["environment"]["tracer"] == "conftest.a_coverage_tracer"
+    assert report["regression"]["verdict"] == "inconclusive"

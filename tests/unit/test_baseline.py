@@ -109,6 +109,7 @@ def test_fingerprint_has_every_key_missing_ones_as_none() -> None:
         "cpu_model": "EPYC",
         "plugin_version": "none",
         "pinned_gpu": "none",
+        "tracer": "none",
     }
     assert fingerprint(ENV)["gpu_model"] == "NVIDIA H200" and "platform" not in fingerprint(ENV)
 

@@ -216,6 +216,15 @@ def test_the_floor_uses_only_runs_of_the_same_environment() -> None:
     assert v.verdict == "regressed" and v.noise_floor is None  # one run of this environment: no floor
 
 
+def test_runs_saved_before_a_fingerprint_key_existed_are_of_the_same_environment() -> None:
+    # The three older runs lack `tracer` (saved before it was a key); the latest has it, as "none": one environment.
+    older = _history([3.0, 3.01, 2.99], seed=60)
+    latest = _entry(_rounds(3.0, 20, 63), [FAST] * 21, fingerprint={"tracer": "none"})
+    new = _rounds(3.0 * 1.10, 20, seed=64)
+    v = compare_to_baseline(latest, _result(new, [FAST] * 21), history=[*older, latest], max_regression=0.05)
+    assert v.verdict == "regressed" and v.noise_floor is not None  # four runs: a floor
+
+
 def test_probe_readings_are_saved_and_loaded_and_a_bad_list_is_an_error(tmp_path: Any) -> None:
     store = BaselineStore(tmp_path)
     result = _result(_rounds(3.0, 5, seed=60), [FAST] * 6)
