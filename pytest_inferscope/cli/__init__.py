@@ -66,13 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
         "everything after '--') goes to the script.",
         "the script raised or exited with a non-zero status (its report is partial)",
     )  # fmt: skip
-    run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] SCRIPT [ARGS ...]"
+    run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] (SCRIPT | -m MODULE) [ARGS ...]"
     run.add_argument("--report", metavar="DIR", help=f"report folder (default: INFERSCOPE_REPORT or {DEFAULT_REPORT})")
     run.add_argument("--rounds", type=count(1), metavar="N", help="measured runs of the script (default 1)")
     run.add_argument("--warmup", type=count(0), metavar="W", help="unmeasured runs before them (default 0)")
     run.add_argument("--cpu", choices=("sample", "trace", "off"), help="CPU collector mode (default: sample)")
-    run.add_argument("script", metavar="SCRIPT", help="the Python file to run")
-    run.add_argument("args", metavar="ARGS", nargs=argparse.REMAINDER, help="arguments for the script")
+    run.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as `python -m MODULE` does, not a file")
+    run.add_argument("args", metavar="ARGS", nargs="*", help="arguments for the script (after SCRIPT or MODULE)")
     run.set_defaults(func=cmd_run)
 
     analyze = _command(
@@ -124,23 +125,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split_run(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
-    """Split `run`'s arguments into inferscope's options, SCRIPT (None when missing) and the script's arguments.
+def _split_run(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """Split `run`'s arguments into inferscope's options, what to run (`[SCRIPT]`, `["-m", MODULE]`, or `[]` when
+    missing) and the script's arguments.
 
-    After SCRIPT only our own long options are ours (until a '--'); anything else is the script's.
+    After SCRIPT or MODULE only our own long options are ours (until a '--'); anything else is the script's.
     """
     valued = {"--report", "--rounds", "--warmup", "--cpu"}
     ours: list[str] = []
     i = 0
-    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":  # before SCRIPT: all ours
+    while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("--", "-m"):  # before SCRIPT: all ours
         take = 2 if argv[i] in valued else 1
         ours.extend(argv[i : i + take])
         i += take
     if i < len(argv) and argv[i] == "--":
         i += 1
     if i >= len(argv):
-        return ours, None, []
-    script, rest, theirs = argv[i], argv[i + 1 :], []
+        return ours, [], []
+    target, rest, theirs = argv[i : i + 2 if argv[i] == "-m" else i + 1], argv[i + (2 if argv[i] == "-m" else 1) :], []
     j = 0
     while j < len(rest):
         a = rest[j]
@@ -156,22 +158,30 @@ def _split_run(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
         else:
             theirs.append(a)
         j += 1
-    return ours, script, theirs
+    return ours, target, theirs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `inferscope` console script; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
+        theirs: list[str] = []
         if args_list[:1] == ["run"]:
-            ours, script, theirs = _split_run(args_list[1:])
-            if script is None and not {"-h", "--help"} & set(ours):
-                raise CliError("inferscope run: no SCRIPT given; e.g. `inferscope run infer.py --batch 8`.")
-            args_list = ["run", *ours, *([script] if script is not None else []), *theirs]
+            ours, target, theirs = _split_run(args_list[1:])
+            if not target and not {"-h", "--help"} & set(ours):
+                raise CliError(
+                    "inferscope run: no SCRIPT or -m MODULE given; e.g. `inferscope run infer.py --batch 8` or "
+                    "`inferscope run -m mypackage.bench --batch 8`."
+                )
+            if target[:1] == ["-m"] and len(target) == 1:
+                raise CliError("inferscope run: -m needs a module name, as python's does: `inferscope run -m pkg.mod`.")
+            args_list = ["run", *ours, *target]  # the script's arguments join after parsing: argparse never reads them
         try:
             args = build_parser().parse_args(args_list)
         except SystemExit as e:  # --help, --version
             return e.code if isinstance(e.code, int) else EXIT_OK
+        if args.command == "run":
+            args.args = theirs
         return int(args.func(args))
     except CliError as e:
         print(str(e), file=sys.stderr)

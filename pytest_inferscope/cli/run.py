@@ -1,8 +1,10 @@
-"""`inferscope run SCRIPT`: profile a Python script as one round (or --rounds of them), no pytest needed."""
+"""`inferscope run SCRIPT` (or `-m MODULE`): profile a Python script as one round (or --rounds of them), no pytest
+needed."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import runpy
 import sys
@@ -16,24 +18,49 @@ from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report
 
 
 @contextmanager
-def _as_main(script: Path, args: list[str]) -> Iterator[None]:
-    """sys.argv and sys.path as `python SCRIPT ARGS` would set them, restored afterwards."""
+def _as_main(script: Path, args: list[str], module: str | None = None) -> Iterator[None]:
+    """sys.argv and sys.path as `python SCRIPT ARGS` (or `python -m MODULE ARGS`: the working directory first on the
+    path) would set them, restored afterwards."""
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args]
-    sys.path.insert(0, str(script.parent))
+    sys.path.insert(0, os.getcwd() if module is not None else str(script.parent))
     try:
         yield
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
-def _exec_script(script: Path) -> None:
-    """One round: run the script as __main__; exiting with status 0 is a normal end."""
+def _exec_script(script: Path, module: str | None = None) -> None:
+    """One round: run the script (or the module) as __main__; exiting with status 0 is a normal end."""
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        if module is not None:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(str(script), run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
             raise
+
+
+def _module_file(module: str) -> Path:
+    """The file `python -m MODULE` runs (a package's __main__.py), found from the working directory; CliError when
+    there is none."""
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
+            spec = importlib.util.find_spec(f"{module}.__main__")
+    except (ImportError, ValueError) as exc:  # a parent package that fails to import, or an empty name
+        raise CliError(f"inferscope run: cannot find module {module!r}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        raise CliError(
+            f"inferscope run: no module named {module!r} (nor a package of that name with a __main__.py) on the "
+            "path from the working directory; give a module as `python -m` takes it, e.g. "
+            "`inferscope run -m mypackage.bench --batch 8`, or the path of a script."
+        )
+    return Path(spec.origin).absolute()
 
 
 def _script_frames(exc: BaseException, script: Path) -> TracebackType | None:
@@ -50,7 +77,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..collectors.gpu import GpuBackendError
     from ..config import ConfigError
 
-    script = Path(args.script).absolute()
+    module: str | None = args.module
+    if module is not None and args.script is not None:  # (`run -m MODULE` passes what follows to the module)
+        raise CliError("inferscope run: give a SCRIPT or -m MODULE, not both.")
+    script = _module_file(module) if module is not None else Path(args.script).absolute()
     if not script.is_file():
         what = "a folder" if script.is_dir() else "not found"
         raise CliError(
@@ -65,15 +95,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_report_folder(report)
     rounds = args.rounds or settings.rounds or 1
     warmup = args.warmup if args.warmup is not None else (settings.warmup or 0)
-    name = os.path.normpath(args.script)  # the test id: `./job.py` and `job.py` compare as one
+    name = module or os.path.normpath(args.script)  # the test id: `./job.py` and `job.py` compare as one
     sink = api.Profile(name)
     failure: BaseException | None = None
-    with _as_main(script, list(args.args)):
+    with _as_main(script, list(args.args), module):
         try:
             with api.collecting(
                 name, sink, rounds=rounds, warmup=warmup, report_dir=report, thresholds=None, cpu=args.cpu
             ) as coll:
-                coll.run_rounds(lambda: _exec_script(script), rounds, warmup)
+                coll.run_rounds(lambda: _exec_script(script, module), rounds, warmup)
         except BaseException as e:  # the script's exception (KeyboardInterrupt too): report it, exit 1
             failure = e
     if sink.result is None and isinstance(failure, GpuBackendError):  # raised before the script started
@@ -81,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failure is not None:
         if isinstance(failure, SystemExit):
             code = failure.code
-            print(code if isinstance(code, str) else f"{args.script} exited with status {code}", file=sys.stderr)
+            print(code if isinstance(code, str) else f"{name} exited with status {code}", file=sys.stderr)
         else:
             tb = _script_frames(failure, script)
             print("".join(traceback.format_exception(type(failure), failure, tb)).rstrip(), file=sys.stderr)
@@ -90,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     conclude(report, sink.result, "inferscope run")
     if failure is not None:
         print(
-            f"inferscope run: {args.script} raised {type(failure).__name__}; the report is partial "
+            f"inferscope run: {name} raised {type(failure).__name__}; the report is partial "
             "(it covers what ran before the exception).",
             file=sys.stderr,
         )

@@ -153,7 +153,7 @@ def test_run_usage_errors_are_one_paragraph(work: Path, capsys: pytest.CaptureFi
     job = script(work, "pass\n")
     cases = [
         (["run", "missing.py"], "missing.py is not found"),
-        (["run"], "no SCRIPT given"),
+        (["run"], "no SCRIPT or -m MODULE given"),
         (["run", "--rounds", "0", str(job)], "argument --rounds: 0 is less than 1"),
         (["run", str(job), "--report", "afile"], "'afile' exists but is a file"),
     ]
@@ -178,9 +178,46 @@ def test_required_gpu_that_cannot_run_is_a_usage_error(
 
 def test_split_run_keeps_the_scripts_arguments() -> None:
     assert _split_run(["--cpu", "off", "s.py", "-v", "--report=o", "x", "--", "--report", "y"]) == (
-        ["--cpu", "off", "--report=o"], "s.py", ["-v", "x", "--report", "y"],
+        ["--cpu", "off", "--report=o"], ["s.py"], ["-v", "x", "--report", "y"],
     )  # fmt: skip
-    assert _split_run(["--help"]) == (["--help"], None, [])
+    assert _split_run(["--rounds", "2", "-m", "pkg.bench", "-m", "x", "--rounds", "3"]) == (
+        ["--rounds", "2", "--rounds", "3"], ["-m", "pkg.bench"], ["-m", "x"],
+    )  # fmt: skip
+    assert _split_run(["--help"]) == (["--help"], [], [])
+
+
+def test_run_a_module_as_python_m_does(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`inferscope run -m MODULE ARGS`: found from the working directory, run as __main__ with its arguments; a
+    package runs its __main__.py; a traceback shows the module's own frames."""
+    (work / "mypkg").mkdir()
+    (work / "mypkg" / "__init__.py").write_text("")
+    script(work / "mypkg", SCOPED, "bench.py")
+    script(work / "mypkg", "from mypkg import bench  # noqa\n", "__main__.py")
+    script(work / "mypkg", RAISING, "broken.py")
+    assert main(["run", "--rounds", "2", "-m", "mypkg.bench", "--size", "8", "--report", "out"]) == 0
+    assert (work / "mypkg" / "argv.txt").read_text() == "--size 8"
+    assert (work / "mypkg" / "calls.txt").read_text() == "xx"
+    result = load_report(only_report(work / "out") / "report.json")
+    assert result.nodeid == "mypkg.bench" and len(result.latency.samples_ms) == 2
+    assert {s.path for s in result.analysis.scopes} >= {"tokenize", "forward"}
+    assert "inferscope: mypkg.bench" in capsys.readouterr().out
+
+    assert main(["run", "-m", "mypkg", "--report", "pkg"]) == 0  # its __main__.py, importing bench
+    assert load_report(only_report(work / "pkg") / "report.json").nodeid == "mypkg"
+
+    assert main(["run", "-m", "mypkg.broken", "--report", "broken"]) == 1
+    err = capsys.readouterr().err
+    assert 'raise ValueError("boom in helper")' in err and "runpy" not in err
+    assert "inferscope run: mypkg.broken raised ValueError; the report is partial" in err
+
+    for argv, message in [
+        (["run", "-m", "nope"], "no module named 'nope'"),
+        (["run", "-m"], "-m needs a module name"),
+        (["run"], "no SCRIPT or -m MODULE given"),
+    ]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and err.count("\n") == 1, err
 
 
 # --- analyze -----------------------------------------------------------------------------------
