@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import re
 import threading
@@ -265,6 +266,11 @@ def index_entry(result: TestResult) -> dict[str, Any]:
     }
 
 
+def _ms3(x: float) -> str:
+    """A step summary's milliseconds: three decimals, or n/a (a partial test's, when no measured round completed)."""
+    return f"{x:.3f}" if math.isfinite(x) else "n/a"
+
+
 def append_step_summary(path: Path, results: list[TestResult], report_dir: Path | None) -> None:
     """Append the session's table to a GitHub Actions job summary ($GITHUB_STEP_SUMMARY).
 
@@ -284,8 +290,8 @@ def append_step_summary(path: Path, results: list[TestResult], report_dir: Path 
         lat = r.latency
         ab_cell = f" {vs_ref(r)} |" if ab else ""
         lines.append(
-            f"| `{r.nodeid}` | {lat.median:.3f} | {lat.iqr:.3f} | {vs_baseline(r)} |{ab_cell} {r.analysis.bottleneck} "
-            f"({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
+            f"| `{r.nodeid}` | {_ms3(lat.median)} | {_ms3(lat.iqr)} | {vs_baseline(r)} |{ab_cell} "
+            f"{r.analysis.bottleneck} ({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
         )
     failed = [c.message for r in results for c in r.failed_checks]
     if any((r.ab or {}).get("verdict") == "regressed" for r in results):
