@@ -105,3 +105,14 @@ def sum_added(results: list[TestResult]) -> tuple[dict[str, float], int]:
             total[k] = total.get(k, 0.0) + (v or 0.0)
     total["extra_tests"] = sum(1 for a in added if a.get("extra_rounds"))
     return total, len(added)
+
+
+def md_cell(v: Any) -> str:
+    """Text safe inside a Markdown table cell: one line, pipes escaped."""
+    text = v if isinstance(v, str) else fmt_value(v)
+    return " ".join(text.split()).replace("|", "\\|") or " "
+
+
+def md_text(v: Any) -> str:
+    """Inline text that must not start Markdown constructs: brackets and backticks escaped."""
+    return str(v).replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]").replace("`", "\\`")

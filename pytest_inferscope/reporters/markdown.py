@@ -16,7 +16,7 @@ import jinja2
 import jinja2.bccache
 
 from ..results import CheckResult, TestResult
-from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, fmt_value, verdict_label
+from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, fmt_value, md_cell, md_text, verdict_label
 
 TEMPLATES = Path(__file__).with_name("templates")
 #: Events listed under a finding; the rest are counted, and all are in the trace (trace.json.gz).
@@ -115,14 +115,3 @@ def compiled_templates(env: jinja2.Environment) -> jinja2.BytecodeCache | None:
         return _CompiledTemplates(salt)
     except (OSError, RuntimeError):  # no private temp folder (RuntimeError: Jinja2 found it unsafe)
         return None
-
-
-def md_cell(v: Any) -> str:
-    """Text safe inside a Markdown table cell: one line, pipes escaped."""
-    text = v if isinstance(v, str) else fmt_value(v)
-    return " ".join(text.split()).replace("|", "\\|") or " "
-
-
-def md_text(v: Any) -> str:
-    """Inline text that must not start Markdown constructs: brackets and backticks escaped."""
-    return str(v).replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]").replace("`", "\\`")
