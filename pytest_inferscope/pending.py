@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,42 @@ class Pending:
     skipped: bool = False
     extra: list[Any] = field(default_factory=list)  # collectors from pytest_inferscope_collectors
     extra_metrics: dict[str, float | None] = field(default_factory=dict)
+    awaited: bool = False  # an async test's rounds began: a plugin (anyio, ...) awaited it
+
+
+def in_rounds(
+    original: Callable[..., Any],
+    pending: Pending,
+    rounds: Callable[[Callable[[], Any]], Any],
+    measured: int,
+    warmup: int,
+) -> Callable[..., Any]:
+    """`original` as pytest (or unittest) is to call it: its body in rounds, noting what it raised (here, not only
+    around the call: unittest catches what its method raised). A function's rounds are `rounds(body)`; an `async def`
+    test's, awaited by the plugin that runs it, the collection's `run_rounds_async`."""
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def profiled_async(*args: Any, **kwargs: Any) -> Any:
+            pending.awaited = True
+            try:
+                body = lambda: original(*args, **kwargs)  # noqa: E731
+                return await pending.collection.run_rounds_async(body, measured, warmup)
+            except BaseException as exc:
+                note_exception(pending, exc)
+                raise
+
+        return profiled_async
+
+    @functools.wraps(original)
+    def profiled(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return rounds(lambda: original(*args, **kwargs))
+        except BaseException as exc:
+            note_exception(pending, exc)
+            raise
+
+    return profiled
 
 
 def note_exception(pending: Pending, exc: BaseException) -> None:

@@ -15,7 +15,7 @@ import os
 import time
 import traceback
 import warnings
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +26,9 @@ from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
 from .options import lean_rounds_conflict, sampler_in_use
-from .pending import Pending, is_unittest_case, note_exception
+from .pending import Pending, in_rounds, is_unittest_case, note_exception
 from .stackbase import fresh_chunk
-from .warning import InferscopeWarning, async_not_profiled
+from .warning import InferscopeWarning, async_not_ab_gated, async_unittest_not_profiled
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
@@ -220,6 +220,9 @@ class InferscopeSession:
         cls = getattr(item, "cls", None)
         if not (isinstance(item, pytest.Function) and isinstance(cls, type) and is_unittest_case(cls)):
             return (yield)
+        if inspect.iscoroutinefunction(item.obj) and item.nodeid in self.plans:  # unittest awaits its own method
+            warnings.warn(InferscopeWarning(async_unittest_not_profiled(item.nodeid)), stacklevel=1)
+            return (yield)
         return (yield from self._profiled_call(item))
 
     def _profiled_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
@@ -227,8 +230,9 @@ class InferscopeSession:
         original = pyfuncitem.obj
         if plan is None:
             return (yield)
-        if inspect.iscoroutinefunction(original):
-            warnings.warn(InferscopeWarning(async_not_profiled(pyfuncitem.nodeid)), stacklevel=1)
+        is_async = inspect.iscoroutinefunction(original)
+        if is_async and self.ab is not None:
+            warnings.warn(InferscopeWarning(async_not_ab_gated(pyfuncitem.nodeid)), stacklevel=1)
             return (yield)
         self._prepare()
         from .api import collection_options
@@ -236,8 +240,11 @@ class InferscopeSession:
         from .collectors.schedule import Steadying
 
         s = self.settings
-        options = collection_options(s, plan.cpu, plan.trace_rounds, plan.gpu_rounds, plan.lean_trace_rounds,
-                                     plan.until_in_step, modules=plan.modules)  # fmt: skip
+        if is_async:  # no round can run after the measured ones (schedule.run_async): GPU records in them
+            options = collection_options(s, plan.cpu, "all", "measured", "all", False, modules=plan.modules)
+        else:
+            options = collection_options(s, plan.cpu, plan.trace_rounds, plan.gpu_rounds, plan.lean_trace_rounds,
+                                         plan.until_in_step, modules=plan.modules)  # fmt: skip
         self._sampler = self._sampler or SamplerThread()  # one for the session: a thread per test cost 0.2-0.3 ms
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid, sampler_thread=self._sampler)
         pending = self._pending[pyfuncitem.nodeid] = Pending(coll)
@@ -248,26 +255,20 @@ class InferscopeSession:
         # The probe's made-up rounds (drift.measure_steady), judged against the usual speed: the readings
         # of the baseline compared with (or appended to), and this session's.
         steady = None
-        if probing:
+        if probing and not is_async:
             known = self.baseline or self.saving_to
             runs = known.history.get(pyfuncitem.nodeid, [])[-5:] if known is not None else []
             prior = [*self.probe_seen[-1000:], *(x for run in runs for x in run.probe_ms)]
             steady = Steadying(max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9)), prior)
 
-        @functools.wraps(original)
-        def profiled(*args: Any, **kwargs: Any) -> Any:
-            body = lambda: original(*args, **kwargs)  # noqa: E731
+        def rounds(body: Callable[[], Any]) -> Any:
             if self.ab is not None:  # A/B: the rounds take turns with the twin's (ab/lockstep.py)
                 return fresh_chunk(self.ab.run_test, pyfuncitem.nodeid, coll, body, plan)  # as run_rounds does
-            try:
-                result = coll.run_rounds(body, plan.rounds, plan.warmup, steady)
-            except BaseException as exc:  # here, not around the yield only: unittest catches what its method raised
-                note_exception(pending, exc)
-                raise
+            result = coll.run_rounds(body, plan.rounds, plan.warmup, steady)
             self.probe_seen.extend(coll.probe_ms)
             return result
 
-        pyfuncitem.obj = profiled
+        pyfuncitem.obj = in_rounds(original, pending, rounds, plan.rounds, plan.warmup)
         self.wait_for_reports(pause=True)  # no report file is written while a test is measured
         coll.start()
         pending.extra = start_extra_collectors(self.config, pyfuncitem)
@@ -278,6 +279,7 @@ class InferscopeSession:
             raise
         finally:
             pyfuncitem.obj = original
+            pending.skipped |= is_async and not pending.awaited  # no plugin awaited it: pytest's outcome says why
             pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
             pending.raw = coll.stop()
             pending.raw.meta["extra_metrics"] = pending.extra_metrics

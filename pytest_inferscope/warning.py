@@ -19,11 +19,21 @@ def warn_once(key: str, message: str) -> None:
         warnings.warn(InferscopeWarning(message), stacklevel=3)
 
 
-def async_not_profiled(nodeid: str) -> str:
-    """Why an async test has no report."""
+def async_not_ab_gated(nodeid: str) -> str:
+    """Why an async test has no report under the A/B gate."""
     return (
-        f"inferscope: {nodeid} is an async test, which inferscope cannot call in rounds (its body runs in the "
-        "event loop of the plugin that awaits it), so it was not profiled and has no report. Profile the "
-        "awaited work inside the test with `with pytest_inferscope.profile():`, or move the model call into a "
+        f"inferscope: {nodeid} is an async test, and the A/B gate (--inferscope-ab) takes its rounds in turns with the "
+        "twin process's, which it cannot do from inside the event loop that awaits the test; so it was not profiled "
+        "and has no report. Without --inferscope-ab it is profiled; to gate it on A/B, move the model call into a "
         "synchronous test."
+    )
+
+
+def async_unittest_not_profiled(nodeid: str) -> str:
+    """Why an async unittest method (IsolatedAsyncioTestCase) has no report."""
+    return (
+        f"inferscope: {nodeid} is an async unittest test (IsolatedAsyncioTestCase), whose method unittest itself calls "
+        "and awaits in its own event loop, so inferscope cannot call it in rounds: it was not profiled and has no "
+        "report. Profile the awaited work inside it with `with pytest_inferscope.profile():`, or write the test as an "
+        "`async def` pytest function run by anyio or pytest-asyncio, which inferscope profiles."
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
@@ -30,7 +30,7 @@ from .gpu import Choice, GpuBackendError, GpuCollector
 from .gpu_session import GpuSession
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
-from .schedule import RoundSchedule, Steadying, after_measured, run
+from .schedule import RoundSchedule, Steadying, after_measured, run, run_async
 
 R = TypeVar("R")
 
@@ -351,6 +351,10 @@ class Collection:
         a fresh chunk of the frame stack (`stackbase.fresh_chunk`), so how deep the test was called does not move
         its body across the end of one."""
         return fresh_chunk(run, self, body, RoundSchedule(rounds, warmup, steady))
+
+    async def run_rounds_async(self, body: Callable[[], Awaitable[R]], rounds: int, warmup: int) -> R | None:
+        """An `async def` test's rounds (`schedule.run_async`): warm-up and measured only."""
+        return await run_async(self, body, RoundSchedule(rounds, warmup))
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) this collection runs: none without GPU collection or `all`."""

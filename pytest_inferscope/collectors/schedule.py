@@ -8,12 +8,13 @@ stand for either, the trace rounds first when it stood for neither (`_trace_then
 `Collection.round` of its `RoundKind`. The plugin, `measure()`, `inferscope run` and the A/B twin's own
 side all come through `run`; the A/B pair loop (ab/lockstep.py) calls the same `Collection.round`,
 `after_warmup` and `after_measured` between its turns, since the twin process decides when this side's
-next round may start.
+next round may start. An `async def` test, awaited by the plugin that runs it (anyio, ...), comes through
+`run_async`: its warm-up and measured rounds, each call awaited.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -108,6 +109,33 @@ def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
     result = None  # let go before the rounds after the measured ones too
     traced = _after_measured(coll, body, len(coll.rounds))
     return result if traced is None else traced[0]  # type: ignore[return-value]
+
+
+async def run_async(coll: Collection, body: Callable[[], Awaitable[R]], schedule: RoundSchedule) -> R | None:
+    """`run` for an `async def` body, awaited in the event loop of the plugin that awaits the test (anyio's, say): the
+    warm-up and measured rounds only. Its collection must record GPU activity and the launch calls in the measured
+    rounds (`gpu_rounds="measured"`, `trace_rounds="all"`), since no round runs after them here, and no speed probe
+    makes up for busy rounds (`schedule.steady` is not read). Returns the last call's result."""
+    result: R | None = None
+    for i in range(schedule.warmup):
+        if i and not coll.running:
+            break
+        result = None  # let go before the call (see `run`)
+        with coll.round(i, RoundKind.WARMUP):
+            result = await body()
+    warmup = schedule.warmup
+    while not coll.after_warmup(allow_more=True) and coll.running:
+        result = None
+        with coll.round(warmup, RoundKind.WARMUP):
+            result = await body()
+        warmup += 1
+    for i in range(schedule.rounds):
+        if (i or schedule.warmup) and not coll.running:
+            break
+        result = None
+        with coll.round(warmup + i, RoundKind.MEASURED):
+            result = await body()
+    return result
 
 
 def rounds_after_due(coll: Collection) -> bool:

@@ -116,6 +116,29 @@ def test_new_and_removed_tests(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*1 profiled test(s) only at HEAD~1*removed or renamed here*test_x.py::test_old*"])
 
 
+def test_an_async_test_is_said_not_to_be_ab_gated(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import asyncio, inspect, pytest
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_pyfunc_call(pyfuncitem):  # as anyio's plugin does: await the test in an event loop
+            if inspect.iscoroutinefunction(pyfuncitem.obj):
+                asyncio.run(pyfuncitem.obj())
+                return True
+        """
+    )
+    async_test = "\n@pytest.mark.inferscope(rounds=5)\nasync def test_async():\n    spin(0.001)\n"
+    make_repo(pytester, BODY.format(changed=0.002) + async_test, BODY.format(changed=0.002) + async_test)
+    git(pytester.path, "add", "conftest.py")
+    git(pytester.path, "commit", "-qm", "runner", "--allow-empty")
+    result = run(pytester, "--inferscope-ab=HEAD~1", "-W", "always", "-p", "no:anyio", "-p", "no:asyncio")
+    result.assert_outcomes(passed=3)
+    out = result.stdout.str()
+    assert "test_x.py::test_async is an async test, and the A/B gate (--inferscope-ab)" in out
+    assert not any(line.startswith("test_x.py::test_async ") for line in result.outlines)  # no row: not profiled
+
+
 def test_test_failing_on_the_twin_side(pytester: pytest.Pytester) -> None:
     broken = BODY.format(changed=0.002).replace("    spin(0.002)\n", "    assert False, 'broken at the ref'\n", 1)
     make_repo(pytester, broken, BODY.format(changed=0.002))

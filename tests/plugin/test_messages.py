@@ -115,7 +115,7 @@ def test_rounds_too_short_for_the_clock_are_said_once_per_gated_test(pytester: p
     assert "Too few rounds" not in result.stdout.str()  # 30 rounds are enough at alpha 0.01
 
 
-def test_a_marked_async_test_is_said_not_to_be_profiled(pytester: pytest.Pytester) -> None:
+def test_a_marked_async_test_no_plugin_awaits_gets_pytests_own_failure_and_no_report(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_a="""
 import asyncio, pytest
@@ -125,7 +125,26 @@ async def test_async_model():
     await asyncio.sleep(0)
 """
     )
-    result = pytester.runpytest("-p", "no:randomly", "-W", "always")
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:anyio", "-p", "no:asyncio", "--inferscope-report=out")
+    result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert "test_a.py::test_async_model is an async test, which inferscope cannot call in rounds" in out
+    assert "async def functions are not natively supported" in out
+    assert not (pytester.path / "out").exists() or not list((pytester.path / "out").glob("test_a.py__*"))
+
+
+def test_an_async_unittest_method_is_said_not_to_be_profiled(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_a="""
+import asyncio, unittest, pytest
+
+class TestAsync(unittest.IsolatedAsyncioTestCase):
+    @pytest.mark.inferscope(rounds=3)
+    async def test_async_model(self):
+        await asyncio.sleep(0)
+"""
+    )
+    result = pytester.runpytest("-p", "no:randomly", "-W", "always")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "test_a.py::TestAsync::test_async_model is an async unittest test (IsolatedAsyncioTestCase)" in out
     assert "with pytest_inferscope.profile():" in out

@@ -198,3 +198,95 @@ def test_a_tracer_beside_the_tests_is_said_and_keeps_a_baseline_without_it_from_
     report = json.loads((folder / "report.json").read_text())
     assert report["environment"]["tracer"] == "conftest.a_coverage_tracer"
     assert report["regression"]["verdict"] == "inconclusive"
+
+
+#: What anyio's and pytest-trio's plugins do with an `async def` test: await it in their event loop, in their own
+#: pytest_pyfunc_call, with the test's fixture values.
+ASYNC_RUNNER = """
+import asyncio, inspect, pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        asyncio.run(pyfuncitem.obj(**args))
+        return True
+"""
+
+ASYNC_TESTS = """
+import asyncio, time
+import pytest
+
+CALLS = []
+
+@pytest.fixture
+def model():
+    def forward():
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.003:
+            pass
+    return forward
+
+@pytest.mark.inferscope(rounds=4, warmup=1)
+async def test_serve(model):
+    CALLS.append("serve")
+    await asyncio.sleep(0.002)
+    model()
+
+@pytest.mark.inferscope(rounds=3, warmup=0, max_latency_ms=1)
+async def test_too_slow():
+    await asyncio.sleep(0.004)
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+async def test_raises_in_second_round():
+    CALLS.append("raises")
+    if CALLS.count("raises") == 2:
+        raise ValueError("second call")
+
+def test_zz_counts():
+    assert CALLS.count("serve") == 5, CALLS
+"""
+
+
+def test_an_async_test_a_plugin_awaits_is_profiled_in_rounds_in_its_event_loop(pytester: pytest.Pytester) -> None:
+    """anyio (FastAPI's, httpx's tests) awaits an `async def` test in its own pytest_pyfunc_call: the plugin hands it
+    an async function that awaits the body in rounds there. Before, such a test ran once, unprofiled, with a warning."""
+    pytester.makeconftest(ASYNC_RUNNER)
+    pytester.makepyfile(test_async=ASYNC_TESTS)
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:anyio", "-p", "no:asyncio", "--inferscope-report=out")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["*FAILED*test_too_slow - inferscope: 1 threshold(s) crossed*"])
+    reports = folders(pytester.path / "out")
+    assert set(reports) == {"test_serve", "test_too_slow", "test_raises_in_second_round"}
+    serve = json.loads((reports["test_serve"] / "report.json").read_text())
+    assert serve["verdict"] == "pass" and len(serve["latency"]["samples_ms"]) == 4
+    assert all(ms >= 4.5 for ms in serve["latency"]["samples_ms"])  # the await and the busy loop, both in the round
+    assert serve["analysis"]["bottleneck"] == "cpu_bound"
+    slow = json.loads((reports["test_too_slow"] / "report.json").read_text())
+    assert slow["verdict"] == "fail" and slow["latency"]["median"] >= 4.0
+    raised = json.loads((reports["test_raises_in_second_round"] / "report.json").read_text())
+    assert raised["verdict"] == "partial" and "ValueError: second call" in raised["partial_reason"]
+    assert len(raised["latency"]["samples_ms"]) == 1
+
+
+def test_anyio_awaits_a_marked_async_test_in_rounds(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("anyio", reason="anyio is not installed here; the conftest runner above stands for it")
+    pytester.makepyfile(
+        test_anyio="""
+        import anyio, pytest
+
+        @pytest.fixture
+        def anyio_backend():
+            return "asyncio"
+
+        @pytest.mark.anyio
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        async def test_anyio_model():
+            await anyio.sleep(0.002)
+        """
+    )
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:asyncio", "--inferscope-report=out")
+    result.assert_outcomes(passed=1)
+    (folder,) = folders(pytester.path / "out").values()
+    report = json.loads((folder / "report.json").read_text())
+    assert len(report["latency"]["samples_ms"]) == 3 and report["latency"]["median"] >= 1.9
