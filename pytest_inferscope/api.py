@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from pathlib import Path
@@ -204,6 +205,12 @@ def measure(
     """
     from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
 
+    if inspect.iscoroutinefunction(fn):
+        raise TypeError(
+            f"measure({getattr(fn, '__qualname__', fn)!r}): an async function, whose calls would only make "
+            "coroutines and time nothing. Inside its event loop, `await pytest_inferscope.measure_async(fn, ...)` "
+            "awaits each call in the rounds."
+        )
     settings = standalone_settings()
     explicit = trace_rounds is not None or settings.sources.get("trace_rounds", "default") != "default"
     gpu_rounds = settings.gpu_rounds if gpu_rounds is None else gpu_rounds
@@ -240,6 +247,34 @@ def measure(
         settings=settings,
     ) as coll:
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
+    assert sink.result is not None
+    return sink.result
+
+
+async def measure_async(
+    fn: Callable[..., Awaitable[Any]],
+    *args: Any,
+    rounds: int = 10,
+    warmup: int = 2,
+    name: str | None = None,
+    report_dir: str | os.PathLike[str] | None = None,
+    thresholds: dict[str, Any] | None = None,
+    cpu: str | None = None,
+    **kwargs: Any,
+) -> TestResult:
+    """`measure` for an async function: awaits `fn(*args, **kwargs)` warmup + rounds times under collection, in the
+    event loop that awaits this, and returns the analysed result (`await measure_async(client.predict, batch)`).
+
+    No call can run after the measured ones there, so GPU activity and the launch calls are recorded in them (as
+    `measure(gpu_rounds="measured", trace_rounds="all")` does), and the speed probe does not run.
+    """
+    settings = standalone_settings()
+    sink = Profile(name or str(getattr(fn, "__qualname__", "measure_async")))
+    with collecting(
+        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=thresholds, cpu=cpu,
+        trace_rounds="all", gpu_rounds="measured", settings=settings,
+    ) as coll:  # fmt: skip
+        await coll.run_rounds_async(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None
     return sink.result
 

@@ -1,0 +1,55 @@
+"""`measure_async`: an async function measured in the event loop that awaits it; `measure` refuses one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_inferscope import measure, measure_async
+
+
+async def serve(delay: float, spin: float) -> str:
+    await asyncio.sleep(delay)
+    t = time.perf_counter()
+    while time.perf_counter() - t < spin:
+        pass
+    return "ok"
+
+
+def test_each_call_is_awaited_in_the_rounds_in_the_callers_loop(tmp_path: Path) -> None:
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def call() -> str:
+        loops.append(asyncio.get_running_loop())
+        return await serve(0.002, 0.003)
+
+    async def main() -> tuple[object, asyncio.AbstractEventLoop]:
+        return await measure_async(call, rounds=4, warmup=1, report_dir=tmp_path / "out"), asyncio.get_running_loop()
+
+    result, loop = asyncio.run(main())
+    assert len(loops) == 5 and all(x is loop for x in loops)  # 1 + 4 calls, each in the caller's loop
+    assert len(result.latency.samples_ms) == 4 and min(result.latency.samples_ms) >= 4.5  # the await and the spin
+    assert result.verdict == "pass" and result.nodeid.endswith("call")
+    assert any((tmp_path / "out").glob("*/report.md"))
+
+
+def test_a_call_that_raises_gives_a_partial_result_and_raises() -> None:
+    calls = []
+
+    async def flaky() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("third call")
+        await asyncio.sleep(0.001)
+
+    with pytest.raises(ValueError, match="third call"):
+        asyncio.run(measure_async(flaky, rounds=4, warmup=1))
+    assert len(calls) == 3
+
+
+def test_measure_refuses_an_async_function_and_names_measure_async() -> None:
+    with pytest.raises(TypeError, match=r"an async function.*await pytest_inferscope.measure_async\(fn, ...\)"):
+        measure(serve, 0.001, 0.0, rounds=2, warmup=0)
