@@ -153,7 +153,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "all", parse_bool, False,
         "Profile every test, not only those marked @pytest.mark.inferscope or using the inferscope fixture "
-        "(one round each, unless --inferscope-rounds says otherwise).",
+        "(one round each, unless --inferscope-rounds says otherwise): test functions and unittest.TestCase methods; "
+        "doctests and other plugins' non-Python items run unprofiled.",
         _BOOL_HINT, "true", action="store_true",
         default_text="off (only marked tests and tests using the fixture are profiled)",
         toml_type=bool,
