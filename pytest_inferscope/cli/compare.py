@@ -39,6 +39,7 @@ class Measured:
     probe_ms: list[float] = field(default_factory=list)  # drift.probe_ms readings, when the run took them
     not_cpu_bound: str = ""  # drift.probe_applies: why the probe says nothing about these rounds
     history: list[BaselineEntry] = field(default_factory=list)  # a baseline file's saved runs of the test
+    partial: str = ""  # the exception that cut the run short (a report's partial_reason): such a run is not compared
 
 
 def _fail(label: str, path: Path, what: str) -> CliError:
@@ -69,9 +70,9 @@ def _from_reports(paths: list[Path], label: str) -> dict[str, Measured]:
         except ReportFormatError as e:
             raise CliError(f"inferscope compare: {label}: {e}") from None
         why = probe_applies(r.analysis.bottleneck, r.analysis.metrics.get("cpu.test_thread_working"))
-        out.setdefault(
-            r.nodeid, Measured(list(r.latency.samples_ms), fingerprint(r.environment), list(r.latency.probe_ms), why)
-        )
+        measured = Measured(list(r.latency.samples_ms), fingerprint(r.environment), list(r.latency.probe_ms), why)
+        measured.partial = r.partial_reason
+        out.setdefault(r.nodeid, measured)
     return out
 
 
@@ -169,6 +170,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
             rows.append([_short(nodeid), f"only in {'A' if nodeid in a else 'B'}", "", "", "", ""])
             continue
         base, new = a[nodeid], b[nodeid]
+        if base.partial or new.partial:  # as the plugin's gate: a run whose body raised is neither saved nor compared
+            side, reason = ("A", base.partial) if base.partial else ("B", new.partial)
+            rows.append([_short(nodeid), f"partial in {side}", "", "", "", "inconclusive"])
+            verdicts["inconclusive"] = verdicts.get("inconclusive", 0) + 1
+            notes.append(
+                f"  {_short(nodeid)}: not compared: the test raised in {side} ({reason}), so its rounds are partial."
+            )
+            continue
         entry = BaselineEntry(nodeid, base.samples_ms, fingerprint=base.fingerprint, probe_ms=base.probe_ms)
         c, steady, _, _ = latency_verdict(
             entry,

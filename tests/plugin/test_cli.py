@@ -414,6 +414,21 @@ def test_compare_finds_an_injected_slowdown(work: Path, capsys: pytest.CaptureFi
     assert main(["compare", str(work / "base" / "index.json"), "new", "--max-regression", "0.6"]) == 0
 
 
+def test_compare_leaves_a_partial_run_uncompared_as_the_gate_does(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_run(work / "base", [make_result("t.py::test_a", BASE)])
+    cut = make_result("t.py::test_a", [x * 1.5 for x in BASE][:6])  # six rounds, 50% slower, then it raised
+    cut.verdict, cut.outcome, cut.partial_reason = "partial", "failed", "ValueError: boom"
+    write_run(work / "new", [cut])
+    assert main(["compare", "base", "new"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("t.py::test_a ")]
+    assert row.split()[1:] == ["partial", "in", "B", "inconclusive"]
+    assert "t.py::test_a: not compared: the test raised in B (ValueError: boom)" in out
+    assert "0 regressed, 0 improved, 0 unchanged, 1 inconclusive" in out
+
+
 def test_compare_reads_baseline_files(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pytest_inferscope.baseline import BaselineStore
 
