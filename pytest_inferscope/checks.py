@@ -189,6 +189,8 @@ def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:
         return None
     s = settings
     default_rounds, default_warmup = (MARKED_ROUNDS, MARKED_WARMUP) if marked else (1, 0)
+    if "benchmark" in getattr(item, "fixturenames", ()):
+        return _one_call(item.nodeid, kwargs, s)
     traced = kwargs.get("trace_rounds", s.trace_rounds)
     explicit = "trace_rounds" in kwargs or s.sources.get("trace_rounds", "default") != "default"
     return Plan(
@@ -204,6 +206,35 @@ def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:
         gpu_rounds=str(kwargs.get("gpu_rounds", s.gpu_rounds)),
         lean_trace_rounds=traced if explicit else LEAN_TRACE_ROUNDS,
         until_in_step=not explicit,
+    )
+
+
+def _one_call(nodeid: str, kwargs: dict[str, Any], s: Settings) -> Plan:
+    """A test using pytest-benchmark's `benchmark` fixture, which may be called once a test (a second call raises
+    FixtureAlreadyUsed): one measured call, timing pytest-benchmark's own iterations, and nothing that calls the body
+    again (no warm-up, no round the speed probe adds, no trace round: GPU activity and launch calls recorded in the
+    call). Rounds or a warm-up the marker asks for are kept, for `benchmark_conflict` to refuse."""
+    return Plan(
+        nodeid=nodeid,
+        rounds=int(kwargs.get("rounds", 1)),
+        warmup=int(kwargs.get("warmup", 0)),
+        thresholds=kwargs,
+        latency_stat=str(kwargs.get("latency_stat", s.latency_stat)),
+        cpu=str(kwargs.get("cpu", s.cpu)),
+        modules=int(kwargs.get("modules", s.modules)),
+    )
+
+
+def benchmark_conflict(item: pytest.Item, plan: Plan) -> str | None:
+    """Why a test using pytest-benchmark's `benchmark` fixture cannot be profiled as its marker asks, or None."""
+    if "benchmark" not in getattr(item, "fixturenames", ()) or plan.rounds + plan.warmup <= 1:
+        return None
+    return (
+        f"{item.nodeid}: uses pytest-benchmark's `benchmark` fixture, which may be called once a test, but its "
+        f"inferscope marker asks for {plan.warmup + plan.rounds} calls (warmup={plan.warmup}, rounds={plan.rounds}). "
+        "Remove `rounds` and `warmup` from the marker "
+        "(the test is then profiled in one call, around pytest-benchmark's own iterations), or call the function "
+        "without the fixture to profile it in rounds."
     )
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .checks import plan_of, validate_marker
+from .checks import benchmark_conflict, plan_of, validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
@@ -205,6 +205,8 @@ class InferscopeSession:
                 if plan is not None:
                     self.plans[item.nodeid] = plan
                     if (bad := lean_rounds_conflict(plan.trace_rounds, plan.gpu_rounds, item.nodeid)) is not None:
+                        problems.append(bad)
+                    if (bad := benchmark_conflict(item, plan)) is not None:
                         problems.append(bad)
         if problems:
             raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))

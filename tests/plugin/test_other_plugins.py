@@ -1,5 +1,6 @@
-"""The plugin beside what other plugins do to a test: a body cut short (pytest-timeout), a test run again
-(pytest-rerunfailures)."""
+"""The plugin beside what other plugins and test styles do to a test: a body cut short (pytest-timeout), a test run
+again (pytest-rerunfailures), unittest.TestCase methods, a tracer (pytest-cov), async tests awaited by another plugin
+(anyio), and a fixture that may be called once a test (pytest-benchmark's `benchmark`)."""
 
 from __future__ import annotations
 
@@ -290,3 +291,61 @@ def test_anyio_awaits_a_marked_async_test_in_rounds(pytester: pytest.Pytester) -
     (folder,) = folders(pytester.path / "out").values()
     report = json.loads((folder / "report.json").read_text())
     assert len(report["latency"]["samples_ms"]) == 3 and report["latency"]["median"] >= 1.9
+
+
+def test_a_test_using_pytest_benchmarks_fixture_is_profiled_in_one_call_or_refused(pytester: pytest.Pytester) -> None:
+    """pytest-benchmark's `benchmark` may be called once a test (a second call raises FixtureAlreadyUsed), and the
+    rounds called it again: such a test is profiled in one call, and a marker asking for more is a usage error."""
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture
+        def benchmark():  # as pytest-benchmark's: once a test
+            used = []
+            def run(fn):
+                if used:
+                    raise RuntimeError("FixtureAlreadyUsed: the fixture can only be used once")
+                used.append(1)
+                return fn()
+            return run
+        """
+    )
+    pytester.makepyfile(
+        test_bench="""
+        import time
+        import pytest
+
+        @pytest.mark.inferscope(max_latency_ms=5000)
+        def test_marked(benchmark):
+            benchmark(lambda: time.sleep(0.01))
+
+        def test_unmarked(benchmark):
+            benchmark(lambda: time.sleep(0.01))
+        """
+    )
+    args = ("-p", "no:randomly", "-p", "no:benchmark", "--inferscope-all", "--inferscope-rounds=5")
+    result = pytester.runpytest(*args, "--inferscope-report=out")
+    result.assert_outcomes(passed=2)
+    for name, folder in folders(pytester.path / "out").items():
+        report = json.loads((folder / "report.json").read_text())
+        assert (report["verdict"], len(report["latency"]["samples_ms"]), report["warmup"]) == ("pass", 1, 0), name
+        assert report["latency"]["trace_ms"] == [] and report["latency"]["median"] >= 9.0
+
+    pytester.makepyfile(
+        test_bench="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3)
+        def test_rounds(benchmark):
+            benchmark(lambda: None)
+        """
+    )
+    refused = pytester.runpytest(*args)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(
+        [
+            "*test_bench.py::test_rounds: uses pytest-benchmark's `benchmark` fixture*"
+            "asks for 3 calls (warmup=0, rounds=3)*"
+        ]
+    )
