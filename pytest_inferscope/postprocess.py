@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .analyzer import DEFAULT_RULES, Context, Rule, WhatIf, analyze
 from .analyzer.context import LAUNCH_GAP_NS
-from .baseline import BaselineEntry
+from .baseline import DETERMINISTIC_METRICS, BaselineEntry
 from .checks import Plan, evaluate
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
@@ -107,6 +107,18 @@ def add_time(result: TestResult, key: str, ns: int) -> None:
     if result.added:
         for k in (key, "added_ms"):
             result.added[k] = round((result.added.get(k) or 0.0) + ns / 1e6, 3)
+
+
+def kept(result: TestResult, environment: dict[str, Any] | None = None) -> TestResult:
+    """What a session keeps of a test once its report files are written and the hooks have seen it: the result with
+    its analysis cut to the class, the confidence and the metrics a baseline or an A/B verdict compares
+    (DETERMINISTIC_METRICS), and its environment as the session's one dict (`environment`) when equal. The summary,
+    the index, a saved baseline and xdist's controller read no more; the rest is in the test's report files."""
+    a = result.analysis
+    metrics = {k: a.metrics[k] for k in DETERMINISTIC_METRICS if k in a.metrics}
+    env = environment if environment is not None and environment == result.environment else result.environment
+    slim = Analysis(a.bottleneck, a.confidence, metrics=metrics)
+    return dataclasses.replace(result, analysis=slim, marks=[], environment=env)
 
 
 def keep_last_run(results: list[TestResult], result: TestResult) -> None:

@@ -323,7 +323,7 @@ class InferscopeSession:
 
     def _finish(self, item: pytest.Item, pending: Pending) -> TestResult:
         from .analyzer import DEFAULT_RULES
-        from .postprocess import Comparison, keep_last_run, process
+        from .postprocess import Comparison, keep_last_run, kept, process
         from .reporters.progress import slow_notice
 
         assert pending.raw is not None
@@ -371,12 +371,12 @@ class InferscopeSession:
                 earlier_runs=earlier,
             )
         item.stash[EARLIER_RUNS] = (*result.earlier_runs, result.verdict)  # a rerun plugin runs the same item again
-        keep_last_run(self.results, result)
         self.note_environment_change(result)
-        handle = self.fixtures.get(item.nodeid)
+        handle = self.fixtures.pop(item.nodeid, None)  # the test's fixture value holds it from here
         if handle is not None:
             handle.result = result
         self.config.hook.pytest_inferscope_result(config=self.config, result=result)
+        keep_last_run(self.results, kept(result, environment))
         return result
 
     def wait_for_reports(self, close: bool = False, pause: bool = False) -> None:

@@ -205,6 +205,8 @@ def test_fixture_scopes_and_marks_reach_the_report(pytester: pytest.Pytester) ->
         def check_result(inferscope):
             yield
             assert inferscope.result is not None and inferscope.result.rounds == 2
+            # the whole result, not what the session keeps of it for the summary (postprocess.kept)
+            assert {s.path for s in inferscope.result.analysis.scopes} >= {"tokenize", "forward"}
             print("RESULT", inferscope.result.verdict)
 
         @pytest.mark.inferscope(rounds=2, warmup=0)
