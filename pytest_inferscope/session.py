@@ -211,20 +211,18 @@ class InferscopeSession:
         if problems:
             raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
-        return (yield from self._profiled_call(pyfuncitem))
-
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
-        """A unittest.TestCase method: pytest runs it through unittest, not pytest_pyfunc_call, and unittest calls the
-        `item.obj` pytest sets on the test case (setUp and tearDown run once, around every round, as fixtures do)."""
+        """A profiled test's call: `item.obj` becomes its rounds before anything reads it. pytest_pyfunc_call calls
+        it; unittest calls the `item.obj` pytest sets on the test case (setUp and tearDown once, around the rounds, as a
+        function's fixtures); pytest-asyncio and pytest-trio wrap it (an async test's rounds then all run in one call
+        of their runner), anyio awaits it. First of the wrappers, so it meets the test's own function."""
+        if not isinstance(item, pytest.Function) or item.nodeid not in self.plans:
+            return (yield)
         cls = getattr(item, "cls", None)
-        if not (isinstance(item, pytest.Function) and isinstance(cls, type) and is_unittest_case(cls)):
-            return (yield)
-        if inspect.iscoroutinefunction(item.obj) and item.nodeid in self.plans:  # unittest awaits its own method
+        if isinstance(cls, type) and is_unittest_case(cls) and inspect.iscoroutinefunction(item.obj):
             warnings.warn(InferscopeWarning(async_unittest_not_profiled(item.nodeid)), stacklevel=1)
-            return (yield)
+            return (yield)  # unittest awaits its own method (IsolatedAsyncioTestCase)
         return (yield from self._profiled_call(item))
 
     def _profiled_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
