@@ -65,6 +65,7 @@ class InferscopeSession:
         self.results: list[TestResult] = []
         self.fixtures: dict[str, InferscopeFixture] = {}
         self._pending: dict[str, Pending] = {}
+        self._swapped: set[str] = set()  # tests pytest_runtest_call swapped for their rounds (pytest_pyfunc_call's not)
         self._gpu: Choice | None = None
         self._environment: dict[str, Any] | None = None
         self.baseline: Baseline | None = None  # loaded at session start with --inferscope-compare
@@ -211,19 +212,31 @@ class InferscopeSession:
         if problems:
             raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+        """A test function's call, its rounds in place of it (pytest's own ~0.1 ms for a call stays out of them)."""
+        if pyfuncitem.nodeid in self._swapped:
+            return (yield)
+        return (yield from self._profiled_call(pyfuncitem))
+
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
-        """A profiled test's call: `item.obj` becomes its rounds before anything reads it. pytest_pyfunc_call calls
-        it; unittest calls the `item.obj` pytest sets on the test case (setUp and tearDown once, around the rounds, as a
-        function's fixtures); pytest-asyncio and pytest-trio wrap it (an async test's rounds then all run in one call
-        of their runner), anyio awaits it. First of the wrappers, so it meets the test's own function."""
+        """What pytest_pyfunc_call cannot swap in time, first of the wrappers: a unittest.TestCase method (unittest runs
+        the `item.obj` pytest sets on its test case: setUp and tearDown once, around the rounds); an async test, which
+        pytest-asyncio and pytest-trio wrap for their runner before (so the runner runs once around the rounds)."""
         if not isinstance(item, pytest.Function) or item.nodeid not in self.plans:
             return (yield)
         cls = getattr(item, "cls", None)
-        if isinstance(cls, type) and is_unittest_case(cls) and inspect.iscoroutinefunction(item.obj):
+        unittest, is_async = isinstance(cls, type) and is_unittest_case(cls), inspect.iscoroutinefunction(item.obj)
+        if unittest and is_async:  # unittest awaits its own method (IsolatedAsyncioTestCase)
             warnings.warn(InferscopeWarning(async_unittest_not_profiled(item.nodeid)), stacklevel=1)
-            return (yield)  # unittest awaits its own method (IsolatedAsyncioTestCase)
-        return (yield from self._profiled_call(item))
+        if unittest == is_async:  # not profiled; or a test function, pytest_pyfunc_call's
+            return (yield)
+        self._swapped.add(item.nodeid)
+        try:
+            return (yield from self._profiled_call(item))
+        finally:
+            self._swapped.discard(item.nodeid)
 
     def _profiled_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:
         plan = self.plans.get(pyfuncitem.nodeid)
