@@ -7,7 +7,7 @@ returns one `CheckResult` per threshold, and a failure's message explains it wit
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .marker import MARKER_KEYS, MarkerKey, parse_marker, validate_marker
@@ -189,11 +189,9 @@ def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:
         return None
     s = settings
     default_rounds, default_warmup = (MARKED_ROUNDS, MARKED_WARMUP) if marked else (1, 0)
-    if "benchmark" in getattr(item, "fixturenames", ()):
-        return _one_call(item.nodeid, kwargs, s)
     traced = kwargs.get("trace_rounds", s.trace_rounds)
     explicit = "trace_rounds" in kwargs or s.sources.get("trace_rounds", "default") != "default"
-    return Plan(
+    plan = Plan(
         nodeid=item.nodeid,
         rounds=int(kwargs.get("rounds", s.rounds if s.rounds is not None else default_rounds)),
         warmup=int(kwargs.get("warmup", s.warmup if s.warmup is not None else default_warmup)),
@@ -207,22 +205,16 @@ def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:
         lean_trace_rounds=traced if explicit else LEAN_TRACE_ROUNDS,
         until_in_step=not explicit,
     )
-
-
-def _one_call(nodeid: str, kwargs: dict[str, Any], s: Settings) -> Plan:
-    """A test using pytest-benchmark's `benchmark` fixture, which may be called once a test (a second call raises
-    FixtureAlreadyUsed): one measured call, timing pytest-benchmark's own iterations, and nothing that calls the body
-    again (no warm-up, no round the speed probe adds, no trace round: GPU activity and launch calls recorded in the
-    call). Rounds or a warm-up the marker asks for are kept, for `benchmark_conflict` to refuse."""
-    return Plan(
-        nodeid=nodeid,
-        rounds=int(kwargs.get("rounds", 1)),
-        warmup=int(kwargs.get("warmup", 0)),
-        thresholds=kwargs,
-        latency_stat=str(kwargs.get("latency_stat", s.latency_stat)),
-        cpu=str(kwargs.get("cpu", s.cpu)),
-        modules=int(kwargs.get("modules", s.modules)),
-    )
+    if "benchmark" in getattr(item, "fixturenames", ()):
+        # pytest-benchmark's fixture may be called once a test (a second call raises FixtureAlreadyUsed): one measured
+        # call around its own iterations, and nothing that calls the body again (no warm-up, no round the speed probe
+        # adds, no trace round: GPU activity and launch calls recorded in the call). Rounds or a warm-up the marker
+        # asks for are kept, for `benchmark_conflict` to refuse.
+        plan = replace(
+            plan, rounds=int(kwargs.get("rounds", 1)), warmup=int(kwargs.get("warmup", 0)), round_cap=1.0,
+            trace_rounds="all", gpu_rounds="measured", lean_trace_rounds="all", until_in_step=False,
+        )  # fmt: skip
+    return plan
 
 
 def benchmark_conflict(item: pytest.Item, plan: Plan) -> str | None:
