@@ -1,9 +1,11 @@
 """cupti-python's activity records as EVENT_DTYPE rows, field for field as native/_cupti.c decodes them.
 
-cupti-python hands every activity record to Python as an object; `RecordConverter` turns each
-into a plain tuple inside CUPTI's buffer callback (so no CUPTI buffer outlives its callback) and
-builds the EVENT_DTYPE array in one go at drain time. No cupti import is needed here: the enum
-values CUPTI's headers define are repeated below, so the conversion is unit-tested anywhere.
+The records come raw, as (kind, address) pairs of a buffer walked through ctypes (cupti_raw.py), or
+as the object cupti-python makes of each; `RecordViews` copies either out of the buffer in bulk
+through cupti-python's record dtypes, and `RecordConverter` turns each record into a plain tuple
+inside CUPTI's buffer callback (so no CUPTI buffer outlives its callback) and builds the EVENT_DTYPE
+array in one go at drain time. No cupti import is needed here: the enum values CUPTI's headers
+define are repeated below, so the conversion is unit-tested anywhere.
 """
 
 from __future__ import annotations
@@ -143,12 +145,26 @@ class RecordConverter:
 
     def add(self, activities: Iterable[Any]) -> int:
         """Convert one buffer's records; kinds we did not enable (another client's) are skipped. Returns rows added."""
-        rows, convert, cap = self.rows, self._convert, self.max_records
-        before = len(rows)
         if not isinstance(activities, Sequence):
             activities = list(activities)
         records = self._views.read(activities) if self._views is not None else None
-        for a in activities if records is None else records:
+        return self._add(activities if records is None else records)
+
+    def add_raw(self, records: Sequence[tuple[int, int]]) -> int:
+        """Convert one raw buffer's records, given as (kind, address) pairs (cupti_raw.py). Returns rows added.
+
+        A record whose kind this converts but no dtype reads (RecordViews.raw_kinds) is lost and counted.
+        """
+        if self._views is None:
+            raise RuntimeError("reading raw records needs cupti-python's record dtypes (RecordViews)")
+        read = self._views.read_raw(records)
+        self.dropped += sum(1 for kind, _ in records if kind in self._convert) - len(read)
+        return self._add(read)
+
+    def _add(self, records: Iterable[Any]) -> int:
+        rows, convert, cap = self.rows, self._convert, self.max_records
+        before = len(rows)
+        for a in records:
             fn = convert.get(a.kind)
             if fn is None:
                 continue
@@ -265,6 +281,22 @@ class RecordConverter:
         return (start, end, 0, a.correlation_id, name, tid, -1, device, K_OVERHEAD, DEV, kind)
 
 
+#: The record each activity kind the converters read comes as from CUPTI 13 (the structs native/_cupti.c decodes),
+#: by the name of cupti-python's dtype for it, and that struct's size in cupti_activity.h (CUDA 13.0).
+RAW_DTYPES = {
+    A_KERNEL: ("activity_kernel10_dtype", 216),
+    A_CONCURRENT_KERNEL: ("activity_kernel10_dtype", 216),
+    A_MEMCPY: ("activity_memcpy6_dtype", 96),
+    A_MEMCPY2: ("activity_memcpy_pto_p4_dtype", 96),
+    A_MEMSET: ("activity_memset4_dtype", 88),
+    A_RUNTIME: ("activity_api_dtype", 40),
+    A_DRIVER: ("activity_api_dtype", 40),
+    A_SYNCHRONIZATION: ("activity_synchronization2_dtype", 56),
+    A_MEMORY2: ("activity_memory4_dtype", 128),
+    A_OVERHEAD: ("activity_overhead3_dtype", 56),
+}
+
+
 class RecordViews:
     """cupti-python's activity objects read in bulk, through their `ptr` and cupti-python's record dtypes.
 
@@ -285,6 +317,34 @@ class RecordViews:
             if name.startswith("activity_") and name.endswith("_dtype")
         }
         self._layouts: dict[type, _Layout | None] = {}
+        self._raw: dict[int, _Layout] = {}  # activity kind -> its layout, for raw buffers (RAW_DTYPES)
+        self.raw_missing: list[str] = []  # why raw buffers cannot be read with these dtypes
+        shared: dict[str, _Layout] = {}
+        for kind, (name, size) in RAW_DTYPES.items():
+            dtype = getattr(module, name, None)
+            if dtype is None or getattr(dtype, "itemsize", None) != size:
+                got = "none" if dtype is None else f"{getattr(dtype, 'itemsize', '?')} bytes"
+                self.raw_missing.append(f"{name} ({got}, CUDA 13.0's record is {size})")
+            elif name not in shared:
+                shared[name] = _Layout(np.dtype(dtype))
+            if name in shared:
+                self._raw[kind] = shared[name]
+        self.raw_missing = sorted(set(self.raw_missing))
+
+    def read_raw(self, records: Sequence[tuple[int, int]]) -> list[Any]:
+        """Raw records, (kind, address) pairs of one buffer in its order, as named tuples of the fields read, in
+        that order; records of a kind with no layout here are left out (kinds another client enabled, or missing)."""
+        by_kind: dict[int, list[int]] = {}
+        for i, (kind, _) in enumerate(records):
+            by_kind.setdefault(kind, []).append(i)
+        out: list[Any] = [None] * len(records)
+        for kind, where in by_kind.items():
+            layout = self._raw.get(kind)
+            if layout is None:
+                continue
+            for i, record in zip(where, layout.records([records[i][1] for i in where]), strict=True):
+                out[i] = record
+        return [r for r in out if r is not None]
 
     def read(self, activities: Sequence[Any]) -> list[Any] | None:
         try:

@@ -3,10 +3,12 @@
 The portable fallback for machines where the native extension did not build, and the
 cross-check of it in tests. It produces the very records `native/_cupti.c` produces (same
 kinds, names, flags and sentinel values, device clock domain), so everything after the
-collector cannot tell the two apart. cupti-python hands every activity record to Python as an
-object; `RecordConverter` turns each into a plain tuple inside CUPTI's buffer callback (so no
-CUPTI buffer outlives its callback) and builds the EVENT_DTYPE array in one go at drain time
-(cupti_records.py). That per-record Python work is why this backend costs more than the native one.
+collector cannot tell the two apart. CUPTI's buffers reach it raw, through ctypes (cupti_raw.py),
+where that can run; otherwise cupti-python hands every activity record to Python as an object
+(~20-35 µs a record on an H200 host). Either way `RecordConverter` turns each record into a plain
+tuple inside CUPTI's buffer callback (so no CUPTI buffer outlives its callback) and builds the
+EVENT_DTYPE array in one go at drain time (cupti_records.py). That per-record Python work is why
+this backend costs more than the native one.
 
 cupti-python is never required: `create()` raises RuntimeError with the reason when it is
 missing or cannot load CUPTI, and `collectors.gpu.select_backend` records that reason.
@@ -25,6 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .cupti_raw import RawActivity, libcupti_in_process, open_raw
 from .cupti_records import (
     A_CONCURRENT_KERNEL,
     A_DRIVER,
@@ -89,19 +92,6 @@ def _status(exc: BaseException) -> int:
     return int(status) if isinstance(status, int) else -1
 
 
-def _libcupti_in_process() -> str | None:
-    """Path of the libcupti mapped into this process (cupti-python's, or torch's), if any."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                path = line.rsplit(None, 1)[-1] if line.count(" ") >= 5 else ""
-                if "/libcupti.so" in path:
-                    return path
-    except OSError:
-        return None
-    return None
-
-
 class CuptiPythonCollector:
     """`GpuCollector` over cupti-python: records come back as EVENT_DTYPE arrays, device clock domain."""
 
@@ -110,13 +100,26 @@ class CuptiPythonCollector:
     _collecting: ClassVar[CuptiPythonCollector | None] = None
 
     def __init__(
-        self, cupti: Any, buffer_mb: int = DEFAULT_BUFFER_MB, max_records: int = 0, driver: bool = True
+        self,
+        cupti: Any,
+        buffer_mb: int = DEFAULT_BUFFER_MB,
+        max_records: int = 0,
+        driver: bool = True,
+        raw: bool | RawActivity = False,
     ) -> None:
         self._cupti = cupti
         self._buffer_size = buffer_mb << 20
         self._next_buffer = min(FIRST_BUFFER_BYTES, self._buffer_size)  # CUPTI's next request (`_requested`)
         self._driver = driver
-        self._converter = RecordConverter(cupti.get_callback_name, Demangler(), max_records, RecordViews(cupti))
+        views = RecordViews(cupti)
+        self._converter = RecordConverter(cupti.get_callback_name, Demangler(), max_records, views)
+        #: `raw`: CUPTI's buffers through ctypes where that can run (cupti_raw.py); else cupti-python's objects,
+        #: and `objects_reason` says why.
+        opened = raw if isinstance(raw, RawActivity) else "not asked for"
+        if raw is True:
+            opened = open_raw(views.raw_missing, self._buffer_size)
+        self._raw: RawActivity | None = opened if isinstance(opened, RawActivity) else None
+        self.objects_reason = opened if isinstance(opened, str) else ""
         self._lock = threading.Lock()  # CUPTI's worker thread adds while the test thread may drain
         self._enabled: list[tuple[int, str]] = []
         self._choice: dict[int, tuple[list[int], int]] = {}  # kind -> (traced callback ids, CBID size)
@@ -153,6 +156,17 @@ class CuptiPythonCollector:
             self._converter.dropped += self._cupti_dropped()
             self.callback_ns += time.perf_counter_ns() - t0
 
+    def _completed_raw(self, records: list[tuple[int, int]], dropped: int) -> None:
+        """A buffer through ctypes (cupti_raw.RawActivity): its records as (kind, address) pairs."""
+        t0 = time.perf_counter_ns()
+        with self._lock:
+            try:
+                self._converter.add_raw(records)
+            except Exception:  # as in _completed: the buffer's records are counted lost
+                self._converter.dropped += len(records)
+            self._converter.dropped += dropped
+            self.callback_ns += time.perf_counter_ns() - t0
+
     def _cupti_dropped(self) -> int:
         dropped = ctypes.c_size_t(0)
         try:  # NULL context: the global queue, where every CUDA 12+ buffer lives
@@ -185,7 +199,10 @@ class CuptiPythonCollector:
             what = "cuptiSetThreadIdType(SYSTEM)"
             c.set_thread_id_type(THREAD_ID_TYPE_SYSTEM)
             what = "cuptiActivityRegisterCallbacks"
-            c.activity_register_callbacks(self._requested, self._completed)
+            if self._raw is not None:
+                self._raw.register(self._completed_raw)  # RuntimeError with CUPTI's result
+            else:
+                c.activity_register_callbacks(self._requested, self._completed)
             for kind, label, required in KINDS:
                 if kind == A_DRIVER and not self._driver:
                     continue
@@ -199,8 +216,10 @@ class CuptiPythonCollector:
                 self._enabled.append((kind, label))
                 if kind in API_KINDS:
                     self._filter_apis(kind)
-        except c.cuptiError as exc:
+        except (c.cuptiError, RuntimeError) as exc:
             self._disable()
+            if self._raw is not None:
+                self._raw.unregister()
             self._restore_thread_id_type()
             status = _status(exc)
             if status in BUSY_RESULTS:
@@ -223,18 +242,20 @@ class CuptiPythonCollector:
             self.bus_ids = self._sync.pci_bus_ids()
             self._sync.release()
             self._active = False
-            c, errors = self._cupti, []
+            errors: list[str] = []
             # Records of finished work first; then nothing new; then what is still open (end = 0).
             for step in ("flush", "disable", "forced flush"):
                 try:
                     if step == "flush":
-                        c.activity_flush_all(0)
+                        self._flush_all(0)
                     elif step == "disable":
                         self._disable()
                     else:
-                        c.activity_flush_all(FLUSH_FORCED)
+                        self._flush_all(FLUSH_FORCED)
                 except Exception as exc:
                     errors.append(f"{step}: {exc}")
+            if self._raw is not None:
+                self._raw.unregister()
             self._restore_thread_id_type()  # and never cupti.finalize(): it breaks CUPTI for the rest of the process
             CuptiPythonCollector._collecting = None
             if errors:
@@ -319,10 +340,17 @@ class CuptiPythonCollector:
         if not self._active:
             return
         try:
-            self._cupti.activity_flush_all(0)
+            self._flush_all(0)
         except Exception as exc:
             raise CuptiError(f"flushing cupti-python's records failed: {exc}") from exc
         self._first_buffer_next()  # CUPTI asks for a new buffer at the next record
+
+    def _flush_all(self, flag: int) -> None:
+        """cuptiActivityFlushAll: through ctypes with raw buffers (the GIL let go while CUPTI calls back)."""
+        if self._raw is not None:
+            self._raw.flush(flag)
+        else:
+            self._cupti.activity_flush_all(flag)
 
     def drain(self) -> tuple[np.ndarray, list[str]]:
         with self._lock:
@@ -368,9 +396,10 @@ class CuptiPythonCollector:
             apis = f"every call (cupti-python lacks {lacks[0]})"
         if every_api_call():
             apis = "every call (INFERSCOPE_CUPTI_ALL_API=1)"
-        path = _libcupti_in_process()
+        records = "raw buffers (ctypes)" if self._raw is not None else f"cupti-python's objects ({self.objects_reason})"
+        path = libcupti_in_process()
         if path is None:
-            return f"{package}; libcupti not loaded; API records: {apis}"
+            return f"{package}; libcupti not loaded; API records: {apis}; records: {records}"
         number = ctypes.c_uint32(0)
         try:
             lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
@@ -378,7 +407,7 @@ class CuptiPythonCollector:
                 number.value = 0
         except (OSError, AttributeError):
             number.value = 0
-        return f"{package}; libcupti {number.value or '?'} from {path}; API records: {apis}"
+        return f"{package}; libcupti {number.value or '?'} from {path}; API records: {apis}; records: {records}"
 
 
 #: The CUPTI functions start/stop/drain call through cupti-python.
@@ -428,4 +457,4 @@ def create(
         raise RuntimeError(f"cupti-python cannot use CUPTI here: {missing}")
     if max_records is None:
         max_records = max_records_for(None)
-    return CuptiPythonCollector(cupti, buffer_mb, max_records, driver=driver)
+    return CuptiPythonCollector(cupti, buffer_mb, max_records, driver=driver, raw=True)

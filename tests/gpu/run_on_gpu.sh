@@ -82,7 +82,7 @@ EOF
 cat "$WORK/env.txt"
 
 # -- the GPU tests -----------------------------------------------------------------------------------
-GPU_TESTS="${GPU_TESTS:-tests/gpu tests/unit/test_gpu_cuptipy.py tests/unit/test_native.py}"
+GPU_TESTS="${GPU_TESTS:-tests/gpu tests/unit/test_gpu_cuptipy.py tests/unit/test_cupti_raw.py tests/unit/test_native.py}"
 # The two-GPU tests (marked gpus(2)) fail under INFERSCOPE_GPU=required where there is one GPU: left out there
 # unless named, and said so.
 if (($(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') < 2)); then

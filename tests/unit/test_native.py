@@ -531,11 +531,12 @@ def _runtime(cbid: int, start: int, end: int, corr: int, tid: int, kind: int = R
     return Api(kind=kind, cbid=cbid, start=start, end=end, processId=99, threadId=tid, correlationId=corr)
 
 
-def test_decode_every_record_kind(loaded: ModuleType) -> None:
+def every_record() -> list[ctypes.Structure]:
+    """One record of each kind the decoder reads (tests/unit/test_cupti_raw.py reads them raw too)."""
     overhead = Overhead3(kind=OVERHEAD, overheadKind=OVERHEAD_CUPTI_BUFFER_FLUSH, objectKind=OBJECT_THREAD)
     overhead.objectId[:] = [99, 4242, 0]
     overhead.start, overhead.end = 900, 950
-    records = [
+    records: list[ctypes.Structure] = [
         _runtime(RUNTIME_CBID_CUDA_LAUNCH_KERNEL, 100, 110, corr=5, tid=4242),
         _kernel(b"_Z6squarePfi", 120, 220, corr=5, stream=7, device=1),
         Memcpy6(kind=MEMCPY, copyKind=CopyKind.HTOD, srcKind=MemoryKind.PAGEABLE, dstKind=MemoryKind.DEVICE,
@@ -554,6 +555,11 @@ def test_decode_every_record_kind(loaded: ModuleType) -> None:
         _runtime(DRIVER_CBID_CU_LAUNCH_KERNEL, 700, 705, corr=14, tid=4243, kind=DRIVER),
         _kernel(b"my_triton_kernel", 710, 0, corr=14),  # still running at a forced flush
     ]  # fmt: skip
+    return records
+
+
+def test_decode_every_record_kind(loaded: ModuleType) -> None:
+    records = every_record()
     collector = loaded.Collector()
     buf, names = collector._decode(_buffer(*records))
     ev = _events(buf)
