@@ -27,12 +27,12 @@ from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
 from .options import lean_rounds_conflict, sampler_in_use
 from .pending import Pending, in_rounds, is_unittest_case, note_exception
+from .session_baselines import SessionBaselines
 from .stackbase import fresh_chunk
 from .warning import InferscopeWarning, async_not_ab_gated, async_unittest_not_profiled
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
-    from .baseline import Baseline
     from .checks import Plan
     from .collectors import SamplerThread
     from .collectors.gpu import Choice
@@ -68,9 +68,8 @@ class InferscopeSession:
         self._swapped: set[str] = set()  # tests pytest_runtest_call swapped for their rounds (pytest_pyfunc_call's not)
         self._gpu: Choice | None = None
         self._environment: dict[str, Any] | None = None
-        self.baseline: Baseline | None = None  # loaded at session start with --inferscope-compare
-        self.saving_to: Baseline | None = None  # the existing baseline --inferscope-save-baseline appends to
         self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
+        self.baselines = SessionBaselines(config, settings, self.notes)
         self.custom_rules: list[Any] = []  # from .inferscope_rules.yaml, loaded at session start
         self.pinned_gpu: int | None = pin_gpu(config, settings.gpus)
         # The A/B gate's plugin object (docs/ab.md), or None.
@@ -136,18 +135,8 @@ class InferscopeSession:
 
     # -- hooks ---------------------------------------------------------------------
 
-    def baseline_dir(self) -> Path:
-        """The baselines folder: relative to the rootdir unless given on the command line or in the environment."""
-        d = self.settings.baseline_dir
-        if d.is_absolute():
-            return d
-        source = self.settings.sources.get("baseline_dir", "default")
-        base = self.config.invocation_params.dir if source.startswith(("cli", "env")) else self.config.rootpath
-        return base / d
-
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if self.settings.compare is not None or self.settings.save_baseline is not None:
-            self._check_baselines()
+        self.baselines.check()
         self.custom_rules = self._load_custom_rules()
         if self.settings.gpu == "required":
             from .collectors.gpu import GpuBackendError
@@ -170,15 +159,6 @@ class InferscopeSession:
         try:
             return load_rules(path, known_metrics=metric_names())
         except CustomRuleError as exc:
-            raise pytest.UsageError(str(exc)) from exc
-
-    def _check_baselines(self) -> None:
-        from .baseline import BaselineError, BaselineStore
-
-        try:
-            store = BaselineStore(self.baseline_dir())
-            self.baseline, self.saving_to = store.for_run(self.settings.compare, self.settings.save_baseline)
-        except BaselineError as exc:
             raise pytest.UsageError(str(exc)) from exc
 
     def header_lines(self) -> list[str]:
@@ -269,9 +249,7 @@ class InferscopeSession:
         # of the baseline compared with (or appended to), and this session's.
         steady = None
         if probing and not is_async:
-            known = self.baseline or self.saving_to
-            runs = known.history.get(pyfuncitem.nodeid, [])[-5:] if known is not None else []
-            prior = [*self.probe_seen[-1000:], *(x for run in runs for x in run.probe_ms)]
+            prior = [*self.probe_seen[-1000:], *self.baselines.probe_readings(pyfuncitem.nodeid)]
             steady = Steadying(max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9)), prior)
 
         def rounds(body: Callable[[], Any]) -> Any:
@@ -334,23 +312,13 @@ class InferscopeSession:
 
     def _finish(self, item: pytest.Item, pending: Pending) -> TestResult:
         from .analyzer import DEFAULT_RULES
-        from .postprocess import Comparison, keep_last_run, kept, process
+        from .postprocess import keep_last_run, kept, process
         from .reporters.progress import slow_notice
 
         assert pending.raw is not None
         plan = self.plans[item.nodeid]
         rules = [r for extra in self.config.hook.pytest_inferscope_rules(config=self.config) for r in extra or ()]
         rules += self.custom_rules
-        comparison = None
-        if self.baseline is not None:
-            comparison = Comparison(
-                baseline_name=self.baseline.name,
-                entry=self.baseline.get(item.nodeid),
-                max_regression=self.settings.max_regression,
-                alpha=self.settings.alpha,
-                tests_in_baseline=len(self.baseline.tests),
-                history=list(self.baseline.history.get(item.nodeid, [])),
-            )
         if self.report_dir is not None and self.writer is None:
             from .reporters.writer import ReportWriter
 
@@ -374,7 +342,7 @@ class InferscopeSession:
                 whatifs=[
                     w for extra in self.config.hook.pytest_inferscope_whatifs(config=self.config) for w in extra or ()
                 ],
-                comparison=comparison,
+                comparison=self.baselines.comparison(item.nodeid),
                 launch_gap_us=self.settings.launch_gap_us,
                 ab=functools.partial(self.ab.finish, item.nodeid) if hasattr(self.ab, "finish") else None,
                 writer=self.writer,
@@ -382,7 +350,7 @@ class InferscopeSession:
                 earlier_runs=earlier,
             )
         item.stash[EARLIER_RUNS] = (*result.earlier_runs, result.verdict)  # a rerun plugin runs the same item again
-        self.note_environment_change(result)
+        self.baselines.note_environment_change(result)
         handle = self.fixtures.pop(item.nodeid, None)  # the test's fixture value holds it from here
         if handle is not None:
             handle.result = result
@@ -414,14 +382,6 @@ class InferscopeSession:
             line = f"inferscope: the reports of {e.nodeid} could NOT be written ({e.path}): {e.error}"
             self.notes.append(line)
             log.warning(line)
-
-    def note_environment_change(self, result: TestResult) -> None:  # also called by xdist.XdistHooks
-        """Say once, in the summary, that the baseline was recorded elsewhere: never a silent comparison."""
-        from .regression import environment_note
-
-        note = environment_note(result)
-        if note and not any(n.startswith(note.split(" (")[0]) for n in self.notes):
-            self.notes.append(note)
 
     def fixture(self, request: pytest.FixtureRequest) -> InferscopeFixture:
         from .api import InferscopeFixture
@@ -472,7 +432,7 @@ class InferscopeSession:
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller writes the index
             self.config.workeroutput["inferscope_results"] = [r.to_wire() for r in self.results]  # type: ignore[attr-defined]
             return
-        saved = self.settings.save_baseline is None or self._save_baseline(self.settings.save_baseline)
+        saved = self.settings.save_baseline is None or self.baselines.save(self.results, self.environment())
         if not saved and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to save, and nothing was saved
         if self.report_dir is not None and self.results:
@@ -488,13 +448,3 @@ class InferscopeSession:
             from .reporters.folder import append_step_summary
 
             append_step_summary(Path(summary), self.results, self.report_dir)
-
-    def _save_baseline(self, name: str) -> bool:
-        from .baseline import BaselineError, BaselineStore
-
-        try:
-            self.notes.append(BaselineStore(self.baseline_dir()).save_run(name, self.results, self.environment()))
-        except BaselineError as exc:  # not a crash and not silent: the summary says why, and the run fails
-            self.notes.append(f"inferscope: baseline {name!r} NOT saved: {exc}")
-            return False
-        return True

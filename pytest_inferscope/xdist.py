@@ -29,7 +29,7 @@ class XdistHooks:
         for d in data:
             result = TestResult.from_wire(d)
             self.session.results.append(result)
-            self.session.note_environment_change(result)  # the summary line the workers cannot write
+            self.session.baselines.note_environment_change(result)  # the summary line the workers cannot write
         for note in getattr(node, "workeroutput", {}).get("inferscope_ab_notes", []):
             if note not in self.session.notes:  # every worker sees the tests removed since the ref: said once
                 self.session.notes.append(note)
