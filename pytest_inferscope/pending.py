@@ -77,3 +77,13 @@ def note_exception(pending: Pending, exc: BaseException) -> None:
 def is_unittest_case(cls: type) -> bool:
     unittest = sys.modules.get("unittest")  # loaded wherever pytest collected a TestCase
     return unittest is not None and issubclass(cls, unittest.TestCase)
+
+
+def async_testcase(item: pytest.Function) -> Any:
+    """The test case of an IsolatedAsyncioTestCase method, or None. unittest looks the method up on it and awaits it in
+    its own event loop; pytest sets nothing there for such a method (it does for a synchronous one). The test case is
+    `_testcase` in older pytest (8.0), `instance` since."""
+    if not inspect.iscoroutinefunction(item.obj):
+        return None
+    testcase = getattr(item, "_testcase", None) or getattr(item, "instance", None)
+    return testcase if testcase is not None and is_unittest_case(type(testcase)) else None

@@ -26,10 +26,10 @@ from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
 from .options import lean_rounds_conflict, sampler_in_use
-from .pending import Pending, in_rounds, is_unittest_case, note_exception
+from .pending import Pending, async_testcase, in_rounds, is_unittest_case, note_exception
 from .session_baselines import SessionBaselines
 from .stackbase import fresh_chunk
-from .warning import InferscopeWarning, async_not_ab_gated, async_unittest_not_profiled
+from .warning import InferscopeWarning, async_not_ab_gated
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
@@ -202,15 +202,14 @@ class InferscopeSession:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
         """What pytest_pyfunc_call cannot swap in time, first of the wrappers: a unittest.TestCase method (unittest runs
-        the `item.obj` pytest sets on its test case: setUp and tearDown once, around the rounds); an async test, which
-        pytest-asyncio and pytest-trio wrap for their runner before (so the runner runs once around the rounds)."""
+        the `item.obj` pytest sets on its test case, or for an IsolatedAsyncioTestCase method the one on the test case
+        itself: setUp and tearDown once, around the rounds); an async test, which pytest-asyncio and pytest-trio wrap
+        for their runner before (so the runner runs once around the rounds)."""
         if not isinstance(item, pytest.Function) or item.nodeid not in self.plans:
             return (yield)
         cls = getattr(item, "cls", None)
         unittest, is_async = isinstance(cls, type) and is_unittest_case(cls), inspect.iscoroutinefunction(item.obj)
-        if unittest and is_async:  # unittest awaits its own method (IsolatedAsyncioTestCase)
-            warnings.warn(InferscopeWarning(async_unittest_not_profiled(item.nodeid)), stacklevel=1)
-        if unittest == is_async:  # not profiled; or a test function, pytest_pyfunc_call's
+        if not unittest and not is_async:  # a test function: pytest_pyfunc_call's
             return (yield)
         self._swapped.add(item.nodeid)
         try:
@@ -259,7 +258,10 @@ class InferscopeSession:
             self.probe_seen.extend(coll.probe_ms)
             return result
 
+        testcase = async_testcase(pyfuncitem)  # unittest looks its method up there: the rounds are put there too
         pyfuncitem.obj = in_rounds(original, pending, rounds, plan.rounds, plan.warmup)
+        if testcase is not None:
+            setattr(testcase, pyfuncitem.name, pyfuncitem.obj)
         self.wait_for_reports(pause=True)  # no report file is written while a test is measured
         coll.start()
         pending.extra = start_extra_collectors(self.config, pyfuncitem)
@@ -270,6 +272,8 @@ class InferscopeSession:
             raise
         finally:
             pyfuncitem.obj = original
+            if testcase is not None:
+                delattr(testcase, pyfuncitem.name)
             pending.skipped |= is_async and not pending.awaited  # no plugin awaited it: pytest's outcome says why
             pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
             pending.raw = coll.stop()

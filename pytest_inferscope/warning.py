@@ -27,13 +27,3 @@ def async_not_ab_gated(nodeid: str) -> str:
         "and has no report. Without --inferscope-ab it is profiled; to gate it on A/B, move the model call into a "
         "synchronous test."
     )
-
-
-def async_unittest_not_profiled(nodeid: str) -> str:
-    """Why an async unittest method (IsolatedAsyncioTestCase) has no report."""
-    return (
-        f"inferscope: {nodeid} is an async unittest test (IsolatedAsyncioTestCase), whose method unittest itself calls "
-        "and awaits in its own event loop, so inferscope cannot call it in rounds: it was not profiled and has no "
-        "report. Profile the awaited work inside it with `with pytest_inferscope.profile():`, or write the test as an "
-        "`async def` pytest function run by anyio or pytest-asyncio, which inferscope profiles."
-    )

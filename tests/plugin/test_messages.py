@@ -130,21 +130,3 @@ async def test_async_model():
     out = result.stdout.str()
     assert "async def functions are not natively supported" in out
     assert not (pytester.path / "out").exists() or not list((pytester.path / "out").glob("test_a.py__*"))
-
-
-def test_an_async_unittest_method_is_said_not_to_be_profiled(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(
-        test_a="""
-import asyncio, unittest, pytest
-
-class TestAsync(unittest.IsolatedAsyncioTestCase):
-    @pytest.mark.inferscope(rounds=3)
-    async def test_async_model(self):
-        await asyncio.sleep(0)
-"""
-    )
-    result = pytester.runpytest("-p", "no:randomly", "-W", "always")
-    result.assert_outcomes(passed=1)
-    out = result.stdout.str()
-    assert "test_a.py::TestAsync::test_async_model is an async unittest test (IsolatedAsyncioTestCase)" in out
-    assert "with pytest_inferscope.profile():" in out

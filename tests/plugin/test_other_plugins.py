@@ -1,11 +1,13 @@
 """The plugin beside what other plugins and test styles do to a test: a body cut short (pytest-timeout), a test run
 again (pytest-rerunfailures), unittest.TestCase methods, a tracer (pytest-cov), async tests awaited by another plugin
-(anyio), and a fixture that may be called once a test (pytest-benchmark's `benchmark`)."""
+(anyio) and unittest (IsolatedAsyncioTestCase), and a fixture that may be called once a test (pytest-benchmark's
+`benchmark`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -151,6 +153,64 @@ def test_a_unittest_method_is_profiled_in_rounds_between_one_setup_and_teardown(
     every = pytester.runpytest("-p", "no:randomly", "--inferscope-all", "--inferscope-report=all", "-k", "unmarked")
     every.assert_outcomes(passed=1)
     assert set(folders(pytester.path / "all")) == {"test_unmarked"}
+
+
+def test_an_async_unittest_method_is_profiled_in_rounds_in_its_own_event_loop(pytester: pytest.Pytester) -> None:
+    """An IsolatedAsyncioTestCase method, which unittest looks up on the test case and awaits in its own event loop
+    (pytest does not set it there): its rounds are awaited in that loop, between one asyncSetUp and asyncTearDown;
+    what it raises is partial; a skip leaves no report; under --inferscope-ab it runs once, unprofiled, with a word."""
+    pytester.makepyfile(
+        test_iat="""
+        import asyncio
+        import time
+        import unittest
+        import pytest
+
+        CALLS = {"setUp": 0, "tearDown": 0, "body": 0, "raises": 0}
+
+        class TestModel(unittest.IsolatedAsyncioTestCase):
+            async def asyncSetUp(self):
+                CALLS["setUp"] += 1
+                self.loop = asyncio.get_running_loop()
+
+            async def asyncTearDown(self):
+                CALLS["tearDown"] += 1
+
+            @pytest.mark.inferscope(rounds=4, warmup=1)
+            async def test_forward(self):
+                assert asyncio.get_running_loop() is self.loop
+                CALLS["body"] += 1
+                time.sleep(0.002)
+                await asyncio.sleep(0)
+
+            @pytest.mark.inferscope(rounds=3, warmup=0)
+            async def test_raises_in_second_round(self):
+                CALLS["raises"] += 1
+                self.assertLess(CALLS["raises"], 2)
+
+            @pytest.mark.inferscope(rounds=3, warmup=0)
+            async def test_skipped(self):
+                self.skipTest("not here")
+
+        def test_zz_counts():
+            # test_forward: one asyncSetUp and asyncTearDown around its 1 + 4 calls; the other two one each
+            assert (CALLS["setUp"], CALLS["tearDown"], CALLS["body"]) == (3, 3, 5), CALLS
+        """
+    )
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-report=out")
+    result.assert_outcomes(passed=2, failed=1, skipped=1)
+    reports = folders(pytester.path / "out")
+    assert set(reports) == {"test_forward", "test_raises_in_second_round"}
+    forward = json.loads((reports["test_forward"] / "report.json").read_text())
+    assert forward["verdict"] == "pass" and len(forward["latency"]["samples_ms"]) == 4
+    assert all(1.9 < ms < 50 for ms in forward["latency"]["samples_ms"])  # the 2 ms body, awaited: not a coroutine made
+    raised = json.loads((reports["test_raises_in_second_round"] / "report.json").read_text())
+    assert raised["verdict"] == "partial" and "AssertionError" in raised["partial_reason"]
+
+    ab = pytester.runpytest("-p", "no:randomly", "-k", "forward", f"--inferscope-ab-python={sys.executable}", "-W",
+                            "always")  # fmt: skip
+    ab.assert_outcomes(passed=1)
+    ab.stdout.fnmatch_lines(["*test_iat.py::TestModel::test_forward is an async test, and the A/B gate*"])
 
 
 def test_a_tracer_beside_the_tests_is_said_and_keeps_a_baseline_without_it_from_the_comparison(
