@@ -6,7 +6,7 @@ import functools
 import inspect
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,12 +34,11 @@ def in_rounds(
     original: Callable[..., Any],
     pending: Pending,
     rounds: Callable[[Callable[[], Any]], Any],
-    measured: int,
-    warmup: int,
+    rounds_async: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
 ) -> Callable[..., Any]:
     """`original` as pytest (or unittest) is to call it: its body in rounds, noting what it raised (here, not only
     around the call: unittest catches what its method raised). A function's rounds are `rounds(body)`; an `async def`
-    test's, awaited by the plugin that runs it, the collection's `run_rounds_async`."""
+    test's, awaited by the plugin (or unittest) that runs it, `rounds_async(body)`."""
     if inspect.iscoroutinefunction(original):
 
         @functools.wraps(original)
@@ -47,7 +46,7 @@ def in_rounds(
             pending.awaited = True
             try:
                 body = lambda: original(*args, **kwargs)  # noqa: E731
-                return await pending.collection.run_rounds_async(body, measured, warmup)
+                return await rounds_async(body)
             except BaseException as exc:
                 note_exception(pending, exc)
                 raise

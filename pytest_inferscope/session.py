@@ -15,7 +15,7 @@ import os
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from .options import lean_rounds_conflict, sampler_in_use
 from .pending import Pending, async_testcase, in_rounds, is_unittest_case, note_exception
 from .session_baselines import SessionBaselines
 from .stackbase import fresh_chunk
-from .warning import InferscopeWarning, async_not_ab_gated
+from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
@@ -223,9 +223,6 @@ class InferscopeSession:
         if plan is None:
             return (yield)
         is_async = inspect.iscoroutinefunction(original)
-        if is_async and self.ab is not None:
-            warnings.warn(InferscopeWarning(async_not_ab_gated(pyfuncitem.nodeid)), stacklevel=1)
-            return (yield)
         self._prepare()
         from .api import collection_options
         from .collectors import Collection, SamplerThread
@@ -258,8 +255,13 @@ class InferscopeSession:
             self.probe_seen.extend(coll.probe_ms)
             return result
 
+        async def rounds_async(body: Callable[[], Awaitable[Any]]) -> Any:  # in the loop that awaits the test
+            if self.ab is not None:
+                return await self.ab.run_test_async(pyfuncitem.nodeid, coll, body, plan)
+            return await coll.run_rounds_async(body, plan.rounds, plan.warmup)
+
         testcase = async_testcase(pyfuncitem)  # unittest looks its method up there: the rounds are put there too
-        pyfuncitem.obj = in_rounds(original, pending, rounds, plan.rounds, plan.warmup)
+        pyfuncitem.obj = in_rounds(original, pending, rounds, rounds_async)
         if testcase is not None:
             setattr(testcase, pyfuncitem.name, pyfuncitem.obj)
         self.wait_for_reports(pause=True)  # no report file is written while a test is measured

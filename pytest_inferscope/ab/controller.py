@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -212,31 +212,56 @@ class ABController:
 
     def run_test(self, nodeid: str, coll: Collection, body: Callable[[], Any], plan: Plan) -> Any:
         """The test's rounds, in lockstep with the twin when it has the test; returns the body's last result."""
+        data = self._begin(nodeid)
+        if data["state"] != "paired":
+            return coll.run_rounds(body, plan.rounds, plan.warmup)
+        from .lockstep import lockstep
+
+        with pinned(self.core), quiet_heap():
+            return lockstep(self._twin(), coll, body, plan, data, **self._turns(plan))
+
+    async def run_test_async(
+        self, nodeid: str, coll: Collection, body: Callable[[], Awaitable[Any]], plan: Plan
+    ) -> Any:
+        """`run_test` for an `async def` test, awaited in the event loop that awaits the test (lockstep_async)."""
+        data = self._begin(nodeid)
+        if data["state"] != "paired":
+            return await coll.run_rounds_async(body, plan.rounds, plan.warmup)
+        from .lockstep import lockstep_async
+
+        with pinned(self.core), quiet_heap():
+            return await lockstep_async(self._twin(), coll, body, plan, data, **self._turns(plan))
+
+    def _begin(self, nodeid: str) -> dict[str, Any]:
+        """The test's A/B record; its state stays "paired" when the twin has the test and started it."""
         data: dict[str, Any] = {"state": "paired", "new_ms": [], "ref_ms": [], "look": None, "metrics": {}}
         self.pending[nodeid] = data
         twin = self.twin
         if twin is None or twin.dead:
             data["state"], data["reason"] = "dead", (twin.dead if twin is not None else "no twin ran")
-            return coll.run_rounds(body, plan.rounds, plan.warmup)
+            return data
         if nodeid not in self.twin_plans:
             data["state"] = "new"
-            return coll.run_rounds(body, plan.rounds, plan.warmup)
+            return data
         try:
             twin.send(cmd="run", nodeid=nodeid, core=self.core)
             msg = twin.recv()
         except TwinDied as exc:
             data["state"], data["reason"] = "dead", str(exc)
-            return coll.run_rounds(body, plan.rounds, plan.warmup)
+            return data
         if msg.get("type") == "result":
             data["state"], data["error"] = "twin_failed", msg.get("error") or "not run there"
-            return coll.run_rounds(body, plan.rounds, plan.warmup)
-        from .lockstep import lockstep
+        return data
 
+    def _twin(self) -> Twin:
+        assert self.twin is not None  # _begin said "paired"
+        return self.twin
+
+    def _turns(self, plan: Plan) -> dict[str, Any]:
+        """The lockstep's judging settings, and which side starts: it alternates from test to test."""
+        self.tests_run += 1
         max_regression = float(plan.thresholds.get("max_regression", self.settings.max_regression))
-        with pinned(self.core), quiet_heap():
-            self.tests_run += 1
-            here_first = self.tests_run % 2 == 1  # which side starts alternates from test to test
-            return lockstep(twin, coll, body, plan, data, max_regression, self.settings.alpha, here_first)
+        return {"max_regression": max_regression, "alpha": self.settings.alpha, "here_first": self.tests_run % 2 == 1}
 
     def finish(self, nodeid: str, result: TestResult) -> dict[str, Any] | None:
         """The test's ABVerdict as plain data (None when it ran no A/B), its deterministic metrics compared."""

@@ -4,8 +4,7 @@ AB, ...), with a look at the pairs after every `rounds` of them, up to the round
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from ..rounds import RoundKind, row_kind
@@ -39,17 +38,90 @@ def lockstep(
     every pair was the slow one, and a side's pair ratios split into two groups. The caller alternates
     `here_first` from test to test, so neither side always goes first.
     """
-    result: Any = None
-    index = 0
+    here = _Here(coll)
+    steps = _steps(twin, coll, plan, data, max_regression, alpha, here_first)
+    ms: float | None = None
+    while (warmup := _next(steps, ms)) is not None:
+        try:
+            ms = here.call(body, warmup)
+        except BaseException as exc:
+            steps.throw(exc)  # the steps end the twin's test, and raise it again
+            raise
+    traced = coll.run_trace_rounds(body, here.index)
+    return here.result if traced is None else traced[0]
 
-    def here(warmup: bool) -> float:
-        nonlocal result, index
-        result = None  # let go before the call, as schedule.run does
-        with coll.round(index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
-            result = body()
-        index += 1
-        last = coll.last_round
+
+async def lockstep_async(
+    twin: Twin,
+    coll: Collection,
+    body: Callable[[], Awaitable[Any]],
+    plan: Plan,
+    data: dict[str, Any],
+    max_regression: float,
+    alpha: float,
+    here_first: bool = True,
+) -> Any:
+    """`lockstep` for an `async def` test, each round here awaited in the event loop that awaits the test (the twin's
+    turns are waited for in it, blocking it: nothing else of the test runs between rounds); no round runs after the
+    measured ones (schedule.run_async)."""
+    here = _Here(coll)
+    steps = _steps(twin, coll, plan, data, max_regression, alpha, here_first)
+    ms: float | None = None
+    while (warmup := _next(steps, ms)) is not None:
+        try:
+            ms = await here.call_async(body, warmup)
+        except BaseException as exc:
+            steps.throw(exc)
+            raise
+    return here.result
+
+
+class _Here:
+    """This side's rounds: each in the collection's round, numbered in order, the last result kept."""
+
+    def __init__(self, coll: Collection) -> None:
+        self.coll = coll
+        self.index = 0
+        self.result: Any = None
+
+    def call(self, body: Callable[[], Any], warmup: bool) -> float:
+        self.result = None  # let go before the call, as schedule.run does
+        with self.coll.round(self.index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
+            self.result = body()
+        return self._ms()
+
+    async def call_async(self, body: Callable[[], Awaitable[Any]], warmup: bool) -> float:
+        self.result = None
+        with self.coll.round(self.index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
+            self.result = await body()
+        return self._ms()
+
+    def _ms(self) -> float:
+        self.index += 1
+        last = self.coll.last_round
         return float(last["wall_ns"]) / 1e6 if last else math.nan
+
+
+def _next(steps: Generator[bool, float | None, None], ms: float | None) -> bool | None:
+    """The steps' next round here (whether a warm-up one), given the last one's ms; None when they are done."""
+    try:
+        return steps.send(ms)
+    except StopIteration:
+        return None
+
+
+def _steps(
+    twin: Twin,
+    coll: Collection,
+    plan: Plan,
+    data: dict[str, Any],
+    max_regression: float,
+    alpha: float,
+    here_first: bool,
+) -> Generator[bool, float | None, None]:
+    """The turn-taking, for either driver: yields a round to run here (True: a warm-up one) and is sent its ms; the
+    twin's rounds, the looks and the twin's end of the test happen in between. Thrown what a round here raised, it
+    ends the twin's test and raises it again."""
 
     def there(i: int, warmup: bool, first: bool = False) -> float:
         twin.send(cmd="round", index=i, warmup=warmup, first=first)
@@ -58,18 +130,27 @@ def lockstep(
             raise _TwinFailed(str(msg.get("error")))
         return float(msg["ms"])
 
+    def pair(warmup: bool, i: int, first: bool = False) -> Generator[bool, float | None, tuple[float, float]]:
+        """One round on each side, in the test's order: (this side's ms, the twin's ms)."""
+        if here_first:
+            a = yield warmup
+            return float(a if a is not None else math.nan), there(i, warmup, first)
+        b = there(i, warmup, first)
+        a = yield warmup
+        return float(a if a is not None else math.nan), b
+
     points = looks(plan.rounds, max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9)))
     data["looks"] = len(points)
     new, ref = data["new_ms"], data["ref_ms"]
     in_test = True
     try:
         for w in range(plan.warmup):
-            _pair(here_first, partial(here, True), partial(there, w, True))
+            yield from pair(True, w)
         coll.after_warmup()
         k = 0
         for j, point in enumerate(points):
             while k < point:
-                a, b = _pair(here_first, partial(here, False), partial(there, plan.warmup + k, False, first=k == 0))
+                a, b = yield from pair(False, plan.warmup + k, first=k == 0)
                 new.append(a)
                 ref.append(b)
                 k += 1
@@ -94,20 +175,9 @@ def lockstep(
     # The current side's result stands: its requested rounds are completed here alone.
     measured = sum(1 for r in coll.rounds if row_kind(r) is RoundKind.MEASURED)
     for _ in range(plan.rounds - measured):
-        here(False)
+        yield False
     if in_test:
         _read_result(twin, data)
-    traced = coll.run_trace_rounds(body, index)
-    return result if traced is None else traced[0]
-
-
-def _pair(here_first: bool, here: Callable[[], float], there: Callable[[], float]) -> tuple[float, float]:
-    """One round on each side, in the given order: (this side's ms, the twin's ms)."""
-    if here_first:
-        a = here()
-        return a, there()
-    b = there()
-    return here(), b
 
 
 def _read_result(twin: Twin, data: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,27 +170,52 @@ class TwinServer:
 
     def run_test(self, nodeid: str, coll: Collection, body: Callable[[], Any], plan: Any) -> Any:
         """The rounds of one test, each when the parent says; pinned to the parent's core meanwhile."""
-        self.channel.send(type="started")
         result = None
         with pinned(self.core), quiet_heap():
-            while True:
-                msg = self.channel.recv()
-                if msg.get("cmd") != "round":
-                    break
-                warmup = bool(msg.get("warmup"))
-                if not warmup and msg.get("first"):
-                    coll.after_warmup()
+            for index, kind in self._rounds_asked(coll):
                 result = None  # let go before the call, as schedule.run does
                 try:
-                    with coll.round(int(msg["index"]), RoundKind.WARMUP if warmup else RoundKind.MEASURED):
+                    with coll.round(index, kind):
                         result = body()
                 except BaseException as exc:
-                    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                    self.channel.send(type="error", error=text)
+                    self._failed(exc)
                     raise
-                last = coll.last_round
-                self.channel.send(type="round", ms=float(last["wall_ns"]) / 1e6 if last else math.nan)
+                self._round_done(coll)
         return result
+
+    async def run_test_async(self, nodeid: str, coll: Collection, body: Callable[[], Awaitable[Any]], plan: Any) -> Any:
+        """`run_test` for an `async def` test: each round awaited in the event loop that awaits the test."""
+        result = None
+        with pinned(self.core), quiet_heap():
+            for index, kind in self._rounds_asked(coll):
+                result = None
+                try:
+                    with coll.round(index, kind):
+                        result = await body()
+                except BaseException as exc:
+                    self._failed(exc)
+                    raise
+                self._round_done(coll)
+        return result
+
+    def _rounds_asked(self, coll: Collection) -> Iterator[tuple[int, RoundKind]]:
+        """The rounds the parent asks for, in turn, until it says the test ended."""
+        self.channel.send(type="started")
+        while True:
+            msg = self.channel.recv()
+            if msg.get("cmd") != "round":
+                return
+            warmup = bool(msg.get("warmup"))
+            if not warmup and msg.get("first"):
+                coll.after_warmup()
+            yield int(msg["index"]), RoundKind.WARMUP if warmup else RoundKind.MEASURED
+
+    def _round_done(self, coll: Collection) -> None:
+        last = coll.last_round
+        self.channel.send(type="round", ms=float(last["wall_ns"]) / 1e6 if last else math.nan)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.channel.send(type="error", error="".join(traceback.format_exception_only(type(exc), exc)).strip())
 
 
 @contextlib.contextmanager

@@ -116,27 +116,60 @@ def test_new_and_removed_tests(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*1 profiled test(s) only at HEAD~1*removed or renamed here*test_x.py::test_old*"])
 
 
-def test_an_async_test_is_said_not_to_be_ab_gated(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(
-        """
-        import asyncio, inspect, pytest
+ASYNC_BODY = """
+import asyncio, time, pytest
 
-        @pytest.hookimpl(tryfirst=True)
-        def pytest_pyfunc_call(pyfuncitem):  # as anyio's plugin does: await the test in an event loop
-            if inspect.iscoroutinefunction(pyfuncitem.obj):
-                asyncio.run(pyfuncitem.obj())
-                return True
-        """
-    )
-    async_test = "\n@pytest.mark.inferscope(rounds=5)\nasync def test_async():\n    spin(0.001)\n"
-    make_repo(pytester, BODY.format(changed=0.002) + async_test, BODY.format(changed=0.002) + async_test)
-    git(pytester.path, "add", "conftest.py")
-    git(pytester.path, "commit", "-qm", "runner", "--allow-empty")
-    result = run(pytester, "--inferscope-ab=HEAD~1", "-W", "always", "-p", "no:anyio", "-p", "no:asyncio")
-    result.assert_outcomes(passed=3)
-    out = result.stdout.str()
-    assert "test_x.py::test_async is an async test, and the A/B gate (--inferscope-ab)" in out
-    assert not any(line.startswith("test_x.py::test_async ") for line in result.outlines)  # no row: not profiled
+def spin(seconds):
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+
+@pytest.mark.inferscope(rounds=10, warmup=1, max_regression=0.2)
+async def test_changed():
+    spin({changed})
+    await asyncio.sleep(0)
+
+@pytest.mark.inferscope(rounds=10, warmup=1, max_regression=0.2)
+async def test_same():
+    spin(0.002)
+    await asyncio.sleep(0)
+"""
+AWAITING_CONFTEST = """
+import asyncio, inspect, pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):  # as anyio's plugin does: await the test in an event loop
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        asyncio.run(pyfuncitem.obj())
+        return True
+"""
+
+
+def test_an_async_test_is_ab_gated_in_its_event_loop(pytester: pytest.Pytester) -> None:
+    """Both sides await their rounds in the loop that awaits the test (ab/lockstep.py, lockstep_async), in turns."""
+    root = pytester.path
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "conftest.py").write_text(AWAITING_CONFTEST)
+    (root / "test_x.py").write_text(ASYNC_BODY.format(changed=0.002))
+    git(root, "add", "conftest.py", "test_x.py")
+    git(root, "commit", "-qm", "first")
+    (root / "test_x.py").write_text(ASYNC_BODY.format(changed=0.004))
+    git(root, "commit", "-qam", "second")
+    out_dir = root.parent / "out"
+    plugins = ("-p", "no:anyio", "-p", "no:asyncio")
+    result = run(pytester, "--inferscope-ab=HEAD~1", *plugins, f"--inferscope-report={out_dir}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*FAILED test_x.py::test_changed - inferscope A/B: Performance regression*"])
+    (folder,) = out_dir.glob("test_x.py__test_changed*")
+    report = json.loads((folder / "report.json").read_text())
+    assert report["ab"]["verdict"] == "regressed" and report["ab"]["pairs"] >= 10
+    assert len(report["ab"]["new_ms"]) == len(report["ab"]["ref_ms"]) == report["ab"]["pairs"]
+    assert 1.5 < report["ab"]["ratio"] < 2.6  # 4 ms against 2 ms, each side's rounds awaited, not coroutines made
+    same = next(line for line in result.outlines if line.startswith("test_x.py::test_same"))
+    assert "unchanged" in same or "inconclusive" in same
+    assert worktrees(root) == 1  # the twin's worktree is gone
 
 
 def test_test_failing_on_the_twin_side(pytester: pytest.Pytester) -> None:

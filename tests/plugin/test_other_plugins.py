@@ -158,7 +158,7 @@ def test_a_unittest_method_is_profiled_in_rounds_between_one_setup_and_teardown(
 def test_an_async_unittest_method_is_profiled_in_rounds_in_its_own_event_loop(pytester: pytest.Pytester) -> None:
     """An IsolatedAsyncioTestCase method, which unittest looks up on the test case and awaits in its own event loop
     (pytest does not set it there): its rounds are awaited in that loop, between one asyncSetUp and asyncTearDown;
-    what it raises is partial; a skip leaves no report; under --inferscope-ab it runs once, unprofiled, with a word."""
+    what it raises is partial; a skip leaves no report; under A/B both sides await their rounds in turn."""
     pytester.makepyfile(
         test_iat="""
         import asyncio
@@ -207,10 +207,13 @@ def test_an_async_unittest_method_is_profiled_in_rounds_in_its_own_event_loop(py
     raised = json.loads((reports["test_raises_in_second_round"] / "report.json").read_text())
     assert raised["verdict"] == "partial" and "AssertionError" in raised["partial_reason"]
 
-    ab = pytester.runpytest("-p", "no:randomly", "-k", "forward", f"--inferscope-ab-python={sys.executable}", "-W",
-                            "always")  # fmt: skip
+    # under A/B both sides await their rounds in turn (same code: no verdict asked of it beyond a 90% change)
+    ab = pytester.runpytest("-p", "no:randomly", "-k", "forward", f"--inferscope-ab-python={sys.executable}",
+                            "--inferscope-max-regression=0.9", "--inferscope-report=ab")  # fmt: skip
     ab.assert_outcomes(passed=1)
-    ab.stdout.fnmatch_lines(["*test_iat.py::TestModel::test_forward is an async test, and the A/B gate*"])
+    paired = json.loads((folders(pytester.path / "ab")["test_forward"] / "report.json").read_text())["ab"]
+    assert paired["pairs"] >= 4 and len(paired["new_ms"]) == len(paired["ref_ms"]) == paired["pairs"]
+    assert all(1.9 < ms < 50 for ms in paired["new_ms"] + paired["ref_ms"])  # both sides' 2 ms bodies, awaited
 
 
 def test_a_tracer_beside_the_tests_is_said_and_keeps_a_baseline_without_it_from_the_comparison(

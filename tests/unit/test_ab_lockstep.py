@@ -1,0 +1,125 @@
+"""The A/B turn-taking of one test (ab/lockstep.py) over a fake twin and collection: both drivers, the sync one and
+the one an `async def` test awaits, take the same turns, and a body that raises here ends the twin's test first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_inferscope.ab.lockstep import lockstep, lockstep_async
+from pytest_inferscope.rounds import RoundKind
+
+
+class FakeTwin:
+    """Answers each round with 10 ms; `log` holds both sides' turns in order."""
+
+    def __init__(self, log: list[str], fail_at: int | None = None) -> None:
+        self.log = log
+        self.sent: list[dict[str, Any]] = []
+        self._answers: list[dict[str, Any]] = []
+        self.fail_at = fail_at
+
+    def send(self, **msg: Any) -> None:
+        self.sent.append(msg)
+        if msg["cmd"] == "round":
+            self.log.append(f"B{msg['index']}")
+            if self.fail_at is not None and msg["index"] == self.fail_at:  # its test then ends, and says so
+                self._answers.append({"type": "error", "error": "AssertionError: at the ref"})
+                self._answers.append({"type": "result", "metrics": {}, "foreign": [], "error": "call failed"})
+            else:
+                self._answers.append({"ms": 10.0})
+        elif msg["cmd"] == "end":
+            self._answers.append({"type": "result", "metrics": {"m": 1.0}, "foreign": [], "error": ""})
+
+    def recv(self) -> dict[str, Any]:
+        return self._answers.pop(0)
+
+
+class FakeCollection:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.rounds: list[dict[str, Any]] = []
+        self.last_round: dict[str, Any] | None = None
+
+    @contextlib.contextmanager
+    def round(self, index: int, kind: RoundKind) -> Iterator[None]:
+        self.log.append(f"A{index}")
+        yield
+        self.last_round = {"wall_ns": 12_000_000, "kind": kind.name}
+        self.rounds.append(self.last_round)
+
+    def after_warmup(self) -> None:
+        self.log.append("after_warmup")
+
+    def run_trace_rounds(self, body: Any, first_index: int) -> None:
+        return None
+
+
+def _plan(rounds: int = 3, warmup: int = 1) -> Any:
+    return SimpleNamespace(rounds=rounds, warmup=warmup, round_cap=1.0)
+
+
+def _data() -> dict[str, Any]:
+    return {"state": "paired", "new_ms": [], "ref_ms": [], "look": None, "metrics": {}}
+
+
+def _run(driver: str, twin: FakeTwin, coll: FakeCollection, body: Any, data: dict[str, Any], here_first: bool) -> Any:
+    if driver == "sync":
+        return lockstep(twin, coll, body, _plan(), data, 0.1, 0.05, here_first)  # type: ignore[arg-type]
+
+    async def run() -> Any:
+        async def awaited() -> Any:
+            return body()
+
+        return await lockstep_async(twin, coll, awaited, _plan(), data, 0.1, 0.05, here_first)  # type: ignore[arg-type]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("here_first", [True, False])
+def test_both_drivers_take_the_same_turns(driver: str, here_first: bool) -> None:
+    log: list[str] = []
+    twin, coll, data = FakeTwin(log), FakeCollection(log), _data()
+    calls = iter(range(100))
+    assert _run(driver, twin, coll, lambda: next(calls), data, here_first) == 3  # the last of 1 + 3 calls
+    pairs = [("A0", "B0"), ("A1", "B1"), ("A2", "B2"), ("A3", "B3")]
+    order = [x for a, b in pairs for x in ((a, b) if here_first else (b, a))]
+    assert log == [*order[:2], "after_warmup", *order[2:]]
+    assert data["new_ms"] == [12.0] * 3 and data["ref_ms"] == [10.0] * 3 and data["looks"] == 1
+    assert data["look"] is not None and data["metrics"] == {"m": 1.0}  # the twin's end of the test was read
+    assert [m["cmd"] for m in twin.sent][-1] == "end"
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_body_raising_here_ends_the_twins_test_and_raises(driver: str) -> None:
+    log: list[str] = []
+    twin, coll, data = FakeTwin(log), FakeCollection(log), _data()
+    calls = iter(range(100))
+
+    def body() -> int:
+        n = next(calls)
+        if n == 2:
+            raise ValueError("broken here")
+        return n
+
+    with pytest.raises(ValueError, match="broken here"):
+        _run(driver, twin, coll, body, data, True)
+    assert log == ["A0", "B0", "after_warmup", "A1", "B1", "A2"]
+    assert [m["cmd"] for m in twin.sent][-1] == "end" and data["metrics"] == {"m": 1.0}
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_round_failing_on_the_twin_leaves_this_sides_rounds_to_finish(driver: str) -> None:
+    log: list[str] = []
+    twin, coll, data = FakeTwin(log, fail_at=2), FakeCollection(log), _data()
+    calls = iter(range(100))
+    assert _run(driver, twin, coll, lambda: next(calls), data, True) == 3
+    assert data["state"] == "twin_failed" and "at the ref" in data["error"]
+    assert log == ["A0", "B0", "after_warmup", "A1", "B1", "A2", "B2", "A3"]  # this side's 3 measured rounds done
+    assert data["new_ms"] == [12.0] and data["ref_ms"] == [10.0]
