@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,6 +229,31 @@ def measure_steady(
     that time does not count as CPU work, since a host spinning in it burns CPU time while the GPU
     works (a GPU-bound round must not look CPU-bound and be made up for).
     """
+    steps = steady_steps(
+        rounds, max_rounds, prior=prior, probe=probe, clock=clock, cpu_clock=cpu_clock, queue_clock=queue_clock
+    )
+    try:
+        i = next(steps)
+        while True:
+            i = steps.send(run_round(i))
+    except StopIteration as done:
+        return done.value
+    finally:
+        steps.close()  # a round that raised: the run-queue clock is closed now
+
+
+def steady_steps(
+    rounds: int,
+    max_rounds: int,
+    *,
+    prior: Sequence[float] = (),
+    probe: Callable[[], float] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    cpu_clock: Callable[[], float] = time.thread_time,
+    queue_clock: Callable[[], float] | None = None,
+) -> Generator[int, float | None, Measured]:
+    """`measure_steady` as steps, for a driver that awaits its rounds (an `async def` test, schedule.run_async):
+    yields each round's index, is sent what `run_round` would return, and returns the `Measured`."""
     probe = probe or probe_ms  # looked up now, so a test can replace drift.probe_ms
     queued = queue_clock or run_queue_clock()
     readings = [probe()]
@@ -237,7 +262,7 @@ def measure_steady(
     try:
         for i in range(max(rounds, max_rounds)):
             q0, c0, t0 = queued(), cpu_clock(), clock()
-            waited = run_round(i) or 0.0
+            waited = (yield i) or 0.0
             wall, cpu = clock() - t0, max(0.0, cpu_clock() - c0 - waited) + max(0.0, queued() - q0)
             shares.append(min(1.0, cpu / wall) if wall > 0 else 1.0)
             readings.append(probe())

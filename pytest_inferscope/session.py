@@ -244,7 +244,7 @@ class InferscopeSession:
         # The probe's made-up rounds (drift.measure_steady), judged against the usual speed: the readings
         # of the baseline compared with (or appended to), and this session's.
         steady = None
-        if probing and not is_async:
+        if probing:
             prior = [*self.probe_seen[-1000:], *self.baselines.probe_readings(pyfuncitem.nodeid)]
             steady = Steadying(max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9)), prior)
 
@@ -258,7 +258,9 @@ class InferscopeSession:
         async def rounds_async(body: Callable[[], Awaitable[Any]]) -> Any:  # in the loop that awaits the test
             if self.ab is not None:
                 return await self.ab.run_test_async(pyfuncitem.nodeid, coll, body, plan)
-            return await coll.run_rounds_async(body, plan.rounds, plan.warmup)
+            result = await coll.run_rounds_async(body, plan.rounds, plan.warmup, steady)
+            self.probe_seen.extend(coll.probe_ms)
+            return result
 
         testcase = async_testcase(pyfuncitem)  # unittest looks its method up there: the rounds are put there too
         pyfuncitem.obj = in_rounds(original, pending, rounds, rounds_async)

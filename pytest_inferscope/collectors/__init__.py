@@ -352,9 +352,11 @@ class Collection:
         its body across the end of one."""
         return fresh_chunk(run, self, body, RoundSchedule(rounds, warmup, steady))
 
-    async def run_rounds_async(self, body: Callable[[], Awaitable[R]], rounds: int, warmup: int) -> R | None:
+    async def run_rounds_async(
+        self, body: Callable[[], Awaitable[R]], rounds: int, warmup: int, steady: Steadying | None = None
+    ) -> R | None:
         """An `async def` test's rounds (`schedule.run_async`): warm-up and measured only."""
-        return await run_async(self, body, RoundSchedule(rounds, warmup))
+        return await run_async(self, body, RoundSchedule(rounds, warmup, steady))
 
     def trace_rounds_due(self) -> int:
         """How many trace rounds (lean: profile rounds) this collection runs: none without GPU collection or `all`."""

@@ -9,7 +9,7 @@ stand for either, the trace rounds first when it stood for neither (`_trace_then
 side all come through `run`; the A/B pair loop (ab/lockstep.py) calls the same `Collection.round`,
 `after_warmup` and `after_measured` between its turns, since the twin process decides when this side's
 next round may start. An `async def` test, awaited by the plugin that runs it (anyio, ...), comes through
-`run_async`: its warm-up and measured rounds, each call awaited.
+`run_async`: its warm-up and measured rounds (made up for while the machine was busy, as here), each call awaited.
 """
 
 from __future__ import annotations
@@ -114,8 +114,9 @@ def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
 async def run_async(coll: Collection, body: Callable[[], Awaitable[R]], schedule: RoundSchedule) -> R | None:
     """`run` for an `async def` body, awaited in the event loop of the plugin that awaits the test (anyio's, say): the
     warm-up and measured rounds only. Its collection must record GPU activity and the launch calls in the measured
-    rounds (`gpu_rounds="measured"`, `trace_rounds="all"`), since no round runs after them here, and no speed probe
-    makes up for busy rounds (`schedule.steady` is not read). Returns the last call's result."""
+    rounds (`gpu_rounds="measured"`, `trace_rounds="all"`), since no round runs after them here. With the speed probe
+    on, busy rounds are made up for as in `run` (drift.steady_steps, each round awaited). Returns the last call's
+    result."""
     result: R | None = None
     for i in range(schedule.warmup):
         if i and not coll.running:
@@ -129,12 +130,32 @@ async def run_async(coll: Collection, body: Callable[[], Awaitable[R]], schedule
         with coll.round(warmup, RoundKind.WARMUP):
             result = await body()
         warmup += 1
-    for i in range(schedule.rounds):
-        if (i or schedule.warmup) and not coll.running:
-            break
+
+    async def measured(i: int) -> float:
+        nonlocal result
         result = None
         with coll.round(warmup + i, RoundKind.MEASURED):
             result = await body()
+        last = coll.last_round
+        return float(last["sync_ns"]) / 1e9 if last else 0.0
+
+    if schedule.steady is None:
+        for i in range(schedule.rounds):
+            if (i or schedule.warmup) and not coll.running:
+                break
+            await measured(i)
+    elif coll.running:
+        from ..drift import steady_steps
+
+        steps = steady_steps(schedule.rounds, schedule.steady.cap, prior=schedule.steady.prior)
+        try:
+            i = next(steps)
+            while True:
+                i = steps.send(await measured(i))
+        except StopIteration as done:
+            coll.probe_ms.extend(done.value.probe_ms)
+        finally:
+            steps.close()
     return result
 
 

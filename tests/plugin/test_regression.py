@@ -299,6 +299,28 @@ def test_rounds_at_a_busy_moment_are_made_up_for_and_the_summary_says_so(pyteste
     assert sorted(len(e[0]["samples_ms"]) for e in stored["tests"].values()) == [8, 8]
 
 
+def test_an_async_tests_busy_rounds_are_made_up_for_too(pytester: pytest.Pytester) -> None:
+    """An `async def` test (awaited by a plugin, as anyio does) has its rounds made up for as a test function's."""
+    pytester.makeconftest(
+        BUSY_CONFTEST
+        + """
+import asyncio, inspect
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        asyncio.run(pyfuncitem.obj(**{k: pyfuncitem.funcargs[k] for k in pyfuncitem._fixtureinfo.argnames}))
+        return True
+"""
+    )
+    pytester.makepyfile(test_busy=BUSY_BODY.replace("def test_", "async def test_"))
+    saved = pytester.runpytest("-p", "no:randomly", "-p", "no:anyio", "--inferscope-save-baseline=main")
+    saved.assert_outcomes(passed=2)
+    stored = json.loads((pytester.path / ".inferscope" / "baselines" / "main.json").read_text())
+    ran = {k.split("::")[1]: (len(e[0]["samples_ms"]), len(e[0]["probe_ms"])) for k, e in stored["tests"].items()}
+    assert ran == {"test_cpu": (14, 15), "test_capped": (12, 13)}  # as the test functions' above
+
+
 def test_a_round_cap_below_one_is_a_clear_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_cpu=CPU_BODY)
     result = pytester.runpytest("--inferscope-round-cap=0.5")
