@@ -203,8 +203,6 @@ def measure(
     the profile call), which then does not run; gone "trace" with a warm-up that stood for neither, the trace call
     runs first and stands for the profile call when it ran as one would.
     """
-    from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
-
     if inspect.iscoroutinefunction(fn):
         raise TypeError(
             f"measure({getattr(fn, '__qualname__', fn)!r}): an async function, whose calls would only make "
@@ -212,40 +210,11 @@ def measure(
             "awaits each call in the rounds."
         )
     settings = standalone_settings()
-    explicit = trace_rounds is not None or settings.sources.get("trace_rounds", "default") != "default"
-    gpu_rounds = settings.gpu_rounds if gpu_rounds is None else gpu_rounds
-    if gpu_rounds not in ("measured", "trace", "auto"):
-        raise ValueError(f"measure(gpu_rounds={gpu_rounds!r}): give 'measured', 'trace' or 'auto'.")
-    if trace_rounds is not None:
-        from .options import parse_trace_rounds
-
-        try:
-            trace_rounds = parse_trace_rounds(trace_rounds)
-        except ValueError as exc:
-            raise ValueError(
-                f"measure(trace_rounds={trace_rounds!r}): {exc}; give a number of trace rounds from 1 to 1000, "
-                "or 'all' (launch calls recorded in every round)."
-            ) from None
-    traced = settings.trace_rounds if trace_rounds is None else trace_rounds
-    conflict = lean_rounds_conflict(traced, gpu_rounds, f"measure(gpu_rounds={gpu_rounds!r}, trace_rounds={traced!r})")
-    if conflict is not None:
-        raise ValueError(conflict)
-    profile_rounds = None if traced == "all" else (int(traced) if explicit else LEAN_TRACE_ROUNDS)
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
     with collecting(
-        sink.name,
-        sink,
-        rounds=rounds,
-        warmup=warmup,
-        report_dir=report_dir,
-        thresholds=thresholds,
-        cpu=cpu,
-        trace_rounds=traced,
-        gpu_rounds=gpu_rounds,
-        profile_rounds=profile_rounds,
-        until_in_step=not explicit,
-        settings=settings,
-    ) as coll:
+        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=thresholds, cpu=cpu,
+        settings=settings, **_round_options(settings, "measure", trace_rounds, gpu_rounds),
+    ) as coll:  # fmt: skip
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None
     return sink.result
@@ -260,23 +229,50 @@ async def measure_async(
     report_dir: str | os.PathLike[str] | None = None,
     thresholds: dict[str, Any] | None = None,
     cpu: str | None = None,
+    trace_rounds: int | str | None = None,
+    gpu_rounds: str | None = None,
     **kwargs: Any,
 ) -> TestResult:
-    """`measure` for an async function: awaits `fn(*args, **kwargs)` warmup + rounds times under collection, in the
-    event loop that awaits this, and returns the analysed result (`await measure_async(client.predict, batch)`).
-
-    No call can run after the measured ones there, so GPU activity and the launch calls are recorded in them (as
-    `measure(gpu_rounds="measured", trace_rounds="all")` does), and the speed probe does not run.
-    """
+    """`measure` for an async function: awaits `fn(*args, **kwargs)` in the same calls (the trace and profile calls
+    included) under collection, in the event loop that awaits this, and returns the analysed result
+    (`await measure_async(client.predict, batch)`)."""
     settings = standalone_settings()
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure_async")))
     with collecting(
         sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=thresholds, cpu=cpu,
-        trace_rounds="all", gpu_rounds="measured", settings=settings,
+        settings=settings, **_round_options(settings, "measure_async", trace_rounds, gpu_rounds),
     ) as coll:  # fmt: skip
         await coll.run_rounds_async(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None
     return sink.result
+
+
+def _round_options(
+    settings: Settings, caller: str, trace_rounds: int | str | None, gpu_rounds: str | None
+) -> dict[str, Any]:
+    """`collecting`'s round options from `measure`'s or `measure_async`'s arguments (None: the setting); ValueError
+    naming `caller` and the argument when one is out of range or the two conflict."""
+    from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict, parse_trace_rounds
+
+    explicit = trace_rounds is not None or settings.sources.get("trace_rounds", "default") != "default"
+    gpu_rounds = settings.gpu_rounds if gpu_rounds is None else gpu_rounds
+    if gpu_rounds not in ("measured", "trace", "auto"):
+        raise ValueError(f"{caller}(gpu_rounds={gpu_rounds!r}): give 'measured', 'trace' or 'auto'.")
+    if trace_rounds is not None:
+        try:
+            trace_rounds = parse_trace_rounds(trace_rounds)
+        except ValueError as exc:
+            raise ValueError(
+                f"{caller}(trace_rounds={trace_rounds!r}): {exc}; give a number of trace rounds from 1 to 1000, "
+                "or 'all' (launch calls recorded in every round)."
+            ) from None
+    traced = settings.trace_rounds if trace_rounds is None else trace_rounds
+    conflict = lean_rounds_conflict(traced, gpu_rounds, f"{caller}(gpu_rounds={gpu_rounds!r}, trace_rounds={traced!r})")
+    if conflict is not None:
+        raise ValueError(conflict)
+    profile_rounds = None if traced == "all" else (int(traced) if explicit else LEAN_TRACE_ROUNDS)
+    return {"trace_rounds": traced, "gpu_rounds": gpu_rounds, "profile_rounds": profile_rounds,
+            "until_in_step": not explicit}  # fmt: skip
 
 
 class InferscopeFixture:

@@ -229,11 +229,8 @@ class InferscopeSession:
         from .collectors.schedule import Steadying
 
         s = self.settings
-        if is_async:  # no round can run after the measured ones (schedule.run_async): GPU records in them
-            options = collection_options(s, plan.cpu, "all", "measured", "all", False, modules=plan.modules)
-        else:
-            options = collection_options(s, plan.cpu, plan.trace_rounds, plan.gpu_rounds, plan.lean_trace_rounds,
-                                         plan.until_in_step, modules=plan.modules)  # fmt: skip
+        options = collection_options(s, plan.cpu, plan.trace_rounds, plan.gpu_rounds, plan.lean_trace_rounds,
+                                     plan.until_in_step, modules=plan.modules)  # fmt: skip
         self._sampler = self._sampler or SamplerThread()  # one for the session: a thread per test cost 0.2-0.3 ms
         coll = Collection(options, self.gpu_choice(), name=pyfuncitem.nodeid, sampler_thread=self._sampler)
         pending = self._pending[pyfuncitem.nodeid] = Pending(coll)

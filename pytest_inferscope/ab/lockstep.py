@@ -62,8 +62,7 @@ async def lockstep_async(
     here_first: bool = True,
 ) -> Any:
     """`lockstep` for an `async def` test, each round here awaited in the event loop that awaits the test (the twin's
-    turns are waited for in it, blocking it: nothing else of the test runs between rounds); no round runs after the
-    measured ones (schedule.run_async)."""
+    turns are waited for in it, blocking it: nothing else of the test runs between rounds)."""
     here = _Here(coll)
     steps = _steps(twin, coll, plan, data, max_regression, alpha, here_first)
     ms: float | None = None
@@ -73,7 +72,8 @@ async def lockstep_async(
         except BaseException as exc:
             steps.throw(exc)
             raise
-    return here.result
+    traced = await coll.run_trace_rounds_async(body, here.index)
+    return here.result if traced is None else traced[0]
 
 
 class _Here:

@@ -30,7 +30,7 @@ from .gpu import Choice, GpuBackendError, GpuCollector
 from .gpu_session import GpuSession
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
-from .schedule import RoundSchedule, Steadying, after_measured, run, run_async
+from .schedule import RoundSchedule, Steadying, after_measured, after_measured_async, run, run_async
 
 R = TypeVar("R")
 
@@ -365,6 +365,10 @@ class Collection:
     def run_trace_rounds(self, body: Callable[[], R], first_index: int) -> tuple[R] | None:
         """After the measured rounds: the settling, profile and trace rounds (`schedule.after_measured`)."""
         return after_measured(self, body, first_index)
+
+    async def run_trace_rounds_async(self, body: Callable[[], Awaitable[R]], first_index: int) -> tuple[R] | None:
+        """`run_trace_rounds` for an `async def` body, each round awaited."""
+        return await after_measured_async(self, body, first_index)
 
     def scope(self, name: str) -> _Scope:
         return _Scope(self, name)

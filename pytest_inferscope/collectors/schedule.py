@@ -9,12 +9,13 @@ stand for either, the trace rounds first when it stood for neither (`_trace_then
 side all come through `run`; the A/B pair loop (ab/lockstep.py) calls the same `Collection.round`,
 `after_warmup` and `after_measured` between its turns, since the twin process decides when this side's
 next round may start. An `async def` test, awaited by the plugin that runs it (anyio, ...), comes through
-`run_async`: its warm-up and measured rounds (made up for while the machine was busy, as here), each call awaited.
+`run_async`: the same rounds and decisions, each call awaited (the rounds after the measured ones and the probe's are
+steps, `_after_measured` and drift.steady_steps, which a driver of either kind runs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -107,16 +108,14 @@ def run(coll: Collection, body: Callable[[], R], schedule: RoundSchedule) -> R:
     if not rounds_after_due(coll):
         return result  # type: ignore[return-value]  # none due, or the warm-up stood for them
     result = None  # let go before the rounds after the measured ones too
-    traced = _after_measured(coll, body, len(coll.rounds))
+    traced = _drive(_after_measured(coll, len(coll.rounds)), coll, body)
     return result if traced is None else traced[0]  # type: ignore[return-value]
 
 
 async def run_async(coll: Collection, body: Callable[[], Awaitable[R]], schedule: RoundSchedule) -> R | None:
     """`run` for an `async def` body, awaited in the event loop of the plugin that awaits the test (anyio's, say): the
-    warm-up and measured rounds only. Its collection must record GPU activity and the launch calls in the measured
-    rounds (`gpu_rounds="measured"`, `trace_rounds="all"`), since no round runs after them here. With the speed probe
-    on, busy rounds are made up for as in `run` (drift.steady_steps, each round awaited). Returns the last call's
-    result."""
+    same rounds, each call awaited (the speed probe's through drift.steady_steps, the rounds after the measured ones
+    through `_after_measured`'s steps). Returns the last call's result."""
     result: R | None = None
     for i in range(schedule.warmup):
         if i and not coll.running:
@@ -156,7 +155,11 @@ async def run_async(coll: Collection, body: Callable[[], Awaitable[R]], schedule
             coll.probe_ms.extend(done.value.probe_ms)
         finally:
             steps.close()
-    return result
+    if not rounds_after_due(coll):
+        return result
+    result = None  # let go before the rounds after the measured ones too
+    traced = await _drive_async(_after_measured(coll, len(coll.rounds)), coll, body)
+    return result if traced is None else traced[0]
 
 
 def rounds_after_due(coll: Collection) -> bool:
@@ -183,11 +186,55 @@ def after_measured(coll: Collection, body: Callable[[], R], first_index: int) ->
     rounds run first and the profile rounds only where the last trace round could not stand for them
     (`_trace_then_profile`).
     """
-    return _after_measured(coll, body, first_index) if rounds_after_due(coll) else None
+    return _drive(_after_measured(coll, first_index), coll, body) if rounds_after_due(coll) else None
 
 
-def _after_measured(coll: Collection, body: Callable[[], R], first_index: int) -> tuple[R] | None:
-    """`after_measured` once `rounds_after_due` said some round runs (and decided what the warm-up stands for)."""
+async def after_measured_async(coll: Collection, body: Callable[[], Awaitable[R]], first_index: int) -> tuple[R] | None:
+    """`after_measured` for an `async def` body, each round awaited."""
+    return await _drive_async(_after_measured(coll, first_index), coll, body) if rounds_after_due(coll) else None
+
+
+#: The rounds after the measured ones as steps: each yield asks for one round (its index and kind) and is sent what
+#: the body returned; the value returned is the last call's result (None: none ran). `_drive` and `_drive_async` run
+#: the rounds, so a sync and an async body take the same decisions.
+Steps = Generator[tuple[int, RoundKind], Any, "tuple[Any] | None"]
+
+
+def _drive(steps: Steps, coll: Collection, body: Callable[[], R]) -> tuple[R] | None:
+    result: Any = None
+    try:
+        while True:
+            index, kind = steps.send(result)
+            result = None  # let go before the call (see `run`)
+            try:
+                with coll.round(index, kind):
+                    result = body()
+            except BaseException as exc:
+                steps.throw(exc)  # the steps' own cleanup (the launch calls switched off), then it is raised again
+                raise
+    except StopIteration as done:
+        return done.value
+
+
+async def _drive_async(steps: Steps, coll: Collection, body: Callable[[], Awaitable[R]]) -> tuple[R] | None:
+    result: Any = None
+    try:
+        while True:
+            index, kind = steps.send(result)
+            result = None
+            try:
+                with coll.round(index, kind):
+                    result = await body()
+            except BaseException as exc:
+                steps.throw(exc)
+                raise
+    except StopIteration as done:
+        return done.value
+
+
+def _after_measured(coll: Collection, first_index: int) -> Steps:
+    """`after_measured`'s steps, once `rounds_after_due` said some round runs (and decided what the warm-up stands
+    for)."""
     n = coll.trace_rounds_due()
     gpu = coll.gpu_session
     traced = bool(gpu.trace_warmups)  # the warm-up stood for the trace rounds: none runs
@@ -203,17 +250,15 @@ def _after_measured(coll: Collection, body: Callable[[], R], first_index: int) -
         # on the H200), which would skew every GPU figure read from it. begin_profile paid that with a
         # tiny operation (`primed`); when it could not, one settling round first (RoundKind.SETTLING),
         # which the analyzer reads nothing from.
-        result: tuple[R] | None = None  # the measured rounds' result is let go (see `run`)
+        result: tuple[Any] | None = None  # the measured rounds' result is let go (see `run`)
         if not gpu.primed:
-            with coll.round(first_index, RoundKind.SETTLING):
-                result = (body(),)
-            result = None  # let go before the next call (see `run`)
+            yield first_index, RoundKind.SETTLING  # (its result let go before the next call: see `run`)
             first_index += 1
         if first:
-            return _trace_then_profile(coll, body, first_index, n)
+            return (yield from _trace_then_profile(coll, first_index, n))
         if not stood_in:
             switched = not gpu.api_on  # else the profile rounds record the launch calls too
-            ran, result = _until_in_step(coll, body, first_index, n, RoundKind.PROFILE)
+            ran, result = yield from _until_in_step(coll, first_index, n, RoundKind.PROFILE)
             if not switched or traced:
                 return result
             gpu.synchronize()
@@ -230,7 +275,7 @@ def _after_measured(coll: Collection, body: Callable[[], R], first_index: int) -
     if n:
         result = None  # let go before the next call (see `run`)
     try:
-        result = _until_in_step(coll, body, first_index, n, RoundKind.TRACE)[1] or result
+        result = (yield from _until_in_step(coll, first_index, n, RoundKind.TRACE))[1] or result
     finally:
         gpu.switch_launch_calls(False)
     return result
@@ -257,7 +302,7 @@ def _trace_first(coll: Collection) -> bool:
     )
 
 
-def _trace_then_profile(coll: Collection, body: Callable[[], R], first_index: int, n_profile: int) -> tuple[R] | None:
+def _trace_then_profile(coll: Collection, first_index: int, n_profile: int) -> Steps:
     """The trace rounds (launch calls on since CUPTI started), until one is in step; when that one ran within a profile
     round's allowance too, the GPU figures are read from it, as from a warm-up standing for the profile round (the
     same records, the same bound: `_warmups_stand_in`), and no profile round runs (`GpuSession.profile_from_trace`;
@@ -268,8 +313,8 @@ def _trace_then_profile(coll: Collection, body: Callable[[], R], first_index: in
     gpu = coll.gpu_session
     stands = False
     try:
-        ran, result = _until_in_step(coll, body, first_index, max(coll.options.trace_rounds or 0, TRACE_ROUNDS_MAX),
-                                     RoundKind.TRACE)  # fmt: skip
+        n_trace = max(coll.options.trace_rounds or 0, TRACE_ROUNDS_MAX)
+        ran, result = yield from _until_in_step(coll, first_index, n_trace, RoundKind.TRACE)
         stands = not coll.running or _in_step(coll, RoundKind.TRACE, RoundKind.PROFILE)
         if not stands:
             result = None  # let go before the next call (see `run`)
@@ -279,18 +324,18 @@ def _trace_then_profile(coll: Collection, body: Callable[[], R], first_index: in
     if stands or not off:  # stood for the profile round; or the profile rounds would record the launch calls
         gpu.profile_from_trace = stands and coll.running
         return result
-    return _until_in_step(coll, body, first_index + ran, n_profile, RoundKind.PROFILE)[1]
+    return (yield from _until_in_step(coll, first_index + ran, n_profile, RoundKind.PROFILE))[1]
 
 
-def _until_in_step(coll: Collection, body: Callable[[], R], first: int, n: int, kind: RoundKind
-                   ) -> tuple[int, tuple[R] | None]:  # fmt: skip
+def _until_in_step(
+    coll: Collection, first: int, n: int, kind: RoundKind
+) -> Generator[tuple[int, RoundKind], Any, tuple[int, tuple[Any] | None]]:
     """Up to `n` rounds of `kind`; with `until_in_step`, ending at the first in step with the measured rounds.
     Returns how many ran and the last call's result."""
     ran, result = 0, None
     while ran < n:
         result = None  # let go before the call (see `run`)
-        with coll.round(first + ran, kind):
-            result = (body(),)
+        result = ((yield first + ran, kind),)
         ran += 1
         if coll.options.until_in_step and _in_step(coll, kind):
             break

@@ -59,6 +59,9 @@ class FakeCollection:
     def run_trace_rounds(self, body: Any, first_index: int) -> None:
         return None
 
+    async def run_trace_rounds_async(self, body: Any, first_index: int) -> None:
+        return None
+
 
 def _plan(rounds: int = 3, warmup: int = 1) -> Any:
     return SimpleNamespace(rounds=rounds, warmup=warmup, round_cap=1.0)

@@ -124,8 +124,10 @@ class _RecordingGpu(FakeGpu):
 
 
 def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float, first_s: float | None = None,
-             trace_rounds: int | None = None) -> TestResult:  # fmt: skip
-    """measure() a body that launches and sleeps `sleep_s` (`first_s` in its first call)."""
+             trace_rounds: int | None = None, driver: str = "sync") -> TestResult:  # fmt: skip
+    """measure() a body that launches and sleeps `sleep_s` (`first_s` in its first call); with `driver` "async",
+    measure_async() of an async body that does the same (schedule.run_async: the same rounds, each awaited)."""
+    import asyncio
     import time
 
     from pytest_inferscope import api
@@ -138,18 +140,32 @@ def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float
         gpu.launch()
         time.sleep(first_s if first and first_s is not None else sleep_s)
 
+    if driver == "async":
+
+        async def awaited() -> None:
+            body()
+            await asyncio.sleep(0)
+
+        return asyncio.run(api.measure_async(awaited, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds))
     return api.measure(body, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds)  # gpu_rounds: auto
+
+
+@pytest.fixture(params=["sync", "async"])
+def driver(request: pytest.FixtureRequest) -> str:
+    """The test through measure() and through measure_async(): an async body takes the same rounds."""
+    return str(request.param)
 
 
 @pytest.mark.usefixtures("every_round_in_step")
 def test_auto_records_the_launch_calls_in_the_measured_rounds_when_all_records_fit_the_budget(
+    driver: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 2 records per 30 ms call (one warm-up round: taken as 10 ms), and as many launch calls: ~0.04% per round.
     # CUPTI is flushed, not stopped (the first call after a restart would be slow, and a latency sample), the
     # launch calls the warm-up recorded stay on for the measured rounds, and no trace round runs.
     gpu = _RecordingGpu(per_call=2)
-    result = _measure(monkeypatch, gpu, 0.03)
+    result = _measure(monkeypatch, gpu, 0.03, driver=driver)
     b = ["body"]
     assert gpu.calls == ["start", *b, "flush", *b * 3, "stop"]
     assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
@@ -288,7 +304,7 @@ def test_auto_without_a_context_at_the_start_goes_lean_and_starts_cupti_once_the
 
 @pytest.mark.parametrize("profile_in_step", [True, False])
 def test_a_warmup_standing_for_nothing_runs_the_trace_round_first_and_profile_rounds_only_if_it_is_out_of_step(
-    monkeypatch: pytest.MonkeyPatch, profile_in_step: bool
+    driver: str, monkeypatch: pytest.MonkeyPatch, profile_in_step: bool
 ) -> None:
     """auto gone lean, its warm-up out of step for both rounds (a 60 ms first call against 1 ms calls): CUPTI starts
     after the measured rounds with the launch calls on, for the trace round. In step as a profile round would be too,
@@ -311,7 +327,7 @@ def test_a_warmup_standing_for_nothing_runs_the_trace_round_first_and_profile_ro
 
     monkeypatch.setattr(schedule, "in_step", in_step)
     gpu = _RecordingGpu(per_call=400)
-    result = _measure(monkeypatch, gpu, 0.001, first_s=0.06)
+    result = _measure(monkeypatch, gpu, 0.001, first_s=0.06, driver=driver)
     b = ["body"]
     after = gpu.calls[len(gpu.calls) - gpu.calls[::-1].index("start") - 1 :]
     mode = _gpu_mode(result)
@@ -348,10 +364,10 @@ def _gpu_mode(result: TestResult) -> str:
 
 
 @pytest.mark.usefixtures("every_round_in_step")
-def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(driver: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # 400 records per 1 ms call: ~13% per round (one warm-up round: taken as 0.33 ms, at least).
     gpu = _RecordingGpu(per_call=400)
-    result = _measure(monkeypatch, gpu, 0.001)
+    result = _measure(monkeypatch, gpu, 0.001, driver=driver)
     b = ["body"]
     # The warm-up recorded GPU activity and the launch calls, and ran in step with the measured rounds: it stands
     # for the profile and the trace round. CUPTI does not start again, and no round runs after the measured ones.
@@ -362,12 +378,14 @@ def test_auto_stops_cupti_after_the_warmup_when_it_goes_lean(monkeypatch: pytest
 
 
 @pytest.mark.usefixtures("every_round_in_step")
-def test_without_the_warmups_launch_calls_it_stands_for_the_profile_round_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_warmups_launch_calls_it_stands_for_the_profile_round_only(
+    driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pytest_inferscope.collectors import gpu_rounds
 
     monkeypatch.setattr(gpu_rounds, "WARMUP_LAUNCH_CALLS", False)  # the schedule before session 17
     gpu = _RecordingGpu(per_call=400)
-    result = _measure(monkeypatch, gpu, 0.001)
+    result = _measure(monkeypatch, gpu, 0.001, driver=driver)
     b = ["body"]
     # The warm-up recorded GPU activity without the launch calls: it stands for the profile round. CUPTI starts
     # again with the launch calls on (no switching off and on again), a settling round (no prime on this backend),
@@ -378,14 +396,16 @@ def test_without_the_warmups_launch_calls_it_stands_for_the_profile_round_only(m
     assert len(result.latency.trace_ms) == 1  # the trace round (the settling round is no sample)
 
 
-def test_a_warmup_slowed_by_its_launch_calls_stands_for_the_trace_round_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_warmup_slowed_by_its_launch_calls_stands_for_the_trace_round_only(
+    driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # 12,600 records in a 63 ms warm-up round (taken as 21 ms): ~60% per round, lean. 30 ms measured rounds: the
     # warm-up is in step within a trace round's allowance (its records and as many launch calls: up to 72.6 ms) and
     # not within a profile round's (its activity records alone: up to 52.8 ms), so its GPU figures are not read and
     # a profile round runs, with the launch calls off; no trace round. The warm-up sits ~10 ms from either bound: a
     # loaded machine that delays the measured rounds by up to ~13 ms more than the warm-up still reads the same.
     gpu = _RecordingGpu(per_call=12_600)
-    result = _measure(monkeypatch, gpu, 0.03, first_s=0.063)
+    result = _measure(monkeypatch, gpu, 0.03, first_s=0.063, driver=driver)
     b = ["body"]
     after = gpu.calls[len(gpu.calls) - gpu.calls[::-1].index("start") - 1 :]
     assert gpu.calls[:5] == ["start", *b, "flush", "stop", *b] and gpu.calls.count("start") == 2
@@ -443,13 +463,13 @@ class _PrimingGpu(_RecordingGpu):
 @pytest.mark.parametrize(("fails", "settling"), [(False, 0), (True, 1)])
 @pytest.mark.usefixtures("every_round_in_step")
 def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
-    monkeypatch: pytest.MonkeyPatch, fails: bool, settling: int
+    driver: str, monkeypatch: pytest.MonkeyPatch, fails: bool, settling: int
 ) -> None:
     from pytest_inferscope.collectors import gpu_rounds
 
     monkeypatch.setattr(gpu_rounds, "WARMUP_LAUNCH_CALLS", False)  # else the warm-up stands for every round after
     gpu = _PrimingGpu(per_call=400, fails=fails)  # ~13% per round: lean
-    result = _measure(monkeypatch, gpu, 0.001)
+    result = _measure(monkeypatch, gpu, 0.001, driver=driver)
     b = ["body"]
     # Primed at the start too (so that the warm-up may stand for the profile round: it does), and again when CUPTI
     # starts after the measured rounds; no settling call unless the prime failed
@@ -461,12 +481,12 @@ def test_auto_gone_lean_primes_the_gpu_instead_of_a_settling_round(
 @pytest.mark.parametrize(("per_call", "trace_rounds"), [(2, None), (2, 1)])
 @pytest.mark.usefixtures("every_round_in_step")
 def test_auto_staying_measured_primes_the_gpu_after_the_flush(
-    monkeypatch: pytest.MonkeyPatch, per_call: int, trace_rounds: int | None
+    driver: str, monkeypatch: pytest.MonkeyPatch, per_call: int, trace_rounds: int | None
 ) -> None:
     # The first measured round after the warm-up's flush ran 1.4-5.3 ms slower than the rest on GPT-2 forward (H200,
     # 2026-11-28): the prime pays that outside the rounds, after the launch calls are switched on when they are
     gpu = _PrimingGpu(per_call=per_call)
-    result = _measure(monkeypatch, gpu, 0.03, trace_rounds=trace_rounds)
+    result = _measure(monkeypatch, gpu, 0.03, trace_rounds=trace_rounds, driver=driver)
     b = ["body"]
     off = [] if trace_rounds is None else ["api off"]  # the warm-up records the launch calls unless it is asked for
     traced = [] if trace_rounds is None else ["api on", *b, "api off"]
@@ -493,15 +513,17 @@ def test_launch_calls_in_the_measured_rounds_only_when_all_the_records_fit_and_n
 
 
 @pytest.mark.usefixtures("every_round_in_step")
-def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_on_a_backend_that_cannot_flush_stops_and_starts_again(
+    driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gpu = _RecordingGpu(per_call=2, flushes=False)
-    _measure(monkeypatch, gpu, 0.03)
+    _measure(monkeypatch, gpu, 0.03, driver=driver)
     b = ["body"]
     # started again with the launch calls on: the measured rounds record them (2 records a round), no trace round
     assert gpu.calls == ["start", *b, "stop", "start", *b * 3, "stop"]
     # the number of trace rounds given: started again with the launch calls off, and the trace round runs
     gpu = _RecordingGpu(per_call=2, flushes=False)
-    _measure(monkeypatch, gpu, 0.03, trace_rounds=1)
+    _measure(monkeypatch, gpu, 0.03, trace_rounds=1, driver=driver)
     assert gpu.calls == ["start", "api off", *b, "stop", "start", "api off", *b * 3, "api on", *b, "api off", "stop"]
 
 
@@ -526,12 +548,13 @@ def test_one_warmup_round_leaves_the_decision_open_only_when_its_bounds_disagree
 
 
 def test_auto_runs_one_more_warmup_round_when_the_first_left_the_decision_open(
+    driver: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 500 records a call; the first call takes 300 ms (first-time work), the others 10 ms: judged at 100 ms the
     # records cost 0.5% (measured), at a 30th (10 ms) 5% (lean). One more warm-up round shows 10 ms: lean.
     gpu = _RecordingGpu(per_call=500)
-    result = _measure(monkeypatch, gpu, 0.01, first_s=0.3)
+    result = _measure(monkeypatch, gpu, 0.01, first_s=0.3, driver=driver)
     b = ["body"]
     assert gpu.calls[:7] == ["start", *b, "flush", *b, "flush", "stop", *b]
     assert len(result.latency.warmup_ms) == 2 and len(result.latency.samples_ms) == 3
