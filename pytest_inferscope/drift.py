@@ -235,9 +235,11 @@ def measure_steady(
     try:
         i = next(steps)
         while True:
-            i = steps.send(run_round(i))
-    except StopIteration as done:
-        return done.value
+            waited = run_round(i)  # (a StopIteration it raises is the body's, not the steps' end)
+            try:
+                i = steps.send(waited)
+            except StopIteration as done:
+                return done.value
     finally:
         steps.close()  # a round that raised: the run-queue clock is closed now
 

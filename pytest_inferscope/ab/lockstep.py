@@ -7,6 +7,7 @@ import math
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
+from ..collectors.schedule import throw_into
 from ..rounds import RoundKind, row_kind
 from .paired import judge, looks
 from .twin import Twin, TwinDied
@@ -45,7 +46,7 @@ def lockstep(
         try:
             ms = here.call(body, warmup)
         except BaseException as exc:
-            steps.throw(exc)  # the steps end the twin's test, and raise it again
+            throw_into(steps, exc)  # the steps end the twin's test
             raise
     traced = coll.run_trace_rounds(body, here.index)
     return here.result if traced is None else traced[0]
@@ -70,7 +71,7 @@ async def lockstep_async(
         try:
             ms = await here.call_async(body, warmup)
         except BaseException as exc:
-            steps.throw(exc)
+            throw_into(steps, exc)
             raise
     traced = await coll.run_trace_rounds_async(body, here.index)
     return here.result if traced is None else traced[0]

@@ -150,9 +150,12 @@ async def run_async(coll: Collection, body: Callable[[], Awaitable[R]], schedule
         try:
             i = next(steps)
             while True:
-                i = steps.send(await measured(i))
-        except StopIteration as done:
-            coll.probe_ms.extend(done.value.probe_ms)
+                waited = await measured(i)
+                try:
+                    i = steps.send(waited)
+                except StopIteration as done:
+                    coll.probe_ms.extend(done.value.probe_ms)
+                    break
         finally:
             steps.close()
     if not rounds_after_due(coll):
@@ -202,34 +205,50 @@ Steps = Generator[tuple[int, RoundKind], Any, "tuple[Any] | None"]
 
 def _drive(steps: Steps, coll: Collection, body: Callable[[], R]) -> tuple[R] | None:
     result: Any = None
-    try:
-        while True:
+    while True:
+        try:
             index, kind = steps.send(result)
-            result = None  # let go before the call (see `run`)
-            try:
-                with coll.round(index, kind):
-                    result = body()
-            except BaseException as exc:
-                steps.throw(exc)  # the steps' own cleanup (the launch calls switched off), then it is raised again
-                raise
-    except StopIteration as done:
-        return done.value
+        except StopIteration as done:
+            return done.value
+        result = None  # let go before the call (see `run`)
+        try:
+            with coll.round(index, kind):
+                result = body()
+        except BaseException as exc:
+            throw_into(steps, exc)
+            raise
 
 
 async def _drive_async(steps: Steps, coll: Collection, body: Callable[[], Awaitable[R]]) -> tuple[R] | None:
     result: Any = None
-    try:
-        while True:
+    while True:
+        try:
             index, kind = steps.send(result)
-            result = None
-            try:
-                with coll.round(index, kind):
-                    result = await body()
-            except BaseException as exc:
-                steps.throw(exc)
-                raise
-    except StopIteration as done:
-        return done.value
+        except StopIteration as done:
+            return done.value
+        result = None
+        try:
+            with coll.round(index, kind):
+                result = await body()
+        except BaseException as exc:
+            throw_into(steps, exc)
+            raise
+
+
+def throw_into(steps: Generator[Any, Any, Any], exc: BaseException) -> None:
+    """What a round's body raised, thrown into the steps that asked for the round, for their own cleanup (the launch
+    calls switched off, the A/B twin's test ended); the caller raises it again. A StopIteration the body raised comes
+    back out of a generator as PEP 479's RuntimeError, which is not the body's error: that one is let go."""
+    try:
+        steps.throw(exc)
+    except RuntimeError as err:
+        if err.__cause__ is not exc:
+            raise
+    except BaseException as err:
+        if err is not exc:
+            raise
+    finally:
+        steps.close()  # (caught inside and a round asked for again: those steps end here)
 
 
 def _after_measured(coll: Collection, first_index: int) -> Steps:

@@ -126,3 +126,14 @@ def test_a_round_failing_on_the_twin_leaves_this_sides_rounds_to_finish(driver: 
     assert data["state"] == "twin_failed" and "at the ref" in data["error"]
     assert log == ["A0", "B0", "after_warmup", "A1", "B1", "A2", "B2", "A3"]  # this side's 3 measured rounds done
     assert data["new_ms"] == [12.0] and data["ref_ms"] == [10.0]
+
+
+def test_a_stop_iteration_the_body_raises_here_is_its_own_and_ends_the_twins_test() -> None:
+    # (through the steps' generator it would come out as PEP 479's RuntimeError)
+    log: list[str] = []
+    twin, coll, data = FakeTwin(log), FakeCollection(log), _data()
+    calls = iter(range(2))
+    with pytest.raises(StopIteration):
+        _run("sync", twin, coll, lambda: next(calls), data, True)
+    assert log == ["A0", "B0", "after_warmup", "A1", "B1", "A2"]
+    assert [m["cmd"] for m in twin.sent][-1] == "end" and data["metrics"] == {"m": 1.0}

@@ -592,3 +592,53 @@ def test_with_no_round_after_the_measured_ones_the_last_measured_calls_result_is
     assert coll.run_rounds(body, 3, 1) == 4 == len(calls)  # 1 warm-up + 3 measured, nothing after
     raw = coll.stop()
     assert raw.meta["profile_warmups"] == raw.meta["trace_warmups"] == [0] and raw.meta["gpu_rounds"] == "trace"
+
+
+def test_a_stop_iteration_the_body_raises_in_a_round_after_the_measured_ones_is_its_own(
+    monkeypatch: pytest.MonkeyPatch, driver: str
+) -> None:
+    """The rounds after the measured ones are steps of a generator: what the body raises is thrown into them, for
+    their cleanup, and raised again as it was. A StopIteration (a `next()` on an empty iterator in the body) would
+    come out of a generator as PEP 479's RuntimeError, or end the steps as if they were done. (An async body's own
+    StopIteration is made a RuntimeError by Python itself, on its way out of the coroutine: that one comes through.)"""
+    import asyncio
+    import time
+
+    from pytest_inferscope import api
+    from pytest_inferscope.collectors import schedule
+    from pytest_inferscope.collectors.gpu import Choice
+
+    gpu = _RecordingGpu(per_call=600)  # as test_auto_keeps_the_launch_calls_for_the_trace_round...: a trace round runs
+    monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
+    monkeypatch.setattr(schedule, "_in_step", lambda *_args, **_kw: True)
+
+    def body() -> None:
+        gpu.launch()
+        time.sleep(0.09 if gpu.calls.count("body") <= 2 else 0.03)
+        if "api on" in gpu.calls:  # the trace round
+            next(iter(()))
+
+    async def awaited() -> None:
+        body()
+
+    if driver == "async":
+        with pytest.raises(RuntimeError, match="coroutine raised StopIteration"):
+            asyncio.run(api.measure_async(awaited, rounds=3, warmup=2, cpu="off", trace_rounds=1))
+    else:
+        with pytest.raises(StopIteration):
+            api.measure(body, rounds=3, warmup=2, cpu="off", trace_rounds=1)
+    assert gpu.calls[-4:] == ["api on", "body", "api off", "stop"]  # the steps' cleanup ran: the launch calls off
+
+
+def test_a_stop_iteration_the_body_raises_in_a_measured_round_with_the_speed_probe_is_its_own() -> None:
+    from pytest_inferscope import drift
+
+    readings = iter([0.045] * 100)
+
+    def run_round(i: int) -> float:
+        if i == 2:
+            raise StopIteration
+        return 0.0
+
+    with pytest.raises(StopIteration):
+        drift.measure_steady(run_round, 5, 10, probe=lambda: next(readings))
