@@ -79,10 +79,10 @@ def is_unittest_case(cls: type) -> bool:
 
 
 def async_testcase(item: pytest.Function) -> Any:
-    """The test case of an IsolatedAsyncioTestCase method, or None. unittest looks the method up on it and awaits it in
-    its own event loop; pytest sets nothing there for such a method (it does for a synchronous one). The test case is
-    `_testcase` in older pytest (8.0), `instance` since."""
+    """The test case of an IsolatedAsyncioTestCase method (the item's `instance` while it runs), or None. unittest looks
+    the method up on it and awaits it in its own event loop; pytest sets nothing there for such a method (it does for a
+    synchronous one)."""
     if not inspect.iscoroutinefunction(item.obj):
         return None
-    testcase = getattr(item, "_testcase", None) or getattr(item, "instance", None)
+    testcase = getattr(item, "instance", None)
     return testcase if testcase is not None and is_unittest_case(type(testcase)) else None

@@ -287,10 +287,11 @@ class InferscopeSession:
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         rep = yield
-        if call.when != "call":
+        # A subtest's report (pytest 9's `subtests`) is made while the rounds still run: the test's own comes after.
+        if call.when != "call" or (pending := self._pending.get(item.nodeid)) is None or pending.raw is None:
             return rep
-        pending = self._pending.pop(item.nodeid, None)
-        if pending is None or pending.raw is None or pending.skipped or rep.skipped:
+        del self._pending[item.nodeid]
+        if pending.skipped or rep.skipped:
             return rep
         try:
             result = self._finish(item, pending)

@@ -216,6 +216,38 @@ def test_an_async_unittest_method_is_profiled_in_rounds_in_its_own_event_loop(py
     assert all(1.9 < ms < 50 for ms in paired["new_ms"] + paired["ref_ms"])  # both sides' 2 ms bodies, awaited
 
 
+def test_a_test_with_subtests_is_profiled_and_pytest_counts_them_once_a_round(pytester: pytest.Pytester) -> None:
+    """pytest 9's `subtests`: a subtest's report is made while the rounds run, which once took the test's collection
+    for the test's own report (no report, no row). Each round runs the subtests again, and pytest counts them once a
+    round (docs/quickstart.md): counting each once would take pytest's private internals."""
+    pytest.importorskip("_pytest.subtests", reason="pytest 9's subtests fixture")
+    pytester.makepyfile(
+        test_sub="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_with_subtests(subtests):
+            for i in range(4):
+                with subtests.test(i=i):
+                    assert i >= 0
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_with_a_failing_subtest(subtests):
+            for i in range(2):
+                with subtests.test(i=i):
+                    assert i == 0
+        """
+    )
+    result = pytester.runpytest("-q", "-p", "no:randomly", "--inferscope-report=out")  # -q: subtest passes counted
+    result.stdout.fnmatch_lines(["*5 failed, 1 passed, 20 subtests passed*"])  # 1 + 3 calls: 4 x (4 + 1) passed
+    result.stdout.fnmatch_lines(["*FAILED test_sub.py::test_with_a_failing_subtest - contains 4 failed subtests*"])
+    reports = folders(pytester.path / "out")
+    assert set(reports) == {"test_with_subtests", "test_with_a_failing_subtest"}
+    for name in reports:
+        assert len(json.loads((reports[name] / "report.json").read_text())["latency"]["samples_ms"]) == 3
+    result.stdout.fnmatch_lines(["*test_sub.py::test_with_subtests * 3 *pass*"])  # its row in the summary
+
+
 def test_a_tracer_beside_the_tests_is_said_and_keeps_a_baseline_without_it_from_the_comparison(
     pytester: pytest.Pytester,
 ) -> None:
