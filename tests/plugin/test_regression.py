@@ -309,7 +309,7 @@ import asyncio, inspect
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     if inspect.iscoroutinefunction(pyfuncitem.obj):
-        asyncio.run(pyfuncitem.obj(**{k: pyfuncitem.funcargs[k] for k in pyfuncitem._fixtureinfo.argnames}))
+        asyncio.run(pyfuncitem.obj())
         return True
 """
     )
