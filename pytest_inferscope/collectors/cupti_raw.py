@@ -7,8 +7,8 @@ through ctypes, as native/_cupti.c registers its own:
 
 - each buffer is fresh anonymous pages, which read as zero; CUPTI is told so and does not clear them itself;
 - each completed buffer is walked with `cuptiActivityGetNextRecord`, and its records go to the sink as
-  (kind, address) pairs, which `cupti_records.RecordViews.read_raw` copies out in bulk through cupti-python's
-  record dtypes; then the pages are unmapped;
+  (kind, address) pairs, which `cupti_columns.convert` copies out a kind at a time through cupti-python's record
+  dtypes and converts by columns; then the pages are unmapped;
 - flushes go through ctypes too, which lets go of the GIL while CUPTI calls back from its own thread.
 
 Enabling kinds, the API filter and the calls' names still go through cupti-python. `open_raw` says why it cannot

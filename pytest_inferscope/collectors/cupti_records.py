@@ -121,15 +121,17 @@ class RecordConverter:
         views: RecordViews | None = None,
     ) -> None:
         self.names: list[str] = []
-        self.rows: list[Row] = []
+        self.rows: list[Row] = []  # records converted one by one (objects)
+        self.chunks: list[np.ndarray] = []  # raw buffers converted by columns (cupti_columns.add_raw)
+        self.count = 0  # rows kept since the last take, both ways
         self.max_records = max_records
         self.dropped = 0
         self.incomplete = 0
         self._index: dict[str, int] = {}
         self._api: dict[tuple[int, int], int] = {}
         self._callback_name = callback_name
-        self._demangle = demangle
-        self._views = views  # reads a buffer's records in bulk where it can (RecordViews)
+        self.demangle = demangle
+        self.views = views  # reads a buffer's records in bulk where it can (RecordViews)
         self._convert: dict[int, Callable[[Any], Row]] = {
             A_KERNEL: self._kernel,
             A_CONCURRENT_KERNEL: self._kernel,
@@ -147,19 +149,8 @@ class RecordConverter:
         """Convert one buffer's records; kinds we did not enable (another client's) are skipped. Returns rows added."""
         if not isinstance(activities, Sequence):
             activities = list(activities)
-        records = self._views.read(activities) if self._views is not None else None
+        records = self.views.read(activities) if self.views is not None else None
         return self._add(activities if records is None else records)
-
-    def add_raw(self, records: Sequence[tuple[int, int]]) -> int:
-        """Convert one raw buffer's records, given as (kind, address) pairs (cupti_raw.py). Returns rows added.
-
-        A record whose kind this converts but no dtype reads (RecordViews.raw_kinds) is lost and counted.
-        """
-        if self._views is None:
-            raise RuntimeError("reading raw records needs cupti-python's record dtypes (RecordViews)")
-        read = self._views.read_raw(records)
-        self.dropped += sum(1 for kind, _ in records if kind in self._convert) - len(read)
-        return self._add(read)
 
     def _add(self, records: Iterable[Any]) -> int:
         rows, convert, cap = self.rows, self._convert, self.max_records
@@ -168,19 +159,22 @@ class RecordConverter:
             fn = convert.get(a.kind)
             if fn is None:
                 continue
-            if cap and len(rows) >= cap:
+            if cap and self.count >= cap:
                 self.dropped += 1
                 continue
             try:
                 rows.append(fn(a))
+                self.count += 1
             except Exception:  # a record cupti-python cannot read (e.g. an undecodable name): lost, and counted
                 self.dropped += 1
         return len(rows) - before
 
     def take(self) -> tuple[np.ndarray, list[str]]:
         """The rows since the last take as an EVENT_DTYPE array, and the whole names list."""
-        rows, self.rows = self.rows, []
-        events = np.array(rows, dtype=EVENT_DTYPE) if rows else np.zeros(0, dtype=EVENT_DTYPE)
+        rows, chunks, self.rows, self.chunks, self.count = self.rows, self.chunks, [], [], 0
+        if rows:
+            chunks.append(np.array(rows, dtype=EVENT_DTYPE))
+        events = np.concatenate(chunks) if chunks else np.zeros(0, dtype=EVENT_DTYPE)
         return events, list(self.names)
 
     def intern(self, raw: str, display: Callable[[str], str | None] | None = None) -> int:
@@ -195,7 +189,8 @@ class RecordConverter:
         if end == 0 or end < start:  # still running at a forced flush: kept, and counted
             self.incomplete += 1
 
-    def _api_name(self, domain: int, cbid: int) -> int:
+    def api_name(self, domain: int, cbid: int) -> int:
+        """The name index of the API call `cbid` of `domain`, without its `_vNNNN` suffix."""
         key = (domain, cbid)
         i = self._api.get(key)
         if i is None:
@@ -214,7 +209,7 @@ class RecordConverter:
     def _kernel(self, a: Any) -> Row:
         start, end = a.start, a.end
         self._span(start, end)
-        name = self.intern(a.name or "<unnamed kernel>", self._demangle)
+        name = self.intern(a.name or "<unnamed kernel>", self.demangle)
         return (start, end, 0, a.correlation_id, name, -1, _i32(a.stream_id), _i16(a.device_id), K_KERNEL, DEV, 0)
 
     def _memcpy(self, a: Any) -> Row:
@@ -250,7 +245,7 @@ class RecordConverter:
     def _call(self, a: Any, domain: int) -> Row:
         start, end = a.start, a.end
         self._span(start, end)
-        name = self._api_name(domain, a.cbid)
+        name = self.api_name(domain, a.cbid)
         corr, tid = a.correlation_id, _i32(a.thread_id)
         return (start, end, a.return_value, corr, name, tid, -1, -1, K_RUNTIME, DEV, domain)
 
@@ -331,20 +326,9 @@ class RecordViews:
                 self._raw[kind] = shared[name]
         self.raw_missing = sorted(set(self.raw_missing))
 
-    def read_raw(self, records: Sequence[tuple[int, int]]) -> list[Any]:
-        """Raw records, (kind, address) pairs of one buffer in its order, as named tuples of the fields read, in
-        that order; records of a kind with no layout here are left out (kinds another client enabled, or missing)."""
-        by_kind: dict[int, list[int]] = {}
-        for i, (kind, _) in enumerate(records):
-            by_kind.setdefault(kind, []).append(i)
-        out: list[Any] = [None] * len(records)
-        for kind, where in by_kind.items():
-            layout = self._raw.get(kind)
-            if layout is None:
-                continue
-            for i, record in zip(where, layout.records([records[i][1] for i in where]), strict=True):
-                out[i] = record
-        return [r for r in out if r is not None]
+    def raw_layout(self, kind: int) -> _Layout | None:
+        """How the records of activity kind `kind` are read from a raw buffer (RAW_DTYPES), or None."""
+        return self._raw.get(kind)
 
     def read(self, activities: Sequence[Any]) -> list[Any] | None:
         try:
@@ -389,14 +373,18 @@ class _Layout:
         self._strings: dict[int, str] = {}  # one buffer's `name` pointers, read once each
         self._make = _maker(dtype, self._fields, self._strings)
 
-    def records(self, ptrs: list[int]) -> list[Any]:
-        at = np.array(ptrs, dtype=np.int64)
+    def gather(self, ptrs: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The records at `ptrs`, copied out in one gather as an array of the dtype (the buffer goes back to CUPTI
+        after its callback)."""
+        at = np.asarray(ptrs, dtype=np.int64)
         lo = int(at.min())
         span = int(at.max()) - lo + self.dtype.itemsize
         memory = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(lo))
-        raw = memory[(at - lo)[:, None] + self._offsets]  # a copy: the buffer goes back to CUPTI after its callback
+        return memory[(at - lo)[:, None] + self._offsets].view(self.dtype).ravel()
+
+    def records(self, ptrs: list[int]) -> list[Any]:
         self._strings.clear()  # (not kept across buffers: an address may later hold another name)
-        return [self._make(t) for t in raw.view(self.dtype).ravel()[self._fields].tolist()]
+        return [self._make(t) for t in self.gather(ptrs)[self._fields].tolist()]
 
 
 def _maker(

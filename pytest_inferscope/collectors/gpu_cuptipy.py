@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .cupti_columns import add_raw
 from .cupti_raw import RawActivity, libcupti_in_process, open_raw
 from .cupti_records import (
     A_CONCURRENT_KERNEL,
@@ -161,7 +162,7 @@ class CuptiPythonCollector:
         t0 = time.perf_counter_ns()
         with self._lock:
             try:
-                self._converter.add_raw(records)
+                add_raw(self._converter, records)
             except Exception:  # as in _completed: the buffer's records are counted lost
                 self._converter.dropped += len(records)
             self._converter.dropped += dropped

@@ -38,6 +38,7 @@ from test_native import (
 )
 
 from pytest_inferscope.collectors import cupti_raw
+from pytest_inferscope.collectors.cupti_columns import add_raw
 from pytest_inferscope.collectors.cupti_raw import OBJECTS_ENV, RawActivity, open_raw
 from pytest_inferscope.collectors.cupti_records import RAW_DTYPES, Demangler, RecordConverter, RecordViews
 from pytest_inferscope.collectors.gpu_cuptipy import FLUSH_FORCED, CuptiPythonCollector
@@ -140,7 +141,7 @@ def test_a_dtype_missing_or_of_another_size_is_named() -> None:
     assert reason == "cupti-python lacks the record dtypes " + ", ".join(views.raw_missing)
 
 
-def test_read_raw_gives_the_native_decoders_rows_through_libcuptis_own_walk(libcupti: str) -> None:
+def test_raw_records_give_the_native_decoders_rows_through_libcuptis_own_walk(libcupti: str) -> None:
     records = records_with_peer_copies()
     data = _buffer(*records)
     memory = ctypes.create_string_buffer(data, len(data))
@@ -150,7 +151,7 @@ def test_read_raw_gives_the_native_decoders_rows_through_libcuptis_own_walk(libc
         np.cumsum([0, *(ctypes.sizeof(r) for r in records[:-1])])
     )
     converter = RecordConverter(_callback_name, Demangler(), 0, RecordViews(mirror_module()))
-    assert converter.add_raw(pairs) == len(records)
+    assert add_raw(converter, pairs) == len(records)
     got = _rows(*converter.take())
 
     native = pytest.importorskip("pytest_inferscope._cupti").Collector()
@@ -174,7 +175,7 @@ def test_raw_records_of_a_kind_not_read_are_skipped_and_a_cap_counts_the_rest() 
     foreign = Api(kind=42, cbid=1)  # a kind another CUPTI client enabled: not ours to report, nor counted
     _memory, pairs = laid_out([foreign, *every_record()[:3]])
     converter = RecordConverter(_callback_name, Demangler(), 2, RecordViews(mirror_module()))
-    assert converter.add_raw(pairs) == 2
+    assert add_raw(converter, pairs) == 2
     assert converter.dropped == 1  # the third record over the cap of 2
     assert [int(k) for k in converter.take()[0]["kind"]] == [int(Kind.RUNTIME), int(Kind.KERNEL)]
 
@@ -185,7 +186,7 @@ def test_a_kind_read_without_its_dtype_is_counted_lost() -> None:
     converter = RecordConverter(_callback_name, Demangler(), 0, RecordViews(module))
     memset = Memset4(kind=2, bytes=16, start=1, end=2)
     memory = ctypes.create_string_buffer(bytes(memset), ctypes.sizeof(memset))
-    assert converter.add_raw([(2, ctypes.addressof(memory))]) == 0
+    assert add_raw(converter, [(2, ctypes.addressof(memory))]) == 0
     assert converter.dropped == 1
 
 
@@ -330,5 +331,5 @@ def test_raw_records_read_as_cupti_pythons_own_objects_and_dtypes_do(libcupti: s
     objects = [getattr(cupti, classes[RAW_DTYPES[kind][0]]).from_ptr(address) for kind, address in pairs]
     by_objects = RecordConverter(cupti.get_callback_name, Demangler(), 0, None)
     by_raw = RecordConverter(cupti.get_callback_name, Demangler(), 0, views)
-    assert by_objects.add(objects) == by_raw.add_raw(pairs) == len(records)
+    assert by_objects.add(objects) == add_raw(by_raw, pairs) == len(records)
     assert _rows(*by_raw.take()) == _rows(*by_objects.take())
