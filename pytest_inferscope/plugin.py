@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import InferscopeSession
 
     session = InferscopeSession(config, settings)
-    if session.report_dir is not None:
+    if session.report_dir is not None and not config.getoption("collectonly"):  # --collect-only writes no report
         from .reporters.files import ReportDirError, check_report_dir
 
         try:

@@ -313,6 +313,13 @@ def test_report_path_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) 
     assert (pytester.path / "taken").read_text() == "mine"
 
 
+def test_collect_only_makes_no_report_folder(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(COUNTING)
+    result = pytester.runpytest("--collect-only", "-q", "--inferscope-report=out", "--inferscope-all")
+    assert result.ret == pytest.ExitCode.OK
+    assert not (pytester.path / "out").exists()  # it checked the folder by making it, and left it empty
+
+
 def test_files_already_in_the_report_folder_are_kept(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(COUNTING)
     out = pytester.mkdir("out")
