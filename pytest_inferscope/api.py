@@ -95,6 +95,38 @@ def collection_options(
     )
 
 
+#: While the plugin profiles a test that no marker asked for (`--inferscope-all`, or its `inferscope` fixture): how
+#: to stop that, so that a `profile()`, `measure()` or `measure_async()` in its body takes over (the session sets it).
+_TAKE_OVER: Callable[[], None] | None = None
+
+
+def taken_over_by_the_body(release: Callable[[], None] | None) -> None:
+    """Set (or clear, None) what stops the plugin's profiling of the running test when its body profiles a block."""
+    global _TAKE_OVER
+    _TAKE_OVER = release
+
+
+def _take_over(name: str) -> None:
+    """Before a collection of this API starts inside a running one: the plugin's profiling of a test that no marker
+    asked for stops (the test leaves no report of its own: the block's result is its measurement); any other is a
+    RuntimeError naming both."""
+    global _TAKE_OVER
+    running = active()
+    if running is None:
+        return
+    if _TAKE_OVER is not None:
+        release, _TAKE_OVER = _TAKE_OVER, None
+        release()
+        if active() is None:
+            return
+    raise RuntimeError(
+        f"{name!r} cannot be profiled inside {running.name!r}, which is profiled already (a test marked "
+        "@pytest.mark.inferscope, or a profile() or measure() around this one): profiles do not nest. Mark the "
+        "part inside with pytest_inferscope.scope() instead, or drop the outer profiling (the marker) and keep "
+        "this call, whose result the test can assert on."
+    )
+
+
 @contextmanager
 def collecting(
     name: str,
@@ -121,6 +153,7 @@ def collecting(
     the first in step with the measured rounds: rounds.in_step), then the trace rounds the launch calls.
     `settings`: the caller's, when it resolved them (else resolved here).
     """
+    _take_over(name)
     settings = settings or standalone_settings()
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
@@ -278,13 +311,10 @@ def _round_options(
 class InferscopeFixture:
     """The `inferscope` fixture: scopes and events inside the body, and the result after it."""
 
-    def __init__(self, nodeid: str, profiled: bool, release: Callable[[], None] | None = None) -> None:
+    def __init__(self, nodeid: str, profiled: bool) -> None:
         self.nodeid = nodeid
         self.profiled = profiled  # the plugin profiles this test's body
         self.result: TestResult | None = None  # set after the call phase of a profiled test
-        # Set when the test is profiled only because it asked for this fixture: stops that profiling,
-        # so that a `profile()` block in the body can take over (a marked test's cannot).
-        self._release = release
 
     def scope(self, name: str) -> AbstractContextManager[Any]:
         """A named scope; shows in the report with its time."""
@@ -297,16 +327,7 @@ class InferscopeFixture:
     def profile(self, name: str | None = None, **kwargs: Any) -> AbstractContextManager[Profile]:
         """Profile a block inside a test that is not marked, to assert on its result yourself.
 
-        The test's own profiling (it asked for the fixture) stops here and leaves no report: the block's
-        result is the measurement the test asked for.
+        The test's own profiling (it asked for the fixture, or `--inferscope-all`) stops here and leaves no report:
+        the block's result is the measurement the test asked for. Inside a marked test it is an error (`_take_over`).
         """
-        if active() is not None and self._release is not None:
-            self._release()
-            self._release = None
-        if active() is not None:
-            raise RuntimeError(
-                f"{self.nodeid} is already profiled by @pytest.mark.inferscope or --inferscope-all; "
-                "inferscope.profile() cannot nest inside it — use inferscope.scope() instead, "
-                "and read inferscope.result in a fixture's teardown."
-            )
         return profile(name or self.nodeid, **kwargs)

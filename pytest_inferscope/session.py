@@ -264,6 +264,10 @@ class InferscopeSession:
         if testcase is not None:
             setattr(testcase, pyfuncitem.name, pyfuncitem.obj)
         self.wait_for_reports(pause=True)  # no report file is written while a test is measured
+        from .api import taken_over_by_the_body
+
+        if pyfuncitem.get_closest_marker("inferscope") is None:  # --inferscope-all, or it asked for the fixture
+            taken_over_by_the_body(functools.partial(self._release, pyfuncitem.nodeid))
         coll.start()
         pending.extra = start_extra_collectors(self.config, pyfuncitem)
         try:
@@ -272,6 +276,7 @@ class InferscopeSession:
             note_exception(pending, exc)
             raise
         finally:
+            taken_over_by_the_body(None)
             pyfuncitem.obj = original
             if testcase is not None:
                 delattr(testcase, pyfuncitem.name)
@@ -393,16 +398,13 @@ class InferscopeSession:
         from .api import InferscopeFixture
 
         node = request.node
-        profiled = node.nodeid in self.plans
-        # Profiled only because it asked for the fixture: a `profile()` block in its body takes over.
-        by_fixture = profiled and not self.settings.all and node.get_closest_marker("inferscope") is None
-        release = functools.partial(self._release, node.nodeid) if by_fixture else None
-        handle = InferscopeFixture(node.nodeid, profiled, release=release)
+        handle = InferscopeFixture(node.nodeid, node.nodeid in self.plans)
         self.fixtures[node.nodeid] = handle
         return handle
 
     def _release(self, nodeid: str) -> None:
-        """Stop profiling a test whose body profiles a block itself (`inferscope.profile()`): no report of its own."""
+        """Stop profiling a test whose body profiles a block itself (`profile()`, `measure()`; no marker asked for the
+        test's own profiling): no report of its own."""
         pending = self._pending.get(nodeid)
         if pending is not None:
             pending.skipped = True

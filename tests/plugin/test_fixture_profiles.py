@@ -114,3 +114,58 @@ def test_profile_inside_a_fixture_test_takes_over(pytester: pytest.Pytester) -> 
     result.assert_outcomes(passed=1)
     # The block's result is the measurement; the test leaves no report of its own.
     assert not (pytester.path / "out" / "index.md").exists()
+
+
+def test_under_inferscope_all_a_test_that_profiles_itself_takes_over_and_a_marked_one_is_told(
+    pytester: pytest.Pytester,
+) -> None:
+    """`--inferscope-all` on a suite whose tests call `measure()`, `profile()` or `measure_async()` themselves: those
+    tests pass, their own calls measure (their rounds by the plugin stop, and they leave no report of their own).
+    Once, they failed: "a collection ... is already running". A marked test doing so is told why, naming both."""
+    pytester.makepyfile(
+        test_self="""
+        import asyncio, time
+        import pytest
+        import pytest_inferscope as isc
+
+        def work():
+            time.sleep(0.001)
+
+        CALLS = {"n": 0}
+
+        def test_measure():
+            CALLS["n"] += 1
+            assert len(isc.measure(work, rounds=3, warmup=1).latency.samples_ms) == 3
+
+        def test_profile():
+            with isc.profile("inner") as p:
+                work()
+            assert p.result is not None
+
+        def test_fixture_profile(inferscope):
+            with inferscope.profile("block") as p:
+                work()
+            assert p.result is not None and inferscope.result is None
+
+        def test_measure_async():
+            async def awork():
+                work()
+            assert len(asyncio.run(isc.measure_async(awork, rounds=2, warmup=0)).latency.samples_ms) == 2
+
+        def test_plain():
+            work()
+
+        def test_zz_measured_once():
+            assert CALLS["n"] == 1  # the plugin's rounds of test_measure stopped when its measure() took over
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_marked():
+            isc.measure(work, rounds=3, warmup=1)
+        """
+    )
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-all", "--inferscope-rounds=3",
+                                "--inferscope-report=out")  # fmt: skip
+    result.assert_outcomes(passed=6, failed=1)
+    result.stdout.fnmatch_lines(["*'work' cannot be profiled inside 'test_self.py::test_marked', which is profiled*"])
+    rows = {line.split()[0] for line in result.outlines if line.startswith("test_self.py::")}
+    assert rows == {"test_self.py::test_plain", "test_self.py::test_zz_measured_once", "test_self.py::test_marked"}
