@@ -48,6 +48,9 @@ def lockstep(
         except BaseException as exc:
             throw_into(steps, exc)  # the steps end the twin's test
             raise
+        if not coll.running:  # the body's own profile() took over (api._take_over): the twin's test ends too
+            steps.close()
+            break
     traced = coll.run_trace_rounds(body, here.index)
     return here.result if traced is None else traced[0]
 
@@ -73,6 +76,9 @@ async def lockstep_async(
         except BaseException as exc:
             throw_into(steps, exc)
             raise
+        if not coll.running:  # the body's own profile() took over (api._take_over): the twin's test ends too
+            steps.close()
+            break
     traced = await coll.run_trace_rounds_async(body, here.index)
     return here.result if traced is None else traced[0]
 
@@ -175,10 +181,12 @@ def _steps(
         data["look"] = judge(new, ref, max_regression=max_regression, alpha=alpha, n_looks=len(points), last=True)
     # The current side's result stands: its requested rounds are completed here alone.
     measured = sum(1 for r in coll.rounds if row_kind(r) is RoundKind.MEASURED)
-    for _ in range(plan.rounds - measured):
-        yield False
-    if in_test:
-        _read_result(twin, data)
+    try:
+        for _ in range(plan.rounds - measured):
+            yield False
+    finally:  # (also when the steps are closed: the twin's end of the test is read before its next one)
+        if in_test:
+            _read_result(twin, data)
 
 
 def _read_result(twin: Twin, data: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -169,3 +170,8 @@ def test_under_inferscope_all_a_test_that_profiles_itself_takes_over_and_a_marke
     result.stdout.fnmatch_lines(["*'work' cannot be profiled inside 'test_self.py::test_marked', which is profiled*"])
     rows = {line.split()[0] for line in result.outlines if line.startswith("test_self.py::")}
     assert rows == {"test_self.py::test_plain", "test_self.py::test_zz_measured_once", "test_self.py::test_marked"}
+
+    # under A/B (the same interpreter as the other side): the turns stop at the call too, on both sides
+    ab = pytester.runpytest("-p", "no:randomly", "--inferscope-all", "--inferscope-rounds=3",
+                            f"--inferscope-ab-python={sys.executable}", "-k", "not marked")  # fmt: skip
+    ab.assert_outcomes(passed=6)

@@ -45,6 +45,7 @@ class FakeCollection:
         self.log = log
         self.rounds: list[dict[str, Any]] = []
         self.last_round: dict[str, Any] | None = None
+        self.running = True
 
     @contextlib.contextmanager
     def round(self, index: int, kind: RoundKind) -> Iterator[None]:
@@ -137,3 +138,18 @@ def test_a_stop_iteration_the_body_raises_here_is_its_own_and_ends_the_twins_tes
         _run("sync", twin, coll, lambda: next(calls), data, True)
     assert log == ["A0", "B0", "after_warmup", "A1", "B1", "A2"]
     assert [m["cmd"] for m in twin.sent][-1] == "end" and data["metrics"] == {"m": 1.0}
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_body_that_stops_the_collection_ends_the_turns_and_the_twins_test(driver: str) -> None:
+    """A body whose own profile() took over (the plugin's collection stopped: api._take_over): no more rounds here, the
+    twin's test ended and its end read, so the next test's conversation starts clean."""
+    log: list[str] = []
+    twin, coll, data = FakeTwin(log), FakeCollection(log), _data()
+
+    def body() -> None:
+        coll.running = False
+
+    _run(driver, twin, coll, body, data, True)
+    assert log == ["A0"] and [m["cmd"] for m in twin.sent] == ["end"]
+    assert data["metrics"] == {"m": 1.0} and twin._answers == []  # its result read: nothing left on the pipe
