@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from test_gpu_backends import BACKENDS, ROUNDS_PRELUDE, _report, run_python
-from test_gpu_lean_rounds import _warmup_profile
+from test_gpu_lean_rounds import _trace_mode_rounds, _warmup_profile
 
 pytestmark = pytest.mark.gpu
 
@@ -54,16 +54,5 @@ def test_an_async_body_runs_the_rounds_after_the_measured_ones_too(backend: str)
             causality=run["causality"], bottleneck=run["bottleneck"], mode=run["mode"],
             profile_warmups=run["profile_warmups"], trace_warmups=run["trace_warmups"],
         )  # fmt: skip
-    lean = out["trace"]
-    # as test_gpu_lean_rounds' function: the measured rounds without CUPTI, then CUPTI's rounds after them
-    kinds = ["WARMUP"] + ["MEASURED"] * 5 + ["SETTLING"] + ["PROFILE"] * 3 + ["TRACE"] * 3
-    assert [r["kind"] for r in lean["rounds"]] == kinds
-    plain = [r for r in lean["rounds"] if r["kind"] in ("WARMUP", "MEASURED")]
-    profile = [r for r in lean["rounds"] if r["kind"] in ("SETTLING", "PROFILE")]
-    trace = [r for r in lean["rounds"] if r["kind"] == "TRACE"]
-    assert all(r["kernels"] == 0 and r["launches"] == 0 for r in plain), plain
-    assert all(r["kernels"] > 0 and r["launches"] == 0 for r in profile), profile
-    assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in trace), trace
-    assert lean["causality"] == 0 and lean["clock_ok"] and lean["residual_ns"] < 50_000
-    assert lean["meta"] == "trace" and lean["samples"] == 5 and len(lean["trace_ms"]) == 6
+    _trace_mode_rounds(out["trace"])  # as test_gpu_lean_rounds' function's
     _warmup_profile(out["auto-default"])

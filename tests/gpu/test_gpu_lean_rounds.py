@@ -61,19 +61,7 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
             **{k.split(".", 1)[1]: (None if v is None else round(v, 4)) for k, v in run["metrics"].items()},
         )
     lean = out["trace"]
-    # warm-up, 5 measured rounds; CUPTI starts: the settling round (gpu_rounds="trace" given: nothing counted
-    # in the warm-up, so no prime), 3 profile rounds (GPU activity without the launch calls), 3 trace rounds
-    # (the launch calls too). auto gone lean primes the GPU instead: tests/unit/test_gpu_rounds.py
-    kinds = ["WARMUP"] + ["MEASURED"] * 5 + ["SETTLING"] + ["PROFILE"] * 3 + ["TRACE"] * 3
-    assert [r["kind"] for r in lean["rounds"]] == kinds
-    plain = [r for r in lean["rounds"] if r["kind"] in ("WARMUP", "MEASURED")]
-    profile = [r for r in lean["rounds"] if r["kind"] in ("SETTLING", "PROFILE")]
-    trace = [r for r in lean["rounds"] if r["kind"] == "TRACE"]
-    assert all(r["kernels"] == 0 and r["launches"] == 0 for r in plain), plain
-    assert all(r["kernels"] > 0 and r["launches"] == 0 for r in profile), profile
-    assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in trace), trace
-    assert lean["causality"] == 0 and lean["clock_ok"] and lean["residual_ns"] < 50_000
-    assert lean["meta"] == "trace" and lean["samples"] == 5 and len(lean["trace_ms"]) == 6
+    profile = _trace_mode_rounds(lean)
     assert lean["metrics"]["gpu.kernel_launches_per_round"] == profile[1]["kernels"]
     # auto decides from this host's own timing of the warm-up, and host speed differs from machine to
     # machine (GPU.md: the small forward's warm-up took 0.33 ms on one H200, 0.97-1.34 ms on others), so
@@ -94,6 +82,24 @@ def test_lean_rounds_record_gpu_activity_only_in_the_trace_rounds(backend: str) 
     assert big["decision"]["mode"] == "measured", big["decision"]
     assert big["causality"] == 0 and big["clock_ok"]
     _warmup_profile(out["auto-default"])
+
+
+def _trace_mode_rounds(lean: dict) -> list[dict]:
+    """gpu_rounds="trace" with 1 warm-up, 5 measured and 3 trace rounds: the warm-up and the measured rounds without
+    CUPTI; then CUPTI starts: the settling round (nothing counted in the warm-up, so no prime), 3 profile rounds (GPU
+    activity without the launch calls), 3 trace rounds (the launch calls too). auto gone lean primes the GPU instead:
+    tests/unit/test_gpu_rounds.py. Returns the settling and profile rounds."""
+    kinds = ["WARMUP"] + ["MEASURED"] * 5 + ["SETTLING"] + ["PROFILE"] * 3 + ["TRACE"] * 3
+    assert [r["kind"] for r in lean["rounds"]] == kinds
+    plain = [r for r in lean["rounds"] if r["kind"] in ("WARMUP", "MEASURED")]
+    profile = [r for r in lean["rounds"] if r["kind"] in ("SETTLING", "PROFILE")]
+    trace = [r for r in lean["rounds"] if r["kind"] == "TRACE"]
+    assert all(r["kernels"] == 0 and r["launches"] == 0 for r in plain), plain
+    assert all(r["kernels"] > 0 and r["launches"] == 0 for r in profile), profile
+    assert all(r["kernels"] > 0 and r["launches"] >= r["kernels"] == r["linked"] for r in trace), trace
+    assert lean["causality"] == 0 and lean["clock_ok"] and lean["residual_ns"] < 50_000
+    assert lean["meta"] == "trace" and lean["samples"] == 5 and len(lean["trace_ms"]) == 6
+    return profile
 
 
 def _warmup_profile(run: dict) -> None:
