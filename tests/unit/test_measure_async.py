@@ -53,3 +53,21 @@ def test_a_call_that_raises_gives_a_partial_result_and_raises() -> None:
 def test_measure_refuses_an_async_function_and_names_measure_async() -> None:
     with pytest.raises(TypeError, match=r"an async function.*await pytest_inferscope.measure_async\(fn, ...\)"):
         measure(serve, 0.001, 0.0, rounds=2, warmup=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"gpu_rounds": "lean"}, r"measure_async\(gpu_rounds='lean'\): give 'measured', 'trace' or 'auto'"),
+        ({"trace_rounds": 0}, r"measure_async\(trace_rounds=0\): .*give a number of trace rounds from 1 to 1000"),
+        ({"gpu_rounds": "trace", "trace_rounds": "all"}, r"measure_async\(gpu_rounds='trace', trace_rounds='all'\)"),
+    ],
+)
+def test_measure_async_checks_its_round_options_as_measure_does_naming_itself(
+    kwargs: dict[str, object], message: str
+) -> None:
+    async def call() -> None:
+        return None
+
+    with pytest.raises(ValueError, match=message):
+        asyncio.run(measure_async(call, rounds=2, warmup=0, **kwargs))  # type: ignore[arg-type]
