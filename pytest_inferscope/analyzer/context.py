@@ -18,7 +18,7 @@ from ..caching import cached_property
 from ..events import GPU_KINDS, Kind
 from ..merger import Timeline
 from ..results import BreakdownPart, EventRef, Hotspot, ScopeStat
-from .base import _MS, LAUNCH_GAP_NS, MIN_COUNTED_MS, Rounds, event_refs, union_ns
+from .base import _MS, LAUNCH_GAP_NS, MIN_COUNTED_MS, Rounds, event_refs, overlap_ns, union_ns
 from .context_gpu import GpuView
 
 __all__ = ["LAUNCH_GAP_NS", "Context", "CpuView", "GpuView", "Rounds", "union_ns"]
@@ -42,11 +42,16 @@ class CpuView:
 
     @cached_property
     def sample_weights(self) -> dict[int, float]:
-        """Sampled ns per folded-stack name id, inside measured rounds."""
-        ev = self.timeline.events
+        """Sampled ns per folded-stack name id, inside measured rounds: each sample by the part of the time it stands
+        for (since the sample before) that lies in them (`overlap_ns`)."""
+        ev, r = self.timeline.events, self.rounds
         sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # int, here and below: see events.Kind
-        sel = sel[self.rounds.in_rounds[sel]]  # (the few samples, then those in the rounds)
-        names, dur = ev["name"][sel], (ev["end"][sel] - ev["start"][sel]).astype(float)
+        if len(r.round_idx):
+            rounds = r.round_idx
+            dur = overlap_ns(ev["start"][sel], ev["end"][sel], ev["start"][rounds], ev["end"][rounds])
+        else:  # no round spans (a trace recorded without them): every sample whole
+            dur = (ev["end"][sel] - ev["start"][sel]).astype(float)
+        names = ev["name"][sel]
         if not len(names):
             return {}
         weights = np.bincount(names, weights=dur)
@@ -99,12 +104,14 @@ class CpuView:
         at = ev["end"][sel] - 1
         k = s.searchsorted(at, side="right") - 1
         inside = (k >= 0) & (at < e[np.maximum(k, 0)])
+        # A sample taken inside an interval stands for the time since the sample before, within that interval only.
+        since = np.maximum(ev["start"][sel], s[np.maximum(k, 0)])
         tally: dict[str, float] = {}
-        for i in sel[inside].tolist():
+        for i, t0 in zip(sel[inside].tolist(), since[inside].tolist(), strict=True):
             leaf = self.timeline.name(i).rsplit(";", 1)[-1]
             if lines and ev["value"][i] > 0:
                 leaf = at_line(leaf, int(ev["value"][i]))
-            tally[leaf] = tally.get(leaf, 0.0) + float(ev["end"][i] - ev["start"][i])
+            tally[leaf] = tally.get(leaf, 0.0) + float(ev["end"][i] - t0)
         return sorted(((k_, per_round(v)) for k_, v in tally.items()), key=lambda kv: -kv[1])
 
     @cached_property

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pytest_inferscope.analyzer import BottleneckAnalyzer, analyze, classify
+from pytest_inferscope.analyzer.base import overlap_ns
 from pytest_inferscope.analyzer.context import Context, union_ns
 from pytest_inferscope.events import EVENT_DTYPE, Domain, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import merge
@@ -102,6 +103,53 @@ def test_hotspots_that_tie_are_listed_by_name() -> None:
     raw = build(cpu_busy=0.97, samples=[("zeta:z (z.py:1)", 0.4), ("alpha:a (a.py:1)", 0.4), ("mid:m (m.py:1)", 0.1)])
     names = [h.function for h in BottleneckAnalyzer(merge(raw)).analyze().hotspots]
     assert names == ["alpha:a (a.py:1)", "zeta:z (z.py:1)", "mid:m (m.py:1)"]
+
+
+def _with_sample(raw: RawTrace, stack: str, start: int, end: int) -> RawTrace:
+    """The trace with one more CPU sample of `stack`, standing for [start, end)."""
+    raw.strings.append(stack)
+    row = (start, end, 0, 0, len(raw.strings) - 1, 1, -1, -1, Kind.SAMPLE, Domain.HOST, 0)
+    raw.events = np.concatenate([raw.events, np.array([row], dtype=EVENT_DTYPE)])
+    return raw
+
+
+def test_a_sample_reaching_back_over_earlier_rounds_counts_only_its_time_inside_measured_rounds() -> None:
+    # Rounds of 2 ms sampled every 10 ms (the sampler's default): the one sample, taken in the last round, stands for
+    # the 10 ms since the start, over the warm-up, the harness between rounds and three rounds. Counted whole, its
+    # function was 160% of the round (a tester's report).
+    raw = build(n_rounds=3, round_ms=2.0, warmup=1, cpu_busy=0.05)
+    rounds = raw.events[raw.events["kind"] == Kind.ROUND]
+    last = rounds[-1]
+    end = int(last["start"]) + MS  # 1 ms into the last round
+    raw = _with_sample(raw, "test_s:test_sleep (t.py:2)", 0, end)
+    a = analyze(merge(raw))
+    spot = next(h for h in a.hotspots if h.function.startswith("test_s:test_sleep"))
+    measured = rounds[1:]
+    inside = sum(min(end, int(r["end"])) - int(r["start"]) for r in measured if int(r["start"]) < end)
+    assert spot.share == pytest.approx(inside / sum(int(r["end"] - r["start"]) for r in measured))
+    assert spot.self_ms == pytest.approx(inside / MS / 3)
+    assert spot.share < 1.0 and spot.self_ms < 2.0  # under a round
+
+
+def test_overlap_ns_is_the_part_of_each_span_in_the_union_of_intervals() -> None:
+    starts, ends = np.array([10, 40, 45, 100]), np.array([20, 50, 60, 110])  # the union: [10,20) [40,60) [100,110)
+    a, b = np.array([0, 15, 0, 55, 120, 42]), np.array([5, 45, 200, 105, 130, 48])
+    got = overlap_ns(a, b, starts, ends)
+    grid = np.zeros(200, dtype=bool)
+    for s, e in zip(starts, ends, strict=True):
+        grid[s:e] = True
+    assert got.tolist() == [float(grid[x:y].sum()) for x, y in zip(a, b, strict=True)]  # 0, 10, 40, 10, 0, 6
+    assert overlap_ns(a, b, starts[:0], ends[:0]).tolist() == [0.0] * len(a)
+
+
+def test_samples_inside_an_interval_count_only_their_time_inside_it() -> None:
+    raw = build(n_rounds=2, round_ms=10.0, warmup=0, cpu_busy=0.5)
+    r0 = raw.events[raw.events["kind"] == Kind.ROUND][0]
+    t0 = int(r0["start"])
+    raw = _with_sample(raw, "test_w:wait (w.py:3)", t0 + MS, t0 + 6 * MS)  # taken at 6 ms, standing for 5 ms
+    ctx = Context(merge(raw))
+    gap = (np.array([t0 + 4 * MS]), np.array([t0 + 8 * MS]))  # the interval holds the sample's last 2 ms
+    assert ctx.cpu.samples_inside(*gap) == [("test_w:wait (w.py:3)", pytest.approx(2.0 / 2))]  # ms per round, 2 rounds
 
 
 def test_cpu_bound_names_the_hot_function_with_evidence() -> None:
