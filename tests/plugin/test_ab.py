@@ -166,7 +166,11 @@ def test_an_async_test_is_ab_gated_in_its_event_loop(pytester: pytest.Pytester) 
     report = json.loads((folder / "report.json").read_text())
     assert report["ab"]["verdict"] == "regressed" and report["ab"]["pairs"] >= 10
     assert len(report["ab"]["new_ms"]) == len(report["ab"]["ref_ms"]) == report["ab"]["pairs"]
-    assert 1.5 < report["ab"]["ratio"] < 2.6  # 4 ms against 2 ms, each side's rounds awaited, not coroutines made
+    # 4 ms against 2 ms: each side's rounds awaited once, not coroutines made nor awaited twice. By the fastest pair's
+    # rounds, which a busy machine's preemptions (that only add time) leave as they are: a ratio by the medians read
+    # 2.85 with the suite's other worker and three more processes on the two cores.
+    assert 4.0 <= min(report["ab"]["new_ms"]) < 8.0 and 2.0 <= min(report["ab"]["ref_ms"]) < 4.0
+    assert report["ab"]["ratio"] > 1.5
     same = next(line for line in result.outlines if line.startswith("test_x.py::test_same"))
     assert "unchanged" in same or "inconclusive" in same
     assert worktrees(root) == 1  # the twin's worktree is gone
