@@ -165,7 +165,7 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
                     if spots
                     else "Find what the thread waits on (I/O, locks, sleeps) and overlap or remove it",
                     rationale=f"{wait_ms:.2f} ms per round is spent waiting rather than computing",
-                    saving_ms=spots[0].self_ms if spots else wait_ms * 0.5,
+                    saving_ms=min(spots[0].self_ms, wait_ms) if spots else wait_ms * 0.5,  # a wait saves its time
                     rule="off_cpu_wait",
                 )
             ],

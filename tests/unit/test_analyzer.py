@@ -204,6 +204,14 @@ def test_a_thread_that_mostly_sleeps_is_not_called_cpu_bound() -> None:
     assert a.findings[0].rule == "off_cpu_wait"
 
 
+def test_removing_a_wait_saves_at_most_the_time_off_cpu() -> None:
+    # The function sampled in 90% of each 10 ms round, the thread off CPU in 40%: removing the wait saves 4 ms, not 9.
+    a = analyze(merge(build(cpu_busy=0.6, samples=[("t:body (t.py:1)", 0.9)])))
+    (finding,) = [f for f in a.findings if f.rule == "off_cpu_wait"]
+    assert a.hotspots[0].self_ms == pytest.approx(9.0, rel=0.01)
+    assert finding.suggestions[0].saving_ms == pytest.approx(4.0, rel=0.01)
+
+
 def test_a_few_microseconds_off_cpu_are_no_finding() -> None:
     # A trivial test's 6 µs round read as 63% off CPU: below what the counters can tell from working.
     a = analyze(merge(build(round_ms=0.01, cpu_busy=0.1, samples=[("t:body (t.py:1)", 0.9)])))
