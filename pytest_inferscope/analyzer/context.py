@@ -128,15 +128,22 @@ class CpuView:
 
     @cached_property
     def _paths(self) -> dict[int, str]:
-        """Paths of every scope and module span, each built once from its parent's."""
+        """Paths of every scope and module span, each built once from its nearest scope or module ancestor's.
+
+        The spans between them (a traced call of `--inferscope-cpu=trace`, a Kineto trace's Python function or op)
+        are not part of the path: `outer` calling a helper that opens `inner` is `outer/inner` either way.
+        """
         tl = self.timeline
         ev = tl.events
         idx = tl.mask(Kind.SCOPE, Kind.MODULE).nonzero()[0]  # (np.flatnonzero's wrapper costs more than this)
         memo: dict[int, str] = {}
-        names, parents, kinds = ev["name"][idx].tolist(), tl.parent[idx].tolist(), ev["kind"].tolist()
-        for i, name, p in zip(idx.tolist(), names, parents, strict=True):  # in start order: parents come first
+        names, parents = ev["name"][idx].tolist(), tl.parent[idx].tolist()
+        parent = tl.parent
+        for i, name, p in zip(idx.tolist(), names, parents, strict=True):  # in start order: ancestors come first
+            while p >= 0 and p not in memo:  # up past the spans that are neither (memo: the scopes and modules so far)
+                p = int(parent[p])
             own = tl.strings[name]
-            memo[i] = f"{memo[p]}/{own}" if p >= 0 and kinds[p] in (Kind.SCOPE, Kind.MODULE) and p in memo else own
+            memo[i] = f"{memo[p]}/{own}" if p >= 0 else own
         return memo
 
     def _gpu_inside(self) -> tuple[dict[int, float], dict[int, float]]:

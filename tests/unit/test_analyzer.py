@@ -402,6 +402,20 @@ def test_scopes_carry_the_gpu_time_and_launches_inside_them() -> None:
     assert cpu_only["f"].gpu_ms is None
 
 
+def test_a_scope_opened_in_a_called_function_is_under_the_scope_around_the_call() -> None:
+    # outer -> a traced call (--inferscope-cpu=trace; in a Kineto trace a Python function) -> inner; and a module
+    # under a call under inner. The calls between are not part of the paths.
+    host = [
+        (Kind.SCOPE, "outer", 0.1, 0.8),
+        (Kind.CALL, "t:helper (t.py:3)", 0.2, 0.6),
+        (Kind.SCOPE, "inner", 0.3, 0.4),
+        (Kind.CALL, "torch/nn:_call_impl (m.py:1)", 0.35, 0.3),
+        (Kind.MODULE, "Linear_0", 0.4, 0.2),
+    ]
+    paths = [s.path for s in analyze(merge(build(cpu_busy=0.9, host=host))).scopes]
+    assert sorted(paths) == ["outer", "outer/inner", "outer/inner/Linear_0"]
+
+
 def test_a_sync_is_traced_to_the_line_the_sampled_frame_was_on() -> None:
     from pathlib import Path
 
