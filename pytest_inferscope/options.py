@@ -196,7 +196,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "cpu", choice(_CPU_MODES), "sample",
-        "CPU collector mode: sample (stack sampling), trace (full call tracing, slower) or off (scopes only).",
+        "CPU collector mode: sample (stack sampling), trace (every Python call in the rounds, the plugin's own left "
+        "out; slower) or off (scopes only).",
         f"set the CPU collector mode to {_one_of(_CPU_MODES)}", "trace", choices=_CPU_MODES,
     ),
     OptionSpec(

@@ -24,13 +24,14 @@ from ..options import sampler_in_use
 from ..results import CollectorInfo
 from ..rounds import RAISED_FLAG, RoundKind, kind_flags, row_kind
 from ..stackbase import fresh_chunk
-from .cpu import Sampler, SamplerThread, SignalSampler, Tracer
+from .cpu import Sampler, SamplerThread, SignalSampler
 from .devsync import DeviceSync
 from .gpu import Choice, GpuBackendError, GpuCollector
 from .gpu_session import GpuSession
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
 from .schedule import RoundSchedule, Steadying, after_measured, after_measured_async, run, run_async
+from .tracer import Tracer
 
 R = TypeVar("R")
 
@@ -111,6 +112,8 @@ class _Round:
         if self._coll.gpu is None:
             self._coll._devsync.prepare()  # the loader's look, when one is due, before the round's time
         self._before = self._coll._counters_before()
+        if self._coll.tracer is not None:
+            self._coll.tracer.arm()
         self._start = host_clock_ns()
 
     def __exit__(
@@ -119,6 +122,8 @@ class _Round:
         # The clock first: whatever runs right after a body is slow for a while (its caches taken by the body: a
         # method call took 0.9 µs after a 0.75 ms Python body against 0.2 hot), and is not the body's time.
         body_end = host_clock_ns()
+        if self._coll.tracer is not None:
+            self._coll.tracer.disarm()
         assert self._before is not None
         self._coll._end_round(self._index, self._kind, exc_type is not None, self._start, self._before, body_end)
 

@@ -9,8 +9,7 @@ Two ways to see Python time:
   C call that released the GIL (a torch op), sampling costs the test thread nothing.
   With `--inferscope-sampler=signal` (auto's choice from CPython 3.13) the test thread
   takes the same samples itself (`SignalSampler`, its clock a C thread).
-* `trace` (opt-in): `sys.setprofile` records every Python call as a CALL span. Exact
-  but expensive; the overhead is estimated from a calibration and reported.
+* `trace` (opt-in): every Python call in the rounds as a CALL span (`tracer.Tracer`).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
 
 from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, host_clock_ns
@@ -419,74 +417,3 @@ class SamplerThread:
                         self._ticking_until = time.monotonic() + self._ticking_s
             if closing:
                 return
-
-
-class Tracer:
-    """Full call tracing through sys.setprofile on the calling thread (opt-in)."""
-
-    _per_call_ns: float | None = None  # calibrated once per process
-
-    def __init__(self, buffer: TraceBuffer, tid: int) -> None:
-        self.buffer = buffer
-        self.tid = tid
-        self.calls = 0
-        self.hook_calls = 0  # every call of the hook, including those for C functions
-        self._stack: list[tuple[int, int]] = []
-        self._names: dict[CodeType, int] = {}
-        self._previous: Callable[..., Any] | None = None
-
-    def _hook(self, frame: FrameType, event: str, arg: object) -> None:
-        self.hook_calls += 1
-        if event == "call":
-            code = frame.f_code
-            name = self._names.get(code)
-            if name is None:
-                name = self._names[code] = self.buffer.strings.intern(_label(code))
-            self._stack.append((name, host_clock_ns()))
-        elif event == "return" and self._stack:
-            name, start = self._stack.pop()
-            self.buffer.record(Kind.CALL, name, start, host_clock_ns(), tid=self.tid)
-            self.calls += 1
-
-    def start(self) -> None:
-        self._previous = sys.getprofile()
-        sys.setprofile(self._hook)
-
-    def stop(self) -> None:
-        sys.setprofile(self._previous)
-        now = host_clock_ns()
-        while self._stack:  # calls still open (the collection stopped inside them)
-            name, start = self._stack.pop()
-            self.buffer.record(Kind.CALL, name, start, now, tid=self.tid)
-
-    @classmethod
-    def per_call_ns(cls) -> float:
-        """Added cost of one call of the hook, measured once per process.
-
-        Calibrated on a loop that calls a Python function and a C function (len) in turn,
-        so both kinds of hook call (call/return and c_call/c_return) are in the mix, as in
-        real code; the overhead estimate multiplies it by every hook call the run made.
-        """
-        if cls._per_call_ns is None:
-
-            def f(x: list[int]) -> int:
-                return len(x)
-
-            def loop(n: int) -> int:
-                data = [1, 2, 3]
-                t = time.perf_counter_ns()
-                for _ in range(n):
-                    f(data)
-                return time.perf_counter_ns() - t
-
-            n = 20_000
-            plain = min(loop(n) for _ in range(3))
-            tracer = cls(TraceBuffer(size_mb=4), tid=0)
-            tracer.start()
-            try:
-                traced = min(loop(n) for _ in range(3))
-            finally:
-                tracer.stop()
-            hooks = max(1, tracer.hook_calls // 3)
-            cls._per_call_ns = max(0.0, (traced - plain) / hooks)
-        return cls._per_call_ns

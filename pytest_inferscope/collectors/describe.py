@@ -6,9 +6,10 @@ from typing import Any, Protocol
 
 from ..results import CollectorInfo
 from ..rounds import RoundKind, row_kind
-from .cpu import Sampler, SignalSampler, Tracer
+from .cpu import Sampler, SignalSampler
 from .gpu_session import GpuSession
 from .memory import MemoryCollector
+from .tracer import Tracer
 
 
 class _Options(Protocol):

@@ -77,6 +77,28 @@ def test_trace_mode_records_calls_and_estimates_overhead() -> None:
     assert coll.collectors_info()[0].overhead > 0
 
 
+def test_trace_mode_traces_the_rounds_alone_without_the_plugins_frames() -> None:
+    # Traced from the collection's start, the harness between rounds and the plugin's own frames were in the trace,
+    # and a scope's __enter__ (which records the scope's start inside it) crossed the scope's span.
+    def body() -> None:
+        with scope("outer"):
+            busy_python(10)
+
+    _, raw = run(body, rounds=2, warmup=1, cpu="trace")
+    ev = raw.events
+    calls, rounds, scopes = (ev[ev["kind"] == k] for k in (Kind.CALL, Kind.ROUND, Kind.SCOPE))
+    names = [raw.strings[n] for n in calls["name"]]
+    assert sum("busy_python" in n for n in names) == 3 and not any("pytest_inferscope" in n for n in names)
+    for c in calls:  # every call inside a round
+        assert any(r["start"] <= c["start"] and c["end"] <= r["end"] for r in rounds), raw.strings[c["name"]]
+    spans = sorted([*calls, *scopes], key=lambda e: (e["start"], -e["end"]))
+    open_ends: list[int] = []
+    for e in spans:  # properly nested: each span inside the spans still open where it starts
+        open_ends = [end for end in open_ends if end > e["start"]]
+        assert all(e["end"] <= end for end in open_ends)
+        open_ends.append(e["end"])
+
+
 def test_a_raising_scope_is_recorded_and_flagged() -> None:
     def body() -> None:
         with scope("explodes"):
