@@ -11,7 +11,10 @@ on the caller's thread, and kinds with few rows are formatted in plain Python (`
 Processes and threads are numbered, not named, because Perfetto's JSON importer only accepts
 integer pids and tids (a string such as "host" is dropped); "M" metadata events name them:
 pid 1 is "host" (tid = the native thread id), pid 100 + d is "GPU d" (tid = the CUDA stream).
-CPU samples show their leaf frame and point ("sf") into a shared "stackFrames" tree.
+CPU samples show their leaf frame and point ("sf") into a shared "stackFrames" tree. They lie in
+pid 2, "host: CPU samples" (tid = the thread sampled): a sample stands for the time since the one
+before it, so it crosses the rounds and scopes of its thread, and the trace viewers nest the slices
+of one lane.
 
 A launch (the runtime call) and the GPU work it issued are linked by a flow arrow, written as
 the trace format's flow v2 fields on the two "X" slices themselves (`"bind_id"`, the CUPTI
@@ -42,6 +45,7 @@ from .files import Writable, gzip_threads, open_target
 from .rowwriter import Column, Piece, Tail
 
 HOST_PID = 1
+SAMPLES_PID = 2  # the CPU samples, a lane per thread sampled
 GPU_PID_BASE = 100
 #: From this many events on, a second thread writes blocks while the next ones are formatted.
 #: Below it the thread's start and hand-offs cost more than the overlap saves (a trivial test's
@@ -211,11 +215,11 @@ class _Rows:
     def name_tail(self, i: int) -> bytes:
         return b'"name":%s},\n' % self.names(i)
 
-    def span(self, cat: bytes, gpu: bool) -> tuple[bytes, list[Column]]:
-        """An "X" slice's template and columns: on the host (pid 1, the thread) or a GPU (its pid, the stream)."""
+    def span(self, cat: bytes, gpu: bool, host_pid: int = HOST_PID) -> tuple[bytes, list[Column]]:
+        """An "X" slice's template and columns: on the host (`host_pid`, the thread) or a GPU (its pid, the stream)."""
         c = self.c
         pid: list[Column] = [(c.gpu_pid, False)] if gpu else []
-        t = b'{"ph":"X","cat":"%s","pid":%s,"tid":#,"ts":#,"dur":#' % (cat, b"#" if gpu else b"%d" % HOST_PID)
+        t = b'{"ph":"X","cat":"%s","pid":%s,"tid":#,"ts":#,"dur":#' % (cat, b"#" if gpu else b"%d" % host_pid)
         return t, [*pid, (c.stream if gpu else c.tid, False), (c.start, True), (c.dur, True)]
 
 
@@ -257,7 +261,7 @@ def _host_rows(rows: _Rows, frames: _Frames) -> None:
     # ("sf") into the shared stackFrames tree instead of repeating the stack in every row.
     if c.present[Kind.SAMPLE]:
         sel = np.flatnonzero(c.kind == Kind.SAMPLE)
-        t, cols = rows.span(b"sample", False)
+        t, cols = rows.span(b"sample", False, SAMPLES_PID)
         rows(sel, t + b",", cols, c.name[sel], lambda i: frames.sample_tail(rows.tl.strings[i]))
 
 
@@ -388,6 +392,14 @@ def _metadata(c: _Cols) -> list[str]:
     for tid in _unique(c.tid[c.on_host]):
         label = "test thread" if tid in test_tids else "thread"
         out.append(_meta("thread_name", HOST_PID, tid, f"{label} {tid}" if tid else "unknown thread"))
+    if c.present[Kind.SAMPLE]:
+        out += [
+            _meta("process_name", SAMPLES_PID, 0, "host: CPU samples"),
+            _meta("process_sort_index", SAMPLES_PID, 0, 0),
+        ]
+        for tid in _unique(c.tid[c.kind == Kind.SAMPLE]):
+            label = "test thread" if tid in test_tids else "thread"
+            out.append(_meta("thread_name", SAMPLES_PID, tid, f"samples of {label} {tid}"))
     on_dev = np.flatnonzero(~c.on_host)
     devices, streams = np.maximum(c.device[on_dev], 0), c.stream[on_dev]
     for d in _unique(devices):

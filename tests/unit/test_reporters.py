@@ -788,6 +788,33 @@ def test_trace_samples_point_into_stack_frames(tmp_path: Path) -> None:
     frames = data["stackFrames"]
     leaf = frames[str(sample["sf"])]
     assert leaf["name"] == 'app:pre "q" (a.py:9)' and frames[leaf["parent"]]["name"] == "app:main (a.py:1)"
+    # In a process of their own, a lane per thread sampled: a sample stands for the time since the one before it and
+    # crosses the rounds and scopes of its thread, which the viewers nest lane by lane.
+    assert sample["pid"] == 2 and all(e["pid"] == 2 for e in data["traceEvents"] if e.get("cat") == "sample")
+    names = {(e["name"], e["pid"], e["tid"]): e["args"].get("name") for e in data["traceEvents"] if e["ph"] == "M"}
+    assert names[("process_name", 2, 0)] == "host: CPU samples"
+    assert names[("thread_name", 2, sample["tid"])].startswith("samples of ")
+
+
+def test_trace_host_lanes_nest_with_a_sample_reaching_over_rounds(tmp_path: Path) -> None:
+    from test_analyzer import _with_sample, build
+
+    from pytest_inferscope.merger import merge
+
+    raw = build(n_rounds=3, round_ms=2.0, warmup=1, cpu_busy=0.5, host=[(Kind.SCOPE, "fwd", 0.1, 0.5)])
+    last = raw.events[raw.events["kind"] == Kind.ROUND][-1]
+    raw = _with_sample(raw, "t:body (t.py:1)", 0, int(last["start"]) + 1_000_000)  # over three rounds and scopes
+    data = load_trace(tmp_path, merge(raw))
+    lanes: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for e in data["traceEvents"]:
+        if e["ph"] == "X":
+            lanes.setdefault((e["pid"], e["tid"]), []).append(e)
+    for lane in lanes.values():  # every lane properly nested, as Perfetto and chrome://tracing draw it
+        open_ends: list[float] = []
+        for e in sorted(lane, key=lambda e: (e["ts"], -e["dur"])):
+            open_ends = [end for end in open_ends if end > e["ts"]]
+            assert all(e["ts"] + e["dur"] <= end for end in open_ends), e
+            open_ends.append(e["ts"] + e["dur"])
 
 
 def flow_links(evs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
