@@ -129,13 +129,15 @@ def _split_run(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
     """Split `run`'s arguments into inferscope's options, what to run (`[SCRIPT]`, `["-m", MODULE]`, or `[]` when
     missing) and the script's arguments.
 
-    After SCRIPT or MODULE only our own long options are ours (until a '--'); anything else is the script's.
+    After SCRIPT or MODULE only our own long options are ours (until a '--'); anything else is the script's. One of
+    ours with no value after it is a CliError: argparse would take SCRIPT, once put back after it, for its value.
     """
-    valued = {"--report", "--rounds", "--warmup", "--cpu"}
+    valued = {"--report": "out", "--rounds": "10", "--warmup": "2", "--cpu": "trace"}  # with an example value
     ours: list[str] = []
     i = 0
     while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("--", "-m"):  # before SCRIPT: all ours
         take = 2 if argv[i] in valued else 1
+        _check_value(argv, i, valued)
         ours.extend(argv[i : i + take])
         i += take
     if i < len(argv) and argv[i] == "--":
@@ -149,7 +151,8 @@ def _split_run(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
         if a == "--":
             theirs.extend(rest[j + 1 :])
             break
-        if a in valued:  # with its value (argparse reports a missing one)
+        if a in valued:  # with its value
+            _check_value(rest, j, valued)
             ours += rest[j : j + 2]
             j += 2
             continue
@@ -159,6 +162,15 @@ def _split_run(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
             theirs.append(a)
         j += 1
     return ours, target, theirs
+
+
+def _check_value(argv: list[str], i: int, valued: dict[str, str]) -> None:
+    """CliError when `run`'s option argv[i] takes a value and is the last argument."""
+    if argv[i] in valued and i + 1 == len(argv):
+        raise CliError(
+            f"inferscope run: {argv[i]} needs a value and is the last argument; give one, e.g. "
+            f"`inferscope run infer.py {argv[i]} {valued[argv[i]]}`, or put it after '--' to pass it to the script."
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
