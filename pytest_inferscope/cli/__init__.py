@@ -24,6 +24,7 @@ from .common import (
     count,
     echo,
     parse_fraction,
+    report_folder,
 )
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CliError", "build_parser", "echo", "main", "parse_fraction"]
@@ -67,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the script raised or exited with a non-zero status (its report is partial)",
     )  # fmt: skip
     run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] (SCRIPT | -m MODULE) [ARGS ...]"
-    run.add_argument("--report", metavar="DIR", help=f"report folder (default: INFERSCOPE_REPORT or {DEFAULT_REPORT})")
+    run.add_argument(
+        "--report",
+        type=report_folder,
+        metavar="DIR",
+        help=f"report folder (default: INFERSCOPE_REPORT or {DEFAULT_REPORT})",
+    )
     run.add_argument("--rounds", type=count(1), metavar="N", help="measured runs of the script (default 1)")
     run.add_argument("--warmup", type=count(0), metavar="W", help="unmeasured runs before them (default 0)")
     run.add_argument("--cpu", choices=("sample", "trace", "off"), help="CPU collector mode (default: sample)")
@@ -86,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
         "a threshold recorded with the test was crossed",
     )  # fmt: skip
     analyze.add_argument("file", metavar="FILE", help="raw.npz, report folder, report.json or Chrome trace")
-    analyze.add_argument("--report", metavar="DIR", help=f"report folder (default: {DEFAULT_REPORT})")
+    analyze.add_argument(
+        "--report", type=report_folder, metavar="DIR", help=f"report folder (default: {DEFAULT_REPORT})"
+    )
     analyze.set_defaults(func=cmd_analyze)
 
     compare = _command(

@@ -52,7 +52,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         trace_format = standalone_settings().trace_format
     except ConfigError as e:
         raise CliError(str(e)) from None
-    report = Path(args.report) if args.report else DEFAULT_REPORT
+    report = args.report if args.report is not None else DEFAULT_REPORT
     check_report_folder(report)
     if src.plan is not None:
         known = {f.name for f in dataclasses.fields(Plan)}

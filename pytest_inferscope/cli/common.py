@@ -53,6 +53,16 @@ def count(low: int) -> Callable[[str], int]:
     return parse
 
 
+def report_folder(text: str) -> Path:
+    """--report DIR, by the parser of the report setting: an empty folder name is an error, as pytest's is."""
+    from ..parsers import parse_path
+
+    try:
+        return parse_path(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} {exc}: give a folder path, e.g. --report out") from None
+
+
 def parse_fraction(text: str) -> float:
     """--max-regression: '5%' or '0.05' -> 0.05, by the parser of the max_regression option (one for every place)."""
     from ..options import OPTIONS_BY_NAME

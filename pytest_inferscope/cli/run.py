@@ -91,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         settings = api.standalone_settings()
     except ConfigError as e:
         raise CliError(str(e)) from None
-    report = Path(args.report) if args.report else (settings.report or DEFAULT_REPORT)
+    report = args.report if args.report is not None else (settings.report or DEFAULT_REPORT)
     check_report_folder(report)
     rounds = args.rounds or settings.rounds or 1
     warmup = args.warmup if args.warmup is not None else (settings.warmup or 0)
