@@ -19,11 +19,11 @@ from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report
 
 @contextmanager
 def _as_main(script: Path, args: list[str], module: str | None = None) -> Iterator[None]:
-    """sys.argv and sys.path as `python SCRIPT ARGS` (or `python -m MODULE ARGS`: the working directory first on the
-    path) would set them, restored afterwards."""
+    """sys.argv and sys.path as `python SCRIPT ARGS` (the folder of the script, symlinks resolved, first on the path)
+    or `python -m MODULE ARGS` (the working directory first) would set them, restored afterwards."""
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args]
-    sys.path.insert(0, os.getcwd() if module is not None else str(script.parent))
+    sys.path.insert(0, os.getcwd() if module is not None else os.path.dirname(os.path.realpath(script)))
     try:
         yield
     finally:
@@ -63,10 +63,21 @@ def _module_file(module: str) -> Path:
     return Path(spec.origin).absolute()
 
 
+def _script_path(given: str) -> Path:
+    """The script as runpy should open it: absolute, its folder resolved. runpy normalises `..` by the letters
+    (`link/../job.py` becomes `job.py` beside `link`), which is another file when `link` is a symlink."""
+    return Path(os.path.realpath(os.path.dirname(os.path.join(os.getcwd(), given))), os.path.basename(given))
+
+
 def _script_frames(exc: BaseException, script: Path) -> TracebackType | None:
-    """The traceback from the script's first frame on (the runner's frames are noise)."""
+    """The traceback from the script's first frame on (the runner's frames are noise).
+
+    Both paths are compared resolved: the script may be given as `../job.py` or through a symlink, and its frames
+    keep the path as run (as `python ../job.py` does).
+    """
+    target = os.path.realpath(script)
     tb = exc.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != str(script):
+    while tb is not None and os.path.realpath(tb.tb_frame.f_code.co_filename) != target:
         tb = tb.tb_next
     return tb
 
@@ -80,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     module: str | None = args.module
     if module is not None and args.script is not None:  # (`run -m MODULE` passes what follows to the module)
         raise CliError("inferscope run: give a SCRIPT or -m MODULE, not both.")
-    script = _module_file(module) if module is not None else Path(args.script).absolute()
+    script = _module_file(module) if module is not None else _script_path(args.script)
     if not script.is_file():
         what = "a folder" if script.is_dir() else "not found"
         raise CliError(

@@ -36,3 +36,40 @@ def test_an_option_without_its_value_is_named(work: Path, capsys: pytest.Capture
     assert err.startswith(f"inferscope run: {option} needs a value and is the last argument"), err
     assert not (work / "ran").exists()
     assert f"{option} needs a value" in usage_error(["run", option], capsys)
+
+
+RAISING = """
+def helper():
+    raise ValueError("boom in helper")
+
+helper()
+"""
+
+
+def test_the_scripts_frames_are_shown_however_its_path_is_spelled(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`..` in the path, or a symlinked folder before it: the script that runs is the one `python PATH` runs, and
+    the traceback has its frames (and only those), under its folder's real path."""
+    (work / "sub").mkdir()
+    (work / "deep" / "er").mkdir(parents=True)
+    (work / "deep" / "raise.py").write_text(RAISING)
+    (work / "sub" / "link").symlink_to(work / "deep" / "er")
+    monkeypatch.chdir(work / "sub")
+    real = Path(os.path.realpath(work / "deep" / "raise.py"))
+    for given in ("../deep/raise.py", "link/../raise.py"):  # link/.. is deep/, not sub/
+        assert main(["run", given, "--report", str(work / "out")]) == 1, given
+        err = capsys.readouterr().err
+        assert f'File "{real}", line 3, in helper' in err, err
+        assert 'raise ValueError("boom in helper")' in err and "runpy" not in err and "cli/run.py" not in err, err
+
+
+def test_a_symlinked_script_imports_from_its_real_folder_as_python_does(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (work / "lib").mkdir()
+    (work / "lib" / "helper.py").write_text("NAME = 'beside the real file'\n")
+    (work / "lib" / "job.py").write_text("import helper\nprint(helper.NAME)\n")
+    (work / "job.py").symlink_to(work / "lib" / "job.py")
+    assert main(["run", "job.py", "--report", "out"]) == 0
+    assert "beside the real file" in capsys.readouterr().out
