@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import io
 import os
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator
+import types
+import zipfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
@@ -18,11 +22,11 @@ from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report
 
 
 @contextmanager
-def _as_main(script: Path, args: list[str], module: str | None = None) -> Iterator[None]:
+def _as_main(script: Path, argv: list[str], module: str | None = None) -> Iterator[None]:
     """sys.argv and sys.path as `python SCRIPT ARGS` (the folder of the script, symlinks resolved, first on the path)
     or `python -m MODULE ARGS` (the working directory first) would set them, restored afterwards."""
     saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [str(script), *args]
+    sys.argv = argv
     sys.path.insert(0, os.getcwd() if module is not None else os.path.dirname(os.path.realpath(script)))
     try:
         yield
@@ -30,16 +34,42 @@ def _as_main(script: Path, args: list[str], module: str | None = None) -> Iterat
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
-def _exec_script(script: Path, module: str | None = None) -> None:
+def _round(script: Path, module: str | None = None) -> Callable[[], None]:
     """One round: run the script (or the module) as __main__; exiting with status 0 is a normal end."""
+    run: Callable[[], object]
+    if module is not None:
+        run = partial(runpy.run_module, module, run_name="__main__", alter_sys=True)
+    elif script.suffix == ".pyc" or zipfile.is_zipfile(script):  # what runpy reads that is no source file
+        run = partial(runpy.run_path, str(script), run_name="__main__")
+    else:
+        run = partial(_run_source, script)
+
+    def body() -> None:
+        try:
+            run()
+        except SystemExit as e:
+            if e.code not in (None, 0):
+                raise
+
+    return body
+
+
+def _run_source(script: Path) -> None:
+    """Run a source file as __main__ as `python SCRIPT` does; not by runpy.run_path, which sets sys.argv[0] to the
+    absolute path where python keeps it as typed."""
+    with io.open_code(str(script)) as f:
+        code = compile(f.read(), str(script), "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=str(script), __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # while it runs, as runpy's: pickle finds the script's classes there
     try:
-        if module is not None:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
         else:
-            runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            raise
+            del sys.modules["__main__"]
 
 
 def _module_file(module: str) -> Path:
@@ -109,12 +139,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     name = module or os.path.normpath(args.script)  # the test id: `./job.py` and `job.py` compare as one
     sink = api.Profile(name)
     failure: BaseException | None = None
-    with _as_main(script, list(args.args), module):
+    # sys.argv[0]: SCRIPT as typed, as python's; for -m runpy sets the module's full path, as `python -m` does
+    with _as_main(script, [args.script if module is None else str(script), *args.args], module):
         try:
             with api.collecting(
                 name, sink, rounds=rounds, warmup=warmup, report_dir=report, thresholds=None, cpu=args.cpu
             ) as coll:
-                coll.run_rounds(lambda: _exec_script(script, module), rounds, warmup)
+                coll.run_rounds(_round(script, module), rounds, warmup)
         except BaseException as e:  # the script's exception (KeyboardInterrupt too): report it, exit 1
             failure = e
     if sink.result is None and isinstance(failure, GpuBackendError):  # raised before the script started

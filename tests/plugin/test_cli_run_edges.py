@@ -73,3 +73,33 @@ def test_a_symlinked_script_imports_from_its_real_folder_as_python_does(
     (work / "job.py").symlink_to(work / "lib" / "job.py")
     assert main(["run", "job.py", "--report", "out"]) == 0
     assert "beside the real file" in capsys.readouterr().out
+
+
+SEES = """
+import json, pickle, sys
+
+class Point:
+    pass
+
+assert pickle.loads(pickle.dumps(Point())).__class__.__name__ == "Point"  # found in sys.modules["__main__"]
+with open(OUT, "w") as f:
+    json.dump({"argv": sys.argv, "name": __name__, "main": sys.modules["__main__"].__dict__ is globals()}, f)
+"""
+
+
+def test_the_script_sees_sys_argv_as_typed_as_python_sets_it(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python ../job.py a` gives the script sys.argv == ['../job.py', 'a']; `python -m pkg.job a` gives
+    ['/full/path/pkg/job.py', 'a']."""
+    import json
+
+    out = work / "seen.json"
+    (work / "pkg").mkdir()
+    (work / "pkg" / "__init__.py").write_text("")
+    (work / "pkg" / "job.py").write_text(f"OUT = {str(out)!r}\n" + SEES)
+    (work / "sub").mkdir()
+    monkeypatch.chdir(work / "sub")
+    assert main(["run", "../pkg/job.py", "a", "--report", "out"]) == 0
+    assert json.loads(out.read_text()) == {"argv": ["../pkg/job.py", "a"], "name": "__main__", "main": True}
+    monkeypatch.chdir(work)
+    assert main(["run", "-m", "pkg.job", "a", "--report", "out"]) == 0
+    assert json.loads(out.read_text())["argv"] == [str(work / "pkg" / "job.py"), "a"]
