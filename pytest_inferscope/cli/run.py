@@ -24,18 +24,21 @@ from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report
 @contextmanager
 def _as_main(script: Path, argv: list[str], module: str | None = None) -> Iterator[None]:
     """sys.argv and sys.path as `python SCRIPT ARGS` (the folder of the script, symlinks resolved, first on the path)
-    or `python -m MODULE ARGS` (the working directory first) would set them, restored afterwards."""
-    saved_argv, saved_path = sys.argv, list(sys.path)
+    or `python -m MODULE ARGS` (the working directory first) would set them, restored afterwards with the working
+    directory (the script may change it)."""
+    saved_argv, saved_path, cwd = sys.argv, list(sys.path), os.getcwd()
     sys.argv = argv
-    sys.path.insert(0, os.getcwd() if module is not None else os.path.dirname(os.path.realpath(script)))
+    sys.path.insert(0, cwd if module is not None else os.path.dirname(os.path.realpath(script)))
     try:
         yield
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(cwd)
 
 
 def _round(script: Path, module: str | None = None) -> Callable[[], None]:
-    """One round: run the script (or the module) as __main__; exiting with status 0 is a normal end."""
+    """One round: run the script (or the module) as __main__ from the working directory of the first; exiting with
+    status 0 is a normal end."""
     run: Callable[[], object]
     if module is not None:
         run = partial(runpy.run_module, module, run_name="__main__", alter_sys=True)
@@ -44,7 +47,10 @@ def _round(script: Path, module: str | None = None) -> Callable[[], None]:
     else:
         run = partial(_run_source, script)
 
+    cwd = os.getcwd()
+
     def body() -> None:
+        os.chdir(cwd)  # each run starts where `python SCRIPT` would, whatever the one before changed to
         try:
             run()
         except SystemExit as e:
@@ -139,11 +145,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     name = module or os.path.normpath(args.script)  # the test id: `./job.py` and `job.py` compare as one
     sink = api.Profile(name)
     failure: BaseException | None = None
+    # The reports are written when the collection ends, maybe in the folder the script changed to: `report` is made
+    # absolute for them; the summary names it as given, once the working directory is back.
     # sys.argv[0]: SCRIPT as typed, as python's; for -m runpy sets the module's full path, as `python -m` does
     with _as_main(script, [args.script if module is None else str(script), *args.args], module):
         try:
             with api.collecting(
-                name, sink, rounds=rounds, warmup=warmup, report_dir=report, thresholds=None, cpu=args.cpu
+                name, sink, rounds=rounds, warmup=warmup, report_dir=report.absolute(), thresholds=None, cpu=args.cpu
             ) as coll:
                 coll.run_rounds(_round(script, module), rounds, warmup)
         except BaseException as e:  # the script's exception (KeyboardInterrupt too): report it, exit 1

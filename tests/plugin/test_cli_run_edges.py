@@ -103,3 +103,17 @@ def test_the_script_sees_sys_argv_as_typed_as_python_sets_it(work: Path, monkeyp
     monkeypatch.chdir(work)
     assert main(["run", "-m", "pkg.job", "a", "--report", "out"]) == 0
     assert json.loads(out.read_text())["argv"] == [str(work / "pkg" / "job.py"), "a"]
+
+
+def test_a_script_that_changes_directory_gets_its_report_where_asked(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report goes to --report as given from the working directory of the command, each run starts there,
+    and the command is back there afterwards."""
+    (work / "elsewhere").mkdir()
+    (work / "cd.py").write_text("import os\nos.chdir('elsewhere')\n")
+    assert main(["run", "cd.py", "--rounds", "2", "--report", "out"]) == 0
+    assert Path.cwd() == work
+    assert (work / "out" / "index.json").is_file() and not (work / "elsewhere" / "out").exists()
+    out = capsys.readouterr().out
+    assert f"report:         {Path('out') / 'cd.py' / 'report.md'}" in out and (work / "out" / "cd.py").is_dir()
