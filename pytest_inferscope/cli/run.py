@@ -4,6 +4,7 @@ needed."""
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import importlib.util
 import io
 import os
@@ -15,6 +16,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import TracebackType
 
@@ -80,14 +82,21 @@ def _run_source(script: Path) -> None:
 
 def _module_file(module: str) -> Path:
     """The file `python -m MODULE` runs (a package's __main__.py), found from the working directory; CliError when
-    there is none."""
+    there is none.
+
+    The packages it is in are not imported to find it: their __init__ runs in the first round, so what it raises is
+    the script's (its traceback, exit 1, a partial report), as under `python -m`.
+    """
+    if "" in module.split("."):
+        raise CliError(
+            f"inferscope run: -m {module!r} is not a module name; give one as `python -m` takes it (no relative "
+            "names), e.g. `inferscope run -m mypackage.bench --batch 8`."
+        )
     sys.path.insert(0, os.getcwd())
     try:
-        spec = importlib.util.find_spec(module)
+        spec = _find_spec(module)
         if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
-            spec = importlib.util.find_spec(f"{module}.__main__")
-    except (ImportError, ValueError) as exc:  # a parent package that fails to import, or an empty name
-        raise CliError(f"inferscope run: cannot find module {module!r}: {exc}") from None
+            spec = _find_spec(f"{module}.__main__")
     finally:
         sys.path.pop(0)
     if spec is None or not spec.origin or not Path(spec.origin).is_file():
@@ -97,6 +106,37 @@ def _module_file(module: str) -> Path:
             "`inferscope run -m mypackage.bench --batch 8`, or the path of a script."
         )
     return Path(spec.origin).absolute()
+
+
+def _find_spec(name: str) -> ModuleSpec | None:
+    """importlib.util.find_spec, without importing the parent packages where their folders tell (it imports them)."""
+    spec = _unimported_spec(name)
+    if spec is not None:
+        return spec
+    try:  # a package that extends its __path__ when imported: the import system's own way
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a missing parent package
+        return None
+    except Exception as exc:  # the package's __init__ raised, outside any round: say so, exit 2
+        package = name.rpartition(".")[0]
+        raise CliError(
+            f"inferscope run: cannot find module {name!r}: importing its package {package!r} raised "
+            f"{type(exc).__name__}: {exc}. Run `python -c 'import {package}'` to see the traceback."
+        ) from None
+
+
+def _unimported_spec(name: str) -> ModuleSpec | None:
+    """The spec of `name` looked for in its parent package's folders, as the import system will, or None."""
+    parent, _, _ = name.rpartition(".")
+    if not parent or name in sys.modules:
+        try:
+            return importlib.util.find_spec(name)  # (imports nothing for a top-level or imported name)
+        except (ImportError, ValueError):
+            return None
+    outer = _unimported_spec(parent)
+    if outer is None or outer.submodule_search_locations is None:
+        return None
+    return importlib.machinery.PathFinder.find_spec(name, list(outer.submodule_search_locations))
 
 
 def _script_path(given: str) -> Path:
@@ -115,7 +155,20 @@ def _script_frames(exc: BaseException, script: Path) -> TracebackType | None:
     tb = exc.__traceback__
     while tb is not None and os.path.realpath(tb.tb_frame.f_code.co_filename) != target:
         tb = tb.tb_next
+    if tb is None:  # raised before the script's code ran (in a package it is in): from the first frame not ours
+        tb = exc.__traceback__
+        while tb is not None and _runners(tb.tb_frame.f_code.co_filename):
+            tb = tb.tb_next
     return tb
+
+
+def _runners(filename: str) -> bool:
+    """Whether a frame of this file is the runner's: ours, runpy's or the import system's."""
+    if filename.startswith("<frozen "):  # runpy and importlib, as Python 3.11+ freezes them
+        return True
+    path = os.path.realpath(filename)
+    ours = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    return path.startswith(ours + os.sep) or path in {os.path.realpath(m.__file__ or "") for m in (runpy, importlib)}
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -117,3 +117,29 @@ def test_a_script_that_changes_directory_gets_its_report_where_asked(
     assert (work / "out" / "index.json").is_file() and not (work / "elsewhere" / "out").exists()
     out = capsys.readouterr().out
     assert f"report:         {Path('out') / 'cd.py' / 'report.md'}" in out and (work / "out" / "cd.py").is_dir()
+
+
+def test_a_package_raising_on_import_is_the_scripts_exception_as_under_python_m(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m badpkg.mod` whose badpkg/__init__.py raises shows that traceback and exits 1; so does `inferscope
+    run`, with a partial report, and the __init__ runs once, inside the round."""
+    from pytest_inferscope.reporters import load_report
+
+    (work / "badpkg").mkdir()
+    (work / "badpkg" / "__init__.py").write_text("open('inits', 'a').write('x')\nraise RuntimeError('init boom')\n")
+    (work / "badpkg" / "mod.py").write_text("print('never')\n")
+    (work / "badpkg" / "__main__.py").write_text("print('never')\n")
+    for module in ("badpkg.mod", "badpkg"):
+        (work / "inits").unlink(missing_ok=True)
+        assert main(["run", "-m", module, "--report", "out"]) == 1
+        err = capsys.readouterr().err
+        assert f'File "{work / "badpkg" / "__init__.py"}", line 2, in <module>' in err, err
+        assert "RuntimeError: init boom" in err and "runpy" not in err and "importlib" not in err, err
+        assert f"inferscope run: {module} raised RuntimeError; the report is partial" in err, err
+        assert (work / "inits").read_text() == "x"
+        assert load_report(work / "out" / module / "report.json").partial_reason == "RuntimeError: init boom"
+    assert "is not a module name" in usage_error(["run", "-m", ".badpkg"], capsys)
+    # Not in the package's folder: only importing it could tell (it may extend its __path__), and that raises.
+    err = usage_error(["run", "-m", "badpkg.missing"], capsys)
+    assert "cannot find module 'badpkg.missing': importing its package 'badpkg' raised RuntimeError: init boom" in err
