@@ -140,11 +140,45 @@ def _ns(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         raise ValueError(f"{value!r} is not a number")
     try:
-        return int(
-            (Decimal(value if isinstance(value, str) else repr(value)) * 1000).to_integral_value(ROUND_HALF_EVEN)
-        )
+        number = Decimal(value if isinstance(value, str) else repr(value))
     except InvalidOperation:
         raise ValueError(f"{value!r} is not a number") from None
+    if not number.is_finite():
+        raise ValueError(f"{json.dumps(value) if isinstance(value, float) else value} is not a finite number")
+    return int((number * 1000).to_integral_value(ROUND_HALF_EVEN))
+
+
+_NS_RANGE = (-(2**63), 2**63 - 1)  # the int64 columns of EVENT_DTYPE
+_OUT_OF_RANGE = "out of range: times in µs must lie within ±9.2e15 µs (292 years) of the trace's zero"
+#: The columns a Kineto field can overflow, and that field (for the error).
+_COLUMNS = {"value": "'args.bytes'", "stream": "'args.stream' (or 'tid')", "device": "'args.device' (or 'pid')"}
+
+
+def _time(ev: dict[str, Any], key: str, where: str) -> int:
+    """The event's 'ts' or 'dur' in ns; TraceFormatError naming the field when it is no number or out of range."""
+    try:
+        ns = _ns(ev[key])
+    except ValueError as e:
+        raise TraceFormatError(f"{where}: '{key}' {e}.") from None
+    if not _NS_RANGE[0] <= ns <= _NS_RANGE[1]:
+        raise TraceFormatError(f"{where}: '{key}' {ev[key]} is {_OUT_OF_RANGE}.")
+    return ns
+
+
+def _out_of_range(rows: list[tuple[int, ...]], origins: list[int], events: list[Any], source: str) -> TraceFormatError:
+    """The error for the first row with a value its column of EVENT_DTYPE cannot hold (numpy said OverflowError)."""
+    names = list(EVENT_DTYPE.names or ())
+    for row, i in zip(rows, origins, strict=True):
+        for column, field_text in _COLUMNS.items():
+            info, value = np.iinfo(EVENT_DTYPE[column]), row[names.index(column)]
+            if column == "value" and row[names.index("kind")] == Kind.ROUND:
+                field_text = "the step number in 'name'"
+            if not info.min <= value <= info.max:
+                return TraceFormatError(
+                    f"{source}: traceEvents[{i}] ({_describe(events[i])}): {field_text} is {value}, out of range "
+                    f"(from {info.min} to {info.max})."
+                )
+    return TraceFormatError(f"{source}: a value in the trace is out of range for inferscope's event records.")
 
 
 def _int(value: Any, default: int) -> int:
@@ -185,6 +219,7 @@ def import_events(data: Any, source: str) -> KinetoTrace:
     rows: list[tuple[int, ...]] = []
     counts: dict[str, int] = {"ignored": 0}
     steps: list[int] = []  # row indices of ProfilerStep rounds
+    origins: list[int] = []  # the index in traceEvents of each row
 
     def tid_of(raw_tid: Any) -> int:
         if isinstance(raw_tid, int) and not isinstance(raw_tid, bool) and 0 <= raw_tid < 2**31:
@@ -206,12 +241,12 @@ def import_events(data: Any, source: str) -> KinetoTrace:
                     f"{source}: traceEvents[{i}] ({_describe(ev)}) has no '{key}'; every complete ('X') event "
                     "needs its start 'ts' and duration 'dur' in µs. Was the trace edited or cut short?"
                 )
-        try:
-            start, dur = _ns(ev["ts"]), _ns(ev["dur"])
-        except ValueError as e:
-            raise TraceFormatError(f"{source}: traceEvents[{i}] ({_describe(ev)}): 'ts' or 'dur' {e}.") from None
+        where = f"{source}: traceEvents[{i}] ({_describe(ev)})"
+        start, dur = _time(ev, "ts", where), _time(ev, "dur", where)
         if dur < 0:
-            raise TraceFormatError(f"{source}: traceEvents[{i}] ({_describe(ev)}) has a negative 'dur'.")
+            raise TraceFormatError(f"{where} has a negative 'dur'.")
+        if start + dur > _NS_RANGE[1]:
+            raise TraceFormatError(f"{where}: its end, 'ts' + 'dur', is {_OUT_OF_RANGE}.")
         args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
         name = str(ev.get("name", ""))
         corr = _int(args.get("correlation"), 0) & 0xFFFFFFFF
@@ -241,12 +276,16 @@ def import_events(data: Any, source: str) -> KinetoTrace:
         if kind != Kind.RUNTIME and kind not in GPU_KINDS:
             corr = 0
         rows.append((start, start + dur, value, corr, strings.intern(name), tid, stream, device, kind, _HOST, flags))
+        origins.append(i)
     if not rows:
         raise TraceFormatError(
             f"{source}: the trace has no CPU operator, annotation, kernel, copy, memset or CUDA API events "
             f"({counts['ignored']} other events); was it recorded with torch.profiler activities enabled?"
         )
-    events = np.array(rows, dtype=EVENT_DTYPE)
+    try:
+        events = np.array(rows, dtype=EVENT_DTYPE)
+    except OverflowError:
+        raise _out_of_range(rows, origins, data["traceEvents"], source) from None
     return _finish(events, strings, counts, steps, data, source)
 
 

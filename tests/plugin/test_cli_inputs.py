@@ -40,3 +40,28 @@ def test_an_empty_report_folder_is_rejected_as_pytest_does(
         err = usage_error(argv, capsys)
         assert "argument --report: " in err and "is empty: give a folder path, e.g. --report out" in err, err
     assert not (work / "ran").exists() and not (work / "inferscope-report").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ('"ts": 1e20', "'ts' 1e20 is out of range: times in µs must lie within ±9.2e15 µs"),
+        ('"ts": 1e400', "'ts' 1e400 is out of range"),
+        ('"dur": Infinity', "'dur' Infinity is not a finite number"),
+        ('"ts": NaN', "'ts' NaN is not a finite number"),
+        ('"ts": 9000000000000000, "dur": 9000000000000000', "its end, 'ts' + 'dur', is out of range"),
+        ('"cat": "user_annotation", "name": "ProfilerStep#99999999999999999999"', "the step number in 'name' is"),
+        ('"cat": "kernel", "args": {"stream": 1099511627776}', "'args.stream' (or 'tid') is 1099511627776, out of"),
+        ('"cat": "kernel", "args": {"device": 70000}', "'args.device' (or 'pid') is 70000, out of range"),
+        ('"cat": "gpu_memcpy", "args": {"bytes": 1000000000000000000000}', "'args.bytes' is 1000000000000000000000"),
+    ],
+)
+def test_out_of_range_numbers_in_a_chrome_trace_name_the_event_and_field(
+    work: Path, capsys: pytest.CaptureFixture[str], fields: str, message: str
+) -> None:
+    # The fields come last in the event: JSON's last value of a key wins. The text keeps numbers such as 1e400.
+    event = '{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 5, "dur": 3, "pid": 1, "tid": 1, ' + fields + "}"
+    (work / "t.json").write_text('{"traceEvents": [{"ph": "M", "name": "meta"}, ' + event + "]}")
+    err = usage_error(["analyze", "t.json"], capsys)
+    assert err.startswith("inferscope analyze: t.json: traceEvents[1] (ph 'X', cat "), err
+    assert message in err, err
