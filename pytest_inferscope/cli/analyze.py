@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,13 +85,16 @@ def load_input(path: Path) -> _Input:
         tests = sorted(p.parent.name for p in path.glob("*/raw.npz"))
         if not tests:
             raise CliError(f"inferscope analyze: {path} is a folder without a raw.npz or report.json.")
-        more = f" (and {len(tests) - 5} more)" if len(tests) > 5 else ""
-        raise CliError(
-            f"inferscope analyze: {path} holds the reports of {len(tests)} tests; give one test's folder, e.g. "
-            f"{path / tests[0]} (its tests: {', '.join(tests[:5])}{more})."
-        )
+        raise _several(path, f"{path} is a report folder", tests)
     if not path.is_file():
         raise CliError(f"inferscope analyze: {path}: no such file or folder.")
+    if path.suffix.lower() in (".md", ".html", ".htm"):
+        if path.stem == "index":
+            raise _several(path.parent, f"{path} is the page of a report folder", _tests_in(path.parent))
+        raise CliError(
+            f"inferscope analyze: {path} is a report page, not a trace; give the test's folder ({path.parent}) or "
+            "its report.json or raw.npz."
+        )
     with path.open("rb") as f:
         magic = f.read(2)
     if magic == b"PK":  # a zip archive: numpy's .npz
@@ -111,11 +115,46 @@ def load_input(path: Path) -> _Input:
                       kineto=True)  # fmt: skip
     if isinstance(data, dict) and "nodeid" in data and "schema_version" in data:
         return _beside(path)
-    keys = ", ".join(sorted(map(str, data))[:6]) if isinstance(data, dict) else type(data).__name__
+    if isinstance(data, dict) and isinstance(data.get("tests"), list) and "schema_version" in data:
+        raise _several(path.parent, f"{path} is the index of a report folder", _tests_in(path.parent))
     raise CliError(
         f"inferscope analyze: {path} is JSON but neither an inferscope report.json nor a Chrome trace "
-        f'({{"traceEvents": [...]}} from torch.profiler); found: {keys}.'
+        f'({{"traceEvents": [...]}} from torch.profiler); found: {_found(data)}.'
     )
+
+
+def _tests_in(folder: Path) -> list[str]:
+    return sorted(p.parent.name for p in folder.glob("*/raw.npz")) or sorted(
+        p.parent.name for p in folder.glob("*/report.json")
+    )
+
+
+def _several(folder: Path, what: str, tests: list[str]) -> CliError:
+    """The error for a folder of several tests (or its index): `what` it is, and one test's folder to give."""
+    if not tests:
+        return CliError(f"inferscope analyze: {what}, and it lists no test folder; give one test's folder.")
+    more = f" (and {len(tests) - 5} more)" if len(tests) > 5 else ""
+    return CliError(
+        f"inferscope analyze: {what} with {len(tests)} test{'s' if len(tests) != 1 else ''}; give one test's "
+        f"folder, e.g. {folder / tests[0]} (its tests: {', '.join(tests[:5])}{more})."
+    )
+
+
+def _found(data: Any) -> str:
+    """What a JSON value that is no trace holds, in JSON's words (floats are text here: `kineto.read_json`)."""
+    if isinstance(data, dict):
+        return "an object with the keys " + ", ".join(sorted(map(str, data))[:6]) if data else "an empty object"
+    if data is None or isinstance(data, bool):
+        return json.dumps(data)
+    if isinstance(data, list):
+        return "an array"
+    if isinstance(data, int | float):
+        return f"the number {json.dumps(data)}"
+    try:
+        float(data)
+        return f"the number {data}"
+    except ValueError:
+        return "a string"
 
 
 def _beside(path: Path) -> _Input:
@@ -142,9 +181,16 @@ def _from_npz(path: Path) -> _Input:
     try:
         raw = RawTrace.load(str(path))
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+        # numpy's own words (allow_pickle, ...) mean nothing here: what kind of file it is, and what to do
+        if isinstance(e, OSError):
+            why = e.strerror or str(e).rstrip(".")
+        elif zipfile.is_zipfile(path):
+            why = "a zip archive, but its arrays are not those inferscope writes"
+        else:
+            why = "it starts as a zip archive does, but is not a whole one"
         raise CliError(
-            f"inferscope analyze: {path} is not a readable inferscope raw trace (.npz): {e}. It may be truncated; "
-            "re-run the test to record it again."
+            f"inferscope analyze: {path} is not a readable inferscope raw trace (.npz): {why}. It may be truncated "
+            "or another program's file; give the raw.npz of a report folder, or re-run the test to record it again."
         ) from None
     r = None
     if (path.parent / "report.json").is_file():

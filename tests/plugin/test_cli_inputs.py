@@ -65,3 +65,36 @@ def test_out_of_range_numbers_in_a_chrome_trace_name_the_event_and_field(
     err = usage_error(["analyze", "t.json"], capsys)
     assert err.startswith("inferscope analyze: t.json: traceEvents[1] (ph 'X', cat "), err
     assert message in err, err
+
+
+def test_analyze_given_a_page_an_index_or_another_file_says_what_to_give(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zipfile
+
+    (work / "job.py").write_text("sum(range(1000))\n")
+    assert main(["run", "job.py", "--report", "out"]) == 0
+    test = work / "out" / "job.py"
+    (work / "fake.npz").write_bytes(b"PKgarbage")
+    with zipfile.ZipFile(work / "other.npz", "w") as z:
+        z.writestr("weights.npy", b"not ours")
+    for name, text in [("null.json", "null"), ("num.json", "1.5"), ("list.json", "[1]"), ("obj.json", '{"b": 1}')]:
+        (work / name).write_text(text)
+    cases = [
+        (test / "report.md", f"is a report page, not a trace; give the test's folder ({test}) or its report.json"),
+        (test / "report.html", f"is a report page, not a trace; give the test's folder ({test}) or its report.json"),
+        (
+            work / "out" / "index.json",
+            f"is the index of a report folder with 1 test; give one test's folder, e.g. {test}",
+        ),
+        (work / "out" / "index.md", f"is the page of a report folder with 1 test; give one test's folder, e.g. {test}"),
+        (work / "fake.npz", "(.npz): it starts as a zip archive does, but is not a whole one. It may be truncated"),
+        (work / "other.npz", "(.npz): a zip archive, but its arrays are not those inferscope writes. It may be"),
+        (work / "null.json", "found: null."),
+        (work / "num.json", "found: the number 1.5."),
+        (work / "list.json", "found: an array."),
+        (work / "obj.json", "found: an object with the keys b."),
+    ]
+    for given, message in cases:
+        err = usage_error(["analyze", str(given), "--report", "again"], capsys)
+        assert message in err and "pickle" not in err and ".. " not in err and not err.endswith("..\n"), err
