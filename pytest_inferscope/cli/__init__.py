@@ -7,6 +7,7 @@ or input error, printed as one paragraph on stderr that names the input and what
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -67,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         "everything after '--') goes to the script.",
         "the script raised or exited with a non-zero status (its report is partial)",
     )  # fmt: skip
+    run.unknown_hint = (  # type: ignore[attr-defined]  # (a Parser, as every subcommand's)
+        " (inferscope run's own options are --report, --rounds, --warmup and --cpu; one for the script goes after "
+        "SCRIPT)"
+    )
     run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] (SCRIPT | -m MODULE) [ARGS ...]"
     run.add_argument(
         "--report",
@@ -181,6 +186,18 @@ def _check_value(argv: list[str], i: int, valued: dict[str, str]) -> None:
         )
 
 
+def _join_negative(argv: list[str]) -> list[str]:
+    """`--max-regression -5%` as `--max-regression=-5%`: argparse takes only a plain negative number (-5) for a value,
+    and would say the option "expected one argument"; the option's parser says what is wrong with it."""
+    out: list[str] = []
+    for a in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and re.fullmatch(r"-[\d.]+%", a):
+            out[-1] = f"{out[-1]}={a}"
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `inferscope` console script; returns the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -197,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise CliError("inferscope run: -m needs a module name, as python's does: `inferscope run -m pkg.mod`.")
             args_list = ["run", *ours, *target]  # the script's arguments join after parsing: argparse never reads them
         try:
-            args = build_parser().parse_args(args_list)
+            args = build_parser().parse_args(_join_negative(args_list))
         except SystemExit as e:  # --help, --version
             return e.code if isinstance(e.code, int) else EXIT_OK
         if args.command == "run":

@@ -25,8 +25,17 @@ class CliError(Exception):
 class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one paragraph (CliError) instead of usage + exit."""
 
+    unknown_hint = ""  # said after an unrecognised argument of this command
+
     def error(self, message: str) -> Any:
         raise CliError(f"{self.prog}: {message}. Run '{self.prog} --help' for the usage.")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, but an argument this (sub)command does not know is its own error, not the top command's."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}{self.unknown_hint}")
+        return parsed, extras
 
 
 def echo(text: str = "") -> None:
@@ -68,6 +77,8 @@ def parse_fraction(text: str) -> float:
     from ..options import OPTIONS_BY_NAME
 
     spec = OPTIONS_BY_NAME["max_regression"]
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text!r} is negative: give the slowdown allowed, 0 or more, e.g. 5%")
     try:
         return float(spec.parse(text))
     except ValueError as exc:

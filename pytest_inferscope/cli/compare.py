@@ -146,6 +146,10 @@ def _row(nodeid: str, c: Comparison) -> list[str]:
     return [_short(nodeid), medians, ratio, ci, _num(c.p_value, ".2g"), c.verdict]
 
 
+def _tests(n: int) -> str:
+    return f"{n} test{'s' if n != 1 else ''}"
+
+
 def table(rows: list[list[str]]) -> list[str]:
     """Rows as aligned text columns (the first row is the header)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -159,7 +163,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     common = [t for t in sorted(a) if t in b]
     if not common:
         raise CliError(
-            f"inferscope compare: A ({args.a}, {len(a)} tests) and B ({args.b}, {len(b)} tests) have no test id in "
+            f"inferscope compare: A ({args.a}, {_tests(len(a))}) and B ({args.b}, {_tests(len(b))}) have no test id in "
             "common, so nothing can be compared; check that both come from the same test suite."
         )
     rows = [["test", "median ms before → after", "ratio", f"{100 * (1 - args.alpha):g}% CI", "p", "verdict"]]

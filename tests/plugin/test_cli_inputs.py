@@ -98,3 +98,40 @@ def test_analyze_given_a_page_an_index_or_another_file_says_what_to_give(
     for given, message in cases:
         err = usage_error(["analyze", str(given), "--report", "again"], capsys)
         assert message in err and "pickle" not in err and ".. " not in err and not err.endswith("..\n"), err
+
+
+def test_an_unknown_argument_is_the_subcommands_error(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (work / "ok.py").write_text("open('ran', 'w').close()\n")
+    cases = [
+        (["run", "--bogus", "ok.py"], "inferscope run: unrecognized argument: --bogus (inferscope run's own options"),
+        (
+            ["compare", "a", "b", "--bogus"],
+            "inferscope compare: unrecognized argument: --bogus. Run 'inferscope compare --help' for the usage.",
+        ),
+        (
+            ["analyze", "x", "--bogus", "y"],
+            "inferscope analyze: unrecognized arguments: --bogus y. Run 'inferscope analyze --help'",
+        ),
+        (
+            ["config", "show", "--bogus"],
+            "inferscope config show: unrecognized argument: --bogus. Run 'inferscope config show --help'",
+        ),
+    ]
+    for argv, message in cases:
+        err = usage_error(argv, capsys)
+        assert err.startswith(message), err
+    assert not (work / "ran").exists()
+
+
+def test_compare_says_a_negative_allowed_slowdown_is_not_one(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for given in (["--max-regression", "-5%"], ["--max-regression=-5%"], ["--max-regression", "-0.05"]):
+        err = usage_error(["compare", "a", "b", *given], capsys)
+        assert "argument --max-regression: '-" in err and "' is negative: give the slowdown allowed, 0 or more" in err
+
+
+def test_compare_counts_one_test_in_the_singular(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (work / "one.py").write_text("pass\n")
+    (work / "two.py").write_text("pass\n")
+    assert main(["run", "one.py", "--report", "a"]) == 0 and main(["run", "two.py", "--report", "b"]) == 0
+    capsys.readouterr()
+    assert "A (a, 1 test) and B (b, 1 test) have no test id in common" in usage_error(["compare", "a", "b"], capsys)
