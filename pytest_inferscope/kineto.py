@@ -165,6 +165,16 @@ def _time(ev: dict[str, Any], key: str, where: str) -> int:
     return ns
 
 
+def _span(ev: dict[str, Any], where: str) -> tuple[int, int]:
+    """The event's start and duration in ns; TraceFormatError, beginning with `where`, when they are unusable."""
+    start, dur = _time(ev, "ts", where), _time(ev, "dur", where)
+    if dur < 0:
+        raise TraceFormatError(f"{where} has a negative 'dur'.")
+    if start + dur > _NS_RANGE[1]:
+        raise TraceFormatError(f"{where}: its end, 'ts' + 'dur', is {_OUT_OF_RANGE}.")
+    return start, dur
+
+
 def _out_of_range(rows: list[tuple[int, ...]], origins: list[int], events: list[Any], source: str) -> TraceFormatError:
     """The error for the first row with a value its column of EVENT_DTYPE cannot hold (numpy said OverflowError)."""
     names = list(EVENT_DTYPE.names or ())
@@ -241,12 +251,7 @@ def import_events(data: Any, source: str) -> KinetoTrace:
                     f"{source}: traceEvents[{i}] ({_describe(ev)}) has no '{key}'; every complete ('X') event "
                     "needs its start 'ts' and duration 'dur' in µs. Was the trace edited or cut short?"
                 )
-        where = f"{source}: traceEvents[{i}] ({_describe(ev)})"
-        start, dur = _time(ev, "ts", where), _time(ev, "dur", where)
-        if dur < 0:
-            raise TraceFormatError(f"{where} has a negative 'dur'.")
-        if start + dur > _NS_RANGE[1]:
-            raise TraceFormatError(f"{where}: its end, 'ts' + 'dur', is {_OUT_OF_RANGE}.")
+        start, dur = _span(ev, f"{source}: traceEvents[{i}] ({_describe(ev)})")
         args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
         name = str(ev.get("name", ""))
         corr = _int(args.get("correlation"), 0) & 0xFFFFFFFF

@@ -11,7 +11,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from .. import __version__
 from .common import (
@@ -45,13 +45,40 @@ def _command(sub: Any, name: str, summary: str, description: str, one: str | Non
     return parser
 
 
+def _add_run(sub: Any) -> None:
+    """The `run` subcommand's parser."""
+    from .run import cmd_run
+
+    run = cast(Parser, _command(
+        sub, "run", "profile a Python script (no pytest needed)",
+        "Run SCRIPT as __main__ under CPU, GPU and memory collection and write its report. The whole script is "
+        "one round; with --rounds it runs N times after W warm-ups. scope() and mark_event() calls in it show in "
+        "the report. inferscope's options are recognised anywhere before a '--'; every other argument (and "
+        "everything after '--') goes to the script.",
+        "the script raised or exited with a non-zero status (its report is partial)",
+    ))  # fmt: skip
+    run.unknown_hint = (
+        " (inferscope run's own options are --report, --rounds, --warmup and --cpu; one for the script goes after "
+        "SCRIPT)"
+    )
+    run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] (SCRIPT | -m MODULE) [ARGS ...]"
+    run.add_argument("--report", type=report_folder, metavar="DIR",
+                     help=f"report folder (default: INFERSCOPE_REPORT or {DEFAULT_REPORT})")  # fmt: skip
+    run.add_argument("--rounds", type=count(1), metavar="N", help="measured runs of the script (default 1)")
+    run.add_argument("--warmup", type=count(0), metavar="W", help="unmeasured runs before them (default 0)")
+    run.add_argument("--cpu", choices=("sample", "trace", "off"), help="CPU collector mode (default: sample)")
+    run.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as `python -m MODULE` does, not a file")
+    run.add_argument("args", metavar="ARGS", nargs="*", help="arguments for the script (after SCRIPT or MODULE)")
+    run.set_defaults(func=cmd_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (also what `--help` prints)."""
     # Imported here: `inferscope --help` and `run` need none of the other commands' imports.
     from .analyze import cmd_analyze
     from .compare import cmd_compare
     from .config import add_preview_options, cmd_config_show
-    from .run import cmd_run
 
     parser = Parser(
         prog="inferscope", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -60,32 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"inferscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    run = _command(
-        sub, "run", "profile a Python script (no pytest needed)",
-        "Run SCRIPT as __main__ under CPU, GPU and memory collection and write its report. The whole script is "
-        "one round; with --rounds it runs N times after W warm-ups. scope() and mark_event() calls in it show in "
-        "the report. inferscope's options are recognised anywhere before a '--'; every other argument (and "
-        "everything after '--') goes to the script.",
-        "the script raised or exited with a non-zero status (its report is partial)",
-    )  # fmt: skip
-    run.unknown_hint = (  # type: ignore[attr-defined]  # (a Parser, as every subcommand's)
-        " (inferscope run's own options are --report, --rounds, --warmup and --cpu; one for the script goes after "
-        "SCRIPT)"
-    )
-    run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] (SCRIPT | -m MODULE) [ARGS ...]"
-    run.add_argument(
-        "--report",
-        type=report_folder,
-        metavar="DIR",
-        help=f"report folder (default: INFERSCOPE_REPORT or {DEFAULT_REPORT})",
-    )
-    run.add_argument("--rounds", type=count(1), metavar="N", help="measured runs of the script (default 1)")
-    run.add_argument("--warmup", type=count(0), metavar="W", help="unmeasured runs before them (default 0)")
-    run.add_argument("--cpu", choices=("sample", "trace", "off"), help="CPU collector mode (default: sample)")
-    run.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
-    run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as `python -m MODULE` does, not a file")
-    run.add_argument("args", metavar="ARGS", nargs="*", help="arguments for the script (after SCRIPT or MODULE)")
-    run.set_defaults(func=cmd_run)
+    _add_run(sub)
 
     analyze = _command(
         sub, "analyze", "re-analyse a saved trace (ours or torch.profiler's)",
