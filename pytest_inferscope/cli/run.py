@@ -19,6 +19,7 @@ from functools import partial
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import TracebackType
+from typing import TextIO
 
 from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report_folder, conclude
 
@@ -29,6 +30,7 @@ def _as_main(script: Path, argv: list[str], module: str | None = None) -> Iterat
     or `python -m MODULE ARGS` (the working directory first) would set them, restored afterwards with the working
     directory (the script may change it)."""
     saved_argv, saved_path, cwd = sys.argv, list(sys.path), os.getcwd()
+    streams = sys.stdout, sys.stderr
     sys.argv = argv
     sys.path.insert(0, cwd if module is not None else os.path.dirname(os.path.realpath(script)))
     try:
@@ -36,6 +38,15 @@ def _as_main(script: Path, argv: list[str], module: str | None = None) -> Iterat
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         os.chdir(cwd)
+        sys.stdout, sys.stderr = (_open_again(s, fd) for s, fd in zip(streams, (1, 2), strict=True))
+
+
+def _open_again(stream: TextIO, fd: int) -> TextIO:
+    """The stream as it was before the script, or a new one on its file descriptor where the script closed it
+    (`python -m json.tool` closes its output when done, which is sys.stdout): the summary follows."""
+    if not stream.closed:
+        return stream
+    return open(fd, "w", encoding=getattr(stream, "encoding", None), errors="backslashreplace", closefd=False)
 
 
 def _round(script: Path, module: str | None = None) -> Callable[[], None]:

@@ -143,3 +143,19 @@ def test_a_package_raising_on_import_is_the_scripts_exception_as_under_python_m(
     # Not in the package's folder: only importing it could tell (it may extend its __path__), and that raises.
     err = usage_error(["run", "-m", "badpkg.missing"], capsys)
     assert "cannot find module 'badpkg.missing': importing its package 'badpkg' raised RuntimeError: init boom" in err
+
+
+def test_a_script_that_closes_stdout_still_gets_its_summary(work: Path) -> None:
+    # `python -m json.tool FILE` closes its output, which is sys.stdout, when done: the summary's print raised
+    # "I/O operation on closed file".
+    import subprocess
+    import sys
+
+    (work / "shut.py").write_text("import sys\nprint('from the script')\nsys.stdout.close()\n")
+    cli = "from pytest_inferscope.cli import main; raise SystemExit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", cli, "run", "shut.py"], cwd=work, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("from the script\n") and "report:" in done.stdout, done.stdout
+    assert "Traceback" not in done.stderr
