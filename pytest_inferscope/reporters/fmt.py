@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from ..results import TestResult
@@ -116,3 +117,21 @@ def md_cell(v: Any) -> str:
 def md_text(v: Any) -> str:
     """Inline text that must not start Markdown constructs: brackets and backticks escaped."""
     return str(v).replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]").replace("`", "\\`")
+
+
+#: What starts Markdown inline syntax in a name: emphasis (`*`, and `_` where it is not inside a word, as in
+#: `__init__`), links, code spans, raw HTML, and the backslash itself.
+_MD_INLINE = re.compile(r"[\\`*\[\]<>]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def md_name(v: Any) -> str:
+    """A name the user chose (a test id, a scope, a mark, a function) as literal text in a Markdown table cell."""
+    return md_cell(_MD_INLINE.sub(lambda m: "\\" + m.group(0), str(v)))
+
+
+def md_code(v: Any) -> str:
+    """`v` as one inline code span, whatever backticks it holds (CommonMark: a longer fence, padded by a space)."""
+    text = " ".join(str(v).split())
+    fence = "`" * (1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

@@ -276,7 +276,7 @@ def append_step_summary(path: Path, results: list[TestResult], report_dir: Path 
 
     Appended, not replaced: other steps of the job write to the same file.
     """
-    from .fmt import md_cell, md_text
+    from .fmt import md_name, md_text
     from .terminal import vs_baseline, vs_ref
 
     ab = next((r.ab for r in results if r.ab), None)  # an A/B run: a column against the other side
@@ -291,7 +291,7 @@ def append_step_summary(path: Path, results: list[TestResult], report_dir: Path 
         lat = r.latency
         ab_cell = f" {vs_ref(r)} |" if ab else ""
         lines.append(
-            f"| {md_cell(md_text(r.nodeid))} | {_ms3(lat.median)} | {_ms3(lat.iqr)} | {vs_baseline(r)} |{ab_cell} "
+            f"| {md_name(r.nodeid)} | {_ms3(lat.median)} | {_ms3(lat.iqr)} | {vs_baseline(r)} |{ab_cell} "
             f"{r.analysis.bottleneck} ({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
         )
     failed = [c.message for r in results for c in r.failed_checks]

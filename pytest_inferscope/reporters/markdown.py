@@ -16,7 +16,7 @@ import jinja2
 import jinja2.bccache
 
 from ..results import CheckResult, TestResult
-from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, fmt_value, md_cell, md_text, verdict_label
+from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, fmt_value, md_cell, md_code, md_name, md_text, verdict_label
 
 TEMPLATES = Path(__file__).with_name("templates")
 #: Events listed under a finding; the rest are counted, and all are in the trace (trace.json.gz).
@@ -70,7 +70,15 @@ def _env() -> jinja2.Environment:
         auto_reload=False,  # the templates ship with the package: no stat() of them per report
     )
     env.filters.update(
-        ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, cell=md_cell, value=fmt_value, text=md_text, added=fmt_added
+        ms=fmt_ms,
+        pct=fmt_pct,
+        conf=fmt_conf,
+        cell=md_cell,
+        value=fmt_value,
+        text=md_text,
+        added=fmt_added,
+        name=md_name,
+        code=md_code,
     )
     env.filters["failed_keys"] = lambda checks: [c.key for c in checks if c.status == "failed"]
     env.tests["failed"] = lambda c: isinstance(c, CheckResult) and c.status == "failed"

@@ -340,6 +340,27 @@ def test_number_formats() -> None:
     assert [fmt_pct(x) for x in (0.357, 1.0, 0.0004, None)] == ["35.7%", "100.0%", "<0.1%", "n/a"]
 
 
+def test_names_are_literal_text_in_markdown() -> None:
+    from pytest_inferscope.reporters.fmt import md_code, md_name
+
+    # What a Markdown renderer would have taken as emphasis, a link, a code span or raw HTML stays text.
+    assert md_name("*bold*_x_ <script> [l](u) a|b") == "\\*bold\\*\\_x\\_ \\<script\\> \\[l\\](u) a\\|b"
+    assert md_name("__init__:_Round.__enter__") == "\\_\\_init\\_\\_:\\_Round.\\_\\_enter\\_\\_"  # bold "init" before
+    assert md_name("snake_case_name") == "snake_case_name"  # an underscore inside a word is no emphasis
+    # A code span holds any backticks: a longer fence, padded where the text starts or ends with one.
+    assert md_code("t.py::test_e[a`b]") == "``t.py::test_e[a`b]``"
+    assert md_code("`x") == "`` `x ``" and md_code("plain") == "`plain`"
+
+
+def test_a_report_title_and_scope_names_with_markdown_in_them(tmp_path: Path) -> None:
+    r = gpu_result()
+    r.nodeid = "test_esc.py::test_e[a`b]"
+    r.analysis.scopes[0].path = "*bold*_x_/<script>"
+    md = render_report(r)
+    assert md.splitlines()[0] == "# InferScope Report: ``test_esc.py::test_e[a`b]``"
+    assert "| \\*bold\\*\\_x\\_/\\<script\\> |" in md
+
+
 def read_trace(path: Path) -> Any:
     """A trace file's JSON: trace.json.gz (the default) gunzipped, trace.json as it is."""
     data = path.read_bytes()
