@@ -20,7 +20,7 @@ import pytest
 
 from .args import twin_args
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned, quiet_heap
-from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages
+from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages, without_git_repo_vars
 
 if TYPE_CHECKING:
     from ..checks import Plan
@@ -94,7 +94,8 @@ class ABController:
         wi = self.workerinput or {}
         if "inferscope_ab_tree" in wi:
             t = wi["inferscope_ab_tree"]
-            self.tree = Worktree(Path(t["top"]), t["ref"], t["commit"], Path(t["path"]), Path(t["holder"]))
+            self.tree = Worktree(Path(t["top"]), t["ref"], t["commit"], Path(t["path"]), Path(t["holder"]),
+                                 Path(t["git_dir"]))  # fmt: skip
         elif self.settings.ab is not None:
             self.tree = Worktree.create(self.config.invocation_params.dir, self.settings.ab)
             self.owns_tree = True
@@ -114,7 +115,10 @@ class ABController:
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
         argv = [str(self._python()), "-m", "pytest", *twin_args(self._args(), self.tree), "-p", "no:xdist",
                 "-p", "no:cacheprovider"]  # fmt: skip
-        log = Path(tempfile.mkstemp(prefix="inferscope-twin-", suffix=".log")[1])
+        if self.tree is not None:  # in the worktree's folder: removed with it, by a later run too (remove_stale)
+            log = self.tree.holder / f"twin-{wi.get('workerid', 'main')}.log"
+        else:
+            log = Path(tempfile.mkstemp(prefix="inferscope-twin-", suffix=".log")[1])
         self.twin = Twin(argv, self._twin_cwd(), env, log, self.label)
         if not wi:
             self.notes.append(
@@ -141,7 +145,9 @@ class ABController:
 
     def _twin_env(self) -> dict[str, str]:
         drop = ("GITHUB_STEP_SUMMARY", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST")
-        env = {k: v for k, v in os.environ.items() if k not in drop}
+        # Without the variables a git hook exports for its own repository and index: the twin's tests (and any git
+        # command they run) are about the worktree, and must not write to the commit being made.
+        env = {k: v for k, v in without_git_repo_vars(dict(os.environ)).items() if k not in drop}
         if self.tree is not None:
             first = import_paths(self.tree.path)
             env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH", "")])])
@@ -155,6 +161,7 @@ class ABController:
             t = self.tree
             node.workerinput["inferscope_ab_tree"] = {
                 "top": str(t.top), "ref": t.ref, "commit": t.commit, "path": str(t.path), "holder": str(t.holder),
+                "git_dir": str(t.git_dir),
             }  # fmt: skip
         node.workerinput["inferscope_ab_args"] = list(self.config.invocation_params.args)
 

@@ -2,50 +2,94 @@
 
 Nothing of the user's repository changes but git's worktree list, and only while the run lasts:
 `git worktree add --detach` leaves the working tree, index, stashes and branches alone, and
-`remove()` takes the entry out again (also after Ctrl-C: the session calls it at unconfigure).
+`remove()` takes our entry out again, and only ours (also after Ctrl-C, SIGTERM or SIGHUP: the
+controller calls it). The entry is locked with a reason naming this process, so that the user's own
+`git worktree prune` leaves it alone while the run lasts, and a later run can tell the entry of a
+run that was killed outright (SIGKILL, a power cut) and remove it (`remove_stale`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+#: The temporary folders' prefix; a stale entry is only ever removed when its folder has it.
+PREFIX = "inferscope-ab-"
+#: Variables through which git finds a repository, its index and objects (`git rev-parse --local-env-vars`, less
+#: the configuration ones, and a pre-receive hook's quarantine). A hook exports them for the command it runs in:
+#: inherited by `git worktree add` in a pre-commit hook, GIT_INDEX_FILE filled the commit's index with the ref's
+#: tree. Our git commands run without them, on the repository they name found first (`find_repo`), and so does
+#: the twin.
+GIT_REPO_VARS = (
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_NO_REPLACE_OBJECTS",
+    "GIT_REPLACE_REF_BASE", "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_QUARANTINE_PATH",
+)  # fmt: skip
+_LOCK_REASON = re.compile(r"pytest-inferscope A/B run \(pid (\d+) on (.+)\)")
 
 
 class ABInputError(Exception):
     """A bad --inferscope-ab / --inferscope-ab-python: one paragraph naming the input (a usage error)."""
 
 
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+def without_git_repo_vars(env: dict[str, str]) -> dict[str, str]:
+    """`env` less the variables that point git at a repository, index or object store (GIT_REPO_VARS)."""
+    return {k: v for k, v in env.items() if k not in GIT_REPO_VARS}
 
 
-def git_toplevel(where: Path, ref: str) -> Path:
-    """The top of the git repository `where` is in; an ABInputError when it is not in one."""
+def _git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """git on the repository whose git folder is `git_dir`, whatever this process's environment points at; the
+    user's hooks do not run (a post-checkout hook's npm install or LFS fetch is not for our temporary checkout)."""
+    cmd = ["git", f"--git-dir={git_dir}", "-c", f"core.hooksPath={os.devnull}", *args]
+    env = without_git_repo_vars(dict(os.environ))
+    return subprocess.run(cmd, cwd=git_dir, env=env, capture_output=True, text=True, check=False)
+
+
+@dataclass(frozen=True)
+class Repo:
+    """The user's repository as found from where pytest runs (GIT_DIR / GIT_WORK_TREE honoured)."""
+
+    top: Path  # the working tree's top
+    git_dir: Path  # its git folder (.git, or .git/worktrees/NAME in a linked worktree)
+
+
+def find_repo(where: Path, ref: str) -> Repo:
+    """The git repository `where` is in, found as git finds it there; an ABInputError when it is not in one."""
     if shutil.which("git") is None:
         raise ABInputError(f"--inferscope-ab={ref}: git is not installed (not on PATH), so no ref can be checked out.")
-    out = _git(where, "rev-parse", "--show-toplevel")
-    if out.returncode != 0:
+    env = {k: v for k, v in os.environ.items() if k != "GIT_INDEX_FILE"}
+    cmd = ["git", "rev-parse", "--show-toplevel", "--absolute-git-dir"]
+    out = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, check=False)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or len(lines) != 2:
         raise ABInputError(
-            f"--inferscope-ab={ref}: {where} is not inside a git repository ({out.stderr.strip()}). Run pytest in "
-            "the project's git checkout, or compare environments with --inferscope-ab-python alone."
+            f"--inferscope-ab={ref}: {where} is not inside a git repository with a working tree "
+            f"({out.stderr.strip() or 'no working tree'}). Run pytest in the project's git checkout, or compare "
+            "environments with --inferscope-ab-python alone."
         )
-    return Path(out.stdout.strip()).resolve()
+    return Repo(Path(lines[0]).resolve(), Path(lines[1]).resolve())
 
 
-def resolve_commit(top: Path, ref: str) -> str:
-    """The full commit hash `ref` names in the repository at `top`; an ABInputError naming it otherwise."""
-    out = _git(top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+def resolve_commit(repo: Repo, ref: str) -> str:
+    """The full commit hash `ref` names in `repo`; an ABInputError naming it otherwise."""
+    out = _git(repo.git_dir, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if out.returncode != 0 or not out.stdout.strip():
         raise ABInputError(
-            f"--inferscope-ab={ref}: git does not know the revision {ref!r} in {top}. Give a branch, tag or commit "
-            "that exists here (`git log --oneline -5`); in CI, fetch the history first (actions/checkout with "
-            "fetch-depth: 0, or `git fetch origin main`)."
+            f"--inferscope-ab={ref}: git does not know the revision {ref!r} in {repo.top}. Give a branch, tag or "
+            "commit that exists here (`git log --oneline -5`); in CI, fetch the history first (actions/checkout "
+            "with fetch-depth: 0, or `git fetch origin main`)."
         )
     return out.stdout.strip()
+
+
+def _lock_reason() -> str:
+    return f"pytest-inferscope A/B run (pid {os.getpid()} on {socket.gethostname()})"
 
 
 @dataclass
@@ -56,22 +100,26 @@ class Worktree:
     ref: str
     commit: str
     path: Path  # the checkout
-    holder: Path  # the temporary folder around it
+    holder: Path  # the temporary folder around it (the twins' logs go there too)
+    git_dir: Path  # the user's git folder, as `find_repo` found it
 
     @classmethod
     def create(cls, where: Path, ref: str) -> Worktree:
-        top = git_toplevel(where, ref)
-        commit = resolve_commit(top, ref)
-        holder = Path(tempfile.mkdtemp(prefix="inferscope-ab-"))
-        path = holder / top.name
-        out = _git(top, "worktree", "add", "--detach", str(path), commit)
+        repo = find_repo(where, ref)
+        commit = resolve_commit(repo, ref)
+        remove_stale(repo.git_dir)
+        holder = Path(tempfile.mkdtemp(prefix=PREFIX))
+        tree = cls(repo.top, ref, commit, holder / repo.top.name, holder, repo.git_dir)
+        out = _git(repo.git_dir, "worktree", "add", "--detach", "--lock", "--reason", _lock_reason(),
+                   str(tree.path), commit)  # fmt: skip
         if out.returncode != 0:
-            shutil.rmtree(holder, ignore_errors=True)
+            tree.remove()  # git may have made the entry before it failed
+            hint = " Check that the repository is not locked by another git command." if ".lock" in out.stderr else ""
             raise ABInputError(
-                f"--inferscope-ab={ref}: `git worktree add --detach {path} {commit[:12]}` failed: "
-                f"{out.stderr.strip()}. Check that the repository is not locked by another git command."
+                f"--inferscope-ab={ref}: `git worktree add --detach {tree.path} {commit[:12]}` failed: "
+                f"{out.stderr.strip() or f'exit status {out.returncode}'}.{hint}"
             )
-        return cls(top, ref, commit, path, holder)
+        return tree
 
     def label(self) -> str:
         return f"{self.ref} ({self.commit[:10]})"
@@ -84,11 +132,62 @@ class Worktree:
             return p
 
     def remove(self) -> None:
-        """Take the worktree out of git's list and delete it; safe to call twice."""
-        if self.holder.exists():
-            _git(self.top, "worktree", "remove", "--force", str(self.path))
-            shutil.rmtree(self.holder, ignore_errors=True)
-        _git(self.top, "worktree", "prune")
+        """Take our entry out of git's list (no other: a repo-wide `git worktree prune` would also drop the user's
+        worktrees whose folder is missing for now, on an unmounted disk) and delete the folder; safe to call twice."""
+        _remove_entry(self.git_dir, self.path)
+        shutil.rmtree(self.holder, ignore_errors=True)
+
+
+def _entries(git_dir: Path) -> list[dict[str, str]]:
+    """`git worktree list --porcelain` as one dict a worktree ({"worktree": path, "locked": reason, ...})."""
+    out = _git(git_dir, "worktree", "list", "--porcelain")
+    entries: list[dict[str, str]] = []
+    for block in out.stdout.split("\n\n") if out.returncode == 0 else []:
+        entry = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(" ")
+            entry[key] = value
+        if "worktree" in entry:
+            entries.append(entry)
+    return entries
+
+
+def _remove_entry(git_dir: Path, path: Path) -> None:
+    """Remove the worktree entry at `path` (locked or not, its folder there or not), and only it."""
+    if not any(Path(e["worktree"]).resolve() == path.resolve() for e in _entries(git_dir)):
+        return
+    # Twice --force: a locked worktree, or one with changes, goes too; git removes the folder if it is there.
+    _git(git_dir, "worktree", "remove", "--force", "--force", str(path))
+
+
+def remove_stale(git_dir: Path) -> list[Path]:
+    """Remove the worktrees of earlier A/B runs in this repository whose process is gone; the paths removed.
+
+    Only ours: an entry whose lock reason names a pytest-inferscope A/B run on this host whose process no longer
+    exists, in a folder named PREFIX*. Anything else, the user's worktrees above all, is left as it is.
+    """
+    removed = []
+    for entry in _entries(git_dir):
+        match = _LOCK_REASON.fullmatch(entry.get("locked", ""))
+        path = Path(entry["worktree"])
+        if match is None or match[2] != socket.gethostname() or not path.parent.name.startswith(PREFIX):
+            continue
+        if _alive(int(match[1])):
+            continue
+        _remove_entry(git_dir, path)
+        shutil.rmtree(path.parent, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (PermissionError: someone else's process, alive)
+        return True
+    return True
 
 
 def import_paths(tree: Path) -> list[str]:

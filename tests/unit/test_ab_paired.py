@@ -84,7 +84,7 @@ def test_false_positive_rate_of_the_sequential_rule() -> None:
 
 
 def test_twin_args_drop_this_sides_outputs_and_map_paths(tmp_path: Path) -> None:
-    tree = Worktree(tmp_path / "repo", "main", "0" * 40, tmp_path / "wt" / "repo", tmp_path / "wt")
+    tree = Worktree(tmp_path / "repo", "main", "0" * 40, tmp_path / "wt" / "repo", tmp_path / "wt", tmp_path / "g")
     (tmp_path / "repo" / "tests").mkdir(parents=True)
     args = [
         "-k", "decode", "-n", "2", "--junitxml=j.xml", "--basetemp", "/tmp/x", "--inferscope-ab=main",
