@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .args import twin_args
+from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned, quiet_heap
 from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages, without_git_repo_vars
 
@@ -48,6 +49,7 @@ class ABController:
         self.pending: dict[str, dict[str, Any]] = {}
         self.tests_run = 0
         self.notes: list[str] = []
+        self.signals = CleanupOnSignals(self.cleanup)
         self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         n = config.getoption("numprocesses", None) if self.workerinput is None else None
         self.workers = n if isinstance(n, int) and n > 0 else 0  # xdist controller: how many workers
@@ -84,6 +86,7 @@ class ABController:
             raise pytest.UsageError(str(exc)) from exc
 
     def _prepare(self) -> None:
+        self.signals.install()  # restored by cleanup
         cores = self._allowed_cores()
         if self.workers > len(cores):
             raise ABInputError(
@@ -214,6 +217,7 @@ class ABController:
         if self.tree is not None and self.owns_tree:
             self.tree.remove()
             self.owns_tree = False
+        self.signals.restore()
 
     # -- one test -----------------------------------------------------------------------
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +175,42 @@ def test_a_later_run_removes_the_worktrees_of_killed_runs_and_only_those(tmp_pat
     for kept in (running, other_host, users, users_lock):
         assert f"worktree {kept}" in listed and kept.exists()
     assert len(listed) == 5
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_leave_no_worktree_folder_or_twin(tmp_path: Path, sig: signal.Signals) -> None:
+    root = make_repo(
+        tmp_path / "repo",
+        extra=f"""
+    import os
+    side = "twin" if os.environ.get("INFERSCOPE_AB_TWIN") else "here"
+    with open(os.path.join({str(tmp_path)!r}, side + ".pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(0.05)""".replace("rounds=3", "rounds=400"),
+    )
+    (root / "test_x.py").write_text((root / "test_x.py").read_text().replace("rounds=3", "rounds=400"))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(pytest_cmd("--inferscope-ab=HEAD", "test_x.py"), cwd=root, env=child_env(TMPDIR=str(tmp)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    pids = [tmp_path / "here.pid", tmp_path / "twin.pid"]
+    for _ in range(600):
+        if all(p.exists() for p in pids) or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[0].decode()
+    assert len(worktrees(root)) == 2 and list(tmp.iterdir())  # the run is under way
+    twin = int(pids[1].read_text())
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -sig  # still ended by the signal
+    assert len(worktrees(root)) == 1
+    assert list(tmp.iterdir()) == []  # neither the checkout nor the twin's log
+    for _ in range(100):  # (the twin may take a moment to be reaped by init)
+        try:
+            os.kill(twin, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the twin is still running")
