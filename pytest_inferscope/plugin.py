@@ -34,6 +34,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """In an A/B twin: its arguments, the ref's ini `addopts` among them, less what only the other side does."""
+    from .ab import filter_twin_args
+
+    filter_twin_args(args)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """`--inferscope-show-config`: print the resolved settings and their sources, then end the run."""
     if not config.getoption("inferscope_show_config"):

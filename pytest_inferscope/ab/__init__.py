@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from ..options import Settings
     from ..results import TestResult
 
+ENV = "INFERSCOPE_AB_TWIN"  # "rfd,wfd" in the twin (twin.py)
+
+
+def filter_twin_args(args: list[str]) -> None:
+    """In a twin, before pytest parses its arguments: `args` less what only the other side does (ab/args.py)."""
+    if os.environ.get(ENV):
+        from .args import in_twin
+
+        in_twin(args)
+
 
 def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan], results: Sequence[TestResult]) -> Any:
     """The A/B object of this process: the twin's server in a twin, the controller with --inferscope-ab*, or None.

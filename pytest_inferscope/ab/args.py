@@ -1,8 +1,15 @@
 """The twin's command line: this run's, less what only this side should do (write JUnit XML, reports or
-baselines, spread over xdist workers, start another twin, share pytest's temporary folder)."""
+baselines, spread over xdist workers, start another twin, share pytest's temporary folder), and less the options of
+the plugins the twin runs without (`-p no:xdist -p no:cacheprovider`, which also turns stepwise off): given to it,
+they would stop it with "unrecognized arguments".
+
+The same filter runs on the command line here, on PYTEST_ADDOPTS for the twin's environment, and in the twin itself
+(`in_twin`, from `pytest_load_initial_conftests`) on what pytest put together there, with the ref's ini `addopts`.
+"""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,13 +17,27 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .worktree import Worktree
 
-#: Options dropped with their value ("--x v", "--x=v"; short ones also "-n2").
-WITH_VALUE = frozenset({
-    "-n", "--numprocesses", "--dist", "--maxprocesses", "--tx", "--rsyncdir", "--junitxml", "--junit-xml",
-    "--basetemp", "--inferscope-ab", "--inferscope-ab-python", "--inferscope-report", "--inferscope-save-baseline",
-    "--inferscope-compare", "--inferscope-gpus", "--html", "--json-report-file",
+#: The options of the plugins the twin runs without, as their pytest_addoption adds them (a unit test checks these
+#: against the installed versions: tests/unit/test_ab_args.py).
+XDIST_WITH_VALUE = frozenset({
+    "-n", "--numprocesses", "--maxprocesses", "--max-worker-restart", "--dist", "--tx", "--px", "--rsyncdir",
+    "--rsyncignore", "--testrunuid", "--maxschedchunk",
 })  # fmt: skip
-FLAGS = frozenset({"--looponfail", "-f", "--lf", "--last-failed", "--ff", "--failed-first", "--sw", "--stepwise"})
+XDIST_FLAGS = frozenset({"-d", "--loadscope-reorder", "--no-loadscope-reorder", "-f", "--looponfail"})
+CACHE_WITH_VALUE = frozenset({"--lfnf", "--last-failed-no-failures"})
+CACHE_FLAGS = frozenset({
+    "--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first", "--cache-clear", "--cache-show",
+    "--sw", "--stepwise", "--sw-skip", "--stepwise-skip", "--sw-reset", "--stepwise-reset",
+})  # fmt: skip
+#: This side's outputs and A/B options, and the twin's own folder.
+OWN_WITH_VALUE = frozenset({
+    "--junitxml", "--junit-xml", "--basetemp", "--inferscope-ab", "--inferscope-ab-python", "--inferscope-report",
+    "--inferscope-save-baseline", "--inferscope-compare", "--inferscope-gpus", "--html", "--json-report-file",
+})  # fmt: skip
+
+#: Options dropped with their value ("--x v", "--x=v"; short ones also "-n2").
+WITH_VALUE = XDIST_WITH_VALUE | CACHE_WITH_VALUE | OWN_WITH_VALUE
+FLAGS = XDIST_FLAGS | CACHE_FLAGS
 
 
 def twin_args(args: Sequence[str], tree: Worktree | None) -> list[str]:
@@ -28,7 +49,7 @@ def twin_args(args: Sequence[str], tree: Worktree | None) -> list[str]:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        if arg in FLAGS:
+        if arg in FLAGS or (name in FLAGS and name.startswith("--")):  # (--cache-show=GLOB)
             continue
         if name in WITH_VALUE:
             skip = "=" not in arg
@@ -40,3 +61,16 @@ def twin_args(args: Sequence[str], tree: Worktree | None) -> list[str]:
             arg = str(tree.map_path(Path(path))) + sep + rest
         out.append(arg)
     return out
+
+
+def twin_addopts(value: str, tree: Worktree | None) -> str:
+    """PYTEST_ADDOPTS for the twin: filtered as the command line is (with `--junitxml` in it, the twin wrote over
+    this side's JUnit XML after it, and with `--basetemp`, wiped this side's temporary folder)."""
+    return shlex.join(twin_args(shlex.split(value), tree))
+
+
+def in_twin(args: list[str]) -> None:
+    """In the twin, before pytest parses its arguments: `args` (the command line, PYTEST_ADDOPTS and the ref's ini
+    `addopts`, as pytest joined them) filtered in place, so that an `addopts = -n 2` in the ref's pytest.ini does
+    not stop it."""
+    args[:] = twin_args(args, None)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .args import twin_args
+from .args import twin_addopts, twin_args
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned, quiet_heap
 from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages, without_git_repo_vars
@@ -151,6 +151,8 @@ class ABController:
         # Without the variables a git hook exports for its own repository and index: the twin's tests (and any git
         # command they run) are about the worktree, and must not write to the commit being made.
         env = {k: v for k, v in without_git_repo_vars(dict(os.environ)).items() if k not in drop}
+        if env.get("PYTEST_ADDOPTS"):
+            env["PYTEST_ADDOPTS"] = twin_addopts(env["PYTEST_ADDOPTS"], self.tree)
         if self.tree is not None:
             first = import_paths(self.tree.path)
             env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH", "")])])

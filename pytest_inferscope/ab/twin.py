@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..rounds import RoundKind
+from . import ENV
 from .channel import Channel, ChannelClosed
 
 if TYPE_CHECKING:
     from ..collectors import Collection
     from ..results import TestResult
 
-ENV = "INFERSCOPE_AB_TWIN"  # "rfd,wfd" in the twin
 ENV_PACKAGES = "INFERSCOPE_AB_PACKAGES"  # "tree|name,name": packages the twin must import from tree
 #: How long the parent waits for the twin's collection, and for one answer during a test.
 READY_TIMEOUT_S, ANSWER_TIMEOUT_S = 300.0, 600.0

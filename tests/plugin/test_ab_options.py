@@ -1,0 +1,89 @@
+"""What the twin is given of this run's options: PYTEST_ADDOPTS and the ref's ini `addopts` filtered as the command
+line is, and the options of the plugins the twin runs without dropped, so that none stops it (docs/ab.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+BODY = """
+import os, time, pytest
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    (d / "model.bin").write_text(str(os.getpid()))
+    return d
+
+def test_aaa_makes_data(data_dir):
+    assert (data_dir / "model.bin").exists()
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+def test_zzz_reads(data_dir):
+    time.sleep(0.001)
+    assert (data_dir / "model.bin").read_text() == str(os.getpid())  # this process's, not the twin's
+"""
+
+
+def git(where: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=where, check=True, capture_output=True)
+
+
+def make_repo(pytester: pytest.Pytester, ini: str = "[pytest]\n") -> Path:
+    root = pytester.path
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "test_x.py").write_text(BODY)
+    (root / "pytest.ini").write_text(ini)
+    git(root, "add", "test_x.py", "pytest.ini")
+    git(root, "commit", "-qm", "first")
+    (root / "test_x.py").write_text(BODY + "# second\n")
+    git(root, "commit", "-qam", "second")
+    return root
+
+
+def test_pytest_addopts_junitxml_and_basetemp_stay_this_sides(pytester: pytest.Pytester) -> None:
+    """With --junitxml in PYTEST_ADDOPTS the twin wrote its own JUnit XML over this side's after it (no A/B verdict in
+    it: CI read green for a regression); with --basetemp, it wiped this side's temporary folder mid-run."""
+    root = make_repo(pytester)
+    junit, basetemp = root.parent / "junit.xml", root.parent / "bt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(PYTHONPATH=os.pathsep.join(sys.path), PYTEST_ADDOPTS=f"--junitxml={junit} --basetemp={basetemp}")
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1"]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    assert props.get("inferscope.ab.ref", "").startswith("HEAD~1")
+
+
+def test_options_of_the_plugins_the_twin_runs_without(pytester: pytest.Pytester) -> None:
+    """The twin runs with `-p no:xdist -p no:cacheprovider` (stepwise goes with the cache): their options, here, in
+    PYTEST_ADDOPTS or in the ref's ini addopts, made it stop with "unrecognized arguments"."""
+    xdist = pytest.importorskip("xdist")
+    assert xdist
+    make_repo(pytester, ini="[pytest]\naddopts = -n 1 --sw-skip\n")
+    pytester._monkeypatch.setenv("PYTEST_ADDOPTS", "--maxschedchunk=1 --nf")
+    result = pytester.runpytest(
+        "-p", "no:randomly", "--inferscope-ab=HEAD~1", "--cache-clear", "--lfnf=all", "--stepwise-reset",
+        "--max-worker-restart=0", "--no-loadscope-reorder",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    row = next(line for line in result.outlines if line.startswith("test_x.py::test_zzz_reads"))
+    assert "unchanged" in row or "inconclusive" in row
+
+
+def test_the_refs_ini_addopts_n_alone(pytester: pytest.Pytester) -> None:
+    """`addopts = -n 2` in the ref's pytest.ini only (this checkout's has none): the twin drops it too."""
+    pytest.importorskip("xdist")
+    root = make_repo(pytester, ini="[pytest]\naddopts = -n 2\n")
+    (root / "pytest.ini").write_text("[pytest]\n")
+    git(root, "commit", "-qam", "no addopts")
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~2")
+    result.assert_outcomes(passed=2)
+    assert "vs HEAD~2" in result.stdout.str()
