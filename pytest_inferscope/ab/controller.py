@@ -294,6 +294,12 @@ class ABController:
         elif state == "twin_failed" and data["look"] is None:
             reason = f"the test failed at {self.label}, so there is nothing to compare; this checkout's result stands"
             verdict = ABVerdict(nodeid, "inconclusive", reason, self.label, twin_error=str(data.get("error")))
+        elif data["look"] is None:  # this side's test failed before the first look at the pairs
+            reason = (
+                f"the test failed here after {len(data['new_ms'])} of the pairs, before the first look at them, so "
+                "there is nothing to compare"
+            )
+            verdict = ABVerdict(nodeid, "inconclusive", reason, self.label)
         else:
             changes = [
                 c for name in DETERMINISTIC_METRICS
@@ -301,7 +307,10 @@ class ABController:
             ]  # fmt: skip
             look: PairedLook = data["look"]
             verdict = verdict_from(nodeid, self.label, data["new_ms"], data["ref_ms"], look, data["looks"], changes)
-            if state != "paired":
+            if state == "here_failed":
+                verdict.verdict = "inconclusive"
+                verdict.reason = f"the test failed here after {look.pairs} pairs, so the pairs are not all there are"
+            elif state != "paired":
                 verdict.verdict, verdict.twin_error = "inconclusive", str(data.get("error") or data.get("reason"))
                 verdict.reason = f"the twin stopped after {look.pairs} pairs ({state}): {verdict.twin_error}"
         verdict.core = self.core

@@ -176,6 +176,8 @@ def _steps(
         raise  # the session stops: the twin is ended at unconfigure (ABController.cleanup), not waited for
     except BaseException:
         _abandon(twin, data)  # this side's body raised: the twin's test ends too, and pytest goes on
+        if data["state"] == "paired":
+            data["state"] = "here_failed"
         raise
     if data["look"] is None and new:
         data["look"] = judge(new, ref, max_regression=max_regression, alpha=alpha, n_looks=len(points), last=True)

@@ -116,6 +116,25 @@ def test_a_body_raising_here_ends_the_twins_test_and_raises(driver: str) -> None
         _run(driver, twin, coll, body, data, True)
     assert log == ["A0", "B0", "after_warmup", "A1", "B1", "A2"]
     assert [m["cmd"] for m in twin.sent][-1] == "end" and data["metrics"] == {"m": 1.0}
+    assert data["state"] == "here_failed" and data["look"] is None  # before the first look (after 3 pairs)
+
+
+@pytest.mark.parametrize("pairs", [1, 4])
+def test_a_test_failing_here_is_inconclusive_before_or_after_the_first_look(pairs: int) -> None:
+    """The controller's verdict on a test that failed here: it crashed reading the look the test never reached."""
+    from pytest_inferscope.ab.controller import ABController
+    from pytest_inferscope.ab.paired import judge
+
+    config = SimpleNamespace(getoption=lambda *a: None)
+    settings = SimpleNamespace(ab="HEAD~1", ab_python=None)
+    ab = ABController(config, settings, {})  # type: ignore[arg-type]
+    data = {**_data(), "state": "here_failed", "new_ms": [12.0] * pairs, "ref_ms": [10.0] * pairs, "looks": 1}
+    if pairs > 3:
+        data["look"] = judge(data["new_ms"], data["ref_ms"], max_regression=0.1, alpha=0.05, n_looks=1, last=False)
+    ab.pending["t"] = data
+    verdict = ab.finish("t", SimpleNamespace(analysis=SimpleNamespace(metrics={})))  # type: ignore[arg-type]
+    assert verdict is not None and verdict["verdict"] == "inconclusive"
+    assert verdict["reason"].startswith(f"the test failed here after {pairs}")
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
