@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -49,6 +49,7 @@ class ABController:
         self.pending: dict[str, dict[str, Any]] = {}
         self.tests_run = 0
         self.notes: list[str] = []
+        self.failure = ""  # an xdist worker's A/B usage error, raised at the end of its collection
         self.signals = CleanupOnSignals(self.cleanup)
         self.workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
         n = config.getoption("numprocesses", None) if self.workerinput is None else None
@@ -82,8 +83,26 @@ class ABController:
         try:
             self._prepare()
         except ABInputError as exc:
+            if self.workerinput is None:
+                self.cleanup()
+                raise pytest.UsageError(str(exc)) from exc
+            self.failure = str(exc)  # said at the end of collection, where xdist passes it on (_fail)
+
+    def _fail(self, message: str) -> NoReturn:
+        """Stop the session with a usage error. In an xdist worker the message also goes to the controller in
+        `workeroutput` (a worker's usage error alone reaches it as "no active workers"), which raises it there."""
+        self.cleanup()
+        if self.workerinput is not None:
+            self.config.workeroutput["inferscope_ab_error"] = message  # type: ignore[attr-defined]
+        raise pytest.UsageError(message)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """xdist controller: a worker's A/B usage error, as this session's own (exit status 4, the same message)."""
+        message = getattr(node, "workeroutput", {}).get("inferscope_ab_error")
+        if message:
             self.cleanup()
-            raise pytest.UsageError(str(exc)) from exc
+            raise pytest.UsageError(message)
 
     def _prepare(self) -> None:
         self.signals.install()  # restored by cleanup
@@ -102,6 +121,13 @@ class ABController:
         elif self.settings.ab is not None:
             self.tree = Worktree.create(self.config.invocation_params.dir, self.settings.ab)
             self.owns_tree = True
+        if self.tree is not None and not self._twin_cwd().is_dir():
+            here = self.config.invocation_params.dir
+            raise ABInputError(
+                f"--inferscope-ab={self.tree.ref}: pytest runs in {here}, and that folder "
+                f"({here.resolve().relative_to(self.tree.top)}) does not exist at {self.tree.label()}, so the twin "
+                "cannot run there. Run pytest from a folder that exists on both sides (the repository's top, say)."
+            )
         env = self._twin_env()
         if self.settings.ab_python is not None and not wi:
             check_python(self._python(), env, self._twin_cwd())
@@ -122,7 +148,12 @@ class ABController:
             log = self.tree.holder / f"twin-{wi.get('workerid', 'main')}.log"
         else:
             log = Path(tempfile.mkstemp(prefix="inferscope-twin-", suffix=".log")[1])
-        self.twin = Twin(argv, self._twin_cwd(), env, log, self.label)
+        try:
+            self.twin = Twin(argv, self._twin_cwd(), env, log, self.label)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                log.unlink()
+            raise ABInputError(f"--inferscope-ab: the twin pytest process could not be started ({exc}).") from exc
         if not wi:
             self.notes.append(
                 f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
@@ -171,16 +202,16 @@ class ABController:
         node.workerinput["inferscope_ab_args"] = list(self.config.invocation_params.args)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.failure:
+            self._fail(self.failure)
         if self.twin is None:
             return
         try:
             ready = self.twin.recv(READY_TIMEOUT_S)
         except TwinDied as exc:
-            self.cleanup()
-            raise pytest.UsageError(f"--inferscope-ab: the tests could not be started at {self.label}: {exc}") from exc
+            self._fail(f"--inferscope-ab: the tests could not be started at {self.label}: {exc}")
         if ready.get("errors"):
-            self.cleanup()
-            raise pytest.UsageError(
+            self._fail(
                 f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(ready['errors'])}. Fix the "
                 "collection errors there (or choose another ref) before comparing against it."
             )

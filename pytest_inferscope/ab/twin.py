@@ -62,14 +62,19 @@ class Twin:
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         env = {**env, ENV: f"{p2c_r},{c2p_w}"}
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                pass_fds=(p2c_r, c2p_w),
-            )  # fmt: skip
-            # Same session as this process, not a new one: with the kernel's autogroup scheduling a new
-            # session is a scheduling group of its own, and the two sides would get the shared core on
-            # different terms. Ctrl-C reaches the twin too; it ignores it (TwinServer) and this side ends it.
+        try:
+            with open(log, "wb") as out:
+                self.proc = subprocess.Popen(
+                    argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    pass_fds=(p2c_r, c2p_w),
+                )  # fmt: skip
+                # Same session as this process, not a new one: with the kernel's autogroup scheduling a new
+                # session is a scheduling group of its own, and the two sides would get the shared core on
+                # different terms. Ctrl-C reaches the twin too; it ignores it (TwinServer) and this side ends it.
+        except OSError:
+            for fd in (p2c_r, p2c_w, c2p_r, c2p_w):
+                os.close(fd)
+            raise
         os.close(p2c_r)
         os.close(c2p_w)
         self.channel = Channel(c2p_r, p2c_w)
