@@ -13,6 +13,7 @@ import hashlib
 import os
 import random
 import re
+import stat
 import struct
 import tempfile
 import zlib
@@ -162,20 +163,31 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_names.seed)
 
 
-def _create_temp(target: str) -> tuple[int, str]:
-    """A new, empty temporary file next to `target`: (its descriptor, its path).
+def _create_temp(path: str) -> tuple[int, str, str]:
+    """A new, empty temporary file to replace `path` with: (its descriptor, its path, the path it replaces).
 
-    Created with O_EXCL under a random name, so it can never be someone else's file (O_EXCL, not the
-    name, guarantees that: a name that exists is skipped).
+    The path replaced is `path`'s target when `path` is a symlink: the link stays a link (a baseline store linked
+    from several checkouts does not fork into a copy), and the temporary file goes in the target's folder, so the
+    rename stays within one file system. It has the permissions of the file it replaces (a read-only or group-only
+    baseline keeps them); a new file's are left to the umask. Created with O_EXCL under a random name, so it can
+    never be someone else's file (O_EXCL, not the name, guarantees that: a name that exists is skipped).
     """
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    try:
+        mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = None
     folder, name = os.path.split(target)
     for _ in range(100):
         tmp = os.path.join(folder, f".{name}.{_names.getrandbits(32):08x}.tmp")
         try:
-            # 0o666 lets the umask decide the final permissions, as for any ordinary file.
-            return os.open(tmp, _O_FLAGS, 0o666), tmp
+            # 0o666 lets the umask decide a new file's permissions, as for any ordinary file.
+            fd = os.open(tmp, _O_FLAGS, 0o666)
         except FileExistsError:
             continue
+        if mode is not None and hasattr(os, "fchmod"):
+            os.fchmod(fd, mode)
+        return fd, tmp, target
     raise FileExistsError(errno.EEXIST, "could not create a unique temporary file", folder)  # pragma: no cover
 
 
@@ -202,8 +214,7 @@ def atomic_open(path: str | os.PathLike[str], *, durable: bool = False) -> Itera
     Per file that is one create, the writes, one close and one rename: creating a file is the
     expensive part on most disks (~0.1-1 ms), so nothing else is added to it.
     """
-    target = os.fspath(path)
-    fd, tmp = _create_temp(target)
+    fd, tmp, target = _create_temp(os.fspath(path))
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -257,8 +268,7 @@ def atomic_write_gzip(path: str | os.PathLike[str], data: bytes, between: Callab
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = False) -> None:
     """Write `data` to `path` atomically (see `atomic_open`), without a Python file object."""
-    target = os.fspath(path)
-    fd, tmp = _create_temp(target)
+    fd, tmp, target = _create_temp(os.fspath(path))
     try:
         view = memoryview(data)
         while view:

@@ -146,6 +146,26 @@ def test_save_then_load_keeps_samples_metrics_bottleneck_and_fingerprint(tmp_pat
     assert b.get(r.nodeid) == e and b.get("tests/other.py::test_x") is None
 
 
+def test_save_writes_through_a_symlink_and_keeps_the_files_permissions(tmp_path: Path) -> None:
+    """A baseline linked to a shared store stays a link (the store is appended to, not forked into a copy here), and
+    the file keeps the permissions it had (0640, 0444), where a save made it a fresh 0644 file."""
+    shared = tmp_path / "shared"
+    BaselineStore(shared).save("main", [_result()], ENV)
+    real = shared / "main.json"
+    local = tmp_path / "checkout" / "baselines"
+    local.mkdir(parents=True)
+    (local / "main.json").symlink_to(real)
+    for mode in (0o640, 0o444):
+        real.chmod(mode)
+        BaselineStore(local).save("main", [_result()], ENV)
+        assert (local / "main.json").is_symlink() and (local / "main.json").resolve() == real
+        assert real.stat().st_mode & 0o777 == mode
+    assert len(json.loads(real.read_text())["tests"][_result().nodeid]) == 3
+    assert sorted(p.name for p in local.iterdir()) == ["main.json"] and sorted(p.name for p in shared.iterdir()) == [
+        "main.json"
+    ]
+
+
 def test_save_appends_and_never_rewrites_history(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
     a, other = _result(samples=_samples(3.0, seed=1)), _result("tests/test_m.py::test_other", _samples(1.0))
