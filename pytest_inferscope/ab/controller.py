@@ -190,6 +190,12 @@ class ABController:
             env[ENV_PACKAGES] = f"{self.tree.path}|{','.join(own_packages(self.tree.path))}"
         return env
 
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """Not the worktree: with TMPDIR inside the project, this side would collect it too ("import file mismatch")."""
+        if self.tree is not None and collection_path.is_relative_to(self.tree.holder):
+            return True
+        return None  # (False would make pytest collect what other plugins or the ini ignore)
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         """xdist controller: the workers share its worktree and the command line it was given."""

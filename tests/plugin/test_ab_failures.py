@@ -4,6 +4,7 @@ xdist as without it, and leaves nothing behind (docs/ab.md)."""
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,10 +63,22 @@ def test_running_in_a_folder_the_ref_does_not_have(
         pytest.importorskip("xdist")
     root = make_repo(pytester.path, {"test_x.py": BODY}, {"new/test_y.py": BODY})
     tmp = tmp_path_factory.mktemp("tmpdir")
-    pytester._monkeypatch.setenv("TMPDIR", str(tmp))
+    pytester._monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # TMPDIR, for this process's tempfile
     pytester._monkeypatch.chdir(root / "new")
     result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert f"pytest runs in {root / 'new'}, and that folder (new) does not exist at HEAD~1 (" in err, err
     assert worktrees(root) == 1 and list(tmp.iterdir()) == []
+
+
+def test_tmpdir_inside_the_project(pytester: pytest.Pytester) -> None:
+    """This side collected the temporary checkout too ("import file mismatch") when TMPDIR was inside the project."""
+    root = make_repo(pytester.path, {"test_x.py": BODY, ".gitignore": "tmp/\n"}, {"test_x.py": BODY + "# second\n"})
+    (root / "tmp").mkdir()
+    pytester._monkeypatch.setattr(tempfile, "tempdir", str(root / "tmp"))  # TMPDIR, for this process's tempfile
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1")
+    result.assert_outcomes(passed=1)
+    row = next(line for line in result.outlines if line.startswith("test_x.py::test_one"))
+    assert "unchanged" in row or "inconclusive" in row
+    assert worktrees(root) == 1 and list((root / "tmp").iterdir()) == []
