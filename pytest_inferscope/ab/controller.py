@@ -300,7 +300,10 @@ class ABController:
             data["state"], data["reason"] = "dead", str(exc)
             return data
         if msg.get("type") == "result":
-            data["state"], data["error"] = "twin_failed", msg.get("error") or "not run there"
+            if msg.get("skipped") and not msg.get("error"):
+                data["state"], data["error"] = "twin_skipped", msg["skipped"]
+            else:
+                data["state"], data["error"] = "twin_failed", msg.get("error") or "not run there"
         return data
 
     def _twin(self) -> Twin:
@@ -328,6 +331,9 @@ class ABController:
             verdict = ABVerdict(nodeid, "new", f"the test is not profiled at {self.label}", self.label)
         elif state == "dead":
             verdict = ABVerdict(nodeid, "inconclusive", str(data.get("reason")), self.label)
+        elif state == "twin_skipped":
+            reason = f"the test was skipped at {self.label} ({data['error']}), so there is nothing to compare"
+            verdict = ABVerdict(nodeid, "inconclusive", reason, self.label)
         elif state == "twin_failed" and data["look"] is None:
             reason = f"the test failed at {self.label}, so there is nothing to compare; this checkout's result stands"
             verdict = ABVerdict(nodeid, "inconclusive", reason, self.label, twin_error=str(data.get("error")))

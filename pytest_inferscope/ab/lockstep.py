@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 
 class _TwinFailed(Exception):
-    pass
+    def __init__(self, error: str, skipped: str = "") -> None:
+        super().__init__(error)
+        self.skipped = skipped  # the reason, when the test skipped itself there
 
 
 def lockstep(
@@ -134,7 +136,7 @@ def _steps(
         twin.send(cmd="round", index=i, warmup=warmup, first=first)
         msg = twin.recv()
         if msg.get("type") == "error":
-            raise _TwinFailed(str(msg.get("error")))
+            raise _TwinFailed(str(msg.get("error")), str(msg.get("skipped") or ""))
         return float(msg["ms"])
 
     def pair(warmup: bool, i: int, first: bool = False) -> Generator[bool, float | None, tuple[float, float]]:
@@ -168,7 +170,7 @@ def _steps(
                 break
         twin.send(cmd="end")
     except _TwinFailed as exc:
-        data["state"], data["error"] = "twin_failed", str(exc)
+        data["state"], data["error"] = ("twin_skipped", exc.skipped) if exc.skipped else ("twin_failed", str(exc))
     except TwinDied as exc:
         data["state"], data["reason"] = "dead", str(exc)
         in_test = False

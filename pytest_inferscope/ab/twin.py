@@ -134,11 +134,12 @@ class TwinServer:
         self._plans, self._results = plans, results  # the session's, filled as the run goes
         self.errors: list[str] = []
         self.plans: set[str] = set()
-        self.failure = ""
+        self.failure = self.skipped = ""
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self.errors.append(f"{report.nodeid or 'collection'}: {report.longreprtext.strip().splitlines()[-1:]}")
+            last = (report.longreprtext.strip().splitlines() or ["failed"])[-1].removeprefix("E").strip()
+            self.errors.append(f"{report.nodeid or 'collection'} ({last})")
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         nodeids = sorted(self._plans)
@@ -163,15 +164,20 @@ class TwinServer:
             self.channel.send(type="result", missing=True)
             return
         self.core = msg.get("core")
-        self.failure = ""
+        self.failure = self.skipped = ""
         item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
         result = next((r for r in reversed(self._results) if r.nodeid == item.nodeid), None)
         metrics = result.analysis.metrics if result is not None else {}
-        self.channel.send(type="result", error=self.failure, metrics=metrics, foreign=foreign_imports())
+        self.channel.send(
+            type="result", error=self.failure, skipped=self.skipped, metrics=metrics, foreign=foreign_imports()
+        )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed and not self.failure:
             self.failure = f"{report.when} failed: " + (report.longreprtext.strip().splitlines() or [""])[-1]
+        elif report.skipped and not self.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+            self.skipped = reason.removeprefix("Skipped: ") or "skipped"
 
     def run_test(self, nodeid: str, coll: Collection, body: Callable[[], Any], plan: Any) -> Any:
         """The rounds of one test, each when the parent says; pinned to the parent's core meanwhile."""
@@ -220,7 +226,9 @@ class TwinServer:
         self.channel.send(type="round", ms=float(last["wall_ns"]) / 1e6 if last else math.nan)
 
     def _failed(self, exc: BaseException) -> None:
-        self.channel.send(type="error", error="".join(traceback.format_exception_only(type(exc), exc)).strip())
+        skipped = str(exc.msg) if isinstance(exc, pytest.skip.Exception) else ""  # pytest.skip() in the body
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        self.channel.send(type="error", error=error, skipped=skipped)
 
 
 @contextlib.contextmanager

@@ -216,6 +216,8 @@ def check_python(python: Path, env: dict[str, str], cwd: Path) -> str:
     """The version line of an interpreter that can run pytest with this plugin; an ABInputError otherwise."""
     flag = f"--inferscope-ab-python={python}"
     exe = shutil.which(str(python)) if os.sep not in str(python) else str(python)
+    if exe is not None and Path(exe).is_dir():
+        raise ABInputError(f"{flag}: this is a folder, not an interpreter. Give the path of a python binary.")
     if exe is None or not Path(exe).is_file():
         raise ABInputError(f"{flag}: no such interpreter (the file does not exist). Give the path of a python binary.")
     probe = "import sys, pytest, pytest_inferscope; print(sys.version.split()[0], pytest.__version__)"
@@ -228,5 +230,11 @@ def check_python(python: Path, env: dict[str, str], cwd: Path) -> str:
         raise ABInputError(
             f"{flag}: this interpreter cannot run pytest with pytest-inferscope ({last}). Install both in its "
             "environment (`PATH -m pip install pytest pytest-inferscope`) or give another interpreter."
+        )
+    if len(out.stdout.split()) != 2:  # (/bin/true exits 0 too, and says nothing)
+        said = f"it printed {out.stdout.strip()[:200]!r}" if out.stdout.strip() else "it printed nothing"
+        raise ABInputError(
+            f"{flag}: this program did not answer as a python interpreter does (asked to print its version and "
+            f"pytest's, {said}). Give the path of a python binary."
         )
     return out.stdout.strip()

@@ -216,7 +216,10 @@ def test_ab_python_same_code_unchanged(pytester: pytest.Pytester) -> None:
         ("unknown ref", "git does not know the revision 'no-such-branch'"),
         ("not a repo", "is not inside a git repository"),
         ("does not collect", "the tests do not collect at HEAD~1"),
+        ("does not collect", "test_x.py (SyntaxError: "),  # the file and git's last line, not a list's repr
         ("no interpreter", "no such interpreter"),
+        ("a folder", "this is a folder, not an interpreter"),
+        ("not an interpreter", "did not answer as a python interpreter does"),
         ("no plugin", "cannot run pytest with pytest-inferscope"),
     ],
 )
@@ -235,6 +238,12 @@ def test_bad_input_is_a_usage_error(pytester: pytest.Pytester, case: str, expect
     elif case == "no interpreter":
         pytester.makepyfile(test_x=body)
         args = [f"--inferscope-ab-python={pytester.path / 'nope' / 'python'}"]
+    elif case == "a folder":
+        pytester.makepyfile(test_x=body)
+        args = [f"--inferscope-ab-python={pytester.path}"]
+    elif case == "not an interpreter":
+        pytester.makepyfile(test_x=body)
+        args = ["--inferscope-ab-python=/bin/true"]
     else:
         fake = pytester.path / "python"
         fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'pytest'\" >&2\nexit 1\n")

@@ -1,8 +1,9 @@
-"""A/B runs that cannot compare: each is a usage error (exit status 4) naming the input and what is wrong, with
-xdist as without it, and leaves nothing behind (docs/ab.md)."""
+"""A/B runs that cannot compare: a usage error (exit status 4) naming the input and what is wrong, with xdist as
+without it, leaving nothing behind; or, for one test, an inconclusive verdict that says why (docs/ab.md)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -82,3 +83,23 @@ def test_tmpdir_inside_the_project(pytester: pytest.Pytester) -> None:
     row = next(line for line in result.outlines if line.startswith("test_x.py::test_one"))
     assert "unchanged" in row or "inconclusive" in row
     assert worktrees(root) == 1 and list((root / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["marker", "in the body"])
+def test_a_test_skipped_at_the_ref_is_said_to_be(pytester: pytest.Pytester, how: str) -> None:
+    """It was reported as "the test failed at" the ref."""
+    skipped = (
+        BODY.replace("@pytest.mark.inferscope", "@pytest.mark.skip(reason='not yet')\n@pytest.mark.inferscope")
+        if how == "marker"
+        else BODY.replace("    time.sleep(0.001)", "    pytest.skip('not yet')")
+    )
+    make_repo(pytester.path, {"test_x.py": skipped}, {"test_x.py": BODY})
+    out = pytester.path / "out"
+    result = pytester.runpytest(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", f"--inferscope-report={out}"
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    (report,) = out.rglob("report.json")
+    ab = json.loads(report.read_text())["ab"]
+    assert ab["verdict"] == "inconclusive"
+    assert ab["reason"].startswith("the test was skipped at HEAD~1 (") and "(not yet)" in ab["reason"], ab["reason"]
