@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     from ..options import Settings
     from ..results import TestResult
 
-ENV = "INFERSCOPE_AB_TWIN"  # "rfd,wfd" in the twin (twin.py)
-
 
 def filter_twin_args(args: list[str]) -> None:
     """In a twin, before pytest parses its arguments: `args` less what only the other side does (ab/args.py)."""
+    from .channel import ENV
+
     if os.environ.get(ENV):
         from .args import in_twin
 

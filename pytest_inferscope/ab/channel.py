@@ -9,6 +9,8 @@ import select
 import time
 from typing import Any
 
+ENV = "INFERSCOPE_AB_TWIN"  # set in the twin: its ends of the pipes, "rfd,wfd" (twin.py)
+
 
 class ChannelClosed(Exception):
     """The other end closed its pipe, or did not answer in time; the message says which."""

@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..rounds import RoundKind
-from . import ENV
-from .channel import Channel, ChannelClosed
+from .channel import ENV, Channel, ChannelClosed
 
 if TYPE_CHECKING:
     from ..collectors import Collection
