@@ -26,7 +26,7 @@ from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu
 from .options import lean_rounds_conflict, sampler_in_use
-from .pending import Pending, async_testcase, in_rounds, is_unittest_case, note_exception
+from .pending import Pending, async_testcase, fail_on_thresholds, in_rounds, is_unittest_case, note_exception
 from .session_baselines import SessionBaselines
 from .stackbase import fresh_chunk
 from .warning import InferscopeWarning
@@ -313,12 +313,8 @@ class InferscopeSession:
             held[:] = [*(p for p in held if not str(p[0]).startswith("inferscope.")), *props]
         from .reporters.terminal import failure_longrepr, failure_text
 
-        text = failure_text(result)
-        if text and rep.passed:
-            # (a FailureRepr is a TerminalRepr to pytest: it reads toterminal and reprcrash, not the class)
-            rep.outcome, rep.longrepr = "failed", failure_longrepr(text, rep.location)  # type: ignore[assignment]
-        elif text:
-            rep.sections.append(("inferscope thresholds", text))
+        if text := failure_text(result):  # failed, or an xfail-marked test's expected failure
+            fail_on_thresholds(rep, item, call, text, failure_longrepr(text, rep.location))
         return rep
 
     def _finish(self, item: pytest.Item, pending: Pending) -> TestResult:

@@ -1,0 +1,72 @@
+"""A profiled test's outcome as pytest's own marks and exceptions make it: xfail and unittest's expectedFailure
+beside crossed thresholds, a body raising SystemExit, the failure's line with --tb=line."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+XFAIL_THRESHOLDS = """
+import unittest
+import pytest
+
+CROSSED = pytest.mark.inferscope(rounds=3, warmup=1, max_latency_ms=1e-9)
+
+@pytest.mark.xfail(reason="known regression")
+@CROSSED
+def test_xfail_crossed():
+    pass
+
+@pytest.mark.xfail(strict=True, reason="known regression")
+@CROSSED
+def test_strict_crossed():
+    pass
+
+@pytest.mark.xfail(strict=True, reason="fixed yet?")
+@pytest.mark.inferscope(rounds=3, warmup=1, max_latency_ms=60000)
+def test_strict_within():
+    pass
+
+@pytest.mark.xfail(raises=ValueError)
+@CROSSED
+def test_xfail_raises_crossed():
+    pass
+
+class T(unittest.TestCase):
+    @unittest.expectedFailure
+    @CROSSED
+    def test_expected_failure_crossed(self):
+        pass
+"""
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_crossed_thresholds_in_an_xfail_marked_test_are_its_expected_failure(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    """A known performance regression is marked xfail: terminal, JUnit XML and the exit status agree that it is one."""
+    monkeypatch.setenv("COLUMNS", "200")  # the short summary's reasons whole
+    pytester.makepyfile(test_x=XFAIL_THRESHOLDS)
+    result = pytester.runpytest(*xdist, "-rxXf", "--junitxml=junit.xml", "-p", "no:randomly")
+    result.assert_outcomes(xfailed=3, failed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines_random(
+        [
+            "XFAIL *::test_xfail_crossed - known regression",
+            "XFAIL *::test_strict_crossed - known regression",
+            "XFAIL *::T::test_expected_failure_crossed - inferscope: 1 threshold(s) crossed",
+            "FAILED *::test_strict_within - *XPASS(strict)* fixed yet?",  # the body passed, no threshold crossed
+            "FAILED *::test_xfail_raises_crossed - inferscope: 1 threshold(s) crossed",  # expects a ValueError
+        ]
+    )
+    assert "Unexpected success" not in result.stdout.str()
+    cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").iter("testcase")}
+    for name in ("test_xfail_crossed", "test_strict_crossed", "test_expected_failure_crossed"):
+        (skipped,) = cases[name].iter("skipped")
+        assert skipped.get("type") == "pytest.xfail" and not list(cases[name].iter("failure"))
+        props = {p.get("name"): p.get("value") for p in cases[name].iter("property")}
+        assert props["inferscope.verdict"] == "fail"  # profiled, its thresholds crossed
+    (failure,) = cases["test_xfail_raises_crossed"].iter("failure")
+    assert failure.get("message", "").startswith("inferscope: 1 threshold(s) crossed")
+    assert not list(cases["test_xfail_raises_crossed"].iter("skipped"))  # no "passes unexpectedly" beside it
