@@ -11,11 +11,13 @@ line, generated from the table like docs/markers-and-options.md.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .options import OPTIONS_BY_NAME, TRACE_ROUNDS_COUNT, Parse, choice, fraction, number
+from .parsers import OptionalParser
 from .results import BOTTLENECKS, UNCLASSIFIED
 
 
@@ -35,9 +37,15 @@ class MarkerKey:
         return self.valid_text or str(getattr(self.parse, "valid", "a valid value"))
 
     def check(self, value: Any) -> str | None:
-        """None when `value` is valid, else what is wrong with it."""
+        """None when `value` is valid, else what is wrong with it.
+
+        A marker takes Python values, where the option's parser also reads text (the command line, ini, env): a
+        number given as a string ('3') is a mistake, as are None (the key left out gives its default) and an infinite
+        or NaN limit (1e400 is inf), which no measurement can cross."""
+        if value is None:
+            return f"None is not {self.valid()}; leave {self.name} out for its default"
         try:
-            self.parse(value)
+            typed = self.parse(value)
         except ValueError as exc:
             reason = str(exc)
             if reason.startswith("is ambiguous"):
@@ -45,12 +53,20 @@ class MarkerKey:
             if reason == "is out of range":
                 return f"{value!r} is out of range: give {self.valid()}"
             return f"{value!r} is not {self.valid()}"
+        number = isinstance(typed, (int, float)) and not isinstance(typed, bool)
+        if number and isinstance(value, str) and not value.strip().endswith("%"):
+            return f"{value!r} is a string, not a number: write {self.name}={typed!r}, without quotes"
+        if number and not math.isfinite(typed):
+            return f"{value!r} is not a finite number: give {self.valid()}"
         return None
 
 
 def _setting(name: str, help: str, valid_text: str = "") -> MarkerKey:
     """A key that overrides the option of the same name, parsed by that option's parser."""
-    return MarkerKey(name, help, OPTIONS_BY_NAME[name].parse, threshold=False, valid_text=valid_text)
+    parse = OPTIONS_BY_NAME[name].parse
+    if isinstance(parse, OptionalParser):  # None is a config file's "not set" (`rounds:`); a marker leaves the key out
+        parse = parse.parse
+    return MarkerKey(name, help, parse, threshold=False, valid_text=valid_text)
 
 
 def _option_threshold(name: str, help: str) -> MarkerKey:

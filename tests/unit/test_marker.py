@@ -72,3 +72,43 @@ def test_a_percentage_above_100_on_pytests_command_line_is_parsed_once(pytester:
     result = pytester.runpytest("--inferscope-show-config", "--inferscope-max-regression=500%")
     assert result.ret == 0, result.stderr.str()
     result.stdout.re_match_lines([r"max_regression +5\.0 +cli --inferscope-max-regression$"])
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("rounds", None, "None is not an integer >= 1; leave rounds out for its default"),
+        ("warmup", None, "None is not an integer >= 0; leave warmup out for its default"),
+        ("cpu", None, "None is not one of 'sample', 'trace', 'off'; leave cpu out for its default"),
+        ("rounds", "3", "'3' is a string, not a number: write rounds=3, without quotes"),
+        ("max_latency_ms", "50", "'50' is a string, not a number: write max_latency_ms=50.0, without quotes"),
+        ("max_regression", "0.05", "'0.05' is a string, not a number: write max_regression=0.05, without quotes"),
+        ("max_latency_ms", float("inf"), "inf is not a finite number: give a number > 0"),
+        ("max_host_memory_mb", 1e400, "inf is not a finite number: give a number > 0"),
+    ],
+)
+def test_a_marker_takes_python_values_not_none_or_text_for_a_number(key: str, value: object, reason: str) -> None:
+    """The options read text and a config file's None ("not set"); the marker takes what Python code writes."""
+    (problem,) = validate_marker(NODE, (), {key: value})
+    assert problem.startswith(f"{NODE}: @pytest.mark.inferscope({key}=...): {reason} (")
+
+
+@pytest.mark.parametrize(("key", "value"), [("max_regression", "5%"), ("trace_rounds", "all"), ("cpu", "off")])
+def test_a_marker_takes_a_string_where_the_key_takes_one(key: str, value: str) -> None:
+    assert validate_marker(NODE, (), {key: value}) == []
+
+
+def test_rounds_none_in_a_marker_is_a_usage_error_not_an_internal_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("x", [1, pytest.param(2, marks=pytest.mark.inferscope(rounds=None))])
+        def test_p(x):
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_p?2?: @pytest.mark.inferscope(rounds=...): None is not an integer >= 1;*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
