@@ -7,6 +7,7 @@ imported when the first test is profiled, so a session that profiles nothing pay
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -105,9 +106,10 @@ class InferscopeSession:
         return self.gpu_choice().describe()
 
     def _prepare(self) -> None:
-        """Once, before the first profiled test's collection: load the code that profiles and post-processes it and
-        choose the GPU backend. What it took, and the environment's first reading (after the test: torch's facts
-        once the test imported it, CUDA left alone before it), are that test's `added` load_ms (`_finish`)."""
+        """Once, before the first test (`pytest_runtestloop`; else before the first profiled test's collection): load
+        the code that profiles and post-processes a test and choose the GPU backend. What it took, and the
+        environment's first reading (after the test: torch's facts once the test imported it, CUDA left alone before
+        it), are the first profiled test's `added` load_ms (`_finish`)."""
         if not self._prepared:
             self._prepared, began = True, time.perf_counter_ns()
             try:
@@ -145,6 +147,17 @@ class InferscopeSession:
                 self.gpu_choice()
             except GpuBackendError as exc:
                 raise pytest.UsageError(str(exc)) from exc
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Before the first test, when one will be profiled: what is loaded once (`_prepare`), outside every test's time
+        (pytest-timeout's window, a test's duration). --collect-only and a session profiling nothing load nothing."""
+        if not self.plans or session.config.getoption("collectonly"):
+            return
+        from .collectors.gpu import GpuBackendError
+
+        with contextlib.suppress(GpuBackendError):  # a forced backend that cannot run: the first profiled test says so
+            self._prepare()
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return self.header_lines()

@@ -90,6 +90,32 @@ def test_the_plugin_is_loaded_before_the_first_test_is_measured_and_charged_to_i
     assert first["added"]["load_ms"] > first["added"]["analysis_ms"]  # imports, the backend, the machine's facts
 
 
+def test_the_plugin_is_loaded_before_the_first_test_starts_outside_its_time(pytester: pytest.Pytester) -> None:
+    # Loaded as the test loop starts, not in the first profiled test's call: pytest-timeout's window and the test's
+    # duration are its own (a 0.6 s timeout on a 0.4 s test failed the first test only, as loading took 0.2-0.4 s).
+    pytester.makepyfile(
+        """
+        import sys
+        import pytest
+
+        @pytest.fixture
+        def loaded_at_setup():
+            return {"pytest_inferscope.postprocess", "pytest_inferscope.reporters.folder"} <= set(sys.modules)
+
+        def test_unprofiled_first(loaded_at_setup):
+            assert loaded_at_setup
+
+        @pytest.mark.inferscope(rounds=1, warmup=0)
+        def test_profiled(loaded_at_setup):
+            assert loaded_at_setup
+        """
+    )
+    result = pytester.runpytest_subprocess("--inferscope-report=out", "-p", "no:randomly", "-p", "no:xdist")
+    result.assert_outcomes(passed=2)
+    (entry,) = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    assert entry["added"]["load_ms"] > 0  # still charged to the first profiled test
+
+
 def test_the_machine_is_read_after_the_first_tests_body_as_before(pytester: pytest.Pytester) -> None:
     # Loading the plugin comes before the first test's collection; reading the environment still comes after its
     # body (what the body imported, torch's CUDA state, is the test's): a machine-info hook sees the body's doing.

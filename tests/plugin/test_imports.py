@@ -164,3 +164,12 @@ def test_the_reporters_package_names_each_public_name_once_and_loads_it() -> Non
         assert getattr(reporters, name).__module__.startswith("pytest_inferscope.reporters.")
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         reporters.nothing_here  # noqa: B018
+
+
+def test_collecting_a_marked_test_only_loads_nothing_heavy(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(RECORDER)
+    pytester.makepyfile(test_one="import pytest\n\n@pytest.mark.inferscope(rounds=2)\ndef test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    modules = set(json.loads((pytester.path / "modules.json").read_text()))
+    assert "pytest_inferscope.plugin" in modules and not {m for m in HEAVY if m in modules}
