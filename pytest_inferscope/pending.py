@@ -65,9 +65,10 @@ def in_rounds(
 
 
 def note_exception(pending: Pending, exc: BaseException) -> None:
-    """What the body raised: a skip, or an interrupt (stop collecting, report nothing, let pytest stop), leaves the test
-    unreported; anything else makes its report partial."""
-    if isinstance(exc, (pytest.skip.Exception, KeyboardInterrupt, SystemExit)):
+    """What the body raised: a skip, or what stops pytest (Ctrl-C, `pytest.exit()`: stop collecting, report nothing),
+    leaves the test unreported; anything else makes its report partial, SystemExit too (`sys.exit()`, argparse's
+    error), which pytest reports as the test's failure and goes on."""
+    if isinstance(exc, (pytest.skip.Exception, KeyboardInterrupt, pytest.exit.Exception)):
         pending.skipped = True
     else:
         pending.partial = "".join(traceback.format_exception_only(type(exc), exc)).strip()

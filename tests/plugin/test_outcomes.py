@@ -70,3 +70,48 @@ def test_crossed_thresholds_in_an_xfail_marked_test_are_its_expected_failure(
     (failure,) = cases["test_xfail_raises_crossed"].iter("failure")
     assert failure.get("message", "").startswith("inferscope: 1 threshold(s) crossed")
     assert not list(cases["test_xfail_raises_crossed"].iter("skipped"))  # no "passes unexpectedly" beside it
+
+
+def test_a_body_raising_systemexit_fails_with_a_partial_report_and_pytest_exit_still_stops(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest reports SystemExit (sys.exit(), argparse's error) as the test's failure and goes on: the test gets its
+    partial result as for any exception. `pytest.exit()` stops the session: no report for the test that called it."""
+    pytester.makepyfile(
+        test_se="""
+        import argparse
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_argparse_error():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--n", type=int, required=True)
+            parser.parse_args([])
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_after():
+            pass
+        """
+    )
+    result = pytester.runpytest("test_se.py", "--inferscope-report=out", "--junitxml=junit.xml", "-p", "no:randomly")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*test_se.py::test_argparse_error*n/a*partial*"])
+    cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases["test_argparse_error"].iter("property")}
+    assert props["inferscope.verdict"] == "partial" and props["inferscope.report"]
+    assert len([p for p in (pytester.path / "out").iterdir() if p.name.startswith("test_se.py__")]) == 2
+
+    pytester.makepyfile(
+        test_exit="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_exit():
+            pytest.exit("bye", returncode=7)
+
+        def test_never():
+            pass
+        """
+    )
+    stopped = pytester.runpytest("test_exit.py", "-p", "no:randomly")
+    assert stopped.ret == 7 and "test_never" not in stopped.stdout.str()
