@@ -326,9 +326,12 @@ def _ini_type(spec: OptionSpec) -> Any:
     return spec.toml_type | str
 
 
-def _toml_example(spec: OptionSpec) -> str:
-    """The option's example as a value in pytest's TOML configuration: `true`, `20`, `0.05` or `"all"`."""
+def _toml_example(spec: OptionSpec, typed: bool = True) -> str:
+    """The option's example as a TOML value: `true`, `20`, `0.05` or `"all"`; always quoted unless `typed` (a
+    [tool.pytest] key before pytest 9.2, registered as a string, takes a string only: `_ini_type`)."""
     value = spec.parse(spec.example)
+    if not typed:
+        return f'"{spec.example}"'
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float) and spec.toml_type is not str:
@@ -358,8 +361,9 @@ def _ini_value(config: pytest.Config, spec: OptionSpec) -> Any:
     except (TypeError, ValueError, pytest.UsageError) as exc:
         # pytest names the file, the key and the type it wanted; add what the setting takes.
         where = "a [tool.inferscope] table, which takes any plain TOML value"
+        example = _toml_example(spec, typed=_ini_type(spec) != "string")
         raise pytest.UsageError(
-            f"{str(exc).rstrip('.')}. {spec.ini}: {spec.hint}, e.g. {spec.ini} = {_toml_example(spec)}; "
+            f"{str(exc).rstrip('.')}. {spec.ini}: {spec.hint}, e.g. {spec.ini} = {example}; "
             f"or move the setting to {where} ({spec.name} = {_toml_example(spec)})."
         ) from None
 

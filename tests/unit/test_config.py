@@ -521,10 +521,13 @@ def test_native_toml_before_typed_ini_keys_takes_quoted_strings(project: pytest.
     result = run_pytest(project)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["setting rounds=6 from ini inferscope_rounds"])
-    project.makepyprojecttoml("[tool.pytest]\ninferscope_all = true\n")
-    result = run_pytest(project)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: *pyproject.toml*'inferscope_all'*inferscope_all = true*?tool.inferscope?*"])
+    # The suggested fix is one this pytest takes: a quoted string in [tool.pytest], a plain value in [tool.inferscope].
+    for toml, example, plain in [("inferscope_all = true", 'inferscope_all = "true"', "all = true"),
+                                 ("inferscope_rounds = 20", 'inferscope_rounds = "20"', "rounds = 20")]:  # fmt: skip
+        project.makepyprojecttoml(f"[tool.pytest]\n{toml}\n")
+        result = run_pytest(project)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: *pyproject.toml*, e.g. {example}; *?tool.inferscope?*({plain})."])
 
 
 def test_classic_ini_strings_of_every_type(project: pytest.Pytester) -> None:
