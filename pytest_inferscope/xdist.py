@@ -35,8 +35,9 @@ class XdistHooks:
                 self.session.notes.append(note)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """A test a worker's plugin failed comes back with its reason as text; pytest 8 reads the short summary's
-        reason from a failure's `reprcrash` only, so it gets one again here (`failure_longrepr`; none on pytest 9)."""
+        """A test a worker's plugin failed comes back with its reason as text; pytest reads its one-line forms (pytest
+        8's short summary reason, `--tb=line`'s line) from a failure's `reprcrash`, so it gets one again here
+        (`failure_longrepr`)."""
         if report.when != "call" or not report.failed or not isinstance(report.longrepr, str):
             return
         if any(tuple(p) == _FAILED_BY_US for p in report.user_properties):

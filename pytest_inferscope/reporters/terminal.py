@@ -162,8 +162,8 @@ class _Writer(Protocol):
 
 @dataclass
 class FailureCrash:
-    """Where a test failed by the plugin failed, and why: what pytest 8 reads as a failure's `reprcrash` (the short
-    summary's reason, `--tb=line`'s line, JUnit's message)."""
+    """Where a test failed by the plugin failed, and why: what pytest reads as a failure's `reprcrash` (pytest 8's
+    short summary reason, `--tb=line`'s line, JUnit's message)."""
 
     path: str
     lineno: int
@@ -179,8 +179,8 @@ class FailureCrash:
 
 @dataclass
 class FailureRepr:
-    """A test failed by the plugin, as pytest 8 shows a failure: its text, with the `reprcrash` it reads the reason
-    from (`failure_longrepr`)."""
+    """A test failed by the plugin, as pytest shows a failure: its text, with the `reprcrash` it reads the one-line
+    reason from (`failure_longrepr`)."""
 
     text: str
     reprcrash: FailureCrash
@@ -192,21 +192,15 @@ class FailureRepr:
         return self.text
 
 
-def failure_longrepr(text: str, location: tuple[str, int | None, str], major: int | None = None) -> str | FailureRepr:
+def failure_longrepr(text: str, location: tuple[str, int | None, str]) -> FailureRepr:
     """The `longrepr` of a test the plugin fails (`failure_text`): the text, shown as `pytest.fail(pytrace=False)`
-    shows its message.
+    shows its message, with a `reprcrash` at the test's line (`location`: the report's, its line 0-based).
 
-    pytest 8 takes the short summary line's reason ("FAILED test_x.py::test_y - ...") from `longrepr.reprcrash`
-    alone, so a text there left the line with the test's id only; pytest 9 reads a text as the reason. Before 9 the
-    text is wrapped with a `reprcrash` at the test's line (`location`: the report's, its line 0-based). Through
-    pytest-xdist a worker sends the text (the wrapper has no traceback to serialise), and the controller wraps it
-    again (`xdist.XdistHooks`). `major`: pytest's major version (the running pytest's unless given)."""
-    if major is None:
-        import pytest
-
-        major = int(pytest.__version__.split(".")[0])
-    if major >= 9:
-        return text
+    pytest reads a failure's one-line forms from the `reprcrash`: pytest 8 the short summary line's reason
+    ("FAILED test_x.py::test_y - ..."), which a text longrepr left with the test's id only, and pytest 8 and 9
+    `--tb=line`'s line, which of a text is its first 50 characters, cut mid-message (pytest 9 reads a text as the
+    short summary's reason). Through pytest-xdist a worker sends the text (the wrapper has no traceback to
+    serialise), and the controller wraps it again (`xdist.XdistHooks`)."""
     path, line, _ = location
     return FailureRepr(text, FailureCrash(path, (line or 0) + 1, text))
 

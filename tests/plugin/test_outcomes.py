@@ -115,3 +115,22 @@ def test_a_body_raising_systemexit_fails_with_a_partial_report_and_pytest_exit_s
     )
     stopped = pytester.runpytest("test_exit.py", "-p", "no:randomly")
     assert stopped.ret == 7 and "test_never" not in stopped.stdout.str()
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_tb_line_gives_a_threshold_failure_one_line_at_the_test(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    """--tb=line reads a failure's `reprcrash` (of a text longrepr, its first 50 characters, cut mid-message)."""
+    pytester.makepyfile(
+        test_x="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3, warmup=1, max_latency_ms=1e-9)
+        def test_crossed():
+            pass
+        """
+    )
+    result = pytester.runpytest(*xdist, "--tb=line", "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    lines = result.stdout.lines
+    assert "test_x.py:3: inferscope: 1 threshold(s) crossed" in lines, lines  # the test (its decorator) line
+    assert "max_latency_ms:" not in lines

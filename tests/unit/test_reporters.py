@@ -673,12 +673,11 @@ class _Lines:
         self.lines.append(s)
 
 
-def test_a_failure_carries_its_reason_where_pytest_8_reads_it() -> None:
+def test_a_failure_carries_its_reason_where_pytest_reads_its_one_line_forms() -> None:
     text = "inferscope: 1 threshold(s) crossed\nmax_latency_ms: median latency 10.1 ms exceeds limit 1.000 ms"
-    # pytest 9 reads a text longrepr as the reason: left as it is
-    assert failure_longrepr(text, ("tests/test_x.py", 6, "test_y"), major=9) == text
-    # pytest 8 reads only longrepr.reprcrash.message: the text wrapped, at the test's line (the location's is 0-based)
-    rep = failure_longrepr(text, ("tests/test_x.py", 6, "test_y"), major=8)
+    # pytest 8's short summary and --tb=line (8 and 9) read only longrepr.reprcrash: the text wrapped, at the test's
+    # line (the location's is 0-based)
+    rep = failure_longrepr(text, ("tests/test_x.py", 6, "test_y"))
     assert isinstance(rep, FailureRepr)
     assert rep.reprcrash.message == text and str(rep) == text
     assert str(rep.reprcrash) == "tests/test_x.py:7: inferscope: 1 threshold(s) crossed"  # --tb=line
@@ -689,7 +688,7 @@ def test_a_failure_carries_its_reason_where_pytest_8_reads_it() -> None:
     rep.reprcrash.toterminal(crash)
     assert crash.lines == ["tests/test_x.py:7: inferscope: 1 threshold(s) crossed"]
     # a test without a line (a report's location may have none)
-    assert str(failure_longrepr(text, ("t.py", None, "t"), major=8).reprcrash).startswith("t.py:1: ")  # type: ignore[union-attr]
+    assert str(failure_longrepr(text, ("t.py", None, "t")).reprcrash).startswith("t.py:1: ")
 
 
 def test_summary_lines_align_and_show_verdicts() -> None:
