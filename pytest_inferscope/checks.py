@@ -31,14 +31,30 @@ _PER_ROUND = {
 }
 
 
+def _fixed(x: float, decimals: int) -> str:
+    """`x` to `decimals` decimals, or to 3 significant digits where those would show it as zero (a limit of 1e-9 ms
+    read "0.000 ms")."""
+    if x != 0 and abs(x) < 0.5 * 10**-decimals:
+        return f"{x:.3g}"
+    return f"{x:.{decimals}f}"
+
+
+def _ms(x: float) -> str:
+    return f"{_fixed(x, 3)} ms"
+
+
+def _pct(x: float, decimals: int = 1) -> str:
+    return f"{_fixed(100 * x, decimals)}%"
+
+
 def _mb(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f} MB"
+    return "n/a" if x is None else f"{_fixed(x, 1)} MB"
 
 
 def _evidence(analysis: Analysis, latency: LatencyStats) -> str:
     lat = (
-        f"{len(latency.samples_ms)} rounds: median {latency.median:.3f} ms, p90 {latency.p90:.3f} ms, "
-        f"max {latency.max:.3f} ms"
+        f"{len(latency.samples_ms)} rounds: median {_ms(latency.median)}, p90 {_ms(latency.p90)}, "
+        f"max {_ms(latency.max)}"
     )
     top = analysis.findings[0].summary.rstrip(".") if analysis.findings else "no rule found a cause"
     return f"{lat}; bottleneck {analysis.bottleneck} (confidence {analysis.confidence:.2f}): {top}"
@@ -79,7 +95,7 @@ def evaluate(
                 not_evaluated(key, limit, "no round completed")
                 continue
             value = latency.get(stat)
-            add(key, limit, value, value > limit, f"{stat} latency", lambda v: f"{v:.3f} ms")
+            add(key, limit, value, value > limit, f"{stat} latency", _ms)
         elif key == "expect_bottleneck":
             out.bottleneck(analysis, limit)
         elif key == "expect_fix":
@@ -95,12 +111,12 @@ def evaluate(
             if overhead is None:
                 not_evaluated(key, limit, "the collector gave no overhead estimate")
             else:
-                add(key, limit, overhead, overhead > limit, "estimated profiler overhead", lambda v: f"{100 * v:.2f}%")
+                add(key, limit, overhead, overhead > limit, "estimated profiler overhead", lambda v: _pct(v, 2))
         elif key == "max_regression":
             out.regression(limit, regression, regression_note)
         elif key == "max_gpu_idle":
             idle = m.get("gpu.idle_fraction")
-            add(key, limit, idle, (idle or 0.0) > limit, "GPU idle fraction", lambda v: f"{100 * v:.1f}%")
+            add(key, limit, idle, (idle or 0.0) > limit, "GPU idle fraction", _pct)
         elif key == "max_gpu_memory_mb":
             peak = m.get("gpu.memory_peak_mb")
             if peak is None:
@@ -118,7 +134,7 @@ def evaluate(
                 add(key, limit, count, count > limit, f"{what} per round", lambda v: f"{v:,.0f}")
         elif key == "max_transfer_fraction":
             frac = m.get("gpu.transfer_fraction")
-            add(key, limit, frac, (frac or 0.0) > limit, "transfer fraction", lambda v: f"{100 * v:.1f}%")
+            add(key, limit, frac, (frac or 0.0) > limit, "transfer fraction", _pct)
     out.sort(key=lambda c: {"failed": 0, "not_evaluated": 1, "passed": 2}[c.status])
     return list(out)
 
