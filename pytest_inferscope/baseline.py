@@ -180,9 +180,26 @@ class BaselineStore:
 
     def for_run(self, compare: str | None, save: str | None) -> tuple[Baseline | None, Baseline | None]:
         """The baseline a run compares with, and the existing one its save will append to: loaded as the session
-        starts, so that a corrupt or foreign file stops the run before its tests, not after (BaselineError)."""
+        starts, so that a corrupt or foreign file, or a folder that is a file, stops the run before its tests, not
+        after (BaselineError)."""
+        self.check_folder()
         compared = self.load(compare) if compare is not None else None
         return compared, self.load(save) if save is not None and self.path(save).exists() else None
+
+    def check_folder(self) -> None:
+        """The folder, or where it would be made, is no file: else BaselineError naming the file (a baseline's path
+        under it read "Not a directory", and a save at the session's end "File exists")."""
+        for p in (self.root, *self.root.parents):
+            if not p.exists():
+                continue
+            if not p.is_dir():
+                which = "is a file" if p == self.root else f"cannot be made: {str(p)!r} is a file"
+                raise BaselineError(
+                    f"The baseline folder {str(self.root)!r} {which}, not a folder; baselines are kept in it as one "
+                    "NAME.json file each. Move or rename that file, or choose another folder with "
+                    "--inferscope-baseline-dir=DIR."
+                )
+            return
 
     def save_run(self, name: str, results: list[TestResult], environment: Mapping[str, Any]) -> str:
         """`save`, and the summary's line saying where, and how many tests (BaselineError as from `save`)."""
@@ -213,6 +230,7 @@ class BaselineStore:
                 f"Nothing was saved to baseline {name!r} ({path}): none of the {len(results)} profiled test(s) "
                 "completed its rounds (a test whose body failed is not recorded). The file was not touched."
             )
+        self.check_folder()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -97,6 +97,21 @@ def test_a_corrupt_baseline_is_a_usage_error_and_stays_untouched(
         assert (folder / "main.json").read_bytes() == b'{"format": "pytest-inferscope-baseline", "tests": {'
 
 
+@pytest.mark.parametrize("folder", ["test_model.py", "test_model.py/baselines"])
+def test_a_baseline_folder_that_is_a_file_is_a_usage_error_before_the_tests(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, folder: str
+) -> None:
+    file = project.path / "test_model.py"
+    source = file.read_text()
+    for args in ("--inferscope-compare=main", "--inferscope-save-baseline=main"):
+        result = run(project, monkeypatch, 0.001, f"--inferscope-baseline-dir={folder}", args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, args  # before any test runs, not "not saved" after them
+        said = "is a file" if folder == "test_model.py" else f"cannot be made: {str(file)!r} is a file"
+        where = str(project.path / folder)
+        result.stderr.fnmatch_lines([f"ERROR: The baseline folder {where!r} {said}, not a folder; *baseline-dir=DIR."])
+        assert "Not a directory" not in result.stderr.str() and file.read_text() == source
+
+
 def test_nothing_to_save_fails_the_run_and_says_why(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import pytest\n\n@pytest.mark.inferscope(rounds=2)\ndef test_x():\n    assert False\n")
     result = pytester.runpytest("--inferscope-save-baseline=main")
