@@ -308,6 +308,19 @@ def _round_options(
             "until_in_step": not explicit}  # fmt: skip
 
 
+def requested_too_late(nodeid: str) -> str:
+    """Why a test that asked for the fixture with `request.getfixturevalue("inferscope")` fails: a test is profiled
+    for the fixtures it names (its signature, `usefixtures`, a fixture's arguments), which pytest knows at collection;
+    one requested while the test runs comes after the plugin chose which tests to profile."""
+    return (
+        f"request.getfixturevalue('inferscope') in {nodeid}, which is not profiled: a test is profiled for the "
+        "fixtures it names when collected, so the fixture's scopes, marks and result would do nothing here. Name the "
+        "fixture as an argument (def test_x(inferscope): ...) or with @pytest.mark.usefixtures('inferscope'), or "
+        "mark the test @pytest.mark.inferscope; to profile a block of "
+        "this test, call pytest_inferscope.profile() or measure()."
+    )
+
+
 class InferscopeFixture:
     """The `inferscope` fixture: scopes and events inside the body, and the result after it."""
 

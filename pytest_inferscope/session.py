@@ -404,9 +404,12 @@ class InferscopeSession:
             log.warning(line)
 
     def fixture(self, request: pytest.FixtureRequest) -> InferscopeFixture:
-        from .api import InferscopeFixture
+        from .api import InferscopeFixture, requested_too_late
 
         node = request.node
+        named = "inferscope" in getattr(node, "fixturenames", ())  # not when requested by getfixturevalue
+        if isinstance(node, pytest.Function) and node.nodeid not in self.plans and not named:
+            pytest.fail(requested_too_late(node.nodeid), pytrace=False)  # its scopes and result would do nothing
         handle = InferscopeFixture(node.nodeid, node.nodeid in self.plans)
         self.fixtures[node.nodeid] = handle
         return handle

@@ -175,3 +175,48 @@ def test_under_inferscope_all_a_test_that_profiles_itself_takes_over_and_a_marke
     ab = pytester.runpytest("-p", "no:randomly", "--inferscope-all", "--inferscope-rounds=3",
                             f"--inferscope-ab-python={sys.executable}", "-k", "not marked")  # fmt: skip
     ab.assert_outcomes(passed=6)
+
+
+def test_the_fixture_asked_for_while_an_unprofiled_test_runs_fails_it_with_what_to_do(
+    pytester: pytest.Pytester,
+) -> None:
+    """request.getfixturevalue('inferscope') comes after the tests to profile were chosen: in a test that is not
+    profiled its scopes and result did nothing, silently. Named (argument, usefixtures, a fixture's argument) or in a
+    marked test, the fixture profiles as ever; with the plugin switched off it does nothing, as documented."""
+    pytester.makepyfile(
+        test_dyn="""
+        import pytest
+
+        def test_dynamic(request):
+            handle = request.getfixturevalue("inferscope")
+            with handle.scope("x"):
+                pass
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_dynamic_marked(request):
+            assert request.getfixturevalue("inferscope").profiled
+
+        @pytest.mark.usefixtures("inferscope")
+        def test_used(request):
+            assert request.getfixturevalue("inferscope").profiled
+
+        @pytest.fixture
+        def wrap(inferscope):
+            return inferscope
+
+        def test_through_a_fixture(wrap):
+            assert wrap.profiled
+        """
+    )
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(failed=1, passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "request.getfixturevalue('inferscope') in test_dyn.py::test_dynamic, which is not profiled: *Name the "
+            "fixture as an argument (def test_x(inferscope): ...) or with @pytest.mark.usefixtures('inferscope'), or "
+            "mark the test @pytest.mark.inferscope; *pytest_inferscope.profile() or measure().",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    disabled = pytester.runpytest("-p", "no:randomly", "--inferscope-disable", "-k", "test_dynamic and not marked")
+    disabled.assert_outcomes(passed=1)
