@@ -110,13 +110,16 @@ class Worktree:
         remove_stale(repo.git_dir)
         holder = Path(tempfile.mkdtemp(prefix=PREFIX))
         tree = cls(repo.top, ref, commit, holder / repo.top.name, holder, repo.git_dir)
-        out = _git(repo.git_dir, "worktree", "add", "--detach", "--lock", "--reason", _lock_reason(),
-                   str(tree.path), commit)  # fmt: skip
+        step = f"git worktree add --detach {tree.path} {commit[:12]}"
+        out = _git(repo.git_dir, "worktree", "add", "--detach", str(tree.path), commit)
+        if out.returncode == 0:  # (not `add --lock --reason`, which git learned in 2.33 only: lock --reason is 2.10's)
+            step = f"git worktree lock {tree.path}"
+            out = _git(repo.git_dir, "worktree", "lock", "--reason", _lock_reason(), str(tree.path))
         if out.returncode != 0:
             tree.remove()  # git may have made the entry before it failed
             hint = " Check that the repository is not locked by another git command." if ".lock" in out.stderr else ""
             raise ABInputError(
-                f"--inferscope-ab={ref}: `git worktree add --detach {tree.path} {commit[:12]}` failed: "
+                f"--inferscope-ab={ref}: `{step}` failed: "
                 f"{out.stderr.strip() or f'exit status {out.returncode}'}.{hint}"
             )
         return tree
