@@ -54,16 +54,6 @@ with scope("failing_part"):
 """
 
 
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty working folder with no INFERSCOPE_* settings from the environment."""
-    for key in list(os.environ):
-        if key.startswith("INFERSCOPE_") or key == "PYTEST_ADDOPTS":
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def script(folder: Path, text: str, name: str = "job.py") -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(text))

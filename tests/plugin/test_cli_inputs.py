@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,16 +9,6 @@ import pytest
 from pytest_inferscope.cli import main
 
 KINETO = Path(__file__).parent.parent / "data" / "kineto"
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty working folder with no INFERSCOPE_* settings from the environment."""
-    for key in list(os.environ):
-        if key.startswith("INFERSCOPE_") or key == "PYTEST_ADDOPTS":
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

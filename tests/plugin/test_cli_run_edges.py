@@ -7,26 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from test_cli_inputs import usage_error
 
 from pytest_inferscope.cli import main
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty working folder with no INFERSCOPE_* settings from the environment."""
-    for key in list(os.environ):
-        if key.startswith("INFERSCOPE_") or key == "PYTEST_ADDOPTS":
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """Run `inferscope ARGV`, check it is a one-paragraph usage error (exit 2), and return the paragraph."""
-    assert main(argv) == 2, argv
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err
 
 
 @pytest.mark.parametrize("option", ["--report", "--rounds", "--warmup", "--cpu"])
