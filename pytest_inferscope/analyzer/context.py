@@ -42,10 +42,12 @@ class CpuView:
 
     @cached_property
     def sample_weights(self) -> dict[int, float]:
-        """Sampled ns per folded-stack name id, inside measured rounds: each sample by the part of the time it stands
-        for (since the sample before) that lies in them (`overlap_ns`)."""
+        """Sampled ns per folded-stack name id, inside measured rounds: the samples taken in them (the stack is what
+        the body ran then; one taken between rounds is the plugin's), each by the part of the time it stands for
+        (since the sample before) that lies in the measured rounds (`overlap_ns`)."""
         ev, r = self.timeline.events, self.rounds
         sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # int, here and below: see events.Kind
+        sel = sel[r.in_rounds[sel]]  # (the few samples, then those taken in the rounds)
         if len(r.round_idx):
             rounds = r.round_idx
             dur = overlap_ns(ev["start"][sel], ev["end"][sel], ev["start"][rounds], ev["end"][rounds])

@@ -131,6 +131,20 @@ def test_a_sample_reaching_back_over_earlier_rounds_counts_only_its_time_inside_
     assert spot.share < 1.0 and spot.self_ms < 2.0  # under a round
 
 
+def test_a_sample_taken_between_rounds_is_not_the_bodys() -> None:
+    # Taken in the plugin's work between two rounds (the speed probe's numpy median: the stack stops at the plugin's
+    # frame, so its leaf is numpy's), it reaches back into the round before: that round's time is not numpy's.
+    raw = build(n_rounds=3, round_ms=2.0, warmup=1, cpu_busy=0.9)
+    r1, r2 = raw.events[raw.events["kind"] == Kind.ROUND][1:3]
+    raw = _with_sample(
+        raw, "fromnumeric:partition (numpy/core/fromnumeric.py:1)", int(r1["start"]), int(r2["start"]) - 1
+    )
+    raw = _with_sample(raw, "t:body (t.py:1)", int(r2["start"]), int(r2["start"]) + MS)  # and one in the next round
+    a = analyze(merge(raw))
+    assert [h.function for h in a.hotspots] == ["t:body (t.py:1)"]
+    assert a.hotspots[0].self_ms == pytest.approx(1.0 / 3)
+
+
 def test_overlap_ns_is_the_part_of_each_span_in_the_union_of_intervals() -> None:
     starts, ends = np.array([10, 40, 45, 100]), np.array([20, 50, 60, 110])  # the union: [10,20) [40,60) [100,110)
     a, b = np.array([0, 15, 0, 55, 120, 42]), np.array([5, 45, 200, 105, 130, 48])
