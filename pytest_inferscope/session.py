@@ -309,7 +309,7 @@ class InferscopeSession:
         if call.when != "call" or (pending := self._pending.get(item.nodeid)) is None or pending.raw is None:
             return rep
         del self._pending[item.nodeid]
-        if pending.skipped or rep.skipped:
+        if pending.skipped or (rep.skipped and not hasattr(rep, "wasxfail")):  # an xfail that raised: reported, partial
             return rep
         try:
             result = self._finish(item, pending)

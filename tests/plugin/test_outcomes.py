@@ -72,6 +72,27 @@ def test_crossed_thresholds_in_an_xfail_marked_test_are_its_expected_failure(
     assert not list(cases["test_xfail_raises_crossed"].iter("skipped"))  # no "passes unexpectedly" beside it
 
 
+def test_an_xfail_marked_test_whose_body_raises_gets_its_partial_report(pytester: pytest.Pytester) -> None:
+    """pytest makes the report of an xfail that raised a skipped one (XFAIL): it was still profiled, and partial."""
+    pytester.makepyfile(
+        test_xf="""
+        import pytest
+
+        @pytest.mark.xfail(reason="known")
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_xf_raises():
+            assert 0
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml", "-p", "no:randomly")
+    result.assert_outcomes(xfailed=1)
+    result.stdout.fnmatch_lines(["*test_xf.py::test_xf_raises*partial*"])
+    (case,) = ET.parse(pytester.path / "junit.xml").iter("testcase")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["inferscope.verdict"] == "partial" and list(case.iter("skipped"))
+    assert [p.name for p in (pytester.path / "out").iterdir() if p.name.startswith("test_xf.py__")]
+
+
 def test_a_body_raising_systemexit_fails_with_a_partial_report_and_pytest_exit_still_stops(
     pytester: pytest.Pytester,
 ) -> None:
