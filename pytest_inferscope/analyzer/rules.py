@@ -266,8 +266,12 @@ def memory_pressure(ctx: Context) -> list[Finding]:
             rule="memory_pressure",
             title="Memory pressure: host memory grows and pages fault in",
             summary=(
-                f"RSS grew {growth_per_round:.1f} MB per round with {round(faults)} page faults per round; the kernel "
-                f"took {_pct(sys_share)} of the wall time."
+                (
+                    f"RSS grew {growth_per_round:.1f} MB per round"
+                    if growing  # else no steady growth: a jump in one round, or pages faulted in and given back
+                    else f"RSS grew {ctx.metrics.get('mem.rss_growth_mb') or 0.0:.1f} MB over the measured rounds"
+                )
+                + f" with {round(faults)} page faults per round; the kernel took {_pct(sys_share)} of the wall time."
             ),
             cause="memory_bound",
             share=share,

@@ -186,6 +186,20 @@ def test_warmup_rounds_are_kept_apart() -> None:
     assert a.metrics["rounds"] == 4
 
 
+def test_memory_that_jumps_once_is_said_over_the_rounds_not_per_round() -> None:
+    # 100 MB kept in the first measured round, none after: no steady growth, but the faults fire the rule. Its summary
+    # said "RSS grew 0.0 MB per round" beside 100 MB of growth in the metrics.
+    raw = build(n_rounds=4, cpu_busy=0.9, sys_share=0.6, faults=10_000)
+    for row in raw.meta["rounds"]:  # type: ignore[union-attr]
+        if not row["warmup"]:
+            row["rss_start"] += 0 if row["index"] == 1 else 100 * _MB
+            row["rss_end"] += 100 * _MB
+    a = analyze(merge(raw))
+    f = next(f for f in a.findings if f.rule == "memory_pressure")
+    assert a.metrics["mem.rss_growth_mb"] == pytest.approx(100.0)
+    assert f.summary.startswith("RSS grew 100.0 MB over the measured rounds with 10000 page faults per round")
+
+
 def test_memory_growth_is_memory_bound() -> None:
     raw = build(cpu_busy=0.9, sys_share=0.6, rss_growth_mb=40, faults=10_000)
     a = analyze(merge(raw))
