@@ -51,6 +51,13 @@ def _user_mode(ctx: Context, user_busy: float) -> str:
     return _pct(user_busy)
 
 
+def _or_waiting(ctx: Context) -> str:
+    """' or waiting for a core (X)' where the thread waited for one (the busy share counts it: runnable, not waiting on
+    anything but the CPU), so that the summary does not read as time on the CPU alone beside the breakdown's."""
+    runqueue = ctx.metrics.get("cpu.test_thread_runqueue") or 0.0
+    return f" or waiting for a core (waiting {_pct(runqueue)} of the time)" if runqueue >= 0.05 else ""
+
+
 def cpu_saturation(ctx: Context) -> list[Finding]:
     """The test thread was on CPU, in user mode, most of the time: the body is CPU-bound; the hotspots say where.
 
@@ -121,7 +128,8 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
         Finding(
             rule="cpu_saturation",
             title="CPU-bound: the test thread is busy on the CPU",
-            summary=f"The test thread was on CPU for {_pct(busy)} of the measured time ({round_ms:.2f} ms/round){top}.",
+            summary=f"The test thread was on CPU{_or_waiting(ctx)} for {_pct(busy)} of the measured time "
+            f"({round_ms:.2f} ms/round){top}.",
             cause="cpu_bound",
             share=share,
             confidence=min(1.0, user_busy / 0.8) * _sample_confidence(ctx, floor=0.85),

@@ -370,6 +370,9 @@ def test_waiting_for_a_core_is_cpu_demand_and_reported_as_contention() -> None:
     contention = next(f for f in a.findings if f.rule == "cpu_contention")
     assert contention.cause is None and abs(contention.share - 0.45) < 1e-6
     assert contention.evidence["share of the round"] == "45.0%"
+    # The CPU-bound finding's share counts the wait for a core: its sentence says so, beside the breakdown's parts.
+    saturation = next(f for f in a.findings if f.rule == "cpu_saturation")
+    assert saturation.summary.startswith("The test thread was on CPU or waiting for a core (waiting 45.0% of the time)")
 
 
 def test_rounds_too_short_for_the_counters_show_no_contention_but_the_thread_setting() -> None:
