@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from .arguments import check_argument, check_rounds, check_thresholds, round_options
 from .collectors import Collection, CollectionOptions, SamplerThread, active, mark_event, scope
 from .collectors.gpu import Choice, select_backend
 from .config import Settings, file_stats, resolve
@@ -203,8 +204,11 @@ def profile(
     Reports are written to `report_dir` (or INFERSCOPE_REPORT) when given. An exception in
     the block still produces a (partial) result, then propagates.
     """
+    if cpu is not None:
+        check_argument("profile", "cpu", cpu)
+    typed = check_thresholds("profile", thresholds)
     sink = Profile(name)
-    block = collecting(name, sink, rounds=1, warmup=0, report_dir=report_dir, thresholds=thresholds, cpu=cpu)
+    block = collecting(name, sink, rounds=1, warmup=0, report_dir=report_dir, thresholds=typed, cpu=cpu)
     with block as coll, coll.round(0, RoundKind.MEASURED):
         yield sink
 
@@ -242,11 +246,13 @@ def measure(
             "coroutines and time nothing. Inside its event loop, `await pytest_inferscope.measure_async(fn, ...)` "
             "awaits each call in the rounds."
         )
+    check_rounds("measure", rounds, warmup, cpu)
+    typed = check_thresholds("measure", thresholds)
     settings = standalone_settings()
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
     with collecting(
-        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=thresholds, cpu=cpu,
-        settings=settings, **_round_options(settings, "measure", trace_rounds, gpu_rounds),
+        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
+        settings=settings, **round_options(settings, "measure", trace_rounds, gpu_rounds),
     ) as coll:  # fmt: skip
         coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None
@@ -269,43 +275,17 @@ async def measure_async(
     """`measure` for an async function: awaits `fn(*args, **kwargs)` in the same calls (the trace and profile calls
     included) under collection, in the event loop that awaits this, and returns the analysed result
     (`await measure_async(client.predict, batch)`)."""
+    check_rounds("measure_async", rounds, warmup, cpu)
+    typed = check_thresholds("measure_async", thresholds)
     settings = standalone_settings()
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure_async")))
     with collecting(
-        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=thresholds, cpu=cpu,
-        settings=settings, **_round_options(settings, "measure_async", trace_rounds, gpu_rounds),
+        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
+        settings=settings, **round_options(settings, "measure_async", trace_rounds, gpu_rounds),
     ) as coll:  # fmt: skip
         await coll.run_rounds_async(lambda: fn(*args, **kwargs), rounds, warmup)
     assert sink.result is not None
     return sink.result
-
-
-def _round_options(
-    settings: Settings, caller: str, trace_rounds: int | str | None, gpu_rounds: str | None
-) -> dict[str, Any]:
-    """`collecting`'s round options from `measure`'s or `measure_async`'s arguments (None: the setting); ValueError
-    naming `caller` and the argument when one is out of range or the two conflict."""
-    from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict, parse_trace_rounds
-
-    explicit = trace_rounds is not None or settings.sources.get("trace_rounds", "default") != "default"
-    gpu_rounds = settings.gpu_rounds if gpu_rounds is None else gpu_rounds
-    if gpu_rounds not in ("measured", "trace", "auto"):
-        raise ValueError(f"{caller}(gpu_rounds={gpu_rounds!r}): give 'measured', 'trace' or 'auto'.")
-    if trace_rounds is not None:
-        try:
-            trace_rounds = parse_trace_rounds(trace_rounds)
-        except ValueError as exc:
-            raise ValueError(
-                f"{caller}(trace_rounds={trace_rounds!r}): {exc}; give a number of trace rounds from 1 to 1000, "
-                "or 'all' (launch calls recorded in every round)."
-            ) from None
-    traced = settings.trace_rounds if trace_rounds is None else trace_rounds
-    conflict = lean_rounds_conflict(traced, gpu_rounds, f"{caller}(gpu_rounds={gpu_rounds!r}, trace_rounds={traced!r})")
-    if conflict is not None:
-        raise ValueError(conflict)
-    profile_rounds = None if traced == "all" else (int(traced) if explicit else LEAN_TRACE_ROUNDS)
-    return {"trace_rounds": traced, "gpu_rounds": gpu_rounds, "profile_rounds": profile_rounds,
-            "until_in_step": not explicit}  # fmt: skip
 
 
 def requested_too_late(nodeid: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,6 +155,12 @@ MARKER_KEYS: dict[str, MarkerKey] = {
 }
 
 
+def close_match(key: str, valid: Iterable[str]) -> str:
+    """'did you mean ...? ' for a misspelt key closest to one of `valid`, else ''."""
+    close = difflib.get_close_matches(key, list(valid), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def validate_marker(nodeid: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
     """Problems with one test's marker, each a sentence naming the test, the key and what is valid."""
     problems = []
@@ -166,8 +172,7 @@ def validate_marker(nodeid: str, args: tuple[Any, ...], kwargs: Mapping[str, Any
     for key, value in kwargs.items():
         spec = MARKER_KEYS.get(key)
         if spec is None:
-            close = difflib.get_close_matches(key, MARKER_KEYS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = close_match(key, MARKER_KEYS)
             problems.append(
                 f"{nodeid}: unknown @pytest.mark.inferscope key {key!r}; {hint}valid keys: {', '.join(MARKER_KEYS)}."
             )

@@ -1,0 +1,82 @@
+"""`measure`, `measure_async` and `profile` check their arguments as the marker does, before a round runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pytest_inferscope import measure, measure_async, profile
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSCOPE_GPU", "off")
+
+
+BAD = [
+    ({"rounds": 0}, ValueError, r"\(rounds=0\): 0 is out of range: give an integer >= 1 \(measured calls"),
+    ({"rounds": -1}, ValueError, r"\(rounds=-1\): -1 is out of range: give an integer >= 1"),
+    ({"rounds": 1.5}, TypeError, r"\(rounds=1.5\): 1.5 is not an integer >= 1"),
+    ({"rounds": "3"}, TypeError, r"\(rounds='3'\): '3' is a string, not a number: write rounds=3, without quotes"),
+    ({"rounds": None}, TypeError, r"\(rounds=None\): None is not an integer >= 1; leave rounds out"),
+    ({"warmup": -1}, ValueError, r"\(warmup=-1\): -1 is out of range: give an integer >= 0"),
+    ({"cpu": "bogus"}, ValueError, r"\(cpu='bogus'\): 'bogus' is not one of 'sample', 'trace', 'off'"),
+    ({"trace_rounds": 1.5}, TypeError, r"\(trace_rounds=1.5\): 1.5 is not an integer >= 1 and <= 1000 or 'all'"),
+    ({"gpu_rounds": "lean"}, ValueError, r"\(gpu_rounds='lean'\): 'lean' is not one of 'measured', 'trace', 'auto'"),
+    (
+        {"thresholds": {"max_latency": 5}},
+        ValueError,
+        r"\(thresholds=\{'max_latency': ...\}\): unknown threshold 'max_latency'; did you mean 'max_latency_ms'\? "
+        r"valid keys: max_latency_ms, ",
+    ),
+    ({"thresholds": {"max_latency_ms": -1}}, ValueError, r"\{'max_latency_ms': -1\}\): -1 is out of range: give a"),
+    ({"thresholds": {"max_latency_ms": "5"}}, TypeError, r"'5' is a string, not a number: write max_latency_ms=5.0"),
+    ({"thresholds": {"max_latency_ms": "5%"}}, TypeError, r"\{'max_latency_ms': '5%'\}\): '5%' is not a number > 0"),
+    ({"thresholds": {"expect_bottleneck": "gpubound"}}, ValueError, r"'gpubound' is not one of 'cpu_bound', "),
+    ({"thresholds": {"rounds": 3}}, ValueError, r"'rounds' is not a threshold: give it as \w+'s own argument"),
+    ({"thresholds": {"modules": 1}}, ValueError, r"'modules' is not a threshold: it is a setting of the marker"),
+    ({"thresholds": [("max_latency_ms", 5)]}, TypeError, r"\(thresholds=\[.*\]\): give a dict of threshold keys"),
+]
+
+
+def named(caller: str, message: str) -> str:
+    """The pattern of `message` in an error of `caller`: it starts `caller(`."""
+    return rf"^{caller}\(" + (message.removeprefix(r"\(") if message.startswith(r"\(") else ".*" + message)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), BAD)
+def test_measure_refuses_a_bad_argument_before_any_call(kwargs: dict[str, Any], error: type, message: str) -> None:
+    calls: list[int] = []
+    with pytest.raises(error, match=named("measure", message)) as info:
+        measure(lambda: calls.append(1), **kwargs)
+    assert calls == [] and info.value.__cause__ is None and info.value.__context__ is None
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), BAD)
+def test_measure_async_refuses_a_bad_argument_before_any_call(
+    kwargs: dict[str, Any], error: type, message: str
+) -> None:
+    calls: list[int] = []
+
+    async def call() -> None:
+        calls.append(1)
+
+    with pytest.raises(error, match=named("measure_async", message)):
+        asyncio.run(measure_async(call, **kwargs))
+    assert calls == []
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [b for b in BAD if set(b[0]) <= {"cpu", "thresholds"}])
+def test_profile_refuses_a_bad_argument_before_the_block(kwargs: dict[str, Any], error: type, message: str) -> None:
+    with pytest.raises(error, match=named("profile", message.replace(r"\w+'s", "profile's"))), profile("p", **kwargs):
+        pytest.fail("the block ran")
+
+
+def test_thresholds_take_what_the_marker_takes_typed_as_it_types_them() -> None:
+    result = measure(lambda: None, rounds=2, warmup=0, cpu="off",
+                     thresholds={"max_overhead": "50%", "max_latency_ms": 1000, "latency_stat": "p99"})  # fmt: skip
+    checks = {c.key: c for c in result.checks}
+    assert checks["max_overhead"].limit == 0.5 and checks["max_latency_ms"].message.startswith("max_latency_ms: p99")
+    assert result.rounds == 2 and len(result.latency.samples_ms) == 2 and result.verdict == "pass"
