@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .arguments import check_argument, check_rounds, check_thresholds, round_options
-from .collectors import Collection, CollectionOptions, SamplerThread, active, mark_event, scope
+from .collectors import Collection, CollectionOptions, SamplerThread, active, busy, mark_event, scope
 from .collectors.gpu import Choice, select_backend
 from .config import Settings, file_stats, resolve
 from .environment import collect_environment
@@ -115,17 +116,12 @@ def _take_over(name: str) -> None:
     running = active()
     if running is None:
         return
-    if _TAKE_OVER is not None:
+    if _TAKE_OVER is not None and running.thread == threading.get_ident():
         release, _TAKE_OVER = _TAKE_OVER, None
         release()
         if active() is None:
             return
-    raise RuntimeError(
-        f"{name!r} cannot be profiled inside {running.name!r}, which is profiled already (a test marked "
-        "@pytest.mark.inferscope, or a profile() or measure() around this one): profiles do not nest. Mark the "
-        "part inside with pytest_inferscope.scope() instead, or drop the outer profiling (the marker) and keep "
-        "this call, whose result the test can assert on."
-    )
+    raise RuntimeError(busy(name, running))
 
 
 @contextmanager

@@ -36,11 +36,31 @@ from .tracer import Tracer
 R = TypeVar("R")
 
 _active: Collection | None = None
+#: Held while a collection checks that none is running and takes the place: two threads starting at once would both
+#: see none, and each record the other's scopes and marks (they go to the one active collection).
+_starting = threading.Lock()
 
 
 def active() -> Collection | None:
     """The collection currently running in this process, if any."""
     return _active
+
+
+def busy(name: str, running: Collection) -> str:
+    """Why `name` cannot start while `running` runs: nested in it, or started by another thread while it runs."""
+    if running.thread != threading.get_ident():
+        return (
+            f"{name!r} cannot be profiled now: another thread is profiling {running.name!r}, and one process "
+            "profiles one thing at a time (its sampler, CUPTI and the scopes and marks of every thread go to the one "
+            "running profile). Profile from one thread at a time: wait for the other call to return (a lock around "
+            "the calls), or run them in separate processes."
+        )
+    return (
+        f"{name!r} cannot be profiled inside {running.name!r}, which is profiled already (a test marked "
+        "@pytest.mark.inferscope, or a profile() or measure() around this one): profiles do not nest. Mark the "
+        "part inside with pytest_inferscope.scope() instead, or drop the outer profiling (the marker) and keep "
+        "this call, whose result the test can assert on."
+    )
 
 
 @dataclass(frozen=True)
@@ -164,6 +184,7 @@ class Collection:
         self.start_ns = 0
         self.stop_ns = 0
         self._running = False
+        self.thread = threading.get_ident()  # the thread that runs it: another thread's start is refused
         #: The speed probe's readings around the measured rounds, when they were made up for (drift.measure_steady).
         self.probe_ms: list[float] = []
 
@@ -171,11 +192,20 @@ class Collection:
 
     def start(self) -> None:
         global _active
-        if _active is not None:
-            raise RuntimeError(
-                f"a collection ({_active.name!r}) is already running in this process; "
-                "profiles cannot nest (use scope() inside the running one)"
-            )
+        self.thread = threading.get_ident()
+        with _starting:
+            running = _active
+            if running is None:
+                _active = self  # taken before the collectors start: another thread's start is refused from here on
+        if running is not None:
+            raise RuntimeError(busy(self.name, running))
+        try:
+            self._start()
+        except BaseException:
+            _active = None
+            raise
+
+    def _start(self) -> None:
         entered = host_clock_ns()
         tid = threading.get_native_id()
         self.memory.start()
@@ -201,7 +231,6 @@ class Collection:
             else:
                 self.modules_note = "asked for, but torch was not imported (or too old for global module hooks)"
         self.proc = ProcFiles()
-        _active = self
         self._running = True
         self.t0 = host_clock_ns()
         self.start_ns = self.t0 - entered

@@ -214,7 +214,7 @@ def test_collections_do_not_nest() -> None:
     outer = Collection(CollectionOptions(cpu="off"))
     outer.start()
     try:
-        with pytest.raises(RuntimeError, match="already running"):
+        with pytest.raises(RuntimeError, match=r"'test' cannot be profiled inside 'test'.*profiles do not nest"):
             Collection(CollectionOptions(cpu="off")).start()
     finally:
         outer.stop()

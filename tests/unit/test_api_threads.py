@@ -1,0 +1,91 @@
+"""Two threads profiling at once: one runs, the other is refused, saying another thread is profiling."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from pytest_inferscope import measure, profile, scope
+from pytest_inferscope.collectors import Collection, CollectionOptions, active
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSCOPE_GPU", "off")
+
+
+def at_once(call: Callable[[str], object], names: tuple[str, str]) -> tuple[dict[str, object], list[str]]:
+    """`call(name)` in two threads released together by a barrier: what each returned, and what each refusal said."""
+    barrier = threading.Barrier(2)
+    returned: dict[str, object] = {}
+    refused: list[str] = []
+
+    def run(name: str) -> None:
+        barrier.wait()
+        try:
+            returned[name] = call(name)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return returned, refused
+
+
+def start(name: str) -> Collection:
+    coll = Collection(CollectionOptions(cpu="off"), name=name)
+    coll.start()
+    return coll
+
+
+def test_two_collections_started_at_once_from_two_threads_never_both_run() -> None:
+    for _ in range(200):
+        started, refused = at_once(start, ("a", "b"))
+        assert len(started) == 1 and len(refused) == 1, refused
+        assert "another thread is profiling" in refused[0] and "do not nest" not in refused[0]
+        (coll,) = started.values()
+        assert isinstance(coll, Collection)
+        coll.stop()
+        assert active() is None
+
+
+def body(name: str) -> None:
+    with scope(f"{name}_scope"):
+        time.sleep(0.001)
+
+
+def scopes_of(name: str) -> list[str]:
+    result = measure(body, name, rounds=3, warmup=0, cpu="off", name=name)
+    return [s["path"] for s in result.to_dict()["analysis"].get("scopes", [])]
+
+
+def test_measure_in_two_threads_at_once_runs_one_and_keeps_its_scopes_to_itself() -> None:
+    for _ in range(20):
+        scopes, refused = at_once(scopes_of, ("busy", "sleepy"))
+        assert len(scopes) == 1 and len(refused) == 1
+        assert "cannot be profiled now: another thread is profiling" in refused[0]
+        ((name, paths),) = scopes.items()
+        assert paths == [f"{name}_scope"]
+
+
+def test_a_measure_in_another_thread_during_a_profile_is_refused_as_another_threads() -> None:
+    refused: list[str] = []
+
+    def other() -> None:
+        try:
+            measure(lambda: None, rounds=1, warmup=0)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    with profile("main") as p:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert refused and "another thread is profiling 'main'" in refused[0]
+    assert p.result is not None and p.result.outcome == "passed"
