@@ -250,7 +250,7 @@ def measure(
         sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
         settings=settings, **round_options(settings, "measure", trace_rounds, gpu_rounds),
     ) as coll:  # fmt: skip
-        coll.run_rounds(lambda: fn(*args, **kwargs), rounds, warmup)
+        coll.run_rounds(_first_checked(fn, args, kwargs), rounds, warmup)
     assert sink.result is not None
     return sink.result
 
@@ -279,9 +279,50 @@ async def measure_async(
         sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
         settings=settings, **round_options(settings, "measure_async", trace_rounds, gpu_rounds),
     ) as coll:  # fmt: skip
-        await coll.run_rounds_async(lambda: fn(*args, **kwargs), rounds, warmup)
+        await coll.run_rounds_async(_first_awaitable(fn, args, kwargs), rounds, warmup)
     assert sink.result is not None
     return sink.result
+
+
+def _first_checked(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """`measure`'s call of `fn`; the first one's result is looked at: a coroutine (`lambda: predict(x)` of an async
+    `predict`) is closed and a TypeError, since the rounds would time making coroutines and never run them."""
+
+    def first() -> Any:
+        result = fn(*args, **kwargs)
+        if inspect.iscoroutine(result):
+            result.close()
+            raise TypeError(
+                f"measure({getattr(fn, '__qualname__', fn)!r}): its call returned a coroutine, which measure() makes "
+                "but never runs: the rounds would time nothing. Inside its event loop, "
+                "`await pytest_inferscope.measure_async(fn, ...)` awaits each call in the rounds."
+            )
+        call[0] = lambda: fn(*args, **kwargs)
+        return result
+
+    call: list[Callable[[], Any]] = [first]
+    return lambda: call[0]()
+
+
+def _first_awaitable(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[], Awaitable[Any]]:
+    """`measure_async`'s call of `fn`; a first call that returns something that cannot be awaited (a plain function
+    passed) is a TypeError saying so, not Python's "object NoneType can't be used in 'await' expression"."""
+
+    async def first() -> Any:
+        result = fn(*args, **kwargs)
+        if not inspect.isawaitable(result):
+            raise TypeError(
+                f"measure_async({getattr(fn, '__qualname__', fn)!r}): its call returned {type(result).__name__}, not "
+                "something to await: measure_async takes an async function (async def, or one returning a coroutine). "
+                "Measure a plain function with pytest_inferscope.measure(fn, ...)."
+            )
+        call[0] = lambda: fn(*args, **kwargs)
+        return await result
+
+    call: list[Callable[[], Awaitable[Any]]] = [first]
+    return lambda: call[0]()
 
 
 def requested_too_late(nodeid: str) -> str:

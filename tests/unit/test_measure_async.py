@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,27 @@ def test_measure_async_checks_its_round_options_as_measure_does_naming_itself(
 
     with pytest.raises(ValueError, match=message):
         asyncio.run(measure_async(call, rounds=2, warmup=0, **kwargs))  # type: ignore[arg-type]
+
+
+def test_measure_async_of_a_plain_function_says_to_pass_an_async_one_or_use_measure() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^measure_async\('sleep'\): its call returned NoneType, not something to await: "
+        r"measure_async takes an async function .* pytest_inferscope.measure\(fn, ...\)",
+    ) as info:
+        asyncio.run(measure_async(time.sleep, 0.001, rounds=2, warmup=0))
+    assert info.value.__context__ is None
+
+
+def test_measure_of_a_function_returning_a_coroutine_closes_it_and_names_measure_async() -> None:
+    made = []
+
+    def call() -> object:
+        made.append(serve(0.001, 0.0))
+        return made[-1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "coroutine ... was never awaited"
+        with pytest.raises(TypeError, match=r"returned a coroutine.*await pytest_inferscope.measure_async\(fn, ...\)"):
+            measure(call, rounds=2, warmup=1)
+    assert len(made) == 1 and made[0].cr_frame is None  # closed
