@@ -20,7 +20,7 @@ from .environment import collect_environment
 from .merger import Timeline
 from .options import OPTIONS
 from .postprocess import Plan, process
-from .reporters.files import check_report_dir
+from .reporters.files import ReportDirError, check_report_dir
 from .results import TestResult
 from .rounds import RoundKind
 
@@ -154,7 +154,15 @@ def collecting(
     settings = settings or standalone_settings()
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
-        check_report_dir(Path(out))
+        try:
+            check_report_dir(Path(out))
+        except ReportDirError as e:  # said as the API takes it, not as pytest's option
+            given = (
+                "pass another folder as report_dir="
+                if report_dir is not None
+                else "set INFERSCOPE_REPORT (or the config file's report:) to another folder"
+            )
+            raise ReportDirError(str(e).replace("pass another folder with --inferscope-report=DIR", given)) from None
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
     options = collection_options(settings, cpu, traced, gpu_rounds, profile_rounds, until_in_step)
     coll = Collection(options, _gpu_choice(settings.gpu, settings.trace_size_mb), name=name, sampler_thread=_SAMPLER)

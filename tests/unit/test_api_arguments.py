@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_inferscope import measure, measure_async, profile
+from pytest_inferscope.reporters.files import ReportDirError
 
 
 @pytest.fixture(autouse=True)
@@ -80,3 +82,12 @@ def test_thresholds_take_what_the_marker_takes_typed_as_it_types_them() -> None:
     checks = {c.key: c for c in result.checks}
     assert checks["max_overhead"].limit == 0.5 and checks["max_latency_ms"].message.startswith("max_latency_ms: p99")
     assert result.rounds == 2 and len(result.latency.samples_ms) == 2 and result.verdict == "pass"
+
+
+def test_a_report_folder_that_is_a_file_is_said_as_the_api_takes_it(tmp_path: Path) -> None:
+    # It said "or pass another folder with --inferscope-report=DIR", pytest's option, to a caller of measure().
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ReportDirError, match="pass another folder as report_dir=") as err:
+        measure(lambda: None, rounds=1, warmup=0, report_dir=afile)
+    assert "--inferscope-report" not in str(err.value)
