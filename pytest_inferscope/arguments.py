@@ -55,6 +55,13 @@ def check_thresholds(caller: str, thresholds: Mapping[str, Any] | None) -> dict[
         )
     typed: dict[str, Any] = {}
     for key, value in thresholds.items():
+        if key == "max_regression":  # (the plugin's comparison: a baseline or an A/B twin, which a call has neither of)
+            raise ValueError(
+                f"{caller}(thresholds={{'max_regression': ...}}): a regression is judged against a saved baseline or "
+                "an A/B run, which the pytest plugin keeps (--inferscope-compare=NAME, --inferscope-ab=REF) and a "
+                f"call does not; mark the test @pytest.mark.inferscope(max_regression=...) instead, or compare two "
+                "runs' reports with `inferscope compare A B`."
+            )
         if key not in THRESHOLD_KEYS:
             if key in ("rounds", "warmup", "cpu", "trace_rounds", "gpu_rounds"):
                 why = f"{key!r} is not a threshold: give it as {caller}'s own argument ({key}=...); "

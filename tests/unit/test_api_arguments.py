@@ -91,3 +91,11 @@ def test_a_report_folder_that_is_a_file_is_said_as_the_api_takes_it(tmp_path: Pa
     with pytest.raises(ReportDirError, match="pass another folder as report_dir=") as err:
         measure(lambda: None, rounds=1, warmup=0, report_dir=afile)
     assert "--inferscope-report" not in str(err.value)
+
+
+def test_max_regression_is_refused_by_a_call_that_has_nothing_to_compare_with() -> None:
+    # It was accepted, then "not evaluated" with advice to use --inferscope-compare=NAME, pytest's option.
+    called = []
+    with pytest.raises(ValueError, match=r"measure\(thresholds=\{'max_regression': \.\.\.\}\): a regression is judged"):
+        measure(lambda: called.append(1), rounds=1, warmup=0, thresholds={"max_regression": 0.05})
+    assert not called
