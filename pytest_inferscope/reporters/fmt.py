@@ -22,6 +22,15 @@ def verdict_label(result: TestResult) -> str:
     return result.verdict
 
 
+def rounds_text(result: TestResult) -> str:
+    """The header's rounds: '20 rounds (warm-up 2)', or, where more or fewer were measured than asked for (the speed
+    probe's on a busy machine, a body that raised), '27 rounds measured (20 asked for, warm-up 2)'."""
+    ran, asked = len(result.latency.samples_ms), result.rounds
+    if ran == asked:
+        return f"{asked} round{'s' * (asked != 1)} (warm-up {result.warmup}"
+    return f"{ran} round{'s' * (ran != 1)} measured ({asked} asked for, warm-up {result.warmup}"
+
+
 def fmt_ms(x: float | None) -> str:
     """Milliseconds with about three significant digits: 87.4, 3.14, 0.123, <0.001."""
     if x is None or not math.isfinite(x):

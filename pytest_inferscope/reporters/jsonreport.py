@@ -1,6 +1,7 @@
 """report.json: a test's `TestResult` as versioned JSON, and reading it back for `inferscope analyze/compare`.
 
-The file is `TestResult.to_dict()` with sorted keys; `schema_version` says which layout it has.
+The file is `TestResult.to_dict()` with sorted keys, and `measured_rounds` (derived: the latency's samples);
+`schema_version` says which layout it has.
 Reading checks the layout against the dataclasses before building them, so a hand-edited or
 truncated file fails with the file name and the key that is wrong, not with a TypeError.
 """
@@ -30,9 +31,13 @@ class ReportFormatError(ValueError):
 def to_json(result: TestResult) -> str:
     """The report.json text of a result: sorted keys, indented, strict JSON (no NaN).
 
-    The same text as `dumps(result.to_dict())`, written in one pass over the dataclasses.
+    The same text as `dumps(result.to_dict() | {"measured_rounds": ...})`, written in one pass over the dataclasses.
     """
-    return _Encoder(dataclasses_too=True).encode(result, "\n") + "\n"
+    top = {name: getattr(result, name) for name in field_names(TestResult) or ()}
+    # `rounds` is what the test asked for; the rounds measured can be more (the speed probe's on a busy machine,
+    # an A/B test's further pairs) or fewer (a body that raised). Named as in index.json; derived, not read back.
+    top["measured_rounds"] = len(result.latency.samples_ms)
+    return _Encoder(dataclasses_too=True).encode(top, "\n") + "\n"
 
 
 def dumps(data: Any) -> str:

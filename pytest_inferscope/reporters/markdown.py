@@ -16,7 +16,19 @@ import jinja2
 import jinja2.bccache
 
 from ..results import CheckResult, TestResult
-from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, fmt_value, md_cell, md_code, md_name, md_text, verdict_label
+from .fmt import (
+    fmt_added,
+    fmt_conf,
+    fmt_ms,
+    fmt_pct,
+    fmt_value,
+    md_cell,
+    md_code,
+    md_name,
+    md_text,
+    rounds_text,
+    verdict_label,
+)
 
 TEMPLATES = Path(__file__).with_name("templates")
 #: Events listed under a finding; the rest are counted, and all are in the trace (trace.json.gz).
@@ -81,6 +93,7 @@ def _env() -> jinja2.Environment:
         code=md_code,
     )
     env.filters["failed_keys"] = lambda checks: [c.key for c in checks if c.status == "failed"]
+    env.globals["rounds_text"] = rounds_text
     env.tests["failed"] = lambda c: isinstance(c, CheckResult) and c.status == "failed"
     env.bytecode_cache = compiled_templates(env)
     return env

@@ -1,0 +1,51 @@
+"""What a test's report says agrees with itself and with the session's other outputs (terminal, index, JUnit)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+from test_reporters import gpu_result
+
+from pytest_inferscope.reporters.html import write_html_report
+from pytest_inferscope.reporters.jsonreport import load_report, to_json
+from pytest_inferscope.reporters.junit import junit_properties
+from pytest_inferscope.reporters.markdown import render_report
+from pytest_inferscope.results import TestResult
+
+
+def _html(r: TestResult) -> str:
+    buf = io.BytesIO()
+    write_html_report(r, None, buf)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", buf.getvalue().decode()))
+
+
+def _probed() -> TestResult:
+    """20 rounds asked for, warm-up 3; the speed probe measured 27 (a busy machine)."""
+    r = gpu_result()
+    r.rounds = 20
+    r.latency.samples_ms = [87.0 + i % 5 for i in range(27)]
+    return r
+
+
+def test_the_header_says_the_rounds_measured_and_those_asked_for(tmp_path: Path) -> None:
+    r = _probed()
+    md = render_report(r)
+    assert "27 rounds measured (20 asked for, warm-up 3)" in md.splitlines()[2]
+    assert "median of 27 rounds" in md and "20 rounds (warm-up" not in md
+    assert "27 rounds measured (20 asked for, warm-up 3)" in _html(r)
+    data = json.loads(to_json(r))
+    assert (data["rounds"], data["measured_rounds"]) == (20, 27)
+    assert dict(junit_properties(r, None))["inferscope.rounds"] == "27"
+    (tmp_path / "report.json").write_text(to_json(r))
+    assert load_report(tmp_path / "report.json").rounds == 20  # the derived key is not read back
+
+
+def test_the_header_is_unchanged_when_the_rounds_asked_for_ran() -> None:
+    r = gpu_result()
+    assert r.rounds == len(r.latency.samples_ms) == 10
+    assert "· 10 rounds (warm-up 3)" in render_report(r)
+    assert "10 rounds (warm-up 3)" in _html(r)
+    assert json.loads(to_json(r))["measured_rounds"] == 10
