@@ -49,3 +49,15 @@ def test_the_header_is_unchanged_when_the_rounds_asked_for_ran() -> None:
     assert "· 10 rounds (warm-up 3)" in render_report(r)
     assert "10 rounds (warm-up 3)" in _html(r)
     assert json.loads(to_json(r))["measured_rounds"] == 10
+
+
+def test_per_round_figures_say_they_are_means_beside_the_median_latency() -> None:
+    r = gpu_result()
+    r.latency.samples_ms = [1.0] * 9 + [70.0]  # one round far slower: the mean is 7.9 ms, the median 1.0
+    r.latency.median, r.latency.mean = 1.0, 7.9
+    md = render_report(r)
+    said = "Per round: the mean over the measured rounds (mean round 7.90 ms, against the median 1.00 ms above)"
+    assert said in md and "saves ~9.20 ms per round (mean)" in md
+    assert "ms per round, mean)" in md  # a finding's suggestion
+    html = _html(r)
+    assert said in html and "Saves per round (mean)" in html
