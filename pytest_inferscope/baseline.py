@@ -77,7 +77,10 @@ def fingerprint(environment: Mapping[str, Any]) -> dict[str, str]:
 
 
 def slot_change(a: Mapping[str, str], b: Mapping[str, str]) -> str:
-    """'baseline on GPU 0, this run on GPU 1' when the pinned GPU differs (SLOT_KEYS); '' when it does not."""
+    """'baseline on GPU 0, this run on GPU 1' when the pinned GPU differs (SLOT_KEYS); '' when it does not, or when
+    neither side had a GPU (a baseline saved before a pin without one was ignored recorded 'pinned_gpu': '0')."""
+    if a.get("gpu_model", "none") == b.get("gpu_model", "none") == "none":
+        return ""
     before, after = (
         f"GPU {x}" if x != "none" else "the unpinned GPU"
         for x in (a.get("pinned_gpu", "none"), b.get("pinned_gpu", "none"))

@@ -14,11 +14,14 @@ GPU_OFF = "switched off (--inferscope-gpu=off)"
 
 
 def pin_gpu(config: pytest.Config, gpus: tuple[int, ...] | None) -> int | None:
-    """With --inferscope-gpus, give this process (xdist worker N: the N-th GPU, round robin) one GPU.
+    """With --inferscope-gpus, give this process (xdist worker N: the N-th GPU, round robin) one GPU; none on a
+    machine without an NVIDIA GPU or driver.
 
     It must happen before CUDA starts in the process, which is why the session calls it at configure time.
     """
     if not gpus or os.environ.get("INFERSCOPE_AB_TWIN"):  # a twin keeps its parent's GPU
+        return None
+    if driver_missing() is not None:  # nothing to pin: the header says so (pin_ignored), no baseline records a GPU
         return None
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None and config.getoption("numprocesses", None):
@@ -46,6 +49,20 @@ def device_missing() -> str | None:
     """
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return "CUDA_VISIBLE_DEVICES hides every GPU"
+    return driver_missing()
+
+
+def driver_missing() -> str | None:
+    """None when the machine has an NVIDIA GPU's device files or driver, else the reason (CUDA_VISIBLE_DEVICES aside:
+    a pin replaces it)."""
     if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/proc/driver/nvidia/version")):
         return "no NVIDIA GPU or driver on this machine"
     return None
+
+
+def pin_ignored(gpus: tuple[int, ...] | None) -> str | None:
+    """The header's line when --inferscope-gpus was given on a machine where it has nothing to pin, else None."""
+    if not gpus or (missing := driver_missing()) is None:
+        return None
+    given = ",".join(map(str, gpus))
+    return f"inferscope: --inferscope-gpus={given} has no effect ({missing}): no GPU pinned or recorded in a baseline"

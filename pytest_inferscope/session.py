@@ -25,7 +25,7 @@ import pytest
 from .checks import benchmark_conflict, plan_of, validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
-from .gpus import GPU_OFF, device_missing, pin_gpu
+from .gpus import GPU_OFF, device_missing, pin_gpu, pin_ignored
 from .options import lean_rounds_conflict, sampler_in_use
 from .pending import Pending, async_testcase, fail_on_thresholds, in_rounds, is_unittest_case, note_exception
 from .session_baselines import SessionBaselines
@@ -179,6 +179,8 @@ class InferscopeSession:
         if self.settings.cpu == "sample" and sampler_in_use(self.settings.sampler) == "signal":
             cpu += " in the test thread"
         lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_line()}"]
+        if (ignored := pin_ignored(self.settings.gpus)) is not None:
+            lines.append(ignored)
         if self.report_dir is not None:
             lines.append(f"inferscope: reports in {self.report_dir}")
         return lines
@@ -440,7 +442,8 @@ class InferscopeSession:
 
         saving = self.settings.save_baseline is not None
         blind = gate_blind_notes(self.results, alpha=self.settings.alpha, saving=saving)
-        notes = [*self.header_lines()[:1], *session_lines(self.results), *blind]
+        pinless = [line for line in (pin_ignored(self.settings.gpus),) if line]  # as the header (-q hides it)
+        notes = [*self.header_lines()[:1], *pinless, *session_lines(self.results), *blind]
         notes += [*self.notes, *getattr(self.ab, "notes", [])]
         column = getattr(self.ab, "column", None)
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)

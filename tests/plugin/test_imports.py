@@ -151,6 +151,7 @@ def test_a_gpu_pin_after_cuda_started_is_refused_with_what_to_do(monkeypatch: py
     cuda = types.SimpleNamespace(is_initialized=lambda: True)
     monkeypatch.setitem(__import__("sys").modules, "torch", types.SimpleNamespace(cuda=cuda))
     monkeypatch.delenv("INFERSCOPE_AB_TWIN", raising=False)
+    monkeypatch.setattr("pytest_inferscope.gpus.driver_missing", lambda: None)  # as on a GPU machine
     config = types.SimpleNamespace(getoption=lambda name, default=None: default)
     with pytest.raises(pytest.UsageError, match=r"--inferscope-gpus=1,2: CUDA was already started .* GPU 1 can no"):
         pin_gpu(config, (1, 2))  # type: ignore[arg-type]

@@ -577,6 +577,7 @@ def test_inferscope_gpus_pins_one_gpu_per_xdist_worker(pytester: pytest.Pytester
             out.write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
         """
     )
+    pytester.makeconftest("import pytest_inferscope.gpus\npytest_inferscope.gpus.driver_missing = lambda: None\n")
     result = pytester.runpytest("-n", "2", "--inferscope-gpus=3,5", "-p", "no:randomly")
     result.assert_outcomes(passed=6)
     seen = {p.name.split("-")[0]: p.read_text() for p in pytester.path.parent.glob("**/gw*-*")}

@@ -373,6 +373,17 @@ def test_a_run_slow_throughout_is_told_by_the_baselines_readings(
     }
 
 
+#: A conftest for a machine with two GPUs of one model (this one's GPU driver and model as on a GPU machine).
+AS_ON_A_GPU_MACHINE = """
+import pytest_inferscope.gpus
+pytest_inferscope.gpus.driver_missing = lambda: None  # a pin is made where a driver is found
+
+
+def pytest_inferscope_machine_info(config):
+    return {"gpu_model": "NVIDIA H200"}
+"""
+
+
 def test_a_test_on_another_gpu_slot_of_the_same_model_is_still_compared(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,6 +391,7 @@ def test_a_test_on_another_gpu_slot_of_the_same_model_is_still_compared(
     it lands on another GPU slot; with every other fingerprint fact equal it is compared, and the summary says so.
     (The two runs below swap the slots outright: gw0 had GPU 0, then GPU 1.)"""
     pytest.importorskip("xdist")
+    project.makeconftest(AS_ON_A_GPU_MACHINE)
     saved = run(project, monkeypatch, 0.01, "-n", "1", "--inferscope-gpus=0,1", "--inferscope-save-baseline=main")
     saved.assert_outcomes(passed=1)
     (entries,) = json.loads((project.path / ".inferscope" / "baselines" / "main.json").read_text())["tests"].values()
@@ -394,3 +406,31 @@ def test_a_test_on_another_gpu_slot_of_the_same_model_is_still_compared(
     assert (
         "on another GPU of the same model (e.g. test_model.py::test_model: baseline on GPU 0, this run on GPU 1)" in out
     )
+
+
+def test_inferscope_gpus_without_a_gpu_pins_nothing_and_says_so(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No GPU, no pin: the header says the option has no effect, and no baseline records a GPU that a later run
+    without the option would be said to have moved from."""
+    from pytest_inferscope.gpus import driver_missing
+
+    if driver_missing() is None:
+        pytest.skip("this machine has a GPU driver")
+    saved = run(project, monkeypatch, 0.01, "--inferscope-gpus=0", "--inferscope-save-baseline=main")
+    saved.assert_outcomes(passed=1)
+    said = "inferscope: --inferscope-gpus=0 has no effect (no NVIDIA GPU or driver on this *)*"
+    saved.stdout.fnmatch_lines([said, "*= inferscope =*", said])  # the header's line, and the summary's (-q: only it)
+    (entries,) = json.loads((project.path / ".inferscope" / "baselines" / "main.json").read_text())["tests"].values()
+    assert entries[0]["fingerprint"]["pinned_gpu"] == "none"
+    again = run(project, monkeypatch, 0.01, "--inferscope-compare=main")
+    assert "another GPU" not in again.stdout.str() and "has no effect" not in again.stdout.str()
+
+
+def test_a_baseline_that_recorded_a_pin_without_a_gpu_is_not_said_to_be_on_another_gpu() -> None:
+    from pytest_inferscope.baseline import slot_change
+
+    none = {"gpu_model": "none", "pinned_gpu": "none"}
+    assert slot_change({**none, "pinned_gpu": "0"}, none) == ""  # saved before the pin was ignored without a GPU
+    h200 = {"gpu_model": "NVIDIA H200", "pinned_gpu": "0"}
+    assert slot_change(h200, {**h200, "pinned_gpu": "none"}) == "baseline on GPU 0, this run on the unpinned GPU"
