@@ -262,8 +262,24 @@ def index_entry(result: TestResult) -> dict[str, Any]:
         "earlier_runs": result.earlier_runs,
         "partial_reason": result.partial_reason,
         "files": dict(result.files),
-        "added": dict(result.added),  # what the plugin added, ms, with reports_ms (not in its report.json)
+        # what the plugin added, ms, with reports_ms (not in its report.json); a count as a count, though a result
+        # from an xdist worker holds every figure as a float
+        "added": {k: int(v) if k == "extra_rounds" else v for k, v in result.added.items()},
+        "vs_baseline": _vs_baseline(result),
     }
+
+
+def _vs_baseline(result: TestResult) -> dict[str, Any] | None:
+    """index.json's comparison with the baseline (the index pages' and the terminal's "vs baseline"), or None."""
+    reg = result.regression
+    if reg is None:
+        return None
+    ratio = reg.latency.ratio
+    return {
+        "baseline": reg.baseline_name, "verdict": reg.verdict,
+        "median_change": ratio - 1 if math.isfinite(ratio) else None,  # +0.283: 28.3% slower than the baseline
+        "baseline_median_ms": reg.latency.base_median, "median_ms": reg.latency.new_median,
+    }  # fmt: skip
 
 
 def _ms3(x: float) -> str:

@@ -55,8 +55,12 @@ def render_index(results: list[TestResult], session: dict[str, Any]) -> str:
     """The index.md text of a session: one row per profiled test, linked to its report."""
     rows = sorted(results, key=lambda r: r.nodeid)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
+    from .terminal import vs_baseline
+
     template = _env().get_template("index.md.j2")
-    return template.render(results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link)
+    return template.render(
+        results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link, vs=vs_baseline
+    )
 
 
 def report_link(result: TestResult) -> str:

@@ -235,15 +235,20 @@ def rerun_lines(results: list[TestResult]) -> list[str]:
     ]
 
 
-def added_time_text(results: list[TestResult]) -> str:
-    """What the plugin added to the profiled tests' time (`TestResult.added`), summed, in words ('' when unknown)."""
+#: Where `added_time_text` sends a reader for each test's figures: plain text, as the index's HTML shows it too.
+PER_TEST_ADDED = ' (per test: "added" in index.json)'
+
+
+def added_time_text(results: list[TestResult], indexed: bool = True) -> str:
+    """What the plugin added to the profiled tests' time (`TestResult.added`), summed, in words ('' when unknown);
+    `indexed`: an index.json is written, where each test's figures are."""
     total, n = sum_added(results)
-    return f"{fmt_added(total, n)} (per test: `added` in index.json)" if n else ""
+    return f"{fmt_added(total, n)}{PER_TEST_ADDED if indexed else ''}" if n else ""
 
 
-def added_time_line(results: list[TestResult]) -> list[str]:
+def added_time_line(results: list[TestResult], indexed: bool) -> list[str]:
     """The summary's line of `added_time_text`, when there is one."""
-    text = added_time_text(results)
+    text = added_time_text(results, indexed)
     return [f"inferscope: the plugin added {text}"] if text else []
 
 
@@ -259,7 +264,8 @@ def tracer_lines(results: list[TestResult]) -> list[str]:
     ]
 
 
-def session_lines(results: list[TestResult]) -> list[str]:
+def session_lines(results: list[TestResult], indexed: bool) -> list[str]:
     """The summary's lines about the session's tests: rounds the speed probe added, reruns, a tracer beside them, what
-    the plugin added."""
-    return [*extra_rounds_lines(results), *rerun_lines(results), *tracer_lines(results), *added_time_line(results)]
+    the plugin added (`indexed`: the session writes index.json, which the lines may point to)."""
+    added = added_time_line(results, indexed)
+    return [*extra_rounds_lines(results), *rerun_lines(results), *tracer_lines(results), *added]

@@ -22,7 +22,7 @@ def test_each_report_says_what_the_plugin_added_and_the_summary_sums_it(pytester
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         ["inferscope: the plugin added * to the 1 profiled test (* the * of the calls asked for): outside the rounds "
-         "*, analysis *, writing reports *, loading the plugin * (once a process) (per test: `added` in index.json)"]
+         "*, analysis *, writing reports *, loading the plugin * (once a process) (per test: \"added\" in index.json)"]
     )  # fmt: skip
     out = pytester.path / "out"
     (entry,) = json.loads((out / "index.json").read_text())["tests"]

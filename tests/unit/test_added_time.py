@@ -84,9 +84,12 @@ def test_one_test_and_a_session_in_words() -> None:
         == "1.70 ms (425x the 0.004 ms of the calls asked for): outside the rounds 0.700 ms, analysis 1.00 ms"
     )
     assert fmt_added(trivial, 1).startswith("1.70 ms to the 1 profiled test (425x the 0.004 ms of the calls asked for)")
-    (line,) = added_time_line([_result(one), _result(quiet)])
-    assert line.startswith("inferscope: the plugin added 2.41 s to the 2 profiled tests") and "index.json" in line
-    assert added_time_line([_result({})]) == []
+    (line,) = added_time_line([_result(one), _result(quiet)], indexed=True)
+    assert line.startswith("inferscope: the plugin added 2.41 s to the 2 profiled tests")
+    assert line.endswith(' (per test: "added" in index.json)')
+    (unindexed,) = added_time_line([_result(one), _result(quiet)], indexed=False)  # no --inferscope-report
+    assert "index.json" not in unindexed and line.startswith(unindexed)
+    assert added_time_line([_result({})], indexed=True) == []
 
 
 def test_the_first_test_of_a_process_adds_what_loading_the_plugin_took() -> None:

@@ -61,3 +61,26 @@ def test_per_round_figures_say_they_are_means_beside_the_median_latency() -> Non
     assert "ms per round, mean)" in md  # a finding's suggestion
     html = _html(r)
     assert said in html and "Saves per round (mean)" in html
+
+
+def test_every_index_says_the_comparison_with_the_baseline(tmp_path: Path) -> None:
+    from pytest_inferscope.comparison import Comparison
+    from pytest_inferscope.reporters import write_index
+    from pytest_inferscope.results import RegressionVerdict
+
+    compared, alone = gpu_result("t.py::test_compared"), gpu_result("t.py::test_alone")
+    c = Comparison("regressed", 1.283, 1.2, 1.4, 0.001, "", 1.069, 1.372, 12, 12)
+    compared.regression = RegressionVerdict(compared.nodeid, "regressed", "", c, baseline_name="main")
+    compared.added = {"extra_rounds": 0.0, "added_ms": 1.5}  # as an xdist worker's result holds it
+    write_index([compared, alone], tmp_path, {})
+    md = (tmp_path / "index.md").read_text()
+    assert "| vs baseline |" in md and "| +28.3% regressed |" in md and "| — |" in md
+    html = (tmp_path / "index.html").read_text()
+    assert "+28.3% regressed" in html and "`added`" not in html
+    tests = {t["nodeid"]: t for t in json.loads((tmp_path / "index.json").read_text())["tests"]}
+    assert tests["t.py::test_alone"]["vs_baseline"] is None
+    vs = tests["t.py::test_compared"]["vs_baseline"]
+    assert vs["verdict"] == "regressed" and vs["baseline"] == "main" and round(vs["median_change"], 3) == 0.283
+    assert (vs["baseline_median_ms"], vs["median_ms"]) == (1.069, 1.372)
+    extra = tests["t.py::test_compared"]["added"]["extra_rounds"]
+    assert extra == 0 and type(extra) is int  # as a serial run writes it
