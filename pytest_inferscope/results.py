@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .comparison import Comparison, MetricChange
+from .comparison import Comparison, MetricChange, ms_pair
 
 #: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15).
 SCHEMA_VERSION = 2
@@ -420,8 +420,9 @@ class RegressionVerdict:
         }[self.verdict]
         lines = [f"{head} {against}: {self.reason}"]
         if math.isfinite(c.ratio):
+            before, after = ms_pair(c.base_median, c.new_median)
             lines.append(
-                f"  latency: median {c.base_median:.4g} ms ({c.base_n} rounds) → {c.new_median:.4g} ms "
+                f"  latency: median {before} ms ({c.base_n} rounds) → {after} ms "
                 f"({c.new_n} rounds), {100 * (c.ratio - 1):+.1f}% (ratio {c.ratio:.3f}, "
                 f"{100 * c.confidence:.0f}% CI {c.ci_low:.3f}–{c.ci_high:.3f}); one-sided Mann–Whitney "
                 f"p={c.p_value:.2g} (alpha {c.alpha:g}); allowed regression {100 * c.max_regression:.3g}%."

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .comparison import Comparison, MetricChange
+from .comparison import Comparison, MetricChange, ms_pair
 
 VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
 ALTERNATIVES = ("greater", "less", "two-sided")
@@ -255,7 +255,8 @@ def compare_samples(
     if too_wide:
         return result("inconclusive", p_dir, too_wide)
     change = _pct(ratio - 1.0)
-    numbers = f"median {bm:.4g} → {nm:.4g} ms, ratio {ratio:.3f}, {100 * conf:.0f}% CI {low:.3f}–{high:.3f}"
+    before, after = ms_pair(bm, nm)
+    numbers = f"median {before} → {after} ms, ratio {ratio:.3f}, {100 * conf:.0f}% CI {low:.3f}–{high:.3f}"
     slower_sig, faster_sig = p_slower < alpha, p_faster < alpha
     if slower_sig and ratio > 1.0 + max_regression:
         return result(

@@ -243,7 +243,7 @@ class CpuView:
         """The breakdown's framework part: sampled time in the framework's Python code."""
         label = "Framework (torch modules and the native ops they call, sampled)"
         if not self.sample_weights:
-            reason = "no CPU stack samples (sampling off or rounds too short)"
+            reason = "no CPU stack samples: sampling off or rounds too short"
             return BreakdownPart(label, None, None, collected=False, reason=reason)
         fw = self.framework_ns
         return BreakdownPart(label, self.rounds.per_round_ms(fw), fw / max(1, self.rounds.wall_ns))

@@ -84,3 +84,25 @@ def test_every_index_says_the_comparison_with_the_baseline(tmp_path: Path) -> No
     assert (vs["baseline_median_ms"], vs["median_ms"]) == (1.069, 1.372)
     extra = tests["t.py::test_compared"]["added"]["extra_rounds"]
     assert extra == 0 and type(extra) is int  # as a serial run writes it
+
+
+def test_two_medians_are_written_to_the_same_decimals() -> None:
+    from pytest_inferscope.comparison import ms_pair
+    from pytest_inferscope.stats import compare_samples
+
+    assert ms_pair(1.055, 0.7478) == ("1.055", "0.748")  # was 1.055 → 0.7478 (improved) beside 1.069 → 1.372
+    assert ms_pair(1.069, 1.372) == ("1.069", "1.372") and ms_pair(87.36, 120.0) == ("87.4", "120.0")
+    c = compare_samples(
+        [1.055 + i * 1e-4 for i in range(12)], [0.7478 + i * 1e-4 for i in range(12)], max_regression=0.05
+    )
+    assert "median 1.056 → 0.748 ms" in c.reason
+
+
+def test_a_part_not_collected_has_one_parenthesis() -> None:
+    import inspect
+
+    import pytest_inferscope.analyzer.context as context
+
+    # The reason is shown inside the breakdown's "not collected (...)"
+    assert "no CPU stack samples: sampling off or rounds too short" in inspect.getsource(context)
+    assert "(sampling off" not in inspect.getsource(context)
