@@ -70,4 +70,10 @@ def pytest_inferscope_machine_info(config: pytest.Config) -> dict[str, Any] | No
 
 @pytest.hookspec
 def pytest_inferscope_result(config: pytest.Config, result: TestResult) -> None:
-    """Called with each profiled test's result after its reports are written (upload it, assert on it)."""
+    """Called with each profiled test's result as soon as it is analysed (assert on it, keep it).
+
+    Its report files may not be on disk yet: a helper process writes them while the tests go on. `result.files`
+    names them (relative to the report folder); they are all written, with index.json, by the time a
+    `@pytest.hookimpl(trylast=True)` `pytest_sessionfinish` runs (in an xdist worker: its own tests' files, the
+    index in the controller's): upload them there (docs/ci.md, "Uploading the reports").
+    """

@@ -150,3 +150,37 @@ def pytest_inferscope_whatifs(config):
     replay = row["whatif_replay"]
     assert replay["decided_by"] == "rules" and "no round graph" in replay["fallback"], replay
     assert row["bottleneck"] in ("cpu_bound", "unclassified")
+
+
+def test_the_report_files_are_on_disk_by_a_trylast_sessionfinish_as_the_result_hook_says(
+    pytester: pytest.Pytester,
+) -> None:
+    """The result hook may run before its files are written (a helper process writes them); the documented point
+    where every file and the index are there is a `trylast` `pytest_sessionfinish`."""
+    from pytest_inferscope import hooks
+
+    assert "may not be on disk yet" in (hooks.pytest_inferscope_result.__doc__ or "")
+    assert "trylast=True" in (hooks.pytest_inferscope_result.__doc__ or "")
+    pytester.makeconftest(
+        """
+import json, pathlib, pytest
+
+SEEN = []
+
+def pytest_inferscope_result(config, result):
+    SEEN.append(dict(result.files))
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    out = pathlib.Path(session.config.rootpath, "out")
+    missing = [f for files in SEEN for f in files.values() if not (out / f).is_file()]
+    pathlib.Path(session.config.rootpath, "seen.json").write_text(json.dumps(
+        {"files": len([f for files in SEEN for f in files.values()]), "missing": missing,
+         "index": (out / "index.json").is_file()}))
+"""
+    )
+    pytester.makepyfile(BODY.format(extra=""))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out")
+    result.assert_outcomes(passed=1)
+    seen = json.loads((pytester.path / "seen.json").read_text())
+    assert seen["files"] >= 3 and seen["missing"] == [] and seen["index"], seen
