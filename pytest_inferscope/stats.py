@@ -255,8 +255,7 @@ def compare_samples(
     if too_wide:
         return result("inconclusive", p_dir, too_wide)
     change = _pct(ratio - 1.0)
-    before, after = ms_pair(bm, nm)
-    numbers = f"median {before} → {after} ms, ratio {ratio:.3f}, {100 * conf:.0f}% CI {low:.3f}–{high:.3f}"
+    numbers = f"median {' → '.join(ms_pair(bm, nm))} ms, ratio {ratio:.3f}, {100 * conf:.0f}% CI {low:.3f}–{high:.3f}"
     slower_sig, faster_sig = p_slower < alpha, p_faster < alpha
     if slower_sig and ratio > 1.0 + max_regression:
         return result(
