@@ -221,14 +221,16 @@ def extra_rounds_lines(results: list[TestResult]) -> list[str]:
     ]
 
 
-def rerun_lines(results: list[TestResult]) -> list[str]:
+def rerun_lines(results: list[TestResult], indexed: bool = True) -> list[str]:
     """One summary line when tests ran more than once (pytest-rerunfailures, a test given twice): their runs' verdicts
-    in order, since the table, the index and a saved baseline hold only the last."""
+    in order, since the table, the index and a saved baseline hold only the last (`indexed`: index.json is written,
+    where the rest are; plain text, as the index's HTML shows the line too)."""
     rerun = [r for r in results if r.earlier_runs]
     if not rerun:
         return []
     shown = "; ".join(f"{r.nodeid}: {', '.join(r.earlier_runs)}, then {r.verdict}" for r in rerun[:3])
-    more = f"; and {len(rerun) - 3} more (`earlier_runs` in index.json)" if len(rerun) > 3 else ""
+    where = ' ("earlier_runs" in index.json)' if indexed else ""
+    more = f"; and {len(rerun) - 3} more{where}" if len(rerun) > 3 else ""
     return [
         f"inferscope: {len(rerun)} test(s) ran more than once in this session (a rerun plugin: pytest-rerunfailures); "
         f"the table, the index and a saved baseline hold each one's last run. {shown}{more}"
@@ -268,4 +270,4 @@ def session_lines(results: list[TestResult], indexed: bool) -> list[str]:
     """The summary's lines about the session's tests: rounds the speed probe added, reruns, a tracer beside them, what
     the plugin added (`indexed`: the session writes index.json, which the lines may point to)."""
     added = added_time_line(results, indexed)
-    return [*extra_rounds_lines(results), *rerun_lines(results), *tracer_lines(results), *added]
+    return [*extra_rounds_lines(results), *rerun_lines(results, indexed), *tracer_lines(results), *added]

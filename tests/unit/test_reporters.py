@@ -1249,3 +1249,17 @@ def test_the_writer_writes_here_when_its_process_cannot_start_or_stops(
     w = ReportWriter()
     w.submit("t::b", tmp_path / "b", [("one", b"1")])
     assert (tmp_path / "b" / "one").read_bytes() == b"1" and w.close() == []
+
+
+def test_the_rerun_line_is_plain_text_and_points_to_index_json_only_when_one_is_written() -> None:
+    from pytest_inferscope.reporters.terminal import rerun_lines
+
+    results = []
+    for i in range(5):
+        r = gpu_result(f"t.py::test_{i}")
+        r.earlier_runs = ["fail"]
+        results.append(r)
+    (line,) = rerun_lines(results, indexed=True)
+    assert line.endswith('and 2 more ("earlier_runs" in index.json)') and "`" not in line  # index.html shows it too
+    (line,) = rerun_lines(results, indexed=False)
+    assert line.endswith("and 2 more") and "index.json" not in line
