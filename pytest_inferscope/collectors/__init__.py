@@ -46,6 +46,17 @@ def active() -> Collection | None:
     return _active
 
 
+def _current_task() -> object:
+    """The asyncio task running now, or None (no event loop running in this thread; asyncio not imported: none)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running event loop
+        return None
+
+
 def busy(name: str, running: Collection) -> str:
     """Why `name` cannot start while `running` runs: nested in it, or started by another thread while it runs."""
     if running.thread != threading.get_ident():
@@ -54,6 +65,12 @@ def busy(name: str, running: Collection) -> str:
             "profiles one thing at a time (its sampler, CUPTI and the scopes and marks of every thread go to the one "
             "running profile). Profile from one thread at a time: wait for the other call to return (a lock around "
             "the calls), or run them in separate processes."
+        )
+    if running.task is not None and running.task is not _current_task():
+        return (
+            f"{name!r} cannot be profiled now: another asyncio task is profiling {running.name!r} in this event loop, "
+            "and one process profiles one thing at a time. Await the other measure_async() before starting this one "
+            "(an asyncio.Lock around the calls), not both at once (asyncio.gather)."
         )
     return (
         f"{name!r} cannot be profiled inside {running.name!r}, which is profiled already (a test marked "
@@ -185,6 +202,7 @@ class Collection:
         self.stop_ns = 0
         self._running = False
         self.thread = threading.get_ident()  # the thread that runs it: another thread's start is refused
+        self.task: object = None  # the asyncio task that started it, if one did (another task's start is refused)
         #: The speed probe's readings around the measured rounds, when they were made up for (drift.measure_steady).
         self.probe_ms: list[float] = []
 
@@ -192,7 +210,7 @@ class Collection:
 
     def start(self) -> None:
         global _active
-        self.thread = threading.get_ident()
+        self.thread, self.task = threading.get_ident(), _current_task()
         with _starting:
             running = _active
             if running is None:

@@ -89,3 +89,26 @@ def test_a_measure_in_another_thread_during_a_profile_is_refused_as_another_thre
         t.join()
     assert refused and "another thread is profiling 'main'" in refused[0]
     assert p.result is not None and p.result.outcome == "passed"
+
+
+def test_two_asyncio_tasks_measuring_at_once_are_told_another_task_is_profiling() -> None:
+    # One thread, two tasks (asyncio.gather): the second was told "profiles do not nest", as if inside the first.
+    import asyncio
+
+    from pytest_inferscope import measure_async
+
+    async def body() -> None:
+        await asyncio.sleep(0.001)
+
+    async def both() -> list[object]:
+        return await asyncio.gather(
+            measure_async(body, rounds=3, warmup=0, name="first"),
+            measure_async(body, rounds=3, warmup=0, name="second"),
+            return_exceptions=True,
+        )
+
+    results = asyncio.run(both())
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert len(errors) == 1 and isinstance(errors[0], RuntimeError), results
+    assert "another asyncio task is profiling" in str(errors[0]) and "do not nest" not in str(errors[0])
+    assert active() is None
