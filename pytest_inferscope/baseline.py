@@ -347,6 +347,10 @@ class BaselineStore:
         )
 
 
+#: Above any round's latency (11.6 days): a saved sample beyond it was edited by hand, and overflows the statistics.
+MAX_SAMPLE_MS = 1e9
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -380,6 +384,8 @@ def _structure_problem(tests: Any) -> str:
             samples = e.get("samples_ms")
             if not isinstance(samples, list) or not all(map(_is_number, samples)):
                 return f"{where}: samples_ms is not a list of finite numbers"
+            if not all(0 < x < MAX_SAMPLE_MS for x in samples):  # (1e308 overflowed the comparison's statistics)
+                return f"{where}: samples_ms holds a latency out of range (each is a round's ms, over 0 and under 1e9)"
             for key, (want, ok) in _ENTRY_CHECKS.items():
                 if key in e and not ok(e[key]):
                     return f"{where}: {key} is not {want}"

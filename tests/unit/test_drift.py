@@ -237,6 +237,18 @@ def test_probe_readings_are_saved_and_loaded_and_a_bad_list_is_an_error(tmp_path
         store.load("main")
 
 
+@pytest.mark.parametrize("edit", ["1e308", "0", "-2.5"])
+def test_a_saved_latency_out_of_range_is_an_error_naming_the_entry(tmp_path: Any, edit: str) -> None:
+    # Edited by hand: 1e308 ms overflowed the comparison ("math range error", no verdict); 0 or a negative passed.
+    store = BaselineStore(tmp_path)
+    store.save("main", [_result(_rounds(3.0, 5, seed=61), [FAST] * 6)], {})
+    text = store.path("main").read_text().replace('"samples_ms": [', f'"samples_ms": [{edit}, ', 1)
+    store.path("main").write_text(text)
+    with pytest.raises(BaselineError, match=r"entry 0 of 't\.py::test_w': samples_ms holds a latency out of range"):
+        store.load("main")
+    assert store.path("main").read_text() == text  # left as it was
+
+
 def test_inferscope_compare_uses_the_probe_readings_of_two_baseline_files(
     tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
