@@ -18,7 +18,7 @@ from .merger import Timeline, merge
 from .regression import compare_to_baseline
 from .reporters.files import slugify
 from .results import Analysis, CollectorInfo, LatencyStats, RegressionVerdict, TestResult
-from .rounds import RoundKind, row_kind
+from .rounds import RoundKind, kinds_of, row_kind
 
 if TYPE_CHECKING:
     from .reporters.writer import ReportWriter
@@ -304,13 +304,30 @@ def _compare(
 
 
 def _marks(timeline: Timeline) -> list[dict[str, Any]]:
-    """The mark_event()s: name, time in ms, attributes."""
+    """The mark_event()s: name, time in ms, attributes, and the round it was made in ("measured 3", "warmup 0"; none
+    outside every round): a test's marks come from every round it ran, the warm-up's and those after the measured
+    ones too, so that a count of them is read against the rounds."""
     ev = timeline.events
-    return [
-        {
+    idx = timeline.mask(Kind.MARK).nonzero()[0]
+    if not len(idx):
+        return []
+    rounds = (ev["kind"] == int(Kind.ROUND)).nonzero()[0]
+    rounds = rounds[ev["start"][rounds].argsort(kind="stable")]  # (one after another: by start)
+    at = ev["start"][idx]
+    k = ev["start"][rounds].searchsorted(at, side="right") - 1  # the round each mark is in, if any
+    inside = (k >= 0) & (at < ev["end"][rounds][k.clip(0)]) if len(rounds) else k >= 0
+    labels = [
+        f"{RoundKind(kind).name.lower()} {n}"
+        for kind, n in zip(kinds_of(ev["flags"][rounds]).tolist(), ev["value"][rounds].tolist(), strict=True)
+    ]
+    out = []
+    for i, t, r, ok in zip(idx.tolist(), at.tolist(), k.tolist(), inside.tolist(), strict=True):
+        mark = {
             "name": timeline.name(i),
-            "t_ms": float(ev["start"][i]) / 1e6,
+            "t_ms": float(t) / 1e6,
             "attrs": timeline.attrs[int(ev["value"][i])] if ev["value"][i] >= 0 else {},
         }
-        for i in timeline.mask(Kind.MARK).nonzero()[0].tolist()
-    ]
+        if ok:
+            mark["round"] = labels[r]
+        out.append(mark)
+    return out

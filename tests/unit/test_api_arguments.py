@@ -99,3 +99,15 @@ def test_max_regression_is_refused_by_a_call_that_has_nothing_to_compare_with() 
     with pytest.raises(ValueError, match=r"measure\(thresholds=\{'max_regression': \.\.\.\}\): a regression is judged"):
         measure(lambda: called.append(1), rounds=1, warmup=0, thresholds={"max_regression": 0.05})
     assert not called
+
+
+def test_each_mark_says_the_round_it_was_made_in() -> None:
+    # A test's marks come from every round it ran: 14 marks for 12 measured rounds read as a miscount without it.
+    from pytest_inferscope import mark_event
+
+    r = measure(lambda: mark_event("step", k=1), rounds=2, warmup=1)
+    assert [(m["name"], m["round"]) for m in r.marks] == [
+        ("step", "warmup 0"),
+        ("step", "measured 1"),
+        ("step", "measured 2"),
+    ]

@@ -407,7 +407,7 @@ def test_report_has_every_section_in_order(tmp_path: Path) -> None:
     assert "pageable H2D copies run at about half the bandwidth" in md
     assert "| forward/attention | module | 40 | 80.0 | 2.00 | 9.0% |" in md
     assert "| app.pre:tokenize (pre.py:12) | 20.5 | 25.0 | 23.4% |" in md
-    assert "| batch_ready | 3.25 |" in md
+    assert "| batch_ready | — | 3.25 |" in md
     assert "Per-round samples (ms): 87.1, 86.9, 88.3" in md
     assert "Warm-up rounds (ms, not counted): 120.0, 95.0, 90.0" in md
     lat = r.latency
