@@ -28,7 +28,7 @@ from pytest_inferscope.reporters.files import (
 from pytest_inferscope.reporters.fmt import fmt_ms, fmt_pct
 from pytest_inferscope.reporters.jsonreport import ReportFormatError, load_report, to_json
 from pytest_inferscope.reporters.junit import junit_properties
-from pytest_inferscope.reporters.markdown import render_report
+from pytest_inferscope.reporters.markdown import render_index, render_report
 from pytest_inferscope.reporters.terminal import (
     FailureRepr,
     failure_longrepr,
@@ -651,6 +651,10 @@ def test_index_lists_every_test_with_link_latency_and_verdict(tmp_path: Path) ->
     assert "transfer_bound (78%)" in md
     assert "| FAIL (max_latency_ms) | max_latency_ms |" in md
     assert "| partial |" in md
+    none = partial_result()  # raised in its first round: no latency sample ("n/a ± n/a ms" before)
+    none.latency = LatencyStats.from_samples([], [])
+    row = next(line for line in render_index([none], {}).splitlines() if "test_raises" in line)
+    assert "| no measured round |" in row and "n/a ±" not in row
     for r in results:  # every link points to a file that exists
         assert (tmp_path / r.files["md"]).is_file()
     html = (tmp_path / "index.html").read_text(encoding="utf-8")
