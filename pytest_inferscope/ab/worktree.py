@@ -80,6 +80,13 @@ def resolve_commit(repo: Repo, ref: str) -> str:
     """The full commit hash `ref` names in `repo`; an ABInputError naming it otherwise."""
     out = _git(repo.git_dir, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if out.returncode != 0 or not out.stdout.strip():
+        kind = _git(repo.git_dir, "cat-file", "-t", ref).stdout.strip()  # a name git knows, of no commit?
+        if kind in ("tree", "blob"):
+            raise ABInputError(
+                f"--inferscope-ab={ref}: {ref!r} names a {kind} (a folder or a file at a revision), not a commit; the "
+                "other side runs a whole checkout. Give the commit (the part before ':', e.g. "
+                f"--inferscope-ab={ref.partition(':')[0] or 'HEAD~1'}), and the tests to run as pytest's arguments."
+            )
         raise ABInputError(
             f"--inferscope-ab={ref}: git does not know the revision {ref!r} in {repo.top}. Give a branch, tag or "
             "commit that exists here (`git log --oneline -5`); in CI, fetch the history first (actions/checkout "

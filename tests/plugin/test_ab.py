@@ -214,6 +214,7 @@ def test_ab_python_same_code_unchanged(pytester: pytest.Pytester) -> None:
     ("case", "expected"),
     [
         ("unknown ref", "git does not know the revision 'no-such-branch'"),
+        ("a tree", "'HEAD~1:test_x.py' names a blob (a folder or a file at a revision), not a commit"),
         ("not a repo", "is not inside a git repository"),
         ("does not collect", "the tests do not collect at HEAD~1"),
         ("does not collect", "test_x.py (SyntaxError: "),  # the file and git's last line, not a list's repr
@@ -229,6 +230,9 @@ def test_bad_input_is_a_usage_error(pytester: pytest.Pytester, case: str, expect
     if case == "unknown ref":
         make_repo(pytester, body, body)
         args = ["--inferscope-ab=no-such-branch"]
+    elif case == "a tree":  # git's REV:PATH syntax, which names what the path is at the revision
+        make_repo(pytester, body, body)
+        args = ["--inferscope-ab=HEAD~1:test_x.py"]
     elif case == "not a repo":
         pytester.makepyfile(test_x=body)
         if subprocess.run(["git", "rev-parse"], cwd=pytester.path, capture_output=True).returncode == 0:
