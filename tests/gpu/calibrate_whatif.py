@@ -10,13 +10,17 @@ errors. For gpu_bound the fix (bf16) is not the
 built-in 2x: the table also replays the slow rounds with the kernels as much faster as the fixed
 variant's kernels are.
 
-Part 2, real models no one here wrote, from configs with random weights (nothing is downloaded): HF GPT-2
-`generate` at batch 1, GPT-2 forward 16x512, timm ViT-B/16 batch 32 bf16, torchvision ResNet-50 batch 128
-fp16: class, what-if table, replay error. Then two fixes applied and measured against their prediction:
-the ViT's and the ResNet's forward captured in a CUDA graph (the "a CUDA graph" row) and GPT-2's forward
-under bf16 autocast (the "GPU work 2x faster" row, with the kernel speed-up the fix reached).
+Part 2, real models no one here wrote, from configs with random weights (nothing is downloaded;
+tests/gpu/real_models.py): HF GPT-2 `generate` at batch 1, GPT-2 forward 16x512, timm ViT-B/16 batch 32
+bf16, torchvision ResNet-50 batch 128 fp16, HF BERT-base on one 128-token request, MobileNetV3-Large on one
+image, ConvNeXt-Tiny batch 64 fp32, ResNet-18 fed from pageable host memory, Faster R-CNN on two images:
+class, what-if table, replay error. Then the fixes applied and measured against their prediction, over
+`--repeats` model/fix pairs in alternation: a forward captured in a CUDA graph (ViT, ResNet-50, BERT,
+MobileNet: the "a CUDA graph" row), bf16 autocast (GPT-2 forward, ConvNeXt: the "GPU work 2x faster" row,
+replayed at the kernel speed-up the fix reached) and the input copied from pinned memory asynchronously
+(ResNet-18: the "copies pinned" row). `--models a,b` runs only those.
 
-    python3 tests/gpu/calibrate_whatif.py [--out DIR] [--only scenarios|models] [--cpu-smoke]
+    python3 tests/gpu/calibrate_whatif.py [--out DIR] [--only scenarios|models] [--models a,b] [--cpu-smoke]
 
 Part 3, the scenarios' slow variants recorded with torch.profiler (tests/gpu/kineto_scenarios.py, in a
 process of its own) into DIR/kineto/<scenario>.json.gz and read back by the Kineto importer: their class
@@ -190,113 +194,14 @@ def replay_at_speedup(slow: Any, fixed: Any, factor: float | None) -> dict[str, 
 # -- real models ------------------------------------------------------------------------------
 
 
-def build_models(device: Any, smoke: bool) -> dict[str, Callable[[], Any]]:
-    """name -> a body (closure over its model and inputs); a stand-in where a package is missing."""
-    import torch
+def models(
+    device: Any, choice: Any, smoke: bool, repeats: int = 1, only: set[str] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each model's class and what-ifs; each applied fix's prediction against its measured saving, over
+    `repeats` model/fix pairs run in alternation (the first pair is the models' first collections)."""
+    from real_models import APPLIED, build_models
 
-    bodies: dict[str, Callable[[], Any]] = {}
-    half = torch.bfloat16 if device.type == "cuda" else torch.float32
-    try:
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        cfg = GPT2Config(n_layer=2, n_embd=64, n_head=2) if smoke else GPT2Config()
-        gpt2 = GPT2LMHeadModel(cfg).to(device).eval()
-        prompt = torch.randint(0, cfg.vocab_size, (1, 8), device=device)
-        batch = torch.randint(0, cfg.vocab_size, (2, 16) if smoke else (16, 512), device=device)
-        new = 4 if smoke else 32
-
-        def generate() -> Any:
-            with torch.no_grad():
-                return gpt2.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
-
-        def forward() -> Any:
-            with torch.no_grad():
-                return gpt2(batch).logits
-
-        def forward_bf16() -> Any:
-            with torch.no_grad(), torch.autocast(device.type, dtype=half):
-                return gpt2(batch).logits
-
-        bodies.update({"gpt2_generate_b1": generate, "gpt2_forward_16x512": forward,
-                       "gpt2_forward_16x512+bf16": forward_bf16})  # fmt: skip
-    except ImportError:
-        pass
-    try:
-        import timm
-
-        vit = timm.create_model("vit_tiny_patch16_224" if smoke else "vit_base_patch16_224", pretrained=False)
-        vit = vit.to(device).eval()
-        x = torch.randn(2 if smoke else 32, 3, 224, 224, device=device)
-        bodies["vit_b16_b32_bf16"] = autocast_body(vit, x, device, half)
-        bodies["vit_b16_b32_bf16+cuda_graph"] = graphed(vit, x, device, half)
-    except ImportError:
-        pass
-    try:
-        import torchvision
-
-        rn = torchvision.models.resnet50(weights=None).to(device).eval()
-        x = torch.randn(2 if smoke else 128, 3, 224, 224, device=device)
-        fp16 = torch.float16 if device.type == "cuda" else torch.float32
-        bodies["resnet50_b128_fp16"] = autocast_body(rn, x, device, fp16)
-        bodies["resnet50_b128_fp16+cuda_graph"] = graphed(rn, x, device, fp16)
-    except ImportError:
-        pass
-    if smoke and not bodies:  # none of the three packages here: a stand-in, so the code path still runs
-        enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(64, 2, 128, batch_first=True), 2)
-        enc = enc.to(device).eval()
-        x = torch.randn(2, 16, 64, device=device)
-        bodies["stand_in_encoder"] = autocast_body(enc, x, device, half)
-        bodies["stand_in_encoder+cuda_graph"] = graphed(enc, x, device, half)
-    return bodies
-
-
-def autocast_body(model: Any, x: Any, device: Any, dtype: Any) -> Callable[[], Any]:
-    import torch
-
-    def body() -> Any:
-        # No autocast weight cache: the forward may be captured in a CUDA graph (graphed()).
-        amp = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32, cache_enabled=False)
-        with torch.no_grad(), amp:
-            return model(x)
-
-    return body
-
-
-def graphed(model: Any, x: Any, device: Any, dtype: Any) -> Callable[[], Any]:
-    """The forward captured once in a CUDA graph and replayed (on a CPU: the plain forward)."""
-    import torch
-
-    plain = autocast_body(model, x, device, dtype)
-    if device.type != "cuda":
-        return plain
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            plain()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = plain()
-
-    def body() -> Any:
-        graph.replay()
-        return out
-
-    return body
-
-
-#: Applied fixes: (model, its fixed body, the what-if that predicts it).
-APPLIED = [
-    ("vit_b16_b32_bf16", "vit_b16_b32_bf16+cuda_graph", "a CUDA graph"),
-    ("resnet50_b128_fp16", "resnet50_b128_fp16+cuda_graph", "a CUDA graph"),
-    ("gpt2_forward_16x512", "gpt2_forward_16x512+bf16", "GPU work 2x faster"),
-    ("stand_in_encoder", "stand_in_encoder+cuda_graph", "a CUDA graph"),
-]
-
-
-def models(device: Any, choice: Any, smoke: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    bodies = build_models(device, smoke)
+    bodies = build_models(device, smoke, only)
     rounds, warmup = (2, 1) if smoke else (10, 3)
     results = {}
     for name, body in bodies.items():
@@ -304,13 +209,16 @@ def models(device: Any, choice: Any, smoke: bool) -> tuple[list[dict[str, Any]],
     rows = [{"model": n, **summary(r)} for n, r in results.items() if "+" not in n]
     applied = []
     for base, fix, change in APPLIED:
-        if base in results and fix in results:
-            row = {"model": base, "fix": fix.split("+")[1], **compare(results[base], results[fix], change)}
-            if change.startswith("GPU work"):
-                row["at_measured_speedup"] = replay_at_speedup(
-                    results[base], results[fix], kernel_speedup(results[base], results[fix])
-                )
-            applied.append(row)
+        if base not in results or fix not in results:
+            continue
+        pairs = [(results[base], results[fix])]
+        for _ in range(repeats - 1):
+            pairs.append((collect(base, bodies[base], rounds, warmup, choice),
+                          collect(fix, bodies[fix], rounds, warmup, choice)))  # fmt: skip
+        row = {"model": base, "fix": fix.split("+")[1], **median_of([compare(a, b, change) for a, b in pairs])}
+        if change.startswith("GPU work"):
+            row["at_measured_speedup"] = median_of([replay_at_speedup(a, b, kernel_speedup(a, b)) for a, b in pairs])
+        applied.append(row)
     return rows, applied
 
 
@@ -449,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: checks the script only")
     ap.add_argument("--repeats", type=int, default=3, help="slow/fixed pairs per scenario, run in alternation")
     ap.add_argument("--rounds", type=int, default=15, help="measured rounds per variant, at least the scenario's")
+    ap.add_argument("--models", default="", help="comma-separated model names (tests/gpu/real_models.py)")
     ap.add_argument("--save-raw", type=Path, help="keep each collection's raw trace here (<name>.npz)")
     args = ap.parse_args(argv)
     global SAVE_RAW
@@ -467,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 1 if args.cpu_smoke else args.repeats
     scen = scenarios(device, choice, args.cpu_smoke, repeats, args.rounds) if args.only != "models" else []
     kin = kineto_rows(traces, scen)
-    mods, applied = models(device, choice, args.cpu_smoke) if args.only != "scenarios" else ([], [])
+    only = {m.strip() for m in args.models.split(",") if m.strip()} or None
+    mods, applied = models(device, choice, args.cpu_smoke, repeats, only) if args.only != "scenarios" else ([], [])
     gpu = torch.cuda.get_device_name(0) if cuda else "CPU"
     head = (f"{datetime.date.today().isoformat()}, {gpu}, torch {torch.__version__}, "
             f"commit {os.environ.get('COMMIT', '?')}, {time.monotonic() - t0:.0f} s")  # fmt: skip
