@@ -31,11 +31,15 @@ Samples = tuple[list[int], list[int], list[int], list[str]]
 
 
 def samples_in(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) -> Samples:
-    """The test thread's CPU samples in the round, by start: (start, end, the latest end so far, module of the
-    innermost frame); the modules that are the framework's are added to `framework`."""
+    """The test thread's CPU samples taken in the round, by start: (start, end, the latest end so far, module of
+    the innermost frame); the modules that are the framework's are added to `framework`.
+
+    A sample is taken at its end and stands for the time since the one before: one taken after the round ended
+    (the sampler's thread waits for the GIL, which the round's end may hold to the plugin's next wait) shows the
+    plugin's code, not the round's, however much of its time lies in the round (base.Rounds.in_rounds alike)."""
     ev = tl.events
     sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # the few samples first, then those of the round
-    sel = sel[(ev["end"][sel] > r0) & (ev["start"][sel] < r1) & (ev["tid"][sel] == tid)]
+    sel = sel[(ev["end"][sel] > r0) & (ev["end"][sel] <= r1) & (ev["tid"][sel] == tid)]
     sel = sel[ev["start"][sel].argsort(kind="stable")]
     mods = []
     for i in sel.tolist():

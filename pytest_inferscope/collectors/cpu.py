@@ -171,12 +171,15 @@ class Sampler:
         if wait(first):
             return
         while True:
+            # A tick that timed out as the stop came (the GIL held to the stop's wait) would sample the stop.
+            if stopped():
+                break
             frame = frames().get(self.target_ident)
             if frame is None:  # the test thread is gone
                 break
             self._take(frame, record, read_rss)
             del frame
-            if stopped() or wait(self.interval_s):
+            if wait(self.interval_s):
                 break
 
     def _take(self, frame: FrameType, record: Callable[..., bool], read_rss: Callable[[], int]) -> None:

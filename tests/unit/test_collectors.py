@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
 import pytest
 
+from pytest_inferscope.buffer import TraceBuffer
 from pytest_inferscope.collectors import (
     RAISED_FLAG,
     Collection,
@@ -14,7 +16,8 @@ from pytest_inferscope.collectors import (
     mark_event,
     scope,
 )
-from pytest_inferscope.events import Kind
+from pytest_inferscope.collectors.cpu import Sampler
+from pytest_inferscope.events import Kind, host_clock_ns
 from pytest_inferscope.rounds import RoundKind, kinds_of
 
 
@@ -434,3 +437,15 @@ def test_the_rounds_write_nothing_into_the_buffer_until_the_stop_writes_their_sp
     assert list(ends["start"]) == list(rounds["end"])  # each round's RSS at its end
     assert list(ends["value"]) == [r["rss_end"] for r in coll.rounds]
     assert coll.stop().events.shape == raw.events.shape  # a second stop writes them no more
+
+
+def test_a_tick_that_timed_out_as_the_stop_came_takes_no_sample() -> None:
+    # The sampler's thread needs the GIL to return from its tick's wait; at a round's end the test thread holds it
+    # until it waits in the sampler's stop, so the tick returns "timed out" with the stop already set. A sample then
+    # would be of the stop's wait (a GPU test's what-if named "threading's host work" after one).
+    sampler = Sampler(TraceBuffer(size_mb=1), 10.0, threading.get_ident(), 1)
+    sampler._last = host_clock_ns()
+    taken: list[object] = []
+    frames = {threading.get_ident(): sys._getframe()}
+    sampler._loop(lambda _s: False, lambda: True, lambda: frames, lambda *a, **k: taken.append(a) or True, lambda: 0)
+    assert taken == [] and sampler.samples == 0
