@@ -247,7 +247,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "save_baseline", optional(parse_name), None,
         "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept). "
-        "E.g. --inferscope-save-baseline=main.",
+        "Not in an A/B run, whose rounds are paced by the twin's (docs/ab.md). E.g. --inferscope-save-baseline=main.",
         "give a name of letters, digits, '.', '-' and '_'", "main", metavar="NAME",
         default_text="not set (nothing saved)",
     ),

@@ -46,9 +46,42 @@ def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan]
         return TwinServer(channel, plans, results)
     if settings.ab is None and settings.ab_python is None:
         return None
+    if (refused := save_conflict(settings)) is not None:
+        import pytest
+
+        raise pytest.UsageError(refused)
     from .controller import ABController
 
     return ABController(config, settings, plans)
+
+
+def _given(settings: Settings, name: str, value: object) -> str:
+    """`--inferscope-NAME=VALUE`, and where it was set when not on the command line."""
+    source = settings.sources.get(name, "cli")
+    flag = f"--inferscope-{name.replace('_', '-')}={value}"
+    return flag if source.startswith("cli") else f"{flag} (from {source})"
+
+
+def save_conflict(settings: Settings) -> str | None:
+    """Why an A/B run refuses --inferscope-save-baseline (None without it).
+
+    This side's rounds are paced: each waits its turn with the twin's, both processes pinned to one core, so their
+    latencies are not a plain run's, and a baseline's latest entry is what every later --inferscope-compare judges a
+    plain run against. Entries are never removed from a baseline, so a mistaken one could not be taken back: refused
+    before anything is made, rather than saved with a label nothing reads."""
+    if settings.save_baseline is None:
+        return None
+    ab = settings.ab if settings.ab is not None else settings.ab_python
+    other = _given(settings, "ab" if settings.ab is not None else "ab_python", ab)
+    save = _given(settings, "save_baseline", settings.save_baseline)
+    return (
+        f"{save} cannot be combined with {other}: in an A/B run this side's rounds are paced, each taking its turn "
+        "with the twin's, both processes pinned to one CPU core, so their latencies are not what a plain run "
+        f"measures, and the baseline's latest entry is what a later --inferscope-compare={settings.save_baseline} "
+        "judges plain runs against (a baseline's entries are never removed). Save the baseline in a run without "
+        f"--inferscope-ab or --inferscope-ab-python (pytest --inferscope-save-baseline={settings.save_baseline}), "
+        "and run the A/B gate as a run of its own."
+    )
 
 
 def twin_settings(settings: Settings) -> Settings:

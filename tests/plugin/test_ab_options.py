@@ -87,3 +87,31 @@ def test_the_refs_ini_addopts_n_alone(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~2")
     result.assert_outcomes(passed=2)
     assert "vs HEAD~2" in result.stdout.str()
+
+
+@pytest.mark.parametrize("how", ["ab", "ab-python, save from the environment"])
+def test_saving_a_baseline_from_an_ab_run_is_refused(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, how: str
+) -> None:
+    """An A/B run's rounds take turns with the twin's on one pinned core: saved as a baseline, they became the entry a
+    plain run's --inferscope-compare judged against, with nothing saying so. Refused before anything is made."""
+    root = make_repo(pytester)
+    tmp = tmp_path_factory.mktemp("tmpdir")
+    pytester._monkeypatch.setenv("TMPDIR", str(tmp))
+    if how == "ab":
+        args, named = ["--inferscope-ab=HEAD~1", "--inferscope-save-baseline=main"], "--inferscope-ab=HEAD~1"
+        given = "--inferscope-save-baseline=main"
+    else:
+        pytester._monkeypatch.setenv("INFERSCOPE_SAVE_BASELINE", "main")
+        args = [f"--inferscope-ab-python={sys.executable}"]
+        named, given = args[0], "--inferscope-save-baseline=main (from env INFERSCOPE_SAVE_BASELINE)"
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = " ".join(result.stderr.str().split())
+    assert f"{given} cannot be combined with {named}" in err, err
+    assert "paced" in err and "Save the baseline in a run without" in err
+    result.stdout.no_fnmatch_line("*passed*")  # before any test ran
+    assert not (root / ".inferscope").exists()  # no baseline folder, no file
+    assert list(tmp.iterdir()) == []  # no worktree folder, no twin log
+    out = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert len(out.strip().splitlines()) == 1
