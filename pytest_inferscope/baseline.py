@@ -241,7 +241,9 @@ class BaselineStore:
                 f"The baseline folder {str(self.root)!r} cannot be created: {e.strerror or e}. Check that its "
                 "parents are folders this user can write to, or choose another with --inferscope-baseline-dir."
             ) from e
-        with self._locked():
+        # The lock is on the folder the file really is in: baselines of two checkouts linked to one shared file
+        # (each `main.json` a symlink in its own folder) take the same lock, and neither save drops the other's entry.
+        with _locked(Path(os.path.realpath(path)).parent):
             empty: dict[str, Any] = {
                 "format": FORMAT,
                 "schema_version": BASELINE_SCHEMA_VERSION,
@@ -268,25 +270,6 @@ class BaselineStore:
         assert doc is not None  # missing_ok=False raises instead
         history = {nodeid: [BaselineEntry.from_dict(nodeid, e) for e in runs] for nodeid, runs in doc["tests"].items()}
         return Baseline(name, path, history, int(doc["schema_version"]))
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Lock the folder (flock on its descriptor: no lock file) so concurrent saves lose no entries.
-
-        Where locking is unavailable the save goes ahead unlocked."""
-        try:
-            import fcntl
-
-            fd = os.open(self.root, os.O_RDONLY)
-        except (ImportError, OSError):
-            yield
-            return
-        try:
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def _read(self, path: Path, name: str, *, missing_ok: bool) -> dict[str, Any] | None:
         """The validated contents of a baseline file; never modifies it."""
@@ -345,6 +328,26 @@ class BaselineStore:
             f"No baseline named {name!r} ({str(path)!r} does not exist); {where}. Record one with "
             f"--inferscope-save-baseline={name}, compare against an existing name, or check --inferscope-baseline-dir."
         )
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Lock `folder` (flock on its descriptor: no lock file) so concurrent saves to a file in it lose no entries.
+
+    Where locking is unavailable the save goes ahead unlocked."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 #: Above any round's latency (11.6 days): a saved sample beyond it was edited by hand, and overflows the statistics.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,52 @@ def test_concurrent_saves_lose_no_entries(tmp_path: Path) -> None:
         t.join()
     assert errors == []
     assert sorted(store.load("main").tests) == sorted(f"tests/t.py::test_{i}" for i in range(9))
+
+
+@pytest.mark.parametrize("linked", ["the file", "the folder"])
+def test_saves_through_two_symlinks_to_one_store_lose_no_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linked: str
+) -> None:
+    """Two CI jobs whose baselines are different symlinks to one shared store: the lock was taken on the link's folder,
+    so with the file linked the two saves read the same file, and the second write dropped the first's entry. A pause
+    between the read and the write (as a slow shared disk makes) makes the race certain without the lock."""
+    shared = tmp_path / "shared"
+    BaselineStore(shared).save("main", [_result("tests/t.py::test_0")], ENV)
+    roots = [tmp_path / "job1" / "baselines", tmp_path / "job2" / "baselines"]
+    for root in roots:
+        if linked == "the file":
+            root.mkdir(parents=True)
+            (root / "main.json").symlink_to(shared / "main.json")
+        else:
+            root.parent.mkdir()
+            root.symlink_to(shared)
+    write = baseline_mod.atomic_write_text
+
+    def slow(*args: Any, **kwargs: Any) -> None:
+        time.sleep(0.3)
+        write(*args, **kwargs)
+
+    monkeypatch.setattr(baseline_mod, "atomic_write_text", slow)
+    errors: list[BaseException] = []
+
+    def save(i: int) -> None:
+        try:
+            BaselineStore(roots[i - 1]).save("main", [_result(f"tests/t.py::test_{i}")], ENV)
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(BaselineStore(shared).load("main").tests) == [f"tests/t.py::test_{i}" for i in range(3)]
+    if linked == "the file":  # still links, to the one file, which kept its mode (no copy made in a job's folder)
+        for root in roots:
+            assert (root / "main.json").is_symlink() and (root / "main.json").resolve() == shared / "main.json"
+            assert sorted(p.name for p in root.iterdir()) == ["main.json"]
+    assert sorted(p.name for p in shared.iterdir()) == ["main.json"]
 
 
 # --- errors, and the file left untouched -------------------------------------------------
