@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -20,7 +19,7 @@ import pytest
 
 from .args import twin_addopts, twin_args
 from .signals import CleanupOnSignals
-from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, pinned, quiet_heap
+from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
 from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages, without_git_repo_vars
 
 if TYPE_CHECKING:
@@ -128,6 +127,8 @@ class ABController:
                 f"({here.resolve().relative_to(self.tree.top)}) does not exist at {self.tree.label()}, so the twin "
                 "cannot run there. Run pytest from a folder that exists on both sides (the repository's top, say)."
             )
+        if not wi:
+            remove_stale_logs()  # of runs killed outright (the worktrees of those: Worktree.create)
         env = self._twin_env()
         if self.settings.ab_python is not None and not wi:
             check_python(self._python(), env, self._twin_cwd())
@@ -144,10 +145,9 @@ class ABController:
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
         argv = [str(self._python()), "-m", "pytest", *twin_args(self._args(), self.tree), "-p", "no:xdist",
                 "-p", "no:cacheprovider"]  # fmt: skip
-        if self.tree is not None:  # in the worktree's folder: removed with it, by a later run too (remove_stale)
-            log = self.tree.holder / f"twin-{wi.get('workerid', 'main')}.log"
-        else:
-            log = Path(tempfile.mkstemp(prefix="inferscope-twin-", suffix=".log")[1])
+        # In the worktree's folder, removed with it, by a later run too (remove_stale); else in TMPDIR, named by this
+        # process, and removed by a later run too (remove_stale_logs).
+        log = self.tree.holder / f"twin-{wi.get('workerid', 'main')}.log" if self.tree is not None else new_log()
         try:
             self.twin = Twin(argv, self._twin_cwd(), env, log, self.label)
         except OSError as exc:

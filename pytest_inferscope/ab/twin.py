@@ -17,9 +17,12 @@ import contextlib
 import gc
 import math
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +32,7 @@ import pytest
 
 from ..rounds import RoundKind
 from .channel import ENV, Channel, ChannelClosed
+from .worktree import alive
 
 if TYPE_CHECKING:
     from ..collectors import Collection
@@ -46,6 +50,54 @@ def twin_channel() -> Channel | None:
         return None
     r, w = (int(x) for x in fds.split(","))
     return Channel(r, w)
+
+
+#: A twin's log in TMPDIR (--inferscope-ab-python alone: no worktree folder holds it), named by the process that
+#: made it and its host: `inferscope-twin-PID@HOST-RANDOM.log`.
+_LOG = re.compile(r"inferscope-twin-(\d+)@(.+)-[A-Za-z0-9_]+\.log")
+
+
+def _host() -> str:
+    """This host's name as a log's name carries it (no path separators, nothing a shell would trip on)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+
+
+def new_log() -> Path:
+    """A new, empty file in TMPDIR for the twin's output, named by this process and host (see `remove_stale_logs`)."""
+    fd, name = tempfile.mkstemp(prefix=f"inferscope-twin-{os.getpid()}@{_host()}-", suffix=".log")
+    os.close(fd)
+    return Path(name)
+
+
+def remove_stale_logs(folder: Path | None = None) -> list[Path]:
+    """Remove the twin logs in `folder` (TMPDIR) of runs whose process is gone; the paths removed.
+
+    A run killed outright (SIGKILL, a power cut) cannot remove its own. Only ours: a plain file (no link, no folder)
+    of this user, named as `new_log` names them, by a process of this host that no longer exists. A live run's log,
+    another host's (a TMPDIR shared between machines), a log named before the names carried a pid, and anything
+    else are left as they are.
+    """
+    where = Path(folder if folder is not None else tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(where))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _LOG.fullmatch(entry.name)
+        if match is None or match[2] != _host():
+            continue
+        try:
+            if not entry.is_file(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if alive(int(match[1])):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+    return removed
 
 
 class TwinDied(Exception):

@@ -182,7 +182,7 @@ def remove_stale(git_dir: Path) -> list[Path]:
         path = Path(entry["worktree"])
         if match is None or match[2] != socket.gethostname() or not path.parent.name.startswith(PREFIX):
             continue
-        if _alive(int(match[1])):
+        if alive(int(match[1])):
             continue
         _remove_entry(git_dir, path)
         shutil.rmtree(path.parent, ignore_errors=True)
@@ -190,7 +190,8 @@ def remove_stale(git_dir: Path) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process `pid` exists on this host (someone else's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

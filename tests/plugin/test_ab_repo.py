@@ -214,3 +214,51 @@ def test_sigterm_and_sighup_leave_no_worktree_folder_or_twin(tmp_path: Path, sig
         time.sleep(0.05)
     else:
         pytest.fail("the twin is still running")
+
+
+def test_a_later_run_removes_the_twin_log_of_a_killed_ab_python_run_and_only_such(tmp_path: Path) -> None:
+    """With --inferscope-ab-python alone the twin's log is a file in TMPDIR (no worktree folder to hold it): a run
+    killed outright (SIGKILL) left it there for good. Its name now carries the run's pid and host, and a later A/B run
+    removes the logs whose process is gone from this host; a live run's, another host's, and anything else stay."""
+    import socket
+
+    root = make_repo(
+        tmp_path / "repo",
+        extra=f"""
+    import os
+    if not os.environ.get("INFERSCOPE_AB_TWIN"):
+        open(os.path.join({str(tmp_path)!r}, "started"), "w").close()
+    time.sleep(0.05)""",
+    )
+    (root / "test_x.py").write_text((root / "test_x.py").read_text().replace("rounds=3", "rounds=400"))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    args = pytest_cmd(f"--inferscope-ab-python={sys.executable}", "test_x.py")
+    proc = subprocess.Popen(args, cwd=root, env=child_env(TMPDIR=str(tmp)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    for _ in range(600):
+        if (tmp_path / "started").exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None
+    proc.kill()  # SIGKILL: no cleanup of its own
+    proc.wait()
+    (killed,) = list(tmp.iterdir())  # what it left: the twin's log
+    host = socket.gethostname()
+    assert killed.name.startswith(f"inferscope-twin-{proc.pid}@{host}-") and killed.suffix == ".log"
+    live = tmp / f"inferscope-twin-{os.getpid()}@{host}-live.log"  # a run still going
+    elsewhere = tmp / f"inferscope-twin-{dead_pid()}@not-{host}-other.log"  # another host sharing TMPDIR
+    unnamed = tmp / "inferscope-twin-k3j2h1g0.log"  # before names carried a pid: whose, is unknown
+    foreign = tmp / f"notes-{dead_pid()}@{host}-x.log"
+    folder = tmp / f"inferscope-twin-{dead_pid()}@{host}-dir.log"
+    folder.mkdir()
+    link = tmp / f"inferscope-twin-{dead_pid()}@{host}-link.log"
+    link.symlink_to(foreign)
+    for f in (live, elsewhere, unnamed, foreign):
+        f.write_text("kept")
+    (root / "test_x.py").write_text((root / "test_x.py").read_text().replace("rounds=400", "rounds=3"))
+    again = subprocess.run(args, cwd=root, env=child_env(TMPDIR=str(tmp)), capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(tmp.iterdir()) == sorted([live, elsewhere, unnamed, foreign, folder, link])
+    assert all(f.read_text() == "kept" for f in (live, elsewhere, unnamed, foreign))
