@@ -7,6 +7,7 @@ reproduces its rounds, and each applied fix saves within 25 % of what its what-i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from pytest_inferscope.events import RawTrace
 from pytest_inferscope.merger import merge
 from pytest_inferscope.results import Analysis
 
+#: The `replay_at_kernel_speedup` fixture (tests/unit/conftest.py).
+AtSpeedup = Callable[[Path, Path], tuple[float, float, float]]
 DATA = Path(__file__).parent.parent / "data" / "real_models"
 
 #: model -> the class its build gives it.
@@ -68,22 +71,10 @@ def test_the_pinned_feed_saves_more_than_simulated_because_the_host_launches_fas
     assert fixed.metrics["gpu.pageable_copy_bytes_fraction"] == 0.0
 
 
-def test_convnext_in_bf16_replayed_at_its_measured_kernel_speedup_matches() -> None:
-    from pytest_inferscope.analyzer import Context
-    from pytest_inferscope.analyzer.whatif import WhatIf, faster_gpu, round_graphs, simulate
-    from pytest_inferscope.events import Kind
-
-    graphs = {
-        v: round_graphs(Context(merge(RawTrace.load(str(DATA / f"convnext_tiny_b64_fp32{v}.npz")))))[0]
-        for v in ("", "+bf16")
-    }
-    kernel_ns = {
-        v: sum(o.dur for g in gs for o in g.ops if o.kind == Kind.KERNEL) / len(gs) for v, gs in graphs.items()
-    }
-    factor = kernel_ns[""] / kernel_ns["+bf16"]
-    t = simulate(graphs[""], [WhatIf("bf16", "gpu_bound", "", faster_gpu(factor))])
-    fixed_ms = sum(g.measured_ns for g in graphs["+bf16"]) / len(graphs["+bf16"]) / 1e6
-    assert factor > 2 and t.rows[0].saved_ms == pytest.approx(t.replay_ms - fixed_ms, rel=0.25)
+def test_convnext_in_bf16_replayed_at_its_measured_kernel_speedup_matches(replay_at_kernel_speedup: AtSpeedup) -> None:
+    slow, fixed = DATA / "convnext_tiny_b64_fp32.npz", DATA / "convnext_tiny_b64_fp32+bf16.npz"
+    factor, saved, measured = replay_at_kernel_speedup(slow, fixed)
+    assert factor > 2 and saved == pytest.approx(measured, rel=0.25)
 
 
 def test_faster_rcnn_cuda_graph_names_the_syncs_it_needs_removed_first() -> None:

@@ -8,6 +8,7 @@ fixed variant must also be faster per round.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from pytest_inferscope.events import RawTrace
 from pytest_inferscope.merger import merge
 from pytest_inferscope.results import Analysis
 
+#: The `replay_at_kernel_speedup` fixture (tests/unit/conftest.py).
+AtSpeedup = Callable[[Path, Path], tuple[float, float, float]]
 DATA = Path(__file__).parent.parent / "data"
 SCENARIOS = ("cpu_bound", "gpu_bound", "transfer_bound", "launch_bound", "sync_bound", "memory_bound")
 
@@ -86,22 +89,12 @@ def test_simulated_saving_of_the_applied_fix_is_within_25_percent_of_the_measure
     assert row.saved_ms == pytest.approx(measured, rel=0.25), (row.saved_ms, measured)
 
 
-def test_gpu_bound_fix_replayed_at_its_measured_kernel_speedup_matches() -> None:
+def test_gpu_bound_fix_replayed_at_its_measured_kernel_speedup_matches(replay_at_kernel_speedup: AtSpeedup) -> None:
     # bf16 made the kernels 4.2x faster, not the 2x of the built-in what-if: replayed at the speed-up the fixed
     # variant's kernels show, the replay must give the fixed variant's round.
-    from pytest_inferscope.analyzer import Context
-    from pytest_inferscope.analyzer.whatif import WhatIf, faster_gpu, round_graphs, simulate
-    from pytest_inferscope.events import Kind
-
-    graphs = {v: round_graphs(Context(merge(RawTrace.load(str(DATA / "gpu_bound" / f"{v}.npz")))))[0]
-              for v in ("trace", "fixed")}  # fmt: skip
-    kernel_ns = {
-        v: sum(o.dur for g in gs for o in g.ops if o.kind == Kind.KERNEL) / len(gs) for v, gs in graphs.items()
-    }
-    factor = kernel_ns["trace"] / kernel_ns["fixed"]
-    t = simulate(graphs["trace"], [WhatIf("bf16", "gpu_bound", "", faster_gpu(factor))])
-    fixed_ms = sum(g.measured_ns for g in graphs["fixed"]) / len(graphs["fixed"]) / 1e6
-    assert factor > 3 and t.rows[0].saved_ms == pytest.approx(t.replay_ms - fixed_ms, rel=0.25)
+    slow, fixed = DATA / "gpu_bound" / "trace.npz", DATA / "gpu_bound" / "fixed.npz"
+    factor, saved, measured = replay_at_kernel_speedup(slow, fixed)
+    assert factor > 3 and saved == pytest.approx(measured, rel=0.25)
 
 
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "gpu_bound"])
