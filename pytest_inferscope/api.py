@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .arguments import check_argument, check_rounds, check_thresholds, round_options
+from .arguments import MEASURE_ROUNDS, MEASURE_WARMUP, check_argument, check_rounds, check_thresholds, round_options
 from .collectors import Collection, CollectionOptions, SamplerThread, active, busy, mark_event, scope
 from .collectors.gpu import Choice, select_backend
 from .config import Settings, file_stats, resolve
@@ -220,8 +220,8 @@ def profile(
 def measure(
     fn: Callable[..., Any],
     *args: Any,
-    rounds: int = 10,
-    warmup: int = 2,
+    rounds: int = MEASURE_ROUNDS,
+    warmup: int = MEASURE_WARMUP,
     name: str | None = None,
     report_dir: str | os.PathLike[str] | None = None,
     thresholds: dict[str, Any] | None = None,
@@ -266,8 +266,8 @@ def measure(
 async def measure_async(
     fn: Callable[..., Awaitable[Any]],
     *args: Any,
-    rounds: int = 10,
-    warmup: int = 2,
+    rounds: int = MEASURE_ROUNDS,
+    warmup: int = MEASURE_WARMUP,
     name: str | None = None,
     report_dir: str | os.PathLike[str] | None = None,
     thresholds: dict[str, Any] | None = None,

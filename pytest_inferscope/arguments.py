@@ -2,37 +2,79 @@
 
 Each argument that is also a marker key (rounds, warmup, cpu, trace_rounds, gpu_rounds, and every key of
 `thresholds=`) is checked by that key's own parser (marker.MARKER_KEYS), so a call accepts exactly what the marker
-accepts, with the same sentence, naming the call and the argument instead of a test. A value of the wrong type
-(a string or a float for a count, None) is a TypeError, a value out of range or not among the choices a ValueError.
+accepts; what is wrong is said in the same words, then what the argument is to the call (`_about`), not the marker's
+help, which speaks of a test body. A value of the wrong type (a string or a float for a count, None) is a TypeError,
+a value out of range or not among the choices a ValueError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .config import Settings
-from .marker import MARKER_KEYS, close_match
-from .options import LEAN_TRACE_ROUNDS, lean_rounds_conflict
+from .marker import MARKER_KEYS, MarkerKey, close_match
+from .options import LEAN_TRACE_ROUNDS, OPTIONS_BY_NAME, lean_rounds_conflict
 
+#: `measure`'s and `measure_async`'s rounds and warm-up when not given (their own: the settings' are the plugin's).
+MEASURE_ROUNDS, MEASURE_WARMUP = 10, 2
 #: Keys of the marker that `thresholds=` takes besides the thresholds: they say how two of them are checked.
 _CHECK_SETTINGS = ("latency_stat", "min_fix_saving")
 THRESHOLD_KEYS = tuple(k for k, spec in MARKER_KEYS.items() if spec.threshold or k in _CHECK_SETTINGS)
+#: What `thresholds=` of a call takes: not max_regression, which needs a baseline or an A/B twin that a call has not.
+CALL_THRESHOLD_KEYS = tuple(k for k in THRESHOLD_KEYS if k != "max_regression")
+#: The marker keys that are arguments of the calls (profile() takes cpu only).
+ROUND_ARGUMENTS = ("rounds", "warmup", "trace_rounds", "gpu_rounds")
+
+#: What each argument is to the call, after what is wrong with its value: {fn} is "calls of fn" or the block's words.
+_ARGUMENTS = {
+    "rounds": f"rounds is the number of measured calls of fn, each one latency sample ({MEASURE_ROUNDS} when left out)",
+    "warmup": f"warmup is the number of calls of fn before the measured ones, not timed ({MEASURE_WARMUP} when left "
+    "out)",
+    "cpu": "cpu is how the CPU is collected during {during}: 'sample' (stack sampling), 'trace' (every Python call; "
+    "slower) or 'off' (scopes only)",
+    "trace_rounds": "trace_rounds is the number of extra calls of fn after the measured ones that record the GPU "
+    "launch calls, which the measured calls are timed without; 'all' records them in every call (no extra call)",
+    "gpu_rounds": "gpu_rounds says which calls of fn record GPU activity: 'measured' (the warm-up and measured calls), "
+    "'trace' (only calls after the measured ones, which are timed without CUPTI) or 'auto' (decided after the warm-up)",
+}
+_EXAMPLES: dict[str, Any] = {"rounds": 20, "warmup": 3, "cpu": "off", "trace_rounds": "all", "gpu_rounds": "measured"}
 
 
-def _error(caller: str, shown: str, wrong: str, help: str) -> Exception:
+def _example(caller: str, key: str) -> str:
+    """A call giving `key` a valid value, as `caller` is called."""
+    given = f"{key}={_EXAMPLES[key]!r}"
+    if caller == "profile":
+        return f"profile('name', {given})"
+    return f"{'await ' if caller == 'measure_async' else ''}{caller}(fn, {given})"
+
+
+def _about(caller: str, key: str) -> str:
+    """What the argument `key` (or the key of `thresholds=`) is to `caller`, with an example call for an argument."""
+    if key not in _ARGUMENTS:
+        help = MARKER_KEYS[key].help
+        if help.startswith("fail "):  # what a crossed threshold does to a call's result, which nothing fails
+            return f"{key} is a threshold: result.verdict is 'fail' {help.removeprefix('fail ')}"
+        return f"{key} is {help}"
+    about = _ARGUMENTS[key].format(during="the block" if caller == "profile" else "the calls of fn")
+    spec = OPTIONS_BY_NAME[key]
+    if spec.default is not None:  # (rounds and warmup: the call's own defaults, said above)
+        about += f"; left out, {spec.env} or the config file's {key}: (default {spec.default!r})"
+    return f"{about}, e.g. {_example(caller, key)}"
+
+
+def _error(caller: str, shown: str, wrong: str, about: str) -> Exception:
     """The error for one bad value: `shown` is how the call wrote it (`rounds=0`), `wrong` the key's check."""
     right_type = any(w in wrong for w in (" out of range", " is not one of ", " ambiguous", " finite"))
     kind = ValueError if right_type else TypeError
-    return kind(f"{caller}({shown}): {wrong} ({help}).")
+    return kind(f"{caller}({shown}): {wrong}. {about}.")
 
 
 def check_argument(caller: str, key: str, value: Any) -> None:
     """Raise when `value` is not what the marker key `key` accepts."""
-    spec = MARKER_KEYS[key]
-    wrong = spec.check(value)
+    wrong = MARKER_KEYS[key].check(value)
     if wrong is not None:
-        raise _error(caller, f"{key}={value!r}", wrong, spec.help)
+        raise _error(caller, f"{key}={value!r}", wrong, _about(caller, key))
 
 
 def check_rounds(caller: str, rounds: int, warmup: int, cpu: str | None) -> None:
@@ -55,27 +97,57 @@ def check_thresholds(caller: str, thresholds: Mapping[str, Any] | None) -> dict[
         )
     typed: dict[str, Any] = {}
     for key, value in thresholds.items():
-        if key == "max_regression":  # (the plugin's comparison: a baseline or an A/B twin, which a call has neither of)
-            raise ValueError(
-                f"{caller}(thresholds={{'max_regression': ...}}): a regression is judged against a saved baseline or "
-                "an A/B run, which the pytest plugin keeps (--inferscope-compare=NAME, --inferscope-ab=REF) and a "
-                f"call does not; mark the test @pytest.mark.inferscope(max_regression=...) instead, or compare two "
-                "runs' reports with `inferscope compare A B`."
-            )
-        if key not in THRESHOLD_KEYS:
-            if key in ("rounds", "warmup", "cpu", "trace_rounds", "gpu_rounds"):
-                why = f"{key!r} is not a threshold: give it as {caller}'s own argument ({key}=...); "
-            elif key in MARKER_KEYS:
-                why = f"{key!r} is not a threshold: it is a setting of the marker and the config, not of {caller}; "
-            else:
-                why = f"unknown threshold {key!r}; {close_match(key, THRESHOLD_KEYS)}"
-            raise ValueError(f"{caller}(thresholds={{{key!r}: ...}}): {why}valid keys: {', '.join(THRESHOLD_KEYS)}.")
+        _check_threshold_key(caller, key)
         spec = MARKER_KEYS[key]
-        wrong = spec.check(value)
+        wrong = spec.check(value, _in_thresholds(key), _left_out(spec))
         if wrong is not None:
-            raise _error(caller, f"thresholds={{{key!r}: {value!r}}}", wrong, spec.help)
+            raise _error(caller, f"thresholds={{{key!r}: {value!r}}}", wrong, _about(caller, key))
         typed[key] = spec.parse(value)
     return typed
+
+
+def _in_thresholds(key: str) -> Callable[[Any], str]:
+    """How a call writes `key` with a value: in its `thresholds=` dict."""
+    return lambda value: f"thresholds={{{key!r}: {value!r}}}"
+
+
+def _left_out(spec: MarkerKey) -> str:
+    """What leaving a key out of `thresholds=` does."""
+    return f"leave {spec.name!r} out of thresholds for {'no limit' if spec.threshold else 'its default'}"
+
+
+def _check_threshold_key(caller: str, key: Any) -> None:
+    """Raise when `key` is not a key that `thresholds=` of `caller` takes, saying where it belongs if anywhere."""
+    shown = f"{caller}(thresholds={{{key!r}: ...}})"
+    valid = f"valid keys: {', '.join(CALL_THRESHOLD_KEYS)}."
+    if not isinstance(key, str):
+        raise TypeError(f"{shown}: a threshold's key is its name, a string such as 'max_latency_ms'; {valid}")
+    if key == "max_regression":  # (the plugin's comparison: a baseline or an A/B twin, which a call has neither of)
+        raise ValueError(
+            f"{shown}: a regression is judged against a saved baseline or an A/B run, which the pytest plugin keeps "
+            "(--inferscope-compare=NAME, --inferscope-ab=REF) and a call does not; mark the test "
+            "@pytest.mark.inferscope(max_regression=...) instead, or compare two runs' reports with "
+            "`inferscope compare A B`."
+        )
+    if key in CALL_THRESHOLD_KEYS:
+        return
+    if key in ROUND_ARGUMENTS and caller == "profile":
+        why = (
+            f"{key!r} is not a threshold, and profile() takes no {key}: it profiles its block as one round; "
+            f"measure(fn, {key}=...) calls a function in rounds; "
+        )
+    elif key in (*ROUND_ARGUMENTS, "cpu"):
+        why = f"{key!r} is not a threshold: give it as {caller}'s own argument ({key}=...); "
+    elif key == "modules":
+        spec = OPTIONS_BY_NAME[key]
+        why = f"{key!r} is not a threshold but a setting: {spec.env} or the config file's {key}: gives it to a call; "
+    elif key in MARKER_KEYS:  # round_cap
+        why = (
+            f"{key!r} is not a threshold but a setting of the pytest plugin's speed probe, which a call does not run; "
+        )
+    else:
+        why = f"unknown threshold {key!r}; {close_match(key, CALL_THRESHOLD_KEYS)}"
+    raise ValueError(f"{shown}: {why}{valid}")
 
 
 def round_options(
@@ -86,14 +158,23 @@ def round_options(
     explicit = trace_rounds is not None or settings.sources.get("trace_rounds", "default") != "default"
     if gpu_rounds is not None:
         check_argument(caller, "gpu_rounds", gpu_rounds)
+    given = {"gpu_rounds": gpu_rounds, "trace_rounds": trace_rounds}
     gpu_rounds = settings.gpu_rounds if gpu_rounds is None else gpu_rounds
     if trace_rounds is not None:
         check_argument(caller, "trace_rounds", trace_rounds)
         trace_rounds = MARKER_KEYS["trace_rounds"].parse(trace_rounds)
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
-    conflict = lean_rounds_conflict(traced, gpu_rounds, f"{caller}(gpu_rounds={gpu_rounds!r}, trace_rounds={traced!r})")
+    conflict = lean_rounds_conflict(traced, gpu_rounds, _conflict_where(settings, caller, given))
     if conflict is not None:
         raise ValueError(conflict)
     profile_rounds = None if traced == "all" else (int(traced) if explicit else LEAN_TRACE_ROUNDS)
     return {"trace_rounds": traced, "gpu_rounds": gpu_rounds, "profile_rounds": profile_rounds,
             "until_in_step": not explicit}  # fmt: skip
+
+
+def _conflict_where(settings: Settings, caller: str, given: dict[str, Any]) -> str:
+    """The call's arguments of a gpu_rounds/trace_rounds conflict as it gave them, and the setting it did not give."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None)
+    unset = [f"{k} {getattr(settings, k)!r} (from {settings.sources.get(k, 'default')})" for k, v in given.items()
+             if v is None]  # fmt: skip
+    return f"{caller}({shown})" + (f" with {' and '.join(unset)}" if unset else "")

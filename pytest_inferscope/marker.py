@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,14 +36,16 @@ class MarkerKey:
         """What this key accepts, for the docs and for error messages."""
         return self.valid_text or str(getattr(self.parse, "valid", "a valid value"))
 
-    def check(self, value: Any) -> str | None:
+    def check(self, value: Any, written: Callable[[Any], str] | None = None, left_out: str = "") -> str | None:
         """None when `value` is valid, else what is wrong with it.
 
         A marker takes Python values, where the option's parser also reads text (the command line, ini, env): a
         number given as a string ('3') is a mistake, as are None (the key left out gives its default) and an infinite
-        or NaN limit (1e400 is inf), which no measurement can cross."""
+        or NaN limit (1e400 is inf), which no measurement can cross. `written(v)` is how the caller writes the key
+        with the value v, `left_out` what leaving it out does: the marker's (`rounds=3`, 'leave rounds out for its
+        default') unless given (`measure(thresholds=...)` writes a key in a dict)."""
         if value is None:
-            return f"None is not {self.valid()}; leave {self.name} out for its default"
+            return f"None is not {self.valid()}; {left_out or f'leave {self.name} out for its default'}"
         try:
             typed = self.parse(value)
         except ValueError as exc:
@@ -55,7 +57,8 @@ class MarkerKey:
             return f"{value!r} is not {self.valid()}"
         number = isinstance(typed, (int, float)) and not isinstance(typed, bool)
         if number and isinstance(value, str) and not value.strip().endswith("%"):
-            return f"{value!r} is a string, not a number: write {self.name}={typed!r}, without quotes"
+            spelt = written(typed) if written is not None else f"{self.name}={typed!r}"
+            return f"{value!r} is a string, not a number: write {spelt}, without quotes"
         if number and not math.isfinite(typed):
             return f"{value!r} is not a finite number: give {self.valid()}"
         return None
@@ -85,7 +88,7 @@ MARKER_KEYS: dict[str, MarkerKey] = {
         _option_threshold("max_regression", "allowed latency regression against a stored baseline (0.05 = 5%)"),
         MarkerKey(
             "expect_bottleneck",
-            "fail unless the analyzer classifies the test as this",
+            "fail unless the analyzer names this bottleneck",
             choice((*BOTTLENECKS, UNCLASSIFIED)),
         ),
         MarkerKey(

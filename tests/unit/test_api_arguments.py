@@ -18,7 +18,7 @@ def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 BAD = [
-    ({"rounds": 0}, ValueError, r"\(rounds=0\): 0 is out of range: give an integer >= 1 \(measured calls"),
+    ({"rounds": 0}, ValueError, r"\(rounds=0\): 0 is out of range: give an integer >= 1\. rounds is the number of"),
     ({"rounds": -1}, ValueError, r"\(rounds=-1\): -1 is out of range: give an integer >= 1"),
     ({"rounds": 1.5}, TypeError, r"\(rounds=1.5\): 1.5 is not an integer >= 1"),
     ({"rounds": "3"}, TypeError, r"\(rounds='3'\): '3' is a string, not a number: write rounds=3, without quotes"),
@@ -34,11 +34,15 @@ BAD = [
         r"valid keys: max_latency_ms, ",
     ),
     ({"thresholds": {"max_latency_ms": -1}}, ValueError, r"\{'max_latency_ms': -1\}\): -1 is out of range: give a"),
-    ({"thresholds": {"max_latency_ms": "5"}}, TypeError, r"'5' is a string, not a number: write max_latency_ms=5.0"),
+    (
+        {"thresholds": {"max_latency_ms": "5"}},
+        TypeError,
+        r"'5' is a string, not a number: write thresholds=\{'max_latency_ms': 5.0\}, without quotes",
+    ),
     ({"thresholds": {"max_latency_ms": "5%"}}, TypeError, r"\{'max_latency_ms': '5%'\}\): '5%' is not a number > 0"),
     ({"thresholds": {"expect_bottleneck": "gpubound"}}, ValueError, r"'gpubound' is not one of 'cpu_bound', "),
-    ({"thresholds": {"rounds": 3}}, ValueError, r"'rounds' is not a threshold: give it as \w+'s own argument"),
-    ({"thresholds": {"modules": 1}}, ValueError, r"'modules' is not a threshold: it is a setting of the marker"),
+    ({"thresholds": {"rounds": 3}}, ValueError, r"'rounds' is not a threshold"),
+    ({"thresholds": {"modules": 1}}, ValueError, r"'modules' is not a threshold but a setting: INFERSCOPE_MODULES"),
     ({"thresholds": [("max_latency_ms", 5)]}, TypeError, r"\(thresholds=\[.*\]\): give a dict of threshold keys"),
 ]
 
@@ -72,7 +76,7 @@ def test_measure_async_refuses_a_bad_argument_before_any_call(
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [b for b in BAD if set(b[0]) <= {"cpu", "thresholds"}])
 def test_profile_refuses_a_bad_argument_before_the_block(kwargs: dict[str, Any], error: type, message: str) -> None:
-    with pytest.raises(error, match=named("profile", message.replace(r"\w+'s", "profile's"))), profile("p", **kwargs):
+    with pytest.raises(error, match=named("profile", message)), profile("p", **kwargs):
         pytest.fail("the block ran")
 
 
@@ -111,3 +115,118 @@ def test_each_mark_says_the_round_it_was_made_in() -> None:
         ("step", "measured 1"),
         ("step", "measured 2"),
     ]
+
+
+#: What the marker's help says and a call's argument error must not: the test body, the test, the marker's syntax.
+MARKER_WORDS = ("test body", "this test", "@pytest.mark", "the marker", "the test")
+
+
+def error_of(caller: str, kwargs: dict[str, Any]) -> BaseException:
+    """The error `caller` raises for `kwargs`, before any call of its function or its block."""
+
+    async def call() -> None:
+        pytest.fail("called")
+
+    with pytest.raises((TypeError, ValueError)) as info:
+        if caller == "measure":
+            measure(lambda: pytest.fail("called"), **kwargs)
+        elif caller == "measure_async":
+            asyncio.run(measure_async(call, **kwargs))
+        else:
+            with profile(**kwargs):
+                pytest.fail("the block ran")
+    return info.value
+
+
+@pytest.mark.parametrize("caller", ["measure", "measure_async", "profile"])
+@pytest.mark.parametrize("kwargs", [b[0] for b in BAD])
+def test_an_argument_error_speaks_of_the_call_not_of_the_marker(caller: str, kwargs: dict[str, Any]) -> None:
+    # They ended with the marker's help: "measure(rounds=0): ... (measured calls of the test body)."
+    if caller == "profile" and not set(kwargs) <= {"cpu", "thresholds"}:
+        pytest.skip("profile() takes cpu and thresholds only")
+    text = str(error_of(caller, kwargs))
+    assert text.startswith(f"{caller}(") and not [w for w in MARKER_WORDS if w in text], text
+
+
+@pytest.mark.parametrize(
+    ("caller", "kwargs", "says"),
+    [
+        ("measure", {"rounds": 0}, "rounds is the number of measured calls of fn, each one latency sample (10 when "
+         "left out), e.g. measure(fn, rounds=20)."),
+        ("measure_async", {"warmup": -1}, "warmup is the number of calls of fn before the measured ones, not timed (2 "
+         "when left out), e.g. await measure_async(fn, warmup=3)."),
+        ("measure", {"cpu": "fast"}, "cpu is how the CPU is collected during the calls of fn: 'sample' (stack "
+         "sampling), 'trace' (every Python call; slower) or 'off' (scopes only); left out, INFERSCOPE_CPU or the "
+         "config file's cpu: (default 'sample'), e.g. measure(fn, cpu='off')."),
+        ("profile", {"cpu": "fast"}, "cpu is how the CPU is collected during the block: 'sample' (stack sampling), "
+         "'trace' (every Python call; slower) or 'off' (scopes only); left out, INFERSCOPE_CPU or the config file's "
+         "cpu: (default 'sample'), e.g. profile('name', cpu='off')."),
+        ("measure", {"trace_rounds": 0}, "trace_rounds is the number of extra calls of fn after the measured ones that "
+         "record the GPU launch calls, which the measured calls are timed without; 'all' records them in every call "
+         "(no extra call); left out, INFERSCOPE_TRACE_ROUNDS or the config file's trace_rounds: (default 1), e.g. "
+         "measure(fn, trace_rounds='all')."),
+        ("measure", {"gpu_rounds": "lean"}, "gpu_rounds says which calls of fn record GPU activity: 'measured' (the "
+         "warm-up and measured calls), 'trace' (only calls after the measured ones, which are timed without CUPTI) or "
+         "'auto' (decided after the warm-up); left out, INFERSCOPE_GPU_ROUNDS or the config file's gpu_rounds: "
+         "(default 'auto'), e.g. measure(fn, gpu_rounds='measured')."),
+        ("measure", {"thresholds": {"max_latency_ms": -1}}, "max_latency_ms is a threshold: result.verdict is 'fail' "
+         "when the round latency statistic (latency_stat) exceeds this."),
+        ("profile", {"thresholds": {"max_latency_ms": None}}, "profile(thresholds={'max_latency_ms': None}): None is "
+         "not a number > 0; leave 'max_latency_ms' out of thresholds for no limit."),
+    ],
+)  # fmt: skip
+def test_an_argument_error_says_what_the_argument_is_and_how_to_give_it(
+    caller: str, kwargs: dict[str, Any], says: str
+) -> None:
+    assert says in str(error_of(caller, kwargs))
+
+
+@pytest.mark.parametrize("key", ["rounds", "warmup", "trace_rounds", "gpu_rounds"])
+def test_profile_does_not_send_a_round_argument_to_an_argument_it_does_not_take(key: str) -> None:
+    # It said "give it as profile's own argument (rounds=...)"; profile() takes no rounds.
+    text = str(error_of("profile", {"thresholds": {key: 1}}))
+    assert f"'{key}' is not a threshold, and profile() takes no {key}: it profiles its block as one round" in text
+    assert f"measure(fn, {key}=...)" in text and "own argument" not in text
+
+
+def test_the_valid_threshold_keys_leave_out_the_one_a_call_refuses() -> None:
+    text = str(error_of("measure", {"thresholds": {"max_gpu_idel": 0.1}}))
+    assert "did you mean 'max_gpu_idle'? valid keys: max_latency_ms, latency_stat, expect_bottleneck" in text
+    assert "max_regression" not in text
+
+
+def test_a_threshold_key_that_is_no_string_is_said_so() -> None:
+    # It was "TypeError: 'int' object is not iterable", from the spelling hint.
+    error = error_of("measure", {"thresholds": {1: 0.5}})
+    assert isinstance(error, TypeError)
+    assert str(error).startswith("measure(thresholds={1: ...}): a threshold's key is its name, a string such as ")
+
+
+def test_round_cap_in_thresholds_is_said_to_be_the_plugins() -> None:
+    text = str(error_of("measure", {"thresholds": {"round_cap": 2}}))
+    assert "'round_cap' is not a threshold but a setting of the pytest plugin's speed probe" in text
+
+
+def test_a_conflict_with_a_setting_names_the_setting_not_an_argument_never_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It said "measure(gpu_rounds='trace', trace_rounds='all')" when the call gave no trace_rounds.
+    monkeypatch.setenv("INFERSCOPE_TRACE_ROUNDS", "all")
+    with pytest.raises(ValueError) as info:
+        measure(lambda: pytest.fail("called"), gpu_rounds="trace")
+    assert str(info.value).startswith("measure(gpu_rounds='trace') with trace_rounds 'all' (from env "
+                                      "INFERSCOPE_TRACE_ROUNDS): gpu_rounds 'trace' records")  # fmt: skip
+
+
+def test_the_messages_quoted_in_the_quick_start_are_the_calls_own() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    quoted = text.split("<!-- not-run: error messages -->\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    made = [
+        error_of("measure", {"rounds": 0}),
+        error_of("profile", {"cpu": "fast"}),
+        error_of("measure", {"thresholds": {"max_latency_ms": "50"}}),
+        error_of("measure", {"thresholds": {"max_latency": 50}}),
+    ]
+    assert len(quoted) == len(made)
+    for line, error in zip(quoted, made, strict=True):
+        assert str(error).startswith(line.removesuffix("...")), line
