@@ -12,7 +12,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .arguments import MEASURE_ROUNDS, MEASURE_WARMUP, check_argument, check_rounds, check_thresholds, round_options
+from .arguments import (
+    MEASURE_ROUNDS,
+    MEASURE_WARMUP,
+    check_argument,
+    check_callable,
+    check_name,
+    check_passed_on,
+    check_report_dir_argument,
+    check_rounds,
+    check_thresholds,
+    round_options,
+)
 from .collectors import Collection, CollectionOptions, SamplerThread, active, busy, mark_event, scope
 from .collectors.gpu import Choice, select_backend
 from .config import Settings, file_stats, resolve
@@ -208,6 +219,8 @@ def profile(
     Reports are written to `report_dir` (or INFERSCOPE_REPORT) when given. An exception in
     the block still produces a (partial) result, then propagates.
     """
+    check_name("profile", name)
+    check_report_dir_argument("profile", report_dir)
     if cpu is not None:
         check_argument("profile", "cpu", cpu)
     typed = check_thresholds("profile", thresholds)
@@ -244,6 +257,7 @@ def measure(
     the profile call), which then does not run; gone "trace" with a warm-up that stood for neither, the trace call
     runs first and stands for the profile call when it ran as one would.
     """
+    check_callable("measure", fn)
     if inspect.iscoroutinefunction(fn):
         raise TypeError(
             f"measure({getattr(fn, '__qualname__', fn)!r}): an async function, whose calls would only make "
@@ -251,6 +265,9 @@ def measure(
             "awaits each call in the rounds."
         )
     check_rounds("measure", rounds, warmup, cpu)
+    check_name("measure", name)
+    check_report_dir_argument("measure", report_dir)
+    check_passed_on("measure", fn, kwargs)
     typed = check_thresholds("measure", thresholds)
     settings = standalone_settings()
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
@@ -279,7 +296,11 @@ async def measure_async(
     """`measure` for an async function: awaits `fn(*args, **kwargs)` in the same calls (the trace and profile calls
     included) under collection, in the event loop that awaits this, and returns the analysed result
     (`await measure_async(client.predict, batch)`)."""
+    check_callable("measure_async", fn)
     check_rounds("measure_async", rounds, warmup, cpu)
+    check_name("measure_async", name)
+    check_report_dir_argument("measure_async", report_dir)
+    check_passed_on("measure_async", fn, kwargs)
     typed = check_thresholds("measure_async", thresholds)
     settings = standalone_settings()
     sink = Profile(name or str(getattr(fn, "__qualname__", "measure_async")))

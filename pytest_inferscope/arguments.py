@@ -9,6 +9,9 @@ a value out of range or not among the choices a ValueError.
 
 from __future__ import annotations
 
+import difflib
+import inspect
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -178,3 +181,82 @@ def _conflict_where(settings: Settings, caller: str, given: dict[str, Any]) -> s
     unset = [f"{k} {getattr(settings, k)!r} (from {settings.sources.get(k, 'default')})" for k, v in given.items()
              if v is None]  # fmt: skip
     return f"{caller}({shown})" + (f" with {' and '.join(unset)}" if unset else "")
+
+
+#: `measure`'s and `measure_async`'s own keyword arguments: one misspelt would be passed on to fn.
+_OWN = ("rounds", "warmup", "name", "report_dir", "thresholds", "cpu", "trace_rounds", "gpu_rounds")
+
+
+def _a(value: Any) -> str:
+    """'an int', 'a Tensor': the type of `value` with its article."""
+    kind = type(value).__name__
+    return f"{'an' if kind[0].lower() in 'aeiou' else 'a'} {kind}"
+
+
+def check_callable(caller: str, fn: Any) -> None:
+    """`fn` of `measure` or `measure_async` is something to call, not what a call returned (`measure(model(batch))`)."""
+    if callable(fn):
+        return
+    shown = repr(fn)
+    if len(shown) > 40 or "\n" in shown:
+        shown = f"<{type(fn).__name__}>"
+    right, wrong = (
+        ("await measure_async(client.predict, batch)", "await measure_async(client.predict(batch))")
+        if caller == "measure_async"
+        else ("measure(model, batch)", "measure(model(batch))")
+    )
+    raise TypeError(
+        f"{caller}({shown}): its first argument is {_a(fn)}, not something to call: give the function and its "
+        f"arguments, {right}, not what a call returned, {wrong}."
+    )
+
+
+def check_name(caller: str, name: Any) -> None:
+    """`name=` of a call is a string (or None, the function's name)."""
+    if name is not None and not isinstance(name, str):
+        example = "profile('forward')" if caller == "profile" else f"{caller}(fn, name='forward')"
+        raise TypeError(
+            f"{caller}(name={name!r}): {name!r} is {_a(name)}, not a string: give the name the result and its report "
+            f"go by, e.g. {example}."
+        )
+
+
+def check_report_dir_argument(caller: str, report_dir: Any) -> None:
+    """`report_dir=` of a call is a folder's path (or None, the setting); an empty one is not the working directory."""
+    if report_dir is None:
+        return
+    leave = "or leave report_dir out for INFERSCOPE_REPORT (or the config file's report:; no reports when unset)"
+    if not isinstance(report_dir, (str, os.PathLike)) or not isinstance(os.fspath(report_dir), str):
+        raise TypeError(
+            f"{caller}(report_dir={report_dir!r}): {report_dir!r} is {_a(report_dir)}, not a folder: give a str or a "
+            f"pathlib.Path, e.g. report_dir='inferscope-report', {leave}."
+        )
+    if not os.fspath(report_dir).strip():
+        raise ValueError(
+            f"{caller}(report_dir={report_dir!r}): an empty folder name; give the folder the reports go to, e.g. "
+            f"report_dir='inferscope-report', {leave}."
+        )
+
+
+def check_passed_on(caller: str, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> None:
+    """A keyword argument for fn spelt like one of the call's own (`round=3`) that fn does not take is a TypeError
+    naming the call's argument, before any call: passed on, it failed in the first round as fn's unexpected keyword."""
+    for key, value in kwargs.items():
+        close = difflib.get_close_matches(key, _OWN, n=1, cutoff=0.75)
+        if close and not _takes(fn, key):
+            raise TypeError(
+                f"{caller}({key}={value!r}): {getattr(fn, '__name__', 'fn')} takes no argument {key!r}, and {caller} "
+                f"passes the keyword arguments it does not know on to fn; did you mean {caller}'s {close[0]}=?"
+            )
+
+
+def _takes(fn: Callable[..., Any], key: str) -> bool:
+    """Whether `fn` takes the keyword argument `key` (True when its signature cannot be read)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    param = params.get(key)
+    return param is not None and param.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)

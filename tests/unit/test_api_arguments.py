@@ -207,6 +207,67 @@ def test_round_cap_in_thresholds_is_said_to_be_the_plugins() -> None:
     assert "'round_cap' is not a threshold but a setting of the pytest plugin's speed probe" in text
 
 
+@pytest.mark.parametrize("caller", ["measure", "measure_async", "profile"])
+def test_a_name_that_is_no_string_is_an_argument_error(caller: str) -> None:
+    # It was "AttributeError: 'int' object has no attribute 'replace'", from the report writer, after the calls.
+    error = error_of(caller, {"name": 3})
+    assert isinstance(error, TypeError)
+    assert str(error).startswith(f"{caller}(name=3): 3 is an int, not a string: give the name the result and its ")
+
+
+@pytest.mark.parametrize(
+    ("caller", "example"),
+    [("measure", "measure(model, batch)"), ("measure_async", "await measure_async(client.predict, batch)")],
+)
+def test_a_first_argument_that_is_not_callable_is_said_before_any_collection(
+    caller: str, example: str, tmp_path: Path
+) -> None:
+    # It was "TypeError: 'int' object is not callable" from the first round, after a partial report was written.
+    with pytest.raises(TypeError) as info:
+        if caller == "measure":
+            measure(42, rounds=1, warmup=0, report_dir=tmp_path)  # type: ignore[arg-type]
+        else:
+            asyncio.run(measure_async(42, rounds=1, warmup=0, report_dir=tmp_path))  # type: ignore[arg-type]
+    assert str(info.value).startswith(f"{caller}(42): its first argument is an int, not something to call: ")
+    assert example in str(info.value) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("caller", ["measure", "measure_async", "profile"])
+def test_an_empty_report_dir_is_refused_not_the_working_directory(
+    caller: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # report_dir="" wrote the reports into the working directory (Path("") is "."), among the user's files.
+    monkeypatch.chdir(tmp_path)
+    error = error_of(caller, {"report_dir": ""})
+    assert isinstance(error, ValueError) and list(tmp_path.iterdir()) == []
+    assert str(error).startswith(f"{caller}(report_dir=''): an empty folder name; give the folder the reports go to")
+
+
+def test_a_report_dir_of_the_wrong_type_names_the_argument() -> None:
+    error = error_of("measure", {"report_dir": 3})
+    assert isinstance(error, TypeError)
+    assert str(error).startswith("measure(report_dir=3): 3 is an int, not a folder: give a str or a pathlib.Path")
+
+
+def test_a_misspelt_argument_of_measure_is_not_silently_passed_to_fn() -> None:
+    # measure(f, round=3) passed round=3 to f: "f() got an unexpected keyword argument 'round'", from the first round.
+    def f() -> None:
+        pytest.fail("called")
+
+    with pytest.raises(TypeError) as info:
+        measure(f, round=3)
+    assert str(info.value).startswith(
+        "measure(round=3): f takes no argument 'round', and measure passes the keyword arguments it does not know on "
+        "to fn; did you mean measure's rounds="
+    )
+
+
+def test_an_argument_of_fn_close_to_one_of_measures_is_passed_on() -> None:
+    got: list[int] = []
+    measure(lambda round: got.append(round), round=7, rounds=1, warmup=0, cpu="off")
+    assert got == [7]
+
+
 def test_a_conflict_with_a_setting_names_the_setting_not_an_argument_never_given(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
