@@ -17,7 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report_folder, conclude
+from .common import (
+    DEFAULT_REPORT,
+    EXIT_FAILED,
+    EXIT_OK,
+    CliError,
+    ReportRoot,
+    TestFolder,
+    check_report_folder,
+    conclude,
+    read_root,
+)
 
 if TYPE_CHECKING:
     from ..events import RawTrace
@@ -82,15 +92,15 @@ def load_input(path: Path) -> _Input:
             return _from_npz(path / "raw.npz")
         if (path / "report.json").is_file():
             return _beside(path / "report.json")
-        tests = sorted(p.parent.name for p in path.glob("*/raw.npz"))
-        if not tests:
+        root = read_root(path, "raw.npz")
+        if not root.listed and not root.unlisted:
             raise CliError(f"inferscope analyze: {path} is a folder without a raw.npz or report.json.")
-        raise _several(path, f"{path} is a report folder", tests)
+        raise _several(f"{path} is a report folder", root)
     if not path.is_file():
         raise CliError(f"inferscope analyze: {path}: no such file or folder.")
     if path.suffix.lower() in (".md", ".html", ".htm"):
         if path.stem == "index":
-            raise _several(path.parent, f"{path} is the page of a report folder", _tests_in(path.parent))
+            raise _several(f"{path} is the page of a report folder", read_root(path.parent, "raw.npz"))
         raise CliError(
             f"inferscope analyze: {path} is a report page, not a trace; give the test's folder ({path.parent}) or "
             "its report.json or raw.npz."
@@ -116,28 +126,36 @@ def load_input(path: Path) -> _Input:
     if isinstance(data, dict) and "nodeid" in data and "schema_version" in data:
         return _beside(path)
     if isinstance(data, dict) and isinstance(data.get("tests"), list) and "schema_version" in data:
-        raise _several(path.parent, f"{path} is the index of a report folder", _tests_in(path.parent))
+        raise _several(f"{path} is the index of a report folder", read_root(path.parent, "raw.npz"))
     raise CliError(
         f"inferscope analyze: {path} is JSON but neither an inferscope report.json nor a Chrome trace "
         f'({{"traceEvents": [...]}} from torch.profiler); found: {_found(data)}.'
     )
 
 
-def _tests_in(folder: Path) -> list[str]:
-    return sorted(p.parent.name for p in folder.glob("*/raw.npz")) or sorted(
-        p.parent.name for p in folder.glob("*/report.json")
-    )
-
-
-def _several(folder: Path, what: str, tests: list[str]) -> CliError:
-    """The error for a folder of several tests (or its index): `what` it is, and one test's folder to give."""
+def _several(what: str, root: ReportRoot) -> CliError:
+    """The error for a folder of several tests (or its index): `what` it is, one test's folder to give, and its tests:
+    those its index.json lists and the older folders it does not, each with when it was written."""
+    tests = root.listed + root.unlisted
     if not tests:
-        return CliError(f"inferscope analyze: {what}, and it lists no test folder; give one test's folder.")
-    more = f" (and {len(tests) - 5} more)" if len(tests) > 5 else ""
-    return CliError(
-        f"inferscope analyze: {what} with {len(tests)} test{'s' if len(tests) != 1 else ''}; give one test's "
-        f"folder, e.g. {folder / tests[0]} (its tests: {', '.join(tests[:5])}{more})."
-    )
+        return CliError(
+            f"inferscope analyze: {what}, and it holds no test folder with a raw.npz; give one test's folder."
+        )
+    n = f"{len(tests)} test{'s' if len(tests) != 1 else ''}"
+    give = f"analyze re-runs one test's trace: give its folder, e.g. {tests[0].path}"
+    if root.index_written is None:
+        return CliError(f"inferscope analyze: {what} of {n} and no index.json: {_listing(root.unlisted)}; {give}.")
+    index = root.index_text("the folder's")
+    parts = [f"{index}: {_listing(root.listed)}" if root.listed else f"{index} of them"]
+    if root.unlisted:
+        parts.append(f"{root.older()}: {_listing(root.unlisted)}")
+    return CliError(f"inferscope analyze: {what} of {n}; {give}; {'; '.join(parts)}.")
+
+
+def _listing(tests: list[TestFolder]) -> str:
+    """'a.py::t (DIR/a...), ...': up to 5 tests, each with its folder."""
+    more = f" and {len(tests) - 5} more" if len(tests) > 5 else ""
+    return ", ".join(f"{t.nodeid} ({t.path})" for t in tests[:5]) + more
 
 
 def _found(data: Any) -> str:

@@ -7,7 +7,9 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -159,3 +161,73 @@ def write_index_with(report: Path, result: TestResult, tool: str) -> None:
         except ReportFormatError:
             continue  # its folder is gone or broken: the index only lists what can be opened
     write_index(results, report, {"tool": tool, "environment": result.environment})
+
+
+@dataclass(frozen=True)
+class TestFolder:
+    """One test's folder in a report root."""
+
+    nodeid: str
+    path: Path
+    written: float  # when its `needs` file was last written (mtime)
+
+
+@dataclass
+class ReportRoot:
+    """A report root's test folders: those its index.json lists (the last run that wrote the index: a pytest session
+    lists its own tests, `inferscope run` adds its script to the tests listed), and those it does not, left by
+    earlier runs (nothing in a report folder is removed)."""
+
+    folder: Path
+    listed: list[TestFolder]
+    unlisted: list[TestFolder]
+    index_written: float | None  # None: no readable index.json, and every folder is unlisted
+
+    def older(self) -> str:
+        """'3 older test folders it does not list, left by earlier runs (written ...)', or '' when there are none."""
+        if not self.unlisted:
+            return ""
+        n = len(self.unlisted)
+        first, last = min(t.written for t in self.unlisted), max(t.written for t in self.unlisted)
+        span = stamp(first) if stamp(first) == stamp(last) else f"{stamp(first)} to {stamp(last)}"
+        folders, runs = ("folders", "earlier runs") if n != 1 else ("folder", "an earlier run")
+        return f"{n} older test {folders} it does not list, left by {runs} (written {span})"
+
+    def index_text(self, whose: str = "its") -> str:
+        """'its index.json (written ...) lists 2 tests'."""
+        n = len(self.listed)
+        return f"{whose} index.json (written {stamp(self.index_written or 0)}) lists {n} test{'s' if n != 1 else ''}"
+
+
+def stamp(t: float) -> str:
+    """A file's time as the user's clock reads it, to the minute."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def read_root(folder: Path, needs: str) -> ReportRoot:
+    """The test folders in `folder` holding the file `needs` (raw.npz, report.json), split by its index.json."""
+    found = {p.parent: p for p in folder.glob(f"*/{needs}") if p.is_file()}
+    listed: list[TestFolder] = []
+    index_written: float | None = None
+    try:
+        index = json.loads((folder / "index.json").read_text(encoding="utf-8"))
+        index_written = (folder / "index.json").stat().st_mtime
+    except (OSError, ValueError):
+        index = None
+    for entry in index.get("tests", []) if isinstance(index, dict) else []:
+        rel = (entry.get("files") or {}).get("json") if isinstance(entry, dict) else None
+        slug = entry.get("slug") if isinstance(entry, dict) else None
+        path = folder / Path(rel).parent if isinstance(rel, str) else folder / slug if isinstance(slug, str) else None
+        if path is not None and path in found:
+            listed.append(TestFolder(str(entry.get("nodeid", path.name)), path, found.pop(path).stat().st_mtime))
+    unlisted = [TestFolder(_nodeid(path), path, file.stat().st_mtime) for path, file in sorted(found.items())]
+    return ReportRoot(folder, listed, unlisted, index_written)
+
+
+def _nodeid(path: Path) -> str:
+    """The test id of a test folder, from its report.json (the folder's name when it has none that can be read)."""
+    try:
+        data = json.loads((path / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return path.name
+    return str(data.get("nodeid", path.name)) if isinstance(data, dict) else path.name

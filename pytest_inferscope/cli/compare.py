@@ -24,7 +24,7 @@ from ..comparison import Comparison
 from ..drift import probe_applies
 from ..regression import latency_verdict
 from ..reporters.jsonreport import ReportFormatError, load_report
-from .common import EXIT_FAILED, EXIT_OK, CliError, echo
+from .common import EXIT_FAILED, EXIT_OK, CliError, echo, read_root
 
 #: Longest test id in the table; longer ones keep their start and end around an ellipsis.
 MAX_ID = 60
@@ -203,6 +203,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "change may come from that: " + " ".join(diffs),
             file=sys.stderr,
         )
+    notes += [n for label, side in (("A", args.a), ("B", args.b)) if (n := _not_listed(label, Path(side)))]
     echo("\n".join(table(rows)))
     if notes:
         echo("\n".join(["", *notes]))
@@ -210,3 +211,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     only = f"{len(set(a) - set(b))} only in A, {len(set(b) - set(a))} only in B"
     echo(f"\n{counts}; {only} (max regression {100 * args.max_regression:g}%, alpha {args.alpha:g})")
     return EXIT_FAILED if verdicts.get("regressed") else EXIT_OK
+
+
+def _not_listed(label: str, path: Path) -> str:
+    """A note when a side read through an index.json sits among test folders the index does not list (left by earlier
+    runs), which were not compared; '' otherwise."""
+    folder = path if path.is_dir() else path.parent
+    if (path.is_dir() and (path / "report.json").is_file()) or not (folder / "index.json").is_file():
+        return ""
+    if path.is_file() and path.name != "index.json":
+        return ""
+    root = read_root(folder, "report.json")
+    if not root.unlisted:
+        return ""
+    names = ", ".join(t.nodeid for t in root.unlisted[:5])
+    more = f" and {len(root.unlisted) - 5} more" if len(root.unlisted) > 5 else ""
+    were = "was" if len(root.unlisted) == 1 else "were"
+    return f"  {label} ({path}): {root.index_text()}; {root.older()}, {were} not compared: {names}{more}."

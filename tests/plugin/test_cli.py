@@ -226,7 +226,9 @@ def test_analyze_our_raw_trace_and_report_folder(work: Path, capsys: pytest.Capt
         assert [s.path for s in again.analysis.scopes] == [s.path for s in original.analysis.scopes]
         assert f"again{i}" in capsys.readouterr().out
     assert main(["analyze", str(work / "first"), "--report", "x"]) == 2
-    assert f"is a report folder with 1 test; give one test's folder, e.g. {folder}" in capsys.readouterr().err
+    assert f"is a report folder of 1 test; analyze re-runs one test's trace: give its folder, e.g. {folder}" in (
+        capsys.readouterr().err
+    )
 
 
 def test_analyze_reads_and_writes_a_plain_trace_json_when_the_setting_says_so(

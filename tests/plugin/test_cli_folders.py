@@ -1,0 +1,87 @@
+"""`inferscope analyze` and `compare` given a report root that holds test folders its index.json no longer lists.
+
+A pytest session's index.json lists the session's tests; the folders of earlier runs stay in the root (nothing in
+it is removed). The commands say which tests the index lists and which folders are older, with when each was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_inferscope.cli import main
+from pytest_inferscope.reporters import load_report, write_index
+
+JOB = "sum(range(20000))\n"
+#: When the first run wrote its folders, and when the last run wrote its index (set on the files: mtimes).
+EARLIER, LAST = time.mktime((2026, 11, 28, 9, 15, 0, 0, 0, -1)), time.mktime((2026, 11, 29, 14, 5, 0, 0, 0, -1))
+
+
+def stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def root_with_older_folders(work: Path, name: str = "DIR") -> Path:
+    """A root as three runs and then a pytest session of one test leave it: 4 test folders, 1 in index.json."""
+    for job in ("a", "b", "c", "d"):
+        (work / f"job_{job}.py").write_text(JOB)
+        assert main(["run", f"job_{job}.py", "--report", name]) == 0
+    root = work / name
+    for job in ("a", "b", "c"):
+        for f in (root / f"job_{job}.py").iterdir():
+            os.utime(f, (EARLIER, EARLIER))
+    write_index([load_report(root / "job_d.py" / "report.json")], root, {})  # as the session of job_d.py writes it
+    os.utime(root / "index.json", (LAST, LAST))
+    return root
+
+
+@pytest.mark.parametrize("given", ["DIR", "DIR/index.json", "DIR/index.md"])
+def test_analyze_of_a_root_says_which_tests_its_index_lists_and_which_folders_are_older(
+    work: Path, capsys: pytest.CaptureFixture[str], given: str
+) -> None:
+    # It said "DIR is a report folder with 4 tests" while index.json and index.md listed 1.
+    root_with_older_folders(work)
+    capsys.readouterr()
+    assert main(["analyze", given, "--report", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"the folder's index.json (written {stamp(LAST)}) lists 1 test: job_d.py (DIR/job_d.py); " in err, err
+    assert (
+        f"3 older test folders it does not list, left by earlier runs (written {stamp(EARLIER)}): job_a.py "
+        "(DIR/job_a.py), job_b.py (DIR/job_b.py), job_c.py (DIR/job_c.py)."
+    ) in err, err
+    assert "analyze re-runs one test's trace: give its folder, e.g. DIR/job_d.py" in err, err
+
+
+def test_analyze_of_a_root_without_an_index_lists_its_folders(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = root_with_older_folders(work)
+    for page in ("index.json", "index.md", "index.html"):
+        (root / page).unlink()
+    capsys.readouterr()
+    assert main(["analyze", "DIR", "--report", "out"]) == 2
+    err = capsys.readouterr().err
+    assert "DIR is a report folder of 4 tests and no index.json: job_a.py (DIR/job_a.py), job_b.py" in err, err
+
+
+def test_compare_says_which_folders_of_a_root_its_index_left_out(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # job_a..c showed as "only in A" with no word that B holds older folders of them, which compare skipped.
+    root_with_older_folders(work, "B")
+    for job in ("a", "b", "c", "d"):
+        assert main(["run", f"job_{job}.py", "--report", "A"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "A", "B"]) == 0
+    out = capsys.readouterr().out
+    assert "job_a.py  only in A" in out
+    assert (
+        f"  B (B): its index.json (written {stamp(LAST)}) lists 1 test; 3 older test folders it does not list, left "
+        f"by earlier runs (written {stamp(EARLIER)}), were not compared: job_a.py, job_b.py, job_c.py."
+    ) in out, out
+    assert "A (A)" not in out
+    index = json.loads((work / "B" / "index.json").read_text())
+    assert [t["nodeid"] for t in index["tests"]] == ["job_d.py"]  # compare wrote nothing
