@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     analyze = _command(
         sub, "analyze", "re-analyse a saved trace (ours or torch.profiler's)",
-        "Re-run merger, analyzer and reporters on FILE: an inferscope raw.npz, a report folder or its "
-        "report.json or trace.json (the raw.npz beside it is used), or a torch.profiler / Kineto Chrome trace "
+        "Re-run merger, analyzer and reporters on FILE: an inferscope raw.npz, a test's report folder or its "
+        "report.json or trace.json (the raw.npz beside it is used), a report root holding one test folder, or a "
+        "torch.profiler / Kineto Chrome trace "
         "(.json or .json.gz, as export_chrome_trace() writes it); our trace.json.gz is read as our trace.json. "
         "The trace written is trace.json.gz, or trace.json with INFERSCOPE_TRACE_FORMAT=json (or the config "
         "file's trace_format).",

@@ -2,8 +2,9 @@
 
 FILE is an inferscope `raw.npz` (which keeps the test's plan, the collectors' descriptions, the
 environment and the speed probe's readings; for traces saved before it did, they come from the
-report.json beside it), a report folder or its report.json or trace.json / trace.json.gz (the raw.npz
-beside it is used), or a torch.profiler / Kineto Chrome trace (.json or .json.gz), imported by `kineto.py`.
+report.json beside it), a test's report folder or its report.json or trace.json / trace.json.gz (the raw.npz
+beside it is used; a report root of one test folder is that folder), or a torch.profiler / Kineto Chrome trace
+(.json or .json.gz), imported by `kineto.py`.
 The trace is written in the format the environment or config file sets (INFERSCOPE_TRACE_FORMAT), as
 `inferscope run` does.
 """
@@ -92,15 +93,14 @@ def load_input(path: Path) -> _Input:
             return _from_npz(path / "raw.npz")
         if (path / "report.json").is_file():
             return _beside(path / "report.json")
-        root = read_root(path, "raw.npz")
-        if not root.listed and not root.unlisted:
+        if not read_root(path, "raw.npz").tests():
             raise CliError(f"inferscope analyze: {path} is a folder without a raw.npz or report.json.")
-        raise _several(f"{path} is a report folder", root)
+        return _the_one_test(path, f"{path} is a report folder")
     if not path.is_file():
         raise CliError(f"inferscope analyze: {path}: no such file or folder.")
     if path.suffix.lower() in (".md", ".html", ".htm"):
         if path.stem == "index":
-            raise _several(f"{path} is the page of a report folder", read_root(path.parent, "raw.npz"))
+            return _the_one_test(path.parent, f"{path} is the page of a report folder")
         raise CliError(
             f"inferscope analyze: {path} is a report page, not a trace; give the test's folder ({path.parent}) or "
             "its report.json or raw.npz."
@@ -126,17 +126,26 @@ def load_input(path: Path) -> _Input:
     if isinstance(data, dict) and "nodeid" in data and "schema_version" in data:
         return _beside(path)
     if isinstance(data, dict) and isinstance(data.get("tests"), list) and "schema_version" in data:
-        raise _several(f"{path} is the index of a report folder", read_root(path.parent, "raw.npz"))
+        return _the_one_test(path.parent, f"{path} is the index of a report folder")
     raise CliError(
         f"inferscope analyze: {path} is JSON but neither an inferscope report.json nor a Chrome trace "
         f'({{"traceEvents": [...]}} from torch.profiler); found: {_found(data)}.'
     )
 
 
+def _the_one_test(folder: Path, what: str) -> _Input:
+    """The test of a report root that holds one test folder; CliError naming them when it holds several (or none)."""
+    root = read_root(folder, "raw.npz")
+    tests = root.tests()
+    if len(tests) == 1:
+        return _from_npz(tests[0].path / "raw.npz")
+    raise _several(what, root)
+
+
 def _several(what: str, root: ReportRoot) -> CliError:
     """The error for a folder of several tests (or its index): `what` it is, one test's folder to give, and its tests:
     those its index.json lists and the older folders it does not, each with when it was written."""
-    tests = root.listed + root.unlisted
+    tests = root.tests()
     if not tests:
         return CliError(
             f"inferscope analyze: {what}, and it holds no test folder with a raw.npz; give one test's folder."

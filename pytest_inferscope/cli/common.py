@@ -183,6 +183,10 @@ class ReportRoot:
     unlisted: list[TestFolder]
     index_written: float | None  # None: no readable index.json, and every folder is unlisted
 
+    def tests(self) -> list[TestFolder]:
+        """Every test folder: those the index lists, then the others."""
+        return self.listed + self.unlisted
+
     def older(self) -> str:
         """'3 older test folders it does not list, left by earlier runs (written ...)', or '' when there are none."""
         if not self.unlisted:

@@ -225,10 +225,18 @@ def test_analyze_our_raw_trace_and_report_folder(work: Path, capsys: pytest.Capt
         assert again.latency.samples_ms == original.latency.samples_ms  # the same rounds, re-analysed
         assert [s.path for s in again.analysis.scopes] == [s.path for s in original.analysis.scopes]
         assert f"again{i}" in capsys.readouterr().out
-    assert main(["analyze", str(work / "first"), "--report", "x"]) == 2
-    assert f"is a report folder of 1 test; analyze re-runs one test's trace: give its folder, e.g. {folder}" in (
-        capsys.readouterr().err
-    )
+
+
+def test_analyze_of_a_report_root_with_one_test_analyses_it(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `inferscope run job.py --report first && inferscope analyze first` was an error: "first is a report folder of
+    # 1 test; ... give its folder, e.g. first/job.py".
+    assert main(["run", str(script(work, SCOPED)), "--rounds", "2", "--report", "first"]) == 0
+    original = load_report(only_report(work / "first") / "report.json")
+    for i, given in enumerate([work / "first", work / "first" / "index.json", work / "first" / "index.md"]):
+        capsys.readouterr()
+        assert main(["analyze", str(given), "--report", f"again{i}"]) == 0, capsys.readouterr().err
+        again = load_report(only_report(work / f"again{i}") / "report.json")
+        assert again.nodeid == original.nodeid and again.latency.samples_ms == original.latency.samples_ms
 
 
 def test_analyze_reads_and_writes_a_plain_trace_json_when_the_setting_says_so(

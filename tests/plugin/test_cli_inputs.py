@@ -72,15 +72,6 @@ def test_analyze_given_a_page_an_index_or_another_file_says_what_to_give(
     cases = [
         (test / "report.md", f"is a report page, not a trace; give the test's folder ({test}) or its report.json"),
         (test / "report.html", f"is a report page, not a trace; give the test's folder ({test}) or its report.json"),
-        (
-            work / "out" / "index.json",
-            f"is the index of a report folder of 1 test; analyze re-runs one test's trace: give its folder, e.g. "
-            f"{test}",
-        ),
-        (
-            work / "out" / "index.md",
-            f"is the page of a report folder of 1 test; analyze re-runs one test's trace: give its folder, e.g. {test}",
-        ),
         (work / "fake.npz", "(.npz): it starts as a zip archive does, but is not a whole one. It may be truncated"),
         (work / "other.npz", "(.npz): a zip archive, but its arrays are not those inferscope writes. It may be"),
         (work / "null.json", "found: null."),
