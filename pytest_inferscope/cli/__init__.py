@@ -19,6 +19,7 @@ from .common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    RUN_DEFAULTS,
     CliError,
     Parser,
     alpha,
@@ -45,6 +46,12 @@ def _command(sub: Any, name: str, summary: str, description: str, one: str | Non
     return parser
 
 
+def _default(setting: str) -> str:
+    """'(default: INFERSCOPE_ROUNDS or the config file's rounds:, else 1)': where `run` takes an option it is not
+    given from, as `cmd_run` does (the plugin's settings, then its own default)."""
+    return f"(default: INFERSCOPE_{setting.upper()} or the config file's {setting}:, else {RUN_DEFAULTS[setting]})"
+
+
 def _add_run(sub: Any) -> None:
     """The `run` subcommand's parser."""
     from .run import cmd_run
@@ -62,11 +69,10 @@ def _add_run(sub: Any) -> None:
         "SCRIPT)"
     )
     run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] (SCRIPT | -m MODULE) [ARGS ...]"
-    run.add_argument("--report", type=report_folder, metavar="DIR",
-                     help=f"report folder (default: INFERSCOPE_REPORT or {DEFAULT_REPORT})")  # fmt: skip
-    run.add_argument("--rounds", type=count(1), metavar="N", help="measured runs of the script (default 1)")
-    run.add_argument("--warmup", type=count(0), metavar="W", help="unmeasured runs before them (default 0)")
-    run.add_argument("--cpu", choices=("sample", "trace", "off"), help="CPU collector mode (default: sample)")
+    run.add_argument("--report", type=report_folder, metavar="DIR", help=f"report folder {_default('report')}")
+    run.add_argument("--rounds", type=count(1), metavar="N", help=f"measured runs of the script {_default('rounds')}")
+    run.add_argument("--warmup", type=count(0), metavar="W", help=f"unmeasured runs before them {_default('warmup')}")
+    run.add_argument("--cpu", choices=("sample", "trace", "off"), help=f"CPU collector mode {_default('cpu')}")
     run.add_argument("script", metavar="SCRIPT", nargs="?", help="the Python file to run")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a module as `python -m MODULE` does, not a file")
     run.add_argument("args", metavar="ARGS", nargs="*", help="arguments for the script (after SCRIPT or MODULE)")

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_REPORT = Path("inferscope-report")
+#: `inferscope run`'s defaults, where neither the environment nor the config file gives the setting.
+RUN_DEFAULTS: dict[str, Any] = {"report": DEFAULT_REPORT, "rounds": 1, "warmup": 0, "cpu": "sample"}
 
 
 class CliError(Exception):

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
-from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, CliError, check_report_folder, conclude
+from .common import DEFAULT_REPORT, EXIT_FAILED, EXIT_OK, RUN_DEFAULTS, CliError, check_report_folder, conclude
 
 
 @contextmanager
@@ -204,8 +204,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     report = args.report if args.report is not None else (settings.report or DEFAULT_REPORT)
     check_report_folder(report)
-    rounds = args.rounds or settings.rounds or 1
-    warmup = args.warmup if args.warmup is not None else (settings.warmup or 0)
+    rounds = args.rounds or settings.rounds or RUN_DEFAULTS["rounds"]
+    warmup = args.warmup if args.warmup is not None else (settings.warmup or RUN_DEFAULTS["warmup"])
     name = module or os.path.normpath(args.script)  # the test id: `./job.py` and `job.py` compare as one
     sink = api.Profile(name)
     failure: BaseException | None = None

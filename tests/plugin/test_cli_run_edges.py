@@ -142,3 +142,19 @@ def test_a_script_that_closes_stdout_still_gets_its_summary(work: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("from the script\n") and "report:" in done.stdout, done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_run_help_says_where_the_defaults_come_from(capsys: pytest.CaptureFixture[str]) -> None:
+    # It said "(default 1)" for --rounds, which INFERSCOPE_ROUNDS or the config file's rounds: changes, as they do
+    # --warmup and --cpu; --report named INFERSCOPE_REPORT but not the config file.
+    assert main(["run", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    options = [
+        ("--report DIR", "report", "inferscope-report"),
+        ("--rounds N", "rounds", "1"),
+        ("--warmup W", "warmup", "0"),
+        ("--cpu {sample,trace,off}", "cpu", "sample"),
+    ]
+    for option, setting, default in options:
+        said = f"(default: INFERSCOPE_{setting.upper()} or the config file's {setting}:, else {default})"
+        assert f"{option} " in out and said in out.split(f"{option} ", 1)[1].split(" --", 1)[0], (option, out)
