@@ -62,7 +62,7 @@ def _add_run(sub: Any) -> None:
         "one round; with --rounds it runs N times after W warm-ups. scope() and mark_event() calls in it show in "
         "the report. inferscope's options are recognised anywhere before a '--'; every other argument (and "
         "everything after '--') goes to the script.",
-        "the script raised or exited with a non-zero status (its report is partial)",
+        "the script raised or exited with a non-zero status (its report is partial), or did not compile (no report)",
     ))  # fmt: skip
     run.unknown_hint = (
         " (inferscope run's own options are --report, --rounds, --warmup and --cpu; one for the script goes after "

@@ -49,16 +49,25 @@ def _open_again(stream: TextIO, fd: int) -> TextIO:
     return open(fd, "w", encoding=getattr(stream, "encoding", None), errors="backslashreplace", closefd=False)
 
 
-def _round(script: Path, module: str | None = None) -> Callable[[], None]:
-    """One round: run the script (or the module) as __main__ from the working directory of the first; exiting with
-    status 0 is a normal end."""
+def _compiled(script: Path) -> types.CodeType | None:
+    """The script's code, compiled once before any round; None for what runpy reads that is no source file (.pyc, a
+    zip). SyntaxError (or ValueError for a null byte) when it does not compile."""
+    if script.suffix == ".pyc" or zipfile.is_zipfile(script):
+        return None
+    with io.open_code(str(script)) as f:
+        return compile(f.read(), str(script), "exec", dont_inherit=True)
+
+
+def _round(script: Path, module: str | None = None, code: types.CodeType | None = None) -> Callable[[], None]:
+    """One round: run the script (its `code`, compiled once) or the module as __main__ from the working directory of
+    the first; exiting with status 0 is a normal end."""
     run: Callable[[], object]
     if module is not None:
         run = partial(runpy.run_module, module, run_name="__main__", alter_sys=True)
-    elif script.suffix == ".pyc" or zipfile.is_zipfile(script):  # what runpy reads that is no source file
+    elif code is None:  # what runpy reads that is no source file
         run = partial(runpy.run_path, str(script), run_name="__main__")
     else:
-        run = partial(_run_source, script)
+        run = partial(_run_source, script, code)
 
     cwd = os.getcwd()
 
@@ -73,11 +82,9 @@ def _round(script: Path, module: str | None = None) -> Callable[[], None]:
     return body
 
 
-def _run_source(script: Path) -> None:
-    """Run a source file as __main__ as `python SCRIPT` does; not by runpy.run_path, which sets sys.argv[0] to the
-    absolute path where python keeps it as typed."""
-    with io.open_code(str(script)) as f:
-        code = compile(f.read(), str(script), "exec", dont_inherit=True)
+def _run_source(script: Path, code: types.CodeType) -> None:
+    """Run a source file's code as __main__ as `python SCRIPT` does; not by runpy.run_path, which sets sys.argv[0] to
+    the absolute path where python keeps it as typed."""
     main = types.ModuleType("__main__")
     main.__dict__.update(__file__=str(script), __cached__=None, __loader__=None, __package__=None, __spec__=None)
     saved = sys.modules.get("__main__")
@@ -199,6 +206,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             "`inferscope run infer.py --batch 8` (its arguments follow it)."
         )
     try:
+        code = _compiled(script)
+    except (SyntaxError, ValueError) as e:  # as python prints it; nothing ran, so nothing to report
+        shown = args.script if module is None else f"{script.name} (-m {module})"
+        print("".join(traceback.format_exception_only(type(e), e)).rstrip(), file=sys.stderr)
+        print(
+            f"inferscope run: {shown} does not compile ({type(e).__name__}), so it ran in no round and no report is "
+            "written; fix it and run again.",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    try:
         settings = api.standalone_settings()
     except ConfigError as e:
         raise CliError(str(e)) from None
@@ -217,15 +235,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             with api.collecting(
                 name, sink, rounds=rounds, warmup=warmup, report_dir=report.absolute(), thresholds=None, cpu=args.cpu
             ) as coll:
-                coll.run_rounds(_round(script, module), rounds, warmup)
+                coll.run_rounds(_round(script, module, code if module is None else None), rounds, warmup)
         except BaseException as e:  # the script's exception (KeyboardInterrupt too): report it, exit 1
             failure = e
     if sink.result is None and isinstance(failure, GpuBackendError):  # raised before the script started
         raise CliError(f"inferscope run: {failure}")
     if failure is not None:
         if isinstance(failure, SystemExit):
-            code = failure.code
-            print(code if isinstance(code, str) else f"{name} exited with status {code}", file=sys.stderr)
+            status = failure.code
+            print(status if isinstance(status, str) else f"{name} exited with status {status}", file=sys.stderr)
         else:
             tb = _script_frames(failure, script)
             print("".join(traceback.format_exception(type(failure), failure, tb)).rstrip(), file=sys.stderr)

@@ -158,3 +158,22 @@ def test_run_help_says_where_the_defaults_come_from(capsys: pytest.CaptureFixtur
     for option, setting, default in options:
         said = f"(default: INFERSCOPE_{setting.upper()} or the config file's {setting}:, else {default})"
         assert f"{option} " in out and said in out.split(f"{option} ", 1)[1].split(" --", 1)[0], (option, out)
+
+
+@pytest.mark.parametrize("as_module", [False, True])
+def test_a_script_that_does_not_compile_runs_in_no_round_and_writes_no_report(
+    work: Path, capsys: pytest.CaptureFixture[str], as_module: bool
+) -> None:
+    # It wrote a partial report of the compile with a bottleneck and a top suggestion ("Batch or vectorise the
+    # per-item Python work") for a script that never ran.
+    (work / "typo.py").write_text("open('ran', 'w').close()\nprint('x'\n")
+    argv = ["run", "-m", "typo"] if as_module else ["run", "typo.py"]
+    assert main([*argv, "--rounds", "3", "--report", "out"]) == 1
+    err = capsys.readouterr().err
+    assert 'typo.py", line 2' in err and "SyntaxError: " in err and "Traceback" not in err, err
+    shown = "typo.py (-m typo)" if as_module else "typo.py"
+    assert err.rstrip().endswith(
+        f"inferscope run: {shown} does not compile (SyntaxError), so it ran in no round and no report is written; "
+        "fix it and run again."
+    ), err
+    assert not (work / "ran").exists() and not (work / "out").exists()
