@@ -126,6 +126,28 @@ def load_side(path: Path, label: str) -> dict[str, Measured]:
     raise _fail(label, path, "is JSON but not an inferscope report.json, index.json or baseline file.")
 
 
+def _missing(label: str, given: str, other: str) -> CliError:
+    """A side that does not exist; where it names a saved baseline (`--inferscope-save-baseline=NAME`), its file, in
+    a command with `other`, the other side."""
+    from ..api import standalone_settings
+    from ..config import ConfigError
+
+    try:
+        saved = standalone_settings().baseline_dir / f"{given}.json"
+    except ConfigError:
+        saved = Path(".inferscope/baselines") / f"{given}.json"
+    if Path(given).name == given and saved.is_file():
+        pair = f"{saved} {other}" if label == "A" else f"{other} {saved}"
+        return _fail(
+            label, Path(given), f"does not exist; a baseline named {given!r} is saved in {saved}: give that file, "
+            f"e.g. `inferscope compare {pair}`.",
+        )  # fmt: skip
+    return _fail(
+        label, Path(given), "does not exist; give a report folder, a report.json, an index.json or a baseline file "
+        "(.inferscope/baselines/NAME.json).",
+    )  # fmt: skip
+
+
 def _short(nodeid: str) -> str:
     if len(nodeid) <= MAX_ID:
         return nodeid
@@ -158,6 +180,9 @@ def table(rows: list[list[str]]) -> list[str]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """`inferscope compare`: print the regression table of A against B; exit 1 if a test regressed."""
+    for label, given, other in (("A", args.a, args.b), ("B", args.b, args.a)):
+        if not Path(given).exists():
+            raise _missing(label, given, other)
     a = load_side(Path(args.a), "A")
     b = load_side(Path(args.b), "B")
     common = [t for t in sorted(a) if t in b]

@@ -85,3 +85,30 @@ def test_compare_says_which_folders_of_a_root_its_index_left_out(
     assert "A (A)" not in out
     index = json.loads((work / "B" / "index.json").read_text())
     assert [t["nodeid"] for t in index["tests"]] == ["job_d.py"]  # compare wrote nothing
+
+
+def test_compare_given_the_name_of_a_saved_baseline_says_where_its_file_is(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `pytest --inferscope-save-baseline=main` then `inferscope compare main new`: "A (main) does not exist."
+    from pytest_inferscope.baseline import BaselineStore
+
+    (work / "job.py").write_text(JOB)
+    assert main(["run", "job.py", "--report", "new"]) == 0
+    BaselineStore(work / ".inferscope" / "baselines").save(
+        "main", [load_report(work / "new" / "job.py" / "report.json")], {}
+    )
+    capsys.readouterr()
+    assert main(["compare", "main", "new"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "inferscope compare: A (main) does not exist; a baseline named 'main' is saved in "
+        ".inferscope/baselines/main.json: give that file, e.g. `inferscope compare .inferscope/baselines/main.json "
+        "new`.\n"
+    )
+    assert main(["compare", ".inferscope/baselines/main.json", "new"]) == 0
+    assert main(["compare", "new", "nothing"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "B (nothing) does not exist; give a report folder, a report.json, an index.json or a baseline file "
+        "(.inferscope/baselines/NAME.json).\n"
+    )
