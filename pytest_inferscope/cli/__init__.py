@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .config import add_preview_options, cmd_config_show
 
     parser = Parser(
-        prog="inferscope", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="inferscope", description=(__doc__ or "").split("\n\n")[0],  # the exit codes: the epilog's table
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_codes("the script raised, a regression was found, or a threshold was crossed"),
     )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"inferscope {__version__}")

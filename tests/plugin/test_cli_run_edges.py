@@ -177,3 +177,10 @@ def test_a_script_that_does_not_compile_runs_in_no_round_and_writes_no_report(
         "fix it and run again."
     ), err
     assert not (work / "ran").exists() and not (work / "out").exists()
+
+
+def test_the_top_help_says_the_exit_codes_once(capsys: pytest.CaptureFixture[str]) -> None:
+    # The module's docstring, its description, said them as a paragraph above the "exit codes:" table.
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.lower().count("exit codes") == 1 and "exit codes:\n  0  ok" in out, out
