@@ -10,6 +10,7 @@ a value out of range or not among the choices a ValueError.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping
@@ -242,12 +243,20 @@ def check_passed_on(caller: str, fn: Callable[..., Any], kwargs: Mapping[str, An
     """A keyword argument for fn spelt like one of the call's own (`round=3`) that fn does not take is a TypeError
     naming the call's argument, before any call: passed on, it failed in the first round as fn's unexpected keyword."""
     for key, value in kwargs.items():
-        close = difflib.get_close_matches(key, _OWN, n=1, cutoff=0.75)
+        close = _close_to_own(key)
         if close and not _takes(fn, key):
             raise TypeError(
                 f"{caller}({key}={value!r}): {getattr(fn, '__name__', 'fn')} takes no argument {key!r}, and {caller} "
-                f"passes the keyword arguments it does not know on to fn; did you mean {caller}'s {close[0]}=?"
+                f"passes the keyword arguments it does not know on to fn; did you mean {caller}'s {close}=?"
             )
+
+
+@functools.cache
+def _close_to_own(key: str) -> str:
+    """The call's own argument that `key` is spelt like, or ''; kept per key: a loop of calls passes the same ones
+    (difflib takes ~15 µs a key on the 2-core VM)."""
+    close = difflib.get_close_matches(key, _OWN, n=1, cutoff=0.75)
+    return close[0] if close else ""
 
 
 def _takes(fn: Callable[..., Any], key: str) -> bool:
