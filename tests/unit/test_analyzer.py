@@ -209,6 +209,37 @@ def test_memory_growth_is_memory_bound() -> None:
     assert len(f.suggestions) >= 2
 
 
+def _process_threads(raw: RawTrace, n: float) -> RawTrace:
+    """The trace with the process's CPU times `n` times the test thread's (torch's intra-op threads as busy)."""
+    for row in raw.meta["rounds"]:  # type: ignore[union-attr]
+        row["user_ns"] = int(row["user_ns"] * n)
+        row["sys_ns"] = int(row["sys_ns"] * n)
+    return raw
+
+
+def test_the_kernels_time_in_a_multithreaded_process_is_at_most_the_round() -> None:
+    # A body allocating and filling 64 MiB tensors on torch's 2 threads (the 2-core VM, 2026-11-29): the process's
+    # system time was 156% of the wall, read as "the kernel took 156.4% of the wall time" with "reuse buffers" saving
+    # 85 ms of a 67 ms round. Each thread's kernel time is its own part of the round: 78% here.
+    a = analyze(merge(_process_threads(build(cpu_busy=1.0, sys_share=0.78, faults=65_000), 2.0)))
+    f = next(f for f in a.findings if f.rule == "memory_pressure")
+    assert a.bottleneck == "memory_bound" and f.share == pytest.approx(0.78, abs=0.01)
+    assert all(s.saving_ms <= 10.0 for s in a.suggestions), [(s.action, s.saving_ms) for s in a.suggestions]
+    assert "78.0%" in f.summary and "156" not in f.summary
+
+
+def test_a_parallel_forwards_faults_are_its_share_of_the_round_beside_its_compute() -> None:
+    # A conv net's forward at batch 16 on torch's 2 threads, 37% of the process's CPU in the kernel (pages of its
+    # large activations faulted in every call): the process's system time was 73% of the wall, so the finding
+    # explained 73% of the round beside cpu_saturation's 63% (136% together) and named it memory_bound. A caching
+    # malloc (MALLOC_MMAP_THRESHOLD_ raised) took the round from 20.8 to 13.0 ms, 37% (2-core VM, 2026-11-29).
+    a = analyze(merge(_process_threads(build(cpu_busy=1.0, sys_share=0.37, faults=6_500), 2.0)))
+    shares = {f.rule: f.share for f in a.findings}
+    assert a.bottleneck == "cpu_bound", shares
+    assert shares["memory_pressure"] == pytest.approx(0.37, abs=0.01)
+    assert shares["memory_pressure"] + shares["cpu_saturation"] == pytest.approx(1.0, abs=0.01)
+
+
 def test_host_memory_growth_gets_a_what_if_worth_the_kernels_time() -> None:
     # 6 ms of the host's own work before the launch, then a 3 ms kernel; the kernel took 4.5 ms a round
     # (0.9 busy x 0.5 system) while RSS grew 40 MB a round.
