@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import linecache
 import re
+import sysconfig
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,37 @@ __all__ = ["LAUNCH_GAP_NS", "Context", "CpuView", "GpuView", "Rounds", "union_ns
 
 #: Python files that are the framework rather than the user's code, for "framework overhead".
 FRAMEWORK_MARKERS = ("(torch/", "(transformers/", "(accelerate/", "/torch/", "/transformers/")
+#: A sampled frame's file in Python's standard library (the sampler names it by its absolute path; site-packages are
+#: named relative to site-packages): under a `lib/python3.N/` folder, or this interpreter's stdlib, and not a package's.
+_STDLIB = re.compile(r"\((?:<frozen |.*[\\/]lib[\\/]python3\.\d+t?[\\/])")
+_STDLIB_HERE = tuple(
+    f"({p.rstrip('/')}/" for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+)
+#: What the asyncio event loop runs when it has nothing ready: its selector's wait.
+EVENT_LOOP = "the asyncio event loop, with nothing ready to run"
+_LOOP_FRAME = re.compile(r"^base_events:BaseEventLoop\._run_once \(.*asyncio[\\/]base_events\.py:")
+
+
+def in_stdlib(frame: str) -> bool:
+    """Whether a sampled frame's label ("mod:fn (path:line)") is in Python's standard library."""
+    if "-packages" in frame:  # dist-packages under lib/python3.N (Debian's pip), or a site-packages left whole
+        return False
+    return _STDLIB.search(frame) is not None or any(p in frame for p in _STDLIB_HERE)
+
+
+def wait_site(frames: list[str]) -> tuple[str, str]:
+    """Where a stack waited, as the user called it: (the innermost frame outside the standard library, the library
+    function it called there, or ""). A wait in `q.get()` samples as threading's Condition.wait, which the user never
+    called: it is named ("test_x:test_body (t.py:3)", "queue:Queue.get"). An asyncio loop waiting in its selector
+    holds no frame of the user's (the awaiting coroutine is suspended): it is `EVENT_LOOP`."""
+    i = len(frames) - 1
+    while i >= 0 and in_stdlib(frames[i]):
+        i -= 1
+    if any(_LOOP_FRAME.match(f) for f in frames[i + 1 :]):
+        return EVENT_LOOP, ""
+    if i < 0 or i == len(frames) - 1:
+        return frames[-1], ""
+    return frames[i], frames[i + 1].split(" (")[0]
 
 
 @dataclass(eq=False)
@@ -115,6 +147,19 @@ class CpuView:
                 leaf = at_line(leaf, int(ev["value"][i]))
             tally[leaf] = tally.get(leaf, 0.0) + float(ev["end"][i] - t0)
         return sorted(((k_, per_round(v)) for k_, v in tally.items()), key=lambda kv: -kv[1])
+
+    @cached_property
+    def wait_sites(self) -> list[tuple[str, str, float]]:
+        """The sampled time by `wait_site` (frame, library call, ms per round), largest first: where the test thread
+        was, named at the user's call (off-CPU time has no samples of its own: they say where the thread was)."""
+        tally: dict[tuple[str, str], float] = {}
+        for name, w in self.sample_weights.items():
+            frames = self.timeline.strings[name].split(";")
+            if frames != ["<harness>"]:
+                site = wait_site(frames)
+                tally[site] = tally.get(site, 0.0) + w
+        n = self.rounds.n_rounds
+        return sorted(((f, c, ns / _MS / n) for (f, c), ns in tally.items()), key=lambda s: (-s[2], s[0], s[1]))
 
     @cached_property
     def framework_ns(self) -> float:

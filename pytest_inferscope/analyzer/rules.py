@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..results import Finding, Suggestion
 from .base import MIN_COUNTED_MS
-from .context import Context
+from .context import EVENT_LOOP, Context
 from .metrics import KERNEL_SPLIT_MIN_NS
 
 Rule = Callable[[Context], list[Finding]]
@@ -148,10 +148,24 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
     waiting = 1.0 - busy
     if waiting < 0.3 or ctx.gpu.collected:
         return []  # with a GPU, waiting is the sync and idle rules' business
-    spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0][:3]
+    sites = [s for s in ctx.cpu.wait_sites if s[2] > 0][:3]
     wait_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns) * waiting
     if wait_ms < MIN_COUNTED_MS:
         return []  # below what the thread's CPU clock and the counters' reads can tell from working
+    if not sites:
+        action = "Find what the thread waits on (I/O, locks, sleeps) and overlap or remove it"
+    elif sites[0][0] == EVENT_LOOP:
+        action = (
+            "Overlap the awaits: the event loop sat waiting for a sleep, I/O or another task; await independent "
+            "work together (asyncio.gather, a TaskGroup) or remove the sleeps"
+        )
+    else:
+        frame, call = sites[0][0].split(" (")[0], sites[0][1]
+        action = (
+            f"Remove or overlap the wait in {frame}'s call to {call}"
+            if call
+            else f"Remove or overlap the wait in {frame}"
+        )
     return [
         Finding(
             rule="off_cpu_wait",
@@ -165,15 +179,16 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
             confidence=_sample_confidence(ctx),
             evidence={
                 "off CPU per round (ms)": round(wait_ms, 3),
-                **{f"where it waited {i}": f"{h.function}: {h.self_ms:.2f} ms/round" for i, h in enumerate(spots, 1)},
+                **{
+                    f"where it waited {i}": f"{frame}{f', in {call}' if call else ''}: {ms:.2f} ms/round"
+                    for i, (frame, call, ms) in enumerate(sites, 1)
+                },
             },
             suggestions=[
                 Suggestion(
-                    action=f"Remove or overlap the wait in {spots[0].function.split(' (')[0]}"
-                    if spots
-                    else "Find what the thread waits on (I/O, locks, sleeps) and overlap or remove it",
+                    action=action,
                     rationale=f"{wait_ms:.2f} ms per round is spent waiting rather than computing",
-                    saving_ms=min(spots[0].self_ms, wait_ms) if spots else wait_ms * 0.5,  # a wait saves its time
+                    saving_ms=min(sites[0][2], wait_ms) if sites else wait_ms * 0.5,  # a wait saves its time
                     rule="off_cpu_wait",
                 )
             ],
