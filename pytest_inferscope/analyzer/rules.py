@@ -109,20 +109,8 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
             rule="cpu_saturation",
         )
     )
-    cores = ctx.metrics.get("cpu.available_cores") or 1.0
-    proc = ctx.metrics.get("cpu.process_utilisation") or 0.0
-    if len(suggestions) < 2 and cores - proc >= 0.5:
-        # Idle cores: the per-item work could be spread over them.
-        spread = min(cores, 4.0)
-        suggestions.append(
-            Suggestion(
-                action="Spread the per-item work over the idle cores (DataLoader num_workers, a process pool for "
-                "tokenisation)",
-                rationale=f"the process used {proc:.2f} of {cores:.0f} available cores",
-                saving_ms=round_ms * busy * (1.0 - 1.0 / spread),
-                rule="cpu_saturation",
-            )
-        )
+    if len(suggestions) < 2:
+        suggestions += _spread(ctx, round_ms * busy)
     top = f"; hottest: {spots[0][0].split(' (')[0]} ({spots[0][1]:.2f} ms/round)" if spots else ""
     return [
         Finding(
@@ -136,6 +124,24 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
             evidence=evidence,
             events=ctx.refs(r.round_idx, 3),
             suggestions=suggestions,
+        )
+    ]
+
+
+def _spread(ctx: Context, busy_ms: float) -> list[Suggestion]:
+    """Spreading the per-item work over the cores the process left idle, where it left some. Not where the test thread
+    waited for a core: the cores this process left were then busy with other processes' work."""
+    cores = ctx.metrics.get("cpu.available_cores") or 1.0
+    proc = ctx.metrics.get("cpu.process_utilisation") or 0.0
+    if cores - proc < 0.5 or (ctx.metrics.get("cpu.test_thread_runqueue") or 0.0) >= CONTENTION_MIN:
+        return []
+    return [
+        Suggestion(
+            action="Spread the per-item work over the idle cores (DataLoader num_workers, a process pool for "
+            "tokenisation)",
+            rationale=f"the process used {proc:.2f} of {cores:.0f} available cores",
+            saving_ms=busy_ms * (1.0 - 1.0 / min(cores, 4.0)),
+            rule="cpu_saturation",
         )
     ]
 

@@ -443,6 +443,17 @@ def test_waiting_for_a_core_is_cpu_demand_and_reported_as_contention() -> None:
     assert saturation.summary.startswith("The test thread was on CPU or waiting for a core (waiting 45.0% of the time)")
 
 
+def test_cores_other_processes_took_are_not_offered_as_idle() -> None:
+    # Under --inferscope-cpu=trace (no samples, so no hotspot to name), a pure-Python loop beside two busy processes on
+    # the 2-core VM waited for a core 27% of the round and was told to "spread the per-item work over the idle cores
+    # ... the process used 0.73 of 2 available cores": the cores were busy, with the other processes' work.
+    crowded = analyze(merge(build(cpu_busy=0.73, runqueue=0.27, meta={"cpu_affinity": 2})))
+    assert crowded.bottleneck == "cpu_bound"
+    assert not any("idle cores" in s.action for s in crowded.suggestions), [s.action for s in crowded.suggestions]
+    alone = analyze(merge(build(cpu_busy=1.0, meta={"cpu_affinity": 2})))  # one core of two unused: it is idle
+    assert any("idle cores" in s.action for s in alone.suggestions), [s.action for s in alone.suggestions]
+
+
 def test_rounds_too_short_for_the_counters_show_no_contention_but_the_thread_setting() -> None:
     # A `pass` body: 2 µs rounds, each preempted twice and waiting on a loaded machine (CI, once): the counters
     # cannot tell that from noise, so no finding; torch's threads against the cores do not depend on them.
