@@ -30,6 +30,9 @@ RSS_GROWTH_MB_PER_ROUND = 1.0
 CONTENTION_MIN = 0.1
 #: Involuntary context switches per ms of the round (with every available core busy) that count as preemption.
 PREEMPT_PER_MS = 0.5
+#: The process's other threads on CPU, over the test thread's time off CPU, from which off_cpu_wait says it may have
+#: waited for them (a Python thread holding the GIL, worker threads).
+OWN_THREADS_MIN = 0.8
 _MB = 1024 * 1024
 
 
@@ -155,9 +158,35 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
     if waiting < 0.3 or ctx.gpu.collected:
         return []  # with a GPU, waiting is the sync and idle rules' business
     sites = [s for s in ctx.cpu.wait_sites if s[2] > 0][:3]
-    wait_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns) * waiting
+    round_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns)
+    wait_ms = round_ms * waiting
     if wait_ms < MIN_COUNTED_MS:
         return []  # below what the thread's CPU clock and the counters' reads can tell from working
+    # CPU time of the process's other threads, in cores: as much as the test thread waited, and it may have waited for
+    # them. A Python thread spinning beside a pure-Python body held the GIL about half of each round (the 2-core VM,
+    # 2026-11-29: the body ran 24.8 ms against 11.6 ms alone), which read as a wait "in" the body's own loop.
+    m = ctx.metrics
+    others = max(0.0, (m.get("cpu.process_utilisation") or 0.0) - (m.get("cpu.test_thread_busy") or 0.0))
+    own_threads = others >= OWN_THREADS_MIN * waiting
+    why = (
+        f" while the process's other threads used {others:.2f} cores: it may have waited for them (a Python thread "
+        "holding the GIL, or worker threads it handed work to)."
+        if own_threads
+        else ": sleeping, blocked on I/O or a lock, or waiting for worker threads."
+    )
+    suggestions = []
+    if own_threads:
+        suggestions.append(
+            Suggestion(
+                action="Keep the process's other threads from holding up the test thread: a Python thread running "
+                "beside the body takes the GIL in turns with it (move its work to a process, or pause it while "
+                "inference runs), and more worker threads than cores (torch.set_num_threads) keep it waiting for them",
+                rationale=f"the test thread was off CPU {wait_ms:.2f} ms per round while the process's other threads "
+                f"used {others:.2f} cores",
+                saving_ms=min(wait_ms, others * round_ms),
+                rule="off_cpu_wait",
+            )
+        )
     if not sites:
         action = "Find what the thread waits on (I/O, locks, sleeps) and overlap or remove it"
     elif sites[0][0] == EVENT_LOOP:
@@ -176,10 +205,8 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
         Finding(
             rule="off_cpu_wait",
             title="The test thread waits off CPU",
-            summary=(
-                f"The test thread was off CPU for {_pct(waiting)} of the measured time ({wait_ms:.2f} ms per "
-                "round): sleeping, blocked on I/O or a lock, or waiting for worker threads."
-            ),
+            summary=f"The test thread was off CPU for {_pct(waiting)} of the measured time ({wait_ms:.2f} ms per round)"
+            + why,
             cause=None,
             share=waiting,
             confidence=_sample_confidence(ctx),
@@ -189,14 +216,16 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
                     f"where it waited {i}": f"{frame}{f', in {call}' if call else ''}: {ms:.2f} ms/round"
                     for i, (frame, call, ms) in enumerate(sites, 1)
                 },
+                "the process's other threads on CPU (cores)": round(others, 2),
             },
             suggestions=[
+                *suggestions,
                 Suggestion(
                     action=action,
                     rationale=f"{wait_ms:.2f} ms per round is spent waiting rather than computing",
                     saving_ms=min(sites[0][2], wait_ms) if sites else wait_ms * 0.5,  # a wait saves its time
                     rule="off_cpu_wait",
-                )
+                ),
             ],
         )
     ]

@@ -308,6 +308,30 @@ def test_an_idle_event_loop_is_named_as_such_not_as_its_selector() -> None:
     assert "asyncio.gather" in f.suggestions[0].action
 
 
+def _process_cpu(raw: RawTrace, cores: float) -> RawTrace:
+    """The trace with the process using `cores` of CPU over each round, its system time kept."""
+    for row in raw.meta["rounds"]:  # type: ignore[union-attr]
+        row["user_ns"] = int(row["wall_ns"] * cores) - row["sys_ns"]
+    return raw
+
+
+def test_a_wait_while_the_processs_other_threads_ran_may_be_a_wait_for_them() -> None:
+    # A pure-Python loop beside a Python thread spinning in the same process (the 2-core VM, 2026-11-29): on CPU 55% of
+    # the round, the process at 1.00 cores. Told "Remove or overlap the wait in test_cpu:test_gil_contention", its own
+    # loop, where it waited for the GIL the spinning thread held.
+    gil = analyze(merge(_process_cpu(build(cpu_busy=0.55, samples=[("test_g:test_loop (t.py:3)", 0.95)]), 1.0)))
+    (f,) = [f for f in gil.findings if f.rule == "off_cpu_wait"]
+    assert "other threads used 0.45 cores" in f.summary and "GIL" in f.summary, f.summary
+    assert f.evidence["the process's other threads on CPU (cores)"] == 0.45
+    assert f.suggestions[0].action.startswith("Keep the process's other threads from holding up the test thread")
+    assert f.suggestions[0].saving_ms == pytest.approx(4.5, rel=0.01)
+    # A body that sleeps, then runs a forward on torch's 2 threads (on CPU 33%, the process 0.67): the other thread's
+    # 0.34 cores ran while the body worked, not while it slept; nothing is said of them.
+    sleeps = analyze(merge(_process_cpu(build(cpu_busy=0.33, samples=[("test_s:test_body (t.py:3)", 0.95)]), 0.67)))
+    (g,) = [f for f in sleeps.findings if f.rule == "off_cpu_wait"]
+    assert "GIL" not in g.summary and not g.suggestions[0].action.startswith("Keep the process's other threads")
+
+
 def test_a_few_microseconds_off_cpu_are_no_finding() -> None:
     # A trivial test's 6 µs round read as 63% off CPU: below what the counters can tell from working.
     a = analyze(merge(build(round_ms=0.01, cpu_busy=0.1, samples=[("t:body (t.py:1)", 0.9)])))
