@@ -166,6 +166,30 @@ def test_samples_inside_an_interval_count_only_their_time_inside_it() -> None:
     assert ctx.cpu.samples_inside(*gap) == [("test_w:wait (w.py:3)", pytest.approx(2.0 / 2))]  # ms per round, 2 rounds
 
 
+def test_traced_calls_give_the_hotspots_where_no_sample_was_taken() -> None:
+    # --inferscope-cpu=trace records every Python call of the rounds and no sample: a per-pixel loop before a small
+    # forward read "CPU hotspots: No CPU samples", and cpu_saturation named no function (2-core VM, 2026-11-29).
+    call = Kind.CALL
+    impl = "module:Module._call_impl (torch/nn/modules/module.py:1)"  # nested in itself, as torch's modules are
+    host = [
+        (call, "test_t:test_body (t.py:1)", 0.0, 0.95),
+        (call, "pre:per_pixel (pre.py:5)", 0.02, 0.70),
+        (call, impl, 0.74, 0.18),
+        (call, impl, 0.745, 0.17),
+        (call, "conv:Conv2d.forward (torch/nn/modules/conv.py:1)", 0.75, 0.15),
+    ]
+    a = analyze(merge(build(cpu_busy=0.97, host=host, meta={"sampler": {"calls": 50}})))
+    spots = {h.function.split(" (")[0]: h for h in a.hotspots}
+    assert a.hotspots[0].function == "pre:per_pixel (pre.py:5)"
+    assert spots["pre:per_pixel"].self_ms == pytest.approx(7.0, abs=0.01)
+    assert spots["conv:Conv2d.forward"].self_ms == pytest.approx(1.5, abs=0.01)
+    assert spots["module:Module._call_impl"].self_ms == pytest.approx(0.3, abs=0.01)
+    assert spots["module:Module._call_impl"].total_ms == pytest.approx(1.8, abs=0.01)  # once, not for each nesting
+    assert spots["test_t:test_body"].self_ms == pytest.approx(9.5 - 7.0 - 1.8, abs=0.01)
+    assert spots["test_t:test_body"].total_ms == pytest.approx(9.5, abs=0.01)
+    assert "pre:per_pixel" in a.suggestions[0].action, [s.action for s in a.suggestions]
+
+
 def test_cpu_bound_names_the_hot_function_with_evidence() -> None:
     raw = build(
         cpu_busy=0.97,
