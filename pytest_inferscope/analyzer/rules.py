@@ -304,6 +304,7 @@ def memory_pressure(ctx: Context) -> list[Finding]:
         "kernel (system) share of the process's CPU time": _pct(m.process_sys_fraction),
     }
     round_ms = ctx.rounds.per_round_ms(wall)
+    over = ctx.metrics.get("mem.rss_growth_mb") or 0.0  # over the measured rounds: falls where pages went back
     suggestions = []
     if growing:
         suggestions.append(
@@ -342,7 +343,7 @@ def memory_pressure(ctx: Context) -> list[Finding]:
                 (
                     f"RSS grew {growth_per_round:.1f} MB per round"
                     if growing  # else no steady growth: a jump in one round, or pages faulted in and given back
-                    else f"RSS grew {ctx.metrics.get('mem.rss_growth_mb') or 0.0:.1f} MB over the measured rounds"
+                    else f"RSS {'fell' if over < 0 else 'grew'} {abs(over):.1f} MB over the measured rounds"
                 )
                 + f" with {round(faults)} page faults per round; the test thread spent {_pct(sys_share)} of the "
                 "round in the kernel."
