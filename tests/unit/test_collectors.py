@@ -80,6 +80,25 @@ def test_trace_mode_records_calls_and_estimates_overhead() -> None:
     assert coll.collectors_info()[0].overhead > 0
 
 
+def test_trace_mode_gives_the_hotspots_of_the_traced_calls() -> None:
+    # A traced collection takes no samples: its report read "No CPU samples" beside every call of the rounds.
+    from pytest_inferscope.analyzer import analyze
+    from pytest_inferscope.merger import merge
+
+    def quick() -> int:
+        return busy_python(2_000)
+
+    def slow() -> int:
+        return sum(i % 7 for i in range(100_000)) + quick()
+
+    _, raw = run(lambda: [slow(), quick()], rounds=2, warmup=0, cpu="trace")
+    spots = {h.function.split(" (")[0]: h for h in analyze(merge(raw)).hotspots}
+    slow_spot = spots["test_collectors:test_trace_mode_gives_the_hotspots_of_the_traced_calls.<locals>.slow"]
+    genexpr = next(h for f, h in spots.items() if f.endswith("slow.<locals>.<genexpr>"))
+    assert genexpr.self_ms > spots["test_collectors:busy_python"].self_ms  # 100,000 items against 2 x 2,000
+    assert slow_spot.total_ms >= genexpr.self_ms + slow_spot.self_ms
+
+
 def test_trace_mode_traces_the_rounds_alone_without_the_plugins_frames() -> None:
     # Traced from the collection's start, the harness between rounds and the plugin's own frames were in the trace,
     # and a scope's __enter__ (which records the scope's start inside it) crossed the scope's span.
