@@ -14,7 +14,7 @@ from .marker import MARKER_KEYS, MarkerKey, parse_marker, validate_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP
 from .results import Analysis, CheckResult, LatencyStats
 
-__all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "evaluate", "validate_marker"]
+__all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "ab_regression_check", "evaluate", "validate_marker"]
 
 if TYPE_CHECKING:
     import pytest
@@ -170,6 +170,18 @@ class _Results(list[CheckResult]):
         msg = f"max_regression: {regression.message()}" + (self.where if regression.failed else "")
         self.append(CheckResult("max_regression", "failed" if regression.failed else "passed", limit,
                                 regression.latency.ratio, msg))  # fmt: skip
+
+
+def ab_regression_check(limit: Any, ab: Mapping[str, Any]) -> CheckResult:
+    """The marker's max_regression in an A/B run, judged by the A/B verdict (`ab`, ABVerdict as plain data): the A/B
+    gate judges the test against the ref with that limit, so the check says what it found (docs/ab.md)."""
+    verdict, ref, reason = ab.get("verdict"), ab.get("ref"), str(ab.get("reason") or "").rstrip(".")
+    if verdict in ("regressed", "improved", "unchanged"):
+        status = "failed" if verdict == "regressed" else "passed"
+        msg = f"max_regression: {verdict} against {ref}, judged by the A/B comparison: {reason}."
+        return CheckResult("max_regression", status, limit, ab.get("ratio"), msg)
+    msg = f"max_regression: not evaluated: the A/B comparison with {ref} is {verdict}: {reason}."
+    return CheckResult("max_regression", "not_evaluated", limit, None, msg)
 
 
 @dataclass(frozen=True)

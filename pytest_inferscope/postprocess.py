@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .analyzer import DEFAULT_RULES, Context, Rule, WhatIf, analyze
 from .analyzer.context import LAUNCH_GAP_NS
 from .baseline import DETERMINISTIC_METRICS, BaselineEntry
-from .checks import Plan, evaluate
+from .checks import Plan, ab_regression_check, evaluate
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
 from .regression import compare_to_baseline
@@ -83,8 +83,8 @@ def process(
     result.earlier_runs = list(earlier_runs)
     if ab is not None:  # the A/B verdict (ab.controller.finish): a regression fails the test like a check
         result.ab = ab(result)
-        if result.ab is not None and result.ab.get("verdict") == "regressed" and result.verdict == "pass":
-            result.verdict = "fail"
+        if result.ab is not None:
+            _judged_by_ab(result, result.ab)
     if report_dir is not None:
         began = time.perf_counter_ns()
         write_test_reports(
@@ -100,6 +100,17 @@ def process(
         # Known only now, so not in the files just written: the session's summary and index.json have it.
         add_time(result, "reports_ms", time.perf_counter_ns() - began + submitted)
     return result, judged.timeline
+
+
+def _judged_by_ab(result: TestResult, ab: dict[str, Any]) -> None:
+    """An A/B run's verdict on the test: its max_regression check is the A/B comparison's (the limit the pairs were
+    judged with), and a regression fails the test, as a crossed threshold does."""
+    if "max_regression" in result.thresholds:
+        check = ab_regression_check(result.thresholds["max_regression"], ab)
+        result.checks = [check if c.key == "max_regression" else c for c in result.checks]
+        result.checks.sort(key=lambda c: {"failed": 0, "not_evaluated": 1, "passed": 2}[c.status])
+    if result.verdict != "partial":
+        result.verdict = "fail" if ab.get("verdict") == "regressed" or result.failed_checks else "pass"
 
 
 def add_time(result: TestResult, key: str, ns: int) -> None:

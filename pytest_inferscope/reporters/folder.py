@@ -293,7 +293,7 @@ def append_step_summary(path: Path, results: list[TestResult], report_dir: Path 
     Appended, not replaced: other steps of the job write to the same file.
     """
     from .fmt import md_name, md_text
-    from .terminal import vs_baseline, vs_ref
+    from .terminal import crossed_thresholds, vs_baseline, vs_ref
 
     ab = next((r.ab for r in results if r.ab), None)  # an A/B run: a column against the other side
     ab_head = f" vs {ab.get('ref')} |" if ab else ""
@@ -310,7 +310,7 @@ def append_step_summary(path: Path, results: list[TestResult], report_dir: Path 
             f"| {md_name(r.nodeid)} | {_ms3(lat.median)} | {_ms3(lat.iqr)} | {vs_baseline(r)} |{ab_cell} "
             f"{r.analysis.bottleneck} ({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
         )
-    failed = [c.message for r in results for c in r.failed_checks]
+    failed = [c.message for r in results for c in crossed_thresholds(r)]
     if any((r.ab or {}).get("verdict") == "regressed" for r in results):
         from ..ab.paired import ab_message
 

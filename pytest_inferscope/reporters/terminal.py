@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..results import TestResult
+from ..results import CheckResult, TestResult
 from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, sum_added, verdict_label
 
 if TYPE_CHECKING:
@@ -148,10 +148,17 @@ def failure_text(result: TestResult) -> str:
         from ..ab.paired import ab_message
 
         texts.append(f"inferscope A/B: {ab_message(ab)}")
-    failed = result.failed_checks
+    failed = crossed_thresholds(result)
     if failed:
         texts.append(f"inferscope: {len(failed)} threshold(s) crossed\n" + "\n".join(c.message for c in failed))
     return "\n".join(texts)
+
+
+def crossed_thresholds(result: TestResult) -> list[CheckResult]:
+    """The failed checks a failure lists besides an A/B regression: a max_regression the A/B judged is that regression,
+    whose evidence is said once, as the A/B's."""
+    regressed = (result.ab or {}).get("verdict") == "regressed"
+    return [c for c in result.failed_checks if not (regressed and c.key == "max_regression")]
 
 
 class _Writer(Protocol):

@@ -1,0 +1,91 @@
+"""What judges `max_regression` in an A/B run: the A/B comparison with the ref, and nothing else (docs/ab.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+BODY = """
+import time, pytest
+
+def spin(seconds):
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+
+@pytest.mark.inferscope(rounds=10, warmup=1, max_regression=0.2)
+def test_changed():
+    spin({changed})
+
+@pytest.mark.inferscope(rounds=10, warmup=1, max_regression=0.2)
+def test_same():
+    spin(0.002)
+"""
+
+
+def git(where: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=where, check=True, capture_output=True)
+
+
+def make_repo(pytester: pytest.Pytester, first: str, second: str) -> Path:
+    root = pytester.path
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "test_x.py").write_text(first)
+    (root / "pytest.ini").write_text("[pytest]\n")
+    git(root, "add", "test_x.py", "pytest.ini")
+    git(root, "commit", "-qm", "first")
+    (root / "test_x.py").write_text(second)
+    git(root, "commit", "-qam", "second", "--allow-empty")
+    return root
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", *args)
+
+
+def properties(junit: Path) -> dict[tuple[str | None, str | None], str | None]:
+    return {
+        (case.get("name"), p.get("name")): p.get("value")
+        for case in ET.parse(junit).iter("testcase")
+        for p in case.iter("property")
+    }
+
+
+def checks(report_dir: Path, test: str) -> dict[str, dict[str, object]]:
+    (folder,) = report_dir.glob(f"test_x.py__{test}-*")
+    return {c["key"]: c for c in json.loads((folder / "report.json").read_text())["checks"]}
+
+
+def test_the_markers_max_regression_is_judged_by_the_ab_comparison(pytester: pytest.Pytester) -> None:
+    """The A/B gate judged the marker's max_regression, yet the test's max_regression check said "not evaluated: no
+    baseline to compare against in this run (use --inferscope-compare=NAME)": JUnit's inferscope.check.max_regression
+    read not_evaluated on a test the A/B failed, and the report sent the user to an option beside the point."""
+    root = make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.003))
+    out = root.parent / "out"
+    result = run(pytester, "--inferscope-ab=HEAD~1", "--junitxml=junit.xml", f"--inferscope-report={out}")
+    result.assert_outcomes(passed=1, failed=1)
+    props = properties(root / "junit.xml")
+    assert props[("test_changed", "inferscope.ab.verdict")] == "regressed"
+    assert props[("test_changed", "inferscope.check.max_regression")] == "failed"
+    changed = checks(out, "test_changed")["max_regression"]
+    assert changed["status"] == "failed" and changed["measured"] == pytest.approx(
+        float(props[("test_changed", "inferscope.ab.ratio")] or "nan"), rel=1e-3
+    )
+    assert str(changed["message"]).startswith("max_regression: regressed against HEAD~1 (")
+    same_ab = props[("test_same", "inferscope.ab.verdict")]
+    same = checks(out, "test_same")["max_regression"]
+    assert same["status"] == {"unchanged": "passed", "improved": "passed", "inconclusive": "not_evaluated"}[same_ab]
+    for check in (changed, same):
+        assert "--inferscope-compare" not in str(check["message"]) and "HEAD~1" in str(check["message"])
+    row = next(line for line in result.outlines if line.startswith("test_x.py::test_changed"))
+    assert row.endswith("FAIL (max_regression)")
+    # The failure says the A/B evidence once: not again as a crossed threshold.
+    text = result.stdout.str()
+    assert text.count("slower over") == 1, text
+    assert "threshold(s) crossed" not in text
