@@ -85,7 +85,10 @@ MARKER_KEYS: dict[str, MarkerKey] = {
     for k in (
         MarkerKey("max_latency_ms", "fail when the round latency statistic (latency_stat) exceeds this", _POSITIVE),
         _setting("latency_stat", "the statistic max_latency_ms is checked against (default: median)"),
-        _option_threshold("max_regression", "allowed latency regression against a stored baseline (0.05 = 5%)"),
+        _option_threshold(
+            "max_regression",
+            "allowed latency regression against a stored baseline, or the ref in an A/B run (0.05 = 5%)",
+        ),
         MarkerKey(
             "expect_bottleneck",
             "fail unless the analyzer names this bottleneck",

@@ -254,7 +254,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "compare", optional(parse_name), None,
         "Compare every profiled test against the baseline NAME and fail the tests that regressed. "
-        "E.g. --inferscope-compare=main.",
+        "Not in an A/B run, whose comparison with the ref is the gate (docs/ab.md). E.g. --inferscope-compare=main.",
         "give the name of a saved baseline (letters, digits, '.', '-' and '_')", "main", metavar="NAME",
         default_text="not set (no comparison)",
     ),
@@ -264,7 +264,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "max_regression", fraction(), 0.05,
-        "Allowed latency regression against the baseline (0.05 or 5%), unless the marker says otherwise.",
+        "Allowed latency regression against the baseline, or the ref in an A/B run (0.05 or 5%), unless the marker "
+        "says otherwise.",
         "give a fraction such as 0.05 or a percentage such as 5%, from 0 to 1000%", "5%", metavar="FRACTION",
         toml_type=float | str,
     ),

@@ -54,9 +54,9 @@ class InferscopeSession:
     """State for one pytest session (or one xdist worker)."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
-        from .ab import make_ab, twin_settings
+        from .ab import make_ab, session_settings
 
-        settings = twin_settings(settings)  # in an A/B twin: no reports, baselines or twin of its own
+        given, settings = settings, session_settings(settings)  # a twin: no reports, baselines or twin; A/B: no compare
         self.config = config
         self.settings = settings
         self.report_dir: Path | None = (
@@ -74,7 +74,7 @@ class InferscopeSession:
         self.custom_rules: list[Any] = []  # from .inferscope_rules.yaml, loaded at session start
         self.pinned_gpu: int | None = pin_gpu(config, settings.gpus)
         # The A/B gate's plugin object (docs/ab.md), or None.
-        self.ab = make_ab(config, settings, self.plans, self.results)
+        self.ab = make_ab(config, given, self.plans, self.results)
         if self.ab is not None:
             config.pluginmanager.register(self.ab, "inferscope-ab")
         self.probe_seen: list[float] = []  # this process's speed-probe readings: the machine's usual speed so far
@@ -458,6 +458,7 @@ class InferscopeSession:
         saved = self.settings.save_baseline is None or self.baselines.save(self.results, self.environment())
         if not saved and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to save, and nothing was saved
+        not_compared = getattr(self.ab, "baseline_note", None)  # an A/B run given --inferscope-compare
         if self.report_dir is not None and self.results:
             from .reporters.folder import write_index
 
@@ -465,9 +466,11 @@ class InferscopeSession:
                 "collectors": self.header_lines()[0].removeprefix("inferscope: "),
                 "environment": ", ".join(f"{k} {v}" for k, v in sorted(self.environment().items())),
             }
+            if not_compared is not None:
+                info["vs baseline"] = not_compared
             write_index(self.results, self.report_dir, info)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary and self.results:
             from .reporters.folder import append_step_summary
 
-            append_step_summary(Path(summary), self.results, self.report_dir)
+            append_step_summary(Path(summary), self.results, self.report_dir, not_compared)

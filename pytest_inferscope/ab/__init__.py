@@ -84,14 +84,18 @@ def save_conflict(settings: Settings) -> str | None:
     )
 
 
-def twin_settings(settings: Settings) -> Settings:
-    """In a twin: the settings without what only the parent does (reports, baselines, its own A/B, the probe)."""
-    from .twin import ENV
-
-    if not os.environ.get(ENV):
-        return settings
+def session_settings(settings: Settings) -> Settings:
+    """The settings of this process's session: in a twin, without what only the parent does (reports, baselines, its
+    own A/B, the probe); in an A/B run, without --inferscope-compare (`not_compared`: the controller keeps it, to say
+    so)."""
     import dataclasses
 
-    return dataclasses.replace(
-        settings, report=None, compare=None, save_baseline=None, ab=None, ab_python=None, speed_probe="off"
-    )
+    from .twin import ENV
+
+    if os.environ.get(ENV):
+        return dataclasses.replace(
+            settings, report=None, compare=None, save_baseline=None, ab=None, ab_python=None, speed_probe="off"
+        )
+    if settings.compare is not None and (settings.ab is not None or settings.ab_python is not None):
+        return dataclasses.replace(settings, compare=None)
+    return settings

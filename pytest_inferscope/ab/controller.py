@@ -29,6 +29,24 @@ if TYPE_CHECKING:
     from ..results import TestResult
 
 
+def not_compared(settings: Settings, label: str) -> str | None:
+    """Why an A/B run does not compare its tests with --inferscope-compare's baseline (None without it); `label`: the
+    other side ("HEAD~1 (3f2a9c1d0e)").
+
+    This side's rounds are paced, as for `ab.save_conflict`, so a verdict against a plain run's baseline would compare
+    unlike things; and refusing the pair would stop every A/B run of a team whose config file sets the baseline
+    compared with on everyday runs. The A/B comparison is the gate."""
+    if settings.compare is None:
+        return None
+    source = settings.sources.get("compare", "cli")
+    given = f"--inferscope-compare={settings.compare}" if source.startswith("cli") else f"set by {source}"
+    return (
+        f"not compared with baseline {settings.compare!r} ({given}): an A/B run's rounds are paced, each taking its "
+        "turn with the twin's on one CPU core, so they are not what a plain run measures; the A/B comparison with "
+        f"{label} is the gate"
+    )
+
+
 class TwinTestFailed(Exception):
     """The test raised on the twin's side during a round."""
 
@@ -66,6 +84,11 @@ class ABController:
         if self.settings.ab_python is not None:
             parts.append(f"python {self.settings.ab_python}")
         return " with ".join(parts) or "the other side"
+
+    @property
+    def baseline_note(self) -> str | None:
+        """Why the tests are not compared with --inferscope-compare's baseline (None without it): the A/B gates them."""
+        return not_compared(self.settings, self.label)
 
     @property
     def column(self) -> str:
@@ -140,6 +163,7 @@ class ABController:
                 f"takes turns with its own twin, the pair pinned to its own CPU core (cores {cores[: self.workers]})"
                 f"{on_gpus}"
             )
+            self._note_not_compared()
             return
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
@@ -159,12 +183,17 @@ class ABController:
                 f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
                 f"processes pinned to CPU core {self.core} (of the allowed {cores})"
             )
+            self._note_not_compared()
             if not os.environ.get("PYTHONHASHSEED"):
                 self.notes.append(
                     "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on "
                     "the development VM that alone moved whole runs' ratios by a few per cent (docs/ab.md). Set "
                     "PYTHONHASHSEED=0 for A/B runs: the twin inherits it."
                 )
+
+    def _note_not_compared(self) -> None:
+        if (line := self.baseline_note) is not None:
+            self.notes.append(f"inferscope A/B: {line}")
 
     def _python(self) -> Path:
         return self.settings.ab_python if self.settings.ab_python is not None else Path(sys.executable)
@@ -357,4 +386,5 @@ class ABController:
                 verdict.verdict, verdict.twin_error = "inconclusive", str(data.get("error") or data.get("reason"))
                 verdict.reason = f"the twin stopped after {look.pairs} pairs ({state}): {verdict.twin_error}"
         verdict.core = self.core
+        verdict.not_compared = self.baseline_note or ""
         return verdict.to_dict()

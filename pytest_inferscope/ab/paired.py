@@ -164,6 +164,7 @@ class ABVerdict:
     metric_changes: list[MetricChange] = field(default_factory=list)
     twin_error: str = ""  # the test's failure on the other side
     notes: list[str] = field(default_factory=list)
+    not_compared: str = ""  # why the test was not compared with --inferscope-compare's baseline (the A/B is the gate)
 
     @property
     def failed(self) -> bool:

@@ -287,10 +287,13 @@ def _ms3(x: float) -> str:
     return f"{x:.3f}" if math.isfinite(x) else "n/a"
 
 
-def append_step_summary(path: Path, results: list[TestResult], report_dir: Path | None) -> None:
+def append_step_summary(
+    path: Path, results: list[TestResult], report_dir: Path | None, not_compared: str | None = None
+) -> None:
     """Append the session's table to a GitHub Actions job summary ($GITHUB_STEP_SUMMARY).
 
-    Appended, not replaced: other steps of the job write to the same file.
+    Appended, not replaced: other steps of the job write to the same file. `not_compared`: why an A/B run did not
+    compare with --inferscope-compare's baseline, said under the table.
     """
     from .fmt import md_name, md_text
     from .terminal import crossed_thresholds, vs_baseline, vs_ref
@@ -310,6 +313,8 @@ def append_step_summary(path: Path, results: list[TestResult], report_dir: Path 
             f"| {md_name(r.nodeid)} | {_ms3(lat.median)} | {_ms3(lat.iqr)} | {vs_baseline(r)} |{ab_cell} "
             f"{r.analysis.bottleneck} ({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
         )
+    if not_compared is not None:
+        lines += ["", f"inferscope A/B: {md_text(not_compared)}."]
     failed = [c.message for r in results for c in crossed_thresholds(r)]
     if any((r.ab or {}).get("verdict") == "regressed" for r in results):
         from ..ab.paired import ab_message

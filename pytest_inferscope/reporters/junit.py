@@ -61,6 +61,8 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
             ("inferscope.ab.p", _num(ab.get("p_value"))),
             ("inferscope.ab.ref", str(ab.get("ref", ""))),
         ]
+        if ab.get("not_compared"):  # --inferscope-compare given, and not made: the A/B is the gate
+            props.append(("inferscope.regression.not_compared", str(ab["not_compared"])))
     return props
 
 

@@ -89,3 +89,58 @@ def test_the_markers_max_regression_is_judged_by_the_ab_comparison(pytester: pyt
     text = result.stdout.str()
     assert text.count("slower over") == 1, text
     assert "threshold(s) crossed" not in text
+
+
+@pytest.mark.parametrize("given", ["cli", "ini", "ini, no such baseline"])
+def test_an_ab_run_does_not_compare_with_the_baseline(pytester: pytest.Pytester, given: str) -> None:
+    """`--inferscope-compare=main --inferscope-ab=HEAD~1` compared this side's rounds, paced by the twin's on one
+    core, with a plain run's baseline ("+50.0% regressed" in `vs baseline` beside "-0.0% unchanged" in `vs HEAD~1`).
+    Not compared now, and every surface that showed the comparison says so; a team's config file setting
+    `inferscope_compare` does not stop its A/B runs, even where that baseline is not at hand."""
+    root = pytester.path
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "test_x.py").write_text(BODY.format(changed=0.002))
+    (root / "pytest.ini").write_text("[pytest]\n")
+    git(root, "add", "test_x.py", "pytest.ini")
+    git(root, "commit", "-qm", "first")
+    run(pytester, "--inferscope-save-baseline=main").assert_outcomes(passed=2)  # a plain run's: 2 ms
+    (root / "test_x.py").write_text(BODY.format(changed=0.003))
+    git(root, "commit", "-qam", "slower")
+    (root / "test_x.py").write_text(BODY.format(changed=0.003) + "# a comment\n")
+    git(root, "commit", "-qam", "the same")  # HEAD and HEAD~1 both 3 ms: 50% slower than the baseline, not the ref
+    name = "nightly" if "no such" in given else "main"
+    args = [f"--inferscope-compare={name}"] if given == "cli" else []
+    if given.startswith("ini"):
+        (root / "pytest.ini").write_text(f"[pytest]\ninferscope_compare = {name}\n")
+    summary, out = root.parent / "step_summary.md", root.parent / "out"
+    pytester._monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = run(pytester, "--inferscope-ab=HEAD~1", "--junitxml=junit.xml", f"--inferscope-report={out}", *args)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()  # unchanged (or inconclusive) against HEAD~1
+    text = " ".join(result.stdout.str().split())
+    where = f"--inferscope-compare={name}" if given == "cli" else "set by ini inferscope_compare"
+    line = (
+        f"not compared with baseline {name!r} ({where}): an A/B run's rounds are paced, "
+        "each taking its turn with the twin's on one CPU core, so they are not what a plain run measures; the A/B "
+        "comparison with HEAD~1 ("
+    )
+    assert f"inferscope A/B: {line}" in text and "is the gate" in text
+    header = next(x for x in result.outlines if x.startswith("test ") and "verdict" in x)
+    assert "vs baseline" not in header and "vs HEAD~1" in header
+    props = properties(root / "junit.xml")
+    for test in ("test_changed", "test_same"):
+        assert (test, "inferscope.regression.verdict") not in props
+        assert (props[(test, "inferscope.regression.not_compared")] or "").startswith(line)
+        assert props[(test, "inferscope.check.max_regression")] in ("passed", "not_evaluated")  # the A/B's
+        (folder,) = out.glob(f"test_x.py__{test}-*")
+        report = json.loads((folder / "report.json").read_text())
+        assert report["regression"] is None and report["ab"]["not_compared"].startswith(line)
+        assert line in " ".join((folder / "report.md").read_text().split())
+        assert line.replace("'", "&#39;") in " ".join((folder / "report.html").read_text().split())
+    index = json.loads((out / "index.json").read_text())
+    assert index["session"]["vs baseline"].startswith(line)
+    assert [t["vs_baseline"] for t in index["tests"]] == [None, None]
+    assert line in " ".join((out / "index.md").read_text().split())
+    assert line in " ".join(summary.read_text().split())
+    assert len(list((root / ".inferscope" / "baselines").iterdir())) == 1  # main.json, as it was

@@ -126,7 +126,7 @@ def test_a_test_failing_here_is_inconclusive_before_or_after_the_first_look(pair
     from pytest_inferscope.ab.paired import judge
 
     config = SimpleNamespace(getoption=lambda *a: None)
-    settings = SimpleNamespace(ab="HEAD~1", ab_python=None)
+    settings = SimpleNamespace(ab="HEAD~1", ab_python=None, compare=None)
     ab = ABController(config, settings, {})  # type: ignore[arg-type]
     data = {**_data(), "state": "here_failed", "new_ms": [12.0] * pairs, "ref_ms": [10.0] * pairs, "looks": 1}
     if pairs > 3:
