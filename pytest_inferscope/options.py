@@ -137,7 +137,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "enable", parse_bool, True,
         "Switch profiling off for this run: marked tests and tests using the inferscope fixture run once, "
-        "unprofiled, and no report or baseline is written (as env: INFERSCOPE_ENABLE=0).",
+        "unprofiled, and no report, baseline or A/B comparison is made; the summary names those asked for "
+        "(as env: INFERSCOPE_ENABLE=0).",
         _BOOL_HINT, "false", flag="--inferscope-disable", action="store_false",
         default_text="profiling on (this flag not given)",
         toml_type=bool,

@@ -57,6 +57,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", marker_help())
     settings = _config.settings_from_pytest(config)
     if not settings.enable:
+        from .reporters.terminal import SwitchedOff, switched_off_line
+
+        if (line := switched_off_line(settings)) is not None:  # what it asked for did nothing: said, not silent
+            config.pluginmanager.register(SwitchedOff(line), f"{PLUGIN_NAME}-off")
         return
     from .session import InferscopeSession
 

@@ -68,6 +68,39 @@ def nothing_profiled_line(settings: Settings) -> str | None:
     )
 
 
+def switched_off_line(settings: Settings) -> str | None:
+    """The line for a run switched off (--inferscope-disable) that asked for what then does nothing: an A/B gate, a
+    baseline, reports (None when it asked for none of them). The switch wins, and the summary says so: a CI job whose
+    variables switched profiling off while its command asks for a gate must not read as gated."""
+    given = (
+        ("--inferscope-ab", settings.ab),
+        ("--inferscope-ab-python", settings.ab_python),
+        ("--inferscope-compare", settings.compare),
+        ("--inferscope-save-baseline", settings.save_baseline),
+        ("--inferscope-report", settings.report),
+    )
+    asked = [f"{option}={value}" for option, value in given if value is not None]
+    if not asked:
+        return None
+    source = settings.sources.get("enable", "cli")
+    where = "--inferscope-disable" if source.startswith("cli") else f"set by {source}"
+    return (
+        f"inferscope: profiling is switched off ({where}): {' and '.join(asked)} did nothing; no test was profiled, "
+        "compared or gated"
+    )
+
+
+class SwitchedOff:
+    """The plugin object of a switched-off run that asked for something: its one line in the terminal summary."""
+
+    def __init__(self, line: str) -> None:
+        self.line = line
+
+    def pytest_terminal_summary(self, terminalreporter: TerminalReporter) -> None:
+        terminalreporter.write_sep("=", "inferscope")
+        terminalreporter.write_line(self.line)
+
+
 def summary_lines(results: list[TestResult], ab_column: str | None = None) -> list[str]:
     """A header and one aligned row per test, sorted by id; with no results, one line saying so.
 

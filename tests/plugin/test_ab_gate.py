@@ -1,4 +1,5 @@
-"""What judges `max_regression` in an A/B run: the A/B comparison with the ref, and nothing else (docs/ab.md)."""
+"""What gates an A/B run: the A/B comparison with the ref, which judges `max_regression`, and not the baseline; and
+nothing, said so, when profiling is switched off (docs/ab.md)."""
 
 from __future__ import annotations
 
@@ -144,3 +145,23 @@ def test_an_ab_run_does_not_compare_with_the_baseline(pytester: pytest.Pytester,
     assert line in " ".join((out / "index.md").read_text().split())
     assert line in " ".join(summary.read_text().split())
     assert len(list((root / ".inferscope" / "baselines").iterdir())) == 1  # main.json, as it was
+
+
+@pytest.mark.parametrize("how", ["cli", "env"])
+def test_switched_off_the_ab_run_says_it_gated_nothing(pytester: pytest.Pytester, how: str) -> None:
+    """With --inferscope-disable (or INFERSCOPE_ENABLE=0, set for a while in a CI's variables, say), a run given
+    --inferscope-ab passed with not a word: no twin, no verdict, and a gate the job's log never said was not there."""
+    root = make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.003))
+    if how == "env":
+        pytester._monkeypatch.setenv("INFERSCOPE_ENABLE", "0")
+    off = ["--inferscope-disable"] if how == "cli" else []
+    result = run(pytester, "--inferscope-ab=HEAD~1", *off)
+    result.assert_outcomes(passed=2)  # the switch is obeyed: each test ran once, unprofiled
+    where = "--inferscope-disable" if how == "cli" else "set by env INFERSCOPE_ENABLE"
+    result.stdout.fnmatch_lines([
+        "*= inferscope =*",
+        f"inferscope: profiling is switched off ({where}): --inferscope-ab=HEAD~1 did nothing; no test was "
+        "profiled, compared or gated",
+    ])  # fmt: skip
+    out = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert len(out.strip().splitlines()) == 1  # no worktree was made
