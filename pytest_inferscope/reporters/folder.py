@@ -266,6 +266,7 @@ def index_entry(result: TestResult) -> dict[str, Any]:
         # from an xdist worker holds every figure as a float
         "added": {k: int(v) if k == "extra_rounds" else v for k, v in result.added.items()},
         "vs_baseline": _vs_baseline(result),
+        "vs_ref": _vs_ref(result),
     }
 
 
@@ -279,6 +280,19 @@ def _vs_baseline(result: TestResult) -> dict[str, Any] | None:
         "baseline": reg.baseline_name, "verdict": reg.verdict,
         "median_change": ratio - 1 if math.isfinite(ratio) else None,  # +0.283: 28.3% slower than the baseline
         "baseline_median_ms": reg.latency.base_median, "median_ms": reg.latency.new_median,
+    }  # fmt: skip
+
+
+def _vs_ref(result: TestResult) -> dict[str, Any] | None:
+    """index.json's A/B verdict (the index pages' and the terminal's "vs REF"), or None outside an A/B run."""
+    ab = result.ab
+    if ab is None:
+        return None
+    ratio = ab.get("ratio")
+    return {
+        "ref": ab.get("ref"), "verdict": ab.get("verdict"),
+        "median_change": ratio - 1 if isinstance(ratio, float) and math.isfinite(ratio) else None,  # of the pairs'
+        "p_value": ab.get("p_value"), "pairs": ab.get("pairs"),
     }  # fmt: skip
 
 
@@ -296,10 +310,10 @@ def append_step_summary(
     compare with --inferscope-compare's baseline, said under the table.
     """
     from .fmt import md_name, md_text
-    from .terminal import crossed_thresholds, vs_baseline, vs_ref
+    from .terminal import ab_column, crossed_thresholds, vs_baseline, vs_ref
 
-    ab = next((r.ab for r in results if r.ab), None)  # an A/B run: a column against the other side
-    ab_head = f" vs {ab.get('ref')} |" if ab else ""
+    ab = ab_column(results)  # an A/B run: a column against the other side
+    ab_head = f" {ab} |" if ab else ""
     lines = [
         "## inferscope",
         "",

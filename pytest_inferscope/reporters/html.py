@@ -111,13 +111,13 @@ def write_html_report(
 
 def render_html_index(results: list[TestResult], session: dict[str, Any]) -> str:
     """The index.html text of a session: one row per profiled test, linked to its report.html."""
-    from .terminal import vs_baseline
+    from .terminal import ab_column, vs_baseline, vs_ref
 
     rows = sorted(results, key=lambda r: r.nodeid)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
     return _env().get_template("index.html.j2").render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=html_link, assets=_assets(),
-        spark=sparkline, vs=vs_baseline,
+        spark=sparkline, vs=vs_baseline, ab_head=ab_column(rows), vs_ref=vs_ref,
     )  # fmt: skip
 
 

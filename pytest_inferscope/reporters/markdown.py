@@ -55,12 +55,13 @@ def render_index(results: list[TestResult], session: dict[str, Any]) -> str:
     """The index.md text of a session: one row per profiled test, linked to its report."""
     rows = sorted(results, key=lambda r: r.nodeid)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
-    from .terminal import vs_baseline
+    from .terminal import ab_column, vs_baseline, vs_ref
 
     template = _env().get_template("index.md.j2")
     return template.render(
-        results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link, vs=vs_baseline
-    )
+        results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link, vs=vs_baseline,
+        ab_head=ab_column(rows), vs_ref=vs_ref,
+    )  # fmt: skip
 
 
 def report_link(result: TestResult) -> str:

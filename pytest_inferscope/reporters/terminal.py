@@ -7,6 +7,7 @@ only hands its lines to the TerminalReporter, coloured by verdict.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -152,6 +153,13 @@ def vs_ref(result: TestResult) -> str:
     ratio = ab.get("ratio")
     change = f"{100 * (ratio - 1):+.1f}% " if isinstance(ratio, float) and math.isfinite(ratio) else ""
     return f"{change}{ab.get('verdict')}"
+
+
+def ab_column(results: Iterable[TestResult]) -> str | None:
+    """The title of the A/B column of the index pages and the step summary ("vs HEAD~1 (3f2a9c1d0e)"), or None outside
+    an A/B run."""
+    ab = next((r.ab for r in results if r.ab), None)
+    return f"vs {ab.get('ref')}" if ab else None
 
 
 def short_ids(nodeids: list[str]) -> list[str]:

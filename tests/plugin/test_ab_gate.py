@@ -165,3 +165,24 @@ def test_switched_off_the_ab_run_says_it_gated_nothing(pytester: pytest.Pytester
     ])  # fmt: skip
     out = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True, check=True).stdout
     assert len(out.strip().splitlines()) == 1  # no worktree was made
+
+
+def test_the_index_shows_the_ab_verdicts(pytester: pytest.Pytester) -> None:
+    """With --inferscope-report, index.md, index.html and index.json of an A/B run had no word of the A/B: the page a
+    CI uploads showed `vs baseline —` beside a test the A/B failed, while the terminal had a `vs HEAD~1` column."""
+    make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.003))
+    out = pytester.path.parent / "out"
+    result = run(pytester, "--inferscope-ab=HEAD~1", f"--inferscope-report={out}")
+    result.assert_outcomes(passed=1, failed=1)
+    index = {t["nodeid"]: t for t in json.loads((out / "index.json").read_text())["tests"]}
+    changed = index["test_x.py::test_changed"]["vs_ref"]
+    assert changed["ref"].startswith("HEAD~1 (") and changed["verdict"] == "regressed"
+    assert changed["median_change"] > 0.3 and changed["pairs"] >= 10 and changed["p_value"] < 0.01
+    assert index["test_x.py::test_same"]["vs_ref"]["verdict"] in ("unchanged", "inconclusive")
+    md = (out / "index.md").read_text()
+    head = next(line for line in md.splitlines() if line.startswith("| Test "))
+    assert "| vs HEAD~1 (" in head
+    row = next(line for line in md.splitlines() if "test_changed" in line)
+    assert "% regressed |" in row
+    html = (out / "index.html").read_text()
+    assert "<th>vs HEAD~1 (" in html and "% regressed</td>" in html
