@@ -145,6 +145,7 @@ def analyze(
         suggestions=suggestions,
         breakdown=ctx.breakdown(),
         hotspots=ctx.cpu.hotspots[:20],
+        no_samples_reason=ctx.cpu.no_samples_reason,
         scopes=ctx.cpu.scopes,
         metrics=ctx.metrics,
         gpu=ctx.gpu.summary(ctx.metrics.get("gpu.memory_peak_mb")),

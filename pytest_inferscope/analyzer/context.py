@@ -159,6 +159,46 @@ class CpuView:
         labels = [tl.strings[int(k)] for k in keys]
         return dict(zip(labels, self_w.tolist(), strict=True)), dict(zip(labels, total_w.tolist(), strict=True))
 
+    @cached_property
+    def no_samples_reason(self) -> str:
+        """Why no CPU sample counts in the measured rounds, as far as the collection says (`meta["sampler"]`: the
+        sampler's kind, its interval, the GIL's switch interval); "" where one counts, or where it does not say."""
+        tl = self.timeline
+        meta = tl.meta.get("sampler")
+        if not isinstance(meta, dict) or self.sample_weights:
+            return ""
+        if not meta:
+            return "sampling was off (--inferscope-cpu=off)"
+        if "calls" in meta:
+            return "full call tracing (--inferscope-cpu=trace) records the calls, on the timeline, instead of samples"
+        kind = meta.get("kind")
+        if kind not in ("thread", "signal"):  # recorded before the kind was kept
+            return ""
+        interval = float(meta.get("interval_ms") or 0.0)
+        round_ms = self.rounds.per_round_ms(self.rounds.wall_ns)
+        fewer = "a shorter --inferscope-sample-interval-ms or more rounds"
+        taken = int(np.count_nonzero(tl.events["kind"] == int(Kind.SAMPLE)))
+        if taken:
+            head = f"{taken} sample{' was' if taken == 1 else 's were'} taken, none inside a measured round"
+        else:
+            wall = float(tl.meta.get("wall_ns") or 0) / _MS
+            head = f"the sampler took no sample in the {wall:.3g} ms of the collection (one every {interval:g} ms)"
+            if wall < interval:
+                return f"{head}: the collection was shorter than the sampling interval; {fewer}"
+        if kind == "signal":  # in the test thread, on time: the rounds are short against the interval
+            return f"{head}: the rounds ({round_ms:.3g} ms each) are short against the sampling interval; {fewer}"
+        switch = float(meta.get("switch_interval_ms") or 0.0)
+        held = (
+            f"which a round of pure Python shorter than the switch interval ({switch:g} ms; {round_ms:.3g} ms here) "
+            "holds throughout"
+            if round_ms < switch
+            else "which the test thread held through the rounds (a C call that keeps it)"
+        )
+        return (
+            f"{head}: the thread sampler needs the GIL, {held}, so it gets in only between rounds; "
+            "--inferscope-sampler=signal samples inside the test thread"
+        )
+
     def samples_inside(
         self, starts: np.ndarray, ends: np.ndarray, lines: bool = False, api: bool = False
     ) -> list[tuple[str, float]]:

@@ -319,7 +319,12 @@ class Collection:
 
     def _sampler_meta(self) -> dict[str, Any]:
         if self.sampler is not None:
-            return {"samples": self.sampler.samples, "cost_ns": self.sampler.cost_ns}
+            # Which sampler, its interval and the GIL's switch interval: why no sample fell in a round (the report's
+            # CPU hotspots say it: analyzer/context.py, CpuView.no_samples_reason).
+            kind = "signal" if isinstance(self.sampler, SignalSampler) else "thread"
+            return {"samples": self.sampler.samples, "cost_ns": self.sampler.cost_ns, "kind": kind,
+                    "interval_ms": self.options.sample_interval_ms,
+                    "switch_interval_ms": sys.getswitchinterval() * 1000}  # fmt: skip
         if self.tracer is not None:
             return {
                 "calls": self.tracer.calls,

@@ -48,7 +48,8 @@ def collectors_info(self: Described) -> list[CollectorInfo]:
     if self.sampler is not None:
         # A thread holding the GIL (pure Python) lets the sampler in only every few ms: say so.
         effective = wall / 1e6 / self.sampler.samples if self.sampler.samples else float("inf")
-        got = f"; {self.sampler.samples} samples, one per {effective:.1f} ms" if self.sampler.samples else ""
+        n = self.sampler.samples
+        got = f"; {n} sample{'s' if n != 1 else ''}, one per {effective:.1f} ms" if n else ""
         how = " in the test thread" if isinstance(self.sampler, SignalSampler) else ""
         cpu = CollectorInfo(
             "cpu",
