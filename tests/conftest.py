@@ -23,6 +23,17 @@ def numpy_imports_ma() -> bool:
     return out.strip() == "True"
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pytest run by a test (pytester's, or a subprocess given os.environ) sees no COLUMNS, as a CI log: its
+    terminal summary table as wide as its rows.
+
+    pytest loads GNU readline, which puts COLUMNS (80 where there is no terminal) in the process's own environment:
+    an xdist worker starts with it in os.environ, and the table follows COLUMNS (reporters/terminal.py). A test that
+    means a width sets it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def gpu_unavailable(needed: int = 1) -> str | None:
     """Why GPU tests needing `needed` GPUs can't run here, or None when they can."""
     if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/proc/driver/nvidia/version")):

@@ -7,7 +7,9 @@ only hands its lines to the TerminalReporter, coloured by verdict.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import os
+import sys
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 
     from ..options import Settings
 
-#: Longest test id shown; longer ones keep their start and end around an ellipsis.
+#: Longest test id shown; longer ones keep their start and their test's name around an ellipsis (`fit_id`).
 MAX_ID = 60
 _HEADER = ("test", "median ms", "± IQR", "spread", "rounds", "bottleneck", "vs baseline", "verdict")
 
@@ -36,10 +38,7 @@ def write_terminal_summary(
     if not results and not header_lines and report_dir is None:
         return
     tr.write_sep("=", "inferscope")
-    lines = summary_lines(results, ab_column)
-    ordered = sorted(results, key=lambda r: r.nodeid)
-    for i, line in enumerate(lines):
-        r = ordered[i - 1] if 0 < i <= len(ordered) else None
+    for line, r in summary_table(results, ab_column, terminal_width(tr)):
         markup: dict[str, bool] = {}
         if r is not None and r.verdict == "partial":
             markup = {"yellow": True}
@@ -50,6 +49,22 @@ def write_terminal_summary(
         tr.write_line(line)
     if report_dir is not None:
         tr.write_line(f"inferscope reports: {Path(report_dir) / 'index.html'} (and index.md)")
+
+
+def terminal_width(tr: TerminalReporter) -> int | None:
+    """The width pytest fits its lines to, where lines wrap at it: COLUMNS, or the terminal's. None where the output
+    is no terminal and COLUMNS is not set (a CI log, a file): pytest's 80 is only its fallback there, and nothing
+    wraps, so the table stays as wide as it is."""
+    config = getattr(tr, "config", None)
+    width = getattr(config.get_terminal_writer(), "fullwidth", None) if config is not None else None
+    if not isinstance(width, int) or width <= 0:
+        return None
+    if not os.environ.get("COLUMNS"):
+        try:  # as shutil.get_terminal_size, which pytest asks: the terminal of the process's own stdout
+            os.get_terminal_size(sys.__stdout__.fileno())  # type: ignore[union-attr]  # None: caught below
+        except (AttributeError, ValueError, OSError):
+            return None
+    return width
 
 
 def nothing_profiled_line(settings: Settings) -> str | None:
@@ -102,13 +117,24 @@ class SwitchedOff:
         terminalreporter.write_line(self.line)
 
 
-def summary_lines(results: list[TestResult], ab_column: str | None = None) -> list[str]:
-    """A header and one aligned row per test, sorted by id; with no results, one line saying so.
+def summary_lines(results: list[TestResult], ab_column: str | None = None, width: int | None = None) -> list[str]:
+    """The table's lines (`summary_table`)."""
+    return [line for line, _ in summary_table(results, ab_column, width)]
 
-    `ab_column`: the title of the A/B column ("vs origin/main"), shown when the run was an A/B run.
+
+def summary_table(
+    results: list[TestResult], ab_column: str | None = None, width: int | None = None
+) -> list[tuple[str, TestResult | None]]:
+    """A header and one aligned row per test, sorted by id, each line with its test (None: a header); with no results,
+    one line saying so.
+
+    `ab_column`: the title of the A/B column ("vs origin/main"), shown when the run was an A/B run. `width`: the
+    terminal's (None: any), which a row wider than it is fitted to: the test ids shortened in the middle, their
+    test's name kept whole (`fit_id`); where that cannot be, each test's id on a line of its own above its figures.
+    The figures are never cut.
     """
     if not results:
-        return ["no tests were profiled"]
+        return [("no tests were profiled", None)]
     ordered = sorted(results, key=lambda r: r.nodeid)
     ids = short_ids([r.nodeid for r in ordered])
     rows: list[tuple[str, ...]] = [(*_HEADER[:7], ab_column or "", _HEADER[7])]
@@ -125,14 +151,64 @@ def summary_lines(results: list[TestResult], ab_column: str | None = None) -> li
         rows = [row[:7] + row[8:] for row in rows]
     if not any(r.regression for r in ordered):  # the column only when the run was compared with a baseline
         rows = [row[:6] + row[7:] for row in rows]
+    tests: list[TestResult | None] = [None, *ordered]
+    right = {c for c, title in enumerate(rows[0]) if title in _RIGHT}
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    right = {1, 3, 4}  # numbers line up on the right
-    return [
-        "  ".join(
-            cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    ]
+    rest = sum(widths[1:]) + len(_SEP) * (len(widths) - 1)  # the figures' columns, each after a separator
+    if width is None or widths[0] + rest <= width:
+        return list(zip(_aligned(rows, range(len(widths)), right), tests, strict=True))
+    fitted = [fit_id(row[0], width - rest) for row in rows[1:]]
+    whole = all(f.endswith(test_name(row[0])) for f, row in zip(fitted, rows[1:], strict=True))
+    if whole and len(set(fitted)) == len(fitted):  # (two ids alike once shortened: as too narrow)
+        rows = [rows[0], *((f, *row[1:]) for f, row in zip(fitted, rows[1:], strict=True))]
+        return list(zip(_aligned(rows, range(len(widths)), right), tests, strict=True))
+    # Too narrow for the ids beside the figures: each test's id on a line of its own, its figures indented below it,
+    # on as many lines as they need (the columns that fit the width on each, aligned with the header's).
+    bands: list[list[int]] = [[]]
+    for c in range(1, len(widths)):
+        if bands[-1] and len(_SEP) + sum(widths[k] + len(_SEP) for k in bands[-1]) + widths[c] > width:
+            bands.append([])
+        bands[-1].append(c)
+    lines = [_aligned(rows, band, right) for band in bands]  # per band, a line per row
+    out: list[tuple[str, TestResult | None]] = []
+    for i, (row, test) in enumerate(zip(rows, tests, strict=True)):
+        out.append((fit_id(row[0], width) if i else row[0], test))
+        out += [(_SEP + band[i], test) for band in lines]
+    return out
+
+
+#: Between two columns of the table, and before the figures of a test whose id is on the line above.
+_SEP = "  "
+#: The columns whose numbers line up on the right.
+_RIGHT = frozenset({"median ms", "spread", "rounds"})
+
+
+def _aligned(rows: list[tuple[str, ...]], columns: Iterable[int], right: Set[int]) -> list[str]:
+    """The rows' cells of `columns` as lines, each column as wide as its widest cell, those in `right` on the right."""
+    cols = list(columns)
+    widths = {c: max(len(row[c]) for row in rows) for c in cols}
+    return [_SEP.join(row[c].rjust(widths[c]) if c in right else row[c].ljust(widths[c]) for c in cols).rstrip()
+            for row in rows]  # fmt: skip
+
+
+def test_name(test_id: str) -> str:
+    """The test's own name in its id, with its parameters: what follows the last '::' ('test_y[cuda-8]')."""
+    bracket = test_id.find("[")
+    cut = test_id.rfind("::", 0, bracket if bracket >= 0 else len(test_id))
+    return test_id[cut + 2 :] if cut >= 0 else test_id
+
+
+def fit_id(test_id: str, width: int) -> str:
+    """`test_id` in at most `width` characters: cut in the middle, its start and its test's name (`test_name`) kept,
+    the name whole where it fits; else the name itself cut in the middle."""
+    if len(test_id) <= width:
+        return test_id
+    name = test_name(test_id)
+    for tail in (test_id[-len(name) - 2 :], name) if name != test_id else ():  # with its '::' where there is room
+        if len(tail) < width:
+            return test_id[: width - 1 - len(tail)] + "…" + tail
+    head = (2 * (width - 1) + 2) // 3  # of the name, more of its start (the function) than of its end
+    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
 
 
 def vs_baseline(result: TestResult) -> str:
@@ -163,7 +239,7 @@ def ab_column(results: Iterable[TestResult]) -> str | None:
 
 
 def short_ids(nodeids: list[str]) -> list[str]:
-    """Test ids without their folders (unless that makes two alike), ellipsised past MAX_ID."""
+    """Test ids without their folders (unless that makes two alike), shortened past MAX_ID (`fit_id`)."""
 
     def strip(nodeid: str) -> str:
         path, sep, rest = nodeid.partition("::")
@@ -174,10 +250,7 @@ def short_ids(nodeids: list[str]) -> list[str]:
     out = []
     for full, s in zip(nodeids, short, strict=True):
         s = full if s in clash else s
-        if len(s) > MAX_ID:
-            head = (MAX_ID - 1) // 2
-            s = s[:head] + "…" + s[-(MAX_ID - 1 - head) :]
-        out.append(s)
+        out.append(fit_id(s, MAX_ID))
     return out
 
 

@@ -7,6 +7,7 @@ so that a renamed option or a changed default breaks a test, not a user.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -182,9 +183,12 @@ def test_quickstart_output_matches_a_real_run(tmp_path: Path) -> None:
     printed = [ln for ln in block.splitlines() if ln.strip()]
     assert "pytest tests/test_inference.py --inferscope-report=inferscope-report" in text
     report = f"--inferscope-report={tmp_path / 'inferscope-report'}"
+    # As in a CI log: no terminal, no COLUMNS. The environment given whole: a parent that loaded GNU readline (this
+    # pytest may have) put COLUMNS=80 in the process's own environment, which a child inherits but os.environ lacks.
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "tests/test_inference.py", report, "-p", "no:randomly"],
-        cwd=ROOT / "example_project", capture_output=True, text=True, timeout=300,
+        cwd=ROOT / "example_project", capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     got = done.stdout[done.stdout.index("= inferscope =") - 34 :].splitlines()

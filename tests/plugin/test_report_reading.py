@@ -64,3 +64,46 @@ def test_counted_cpu_samples_give_hotspots_and_no_reason(pytester: pytest.Pytest
     assert data["analysis"]["metrics"]["cpu.samples"] > 0
     assert data["analysis"]["no_samples_reason"] == ""
     assert "No CPU samples" not in md and ":test_short (" in md  # the hotspot, module:function (file:line)
+
+
+LONG_IDS = """
+import pytest
+
+class TestResnetPipeline:
+    @pytest.mark.parametrize("device", ["cpu-fp32-batch64", "cpu-bf16-batch128"])
+    @pytest.mark.inferscope(rounds=3, warmup=0)
+    def test_batch_inference_latency(self, device):
+        sum(i * i for i in range(2000))
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+def test_short():
+    pass
+"""
+
+
+def _table(stdout: list[str]) -> list[str]:
+    """The summary table's lines: after the inferscope separator, before the first 'inferscope:' line."""
+    start = next(i for i, line in enumerate(stdout) if "= inferscope =" in line) + 1
+    end = next(i for i in range(start, len(stdout)) if stdout[i].startswith("inferscope"))
+    return stdout[start:end]
+
+
+@pytest.mark.parametrize("columns", [60, 80, 200])
+def test_the_summary_table_fits_the_terminal(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    pytester.makepyfile(**{"perf/test_inference_pipeline_latency_suite": LONG_IDS})
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=3)
+    table = _table(result.outlines)
+    assert all(len(line) <= columns for line in table), "\n".join(table)
+    text = "\n".join(table)
+    for name in ("test_batch_inference_latency[cpu-fp32-batch64]", "test_batch_inference_latency[cpu-bf16-batch128]",
+                 "test_short"):  # fmt: skip
+        assert name in text  # the test's function name, whole, for every test
+    for word in ("median ms", "± IQR", "spread", "rounds", "bottleneck", "verdict"):
+        assert word in text
+    assert text.count(" ± ") == 3 + 1 and text.count("pass") == 3 and text.count("%)") == 3  # every test's figures
+    if columns == 200:  # a wide terminal: as before, one line a test, ids past 60 characters cut in the middle
+        assert len(table) == 4 and "test_short" in table[-1] and "…" in table[1] and len(table[1].split()[0]) == 60

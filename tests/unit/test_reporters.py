@@ -25,13 +25,14 @@ from pytest_inferscope.reporters.files import (
     check_report_dir,
     slugify,
 )
-from pytest_inferscope.reporters.fmt import fmt_ms, fmt_pct
+from pytest_inferscope.reporters.fmt import fmt_conf, fmt_ms, fmt_pct, verdict_label
 from pytest_inferscope.reporters.jsonreport import ReportFormatError, load_report, to_json
 from pytest_inferscope.reporters.junit import junit_properties
 from pytest_inferscope.reporters.markdown import render_index, render_report
 from pytest_inferscope.reporters.terminal import (
     FailureRepr,
     failure_longrepr,
+    fit_id,
     summary_lines,
     write_terminal_summary,
 )
@@ -720,6 +721,97 @@ def test_long_ids_are_shortened_but_distinct() -> None:
     rows = summary_lines([a, b])[1:]
     first = [r.split()[0] for r in rows]
     assert all(len(f) <= 60 for f in first) and first[0] != first[1] and "…" in first[0]
+
+
+def _fits(lines: list[str], width: int, results: list[TestResult]) -> None:
+    """Every line within `width`, and every test's figures in the lines."""
+    assert all(len(line) <= width for line in lines), "\n".join(lines)
+    text = "\n".join(lines)
+    for r in results:
+        lat = r.latency
+        for cell in (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}", fmt_pct(lat.rel_spread), verdict_label(r)):
+            assert cell in text
+        assert f"{r.analysis.bottleneck} ({fmt_conf(r.analysis.confidence)})" in text
+
+
+def test_a_table_wider_than_the_terminal_shortens_the_ids_keeping_the_function() -> None:
+    results = [gpu_result("tests/perf/test_model_serving.py::TestServe::test_batch[cuda-8]"), cpu_only_failing_result()]
+    wide = summary_lines(results)
+    assert summary_lines(results, width=len(max(wide, key=len))) == wide  # it fits: unchanged
+    lines = summary_lines(results, width=len(max(wide, key=len)) - 10)
+    assert len(lines) == 3 and lines[1].split()[0] == "test_model_serving.py…::test_batch[cuda-8]"  # a line a test
+    assert len({line.index("±") for line in lines}) == 1  # the columns line up
+    _fits(lines, len(max(wide, key=len)) - 10, results)
+
+
+def test_a_narrow_terminal_puts_each_id_above_its_figures() -> None:
+    results = [gpu_result("tests/perf/test_model_serving.py::TestServe::test_batch[cuda-8]"), cpu_only_failing_result()]
+    for width in (80, 60, 40):
+        lines = summary_lines(results, width=width)
+        _fits(lines, width, results)
+        assert lines[0] == "test" and fit_id("test_model_serving.py::TestServe::test_batch[cuda-8]", width) in lines
+        ids = [i for i, line in enumerate(lines) if line.startswith("test_")]
+        assert len(ids) == 2 and all(lines[i + 1].startswith("  ") for i in ids)  # the figures below, indented
+        header = lines[1 : ids[0]]
+        assert "median ms" in header[0] and any("verdict" in line for line in header)
+        assert header[0].index("±") == lines[ids[0] + 1].index("±")  # aligned with the header
+
+
+def test_ids_alike_once_shortened_go_on_lines_of_their_own() -> None:
+    a, b = gpu_result("suite_a/test_model.py::test_forward"), gpu_result("suite_b/test_model.py::test_forward")
+    wide = summary_lines([a, b])
+    width = len(max(wide, key=len)) - 14  # room for "suite_…::test_forward", the same for both
+    lines = summary_lines([a, b], width=width)
+    assert "suite_a/test_model.py::test_forward" in lines and "suite_b/test_model.py::test_forward" in lines
+
+
+def test_fit_id_keeps_the_function_name() -> None:
+    long = "test_pipeline_suite.py::TestResnet::test_batch_inference[cpu-bf16-batch128]"
+    assert fit_id(long, 60) == "test_pipeline_suit…::test_batch_inference[cpu-bf16-batch128]"
+    assert fit_id(long, 40) == "…test_batch_inference[cpu-bf16-batch128]"
+    assert fit_id(long, 20) == "test_batch_in…ch128]" and fit_id("t.py::test_y", 20) == "t.py::test_y"
+    assert all(len(fit_id(long, w)) == w for w in range(2, len(long)))
+
+
+def test_the_terminal_summary_fits_pytests_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Writer:
+        fullwidth = 60
+
+    class Config:
+        def get_terminal_writer(self) -> Writer:
+            return Writer()
+
+    class FakeTR:
+        config = Config()
+
+        def __init__(self) -> None:
+            self.out: list[tuple[str, dict[str, bool]]] = []
+
+        def write_sep(self, sep: str, title: str) -> None:
+            self.out.append((f"{sep * 3} {title}", {}))
+
+        def write_line(self, line: str, **markup: bool) -> None:
+            self.out.append((line, markup))
+
+    results = [gpu_result(), cpu_only_failing_result()]
+    monkeypatch.setenv("COLUMNS", "60")
+    tr = FakeTR()
+    write_terminal_summary(tr, results, None, [])
+    table = tr.out[1:]
+    assert all(len(line) <= 60 for line, _ in table) and len(table) > 3
+    failing = [m for line, m in table[table.index(next(x for x in table if "test_cpu_path" in x[0])) :]]
+    assert all(m.get("red") for m in failing)  # the failing test's id and its figures, both red
+
+    # No terminal and no COLUMNS (a CI log, a file): pytest's 80 is its fallback, nothing wraps; the table as it was.
+    monkeypatch.delenv("COLUMNS")
+
+    def no_terminal(fd: int = 1) -> os.terminal_size:
+        raise OSError("not a terminal")
+
+    monkeypatch.setattr(os, "get_terminal_size", no_terminal)
+    tr = FakeTR()
+    write_terminal_summary(tr, results, None, [])
+    assert [line for line, _ in tr.out[1:]] == summary_lines(results)
 
 
 def test_write_terminal_summary_uses_the_terminal_reporter(tmp_path: Path) -> None:
