@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .marker import MARKER_KEYS, MarkerKey, parse_marker, validate_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP
-from .results import Analysis, CheckResult, LatencyStats
+from .results import UNCLASSIFIED, Analysis, CheckResult, LatencyStats
 
 __all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "ab_regression_check", "evaluate", "validate_marker"]
 
@@ -57,7 +57,15 @@ def _evidence(analysis: Analysis, latency: LatencyStats) -> str:
         f"max {_ms(latency.max)}"
     )
     top = analysis.findings[0].summary.rstrip(".") if analysis.findings else "no rule found a cause"
-    return f"{lat}; bottleneck {analysis.bottleneck} (confidence {analysis.confidence:.2f}): {top}"
+    return f"{lat}; bottleneck {stated(analysis)}: {top}"
+
+
+def stated(analysis: Analysis) -> str:
+    """The class as a message says it: 'cpu_bound (confidence 0.85)', or for unclassified, which names no class to be
+    confident in, why none was named."""
+    if analysis.bottleneck == UNCLASSIFIED:
+        return f"{UNCLASSIFIED} ({analysis.unclassified_reason or 'no finding explains enough of the time'})"
+    return f"{analysis.bottleneck} (confidence {analysis.confidence:.2f})"
 
 
 def evaluate(
@@ -159,7 +167,7 @@ class _Results(list[CheckResult]):
 
     def bottleneck(self, analysis: Analysis, expected: Any) -> None:
         got, failed = analysis.bottleneck, analysis.bottleneck != expected
-        msg = f"expect_bottleneck: classified {got} (confidence {analysis.confidence:.2f}), expected {expected}."
+        msg = f"expect_bottleneck: classified {stated(analysis)}, expected {expected}."
         self.append(CheckResult("expect_bottleneck", "failed" if failed else "passed", expected, got,
                                 msg + (self.evidence if failed else "")))  # fmt: skip
 

@@ -320,6 +320,9 @@ class Analysis(_Serial):
     #: measured_ms, replay_ms, replay_error, rounds, verdict, decided_by ("whatif" or "rules") and, for the
     #: rules, fallback (why no what-if table).
     whatif_replay: dict[str, Any] = field(default_factory=dict)
+    #: Why no class was named, when `bottleneck` is unclassified ("" otherwise, and in results written before it); its
+    #: `confidence` is then no class's (1 - the largest share a class explains; 1.0 from the what-if table).
+    unclassified_reason: str = ""
     #: Why no CPU sample counts in the measured rounds, so the CPU hotspots are empty ("" where samples count, or
     #: where the trace does not say: imported, or recorded before the sampler's kind was kept).
     no_samples_reason: str = ""

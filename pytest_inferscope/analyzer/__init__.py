@@ -39,7 +39,7 @@ DEFAULT_RULES: list[Rule] = [
 
 __all__ = [
     "CAUSES", "DEFAULT_RULES", "Analysis", "BottleneckAnalyzer", "Context", "IdleGaps", "Rule",
-    "WhatIf", "analyze", "attribute_idle", "classify", "idle_gaps",
+    "WhatIf", "analyze", "attribute_idle", "classify", "idle_gaps", "unclassified_reason",
 ]  # fmt: skip
 
 #: The what-if table decides the class only when the unchanged replay is this close to the measured rounds.
@@ -66,6 +66,15 @@ def classify(findings: Iterable[Finding]) -> tuple[str, float]:
     runner = ranked[1].share if len(ranked) > 1 else 0.0
     margin = (win.share - runner) / win.share if win.share else 0.0
     return win.cause or UNCLASSIFIED, round(max(0.0, min(1.0, win.confidence * (0.5 + 0.5 * margin))), 3)
+
+
+def unclassified_reason(findings: Iterable[Finding]) -> str:
+    """Why `classify` named no class: no finding points to one, or none explains MIN_SHARE of the time (the largest
+    named)."""
+    best = max((f for f in findings if f.cause is not None), key=lambda f: f.share, default=None)
+    if best is None:
+        return "no finding points to a class"
+    return f"no class explains {MIN_SHARE:.0%} of the measured time (the most: {best.cause}, {best.share:.0%})"
 
 
 def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
@@ -136,6 +145,9 @@ def analyze(
             bottleneck, confidence = cls, conf
         seen = {s.action for s in table.suggestions()}
         suggestions = table.suggestions() + [s for s in suggestions if s.action not in seen]
+    why = ""
+    if bottleneck == UNCLASSIFIED:  # no class, so no confidence in one: the reports say why instead
+        why = replayed["verdict"] if replayed["decided_by"] == "whatif" else unclassified_reason(findings)
     if note := peer_wait_note(ctx):  # more than one GPU, one waiting for another: the diagnosis names both
         replayed["peer_wait"] = note
     return Analysis(
@@ -146,6 +158,7 @@ def analyze(
         breakdown=ctx.breakdown(),
         hotspots=ctx.cpu.hotspots[:20],
         no_samples_reason=ctx.cpu.no_samples_reason,
+        unclassified_reason=why,
         scopes=ctx.cpu.scopes,
         metrics=ctx.metrics,
         gpu=ctx.gpu.summary(ctx.metrics.get("gpu.memory_peak_mb")),

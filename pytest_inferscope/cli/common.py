@@ -113,7 +113,9 @@ def check_report_folder(report: Path) -> None:
 def summary_lines(result: TestResult, report: Path) -> list[str]:
     """The short summary `run` and `analyze` print: latency, bottleneck, top suggestion, what profiling added, report
     path."""
+    from ..checks import stated
     from ..reporters.fmt import fmt_added, fmt_conf, fmt_ms
+    from ..results import UNCLASSIFIED
 
     lat, a = result.latency, result.analysis
     n = len(lat.samples_ms)
@@ -121,10 +123,12 @@ def summary_lines(result: TestResult, report: Path) -> list[str]:
     latency = f"{fmt_ms(lat.median)} ms median ({rounds})" if n else "n/a (no round completed)"
     if n > 1:
         latency += f", IQR {fmt_ms(lat.iqr)} ms"
+    # unclassified names no class to be confident in: why none was named, as a check's message says it
+    named = stated(a) if a.bottleneck == UNCLASSIFIED else f"{a.bottleneck} (confidence {fmt_conf(a.confidence)})"
     lines = [
         f"inferscope: {result.nodeid}" + (" — PARTIAL" if result.partial_reason else ""),
         f"  latency:        {latency}",
-        f"  bottleneck:     {a.bottleneck} (confidence {fmt_conf(a.confidence)})",
+        f"  bottleneck:     {named}",
     ]
     if a.suggestions:
         s = a.suggestions[0]

@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from ..results import TestResult
+from ..results import UNCLASSIFIED, Analysis, TestResult
 
 
 def verdict_label(result: TestResult) -> str:
@@ -59,6 +59,14 @@ def fmt_pct(share: float | None) -> str:
 def fmt_conf(c: float | None) -> str:
     """A confidence in [0, 1] as a whole percentage."""
     return "n/a" if c is None or not math.isfinite(c) else f"{c * 100:.0f}%"
+
+
+def fmt_bottleneck(analysis: Analysis) -> str:
+    """A table's bottleneck cell: the class with its confidence, 'cpu_bound (85%)'; 'unclassified' alone, which names
+    no class to be confident in (its report says why: `Analysis.unclassified_reason`)."""
+    if analysis.bottleneck == UNCLASSIFIED:
+        return UNCLASSIFIED
+    return f"{analysis.bottleneck} ({fmt_conf(analysis.confidence)})"
 
 
 def fmt_value(v: Any) -> str:

@@ -309,7 +309,7 @@ def append_step_summary(
     Appended, not replaced: other steps of the job write to the same file. `not_compared`: why an A/B run did not
     compare with --inferscope-compare's baseline, said under the table.
     """
-    from .fmt import md_name, md_text
+    from .fmt import fmt_bottleneck, md_name, md_text
     from .terminal import ab_column, crossed_thresholds, vs_baseline, vs_ref
 
     ab = ab_column(results)  # an A/B run: a column against the other side
@@ -325,7 +325,7 @@ def append_step_summary(
         ab_cell = f" {vs_ref(r)} |" if ab else ""
         lines.append(
             f"| {md_name(r.nodeid)} | {_ms3(lat.median)} | {_ms3(lat.iqr)} | {vs_baseline(r)} |{ab_cell} "
-            f"{r.analysis.bottleneck} ({r.analysis.confidence:.0%}) | {verdict_label(r)} |"
+            f"{fmt_bottleneck(r.analysis)} | {verdict_label(r)} |"
         )
     if not_compared is not None:
         lines += ["", f"inferscope A/B: {md_text(not_compared)}."]

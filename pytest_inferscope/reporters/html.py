@@ -28,7 +28,7 @@ from markupsafe import Markup
 from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
-from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, fmt_value, rounds_text, verdict_label
+from .fmt import fmt_added, fmt_bottleneck, fmt_conf, fmt_ms, fmt_pct, fmt_value, rounds_text, verdict_label
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
 from .lanes_rounds import rounds_payload
 from .markdown import TEMPLATES, compiled_templates, trace_name
@@ -278,7 +278,14 @@ def _env() -> jinja2.Environment:
         auto_reload=False,  # the templates ship with the package: no stat() of them per report
     )
     env.filters.update(
-        ms=fmt_ms, pct=fmt_pct, conf=fmt_conf, value=fmt_value, bytes=_fmt_bytes, unit=_unit, added=fmt_added
+        ms=fmt_ms,
+        pct=fmt_pct,
+        conf=fmt_conf,
+        value=fmt_value,
+        bytes=_fmt_bytes,
+        unit=_unit,
+        added=fmt_added,
+        bottleneck=fmt_bottleneck,
     )
     env.globals["rounds_text"] = rounds_text
     env.bytecode_cache = compiled_templates(env)

@@ -28,6 +28,8 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
         ("inferscope.verdict", result.verdict),
         ("inferscope.dropped_events", str(result.dropped_events)),
     ]
+    if result.analysis.unclassified_reason:  # no class named, so no confidence in one: why (the number stays, as ever)
+        props.append(("inferscope.unclassified_reason", result.analysis.unclassified_reason))
     if result.added:  # what the plugin added to the test's time, before its report files (TestResult.added)
         props.append(("inferscope.added_ms", _num(result.added.get("added_ms"))))
     if result.partial_reason:

@@ -18,6 +18,7 @@ import jinja2.bccache
 from ..results import CheckResult, TestResult
 from .fmt import (
     fmt_added,
+    fmt_bottleneck,
     fmt_conf,
     fmt_ms,
     fmt_pct,
@@ -90,6 +91,7 @@ def _env() -> jinja2.Environment:
         ms=fmt_ms,
         pct=fmt_pct,
         conf=fmt_conf,
+        bottleneck=fmt_bottleneck,
         cell=md_cell,
         value=fmt_value,
         text=md_text,

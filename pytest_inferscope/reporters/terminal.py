@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..results import CheckResult, TestResult
-from .fmt import fmt_added, fmt_conf, fmt_ms, fmt_pct, sum_added, verdict_label
+from .fmt import fmt_added, fmt_bottleneck, fmt_ms, fmt_pct, sum_added, verdict_label
 
 if TYPE_CHECKING:
     from pytest import TerminalReporter
@@ -142,7 +142,7 @@ def summary_table(
         lat = r.latency
         median, iqr = (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}") if lat.samples_ms else ("n/a", "")
         spread = fmt_pct(lat.rel_spread) if lat.samples_ms and not math.isnan(lat.rel_spread) else "n/a"
-        bottleneck = f"{r.analysis.bottleneck} ({fmt_conf(r.analysis.confidence)})"
+        bottleneck = fmt_bottleneck(r.analysis)
         rows.append(
             (short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, vs_baseline(r), vs_ref(r),
              verdict_label(r))

@@ -104,6 +104,32 @@ def test_the_summary_table_fits_the_terminal(
         assert name in text  # the test's function name, whole, for every test
     for word in ("median ms", "± IQR", "spread", "rounds", "bottleneck", "verdict"):
         assert word in text
-    assert text.count(" ± ") == 3 + 1 and text.count("pass") == 3 and text.count("%)") == 3  # every test's figures
+    assert text.count(" ± ") == 3 + 1 and text.count("pass") == 3  # every test's figures
+    assert len(re.findall(r"\w+_bound \(\d+%\)|unclassified", text)) == 3
     if columns == 200:  # a wide terminal: as before, one line a test, ids past 60 characters cut in the middle
         assert len(table) == 4 and "test_short" in table[-1] and "…" in table[1] and len(table[1].split()[0]) == 60
+
+
+def test_an_unclassified_test_reads_why_not_a_confidence(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import time
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3, warmup=0)
+        def test_sleeps():
+            time.sleep(0.002)  # off CPU, no GPU: no rule names a class
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    row = next(line for line in _table(result.outlines) if line.startswith("test_an_unclassified"))
+    assert row.split()[-2:] == ["unclassified", "pass"]  # no percentage after it
+    md, data = _report(pytester.path / "out", "report.md")
+    why = data["analysis"]["unclassified_reason"]
+    assert data["analysis"]["bottleneck"] == "unclassified" and why
+    assert f"**unclassified**: {why}." in md and "confidence 100%" not in md
+    index = (pytester.path / "out" / "index.md").read_text()
+    assert "| unclassified |" in index
+    junit = (pytester.path / "junit.xml").read_text()
+    assert 'name="inferscope.unclassified_reason"' in junit

@@ -450,7 +450,7 @@ def test_report_without_any_round(tmp_path: Path) -> None:
     md = render_report(r)
     assert "End-to-end latency: n/a (no measured round completed)" in md
     assert "_No findings._" in md and "_No breakdown: nothing was measured._" in md
-    assert "No finding explains enough of the time" in md
+    assert "**unclassified**: no finding explains enough of the time to name a class." in md
 
 
 # ---- JSON ----------------------------------------------------------------------------------
