@@ -11,6 +11,7 @@ from typing import Any
 
 from ..merger import Timeline
 from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
+from ..rounds import RoundKind, kinds_of
 from .context import LAUNCH_GAP_NS, Context
 from .idle import CAUSES, IdleGaps, attribute_idle
 from .metrics import compute_metrics
@@ -75,6 +76,27 @@ def unclassified_reason(findings: Iterable[Finding]) -> str:
     if best is None:
         return "no finding points to a class"
     return f"no class explains {MIN_SHARE:.0%} of the measured time (the most: {best.cause}, {best.share:.0%})"
+
+
+def no_measured_round(ctx: Context) -> str:
+    """Why no class is named where rounds ran but no measured round completed (the body raised in the first, or in the
+    warm-up): the rounds analysed instead are not what the class would be about. "" where one completed."""
+    r = ctx.rounds
+    if not len(r.round_idx) or r.latency.samples_ms:
+        return ""
+    kinds = kinds_of(ctx.timeline.events["flags"][r.round_idx])
+    n = len(kinds)
+    if (kinds == RoundKind.MEASURED).all():
+        raised, rounds = "in its first measured round", "that round, cut short"
+    elif (kinds == RoundKind.WARMUP).all():
+        raised = "during the warm-up"
+        rounds = f"the {n} warm-up rounds, the one that raised included" if n > 1 else "that warm-up round, cut short"
+    else:
+        return "no measured round completed, so no class is named"
+    return (
+        f"no measured round completed (the body raised {raised}), so no class is named; the breakdown and findings "
+        f"below are from {rounds}"
+    )
 
 
 def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
@@ -146,7 +168,9 @@ def analyze(
         seen = {s.action for s in table.suggestions()}
         suggestions = table.suggestions() + [s for s in suggestions if s.action not in seen]
     why = ""
-    if bottleneck == UNCLASSIFIED:  # no class, so no confidence in one: the reports say why instead
+    if none := no_measured_round(ctx):  # what the rules or the what-ifs made of those rounds stays in whatif_replay
+        bottleneck, confidence, why = UNCLASSIFIED, 0.0, none
+    elif bottleneck == UNCLASSIFIED:  # no class, so no confidence in one: the reports say why instead
         why = replayed["verdict"] if replayed["decided_by"] == "whatif" else unclassified_reason(findings)
     if note := peer_wait_note(ctx):  # more than one GPU, one waiting for another: the diagnosis names both
         replayed["peer_wait"] = note

@@ -327,10 +327,11 @@ class Rounds:
         warm = rounds[kinds == int(RoundKind.WARMUP)]
         # the rounds after the measured ones (but the settling round), out-of-step profile rounds too
         trace = np.sort(np.concatenate((self._rounds_of(RoundKind.PROFILE), self._rounds_of(RoundKind.TRACE))))
-        # A round whose body raised is no sample: the call did not finish (an assertion, a timeout cut it short).
-        done = (ev["flags"][self.round_idx] & RAISED_FLAG) == 0
+        # The measured rounds only (where none completed, the rounds analysed are the warm-up's: no samples), and of
+        # them not one whose body raised: the call did not finish (an assertion, a timeout cut it short).
+        done = (kinds == int(RoundKind.MEASURED)) & ((ev["flags"][rounds] & RAISED_FLAG) == 0)
         stats = LatencyStats.from_samples(  # (lists of floats: from_samples makes floats of numpy's scalars)
-            self.round_ms[done].tolist(),
+            ((ev["end"][rounds[done]] - ev["start"][rounds[done]]) / _MS).tolist(),
             ((ev["end"][warm] - ev["start"][warm]) / _MS).tolist(),
             ((ev["end"][trace] - ev["start"][trace]) / _MS).tolist(),
         )

@@ -133,3 +133,48 @@ def test_an_unclassified_test_reads_why_not_a_confidence(pytester: pytest.Pytest
     assert "| unclassified |" in index
     junit = (pytester.path / "junit.xml").read_text()
     assert 'name="inferscope.unclassified_reason"' in junit
+
+
+RAISES_EARLY = """
+import pytest
+
+CALLS = []
+
+@pytest.mark.inferscope(rounds=5, warmup=0)
+def test_raises_first():
+    sum(i * i for i in range(100_000))
+    raise RuntimeError("boom")
+
+@pytest.mark.inferscope(rounds=5, warmup=3)
+def test_raises_in_warmup():
+    CALLS.append(1)
+    sum(i * i for i in range(100_000))
+    if len(CALLS) == 3:
+        raise RuntimeError("boom")
+"""
+
+
+def test_a_test_with_no_measured_round_names_no_class_and_counts_no_warm_up(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_early=RAISES_EARLY)
+    result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml", "-p", "no:randomly")
+    result.assert_outcomes(failed=2)
+    rows = [line for line in _table(result.outlines) if line.startswith("test_early.py::")]
+    assert [row.split()[1:] for row in rows] == [["n/a", "n/a", "0", "unclassified", "partial"]] * 2
+    out = pytester.path / "out"
+    for name, raised in (("test_raises_first", "in its first measured round"), ("test_raises_in_warmup", "during")):
+        (d,) = out.glob(f"test_early.py__{name}-*")
+        data = json.loads((d / "report.json").read_text())
+        assert data["measured_rounds"] == 0 and data["latency"]["samples_ms"] == []
+        assert data["analysis"]["bottleneck"] == "unclassified"
+        md = (d / "report.md").read_text()
+        assert f"**unclassified**: no measured round completed (the body raised {raised}" in md
+        assert "0 measured rounds completed" in md and "End-to-end latency: n/a (no measured round completed)" in md
+    index = (out / "index.md").read_text()
+    assert index.count("| no measured round | 0 | unclassified |") == 2
+    assert junit_count(pytester.path / "junit.xml", "inferscope.bottleneck", "unclassified") == 2
+
+
+def junit_count(path: Path, name: str, value: str) -> int:
+    import xml.etree.ElementTree as ET
+
+    return sum(1 for p in ET.parse(path).getroot().iter("property") if (p.get("name"), p.get("value")) == (name, value))
