@@ -20,6 +20,7 @@ from ..events import GPU_KINDS, Kind
 from ..merger import Timeline
 from ..results import BreakdownPart, EventRef, Hotspot, ScopeStat
 from .base import _MS, LAUNCH_GAP_NS, MIN_COUNTED_MS, Rounds, event_refs, overlap_ns, union_ns
+from .calls import call_hotspots
 from .context_gpu import GpuView
 
 __all__ = ["LAUNCH_GAP_NS", "Context", "CpuView", "GpuView", "Rounds", "union_ns"]
@@ -94,8 +95,9 @@ class CpuView:
 
     @cached_property
     def hotspots(self) -> list[Hotspot]:
-        """Python functions by self time in the measured rounds: sampled, or, where the calls were traced
-        (`--inferscope-cpu=trace`, which takes no samples), from the traced calls (`_traced_ns`)."""
+        """Functions by self and total time per round: from the CPU samples, else from the recorded calls."""
+        if not self.sample_weights:
+            return call_hotspots(self.rounds)
         self_ns: dict[str, float] = {}
         total_ns: dict[str, float] = {}
         for name, w in self.sample_weights.items():
@@ -105,8 +107,6 @@ class CpuView:
             self_ns[frames[-1]] = self_ns.get(frames[-1], 0.0) + w
             for f in dict.fromkeys(frames):  # each frame once per sample, in a fixed order
                 total_ns[f] = total_ns.get(f, 0.0) + w
-        if not total_ns and "calls" in (self.timeline.meta.get("sampler") or {}):
-            self_ns, total_ns = self._traced_ns()
         n, wall = self.rounds.n_rounds, max(1, self.rounds.wall_ns)
         spots = [
             Hotspot(
@@ -119,45 +119,6 @@ class CpuView:
         ]
         spots.sort(key=lambda h: (-h.self_ms, -h.total_ms, h.function))  # ties by name: the same order every run
         return spots
-
-    def _traced_ns(self) -> tuple[dict[str, float], dict[str, float]]:
-        """Self and total ns per function of the calls traced in the measured rounds (the tracer's CALL spans).
-
-        A call's self time is its span less the calls it made (its nearest traced descendants: a scope or module span
-        between them is not a call); its total counts once where the function also runs further out (torch's
-        Module._call_impl nests in itself), as a sample counts each frame once.
-        """
-        tl, r = self.timeline, self.rounds
-        ev, parent = tl.events, tl.parent
-        is_call = ev["kind"] == int(Kind.CALL)
-        idx = (is_call & r.in_rounds).nonzero()[0]
-        if not len(idx):
-            return {}, {}
-        # The nearest traced call above each of them, past the scope and module spans between.
-        up = parent[idx].astype(np.int64)
-        while (step := (up >= 0) & ~is_call[np.maximum(up, 0)]).any():
-            up[step] = parent[up[step]]
-        dur = (ev["end"][idx] - ev["start"][idx]).astype(float)
-        own = dur.copy()
-        pos = np.full(len(ev), -1, dtype=np.int64)
-        pos[idx] = np.arange(len(idx))
-        inner = (up >= 0) & (pos[np.maximum(up, 0)] >= 0)
-        np.subtract.at(own, pos[up[inner]], dur[inner])
-        names = ev["name"][idx]
-        # Outermost of its function: no call of the same function above it.
-        outermost = np.ones(len(idx), dtype=bool)
-        at = up.copy()
-        while (live := (at >= 0)).any():
-            outermost[live] &= ev["name"][at[live]] != names[live]
-            nxt = parent[at[live]].astype(np.int64)
-            while (step := (nxt >= 0) & ~is_call[np.maximum(nxt, 0)]).any():
-                nxt[step] = parent[nxt[step]]
-            at[live] = nxt
-        keys, inv = np.unique(names, return_inverse=True)
-        self_w = np.bincount(inv, weights=np.maximum(own, 0.0), minlength=len(keys))
-        total_w = np.bincount(inv, weights=np.where(outermost, dur, 0.0), minlength=len(keys))
-        labels = [tl.strings[int(k)] for k in keys]
-        return dict(zip(labels, self_w.tolist(), strict=True)), dict(zip(labels, total_w.tolist(), strict=True))
 
     @cached_property
     def no_samples_reason(self) -> str:
