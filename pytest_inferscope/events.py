@@ -34,7 +34,7 @@ class Kind(enum.IntEnum):
     MARK = 5  # `mark_event`; value = index into the attrs list
     SAMPLE = 6  # CPU stack sample; name = folded stack, [start, end) = time it stands for, value = leaf's line
     MEMORY = 7  # host memory counter; value = RSS bytes, flags = MemoryFlag
-    CALL = 8  # a Python function call (full call tracing mode)
+    CALL = 8  # a Python function call (full call tracing mode), or an imported trace's op or frame; flags: CallFlag
     KERNEL = 10  # GPU kernel
     MEMCPY = 11  # GPU copy; value = bytes, flags: `copy_flags` (kind, memory kinds, a peer copy's devices)
     MEMSET = 12  # GPU memset; value = bytes
@@ -93,6 +93,13 @@ class SyncType(enum.IntEnum):
     STREAM_WAIT_EVENT = 2
     STREAM_SYNCHRONIZE = 3
     CONTEXT_SYNCHRONIZE = 4
+
+
+class CallFlag(enum.IntFlag):
+    """Flags of a CALL record."""
+
+    FRAME = 0  # a Python function
+    OP = 1  # an operator (an imported torch.profiler trace's `cpu_op`: aten::mm, ...)
 
 
 class MemoryFlag(enum.IntFlag):

@@ -8,7 +8,7 @@ here is in the HOST domain and there are no clock pairs to fit. Mapping, by `cat
 | --- | --- |
 | user_annotation `ProfilerStep#N` | ROUND (value N) |
 | user_annotation (other) | SCOPE |
-| cpu_op, python_function | CALL (python_function `nn.Module: X` is a MODULE named X) |
+| cpu_op, python_function | CALL, a cpu_op flagged `CallFlag.OP` (python_function `nn.Module: X` is a MODULE named X) |
 | kernel | KERNEL: stream, device and correlation from args |
 | gpu_memcpy | MEMCPY: bytes from args; direction, memory kinds from the name; peer devices `fromDevice`, `toDevice` |
 | gpu_memset | MEMSET |
@@ -19,9 +19,9 @@ A peer copy (`Memcpy PtoP`) lies on the lane of the device it ran on (`inDevice`
 Everything else (flows, metadata, instant events, GPU-side annotations) is counted and ignored.
 
 What a Kineto trace does not have: the test thread's CPU time, page faults, context switches and
-RSS per round. The analysis says so rather than reading the missing counters as zeros: `RULES`
-leaves out the rules that need them and adds one that states what is missing, and `mark_unmeasured`
-marks the breakdown lines and metrics that would rest on them as not measured.
+RSS per round. The analysis says so rather than reading the missing counters as zeros: the rules
+that need them skip themselves, and `kineto_rules.RULES` adds one that states what is missing and two
+that read a trace without GPU work (the steps' time in torch ops, and in the DataLoader).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from .analyzer import DEFAULT_RULES, Context, Rule
 from .events import (
     EVENT_DTYPE,
     GPU_KINDS,
+    CallFlag,
     CopyKind,
     Domain,
     Kind,
@@ -50,17 +50,11 @@ from .events import (
     concat_events,
     copy_flags,
 )
-from .results import CollectorInfo, Finding
+from .kineto_rules import MISSING, RULES
+from .results import CollectorInfo
 
 __all__ = ["RULES", "KinetoTrace", "TraceFormatError", "import_events", "load", "read_json"]
 
-#: What a Kineto trace lacks, in one sentence (report, collectors table, CLI).
-MISSING = (
-    "a torch.profiler (Kineto) trace records no per-round CPU time, page faults, context switches or RSS, "
-    "so the rules that need them (CPU-bound, off-CPU, memory, contention, launch overhead, GPU waits for host) "
-    "skip themselves; the verdict comes from the what-if table, whose host side is the trace's CPU ops and CUDA "
-    "runtime calls"
-)
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
 _MEMCPY = re.compile(r"Memcpy\s+(\w+)\s*\(\s*([\w ]+?)\s*->\s*([\w ]+?)\s*\)")
 _COPY_KINDS = {k.name.lower(): k for k in CopyKind}  # "htod" (from "HtoD") -> HTOD
@@ -73,6 +67,8 @@ _HOST = int(Domain.HOST)
 _HOST_SPANS = {"cpu_op", "python_function", "user_annotation"}
 _GPU_CATS = {"kernel": Kind.KERNEL, "gpu_memcpy": Kind.MEMCPY, "gpu_memset": Kind.MEMSET}
 _RUNTIME_CATS = {"cuda_runtime", "cuda_driver"}
+#: Categories of complete events not imported that say nothing of a device: the profiler's own span, none.
+_NO_DEVICE = {"trace", ""}
 
 
 class TraceFormatError(ValueError):
@@ -230,6 +226,7 @@ def import_events(data: Any, source: str) -> KinetoTrace:
     counts: dict[str, int] = {"ignored": 0}
     steps: list[int] = []  # row indices of ProfilerStep rounds
     origins: list[int] = []  # the index in traceEvents of each row
+    other: dict[str, int] = {}  # complete events of categories not imported that may be a device's (mtia_runtime)
 
     def tid_of(raw_tid: Any) -> int:
         if isinstance(raw_tid, int) and not isinstance(raw_tid, bool) and 0 <= raw_tid < 2**31:
@@ -244,6 +241,8 @@ def import_events(data: Any, source: str) -> KinetoTrace:
         cat = _ALIASES.get(cat, cat)
         if ev.get("ph") != "X" or not (cat in _HOST_SPANS or cat in _GPU_CATS or cat in _RUNTIME_CATS):
             counts["ignored"] += 1
+            if ev.get("ph") == "X" and cat not in _NO_DEVICE:
+                other[cat] = other.get(cat, 0) + 1
             continue
         for key in ("ts", "dur"):
             if key not in ev:
@@ -275,7 +274,7 @@ def import_events(data: Any, source: str) -> KinetoTrace:
         elif cat == "python_function" and name.startswith("nn.Module: "):
             kind, name = Kind.MODULE, name.removeprefix("nn.Module: ")
         else:
-            kind = Kind.CALL
+            kind, flags = Kind.CALL, int(CallFlag.OP) if cat == "cpu_op" else 0
         label = _LABELS[kind]
         counts[label] = counts.get(label, 0) + 1
         if kind != Kind.RUNTIME and kind not in GPU_KINDS:
@@ -291,7 +290,21 @@ def import_events(data: Any, source: str) -> KinetoTrace:
         events = np.array(rows, dtype=EVENT_DTYPE)
     except OverflowError:
         raise _out_of_range(rows, origins, data["traceEvents"], source) from None
-    return _finish(events, strings, counts, steps, data, source)
+    return _finish(events, strings, counts, steps, data, source, _unrecorded_device(counts, other, data))
+
+
+def _unrecorded_device(counts: dict[str, int], other: dict[str, int], data: dict[str, Any]) -> str:
+    """What shows a device in a trace without kernel, copy or memset records ('' when nothing does): the host's time
+    in ops may then be waits for work the trace did not record."""
+    if counts.get("kernel") or counts.get("memcpy") or counts.get("memset"):
+        return ""
+    if n := counts.get("runtime", 0):
+        return f"{n} CUDA runtime or driver call{'s' if n != 1 else ''} but no kernel, copy or memset records"
+    if other:
+        return ", ".join(f"{n} {cat}" + ("" if "event" in cat else " events" if n != 1 else " event")
+                         for cat, n in sorted(other.items()))  # fmt: skip
+    names = [str(d.get("name")) for d in data.get("deviceProperties") or [] if isinstance(d, dict)]
+    return f"deviceProperties lists {names[0]}" if names else ""
 
 
 def _main_tid(events: np.ndarray, steps: list[int]) -> int:
@@ -306,9 +319,15 @@ def _main_tid(events: np.ndarray, steps: list[int]) -> int:
 
 
 def _finish(
-    events: np.ndarray, strings: StringTable, counts: dict[str, int], steps: list[int], data: dict[str, Any], src: str
+    events: np.ndarray,
+    strings: StringTable,
+    counts: dict[str, int],
+    steps: list[int],
+    data: dict[str, Any],
+    src: str,
+    unrecorded: str,
 ) -> KinetoTrace:
-    """Add the TEST span and the rounds, and describe the collection."""
+    """Add the TEST span and the rounds, and describe the collection (`unrecorded`: `_unrecorded_device`)."""
     main = _main_tid(events, steps)
     t0, t_end = int(events["start"].min()), int(events["end"].max())
     extra: list[tuple[int, ...]] = [(t0, t_end, 0, 0, strings.intern(Path(src).name), main, -1, -1, Kind.TEST,
@@ -329,11 +348,17 @@ def _finish(
     n_kernels = counts.get("kernel", 0) + counts.get("memcpy", 0) + counts.get("memset", 0)
     device_names = [str(d.get("name")) for d in data.get("deviceProperties") or [] if isinstance(d, dict)]
     rounds = f"{len(steps)} ProfilerStep rounds" if steps else "no ProfilerStep: the whole trace is one round"
+    no_gpu = "the torch.profiler trace has no GPU activity"
+    if unrecorded:
+        no_gpu += (
+            f", though it shows a device ({unrecorded}): record with ProfilerActivity.CUDA (or the device's "
+            "activity) as well to see its work"
+        )
     collectors = [
         CollectorInfo("cpu", True, f"torch.profiler CPU ops and annotations ({rounds})", reason=MISSING),
         CollectorInfo("gpu", True, "torch.profiler (Kineto, CUPTI)")
         if n_kernels
-        else CollectorInfo("gpu", False, "none", reason="the torch.profiler trace has no GPU activity"),
+        else CollectorInfo("gpu", False, "none", reason=no_gpu),
         CollectorInfo("memory", False, "none", reason="not in a torch.profiler trace"),
     ]
     environment: dict[str, Any] = {"source": f"torch.profiler trace {src}"}
@@ -343,34 +368,8 @@ def _finish(
         if key in data:
             environment[key] = str(data[key])
     meta: dict[str, object] = {
-        "kineto": {"source": src, "steps": len(steps), "counts": dict(counts)},
+        "kineto": {"source": src, "steps": len(steps), "counts": dict(counts), "unrecorded_device": unrecorded},
         "clock_note": "torch.profiler trace: CPU and GPU times were put on one clock by Kineto, not re-measured here",
     }
     raw = RawTrace(events=events, strings=strings.strings, t0_ns=t0, meta=meta)
     return KinetoTrace(raw=raw, collectors=collectors, environment=environment, counts=counts, steps=len(steps))
-
-
-def kineto_limits(ctx: Context) -> list[Finding]:
-    """Say what an imported torch.profiler trace cannot tell, so a missing number is never read as zero."""
-    info = ctx.timeline.meta.get("kineto")
-    if not isinstance(info, dict):
-        return []
-    counts = info.get("counts", {})
-    evidence: dict[str, object] = {"source": info.get("source", "?"), "ProfilerStep rounds": info.get("steps", 0)}
-    evidence.update({f"{k} records": v for k, v in sorted(counts.items()) if k != "ignored"})
-    evidence["other events ignored"] = counts.get("ignored", 0)
-    return [
-        Finding(
-            rule="kineto_import",
-            title="Imported from a torch.profiler trace: no CPU or memory counters",
-            summary=f"Not measured: {MISSING}. The GPU rules use the trace's kernel, copy and memset records.",
-            cause=None,
-            share=0.0,
-            confidence=1.0,
-            evidence=evidence,
-        )
-    ]
-
-
-#: The built-in rules (those that need CPU counters skip themselves) plus the one that says what is missing.
-RULES: list[Rule] = [*DEFAULT_RULES, kineto_limits]

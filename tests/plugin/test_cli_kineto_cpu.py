@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +41,82 @@ def test_hotspots_of_a_trace_with_stacks_are_its_calls_by_self_time(work: Path) 
         self_us, total_us = STEPS_KEY_AVERAGES[h.function]
         assert (h.self_ms * 3, h.total_ms * 3) == pytest.approx((self_us / 1000, total_us / 1000), abs=1e-6)
     assert spots == sorted(spots, key=lambda h: -h.self_ms) and 0 < spots[0].share < 1
+
+
+def events_of(path: Path) -> list[dict[str, Any]]:
+    raw = path.read_bytes()
+    data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def step_share(path: Path, covered: Callable[[dict[str, Any]], bool]) -> float:
+    """The share of the ProfilerStep spans' time covered by the main thread's events that `covered` picks (µs
+    intervals merged one by one)."""
+    ev = [e for e in events_of(path) if e.get("ph") == "X"]
+    steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
+    picked = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in ev
+                    if e["tid"] == steps[0]["tid"] and covered(e))  # fmt: skip
+    inside = 0.0
+    for s in steps:
+        a, b = float(s["ts"]), float(s["ts"]) + float(s["dur"])
+        end = a
+        for x, y in picked:
+            x, y = max(x, end), min(y, b)
+            if y > x:
+                inside += y - x
+                end = y
+    return inside / sum(float(s["dur"]) for s in steps)
+
+
+def test_a_cpu_only_trace_is_cpu_bound_by_its_ops_share_of_the_steps(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = DATA / "steps.pt.trace.json.gz"
+    assert main(["analyze", str(trace), "--report", "out"]) == 0
+    assert "bottleneck:     cpu_bound" in capsys.readouterr().out
+    a = load_report(only_report(work / "out") / "report.json").analysis
+    (host,) = [f for f in a.findings if f.rule == "kineto_host"]
+    assert host.cause == "cpu_bound" and a.bottleneck == "cpu_bound"
+    assert host.share == pytest.approx(step_share(trace, lambda e: e.get("cat") == "cpu_op"), abs=1e-4)
+    assert "aten::addmm" in host.summary and "aten::addmm" in a.suggestions[0].action
+
+
+def test_steps_that_wait_for_the_dataloader_say_so(work: Path) -> None:
+    trace = DATA / "loader.json.gz"
+    assert main(["analyze", str(trace), "--report", "out"]) == 0
+    a = load_report(only_report(work / "out") / "report.json").analysis
+    (loader,) = [f for f in a.findings if f.rule == "kineto_dataloader"]
+    waits = step_share(trace, lambda e: e["name"].startswith("enumerate(DataLoader)#"))
+    assert loader.share == pytest.approx(waits, abs=1e-4) and waits > 0.5
+    assert a.findings[0].rule == "kineto_dataloader"  # the largest share
+    assert a.bottleneck == "unclassified"  # the ops are a few % of the steps: nothing to call CPU-bound
+    assert any("num_workers" in s.action for s in a.suggestions)
+
+
+@pytest.mark.parametrize(
+    ("edit", "hint"),
+    [
+        (lambda d: d.update(deviceProperties=[{"id": 0, "name": "NVIDIA A100-PG509-200"}]),
+         "deviceProperties lists NVIDIA A100-PG509-200"),
+        (lambda d: d["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 1.0,
+                                            "dur": 1.0, "pid": 1, "tid": 1, "args": {"correlation": 7}}),
+         "1 CUDA runtime or driver call but no kernel, copy or memset"),
+        (lambda d: d["traceEvents"].extend({"ph": "X", "cat": "mtia_runtime", "name": "launch", "ts": 1.0, "dur": 1.0,
+                                            "pid": 1, "tid": 1} for _ in range(2)),
+         "2 mtia_runtime events"),
+    ],
+)  # fmt: skip
+def test_a_trace_with_device_work_it_did_not_record_is_not_called_cpu_bound(
+    work: Path, capsys: pytest.CaptureFixture[str], edit: Callable[[dict[str, Any]], None], hint: str
+) -> None:
+    # The host's time in ops may be waits for the device (a copy to the host, a sync) that the trace did not record.
+    data = {"traceEvents": events_of(DATA / "steps.pt.trace.json.gz")}
+    edit(data)
+    (work / "t.json").write_text(json.dumps(data))
+    assert main(["analyze", "t.json", "--report", "out"]) == 0
+    out = capsys.readouterr().out
+    assert "bottleneck:     unclassified" in out and "not collected:  gpu: the torch.profiler trace has no GPU" in out
+    assert hint in out and "ProfilerActivity.CUDA" in out
+    a = load_report(only_report(work / "out") / "report.json").analysis
+    (host,) = [f for f in a.findings if f.rule == "kineto_host"]
+    assert host.cause is None and hint in host.summary and not host.suggestions
