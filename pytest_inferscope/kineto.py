@@ -84,6 +84,7 @@ class KinetoTrace:
     environment: dict[str, Any]
     counts: dict[str, int] = field(default_factory=dict)  # records per kind ("kernel", ...) and "ignored"
     steps: int = 0  # ProfilerStep annotations found (0: the whole trace is one round)
+    notes: list[str] = field(default_factory=list)  # how the rounds were read, where it needs saying (a line each)
 
 
 def read_json(path: Path) -> Any:
@@ -328,6 +329,7 @@ def _finish(
     unrecorded: str,
 ) -> KinetoTrace:
     """Add the TEST span and the rounds, and describe the collection (`unrecorded`: `_unrecorded_device`)."""
+    events, steps, notes = _without_empty_tail(events, steps, strings.strings, counts, src)
     main = _main_tid(events, steps)
     t0, t_end = int(events["start"].min()), int(events["end"].max())
     extra: list[tuple[int, ...]] = [(t0, t_end, 0, 0, strings.intern(Path(src).name), main, -1, -1, Kind.TEST,
@@ -344,6 +346,11 @@ def _finish(
             events["end"][last] = max(e, int(gpu["end"].max()))
     else:
         extra.append((t0, t_end, 0, 0, strings.intern("profiled window"), main, -1, -1, Kind.ROUND, Domain.HOST, 0))
+        notes.append(
+            f"no ProfilerStep spans, so the whole trace ({(t_end - t0) / 1e6:.3g} ms) is one round; for one round per "
+            "step, give torch.profiler.profile a schedule (schedule=torch.profiler.schedule(wait=1, warmup=1, "
+            "active=3)) and call prof.step() at the end of each step (without a schedule, prof.step() records none)"
+        )
     events = concat_events([events, np.array(extra, dtype=EVENT_DTYPE)])  # events.py: as bytes
     n_kernels = counts.get("kernel", 0) + counts.get("memcpy", 0) + counts.get("memset", 0)
     device_names = [str(d.get("name")) for d in data.get("deviceProperties") or [] if isinstance(d, dict)]
@@ -368,8 +375,53 @@ def _finish(
         if key in data:
             environment[key] = str(data[key])
     meta: dict[str, object] = {
-        "kineto": {"source": src, "steps": len(steps), "counts": dict(counts), "unrecorded_device": unrecorded},
+        "kineto": {
+            "source": src,
+            "steps": len(steps),
+            "counts": dict(counts),
+            "unrecorded_device": unrecorded,
+            "notes": notes,
+        },
         "clock_note": "torch.profiler trace: CPU and GPU times were put on one clock by Kineto, not re-measured here",
     }
     raw = RawTrace(events=events, strings=strings.strings, t0_ns=t0, meta=meta)
-    return KinetoTrace(raw=raw, collectors=collectors, environment=environment, counts=counts, steps=len(steps))
+    return KinetoTrace(raw, collectors, environment, counts, len(steps), notes)
+
+
+#: What a step holds when it did some work: an op, an annotation or module, a CUDA call or GPU work (not Python frames
+#: alone: a step the profiler's exit closes holds its `__exit__` frames).
+_WORK = np.asarray([Kind.SCOPE, Kind.MODULE, Kind.RUNTIME, *GPU_KINDS], dtype=np.uint8)
+
+
+def _without_empty_tail(
+    events: np.ndarray, steps: list[int], strings: list[str], counts: dict[str, int], src: str
+) -> tuple[np.ndarray, list[int], list[str]]:
+    """The events and steps without a last ProfilerStep that holds no work, and the note that says so.
+
+    Each `prof.step()` closes a step and opens the next, so a loop that ends before the schedule's active steps do
+    leaves a last step that only the profiler's exit closes: no round, and as a latency sample a few µs.
+    """
+    if not steps:
+        return events, steps, []
+    last = max(steps, key=lambda i: int(events["start"][i]))
+    s, e = int(events["start"][last]), int(events["end"][last])
+    inside = (events["start"] >= s) & (events["start"] < e)
+    op = (events["kind"] == Kind.CALL) & ((events["flags"] & int(CallFlag.OP)) != 0)
+    if (inside & (op | np.isin(events["kind"], _WORK))).any():
+        return events, steps, []
+    name = strings[int(events["name"][last])]
+    if len(steps) == 1:
+        raise TraceFormatError(
+            f"{src}: its only ProfilerStep ({name}) holds no op, annotation or GPU work: the profiler stopped right "
+            "after the prof.step() that opened it. A schedule that repeats (repeat=0, the default) writes a trace at "
+            "the end of every cycle, and with one file name for all, the last cycle's, cut short by the loop's end, "
+            "overwrites the others. Give the schedule repeat=1, or on_trace_ready a file name per cycle "
+            "(tensorboard_trace_handler writes one), and record again."
+        )
+    counts["round"] -= 1
+    note = (
+        f"{name}, the last step ({(e - s) / 1000:.3g} µs), holds no op, annotation or GPU work: the profiler stopped "
+        "right after the prof.step() that opened it (the loop ran fewer steps than the schedule's active ones), so it "
+        "is not a round"
+    )
+    return np.delete(events, last), [i - (i > last) for i in steps if i != last], [note]

@@ -167,7 +167,8 @@ def kineto_limits(ctx: Context) -> list[Finding]:
         Finding(
             rule="kineto_import",
             title="Imported from a torch.profiler trace: no CPU or memory counters",
-            summary=f"Not measured: {MISSING}. The GPU rules use the trace's kernel, copy and memset records.",
+            summary=f"Not measured: {MISSING}. The GPU rules use the trace's kernel, copy and memset records."
+            + "".join(f" Rounds: {note}." for note in info.get("notes", [])),
             cause=None,
             share=0.0,
             confidence=1.0,

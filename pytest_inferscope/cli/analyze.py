@@ -50,6 +50,7 @@ class _Input:
     partial: str = ""
     kineto: bool = False
     plan: dict[str, Any] | None = None  # the test's plan as the collection kept it (raw.meta["plan"])
+    notes: list[str] = field(default_factory=list)  # how an imported trace's rounds were read, for the summary
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -80,7 +81,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         result, _ = process(src.raw, plan, src.collectors, rules=kineto.RULES, report_dir=report, **common)
     else:
         result, _ = process(src.raw, plan, src.collectors, report_dir=report, **common)
-    conclude(report, result, "inferscope analyze")
+    conclude(report, result, "inferscope analyze", src.notes)
     return EXIT_FAILED if result.failed_checks else EXIT_OK
 
 
@@ -122,7 +123,7 @@ def load_input(path: Path) -> _Input:
         except kineto.TraceFormatError as e:
             raise CliError(f"inferscope analyze: {e}") from None
         return _Input(imported.raw, path.name, imported.collectors, imported.environment, rounds=imported.steps or 1,
-                      kineto=True)  # fmt: skip
+                      kineto=True, notes=imported.notes)  # fmt: skip
     if isinstance(data, dict) and "nodeid" in data and "schema_version" in data:
         return _beside(path)
     if isinstance(data, dict) and isinstance(data.get("tests"), list) and "schema_version" in data:

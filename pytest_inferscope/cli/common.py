@@ -110,9 +110,9 @@ def check_report_folder(report: Path) -> None:
         raise CliError(str(e).replace("--inferscope-report=DIR", "--report DIR")) from None
 
 
-def summary_lines(result: TestResult, report: Path) -> list[str]:
-    """The short summary `run` and `analyze` print: latency, bottleneck, top suggestion, what profiling added, report
-    path."""
+def summary_lines(result: TestResult, report: Path, notes: list[str] | None = None) -> list[str]:
+    """The short summary `run` and `analyze` print: latency, bottleneck, top suggestion, what profiling added, `notes`
+    on how the input was read (an imported trace's rounds), report path."""
     from ..checks import stated
     from ..reporters.fmt import fmt_added, fmt_conf, fmt_ms
     from ..results import UNCLASSIFIED
@@ -137,14 +137,15 @@ def summary_lines(result: TestResult, report: Path) -> list[str]:
     lines += [f"  FAILED check:   {c.message}" for c in result.failed_checks]
     if result.added:  # what profiling added to the script's runs, the report files included
         lines.append(f"  added:          {fmt_added(result.added)}")
+    lines += [f"  note:           {note}" for note in notes or []]
     lines.append(f"  report:         {report / result.files.get('md', result.slug + '/report.md')}")
     return lines
 
 
-def conclude(report: Path, result: TestResult, tool: str) -> None:
+def conclude(report: Path, result: TestResult, tool: str, notes: list[str] | None = None) -> None:
     """The end of `run` and `analyze`: the folder's index with this result, then the short summary."""
     write_index_with(report, result, tool)
-    echo("\n".join(summary_lines(result, report)))
+    echo("\n".join(summary_lines(result, report, notes)))
 
 
 def write_index_with(report: Path, result: TestResult, tool: str) -> None:

@@ -120,3 +120,35 @@ def test_a_trace_with_device_work_it_did_not_record_is_not_called_cpu_bound(
     a = load_report(only_report(work / "out") / "report.json").analysis
     (host,) = [f for f in a.findings if f.rule == "kineto_host"]
     assert host.cause is None and hint in host.summary and not host.suggestions
+
+
+def test_a_trace_without_profilerstep_spans_says_how_to_get_them(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["analyze", str(DATA / "no_steps.json.gz"), "--report", "out"]) == 0
+    out = capsys.readouterr().out
+    (note,) = [line for line in out.splitlines() if line.startswith("  note:")]
+    assert "no ProfilerStep spans, so the whole trace" in note and "is one round" in note
+    assert "schedule=torch.profiler.schedule(" in note and "prof.step()" in note
+    md = (only_report(work / "out") / "report.md").read_text()
+    assert "no ProfilerStep spans, so the whole trace" in md
+
+
+def test_the_empty_step_a_short_loop_leaves_is_not_a_round(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = DATA / "short_loop.json.gz"
+    steps = {e["name"]: e for e in events_of(trace) if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")}
+    assert main(["analyze", str(trace), "--report", "out"]) == 0
+    out = capsys.readouterr().out
+    result = load_report(only_report(work / "out") / "report.json")
+    expected = sorted(float(steps[f"ProfilerStep#{n}"]["dur"]) / 1000 for n in (1, 2, 3))
+    assert sorted(result.latency.samples_ms) == pytest.approx(expected, abs=1e-6)
+    (note,) = [line for line in out.splitlines() if line.startswith("  note:")]
+    assert "ProfilerStep#4" in note and "holds no op, annotation or GPU work" in note and "not a round" in note
+
+
+def test_a_trace_whose_only_step_is_empty_is_refused_saying_why(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(DATA / "last_cycle.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "last_cycle.json: its only ProfilerStep (ProfilerStep#5) holds no op, annotation or GPU work" in err
+    assert "repeat=1" in err and not (work / "inferscope-report").exists()
