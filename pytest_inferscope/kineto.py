@@ -67,6 +67,9 @@ _HOST = int(Domain.HOST)
 _HOST_SPANS = {"cpu_op", "python_function", "user_annotation"}
 _GPU_CATS = {"kernel": Kind.KERNEL, "gpu_memcpy": Kind.MEMCPY, "gpu_memset": Kind.MEMSET}
 _RUNTIME_CATS = {"cuda_runtime", "cuda_driver"}
+#: The `pid` of torch's `EventList.export_chrome_trace` events, which have no `cat`.
+_EVENTLIST_PID = "CPU functions"
+_PYFRAME = re.compile(r"^[^()]*\(\d+\): |^<built-in ")  # "torch/nn/modules/module.py(1782): _call_impl"
 #: Categories of complete events not imported that say nothing of a device: the profiler's own span, none.
 _NO_DEVICE = {"trace", ""}
 
@@ -97,7 +100,11 @@ def read_json(path: Path) -> Any:
     if gz:
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
+        except EOFError as e:
+            raise TraceFormatError(
+                f"{path}: a gzip file cut short ({e}). Was it truncated while it was written? Export the trace again."
+            ) from None
+        except (OSError, zlib.error) as e:
             raise TraceFormatError(f"{path}: starts like a gzip file but cannot be decompressed ({e}).") from None
     try:
         text = data.decode("utf-8")
@@ -206,6 +213,13 @@ def _copy_flags(name: str, args: dict[str, Any]) -> int:
     return copy_flags(kind, src, dst, _int(args.get("fromDevice"), -1), _int(args.get("toDevice"), -1))
 
 
+def _eventlist_cat(name: str) -> str:
+    """The Kineto category of an event `EventList.export_chrome_trace` wrote without one, from its name."""
+    if name.startswith("nn.Module: ") or (_PYFRAME.match(name) and not _STEP.match(name)):
+        return "python_function"
+    return "cpu_op" if "::" in name else "user_annotation"  # ProfilerStep#N, record_function's names
+
+
 def _describe(event: Any) -> str:
     if not isinstance(event, dict):
         return f"a JSON {type(event).__name__}"
@@ -214,7 +228,10 @@ def _describe(event: Any) -> str:
 
 
 def import_events(data: Any, source: str) -> KinetoTrace:
-    """Turn a parsed Chrome trace (`{"traceEvents": [...]}`) into a `KinetoTrace`; `source` names it in errors."""
+    """Turn a parsed Chrome trace (`{"traceEvents": [...]}`, or the format's bare array of events, which torch's
+    `EventList.export_chrome_trace` writes) into a `KinetoTrace`; `source` names it in errors."""
+    if isinstance(data, list):
+        data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         found = "a JSON object without a 'traceEvents' list" if isinstance(data, dict) else "not a JSON object"
         raise TraceFormatError(
@@ -239,7 +256,7 @@ def import_events(data: Any, source: str) -> KinetoTrace:
         if not isinstance(ev, dict):
             raise TraceFormatError(f"{source}: traceEvents[{i}] is {_describe(ev)}, not an event object.")
         cat = str(ev.get("cat", "")).lower()
-        cat = _ALIASES.get(cat, cat)
+        cat = _ALIASES.get(cat, cat) if cat or ev.get("pid") != _EVENTLIST_PID else _eventlist_cat(str(ev.get("name")))
         if ev.get("ph") != "X" or not (cat in _HOST_SPANS or cat in _GPU_CATS or cat in _RUNTIME_CATS):
             counts["ignored"] += 1
             if ev.get("ph") == "X" and cat not in _NO_DEVICE:
@@ -284,8 +301,11 @@ def import_events(data: Any, source: str) -> KinetoTrace:
         origins.append(i)
     if not rows:
         raise TraceFormatError(
-            f"{source}: the trace has no CPU operator, annotation, kernel, copy, memset or CUDA API events "
-            f"({counts['ignored']} other events); was it recorded with torch.profiler activities enabled?"
+            f"{source}: torch.profiler recorded nothing: the trace holds no CPU op, annotation, kernel, copy, memset "
+            f"or CUDA API event, only {counts['ignored']} events of other kinds (metadata, the profiler's own span). "
+            "Run the code to profile inside `with torch.profiler.profile(...)` (with a schedule, through its active "
+            "steps, calling prof.step() after each), with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+            "and export the trace again."
         )
     try:
         events = np.array(rows, dtype=EVENT_DTYPE)

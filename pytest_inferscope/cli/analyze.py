@@ -114,8 +114,10 @@ def load_input(path: Path) -> _Input:
         data = kineto.read_json(path)
     except kineto.TraceFormatError as e:
         raise CliError(f"inferscope analyze: {e}") from None
-    if isinstance(data, dict) and "traceEvents" in data:
-        other = data.get("otherData")
+    # A Chrome trace, or the format's bare array of events (torch's EventList.export_chrome_trace writes one).
+    events = isinstance(data, list) and all(isinstance(e, dict) for e in data)
+    if events or (isinstance(data, dict) and "traceEvents" in data):
+        other = data.get("otherData") if isinstance(data, dict) else None
         if isinstance(other, dict) and other.get("generator") == "pytest-inferscope":
             return _beside(path)  # our own trace.json(.gz): the raw collection beside it has more
         try:

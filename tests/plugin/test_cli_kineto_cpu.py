@@ -152,3 +152,40 @@ def test_a_trace_whose_only_step_is_empty_is_refused_saying_why(work: Path, caps
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "last_cycle.json: its only ProfilerStep (ProfilerStep#5) holds no op, annotation or GPU work" in err
     assert "repeat=1" in err and not (work / "inferscope-report").exists()
+
+
+def test_an_eventlist_export_a_bare_array_without_categories_is_read(work: Path) -> None:
+    # prof.events().export_chrome_trace() writes [{"name", "ph": "X", "ts", "dur", "tid", "pid": "CPU functions"}]
+    trace = DATA / "eventlist.json"
+    steps = sorted(float(e["dur"]) / 1000 for e in events_of(trace) if e["name"].startswith("ProfilerStep#"))
+    assert main(["analyze", str(trace), "--report", "out"]) == 0
+    result = load_report(only_report(work / "out") / "report.json")
+    assert sorted(result.latency.samples_ms) == pytest.approx(steps, abs=1e-6) and len(steps) == 3
+    assert {"preprocess", "forward"} <= {s.path for s in result.analysis.scopes}
+    assert "aten::addmm" in {h.function for h in result.analysis.hotspots}
+    assert result.analysis.bottleneck == "cpu_bound"
+
+
+def test_a_kineto_trace_saved_as_a_bare_array_is_read_as_its_object_form(work: Path) -> None:
+    (work / "bare.json").write_text(json.dumps(events_of(DATA / "steps.pt.trace.json.gz")))
+    assert main(["analyze", "bare.json", "--report", "bare"]) == 0
+    assert main(["analyze", str(DATA / "steps.pt.trace.json.gz"), "--report", "object"]) == 0
+    bare, obj = (load_report(only_report(work / d) / "report.json") for d in ("bare", "object"))
+    assert bare.latency.samples_ms == obj.latency.samples_ms and bare.analysis.bottleneck == obj.analysis.bottleneck
+
+
+def test_an_empty_or_cut_short_trace_is_one_paragraph_saying_what_to_do(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = (DATA / "steps.pt.trace.json.gz").read_bytes()
+    (work / "cut.json.gz").write_bytes(data[: len(data) // 2])
+    cases = [
+        (str(DATA / "empty.json"), ["empty.json: torch.profiler recorded nothing", "11 events of other kinds",
+                                    "inside `with torch.profiler.profile(...)`"]),
+        ("cut.json.gz", ["cut.json.gz: a gzip file cut short", "Export the trace again"]),
+    ]  # fmt: skip
+    for name, parts in cases:
+        assert main(["analyze", name]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert all(p in err for p in parts), err
