@@ -227,9 +227,8 @@ def _describe(event: Any) -> str:
     return ", ".join(parts)[:160] or "no ph, cat or name"
 
 
-def import_events(data: Any, source: str) -> KinetoTrace:
-    """Turn a parsed Chrome trace (`{"traceEvents": [...]}`, or the format's bare array of events, which torch's
-    `EventList.export_chrome_trace` writes) into a `KinetoTrace`; `source` names it in errors."""
+def _trace_object(data: Any, source: str) -> dict[str, Any]:
+    """The trace as `{"traceEvents": [...]}` (the format's bare array wrapped so); TraceFormatError if it is neither."""
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -238,6 +237,24 @@ def import_events(data: Any, source: str) -> KinetoTrace:
             f'{source}: not a Chrome trace: expected {{"traceEvents": [...]}} as torch.profiler\'s '
             f"export_chrome_trace() writes, but the top level is {found}."
         )
+    return data
+
+
+def _recorded_nothing(source: str, others: int) -> TraceFormatError:
+    """The error for a trace without one event to import (the profiler started and stopped around nothing)."""
+    return TraceFormatError(
+        f"{source}: torch.profiler recorded nothing: the trace holds no CPU op, annotation, kernel, copy, memset "
+        f"or CUDA API event, only {others} events of other kinds (metadata, the profiler's own span). "
+        "Run the code to profile inside `with torch.profiler.profile(...)` (with a schedule, through its active "
+        "steps, calling prof.step() after each), with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+        "and export the trace again."
+    )
+
+
+def import_events(data: Any, source: str) -> KinetoTrace:
+    """Turn a parsed Chrome trace (`{"traceEvents": [...]}`, or the format's bare array of events, which torch's
+    `EventList.export_chrome_trace` writes) into a `KinetoTrace`; `source` names it in errors."""
+    data = _trace_object(data, source)
     strings = StringTable()
     tids: dict[Any, int] = {}
     rows: list[tuple[int, ...]] = []
@@ -300,13 +317,7 @@ def import_events(data: Any, source: str) -> KinetoTrace:
         rows.append((start, start + dur, value, corr, strings.intern(name), tid, stream, device, kind, _HOST, flags))
         origins.append(i)
     if not rows:
-        raise TraceFormatError(
-            f"{source}: torch.profiler recorded nothing: the trace holds no CPU op, annotation, kernel, copy, memset "
-            f"or CUDA API event, only {counts['ignored']} events of other kinds (metadata, the profiler's own span). "
-            "Run the code to profile inside `with torch.profiler.profile(...)` (with a schedule, through its active "
-            "steps, calling prof.step() after each), with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
-            "and export the trace again."
-        )
+        raise _recorded_nothing(source, counts["ignored"])
     try:
         events = np.array(rows, dtype=EVENT_DTYPE)
     except OverflowError:
