@@ -17,6 +17,7 @@ from .idle import CAUSES, IdleGaps, attribute_idle
 from .metrics import compute_metrics
 from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
 from .rules_comm import communication, peer_wait, peer_wait_note
+from .rules_compile import torch_compile, torch_compile_graph_breaks
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
 from .rules_transfer import gpu_memory_pressure, transfers
 from .whatif import WhatIf, diagnose
@@ -36,6 +37,8 @@ DEFAULT_RULES: list[Rule] = [
     launch_overhead,
     gpu_memory_pressure,
     cpu_contention,
+    torch_compile,
+    torch_compile_graph_breaks,
 ]
 
 __all__ = [

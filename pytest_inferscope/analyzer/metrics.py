@@ -13,6 +13,7 @@ import numpy as np
 
 from ..events import Kind
 from .base import _MB, union_ns
+from .compiles import compile_metrics
 from .idle import CAUSES
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ def compute_metrics(ctx: Context) -> dict[str, float | None]:
     }
     _cpu_metrics(ctx, m)
     _memory_metrics(ctx, m)
+    m.update(compile_metrics(ctx.timeline, ctx.rounds.n_rounds))
     if ctx.gpu.collected:
         _gpu_metrics(ctx, m)
     else:

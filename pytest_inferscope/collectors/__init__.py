@@ -24,6 +24,7 @@ from ..options import sampler_in_use
 from ..results import CollectorInfo
 from ..rounds import RAISED_FLAG, RoundKind, kind_flags, row_kind
 from ..stackbase import fresh_chunk
+from .compiles import CompileLog
 from .cpu import Sampler, SamplerThread, SignalSampler
 from .devsync import DeviceSync
 from .gpu import Choice, GpuBackendError, GpuCollector
@@ -183,6 +184,7 @@ class Collection:
         #: The GPU backend across the collection: its start, pauses, launch-call switches, clock pairs, stop.
         self.gpu_session = GpuSession(gpu, self.buffer, options)
         self.memory = MemoryCollector()
+        self.compiles: CompileLog | None = None  # torch.compile's compilations, read at the start and the stop
         self.proc: ProcFiles | None = None  # open while collecting, on the thread that started
         self._devsync = DeviceSync()  # the end-of-round wait when no GPU backend collects
         self._after: tuple[int, Counters] | None = None  # the last round's end counters, and when they were read
@@ -227,6 +229,7 @@ class Collection:
         entered = host_clock_ns()
         tid = threading.get_native_id()
         self.memory.start()
+        self.compiles = CompileLog()
         try:
             self.gpu_session.start()
         except GpuBackendError:  # required, and it could not start: the test fails here
@@ -301,6 +304,7 @@ class Collection:
             "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             **self.gpu_session.meta(any(row_kind(r).after_measured for r in self.rounds)),
             "probe_ms": list(self.probe_ms),  # the speed probe around the measured rounds, when it ran
+            "torch_compile": self.compiles.stop(self.t0) if self.compiles is not None else {},
             "collectors": [c.to_dict() for c in self.collectors_info()],
         }
         events = self.buffer.to_array()
