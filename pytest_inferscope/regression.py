@@ -207,6 +207,19 @@ def _within_floor(
     return latency
 
 
+def compile_warning(metrics: Mapping[str, Any]) -> str:
+    """Why this run's rounds vary, when torch.compile compiled in measured rounds (analyzer/rules_compile.py); ''."""
+    rounds = metrics.get("compile.measured_rounds") or 0
+    if not rounds:
+        return ""
+    return (
+        f"this run: {int(rounds)} measured round(s) compiled (torch.compile, "
+        f"{metrics.get('compile.ms_per_round') or 0.0:.1f} ms per measured round on average): their latency is "
+        "compilation, not the model's, and so is what is compared with the baseline; run more warm-up rounds or keep "
+        "the input shapes fixed (the report's torch_compile finding says which rounds, and why each recompiled)."
+    )
+
+
 def _metric_changes(
     before: Mapping[str, Any], after: Mapping[str, Any], tolerance: float | Mapping[str, float]
 ) -> list[MetricChange]:
@@ -287,6 +300,8 @@ def compare_to_baseline(
         for label, samples in (("this run", result.latency.samples_ms), ("baseline", baseline_entry.samples_ms))
         for w in noise_warnings(samples, max_regression=max_regression, alpha=alpha)
     ] + drift_warnings
+    if compiled := compile_warning(result.analysis.metrics):
+        warnings.insert(0, compiled)
     verdict, reason = _overall(latency, changes, differences)
     return RegressionVerdict(
         nodeid=result.nodeid,

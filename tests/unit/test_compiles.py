@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 from test_analyzer import MS, build
+from test_baseline import METRICS, _entry, _result, _samples
 
 from pytest_inferscope.analyzer import analyze
 from pytest_inferscope.collectors.compiles import CompileLog
 from pytest_inferscope.events import Kind, RawTrace, host_clock_ns
 from pytest_inferscope.merger import merge
+from pytest_inferscope.regression import compare_to_baseline
 
 # -- the collector (real dynamo) ----------------------------------------------------------------------------------
 
@@ -174,3 +176,19 @@ def test_a_trace_without_compile_records_has_no_compile_metrics_and_one_without_
     assert old.metrics["compile.measured_rounds"] is None and not any("compile" in f.rule for f in old.findings)
     none = build(n_rounds=3, cpu_busy=0.9, meta={"torch_compile": {}})  # recorded: nothing compiled
     assert analyze(merge(none)).metrics["compile.measured_rounds"] == 0.0
+
+
+def test_a_comparison_with_a_baseline_names_compilation_as_the_cause_of_the_spread_first() -> None:
+    # One measured round of 20 took the compiler's 740 ms: what is compared is partly compile time, and a noise
+    # warning ("the machine was busy or the rounds do different work") would not say so.
+    samples = [740.0, *_samples(3.0, n=19, seed=2)]
+    compiled = {**METRICS, "compile.measured_rounds": 1.0, "compile.ms_per_round": 37.0}
+    v = compare_to_baseline(
+        _entry(_samples(3.0, seed=1)), _result(samples=samples, metrics=compiled), max_regression=0.05
+    )
+    assert v.warnings[0].startswith("this run: 1 measured round(s) compiled (torch.compile, 37.0 ms per measured round")
+    for metrics in ({**METRICS, "compile.measured_rounds": 0.0}, METRICS):  # none compiled; a trace without records
+        v = compare_to_baseline(
+            _entry(_samples(3.0, seed=1)), _result(samples=samples, metrics=metrics), max_regression=0.05
+        )
+        assert not any("compiled" in w for w in v.warnings)
