@@ -38,7 +38,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     """In an A/B twin: its arguments, the ref's ini `addopts` among them, less what only the other side does."""
     from .ab import filter_twin_args
 
-    filter_twin_args(args)
+    filter_twin_args(args, early_config)
 
 
 @pytest.hookimpl(tryfirst=True)

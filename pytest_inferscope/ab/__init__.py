@@ -20,14 +20,14 @@ if TYPE_CHECKING:
     from ..results import TestResult
 
 
-def filter_twin_args(args: list[str]) -> None:
+def filter_twin_args(args: list[str], config: pytest.Config) -> None:
     """In a twin, before pytest parses its arguments: `args` less what only the other side does (ab/args.py)."""
     from .channel import ENV
 
     if os.environ.get(ENV):
-        from .args import in_twin
+        from .args import SEED_ENV, in_twin
 
-        in_twin(args)
+        in_twin(args, config.pluginmanager.hasplugin("randomly"), os.environ.get(SEED_ENV))
 
 
 def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan], results: Sequence[TestResult]) -> Any:

@@ -29,11 +29,17 @@ CACHE_FLAGS = frozenset({
     "--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first", "--cache-clear", "--cache-show",
     "--sw", "--stepwise", "--sw-skip", "--stepwise-skip", "--sw-reset", "--stepwise-reset",
 })  # fmt: skip
-#: This side's outputs and A/B options, and the twin's own folder.
+#: This side's outputs and A/B options, the twin's own folder, and pytest-randomly's seed (given as this side resolved
+#: it: `SEED_ENV`).
 OWN_WITH_VALUE = frozenset({
     "--junitxml", "--junit-xml", "--basetemp", "--inferscope-ab", "--inferscope-ab-python", "--inferscope-report",
     "--inferscope-save-baseline", "--inferscope-compare", "--inferscope-gpus", "--html", "--json-report-file",
+    "--randomly-seed",
 })  # fmt: skip
+#: pytest-randomly's seed as this side resolved it, for the twin: each side reseeds `random` (and numpy's) before every
+#: test from it, so with another seed the twin's tests drew other random inputs (sizes, batches) than this side's, and
+#: `--randomly-seed=last` stopped the twin, which runs without the cache that `last` reads.
+SEED_ENV = "INFERSCOPE_AB_RANDOMLY_SEED"
 
 #: Options dropped with their value ("--x v", "--x=v"; short ones also "-n2").
 WITH_VALUE = XDIST_WITH_VALUE | CACHE_WITH_VALUE | OWN_WITH_VALUE
@@ -69,8 +75,17 @@ def twin_addopts(value: str, tree: Worktree | None) -> str:
     return shlex.join(twin_args(shlex.split(value), tree))
 
 
-def in_twin(args: list[str]) -> None:
+def in_twin(args: list[str], has_randomly: bool = False, seed: str | None = None) -> None:
     """In the twin, before pytest parses its arguments: `args` (the command line, PYTEST_ADDOPTS and the ref's ini
     `addopts`, as pytest joined them) filtered in place, so that an `addopts = -n 2` in the ref's pytest.ini does
-    not stop it."""
+    not stop it; with this side's pytest-randomly `seed`, where the twin has the plugin too, that seed."""
     args[:] = twin_args(args, None)
+    if has_randomly and seed is not None and seed.isdigit():
+        args.append(f"--randomly-seed={seed}")
+
+
+def randomly_seed(config: object) -> str | None:
+    """This side's pytest-randomly seed as it resolved it (an int: `default` and `last` are resolved in its
+    pytest_configure), or None without the plugin."""
+    seed = getattr(getattr(config, "option", None), "randomly_seed", None)
+    return str(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from .args import twin_addopts, twin_args
+from .args import SEED_ENV, randomly_seed, twin_addopts, twin_args
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
 from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages, without_git_repo_vars
@@ -213,6 +213,9 @@ class ABController:
         env = {k: v for k, v in without_git_repo_vars(dict(os.environ)).items() if k not in drop}
         if env.get("PYTEST_ADDOPTS"):
             env["PYTEST_ADDOPTS"] = twin_addopts(env["PYTEST_ADDOPTS"], self.tree)
+        seed = randomly_seed(self.config)
+        if seed is not None:
+            env[SEED_ENV] = seed
         if self.tree is not None:
             first = import_paths(self.tree.path)
             env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH", "")])])

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_inferscope.ab.args import FLAGS, WITH_VALUE, in_twin, twin_addopts, twin_args
+from pytest_inferscope.ab.args import FLAGS, WITH_VALUE, in_twin, randomly_seed, twin_addopts, twin_args
 
 
 class _Recorder:
@@ -57,3 +57,24 @@ def test_pytest_addopts_and_the_twins_own_arguments_filtered() -> None:
     args = ["-n", "2", "-p", "no:cacheprovider", "--lf", "test_x.py", "-p", "no:xdist"]
     in_twin(args)
     assert args == ["-p", "no:cacheprovider", "test_x.py", "-p", "no:xdist"]
+
+
+@pytest.mark.parametrize("given", [["--randomly-seed=last"], ["--randomly-seed", "last"], ["--randomly-seed=123"], []])
+def test_the_twin_gets_pytest_randomlys_seed_as_this_side_resolved_it(given: list[str]) -> None:
+    # With its own seed the twin's tests drew other random inputs than this side's; `last` stopped it (no cache there).
+    args = ["-q", *given, "tests"]
+    in_twin(args, has_randomly=True, seed="4242")
+    assert args == ["-q", "tests", "--randomly-seed=4242"]
+    args = ["-q", *given, "tests"]
+    in_twin(args, has_randomly=False, seed="4242")  # a twin's interpreter without the plugin: no option it lacks
+    assert args == ["-q", "tests"]
+
+
+def test_this_sides_seed_is_read_once_the_plugin_resolved_it() -> None:
+    class Config:
+        def __init__(self, seed: object) -> None:
+            self.option = type("Options", (), {"randomly_seed": seed})()
+
+    assert randomly_seed(Config(123)) == "123"
+    assert randomly_seed(Config("default")) is None and randomly_seed(Config(True)) is None
+    assert randomly_seed(object()) is None
