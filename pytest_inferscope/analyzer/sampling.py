@@ -12,6 +12,9 @@ from ..events import Kind
 from ..merger import Timeline
 from .context import FRAMEWORK_MARKERS
 
+#: The kinds of span a segment without samples is named after (`segment_names`), as a mask over the kinds.
+_NAMED = np.zeros(max(int(k) for k in Kind) + 1, dtype=bool)
+_NAMED[[int(Kind.CALL), int(Kind.MODULE), int(Kind.SCOPE)]] = True
 #: Kineto names that are Python frames: "path/to/file.py(123): function".
 _PYFRAME = re.compile(r"^(?P<file>[^()]*?)(?:\.py)?\((?P<line>\d+)\): (?P<fn>.+)$")
 
@@ -53,15 +56,25 @@ def samples_in(tl: Timeline, r0: int, r1: int, tid: int, framework: set[str]) ->
 
 
 def segment_names(tl: Timeline, calls: np.ndarray) -> dict[int, str]:
-    """Without samples (an imported trace): a segment is named after the innermost CPU op or Python
-    frame around the call that ends it."""
+    """Without samples (an imported trace, or a trace round no sample was taken in): a segment is named after the
+    innermost CPU op, Python frame, scope or module span around the call that ends it.
+
+    Found for all the calls at once, a level of the tree at a time: walked call by call (the kinds compared as
+    enums), it took 7 ms of a lean ResNet-50 test's 9 ms analysis on the 2-core dev VM (2026-11-29)."""
+    if not len(calls):
+        return {}
+    kind, parent = tl.events["kind"], tl.parent
+    up = parent[calls].astype(np.int64)
+    while (step := (up >= 0) & ~_NAMED[kind[np.maximum(up, 0)]]).any():
+        up[step] = parent[up[step]]
+    found = up >= 0
+    names: dict[int, str] = {}  # module_of per name id: a round's calls share a few spans
     out: dict[int, str] = {}
-    for i in calls.tolist():
-        p = int(tl.parent[i])
-        while p >= 0 and tl.events["kind"][p] not in (Kind.CALL, Kind.MODULE, Kind.SCOPE):
-            p = int(tl.parent[p])
-        if p >= 0:
-            out[i] = module_of(tl.name(p))
+    for i, p in zip(calls[found].tolist(), up[found].tolist(), strict=True):
+        n = int(tl.events["name"][p])
+        if n not in names:
+            names[n] = module_of(tl.name(p))
+        out[i] = names[n]
     return out
 
 
