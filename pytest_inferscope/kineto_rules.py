@@ -8,6 +8,8 @@ class: CPU-bound) and `kineto_dataloader` (the steps waiting in the DataLoader's
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .analyzer import DEFAULT_RULES, Context, Rule
@@ -34,6 +36,24 @@ LOADER_MIN = 0.1
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
+
+
+class _Words(NamedTuple):
+    """How a finding names its rounds: the ProfilerSteps, or the whole trace when it has none (then one round)."""
+
+    they: str  # "the steps"
+    their: str  # "their"
+    each: str  # "each step", before its time in parentheses
+    per: str  # after "ms": "/step"
+    per_long: str  # after "<x> ms": " per step"
+    rounds: tuple[str, object]  # the evidence's row for the rounds
+
+
+def _words(ctx: Context) -> _Words:
+    if ctx.timeline.meta["kineto"].get("steps", 1):
+        return _Words("the steps", "their", "each step", "/step", " per step", ("steps", ctx.rounds.n_rounds))
+    return _Words("the trace", "its", "the whole trace", "", " of the trace",
+                  ("ProfilerStep spans", "none: the whole trace is one round"))  # fmt: skip
 
 
 def _in_rounds_ns(ctx: Context, idx: np.ndarray) -> int:
@@ -69,22 +89,23 @@ def kineto_host(ctx: Context) -> list[Finding]:
     round_ms = r.per_round_ms(wall)
     names = {tl.strings[i] for i in np.unique(ev["name"][ops]).tolist()}
     spots = [(h.function, h.self_ms) for h in ctx.cpu.hotspots if h.function in names and h.self_ms > 0][:3]
+    w = _words(ctx)
     evidence: dict[str, object] = {
-        "steps": r.n_rounds,
-        "step time (ms, mean)": round(round_ms, 3),
-        "in torch ops on the main thread": f"{round_ms * share:.3f} ms/step ({_pct(share)})",
+        w.rounds[0]: w.rounds[1],
+        ("step time (ms, mean)" if w.per else "trace time (ms)"): round(round_ms, 3),
+        "in torch ops on the main thread": f"{round_ms * share:.3f} ms{w.per} ({_pct(share)})",
         "elsewhere (Python between the ops, waits, the profiler's own work)": _pct(1 - share),
     }
     for i, (fn, ms) in enumerate(spots, 1):
-        evidence[f"op {i}"] = f"{fn}: {ms:.3f} ms/step self ({_pct(ms / round_ms if round_ms else 0.0)})"
-    top = f"; the most in {spots[0][0]} ({spots[0][1]:.3f} ms/step self)" if spots else ""
-    in_ops = f"each step ({round_ms:.3f} ms) spent {_pct(share)} of its time in torch ops on the main thread{top}"
-    title = f"The steps ran on the CPU alone: {_pct(share)} of their time in torch ops"
+        evidence[f"op {i}"] = f"{fn}: {ms:.3f} ms{w.per} self ({_pct(ms / round_ms if round_ms else 0.0)})"
+    top = f"; the most in {spots[0][0]} ({spots[0][1]:.3f} ms{w.per} self)" if spots else ""
+    in_ops = f"{w.each} ({round_ms:.3f} ms) spent {_pct(share)} of its time in torch ops on the main thread{top}"
+    title = f"{w.they.capitalize()} ran on the CPU alone: {_pct(share)} of {w.their} time in torch ops"
     summary = (f"No GPU work in the trace: {in_ops}. The trace has no CPU time, so this is wall time in the ops: an "
                "op that blocked would count too.")  # fmt: skip
     device = ctx.timeline.meta["kineto"].get("unrecorded_device")
     if device:
-        title = f"{_pct(share)} of the steps in torch ops, and a device whose work the trace did not record"
+        title = f"{_pct(share)} of {w.they} in torch ops, and a device whose work the trace did not record"
         summary = (f"The trace records no GPU work, but it shows a device ({device}): {in_ops}. Those ops may wait "
                    "for the device's work (a copy to the host, a synchronisation), so this does not say CPU-bound. "
                    "Record with ProfilerActivity.CUDA (or the device's activity) as well to see it.")  # fmt: skip
@@ -101,8 +122,8 @@ def kineto_host(ctx: Context) -> list[Finding]:
             suggestions=[
                 Suggestion(
                     action=f"Speed up or take off the critical path: {fn}",
-                    rationale=f"{ms:.3f} ms per step ({_pct(ms / round_ms if round_ms else 0.0)}) is spent in this "
-                    "op itself",
+                    rationale=f"{ms:.3f} ms{w.per_long} ({_pct(ms / round_ms if round_ms else 0.0)}) is spent in "
+                    "this op itself",
                     saving_ms=ms,
                     rule="kineto_host",
                 )
@@ -126,26 +147,27 @@ def kineto_dataloader(ctx: Context) -> list[Finding]:
     if share < LOADER_MIN:
         return []
     wait_ms = r.per_round_ms(wall) * share
+    w = _words(ctx)
     return [
         Finding(
             rule="kineto_dataloader",
-            title=f"The steps wait for the DataLoader: {_pct(share)} of their time",
-            summary=f"Each step spent {wait_ms:.3f} ms ({_pct(share)}) in the DataLoader's __next__: waiting for its "
-            "worker processes, or loading the batch in this thread (num_workers=0).",
+            title=f"Waiting for the DataLoader: {_pct(share)} of {w.they}",
+            summary=f"{w.each.capitalize()} spent {wait_ms:.3f} ms ({_pct(share)}) in the DataLoader's __next__: "
+            "waiting for its worker processes, or loading the batch in this thread (num_workers=0).",
             cause=None,
             share=share,
             confidence=1.0,
             evidence={
-                "in the DataLoader's __next__ (ms/step)": round(wait_ms, 3),
+                f"in the DataLoader's __next__ (ms{w.per})": round(wait_ms, 3),
                 "annotation": tl.name(int(waits[0])),
-                "steps": r.n_rounds,
+                w.rounds[0]: w.rounds[1],
             },
             events=ctx.refs(waits, 3),
             suggestions=[
                 Suggestion(
                     action="Have the batches ready when the step asks: load in worker processes (DataLoader "
                     "num_workers, prefetch_factor, persistent_workers=True) or make __getitem__ and collate cheaper",
-                    rationale=f"{wait_ms:.3f} ms per step is spent in the DataLoader's __next__",
+                    rationale=f"{wait_ms:.3f} ms{w.per_long} is spent in the DataLoader's __next__",
                     saving_ms=wait_ms,
                     rule="kineto_dataloader",
                 )

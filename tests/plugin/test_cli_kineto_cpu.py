@@ -134,6 +134,25 @@ def test_a_trace_without_profilerstep_spans_says_how_to_get_them(
     assert "no ProfilerStep spans, so the whole trace" in md
 
 
+def test_the_findings_of_a_trace_without_steps_speak_of_the_trace(work: Path) -> None:
+    # No ProfilerStep: the one round is the whole trace, so "each step" and "ms/step" would name what is not there.
+    data = {"traceEvents": [e for e in events_of(DATA / "loader.json.gz") if not e["name"].startswith("ProfilerStep#")]}
+    (work / "loader_no_steps.json").write_text(json.dumps(data))
+    cases = ((DATA / "no_steps.json.gz", "kineto_host"), (work / "loader_no_steps.json", "kineto_dataloader"))
+    for trace, rule in cases:
+        assert main(["analyze", str(trace), "--report", rule]) == 0
+        a = load_report(only_report(work / rule) / "report.json").analysis
+        (f,) = [f for f in a.findings if f.rule == rule]
+        words = " ".join([f.title, f.summary, *map(str, f.evidence), *map(str, f.evidence.values()),
+                          *(s.rationale for s in f.suggestions)])  # fmt: skip
+        assert "step" not in words.replace("ProfilerStep", ""), words
+        assert "the whole trace" in f.summary.lower() and "trace" in f.title
+    assert main(["analyze", str(DATA / "steps.pt.trace.json.gz"), "--report", "steps"]) == 0  # (with steps: steps)
+    (host,) = [f for f in load_report(only_report(work / "steps") / "report.json").analysis.findings
+               if f.rule == "kineto_host"]  # fmt: skip
+    assert host.title.startswith("The steps") and "each step (" in host.summary
+
+
 def test_the_empty_step_a_short_loop_leaves_is_not_a_round(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = DATA / "short_loop.json.gz"
     steps = {e["name"]: e for e in events_of(trace) if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")}
