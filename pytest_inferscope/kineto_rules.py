@@ -3,7 +3,8 @@
 A Kineto trace has no per-round CPU counters, so the built-in CPU rules skip themselves. `kineto_limits` says what
 is missing. In a trace without GPU work there is no round graph for the what-if table to replay, so two rules read
 the main thread's spans in the steps instead: `kineto_host` (the share of the steps in torch ops, which names the
-class: CPU-bound) and `kineto_dataloader` (the steps waiting in the DataLoader's `__next__`).
+class: CPU-bound) and `kineto_dataloader` (the steps' time in the DataLoader's `__next__`: loading in the main
+thread with num_workers=0, or waiting for the workers).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ MISSING = (
 LOADER = "enumerate(DataLoader)#"
 #: Time in ops is wall time, not CPU time: an op that blocks (on a lock, on I/O) counts as work. Hence not 1.
 OPS_CONFIDENCE = 0.8
+#: The iterator classes torch names in that annotation (`enumerate(DataLoader)#<class>.__next__`): num_workers=0
+#: (the main thread loads each batch) and num_workers > 0 (it waits for the worker processes' batches).
+SINGLE, MULTI = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
 #: The share of the steps in the DataLoader's `__next__` worth a finding.
 LOADER_MIN = 0.1
 
@@ -134,7 +138,8 @@ def kineto_host(ctx: Context) -> list[Finding]:
 
 
 def kineto_dataloader(ctx: Context) -> list[Finding]:
-    """No GPU work in the trace, and the steps spend much of their time in the DataLoader's `__next__`."""
+    """No GPU work in the trace, and the steps spend much of their time in the DataLoader's `__next__`: loading the
+    batches in the main thread (num_workers=0) or waiting for the workers', as the annotation's iterator class says."""
     on = _main_thread(ctx)
     if on is None:
         return []
@@ -148,26 +153,51 @@ def kineto_dataloader(ctx: Context) -> list[Finding]:
         return []
     wait_ms = r.per_round_ms(wall) * share
     w = _words(ctx)
+    iters = {tl.name(i).removeprefix(LOADER).partition(".")[0] for i in waits.tolist()}
+    each = f"{w.each.capitalize()} spent {wait_ms:.3f} ms ({_pct(share)}) in the DataLoader's __next__"
+    if iters == {SINGLE}:  # num_workers=0: the main thread loads the batch; the time is that work
+        title = f"Loading the batches in the main thread: {_pct(share)} of {w.they}"
+        summary = (f"{each} loading the batch in this thread (num_workers=0, {SINGLE}): the loading's own "
+                   "work (__getitem__, collate), not a wait; the torch ops it runs count in the CPU finding "
+                   "too.")  # fmt: skip
+        action = ("Load the batches in worker processes while the step runs (DataLoader num_workers > 0, "
+                  "persistent_workers=True) or make __getitem__ and collate cheaper")  # fmt: skip
+        why = "loading the batch in this thread"
+        loading = "in the main thread (num_workers=0)"
+    elif iters == {MULTI}:
+        title = f"Waiting for the DataLoader's workers: {_pct(share)} of {w.they}"
+        summary = (f"{each} waiting for a batch from its worker processes ({MULTI}): the workers do not keep up "
+                   f"with {w.they}.")  # fmt: skip
+        action = ("Have the batches ready when the step asks: more worker processes (DataLoader num_workers), a "
+                  "larger prefetch_factor, persistent_workers=True, or a cheaper __getitem__ and collate")  # fmt: skip
+        why = "waiting for the workers' batches"
+        loading = "in worker processes"
+    else:  # another iterator class (a DataLoader subclass's), or several loaders: the annotation does not tell
+        title = f"Waiting for the DataLoader: {_pct(share)} of {w.they}"
+        summary = f"{each}: waiting for its worker processes, or loading the batch in this thread (num_workers=0)."
+        action = ("Have the batches ready when the step asks: load in worker processes (DataLoader num_workers, "
+                  "prefetch_factor, persistent_workers=True) or make __getitem__ and collate cheaper")  # fmt: skip
+        why = "in the DataLoader's __next__"
+        loading = "not told by the annotation"
     return [
         Finding(
             rule="kineto_dataloader",
-            title=f"Waiting for the DataLoader: {_pct(share)} of {w.they}",
-            summary=f"{w.each.capitalize()} spent {wait_ms:.3f} ms ({_pct(share)}) in the DataLoader's __next__: "
-            "waiting for its worker processes, or loading the batch in this thread (num_workers=0).",
+            title=title,
+            summary=summary,
             cause=None,
             share=share,
             confidence=1.0,
             evidence={
                 f"in the DataLoader's __next__ (ms{w.per})": round(wait_ms, 3),
                 "annotation": tl.name(int(waits[0])),
+                "batches loaded": loading,
                 w.rounds[0]: w.rounds[1],
             },
             events=ctx.refs(waits, 3),
             suggestions=[
                 Suggestion(
-                    action="Have the batches ready when the step asks: load in worker processes (DataLoader "
-                    "num_workers, prefetch_factor, persistent_workers=True) or make __getitem__ and collate cheaper",
-                    rationale=f"{wait_ms:.3f} ms{w.per_long} is spent in the DataLoader's __next__",
+                    action=action,
+                    rationale=f"{wait_ms:.3f} ms{w.per_long} is spent {why}",
                     saving_ms=wait_ms,
                     rule="kineto_dataloader",
                 )

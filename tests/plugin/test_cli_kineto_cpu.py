@@ -93,6 +93,29 @@ def test_steps_that_wait_for_the_dataloader_say_so(work: Path) -> None:
     assert any("num_workers" in s.action for s in a.suggestions)
 
 
+def test_the_dataloader_finding_tells_loading_in_the_main_thread_from_waiting_for_workers(work: Path) -> None:
+    # torch names the annotation after the iterator: _SingleProcessDataLoaderIter (num_workers=0: the main thread
+    # loads the batch, the time is that work) or _MultiProcessingDataLoaderIter (the main thread waits for workers).
+    events = events_of(DATA / "loader.json.gz")
+    for e in events:
+        e["name"] = e["name"].replace("_MultiProcessingDataLoaderIter", "MyLoaderIter")
+    (work / "custom.json").write_text(json.dumps({"traceEvents": events}))
+    found = {}
+    for name, trace in (("main", DATA / "loader_main.json.gz"), ("workers", DATA / "loader.json.gz"),
+                        ("custom", work / "custom.json")):  # fmt: skip
+        assert main(["analyze", str(trace), "--report", name]) == 0
+        a = load_report(only_report(work / name) / "report.json").analysis
+        (found[name],) = [f for f in a.findings if f.rule == "kineto_dataloader"]
+    main_thread, workers, custom = found["main"], found["workers"], found["custom"]
+    assert "_SingleProcessDataLoaderIter" in main_thread.evidence["annotation"]
+    assert "in the main thread" in main_thread.title and "num_workers=0" in main_thread.summary
+    assert "not a wait" in main_thread.summary and "wait" not in main_thread.title.lower()
+    assert "worker processes" in main_thread.suggestions[0].action and "loading" in main_thread.suggestions[0].rationale
+    assert "workers" in workers.title and "waiting for" in workers.summary and "num_workers=0" not in workers.summary
+    assert "more worker processes" in workers.suggestions[0].action
+    assert "worker processes, or loading the batch in this thread" in custom.summary  # can't tell: both
+
+
 @pytest.mark.parametrize(
     ("edit", "hint"),
     [
