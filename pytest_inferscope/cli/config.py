@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import contextlib
 import difflib
+import io
 import os
+import re
 import shlex
 import sys
 import tomllib
@@ -65,8 +68,49 @@ def cmd_config_show(args: argparse.Namespace) -> int:
         # As an argument, the folder is where pytest looks for its ini file (then upwards); --rootdir fixes the rootdir.
         where = [f"--rootdir={rootdir}", str(rootdir)]
     # `-p inferscope`: the plugin also where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set (pytest skips it if loaded).
-    code = pytest.main([SHOW_FLAG, "-p", "inferscope", "-p", "no:cacheprovider", *_preview_args(args), *where])
+    err, code = io.StringIO(), None
+    try:
+        with contextlib.redirect_stderr(err):
+            code = pytest.main([SHOW_FLAG, "-p", "inferscope", "-p", "no:cacheprovider", *_preview_args(args), *where])
+    finally:
+        text = err.getvalue()
+        errors = _usage_errors(text) if code == pytest.ExitCode.USAGE_ERROR else []
+        if not errors:  # (the settings' warnings, or what pytest said of an error that is no UsageError)
+            sys.stderr.write(text)
+    if errors:
+        raise CliError(" ".join(errors))
     return EXIT_OK if code == 0 else EXIT_USAGE
+
+
+#: How pytest.main prints a UsageError: "ERROR: <message>" and a blank line (red where stderr takes colour).
+_PYTEST_ERROR = re.compile(r"^ERROR: (.*?)\n\n", re.DOTALL | re.MULTILINE)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _usage_errors(text: str) -> list[str]:
+    """The UsageErrors pytest printed in `text` (its stderr), each one paragraph; [] if it printed anything else.
+
+    A bad `--inferscope-*` value is one line already (the plugin's message). pytest's own parser says "usage: ...",
+    then "<prog>: error: <what>" and the ini file and rootdir on lines of their own: config show gives it only
+    options it knows, so an argument it does not know came from PYTEST_ADDOPTS or the ini file's addopts.
+    """
+    text = _ANSI.sub("", text)
+    found = _PYTEST_ERROR.findall(text)
+    if not found or _PYTEST_ERROR.sub("", text).strip():
+        return []
+    out = []
+    for message in found:
+        lines = [line.strip() for line in message.splitlines() if line.strip() and not line.startswith("usage:")]
+        if len(lines) == 1 and ": error: " not in lines[0]:
+            out.append(lines[0])
+            continue
+        what = re.sub(r"^\S+: error: ", "", lines[0]).rstrip(".")
+        context = f" ({', '.join(lines[1:])})" if len(lines) > 1 else ""
+        out.append(
+            f"inferscope config show: pytest: {what}{context}; config show gives pytest only options it knows, so "
+            "what it does not know came from PYTEST_ADDOPTS or the ini file's addopts."
+        )
+    return out
 
 
 # --- inside pytest (plugin.pytest_cmdline_main) ----------------------------------------------------

@@ -119,3 +119,23 @@ def test_compare_counts_one_test_in_the_singular(work: Path, capsys: pytest.Capt
     assert main(["run", "one.py", "--report", "a"]) == 0 and main(["run", "two.py", "--report", "b"]) == 0
     capsys.readouterr()
     assert "A (a, 1 test) and B (b, 1 test) have no test id in common" in usage_error(["compare", "a", "b"], capsys)
+
+
+def test_config_show_says_a_bad_option_value_in_one_paragraph(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pytest itself rejects a bad --inferscope-* value while it parses its command line, and printed it as
+    # "ERROR: ..." and a blank line; config show says it as its other errors are said.
+    err = usage_error(["config", "show", "--inferscope-rounds=abc"], capsys)
+    assert err.startswith("--inferscope-rounds='abc' is not a whole number: give the number of measured rounds"), err
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--inferscope-cpu=bogus")
+    err = usage_error(["config", "show"], capsys)
+    assert err.startswith("--inferscope-cpu='bogus' is not one of the choices: set the CPU collector mode"), err
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--bogus")  # pytest's own parser: a usage line and the error
+    err = usage_error(["config", "show"], capsys)
+    assert err.startswith("inferscope config show: pytest: unrecognized arguments: --bogus"), err
+    assert "usage:" not in err and "PYTEST_ADDOPTS or the ini file's addopts" in err, err
+    monkeypatch.setenv("FORCE_COLOR", "1")  # pytest's red is not kept in a paragraph that is ours
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--inferscope-rounds=0")
+    err = usage_error(["config", "show"], capsys)
+    assert err.startswith("--inferscope-rounds='0' is out of range") and "\x1b" not in err, err
