@@ -152,3 +152,12 @@ def md_code(v: Any) -> str:
     fence = "`" * (1 + max((len(run) for run in re.findall("`+", text)), default=0))
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def older_text(n: int) -> str:
+    """The indexes' line on the older test folders they do not list ('' for none)."""
+    if not n:
+        return ""
+    if n == 1:
+        return "1 older test folder from an earlier run is in this folder (not listed)"
+    return f"{n} older test folders from earlier runs are in this folder (not listed)"

@@ -234,10 +234,27 @@ def write_index(results: list[TestResult], report_dir: Path, session: dict[str, 
         "tests": [index_entry(r) for r in sorted(results, key=lambda r: r.nodeid)],
     }
     atomic_write_text(report_dir / "index.json", dumps(index))
+    older = older_test_folders(results, report_dir)
     md = report_dir / "index.md"
-    atomic_write_text(md, render_index(results, session))
-    atomic_write_text(report_dir / "index.html", render_html_index(results, session))
+    atomic_write_text(md, render_index(results, session, older))
+    atomic_write_text(report_dir / "index.html", render_html_index(results, session, older))
     return md
+
+
+def older_test_folders(results: list[TestResult], report_dir: Path) -> int:
+    """How many test folders (with a report.json) in `report_dir` the index of `results` does not list: left there by
+    earlier runs, since nothing in a report folder is removed. One listing of the folder, and a look into each
+    folder that is not one of the results' (`inferscope analyze DIR` names them, with when they were written)."""
+    ours = {"assets"} | {(r.files.get("json") or r.slug).replace("\\", "/").split("/")[0] for r in results}
+    try:
+        with os.scandir(report_dir) as entries:
+            return sum(
+                1
+                for e in entries
+                if e.name not in ours and e.is_dir() and os.path.isfile(os.path.join(e.path, "report.json"))
+            )
+    except OSError:  # (the index is written; the count is only said)
+        return 0
 
 
 def index_entry(result: TestResult) -> dict[str, Any]:

@@ -28,7 +28,17 @@ from markupsafe import Markup
 from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
-from .fmt import fmt_added, fmt_bottleneck, fmt_conf, fmt_ms, fmt_pct, fmt_value, rounds_text, verdict_label
+from .fmt import (
+    fmt_added,
+    fmt_bottleneck,
+    fmt_conf,
+    fmt_ms,
+    fmt_pct,
+    fmt_value,
+    older_text,
+    rounds_text,
+    verdict_label,
+)
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
 from .lanes_rounds import rounds_payload
 from .markdown import TEMPLATES, compiled_templates, trace_name
@@ -109,15 +119,16 @@ def write_html_report(
         f.write(tail.encode())
 
 
-def render_html_index(results: list[TestResult], session: dict[str, Any]) -> str:
-    """The index.html text of a session: one row per profiled test, linked to its report.html."""
+def render_html_index(results: list[TestResult], session: dict[str, Any], older: int = 0) -> str:
+    """The index.html text of a session: one row per profiled test, linked to its report.html; `older`: as
+    index.md's."""
     from .terminal import ab_column, vs_baseline, vs_ref
 
     rows = sorted(results, key=lambda r: r.nodeid)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
     return _env().get_template("index.html.j2").render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=html_link, assets=_assets(),
-        spark=sparkline, vs=vs_baseline, ab_head=ab_column(rows), vs_ref=vs_ref,
+        spark=sparkline, vs=vs_baseline, ab_head=ab_column(rows), vs_ref=vs_ref, older=older_text(older),
     )  # fmt: skip
 
 

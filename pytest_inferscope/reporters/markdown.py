@@ -27,6 +27,7 @@ from .fmt import (
     md_code,
     md_name,
     md_text,
+    older_text,
     rounds_text,
     verdict_label,
 )
@@ -52,8 +53,9 @@ def render_report(result: TestResult) -> str:
     )  # fmt: skip
 
 
-def render_index(results: list[TestResult], session: dict[str, Any]) -> str:
-    """The index.md text of a session: one row per profiled test, linked to its report."""
+def render_index(results: list[TestResult], session: dict[str, Any], older: int = 0) -> str:
+    """The index.md text of a session: one row per profiled test, linked to its report; `older`: the test folders of
+    earlier runs in the folder, not listed (`folder.older_test_folders`)."""
     rows = sorted(results, key=lambda r: r.nodeid)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
     from .terminal import ab_column, vs_baseline, vs_ref
@@ -61,7 +63,7 @@ def render_index(results: list[TestResult], session: dict[str, Any]) -> str:
     template = _env().get_template("index.md.j2")
     return template.render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link, vs=vs_baseline,
-        ab_head=ab_column(rows), vs_ref=vs_ref,
+        ab_head=ab_column(rows), vs_ref=vs_ref, older=older_text(older),
     )  # fmt: skip
 
 

@@ -87,6 +87,22 @@ def test_compare_says_which_folders_of_a_root_its_index_left_out(
     assert [t["nodeid"] for t in index["tests"]] == ["job_d.py"]  # compare wrote nothing
 
 
+def test_the_index_pages_say_how_many_older_test_folders_they_do_not_list(work: Path) -> None:
+    # index.md listed the last session's test and said nothing of the 3 older folders beside it.
+    root = root_with_older_folders(work)
+    (root / "notes").mkdir()  # a folder that is no test's (no report.json) is not counted, nor is assets/
+    line = "3 older test folders from earlier runs are in this folder (not listed)"
+    assert line in (root / "index.md").read_text() and line in (root / "index.html").read_text()
+    (work / "job_e.py").write_text(JOB)
+    assert main(["run", "job_e.py", "--report", "DIR"]) == 0  # run keeps the listed test and adds its own
+    assert "3 older test folders" in (root / "index.md").read_text()
+    write_index([load_report(root / f"job_{j}.py" / "report.json") for j in "abcd"], root, {})
+    line = "1 older test folder from an earlier run is in this folder (not listed)"
+    assert line in (root / "index.md").read_text() and line in (root / "index.html").read_text()
+    write_index([load_report(root / f"job_{j}.py" / "report.json") for j in "abcde"], root, {})
+    assert "older test folder" not in (root / "index.md").read_text() + (root / "index.html").read_text()
+
+
 def test_compare_given_the_name_of_a_saved_baseline_says_where_its_file_is(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
