@@ -168,7 +168,7 @@ class ABController:
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
         argv = [str(self._python()), "-m", "pytest", *twin_args(self._args(), self.tree), "-p", "no:xdist",
-                "-p", "no:cacheprovider"]  # fmt: skip
+                "-p", "no:cacheprovider", *self._plugin_on()]  # fmt: skip
         # In the worktree's folder, removed with it, by a later run too (remove_stale); else in TMPDIR, named by this
         # process, and removed by a later run too (remove_stale_logs).
         log = self.tree.holder / f"twin-{wi.get('workerid', 'main')}.log" if self.tree is not None else new_log()
@@ -190,6 +190,42 @@ class ABController:
                     "the development VM that alone moved whole runs' ratios by a few per cent (docs/ab.md). Set "
                     "PYTHONHASHSEED=0 for A/B runs: the twin inherits it."
                 )
+
+    def _plugin_on(self) -> list[str]:
+        """`-p NAME`: this plugin, under the name it has here, for the twin. Last on its command line, after the ref's
+        ini `addopts` and PYTEST_ADDOPTS, so that a `-p no:inferscope` there does not leave the twin without it (it ran
+        the whole suite as a plain run): the A/B needs the plugin on both sides, as the measuring instrument."""
+        from .. import plugin
+
+        name = self.config.pluginmanager.get_name(plugin)
+        return ["-p", name] if name else []
+
+    def _not_a_twin(self, exc: TwinDied) -> str:
+        """Why the twin stopped before saying its tests were collected, for the usage error."""
+        code = self.twin.proc.returncode if self.twin is not None else None
+        if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
+            return f"--inferscope-ab: the tests could not be started at {self.label}: {exc}"
+        if self.tree is not None and "pytest_inferscope" in own_packages(self.tree.path):
+            why = (
+                f"the repository's own pytest_inferscope at {self.tree.ref}, which the twin imports (the worktree "
+                "comes first on its PYTHONPATH), has no A/B twin (it predates A/B runs, or does not load). Compare "
+                "against a ref whose pytest_inferscope has it"
+            )
+        elif self.settings.ab_python is not None:
+            why = (
+                f"the pytest-inferscope of {self._python()} predates A/B runs, or its configuration does not load it. "
+                "Install this version there (`PATH -m pip install pytest-inferscope`)"
+            )
+        else:
+            why = (
+                f"its configuration at {self.label} (its conftest.py or ini file) does not load pytest-inferscope, "
+                "or switches it off. Load it there, or compare against another ref"
+            )
+        return (
+            f"--inferscope-ab: the twin pytest process at {self.label} ran the tests as a plain pytest run, without "
+            f"pytest-inferscope's A/B twin (it exited with status {int(code)} without reporting its collection): "
+            f"{why}." + (f" Its last output:\n{tail}" if (tail := self.twin.tail(5) if self.twin else "") else "")
+        )
 
     def _note_not_compared(self) -> None:
         if (line := self.baseline_note) is not None:
@@ -247,7 +283,7 @@ class ABController:
         try:
             ready = self.twin.recv(READY_TIMEOUT_S)
         except TwinDied as exc:
-            self._fail(f"--inferscope-ab: the tests could not be started at {self.label}: {exc}")
+            self._fail(self._not_a_twin(exc))
         if ready.get("errors"):
             self._fail(
                 f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(ready['errors'])}. Fix the "

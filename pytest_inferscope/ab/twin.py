@@ -145,6 +145,9 @@ class Twin:
             return self.channel.recv(timeout)
         except (ChannelClosed, ValueError) as exc:
             code = self.proc.poll()
+            if code is None and isinstance(exc, ChannelClosed):  # closed as it exits: its status, when it comes soon
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = self.proc.wait(timeout=2)
             how = f"exited with status {code}" if code is not None else f"stopped answering ({exc})"
             self.dead = f"the twin pytest process at {self.label} {how}"
             tail = self.tail(5)

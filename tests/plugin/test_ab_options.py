@@ -115,3 +115,35 @@ def test_saving_a_baseline_from_an_ab_run_is_refused(
     assert list(tmp.iterdir()) == []  # no worktree folder, no twin log
     out = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True, check=True).stdout
     assert len(out.strip().splitlines()) == 1
+
+
+def test_the_refs_ini_switching_the_plugin_off(pytester: pytest.Pytester) -> None:
+    """`addopts = -p no:inferscope` in the ref's pytest.ini only: the twin ran the whole suite there without the plugin,
+    and the run stopped with "the twin ... exited with status 0". The A/B needs the plugin on both sides: the twin is
+    given it back."""
+    root = make_repo(pytester, ini="[pytest]\naddopts = -p no:inferscope\n")
+    (root / "pytest.ini").write_text("[pytest]\n")
+    git(root, "commit", "-qam", "plugin on")
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~2")
+    result.assert_outcomes(passed=2)
+    row = next(line for line in result.outlines if line.startswith("test_x.py::test_zzz_reads"))
+    assert "unchanged" in row or "inconclusive" in row, row  # compared, not `new`
+
+
+def test_a_ref_whose_own_pytest_inferscope_predates_ab(pytester: pytest.Pytester) -> None:
+    """The repository's own pytest_inferscope at the ref (the twin imports it: the worktree comes first on its
+    PYTHONPATH) has no twin: the twin ran the tests as a plain run, and the error said only "exited with status 0"."""
+    root = make_repo(pytester)
+    (root / "pytest_inferscope").mkdir()
+    (root / "pytest_inferscope" / "__init__.py").write_text("")
+    (root / "pytest_inferscope" / "plugin.py").write_text("")  # a plugin without the A/B twin
+    git(root, "add", "pytest_inferscope")
+    git(root, "commit", "-qm", "an old plugin")
+    git(root, "rm", "-rq", "pytest_inferscope")
+    git(root, "commit", "-qm", "gone")
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = " ".join(result.stderr.str().split())
+    assert "ran the tests as a plain pytest run" in err, err
+    assert "the repository's own pytest_inferscope at HEAD~1" in err, err
+    result.stdout.no_fnmatch_line("*passed*")
