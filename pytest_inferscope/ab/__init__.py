@@ -31,7 +31,8 @@ def filter_twin_args(args: list[str], config: pytest.Config) -> None:
 
 
 def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan], results: Sequence[TestResult]) -> Any:
-    """The A/B object of this process: the twin's server in a twin, the controller with --inferscope-ab*, or None.
+    """The A/B object of this process: the twin's server in a twin, the controller with --inferscope-ab*, or None (also
+    when no test body runs: --collect-only, --setup-only).
 
     `plans` and `results` are the session's own (filled as the run goes), so the twin reads them without
     importing the session back.
@@ -50,6 +51,8 @@ def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan]
         import pytest
 
         raise pytest.UsageError(refused)
+    if config.getoption("collectonly", False) or config.getoption("setuponly", False):
+        return None  # no test body runs (--collect-only, --setup-only, --setup-plan): no worktree, no twin
     from .controller import ABController
 
     return ABController(config, settings, plans)

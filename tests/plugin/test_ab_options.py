@@ -147,3 +147,31 @@ def test_a_ref_whose_own_pytest_inferscope_predates_ab(pytester: pytest.Pytester
     assert "ran the tests as a plain pytest run" in err, err
     assert "the repository's own pytest_inferscope at HEAD~1" in err, err
     result.stdout.no_fnmatch_line("*passed*")
+
+
+@pytest.mark.parametrize("flag", ["--collect-only", "--setup-only"])
+def test_collect_only_starts_no_worktree_and_no_twin(
+    pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, flag: str
+) -> None:
+    """With --collect-only (or --setup-only: no test body runs) the A/B run made the worktree and started a twin, which
+    collected the tests at the ref for nothing, and went: seconds lost on a listing."""
+    import shutil
+
+    root = make_repo(pytester)
+    (root / "conftest.py").write_text("import os\nopen(os.environ['TWIN_MARK'], 'a').write('here\\n')\n")
+    git(root, "add", "conftest.py")
+    git(root, "commit", "-qm", "a conftest that says it ran")
+    git(root, "rm", "-q", "conftest.py")
+    git(root, "commit", "-qm", "gone")
+    here = tmp_path_factory.mktemp("spies")
+    bin_dir, calls, mark = here / "bin", here / "git-calls", here / "twin-mark"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {shutil.which("git")} "$@"\n')
+    (bin_dir / "git").chmod(0o755)
+    pytester._monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    pytester._monkeypatch.setenv("TWIN_MARK", str(mark))
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", flag)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert not mark.exists(), "a twin ran"
+    assert "worktree" not in (calls.read_text() if calls.exists() else ""), calls.read_text()
+    result.stdout.no_fnmatch_line("*inferscope A/B*")
