@@ -163,7 +163,7 @@ class ABController:
                 f"takes turns with its own twin, the pair pinned to its own CPU core (cores {cores[: self.workers]})"
                 f"{on_gpus}"
             )
-            self._note_not_compared()
+            self._note_settings()
             return
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
@@ -183,7 +183,7 @@ class ABController:
                 f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
                 f"processes pinned to CPU core {self.core} (of the allowed {cores})"
             )
-            self._note_not_compared()
+            self._note_settings()
             if not os.environ.get("PYTHONHASHSEED"):
                 self.notes.append(
                     "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on "
@@ -227,9 +227,19 @@ class ABController:
             f"{why}." + (f" Its last output:\n{tail}" if (tail := self.twin.tail(5) if self.twin else "") else "")
         )
 
-    def _note_not_compared(self) -> None:
+    def _note_settings(self) -> None:
+        """What the user asked for that an A/B run does not do: the baseline comparison, an explicit speed probe."""
         if (line := self.baseline_note) is not None:
             self.notes.append(f"inferscope A/B: {line}")
+        if self.settings.speed_probe == "on" and self.settings.sources.get("speed_probe", "cli") != "default":
+            from . import _given
+
+            given = _given(self.settings, "speed_probe", "on")
+            self.notes.append(
+                f"inferscope A/B: the speed probe did not run, though {given} asked for it: in an A/B run the pairing "
+                "is the defence against drift, each pair's two rounds run one after the other on one CPU core, so "
+                "what slows the machine slows both (docs/ab.md)"
+            )
 
     def _python(self) -> Path:
         return self.settings.ab_python if self.settings.ab_python is not None else Path(sys.executable)

@@ -175,3 +175,24 @@ def test_collect_only_starts_no_worktree_and_no_twin(
     assert not mark.exists(), "a twin ran"
     assert "worktree" not in (calls.read_text() if calls.exists() else ""), calls.read_text()
     result.stdout.no_fnmatch_line("*inferscope A/B*")
+
+
+@pytest.mark.parametrize("given", ["cli", "env", "auto"])
+def test_the_speed_probe_asked_for_is_said_not_to_run(pytester: pytest.Pytester, given: str) -> None:
+    """`--inferscope-speed-probe=on` with --inferscope-ab: the probe does not run in an A/B run, and nothing said so; an
+    explicit `on` is now answered with a line in the summary. `auto` (the default) stays silent."""
+    make_repo(pytester)
+    args = ["-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1"]
+    if given == "cli":
+        args.append("--inferscope-speed-probe=on")
+    elif given == "env":
+        pytester._monkeypatch.setenv("INFERSCOPE_SPEED_PROBE", "on")
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(passed=2)
+    out = " ".join(result.stdout.str().split())
+    if given == "auto":
+        assert "speed-probe" not in out and "speed probe" not in out, out
+        return
+    named = "--inferscope-speed-probe=on" + (" (from env INFERSCOPE_SPEED_PROBE)" if given == "env" else "")
+    assert f"inferscope A/B: the speed probe did not run, though {named} asked for it: " in out, out
+    assert "the pairing is the defence against drift" in out
