@@ -89,3 +89,17 @@ def randomly_seed(config: object) -> str | None:
     pytest_configure), or None without the plugin."""
     seed = getattr(getattr(config, "option", None), "randomly_seed", None)
     return str(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def not_at_ref(positional: Sequence[str], here: Path, tree: Worktree | None) -> list[str]:
+    """The test files and folders named on the command line (`positional`, relative to `here` or absolute, a node id's
+    `::` part aside) that exist here and not in the worktree: new, or deleted at the ref. Given them, the twin stopped
+    with "file or directory not found" after reporting no test, and every test of the run read `new`."""
+    if tree is None:
+        return []
+    out = []
+    for arg in positional:
+        path = here / arg.partition("::")[0]
+        if path.exists() and not tree.map_path(path).exists():
+            out.append(arg)
+    return out

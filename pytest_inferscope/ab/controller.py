@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from .args import SEED_ENV, randomly_seed, twin_addopts, twin_args
+from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
 from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages, without_git_repo_vars
@@ -62,6 +62,7 @@ class ABController:
         self.owns_tree = False
         self.twin: Twin | None = None
         self.twin_plans: set[str] = set()
+        self.only_here: list[str] = []  # test files and folders named on the command line that the ref does not have
         self.core: int | None = None
         self.pending: dict[str, dict[str, Any]] = {}
         self.tests_run = 0
@@ -152,6 +153,7 @@ class ABController:
             )
         if not wi:
             remove_stale_logs()  # of runs killed outright (the worktrees of those: Worktree.create)
+        self._leave_out_only_here()
         env = self._twin_env()
         if self.settings.ab_python is not None and not wi:
             check_python(self._python(), env, self._twin_cwd())
@@ -167,7 +169,10 @@ class ABController:
             return
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
-        argv = [str(self._python()), "-m", "pytest", *twin_args(self._args(), self.tree), "-p", "no:xdist",
+        if self.only_here and len(self.only_here) == len(self.config.args):
+            return  # every path named is only here: no twin (given none, it would run the whole suite at the ref)
+        args = [a for a in self._args() if a not in self.only_here]
+        argv = [str(self._python()), "-m", "pytest", *twin_args(args, self.tree), "-p", "no:xdist",
                 "-p", "no:cacheprovider", *self._plugin_on()]  # fmt: skip
         # In the worktree's folder, removed with it, by a later run too (remove_stale); else in TMPDIR, named by this
         # process, and removed by a later run too (remove_stale_logs).
@@ -226,6 +231,19 @@ class ABController:
             f"pytest-inferscope's A/B twin (it exited with status {int(code)} without reporting its collection): "
             f"{why}." + (f" Its last output:\n{tail}" if (tail := self.twin.tail(5) if self.twin else "") else "")
         )
+
+    def _leave_out_only_here(self) -> None:
+        """The test files and folders named on the command line that the ref does not have: left out of the twin's
+        command line (their tests are `new`), and said to be."""
+        if self.config.args_source != pytest.Config.ArgsSource.ARGS or self.tree is None:
+            return
+        self.only_here = not_at_ref(self.config.args, self.config.invocation_params.dir, self.tree)
+        if self.only_here and not self.workerinput:
+            names = ", ".join(self.only_here)
+            self.notes.append(
+                f"inferscope A/B: {names}: not at {self.label} (new here, or deleted there), so left out of the twin's "
+                "command line; their tests are new"
+            )
 
     def _note_settings(self) -> None:
         """What the user asked for that an A/B run does not do: the baseline comparison, an explicit speed probe."""
@@ -294,6 +312,12 @@ class ABController:
             ready = self.twin.recv(READY_TIMEOUT_S)
         except TwinDied as exc:
             self._fail(self._not_a_twin(exc))
+        if ready.get("usage"):
+            said = str(ready["usage"]).replace(f"{self._twin_cwd()}{os.sep}", "")  # as named here, not in the worktree
+            self._fail(
+                f"--inferscope-ab: the tests named on the command line are not all at {self.label}: {said}. "
+                "Name the file of a test that is only here (its tests are then `new`), or leave the test out."
+            )
         if ready.get("errors"):
             self._fail(
                 f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(ready['errors'])}. Fix the "
@@ -365,6 +389,9 @@ class ABController:
         data: dict[str, Any] = {"state": "paired", "new_ms": [], "ref_ms": [], "look": None, "metrics": {}}
         self.pending[nodeid] = data
         twin = self.twin
+        if twin is None and self.only_here:  # every path named is only here (_prepare)
+            data["state"] = "new"
+            return data
         if twin is None or twin.dead:
             data["state"], data["reason"] = "dead", (twin.dead if twin is not None else "no twin ran")
             return data

@@ -7,7 +7,7 @@ pytest's run loop with a loop over the parent's commands:
 
     parent -> twin   {"cmd": "run", "nodeid", "core"} | {"cmd": "round", "index", "warmup"} | {"cmd": "end"}
                      | {"cmd": "exit"}
-    twin -> parent   {"type": "ready", "nodeids", "errors", "foreign"} | {"type": "started"}
+    twin -> parent   {"type": "ready", "nodeids", "errors", "foreign", "usage"} | {"type": "started"}
                      | {"type": "round", "ms"} | {"type": "error", "error"} | {"type": "result", ...}
 """
 
@@ -197,7 +197,11 @@ class TwinServer:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         nodeids = sorted(self._plans)
-        self.channel.send(type="ready", nodeids=nodeids, errors=self.errors, foreign=foreign_imports())
+        # Called in a `finally`: a test named on the command line not found here (a node id, `file.py::test_new`) is a
+        # usage error on its way out, and this process exits after this line with nothing to show for it.
+        raised = sys.exc_info()[1]
+        usage = " ".join(str(raised).split()) if isinstance(raised, pytest.UsageError) else ""
+        self.channel.send(type="ready", nodeids=nodeids, errors=self.errors, foreign=foreign_imports(), usage=usage)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:

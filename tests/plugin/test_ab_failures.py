@@ -103,3 +103,45 @@ def test_a_test_skipped_at_the_ref_is_said_to_be(pytester: pytest.Pytester, how:
     ab = json.loads(report.read_text())["ab"]
     assert ab["verdict"] == "inconclusive"
     assert ab["reason"].startswith("the test was skipped at HEAD~1 (") and "(not yet)" in ab["reason"], ab["reason"]
+
+
+def test_a_file_named_on_the_command_line_only_here(pytester: pytest.Pytester) -> None:
+    """`pytest test_new.py test_x.py --inferscope-ab=HEAD` with test_new.py new (untracked): the twin stopped with
+    "file or directory not found" after saying it had collected nothing, and every test read `new`, test_x.py's too,
+    though it is at HEAD. The file only here is left out of the twin's command line, and said to be."""
+    make_repo(pytester.path, {"test_x.py": BODY}, {"test_old.py": BODY})
+    (pytester.path / "test_old.py").unlink()  # deleted here, still at HEAD
+    (pytester.path / "test_new.py").write_text(BODY)
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD",
+                                "test_new.py", "test_x.py")  # fmt: skip
+    result.assert_outcomes(passed=2)
+    rows = {line.split()[0]: line for line in result.outlines if line.startswith("test_")}
+    assert "new" in rows["test_new.py::test_one"].split(), rows
+    assert "unchanged" in rows["test_x.py::test_one"] or "inconclusive" in rows["test_x.py::test_one"], rows
+    out = " ".join(result.stdout.str().split())
+    assert "inferscope A/B: test_new.py: not at HEAD (" in out and "their tests are new" in out, out
+    assert "test_old.py" not in out  # not asked for: not listed as removed
+
+
+def test_only_files_named_that_are_only_here(pytester: pytest.Pytester) -> None:
+    """Every file named is only here: no twin starts (given no path, it would collect the whole suite at the ref), and
+    the tests are `new`."""
+    make_repo(pytester.path, {"test_x.py": BODY}, {"test_y.py": BODY})
+    (pytester.path / "test_new.py").write_text(BODY)
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD", "test_new.py")
+    result.assert_outcomes(passed=1)
+    row = next(line for line in result.outlines if line.startswith("test_new.py::test_one"))
+    assert "new" in row.split(), row
+    assert "removed" not in result.stdout.str()
+
+
+def test_a_test_named_on_the_command_line_only_here(pytester: pytest.Pytester) -> None:
+    """`pytest test_x.py::test_two --inferscope-ab=HEAD~1`, test_two added since: the twin stopped with "not found"
+    after saying it collected nothing, and the run went on as if the test were new, without a word of why."""
+    make_repo(pytester.path, {"test_x.py": BODY}, {"test_x.py": BODY + BODY.replace("test_one", "test_two")})
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1",
+                                "test_x.py::test_two", "test_x.py::test_one")  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = " ".join(result.stderr.str().split())
+    assert "not found: test_x.py::test_two" in err, err
+    assert "at HEAD~1 (" in err, err
