@@ -58,13 +58,6 @@ def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan]
     return ABController(config, settings, plans)
 
 
-def _given(settings: Settings, name: str, value: object) -> str:
-    """`--inferscope-NAME=VALUE`, and where it was set when not on the command line."""
-    source = settings.sources.get(name, "cli")
-    flag = f"--inferscope-{name.replace('_', '-')}={value}"
-    return flag if source.startswith("cli") else f"{flag} (from {source})"
-
-
 def save_conflict(settings: Settings) -> str | None:
     """Why an A/B run refuses --inferscope-save-baseline (None without it).
 
@@ -74,6 +67,8 @@ def save_conflict(settings: Settings) -> str | None:
     before anything is made, rather than saved with a label nothing reads."""
     if settings.save_baseline is None:
         return None
+    from .args import given as _given
+
     ab = settings.ab if settings.ab is not None else settings.ab_python
     other = _given(settings, "ab" if settings.ab is not None else "ab_python", ab)
     save = _given(settings, "save_baseline", settings.save_baseline)

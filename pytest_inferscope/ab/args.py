@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..options import Settings
     from .worktree import Worktree
 
 #: The options of the plugins the twin runs without, as their pytest_addoption adds them (a unit test checks these
@@ -103,3 +104,10 @@ def not_at_ref(positional: Sequence[str], here: Path, tree: Worktree | None) -> 
         if path.exists() and not tree.map_path(path).exists():
             out.append(arg)
     return out
+
+
+def given(settings: Settings, name: str, value: object) -> str:
+    """`--inferscope-NAME=VALUE`, and where it was set when not on the command line."""
+    source = settings.sources.get(name, "cli")
+    flag = f"--inferscope-{name.replace('_', '-')}={value}"
+    return flag if source.startswith("cli") else f"{flag} (from {source})"

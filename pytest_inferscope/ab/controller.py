@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
+from .args import given as option_given
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
 from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages, without_git_repo_vars
@@ -200,9 +201,8 @@ class ABController:
         """`-p NAME`: this plugin, under the name it has here, for the twin. Last on its command line, after the ref's
         ini `addopts` and PYTEST_ADDOPTS, so that a `-p no:inferscope` there does not leave the twin without it (it ran
         the whole suite as a plain run): the A/B needs the plugin on both sides, as the measuring instrument."""
-        from .. import plugin
-
-        name = self.config.pluginmanager.get_name(plugin)
+        module = sys.modules.get(f"{__package__.rpartition('.')[0]}.plugin")  # (not imported: plugin imports this)
+        name = self.config.pluginmanager.get_name(module) if module is not None else None
         return ["-p", name] if name else []
 
     def _not_a_twin(self, exc: TwinDied) -> str:
@@ -250,9 +250,7 @@ class ABController:
         if (line := self.baseline_note) is not None:
             self.notes.append(f"inferscope A/B: {line}")
         if self.settings.speed_probe == "on" and self.settings.sources.get("speed_probe", "cli") != "default":
-            from . import _given
-
-            given = _given(self.settings, "speed_probe", "on")
+            given = option_given(self.settings, "speed_probe", "on")
             self.notes.append(
                 f"inferscope A/B: the speed probe did not run, though {given} asked for it: in an A/B run the pairing "
                 "is the defence against drift, each pair's two rounds run one after the other on one CPU core, so "
