@@ -120,13 +120,18 @@ def add_time(result: TestResult, key: str, ns: int) -> None:
             result.added[k] = round((result.added.get(k) or 0.0) + ns / 1e6, 3)
 
 
+#: The metrics a session keeps of a test (`kept`): those a baseline or an A/B verdict compares, and the measured rounds
+#: that compiled, which the terminal summary names the tests of (reporters/terminal.py `compile_lines`).
+KEPT_METRICS = (*DETERMINISTIC_METRICS, "compile.measured_rounds")
+
+
 def kept(result: TestResult, environment: dict[str, Any] | None = None) -> TestResult:
     """What a session keeps of a test once its report files are written and the hooks have seen it: the result with
-    its analysis cut to the class, the confidence and the metrics a baseline or an A/B verdict compares
-    (DETERMINISTIC_METRICS), and its environment as the session's one dict (`environment`) when equal. The summary,
+    its analysis cut to the class, the confidence and the metrics a baseline or an A/B verdict compares or the
+    summary reads (KEPT_METRICS), and its environment as the session's one dict (`environment`) when equal. The summary,
     the index, a saved baseline and xdist's controller read no more; the rest is in the test's report files."""
     a = result.analysis
-    metrics = {k: a.metrics[k] for k in DETERMINISTIC_METRICS if k in a.metrics}
+    metrics = {k: a.metrics[k] for k in KEPT_METRICS if k in a.metrics}
     env = environment if environment is not None and environment == result.environment else result.environment
     slim = Analysis(a.bottleneck, a.confidence, metrics=metrics)
     return dataclasses.replace(result, analysis=slim, marks=[], environment=env)

@@ -387,8 +387,30 @@ def tracer_lines(results: list[TestResult]) -> list[str]:
     ]
 
 
+def compile_lines(results: list[TestResult], indexed: bool = True) -> list[str]:
+    """One summary line when torch.compile compiled in tests' measured rounds (the analysis's compile.measured_rounds,
+    analyzer/rules_compile.py): their rows read the compile round's spread and the other rules' class, which the line
+    says why of (`indexed`: reports are written, whose torch_compile finding tells the rest)."""
+    compiled = [(r, int(n)) for r in results if (n := r.analysis.metrics.get("compile.measured_rounds") or 0)]
+    if not compiled:
+        return []
+    one = len(compiled) == 1
+    shown = ", ".join(f"{r.nodeid} ({n} of {len(r.latency.samples_ms) or r.rounds} rounds)" for r, n in compiled[:3])
+    more = f"; and {len(compiled) - 3} more" if len(compiled) > 3 else ""
+    tests, its = ("1 test", "its") if one else (f"{len(compiled)} tests", "their")
+    reports = "report" if one else "reports"
+    where = f"; the torch_compile finding of {its} {reports} says which rounds and why" if indexed else ""
+    return [
+        f"inferscope: {tests} compiled (torch.compile) in {its} measured rounds, so {its} latency and spread include "
+        f"the compilation: {shown}{more}. Run more warm-up rounds (warmup=, --inferscope-warmup) or keep the input "
+        f"shapes fixed{where}."
+    ]
+
+
 def session_lines(results: list[TestResult], indexed: bool) -> list[str]:
-    """The summary's lines about the session's tests: rounds the speed probe added, reruns, a tracer beside them, what
-    the plugin added (`indexed`: the session writes index.json, which the lines may point to)."""
+    """The summary's lines about the session's tests: measured rounds that compiled, rounds the speed probe added,
+    reruns, a tracer beside them, what the plugin added (`indexed`: the session writes index.json and the reports,
+    which the lines may point to)."""
     added = added_time_line(results, indexed)
-    return [*extra_rounds_lines(results), *rerun_lines(results, indexed), *tracer_lines(results), *added]
+    return [*compile_lines(results, indexed), *extra_rounds_lines(results), *rerun_lines(results, indexed),
+            *tracer_lines(results), *added]  # fmt: skip

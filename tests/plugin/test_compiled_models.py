@@ -45,3 +45,11 @@ def test_the_first_calls_compilation_is_said_in_the_round_it_landed_in(pytester:
         assert f["summary"].startswith("1 measured round of 3 compiled (round 0: 1 compilation,")
         assert f["suggestions"][0]["action"].startswith("Run at least 1 warm-up round (")
         assert analysis["metrics"]["compile.measured_rounds"] == 1.0
+    # under the terminal's table, whose row reads the compile round's spread: the line naming the test, or none
+    compiled = "inferscope: 1 test compiled (torch.compile) in its measured rounds"
+    said = [line for line in result.outlines if line.startswith(compiled)]
+    if warmup:
+        assert said == []
+    else:
+        (line,) = said
+        assert "::test_model (1 of 3 rounds)" in line

@@ -192,3 +192,29 @@ def test_a_comparison_with_a_baseline_names_compilation_as_the_cause_of_the_spre
             _entry(_samples(3.0, seed=1)), _result(samples=samples, metrics=metrics), max_regression=0.05
         )
         assert not any("compiled" in w for w in v.warnings)
+
+
+def test_the_terminal_summary_names_the_tests_whose_measured_rounds_compiled_below_the_table() -> None:
+    # The table's row of such a test reads a huge spread and the other rules' class: the line under it says why.
+    from pytest_inferscope.postprocess import kept
+    from pytest_inferscope.reporters.terminal import compile_lines, session_lines
+
+    samples = [740.0, *_samples(3.0, n=4, seed=2)]
+    compiled = [
+        _result(f"t.py::test_{i}", samples, metrics={**METRICS, "compile.measured_rounds": float(i)})
+        for i in range(1, 5)
+    ]
+    quiet = [_result("t.py::test_none", metrics={**METRICS, "compile.measured_rounds": 0.0}), _result("t.py::test_old")]
+    assert compile_lines(quiet) == []
+    (line,) = compile_lines([compiled[0], *quiet])
+    assert line.startswith("inferscope: 1 test compiled (torch.compile) in its measured rounds, so its latency")
+    assert "t.py::test_1 (1 of 5 rounds)" in line and "test_none" not in line and "test_old" not in line
+    assert "torch_compile finding of its report" in line
+    (line,) = compile_lines([*compiled, *quiet], indexed=False)
+    assert line.startswith("inferscope: 4 tests compiled (torch.compile) in their measured rounds")
+    shown = "t.py::test_1 (1 of 5 rounds), t.py::test_2 (2 of 5 rounds), t.py::test_3 (3 of 5 rounds); and 1 more."
+    assert shown in line
+    assert "report" not in line and "warm-up" in line  # no reports written: what to do instead
+    assert line in session_lines([*compiled, *quiet], indexed=False)
+    # what the session keeps of a test once its reports are written (what the summary reads) keeps the figure
+    assert compile_lines([kept(compiled[0])]) == compile_lines([compiled[0]])
