@@ -317,8 +317,7 @@ class Analysis(_Serial):
     gpu: dict[str, Any] = field(default_factory=dict)  # streams, idle gaps, copies, syncs; empty without GPU data
     #: The simulated fixes, the largest saving first (empty: no round graph could be built; see whatif_replay).
     whatif: list[WhatIfRow] = field(default_factory=list)
-    #: measured_ms, replay_ms, replay_error, rounds, verdict, decided_by ("whatif" or "rules") and, for the
-    #: rules, fallback (why no what-if table).
+    #: measured_ms, replay_ms, replay_error, rounds, verdict, decided_by ("whatif" or "rules"); for the rules, fallback
     whatif_replay: dict[str, Any] = field(default_factory=dict)
     #: Why no class was named, when `bottleneck` is unclassified ("" otherwise, and in results written before it); its
     #: `confidence` is then no class's (1 - the largest share a class explains; 1.0 from the what-if table).
@@ -326,6 +325,7 @@ class Analysis(_Serial):
     #: Why no CPU sample counts in the measured rounds, so the CPU hotspots are empty ("" where samples count, or
     #: where the trace does not say: imported, or recorded before the sampler's kind was kept).
     no_samples_reason: str = ""
+    raised_round_note: str = ""  # the measured rounds that raised while others completed, left out of all (or "")
 
 
 @dataclass

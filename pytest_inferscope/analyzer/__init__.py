@@ -102,6 +102,24 @@ def no_measured_round(ctx: Context) -> str:
     )
 
 
+def raised_round_note(ctx: Context) -> str:
+    """What a partial report says of the measured rounds whose body raised while others completed: they are left out
+    of everything measured (base.Rounds.round_idx). "" where none did, or none completed (`no_measured_round`)."""
+    r = ctx.rounds
+    if not len(r.raised_idx):
+        return ""
+    start = ctx.timeline.events["start"]
+    starts = sorted(start[[*r.round_idx.tolist(), *r.raised_idx.tolist()]].tolist())  # the measured rounds, in time
+    nth = ", ".join(str(starts.index(t) + 1) for t in sorted(start[r.raised_idx].tolist()))
+    n = len(r.round_idx)
+    rounds = f"measured round{'s' if len(r.raised_idx) > 1 else ''} {nth}"
+    return (
+        f"the body raised in {rounds}, cut short: {'they are' if len(r.raised_idx) > 1 else 'it is'} left out of the "
+        f"latency, the breakdown and the findings, which are from the {n} measured round{'s' if n != 1 else ''} that "
+        "completed"
+    )
+
+
 def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
     """All suggestions, largest estimated saving first, without duplicates."""
     seen: set[str] = set()
@@ -186,6 +204,7 @@ def analyze(
         hotspots=ctx.cpu.hotspots[:20],
         no_samples_reason=ctx.cpu.no_samples_reason,
         unclassified_reason=why,
+        raised_round_note=raised_round_note(ctx),
         scopes=ctx.cpu.scopes,
         metrics=ctx.metrics,
         gpu=ctx.gpu.summary(ctx.metrics.get("gpu.memory_peak_mb")),
