@@ -114,13 +114,13 @@ def summary_lines(result: TestResult, report: Path, notes: list[str] | None = No
     """The short summary `run` and `analyze` print: latency, bottleneck, top suggestion, what profiling added, `notes`
     on how the input was read (an imported trace's rounds), report path."""
     from ..checks import stated
-    from ..reporters.fmt import fmt_added, fmt_conf, fmt_ms
+    from ..reporters.fmt import NO_LATENCY, fmt_added, fmt_conf, fmt_ms
     from ..results import UNCLASSIFIED
 
     lat, a = result.latency, result.analysis
     n = len(lat.samples_ms)
     rounds = f"{n} round{'s' if n != 1 else ''}" + (f", warm-up {len(lat.warmup_ms)}" if lat.warmup_ms else "")
-    latency = f"{fmt_ms(lat.median)} ms median ({rounds})" if n else "n/a (no round completed)"
+    latency = f"{fmt_ms(lat.median)} ms median ({rounds})" if n else f"{NO_LATENCY} (no measured round completed)"
     if n > 1:
         latency += f", IQR {fmt_ms(lat.iqr)} ms"
     # unclassified names no class to be confident in: why none was named, as a check's message says it

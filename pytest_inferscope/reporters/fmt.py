@@ -31,6 +31,12 @@ def rounds_text(result: TestResult) -> str:
     return f"{ran} round{'s' * (ran != 1)} measured ({asked} asked for, warm-up {result.warmup}"
 
 
+#: The latency of a test none of whose measured rounds completed (the body raised in the first, or in the warm-up),
+#: the same in every table: the terminal's, index.md's and index.html's, the job summary's (with no IQR or spread
+#: beside it); the reports say "none (no measured round completed)" and, at the top, where the body raised.
+NO_LATENCY = "none"
+
+
 def fmt_ms(x: float | None) -> str:
     """Milliseconds with about three significant digits: 87.4, 3.14, 0.123, <0.001."""
     if x is None or not math.isfinite(x):

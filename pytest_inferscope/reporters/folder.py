@@ -20,7 +20,7 @@ from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
 from . import html, markdown
 from .files import atomic_open, atomic_write_bytes, atomic_write_text
-from .fmt import verdict_label
+from .fmt import NO_LATENCY, verdict_label
 from .html import render_html_index, write_html_report, write_shared_assets
 from .jsonreport import dumps, to_json
 from .markdown import render_index, render_report
@@ -314,7 +314,7 @@ def _vs_ref(result: TestResult) -> dict[str, Any] | None:
 
 
 def _ms3(x: float) -> str:
-    """A step summary's milliseconds: three decimals, or n/a (a partial test's, when no measured round completed)."""
+    """A step summary's milliseconds: three decimals, or n/a."""
     return f"{x:.3f}" if math.isfinite(x) else "n/a"
 
 
@@ -340,8 +340,9 @@ def append_step_summary(
     for r in sorted(results, key=lambda r: r.nodeid):
         lat = r.latency
         ab_cell = f" {vs_ref(r)} |" if ab else ""
+        median, iqr = (_ms3(lat.median), _ms3(lat.iqr)) if lat.samples_ms else (NO_LATENCY, "")  # (a partial test's)
         lines.append(
-            f"| {md_name(r.nodeid)} | {_ms3(lat.median)} | {_ms3(lat.iqr)} | {vs_baseline(r)} |{ab_cell} "
+            f"| {md_name(r.nodeid)} | {median} | {iqr} | {vs_baseline(r)} |{ab_cell} "
             f"{fmt_bottleneck(r.analysis)} | {verdict_label(r)} |"
         )
     if not_compared is not None:

@@ -29,6 +29,7 @@ from ..merger import Timeline
 from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
 from .fmt import (
+    NO_LATENCY,
     fmt_added,
     fmt_bottleneck,
     fmt_conf,
@@ -298,7 +299,7 @@ def _env() -> jinja2.Environment:
         added=fmt_added,
         bottleneck=fmt_bottleneck,
     )
-    env.globals["rounds_text"] = rounds_text
+    env.globals.update(rounds_text=rounds_text, no_latency=NO_LATENCY)
     env.bytecode_cache = compiled_templates(env)
     return env
 

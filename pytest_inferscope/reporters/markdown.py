@@ -17,6 +17,7 @@ import jinja2.bccache
 
 from ..results import CheckResult, TestResult
 from .fmt import (
+    NO_LATENCY,
     fmt_added,
     fmt_bottleneck,
     fmt_conf,
@@ -102,7 +103,7 @@ def _env() -> jinja2.Environment:
         code=md_code,
     )
     env.filters["failed_keys"] = lambda checks: [c.key for c in checks if c.status == "failed"]
-    env.globals["rounds_text"] = rounds_text
+    env.globals.update(rounds_text=rounds_text, no_latency=NO_LATENCY)
     env.tests["failed"] = lambda c: isinstance(c, CheckResult) and c.status == "failed"
     env.bytecode_cache = compiled_templates(env)
     return env

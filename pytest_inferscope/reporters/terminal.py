@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ..results import CheckResult, TestResult
-from .fmt import fmt_added, fmt_bottleneck, fmt_ms, fmt_pct, sum_added, verdict_label
+from .fmt import NO_LATENCY, fmt_added, fmt_bottleneck, fmt_ms, fmt_pct, sum_added, verdict_label
 
 if TYPE_CHECKING:
     from pytest import TerminalReporter
@@ -140,8 +140,8 @@ def summary_table(
     rows: list[tuple[str, ...]] = [(*_HEADER[:7], ab_column or "", _HEADER[7])]
     for r, short in zip(ordered, ids, strict=True):
         lat = r.latency
-        median, iqr = (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}") if lat.samples_ms else ("n/a", "")
-        spread = fmt_pct(lat.rel_spread) if lat.samples_ms and not math.isnan(lat.rel_spread) else "n/a"
+        median, iqr = (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}") if lat.samples_ms else (NO_LATENCY, "")
+        spread = ("n/a" if math.isnan(lat.rel_spread) else fmt_pct(lat.rel_spread)) if lat.samples_ms else ""
         bottleneck = fmt_bottleneck(r.analysis)
         rows.append(
             (short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, vs_baseline(r), vs_ref(r),

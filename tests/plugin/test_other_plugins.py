@@ -46,7 +46,7 @@ def test_a_round_the_body_raised_in_is_no_latency_sample(pytester: pytest.Pytest
     pytester._monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = pytester.runpytest("--inferscope-report=out")
     result.assert_outcomes(failed=2)
-    assert "::test_first_call_raises | n/a | n/a |" in summary.read_text()
+    assert "::test_first_call_raises | none |  |" in summary.read_text()
     reports = folders(pytester.path / "out")
     cut = json.loads((reports["test_cut_short"] / "report.json").read_text())
     assert cut["verdict"] == "partial" and "cut short" in cut["partial_reason"]

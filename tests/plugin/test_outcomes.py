@@ -116,7 +116,7 @@ def test_a_body_raising_systemexit_fails_with_a_partial_report_and_pytest_exit_s
     )
     result = pytester.runpytest("test_se.py", "--inferscope-report=out", "--junitxml=junit.xml", "-p", "no:randomly")
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines(["*test_se.py::test_argparse_error*n/a*partial*"])
+    result.stdout.fnmatch_lines(["*test_se.py::test_argparse_error*none*partial*"])
     cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_argparse_error"].iter("property")}
     assert props["inferscope.verdict"] == "partial" and props["inferscope.report"]

@@ -159,7 +159,8 @@ def test_a_test_with_no_measured_round_names_no_class_and_counts_no_warm_up(pyte
     result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml", "-p", "no:randomly")
     result.assert_outcomes(failed=2)
     rows = [line for line in _table(result.outlines) if line.startswith("test_early.py::")]
-    assert [row.split()[1:] for row in rows] == [["n/a", "n/a", "0", "unclassified", "partial"]] * 2
+    # the latency reads the same in the terminal, index.md and index.html: none (and no IQR or spread of nothing)
+    assert [row.split()[1:] for row in rows] == [["none", "0", "unclassified", "partial"]] * 2
     out = pytester.path / "out"
     for name, raised in (("test_raises_first", "in its first measured round"), ("test_raises_in_warmup", "during")):
         (d,) = out.glob(f"test_early.py__{name}-*")
@@ -168,9 +169,12 @@ def test_a_test_with_no_measured_round_names_no_class_and_counts_no_warm_up(pyte
         assert data["analysis"]["bottleneck"] == "unclassified"
         md = (d / "report.md").read_text()
         assert f"**unclassified**: no measured round completed (the body raised {raised}" in md
-        assert "0 measured rounds completed" in md and "End-to-end latency: n/a (no measured round completed)" in md
+        assert "0 measured rounds completed" in md and "End-to-end latency: none (no measured round completed)" in md
     index = (out / "index.md").read_text()
-    assert index.count("| no measured round | 0 | unclassified |") == 2
+    assert index.count("| none | 0 | unclassified |") == 2
+    html = (out / "index.html").read_text()
+    assert html.count('<td class="num" title="no measured round completed">none</td><td class="num"></td>') == 2
+    assert '<td class="num">n/a</td>' not in html
     assert junit_count(pytester.path / "junit.xml", "inferscope.bottleneck", "unclassified") == 2
 
 

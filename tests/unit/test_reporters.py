@@ -448,7 +448,7 @@ def test_report_without_any_round(tmp_path: Path) -> None:
     r.latency = LatencyStats.from_samples([])
     r.analysis = Analysis(bottleneck="unclassified", confidence=0.0)
     md = render_report(r)
-    assert "End-to-end latency: n/a (no measured round completed)" in md
+    assert "End-to-end latency: none (no measured round completed)" in md
     assert "_No findings._" in md and "_No breakdown: nothing was measured._" in md
     assert "**unclassified**: no finding explains enough of the time to name a class." in md
 
@@ -655,7 +655,8 @@ def test_index_lists_every_test_with_link_latency_and_verdict(tmp_path: Path) ->
     none = partial_result()  # raised in its first round: no latency sample ("n/a ± n/a ms" before)
     none.latency = LatencyStats.from_samples([], [])
     row = next(line for line in render_index([none], {}).splitlines() if "test_raises" in line)
-    assert "| no measured round |" in row and "n/a ±" not in row
+    assert "| none | 0 |" in row and "n/a" not in row  # as the terminal's row and index.html's
+    assert [line.split()[1:3] for line in summary_lines([none]) if "test_raises" in line] == [["none", "0"]]
     for r in results:  # every link points to a file that exists
         assert (tmp_path / r.files["md"]).is_file()
     html = (tmp_path / "index.html").read_text(encoding="utf-8")
