@@ -6,7 +6,7 @@ return an `Analysis`. The analyzer never prints and never writes files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..merger import Timeline
@@ -109,7 +109,8 @@ def raised_round_note(ctx: Context) -> str:
     if not len(r.raised_idx):
         return ""
     start = ctx.timeline.events["start"]
-    starts = sorted(start[[*r.round_idx.tolist(), *r.raised_idx.tolist()]].tolist())  # the measured rounds, in time
+    measured = [*r.round_idx.tolist(), *r.raised_idx.tolist(), *r.compiled_idx.tolist()]
+    starts = sorted(start[measured].tolist())  # the measured rounds, in time
     nth = ", ".join(str(starts.index(t) + 1) for t in sorted(start[r.raised_idx].tolist()))
     n = len(r.round_idx)
     rounds = f"measured round{'s' if len(r.raised_idx) > 1 else ''} {nth}"
@@ -118,6 +119,13 @@ def raised_round_note(ctx: Context) -> str:
         f"latency, the breakdown and the findings, which are from the {n} measured round{'s' if n != 1 else ''} that "
         "completed"
     )
+
+
+def _rank(ctx: Context) -> Callable[[Finding], tuple[bool, float]]:
+    """The findings' order: by share; torch.compile's first where its rounds were left out of the rest (base.Rounds:
+    the others' shares are of the rounds analysed, its own of every measured round)."""
+    left_out = len(ctx.rounds.compiled_idx) > 0
+    return lambda f: (left_out and f.rule == "torch_compile", f.share)
 
 
 def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
@@ -155,7 +163,7 @@ def analyze(
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(rule(ctx))
-    findings.sort(key=lambda f: f.share, reverse=True)
+    findings.sort(key=_rank(ctx), reverse=True)
     bottleneck, confidence = classify(findings)
     suggestions = rank_suggestions(findings)
     table, why = diagnose(ctx, [*memory_whatifs(ctx), *whatifs])

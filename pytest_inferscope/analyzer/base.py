@@ -22,10 +22,14 @@ from typing import Any
 import numpy as np
 
 from ..caching import cached_property
-from ..events import Kind, unique
+from ..events import Kind
 from ..merger import Timeline
 from ..results import EventRef, LatencyStats
 from ..rounds import RAISED_FLAG, RoundKind, allowance, in_step, kinds_of, row_kind
+from .arrays import distinct, distinct_inverse, first_seen, median, member, overlap_ns, union_ns
+
+__all__ = ["LAUNCH_GAP_NS", "MIN_COUNTED_MS", "Rounds", "distinct", "distinct_inverse", "event_refs", "first_seen",
+           "median", "member", "overlap_ns", "union_ns"]  # fmt: skip
 
 _MS = 1e6
 _MB = 1024 * 1024
@@ -37,99 +41,6 @@ LAUNCH_GAP_NS = 30_000
 #: body from 50% to 98% on it (the thread's CPU clock and the wall clock are read µs apart, and the counters' own
 #: reads take µs).
 MIN_COUNTED_MS = 0.05
-
-
-# Array methods (x.nonzero()[0], a.searchsorted(v), x.argsort(), x.cumsum(), x.sum()) rather than numpy's functions
-# (np.flatnonzero, np.searchsorted, ...) throughout the analyzer: on a round's few hundred records the functions'
-# Python wrappers cost more than the work (np.flatnonzero 2.0 against 0.8 µs, np.searchsorted 3.0 against 0.9,
-# np.argsort 4.5 against 2.2, np.cumsum 3.4 against 1.6; numpy 2.4 on the 2-core dev VM, 2026-11-28).
-
-
-def median(a: np.ndarray) -> float:
-    """`np.median(a)` of a non-empty 1-d array, to the bit, by a sort: numpy's own call costs ~50 us in wrappers."""
-    s = np.sort(a, axis=None)
-    k = len(s) // 2
-    return float(s[k]) if len(s) % 2 else (float(s[k - 1]) + float(s[k])) / 2
-
-
-def member(a: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`np.isin(a, values)` for integer arrays, by a binary search in the sorted values (np.isin's wrappers cost more
-    than the search on a round's few hundred records)."""
-    s = np.sort(values, axis=None)
-    if not len(s):
-        return np.zeros(len(a), dtype=bool)
-    at = np.minimum(s.searchsorted(a), len(s) - 1)
-    return s[at] == a
-
-
-def distinct(a: np.ndarray) -> np.ndarray:
-    """The distinct values of an integer array, sorted: `np.unique(a)`, counted with bincount where the values
-    are small non-negative ones (devices, interned names), several times faster on a long array (events.unique
-    otherwise); one value (one device, one stream: most tests) is found by one comparison."""
-    small = 4 * len(a) + 1024
-    if _one_value(a):
-        return a[:1].astype(np.intp) if 0 <= a[0] <= small else a[:1].copy()  # the dtype either way gives
-    if len(a) and a.min() >= 0 and int(a.max()) <= small:
-        return np.bincount(a).nonzero()[0]
-    return unique(a)
-
-
-def _one_value(a: np.ndarray) -> bool:
-    """Whether a non-empty array holds one value throughout (its ends tell most arrays that do not at once)."""
-    return bool(len(a)) and bool(a[0] == a[-1]) and not (a != a[0]).any()
-
-
-def distinct_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(a, return_inverse=True)` of a 1-d integer array: its distinct values, sorted, and where each of `a`
-    is among them. np.unique's wrappers cost ~35 µs a call on a round's few hundred records, this ~8."""
-    keys = unique(a)
-    return keys, keys.searchsorted(a)
-
-
-def first_seen(a: np.ndarray) -> list[int]:
-    """The distinct values of a 1-d integer array in the order they first occur (`np.unique`'s keys ordered by its
-    `return_index`, ~40 µs a call in wrappers); one value (one stream: most tests) by one comparison."""
-    if _one_value(a):
-        return [a[0].item()]
-    return list(dict.fromkeys(a.tolist()))
-
-
-def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length of the union of [start, end) intervals."""
-    if len(starts) == 0:
-        return 0
-    order = starts.argsort(kind="stable")
-    s, run_end = starts[order], np.maximum.accumulate(ends[order])
-    # From the first start to the last end, less the gaps: where a start lies past everything before it (integers,
-    # so the same as summing the runs, in fewer array operations).
-    gaps = s[1:] - run_end[:-1]
-    return int(run_end[-1] - s[0]) - int(gaps[gaps > 0].sum())
-
-
-def overlap_ns(a: np.ndarray, b: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For each [a, b): how many of its ns lie in the union of the intervals [starts, ends).
-
-    A CPU sample stands for the time since the one before it, which may reach back over the harness between rounds
-    and over earlier rounds: counted whole, a 2 ms round's sample of a 10 ms interval made a hotspot 160% of the
-    round. So a sample is weighed by the part of its span inside the rounds (or gaps) it is read for.
-    """
-    out = np.zeros(len(a), dtype=float)
-    if not len(a) or not len(starts):
-        return out
-    order = starts.argsort(kind="stable")
-    s, run_end = starts[order], np.maximum.accumulate(ends[order])
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run_end[:-1]  # a run of overlapping intervals starts where a start lies past all before it
-    last = np.append(new[1:], True)
-    s, e = s[new], run_end[last]  # the union: disjoint, in order
-    before = np.concatenate(([0], np.cumsum(e - s)))  # ns of the union before each interval
-
-    def covered(t: np.ndarray) -> np.ndarray:  # ns of the union before t
-        k = s.searchsorted(t, side="right") - 1
-        kk = np.maximum(k, 0)
-        return np.where(k >= 0, before[kk] + np.minimum(t - s[kk], e[kk] - s[kk]), 0)
-
-    return (covered(b) - covered(a)).astype(float)
 
 
 @dataclass(eq=False)
@@ -157,25 +68,71 @@ class Rounds:
         return rounds, kinds_of(ev["flags"][rounds])
 
     @cached_property
-    def round_idx(self) -> np.ndarray:
-        """Indices of the measured rounds (else the warm-up rounds; else every round); of the measured rounds, not one
-        whose body raised while another completed (`raised_idx`)."""
+    def _measured(self) -> np.ndarray:
         rounds, kinds = self._round_spans
-        measured = rounds[kinds == int(RoundKind.MEASURED)]
-        if len(measured):
-            done = measured[(self.timeline.events["flags"][measured] & RAISED_FLAG) == 0]
-            return done if len(done) else measured
+        return rounds[kinds == int(RoundKind.MEASURED)]
+
+    @cached_property
+    def _raised(self) -> np.ndarray:
+        """Mask over the measured rounds: the body raised in it."""
+        return (self.timeline.events["flags"][self._measured] & RAISED_FLAG) != 0
+
+    @cached_property
+    def _compiled(self) -> np.ndarray:
+        """Mask over the measured rounds: torch.compile started compiling in it (collectors/compiles.py's records)."""
+        m = self._measured
+        mask = np.zeros(len(m), dtype=bool)
+        data = self.timeline.meta.get("torch_compile")
+        if not len(m) or not isinstance(data, dict) or not data.get("compiles"):
+            return mask
+        ev = self.timeline.events
+        at = np.array([int(c["start_ns"]) for c in data["compiles"]], dtype=np.int64)
+        order = ev["start"][m].argsort()
+        starts, ends = ev["start"][m][order], ev["end"][m][order]
+        k = starts.searchsorted(at, side="right") - 1
+        inside = (k >= 0) & (at < ends[np.maximum(k, 0)])
+        mask[order[k[inside]]] = True
+        return mask
+
+    @cached_property
+    def round_idx(self) -> np.ndarray:
+        """Indices of the measured rounds (else the warm-up rounds; else every round). Of the measured rounds, not one
+        whose body raised (`raised_idx`) nor one torch.compile compiled in (`compiled_idx`) while another completed
+        without: the compiler's work is not the model's (a cold compile's C++ build read as off_cpu_wait, dynamo's
+        tracing as cpu_bound), nor is a round cut short. Where every measured round compiled, those that completed."""
+        m = self._measured
+        if len(m):
+            for keep in (~(self._raised | self._compiled), ~self._raised):
+                if keep.any():
+                    return m[keep]
+            return m
+        rounds, kinds = self._round_spans
         warmup = rounds[kinds == int(RoundKind.WARMUP)]
         return warmup if len(warmup) else rounds
+
+    @cached_property
+    def _left_out(self) -> np.ndarray:
+        """Mask over the measured rounds: not in `round_idx`."""
+        return ~member(self._measured, self.round_idx)
 
     @cached_property
     def raised_idx(self) -> np.ndarray:
         """Indices of the measured rounds whose body raised while another measured round completed: cut short, and
         maybe doing other work than the rounds that completed (an exception's handling, a branch they never took),
         they are left out of everything measured, as of the latency (`no_measured_round`: where none completed)."""
-        rounds, kinds = self._round_spans
-        measured = rounds[kinds == int(RoundKind.MEASURED)]
-        return measured[~member(measured, self.round_idx)]
+        return self._measured[self._left_out & self._raised]
+
+    @cached_property
+    def compiled_idx(self) -> np.ndarray:
+        """Indices of the measured rounds left out because torch.compile compiled in them (`round_idx`); they stay
+        latency samples, and the torch_compile finding tells them."""
+        return self._measured[self._left_out & ~self._raised]
+
+    @cached_property
+    def _left_out_rows(self) -> set[int]:
+        """The per-round counters' rows (their "index") of the measured rounds left out of `round_idx`."""
+        left = self._measured[self._left_out]
+        return set(self.timeline.events["value"][left].tolist()) if len(left) else set()
 
     @cached_property
     def trace_idx(self) -> np.ndarray:
@@ -406,8 +363,9 @@ class Rounds:
         rows: list[dict[str, Any]] = list(self.timeline.meta.get("rounds", []))
         pairs = [(r, row_kind(r)) for r in rows]
         plain = [(r, k) for r, k in pairs if not k.after_measured] or pairs
-        measured = [r for r, k in plain if k is not RoundKind.WARMUP]  # and not one that raised, as `round_idx`
-        measured = [r for r in measured if not r.get("raised")] or measured or [r for r, _ in plain]
+        measured = [r for r, k in plain if k is not RoundKind.WARMUP]  # and not one left out of `round_idx`
+        left = self._left_out_rows
+        measured = [r for r in measured if r.get("index") not in left] or measured or [r for r, _ in plain]
         # Each row's counters read once, summed column by column in the rows' order (a generator per counter and a
         # call per value: 80 against 48 µs for ResNet-50's 11 rows, 2-core dev VM, 2026-11-28).
         columns = list(zip(*map(_in_round, measured), strict=True)) or [()] * len(_COUNTERS)
@@ -421,7 +379,8 @@ class Rounds:
     @cached_property
     def rss_per_round(self) -> np.ndarray:
         rows = [r for r in self.timeline.meta.get("rounds", []) if row_kind(r) is RoundKind.MEASURED]
-        rows = [r for r in rows if not r.get("raised")] or rows  # as `round_idx`
+        left = self._left_out_rows
+        rows = [r for r in rows if r.get("index") not in left] or rows  # as `round_idx`
         return np.array([r.get("rss_end", 0) for r in rows], dtype=float)
 
     @cached_property

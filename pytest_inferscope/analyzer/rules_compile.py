@@ -134,6 +134,14 @@ def torch_compile(ctx: Context) -> list[Finding]:
     rounds = view.measured_rounds
     wall_ms = sum(view.round_ms.get(r, 0.0) for r in view.measured)
     share = min(1.0, view.measured_ms / wall_ms) if wall_ms > 0 else 0.0
+    left = len(ctx.rounds.compiled_idx)
+    if left:  # (base.Rounds.round_idx: where some measured round compiled nothing)
+        n = len(ctx.rounds.round_idx)
+        gave_up += (
+            f" {'They are' if left > 1 else 'It is'} left out of the breakdown, the other findings and the class, which"
+            f" are from the {_plural(n, 'measured round')} that compiled nothing; the latency keeps "
+            f"{'them' if left > 1 else 'it'}."
+        )
     return [
         Finding(
             rule="torch_compile",

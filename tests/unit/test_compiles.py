@@ -14,6 +14,7 @@ from test_analyzer import MS, build
 from test_baseline import METRICS, _entry, _result, _samples
 
 from pytest_inferscope.analyzer import analyze
+from pytest_inferscope.analyzer.context import Context
 from pytest_inferscope.collectors.compiles import CompileLog
 from pytest_inferscope.events import Kind, RawTrace, host_clock_ns
 from pytest_inferscope.merger import merge
@@ -218,3 +219,31 @@ def test_the_terminal_summary_names_the_tests_whose_measured_rounds_compiled_bel
     assert line in session_lines([*compiled, *quiet], indexed=False)
     # what the session keeps of a test once its reports are written (what the summary reads) keeps the figure
     assert compile_lines([kept(compiled[0])]) == compile_lines([compiled[0]])
+
+
+def test_a_measured_round_that_compiled_is_left_out_of_everything_but_the_latency() -> None:
+    # The compiler's work is not the model's: on the H200 a cold inductor compile made its test cpu_bound (0.99), a
+    # recompile on a new shape memory_bound (0.54). Here the model waits off CPU 90% of each round; the round that
+    # compiled was on CPU throughout.
+    raw = _compiled(build(n_rounds=5, warmup=1, cpu_busy=0.1), {1: [(0.5, "", "")]})
+    (row,) = [r for r in raw.meta["rounds"] if r["index"] == 1]
+    row["thread_cpu_ns"] = row["user_ns"] = row["wall_ns"]
+    a = analyze(merge(raw))
+    m = a.metrics
+    assert m["cpu.test_thread_busy"] == pytest.approx(0.1) and m["rounds"] == 4  # the four that compiled nothing
+    assert len(Context(merge(raw)).rounds.latency.samples_ms) == 5  # the latency keeps the round that compiled
+    # told first (the others' shares are of the rounds that compiled nothing), then the model's own wait
+    assert [f.rule for f in a.findings][:2] == ["torch_compile", "off_cpu_wait"] and a.bottleneck != "cpu_bound"
+    f = next(f for f in a.findings if f.rule == "torch_compile")
+    assert f.share == pytest.approx(8.0 / 50.0, rel=1e-3)  # of every measured round's time
+    assert (
+        "It is left out of the breakdown, the other findings and the class, which are from the 4 measured rounds"
+        in (f.summary)
+    )
+    assert m["compile.ms_per_round"] == pytest.approx(8.0 / 5)
+    # Every measured round compiled (a new shape each call): none is left out.
+    raw = _compiled(build(n_rounds=3, warmup=1, cpu_busy=0.1), {i: [(0.5, "", "")] for i in (1, 2, 3)})
+    a = analyze(merge(raw))
+    assert (
+        a.metrics["rounds"] == 3 and "left out" not in next(f for f in a.findings if f.rule == "torch_compile").summary
+    )
