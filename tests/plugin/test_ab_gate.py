@@ -9,45 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-BODY = """
-import time, pytest
-
-def spin(seconds):
-    t = time.perf_counter()
-    while time.perf_counter() - t < seconds:
-        pass
-
-@pytest.mark.inferscope(rounds=10, warmup=1, max_regression=0.2)
-def test_changed():
-    spin({changed})
-
-@pytest.mark.inferscope(rounds=10, warmup=1, max_regression=0.2)
-def test_same():
-    spin(0.002)
-"""
-
-
-def git(where: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=where, check=True, capture_output=True)
-
-
-def make_repo(pytester: pytest.Pytester, first: str, second: str) -> Path:
-    root = pytester.path
-    git(root, "init", "-q")
-    git(root, "config", "user.email", "t@example.com")
-    git(root, "config", "user.name", "t")
-    (root / "test_x.py").write_text(first)
-    (root / "pytest.ini").write_text("[pytest]\n")
-    git(root, "add", "test_x.py", "pytest.ini")
-    git(root, "commit", "-qm", "first")
-    (root / "test_x.py").write_text(second)
-    git(root, "commit", "-qam", "second", "--allow-empty")
-    return root
-
-
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", *args)
+from test_ab import BODY, git, make_repo, run
 
 
 def properties(junit: Path) -> dict[tuple[str | None, str | None], str | None]:
