@@ -17,9 +17,14 @@ def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INFERSCOPE_GPU", "off")
 
 
+#: Set when `at_once`'s second thread was refused.
+REFUSED = threading.Event()
+
+
 def at_once(call: Callable[[str], object], names: tuple[str, str]) -> tuple[dict[str, object], list[str]]:
     """`call(name)` in two threads released together by a barrier: what each returned, and what each refusal said."""
     barrier = threading.Barrier(2)
+    REFUSED.clear()
     returned: dict[str, object] = {}
     refused: list[str] = []
 
@@ -29,6 +34,7 @@ def at_once(call: Callable[[str], object], names: tuple[str, str]) -> tuple[dict
             returned[name] = call(name)
         except RuntimeError as exc:
             refused.append(str(exc))
+            REFUSED.set()
 
     threads = [threading.Thread(target=run, args=(n,)) for n in names]
     for t in threads:
@@ -57,6 +63,10 @@ def test_two_collections_started_at_once_from_two_threads_never_both_run() -> No
 
 def body(name: str) -> None:
     with scope(f"{name}_scope"):
+        # The running thread's rounds last until the other thread has tried to start (a 3 ms window let a thread
+        # kept off the CPU by another xdist worker start only after the first had finished, 1 in 20 on CI): both
+        # profiling at once is what the test makes sure cannot happen.
+        REFUSED.wait(timeout=2.0)
         time.sleep(0.001)
 
 
