@@ -774,6 +774,19 @@ def test_fit_id_keeps_the_function_name() -> None:
     assert all(len(fit_id(long, w)) == w for w in range(2, len(long)))
 
 
+class LinesTR:
+    """pytest's TerminalReporter as the summary writes to it: the lines it got, each with its markup."""
+
+    def __init__(self) -> None:
+        self.out: list[tuple[str, dict[str, bool]]] = []
+
+    def write_sep(self, sep: str, title: str) -> None:
+        self.out.append((f"{sep * 3} {title}", {}))
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self.out.append((line, markup))
+
+
 def test_the_terminal_summary_fits_pytests_width(monkeypatch: pytest.MonkeyPatch) -> None:
     class Writer:
         fullwidth = 60
@@ -782,17 +795,8 @@ def test_the_terminal_summary_fits_pytests_width(monkeypatch: pytest.MonkeyPatch
         def get_terminal_writer(self) -> Writer:
             return Writer()
 
-    class FakeTR:
+    class FakeTR(LinesTR):
         config = Config()
-
-        def __init__(self) -> None:
-            self.out: list[tuple[str, dict[str, bool]]] = []
-
-        def write_sep(self, sep: str, title: str) -> None:
-            self.out.append((f"{sep * 3} {title}", {}))
-
-        def write_line(self, line: str, **markup: bool) -> None:
-            self.out.append((line, markup))
 
     results = [gpu_result(), cpu_only_failing_result()]
     monkeypatch.setenv("COLUMNS", "60")
@@ -816,17 +820,7 @@ def test_the_terminal_summary_fits_pytests_width(monkeypatch: pytest.MonkeyPatch
 
 
 def test_write_terminal_summary_uses_the_terminal_reporter(tmp_path: Path) -> None:
-    class FakeTR:
-        def __init__(self) -> None:
-            self.out: list[tuple[str, dict[str, bool]]] = []
-
-        def write_sep(self, sep: str, title: str) -> None:
-            self.out.append((f"{sep * 3} {title}", {}))
-
-        def write_line(self, line: str, **markup: bool) -> None:
-            self.out.append((line, markup))
-
-    tr = FakeTR()
+    tr = LinesTR()
     write_terminal_summary(tr, [gpu_result(), cpu_only_failing_result()], tmp_path, ["inferscope: cpu sampling 1.0 ms"])
     text = [line for line, _ in tr.out]
     assert text[0] == "=== inferscope" and text[-2] == "inferscope: cpu sampling 1.0 ms"
