@@ -313,8 +313,9 @@ class ABController:
         if ready.get("usage"):
             said = str(ready["usage"]).replace(f"{self._twin_cwd()}{os.sep}", "")  # as named here, not in the worktree
             self._fail(
-                f"--inferscope-ab: the tests named on the command line are not all at {self.label}: {said}. "
-                "Name the file of a test that is only here (its tests are then `new`), or leave the test out."
+                f"--inferscope-ab: the twin's pytest at {self.label} refused the tests named on the command line: "
+                f"{said}. Name test files or folders that exist on both sides (those only here are left out of the "
+                "twin's command line, and their tests are `new`), or leave that argument out."
             )
         if ready.get("errors"):
             self._fail(

@@ -32,6 +32,7 @@ import pytest
 
 from ..rounds import RoundKind
 from .channel import ENV, Channel, ChannelClosed
+from .nodeids import Spec, files_for_ids, named
 from .worktree import alive
 
 if TYPE_CHECKING:
@@ -189,6 +190,28 @@ class TwinServer:
         self.errors: list[str] = []
         self.plans: set[str] = set()
         self.failure = self.skipped = ""
+        self._specs: list[Spec] = []  # the tests named by node id (nodeids.py)
+        self._whole: list[Path] = []  # the files and folders named whole
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """The files of the tests named by node id collected whole (the ref may lack a test: nodeids.py)."""
+        config = session.config
+        if config.option.pyargs:
+            return
+        here = config.invocation_params.dir
+        self._whole = [(here / arg).resolve() for arg in config.args if "::" not in arg]
+        config.args[:], self._specs = files_for_ids(config.args, here)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Of those files' tests, the ones named (before the session's plans are made of the items)."""
+        if not self._specs:
+            return
+        kept = [named(item.path, item.nodeid, self._specs, self._whole) for item in items]
+        if not all(kept):
+            config.hook.pytest_deselected(items=[item for item, k in zip(items, kept, strict=True) if not k])
+            items[:] = [item for item, k in zip(items, kept, strict=True) if k]
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -197,8 +220,8 @@ class TwinServer:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         nodeids = sorted(self._plans)
-        # Called in a `finally`: a test named on the command line not found here (a node id, `file.py::test_new`) is a
-        # usage error on its way out, and this process exits after this line with nothing to show for it.
+        # Called in a `finally`: a usage error on its way out (an argument pytest cannot collect), and this process
+        # exits after this line with nothing to show for it.
         raised = sys.exc_info()[1]
         usage = " ".join(str(raised).split()) if isinstance(raised, pytest.UsageError) else ""
         self.channel.send(type="ready", nodeids=nodeids, errors=self.errors, foreign=foreign_imports(), usage=usage)

@@ -135,13 +135,40 @@ def test_only_files_named_that_are_only_here(pytester: pytest.Pytester) -> None:
     assert "removed" not in result.stdout.str()
 
 
-def test_a_test_named_on_the_command_line_only_here(pytester: pytest.Pytester) -> None:
-    """`pytest test_x.py::test_two --inferscope-ab=HEAD~1`, test_two added since: the twin stopped with "not found"
-    after saying it collected nothing, and the run went on as if the test were new, without a word of why."""
-    make_repo(pytester.path, {"test_x.py": BODY}, {"test_x.py": BODY + BODY.replace("test_one", "test_two")})
+@pytest.mark.parametrize("xdist", [False, True])
+def test_a_test_named_on_the_command_line_only_here(pytester: pytest.Pytester, xdist: bool) -> None:
+    """`pytest test_x.py::test_two test_x.py::test_one --inferscope-ab=HEAD~1`, test_two added since: the twin stopped
+    with "not found" and the run was a usage error. The twin collects the file and keeps the tests named: test_two is
+    `new`, test_one compared, and the file's third test, not named, runs on neither side."""
+    args = ["-n", "1"] if xdist else []
+    if xdist:
+        pytest.importorskip("xdist")
+    third = BODY.replace("test_one", "test_three")
+    make_repo(pytester.path, {"test_x.py": BODY + third},
+              {"test_x.py": BODY + BODY.replace("test_one", "test_two") + third})  # fmt: skip
     result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1",
-                                "test_x.py::test_two", "test_x.py::test_one")  # fmt: skip
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    err = " ".join(result.stderr.str().split())
-    assert "not found: test_x.py::test_two" in err, err
-    assert "at HEAD~1 (" in err, err
+                                "test_x.py::test_two", "test_x.py::test_one", *args)  # fmt: skip
+    result.assert_outcomes(passed=2)
+    rows = {line.split()[0]: line for line in result.outlines if line.startswith("test_x.py::")}
+    assert "new" in rows["test_x.py::test_two"].split(), rows
+    assert "unchanged" in rows["test_x.py::test_one"] or "inconclusive" in rows["test_x.py::test_one"], rows
+    assert "test_x.py::test_three" not in rows, rows
+    assert "removed" not in result.stdout.str()  # the ref's test_three was not asked for
+
+
+def test_a_class_named_by_node_id_keeps_its_methods_and_a_file_named_whole_all_its_tests(tmp_path: Path) -> None:
+    """The twin's filter as pytest selects: a class's id its methods, a function's id its parametrizations (not
+    a longer name), and a file named whole as well as by id: all of its tests."""
+    from pytest_inferscope.ab.nodeids import files_for_ids, named
+
+    (tmp_path / "t").mkdir()
+    args, specs = files_for_ids(["t/test_a.py::TestA", "t/test_a.py::test_f", "t/test_b.py::test_g"], tmp_path)
+    assert args == ["t/test_a.py", "t/test_b.py"]
+    a, b = tmp_path / "t" / "test_a.py", tmp_path / "t" / "test_b.py"
+    assert named(a, "t/test_a.py::TestA::test_m", specs, [])
+    assert named(a, "t/test_a.py::test_f[1-x]", specs, [])
+    assert not named(a, "t/test_a.py::test_fg", specs, [])
+    assert not named(a, "t/test_a.py::TestAB::test_m", specs, [])
+    assert named(tmp_path / "t" / "test_c.py", "t/test_c.py::test_h", specs, [])  # no id names its file
+    assert not named(b, "t/test_b.py::test_h", specs, [])
+    assert named(b, "t/test_b.py::test_h", specs, [tmp_path / "t"])  # its folder named whole too
