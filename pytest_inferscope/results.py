@@ -6,18 +6,16 @@ later stage can be re-run from a saved `report.json`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 import json
 import math
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from .comparison import Comparison, MetricChange, ms_pair
+from .serial import SELF_SERIAL, Serial, plain
 
 #: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15).
 SCHEMA_VERSION = 2
@@ -36,118 +34,6 @@ UNCLASSIFIED = "unclassified"
 
 LATENCY_STATS = ("median", "mean", "p90", "p99", "min", "max")
 
-T = TypeVar("T")
-
-
-class _Serial:
-    """to_dict / from_dict for the dataclasses below (nested, lists, optionals)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return typing.cast(dict[str, Any], _plain(self))
-
-    @classmethod
-    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
-        return typing.cast(T, _build(cls, data))
-
-
-#: Field names of each dataclass met, in definition order (dataclasses.fields() is slow to call).
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def field_names(cls: type) -> tuple[str, ...] | None:
-    """The field names of a dataclass type, in definition order; None for any other type."""
-    names = _FIELDS.get(cls)
-    if names is None:
-        if not dataclasses.is_dataclass(cls):
-            return None
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
-
-
-def _plain(value: Any) -> Any:
-    """`value` as JSON-safe plain data, in one pass: dataclasses to dicts (as dataclasses.asdict),
-    tuples to lists, dict keys to str, numpy scalars and arrays to Python, NaN/inf to None.
-
-    Anything else is deep-copied, as dataclasses.asdict does, so the result shares nothing mutable.
-    """
-    t = type(value)
-    if t is str or t is int or t is bool or value is None:
-        return value
-    if t is float:
-        return value if math.isfinite(value) else None
-    if t is dict:
-        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
-    if t is list or t is tuple:
-        return [_plain(v) for v in value]
-    names = _FIELDS.get(t) or field_names(t)
-    if names is not None and t in _SELF_SERIAL:
-        return value.to_dict()
-    if names is not None:
-        return {name: _plain(getattr(value, name)) for name in names}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if t.__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar or array, numpy not imported
-        return _plain(value.tolist())
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, int | str):  # subclasses (IntEnum, StrEnum): kept, as asdict keeps them
-        return value
-    return copy.deepcopy(value)
-
-
-@functools.cache
-def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
-    """(name, resolved type) of each field of a dataclass, in definition order.
-
-    Cached: with postponed annotations `typing.get_type_hints` compiles every annotation string
-    again on each call (~0.1 ms per class), and `judge` builds the collectors' infos every test.
-    """
-    hints = typing.get_type_hints(cls)
-    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
-
-
-@functools.cache
-def _shape(tp: Any) -> tuple[str, Any]:
-    """How `_build` makes a value of type `tp`, and the type (or the fields' hints) it recurses into.
-
-    Worked out once per type: `typing.get_origin` and `dataclasses.is_dataclass` cost a few µs per value,
-    and `judge` builds the collectors' infos every test.
-    """
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return ("optional", args[0]) if len(args) == 1 else ("as_is", None)
-    if origin is list:
-        (arg,) = typing.get_args(tp)
-        return "list", arg
-    if origin is dict:
-        _, arg = typing.get_args(tp)
-        return "dict", arg
-    if tp in _SELF_SERIAL:
-        return "self", None
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return "dataclass", _field_hints(tp)
-    return ("float", None) if tp is float else ("as_is", None)
-
-
-def _build(tp: Any, data: Any) -> Any:
-    if data is None:
-        return None
-    how, arg = _shape(tp)
-    if how == "dataclass":
-        return tp(**{name: _build(hint, data[name]) for name, hint in arg if name in data})
-    if how == "optional":
-        return _build(arg, data)
-    if how == "list":
-        return [_build(arg, v) for v in data]
-    if how == "dict":
-        return {k: _build(arg, v) for k, v in data.items()}
-    if how == "self":
-        return tp.from_dict(data)
-    return float(data) if how == "float" else data
-
 
 def percentiles(ordered: list[float], qs: tuple[float, ...]) -> list[float]:
     """Percentiles `qs` (0-100) of sorted values, as `numpy.percentile` gives them (its default, linear method, to
@@ -164,7 +50,7 @@ def percentiles(ordered: list[float], qs: tuple[float, ...]) -> list[float]:
 
 
 @dataclass
-class LatencyStats(_Serial):
+class LatencyStats(Serial):
     """Per-round wall-clock latency of the test body, warm-up and trace rounds kept apart."""
 
     samples_ms: list[float]
@@ -218,7 +104,7 @@ class LatencyStats(_Serial):
 
 
 @dataclass
-class Suggestion(_Serial):
+class Suggestion(Serial):
     """One thing to try, with the time it is expected to save per round."""
 
     action: str
@@ -228,7 +114,7 @@ class Suggestion(_Serial):
 
 
 @dataclass
-class EventRef(_Serial):
+class EventRef(Serial):
     """An event behind a finding, in report form (times in ms from the test's start)."""
 
     kind: str
@@ -238,7 +124,7 @@ class EventRef(_Serial):
 
 
 @dataclass
-class Finding(_Serial):
+class Finding(Serial):
     """What one rule saw, with the numbers and events that show it."""
 
     rule: str
@@ -253,7 +139,7 @@ class Finding(_Serial):
 
 
 @dataclass
-class BreakdownPart(_Serial):
+class BreakdownPart(Serial):
     """One line of the report's Timeline Breakdown."""
 
     name: str  # "CPU", "GPU compute", "Transfers", "Framework overhead", ...
@@ -264,7 +150,7 @@ class BreakdownPart(_Serial):
 
 
 @dataclass
-class Hotspot(_Serial):
+class Hotspot(Serial):
     """A Python function by sampled CPU time (self and total, per round)."""
 
     function: str  # "module:qualname (file:line)"
@@ -274,7 +160,7 @@ class Hotspot(_Serial):
 
 
 @dataclass
-class ScopeStat(_Serial):
+class ScopeStat(Serial):
     """A user scope (or module) aggregated over the measured rounds."""
 
     path: str  # "forward/attention"
@@ -290,7 +176,7 @@ class ScopeStat(_Serial):
 
 
 @dataclass
-class WhatIfRow(_Serial):
+class WhatIfRow(Serial):
     """One simulated change (analyzer/whatif.py): the round's length replayed with it, and what it saves."""
 
     change: str
@@ -303,7 +189,7 @@ class WhatIfRow(_Serial):
 
 
 @dataclass
-class Analysis(_Serial):
+class Analysis(Serial):
     """The analyzer's verdict: a class chosen from the findings, never the other way round."""
 
     bottleneck: str
@@ -329,7 +215,7 @@ class Analysis(_Serial):
 
 
 @dataclass
-class CheckResult(_Serial):
+class CheckResult(Serial):
     """One marker threshold against what was measured."""
 
     key: str
@@ -340,7 +226,7 @@ class CheckResult(_Serial):
 
 
 @dataclass
-class CollectorInfo(_Serial):
+class CollectorInfo(Serial):
     """Which collector ran, how, and why not when it didn't."""
 
     name: str  # "cpu" | "gpu" | "memory"
@@ -351,7 +237,7 @@ class CollectorInfo(_Serial):
 
 
 @dataclass
-class ClockFit(_Serial):
+class ClockFit(Serial):
     """host_ns = host_ref_ns + rate * (device_ns - device_ref_ns) + offset_ns, fitted from paired readings.
 
     The integer reference points keep the arithmetic exact: raw CUPTI timestamps (~1e18 ns)
@@ -397,12 +283,12 @@ class RegressionVerdict:
         return self.bottleneck_before != self.bottleneck_after
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (for report.json and xdist's workeroutput; `_plain` calls it for a TestResult)."""
+        """Plain data (for report.json and xdist's workeroutput; `serial.plain` calls it for a TestResult)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["latency"] = self.latency.to_dict()
         d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
         d["bottleneck_changed"] = self.bottleneck_changed
-        return typing.cast(dict[str, Any], _plain(d))
+        return typing.cast(dict[str, Any], plain(d))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RegressionVerdict:
@@ -447,7 +333,7 @@ class RegressionVerdict:
 
 
 @dataclass
-class TestResult(_Serial):
+class TestResult(Serial):
     """Everything about one profiled test; what reporters render and xdist ships."""
 
     __test__ = False  # not a pytest test class
@@ -497,4 +383,4 @@ def _wire_default(value: Any) -> Any:
 
 
 #: Dataclasses that serialise themselves (their own to_dict / from_dict: NaN kept as None and back).
-_SELF_SERIAL: frozenset[type] = frozenset({RegressionVerdict})
+SELF_SERIAL.add(RegressionVerdict)

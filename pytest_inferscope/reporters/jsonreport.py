@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..results import SCHEMA_VERSION, TestResult, _plain, field_names
+from ..results import SCHEMA_VERSION, TestResult
+from ..serial import field_names, plain
 
 
 class ReportFormatError(ValueError):
@@ -109,7 +110,7 @@ class _Encoder:
                 pairs = [_str(n) + ": " + enc(getattr(o, n), inner) for n in sorted(names)]
                 return "{" + inner + ("," + inner).join(pairs) + pad + "}" if pairs else "{}"
             if isinstance(o, dict | list | tuple) or type(o).__module__ == "numpy":
-                return self.encode(_plain(o), pad)
+                return self.encode(plain(o), pad)
         # Everything else as the standard library writes it, indented to where it stands.
         return _stdlib_dumps(o).replace("\n", pad)
 
