@@ -166,7 +166,7 @@ def collecting(
     out = Path(report_dir) if report_dir is not None else settings.report
     if out is not None:
         try:
-            check_report_dir(Path(out))
+            check_report_dir(Path(out), index=False)  # a test folder only: no index is written
         except ReportDirError as e:  # said as the API takes it, not as pytest's option
             given = (
                 "pass another folder as report_dir="

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import random
 import re
@@ -315,9 +316,11 @@ def slugify(nodeid: str) -> str:
     return f"{readable[:SLUG_MAX].rstrip('._-')}-{digest}"
 
 
-def check_report_dir(path: str | os.PathLike[str]) -> None:
+def check_report_dir(path: str | os.PathLike[str], *, index: bool = True) -> None:
     """Make sure reports can be written under `path`, creating it if needed; never deletes anything.
 
+    `index`: the session's index.md, index.html and index.json will be written there too (not by profile() or
+    measure()), so a file of those names must be one an earlier run wrote, not the user's own page.
     Raises `ReportDirError` with one paragraph that names the path, what is wrong and what to do.
     """
     p = Path(path)
@@ -345,6 +348,40 @@ def check_report_dir(path: str | os.PathLike[str]) -> None:
             f"The inferscope report directory {str(p)!r} exists but is not writable: {_why(e)}. Give this "
             f"user write permission on it, {other}"
         ) from e
+    if index:
+        for name in INDEX_FILES:
+            if not _is_our_index(p / name):
+                raise ReportDirError(
+                    f"The inferscope report directory {str(p)!r} holds {str(p / name)!r}, which is not an inferscope "
+                    f"index; the session writes its index.md, index.html and index.json there and would replace it. "
+                    f"Move that file, or pass another folder (a new one, or one an earlier run wrote) with "
+                    f"--inferscope-report=DIR."
+                )
+
+
+#: The session's index files in a report folder, and how each begins when the plugin wrote it (in every version).
+INDEX_FILES = {"index.md": b"# InferScope Index\n", "index.html": b"<title>inferscope \xc2\xb7 ", "index.json": b""}
+
+
+def _is_our_index(path: Path) -> bool:
+    """Whether `path` is absent, empty, or an index an inferscope run wrote (its head is read, not the whole file)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096) if path.name != "index.json" else f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:  # a folder of that name, unreadable: written over it would fail; say so now
+        return False
+    if not head.strip():
+        return True
+    if path.name == "index.json":
+        try:
+            data = json.loads(head)
+        except ValueError:
+            return False
+        return isinstance(data, dict) and "schema_version" in data and isinstance(data.get("tests"), list)
+    marker = INDEX_FILES[path.name]
+    return head.startswith(marker) if path.name == "index.md" else marker in head
 
 
 def _why(e: OSError) -> str:

@@ -76,6 +76,19 @@ def test_rounds_reuse_fixture_values_and_reports_are_written(pytester: pytest.Py
     assert again.metrics["rounds"] == 4 and again.bottleneck == data["analysis"]["bottleneck"]
 
 
+def test_a_report_folder_holding_the_users_index_page_is_refused_before_any_test(pytester: pytest.Pytester) -> None:
+    # --inferscope-report=docs where docs/index.md is the project's own page: replaced without a word until 2026-11-29.
+    pytester.makepyfile(COUNTING)
+    docs = pytester.mkdir("docs")
+    (docs / "index.md").write_text("# My project\n")
+    result = pytester.runpytest("--inferscope-report=docs", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*docs/index.md*is not an inferscope index*--inferscope-report=DIR*"])
+    assert (docs / "index.md").read_text() == "# My project\n" and [p.name for p in docs.iterdir()] == ["index.md"]
+    assert pytester.runpytest("--inferscope-report=out", "-p", "no:randomly").ret == 0
+    assert pytester.runpytest("--inferscope-report=out", "-p", "no:randomly").ret == 0  # its own index, replaced
+
+
 def test_crossed_threshold_fails_the_test_with_evidence(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """

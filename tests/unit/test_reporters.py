@@ -324,6 +324,24 @@ def test_check_report_dir_explains_an_unwritable_folder(tmp_path: Path, monkeypa
     assert str(tmp_path) in str(e.value)
 
 
+@pytest.mark.parametrize("name", ["index.md", "index.html", "index.json"])
+def test_check_report_dir_refuses_a_folder_whose_index_is_the_users(tmp_path: Path, name: str) -> None:
+    # A docs folder (mkdocs' docs/index.md) given as DIR: the session's index would replace the user's page.
+    (tmp_path / name).write_text("# My project\n\nHand-written.\n")
+    with pytest.raises(ReportDirError) as e:
+        check_report_dir(tmp_path)
+    msg = str(e.value)
+    assert str(tmp_path / name) in msg and "not an inferscope index" in msg and "--inferscope-report" in msg
+    assert "\n" not in msg
+    assert (tmp_path / name).read_text() == "# My project\n\nHand-written.\n"
+    check_report_dir(tmp_path, index=False)  # profile()/measure() write no index: the folder is fine for them
+
+
+def test_check_report_dir_takes_a_folder_holding_an_earlier_sessions_index(tmp_path: Path) -> None:
+    write_index([gpu_result(), cpu_only_failing_result()], tmp_path, {})
+    check_report_dir(tmp_path)  # the plugin's own index of an earlier run is replaced, as ever
+
+
 # ---- markdown ------------------------------------------------------------------------------
 
 
