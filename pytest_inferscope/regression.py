@@ -351,6 +351,6 @@ def environment_note(result: TestResult) -> str | None:
         return None
     name = reg.baseline_name
     return (
-        f"inferscope: environment differs from baseline {name!r} ({'; '.join(diffs)}): "
+        f"inferscope: environment differs from baseline {name!r} ({'; '.join(d.rstrip('.') for d in diffs)}): "
         "latency was not compared (inconclusive) for the tests it recorded elsewhere"
     )

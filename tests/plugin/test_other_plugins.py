@@ -288,7 +288,7 @@ def test_a_tracer_beside_the_tests_is_said_and_keeps_a_baseline_without_it_from_
     assert "a Python tracer or profiler was active (conftest.a_coverage_tracer)" in out
     assert (
         "environment differs from baseline 'main' (Python tracer or profiler (coverage, a debugger) differs: "
-        "baseline 'none', this run 'conftest.a_coverage_tracer'.)" in out
+        "baseline 'none', this run 'conftest.a_coverage_tracer')" in out
     )
     (folder,) = folders(pytester.path / "out").values()
     report = json.loads((folder / "report.json").read_text())

@@ -148,6 +148,8 @@ def test_a_baseline_from_another_environment_is_not_compared_silently(
     result = run(project, monkeypatch, 0.004, "--inferscope-compare=main", "--inferscope-report=out")
     result.assert_outcomes(passed=1)  # a 2x slowdown, but on another machine's numbers: not a failure
     result.stdout.fnmatch_lines(["*environment differs from baseline 'main'*Some Other CPU 9000*not compared*"])
+    # the differences are clauses of one sentence: no sentence's full stop inside the parentheses ("'.)", "'.;")
+    result.stdout.fnmatch_lines(["*baseline 'Some Other CPU 9000', this run '*'): latency was not compared*"])
     (report,) = (project.path / "out").glob("*/report.json")
     data = json.loads(report.read_text())
     assert data["regression"]["verdict"] == "inconclusive"
