@@ -69,7 +69,8 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
 
 
 def _num(v: float | None) -> str:
-    """A number as CI tools parse it: up to 6 significant digits, 'nan' when not measured."""
+    """A number as CI tools parse it: up to 6 significant digits, 'NaN' when not measured (Java's Double.parseDouble,
+    which Jenkins' plugins use, takes 'NaN' and not 'nan'; Python, Go, .NET and JavaScript take both)."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "nan"
+        return "NaN"
     return f"{v:.6g}"

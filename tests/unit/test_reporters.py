@@ -864,6 +864,18 @@ def test_junit_properties(tmp_path: Path) -> None:
     assert "inferscope.report" not in dict(junit_properties(gpu_result(), None))
 
 
+def test_junit_figures_not_measured_are_written_as_java_and_python_both_parse_them() -> None:
+    # A test none of whose measured rounds completed: no latency. Written 'nan' until 2026-11-29, which Java's
+    # Double.parseDouble (Jenkins' plugins) rejects; 'NaN' is what Java, .NET, Go, JavaScript and Python all read.
+    r = partial_result()
+    r.latency = LatencyStats.from_samples([], [])
+    props = dict(junit_properties(r, None))
+    for key in ("median", "p90", "p99", "iqr", "min", "max"):
+        assert props[f"inferscope.latency_ms.{key}"] == "NaN", key
+        assert math.isnan(float(props[f"inferscope.latency_ms.{key}"]))
+    assert props["inferscope.rounds"] == "0"
+
+
 # ---- trace ---------------------------------------------------------------------------------
 
 
