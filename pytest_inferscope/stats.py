@@ -332,28 +332,47 @@ def gate_power(
     rng = np.random.default_rng(seed)
     base = rng.normal(0.0, sigma, (trials, n))
     new = rng.normal(math.log1p(slowdown), sigma, (trials, n))
-    ranks = np.concatenate([base, new], axis=1).argsort(axis=1).argsort(axis=1) + 1
-    u = ranks[:, n:].sum(axis=1) - n * (n + 1) / 2.0
+    # U from one sort of each trial's rounds: the new rounds' ranks summed (ties have probability 0)
+    order = np.concatenate([base, new], axis=1).argsort(axis=1)
+    u = (order >= n) @ np.arange(1, 2 * n + 1) - n * (n + 1) / 2.0
     big_enough = np.median(new, axis=1) - np.median(base, axis=1) > math.log1p(max_regression)
     return float(np.mean((u > _u_threshold(n, alpha)) & big_enough))
 
 
-def _rounds_for_power(sigma: float, max_regression: float, alpha: float, have: int) -> tuple[float, int]:
-    """(power with `have` rounds, rounds per side for TARGET_POWER) against a slowdown of 2 × max_regression."""
+def _rounds_guess(sigma: float, slowdown: float, max_regression: float, alpha: float) -> int:
+    """Rounds per side for TARGET_POWER by the large-sample formulas, where `_rounds_for_power` starts looking: the
+    Mann–Whitney test's (Noether's: P(new > base) = p, n = (z_alpha + z_power)^2 / (6 (p - 1/2)^2)) and the median
+    ratio's (a median of n normal rounds has variance pi sigma^2 / 2n), the larger."""
+    shift, margin = math.log1p(slowdown), math.log1p(max_regression)
+    z_power = _norm_ppf(TARGET_POWER)
+    p = 1.0 - _norm_sf(shift / (sigma * math.sqrt(2.0)))
+    test = (_norm_ppf(1.0 - alpha) + z_power) ** 2 / (6.0 * max(p - 0.5, 1e-9) ** 2)
+    median = math.pi * (sigma * z_power / max(shift - margin, 1e-9)) ** 2
+    return max(1, math.ceil(max(test, median)))
+
+
+def _rounds_for_power(sigma: float, max_regression: float, alpha: float, have: int) -> int:
+    """Rounds per side that flag a slowdown of 2 × max_regression TARGET_POWER of the time, for a run whose `have`
+    rounds fall short (at most _MAX_ROUNDS): the large-sample guess (`_rounds_guess`), or a tenth more at a time
+    until the simulation confirms it. The warning says "about": the simulated power of 400 trials moves by a few
+    points from one n to the next, so the least n that reaches the target is itself only known to ~10%.
+
+    Each simulation at hundreds of rounds takes 10-40 ms on the dev VM; a search up from `have` ran ~15 of them (a
+    noisy test's comparison spent 0.1-0.5 s on it, twice: this run's rounds and the baseline's), this one 1-3."""
 
     def power(n: int) -> float:
         return gate_power(n, sigma, slowdown=2 * max_regression, max_regression=max_regression, alpha=alpha)
 
-    now = power(have)
-    lo, hi = have, max(have, min_rounds_for_significance(alpha))
-    while power(hi) < TARGET_POWER:
-        if hi >= _MAX_ROUNDS:
-            return now, _MAX_ROUNDS
-        lo, hi = hi, min(_MAX_ROUNDS, math.ceil(hi * 1.5))
-    while hi - lo > 1:  # bisect: lo falls short (or is what was run), hi reaches the target
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if power(mid) >= TARGET_POWER else (mid, hi)
-    return now, hi
+    floor = max(have, min_rounds_for_significance(alpha) - 1)
+    guess = _rounds_guess(sigma, 2 * max_regression, max_regression, alpha)
+    if guess > 1.25 * _MAX_ROUNDS:  # (the guess errs low, by up to a fifth on the dev VM's grid): past the cap
+        return _MAX_ROUNDS
+    n = min(_MAX_ROUNDS, max(floor + 1, guess))
+    while power(n) < TARGET_POWER:
+        if n >= _MAX_ROUNDS:
+            return _MAX_ROUNDS
+        n = min(_MAX_ROUNDS, math.ceil(n * 1.1))
+    return n
 
 
 def gate_blind_spots(
@@ -413,8 +432,10 @@ def noise_warnings(
         )
     out += gate_blind_spots(s, alpha=alpha, timer_resolution_ns=timer_resolution_ns)
     if s.size >= min_rounds_for_significance(alpha) and spread > 0 and math.isfinite(spread) and max_regression > 0:
-        power, want = _rounds_for_power(spread / _IQR_PER_SIGMA, max_regression, alpha, int(s.size))
+        sigma = spread / _IQR_PER_SIGMA
+        power = gate_power(int(s.size), sigma, slowdown=2 * max_regression, max_regression=max_regression, alpha=alpha)
         if power < TARGET_POWER - 0.05:  # a margin for the simulation's own noise
+            want = _rounds_for_power(sigma, max_regression, alpha, int(s.size))
             more = "more than " if want >= _MAX_ROUNDS else "about "
             out.append(
                 f"Low power: with a spread of {100 * spread:.1f}% and {s.size} rounds per side, a slowdown of "

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -338,6 +339,30 @@ def test_low_power_warns_with_an_estimate_that_simulation_confirms() -> None:
 
     assert detection(10) == pytest.approx(claimed, abs=0.12)  # the warning was right: 10 rounds often miss it
     assert detection(want) >= 0.88  # and the suggested number finds it (about 95%)
+
+
+def test_the_low_power_estimate_runs_a_few_simulations_not_a_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A noisy test's comparison spent 0.1-0.5 s on the "Low power" warning (twice a test: its rounds and the
+    baseline's), ~15 simulations at hundreds of rounds searching up from the rounds run. Now the large-sample guess,
+    confirmed (or raised a tenth at a time) by the simulation: a few, and the number still reaches the target."""
+    import pytest_inferscope.stats as stats_module
+
+    sizes: list[int] = []
+    simulate = stats_module.gate_power
+
+    def counted(n: int, *args: Any, **kwargs: Any) -> float:
+        sizes.append(n)
+        return simulate(n, *args, **kwargs)
+
+    monkeypatch.setattr(stats_module, "gate_power", counted)
+    rng = np.random.default_rng(5)
+    (msg,) = [w for w in noise_warnings(_lognormal(rng, 3.0, 0.15, 20), max_regression=0.05, alpha=0.05)
+              if w.startswith("Low power")]  # fmt: skip
+    want = int(re.search(r"about (\d+) rounds per side", msg)[1])  # type: ignore[index]
+    assert sizes[0] == 20 and len(sizes) <= 4, sizes  # the rounds run, then the guess and a step or two
+    sigma = rel_spread(_lognormal(np.random.default_rng(5), 3.0, 0.15, 20)) / 1.349
+    assert simulate(want, sigma, slowdown=0.1, max_regression=0.05, alpha=0.05) >= 0.95
+    assert simulate(int(want / 1.25), sigma, slowdown=0.1, max_regression=0.05, alpha=0.05) < 0.95  # not far over
 
 
 def test_no_rounds_is_a_warning() -> None:
