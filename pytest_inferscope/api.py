@@ -22,6 +22,7 @@ from .arguments import (
     check_report_dir_argument,
     check_rounds,
     check_thresholds,
+    profile_arguments,
     round_options,
 )
 from .collectors import Collection, CollectionOptions, SamplerThread, active, busy, mark_event, scope
@@ -206,6 +207,7 @@ def collecting(
         )
 
 
+@profile_arguments
 @contextmanager
 def profile(
     name: str = "profile",

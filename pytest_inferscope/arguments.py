@@ -14,7 +14,7 @@ import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from .config import Settings
 from .marker import MARKER_KEYS, MarkerKey, close_match
@@ -269,3 +269,56 @@ def _takes(fn: Callable[..., Any], key: str) -> bool:
         return True
     param = params.get(key)
     return param is not None and param.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+#: What `profile` takes, said after each of its argument errors.
+_PROFILE_TAKES = "profile() takes name, report_dir=, thresholds= and cpu=, e.g. profile('forward', report_dir='out')."
+
+
+def profile_arguments(profile: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`profile` whose call with an argument it does not take (`profile(rounds=3)`) is a TypeError naming the argument
+    and what to use, not Python's "got an unexpected keyword argument"; a good call costs nothing more (the signature
+    is read only after the call failed, before its block ran: a generator binds its arguments when called)."""
+    signature = inspect.signature(profile)
+
+    @functools.wraps(profile)
+    def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return profile(*args, **kwargs)
+        except TypeError as exc:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError:
+                raise TypeError(_profile_misused(signature, args, kwargs, str(exc))) from None
+            raise
+
+    return checked
+
+
+def _profile_misused(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any], said: str) -> str:
+    """What is wrong with a call of `profile` that its signature refuses (`said`: Python's words), and what to use."""
+    unknown = [k for k in kwargs if k not in signature.parameters]
+    if unknown:
+        key, value = unknown[0], kwargs[unknown[0]]
+        shown = f"profile({key}={value!r})"
+        if key in ROUND_ARGUMENTS:
+            return (
+                f"{shown}: profile() takes no {key}: it profiles its block once, as one round (run the block in a loop "
+                f"for more); measure(fn, {key}={value!r}) calls a function in rounds. {_PROFILE_TAKES}"
+            )
+        if key in THRESHOLD_KEYS:
+            in_dict = f"thresholds={{{key!r}: {value!r}}}"
+            return f"{shown}: profile() takes its thresholds in a dict: {in_dict}. {_PROFILE_TAKES}"
+        close = difflib.get_close_matches(key, list(signature.parameters), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}=?" if close else "."
+        return f"{shown}: profile() takes no argument {key!r}{hint} {_PROFILE_TAKES}"
+    shown = "profile(" + ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]) + ")"
+    positional = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    if len(args) > len(positional):
+        return (
+            f"{shown}: profile() takes one positional argument, the name; give the others by keyword, "
+            f"{_PROFILE_TAKES.removeprefix('profile() takes ')}"
+        )
+    return f"{shown}: {said.removesuffix('.')}. {_PROFILE_TAKES}"

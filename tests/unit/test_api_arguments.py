@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_inferscope import measure, measure_async, profile
+from pytest_inferscope.api import InferscopeFixture
 from pytest_inferscope.reporters.files import ReportDirError
 
 
@@ -187,6 +188,48 @@ def test_profile_does_not_send_a_round_argument_to_an_argument_it_does_not_take(
     text = str(error_of("profile", {"thresholds": {key: 1}}))
     assert f"'{key}' is not a threshold, and profile() takes no {key}: it profiles its block as one round" in text
     assert f"measure(fn, {key}=...)" in text and "own argument" not in text
+
+
+@pytest.mark.parametrize("key", ["rounds", "warmup", "trace_rounds", "gpu_rounds"])
+def test_a_round_argument_of_profile_says_it_profiles_one_round_and_what_to_use(key: str) -> None:
+    # profile(rounds=3) was Python's "profile() got an unexpected keyword argument 'rounds'", naming nothing to use.
+    error = error_of("profile", {key: 3})
+    assert isinstance(error, TypeError) and error.__cause__ is None and error.__suppress_context__
+    assert str(error).startswith(
+        f"profile({key}=3): profile() takes no {key}: it profiles its block once, as one round (run the block "
+        f"in a loop for more); measure(fn, {key}=3) calls a function in rounds. profile() takes name, "
+        "report_dir=, thresholds= and cpu=, e.g. profile('forward', report_dir='out')."
+    ), error
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"max_latency_ms": 5}, "profile(max_latency_ms=5): profile() takes its thresholds in a dict: "
+         "thresholds={'max_latency_ms': 5}."),
+        ({"report": "out"}, "profile(report='out'): profile() takes no argument 'report'; did you mean report_dir=?"),
+        ({"bogus": 1}, "profile(bogus=1): profile() takes no argument 'bogus'."),
+    ],
+)  # fmt: skip
+def test_an_unknown_keyword_of_profile_is_named_with_what_to_use(kwargs: dict[str, Any], says: str) -> None:
+    error = error_of("profile", kwargs)
+    assert isinstance(error, TypeError) and str(error).startswith(says), error
+    assert str(error).endswith("profile() takes name, report_dir=, thresholds= and cpu=, e.g. profile('forward', "
+                               "report_dir='out').")  # fmt: skip
+
+
+def test_the_fixtures_profile_names_the_keyword_not_the_test_id() -> None:
+    # The fixture passes its test's id as the name: the message shows the argument the user wrote.
+    with pytest.raises(TypeError) as info, InferscopeFixture("tests/test_x.py::test_a", False).profile(rounds=3):
+        pytest.fail("the block ran")
+    assert str(info.value).startswith("profile(rounds=3): profile() takes no rounds: it profiles its block once")
+
+
+def test_more_positional_arguments_of_profile_than_the_name_are_said() -> None:
+    with pytest.raises(TypeError) as info, profile("p", "out"):  # type: ignore[call-arg]
+        pytest.fail("the block ran")
+    assert str(info.value).startswith("profile('p', 'out'): profile() takes one positional argument, the name; give "
+                                      "the others by keyword,")  # fmt: skip
 
 
 def test_the_valid_threshold_keys_leave_out_the_one_a_call_refuses() -> None:
