@@ -7,8 +7,10 @@ reads the config file, applies the precedence of the layers, and registers the t
 from __future__ import annotations
 
 import difflib
+import itertools
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -296,12 +298,32 @@ def _cli_type(spec: OptionSpec) -> Callable[[str], Any]:
         try:
             _parse(spec, text, _Origin(f"cli {spec.flag}", spec.flag, "="))
         except ConfigError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise pytest.UsageError(str(exc) + _from_addopts(spec.flag, text)) from None
         # The text, checked: resolve() parses it once, as it parses every layer. Its typed value parsed
         # again would not always mean the same (500% is 5.0, and a bare 5.0 is an ambiguous fraction).
         return text
 
     return parse_cli
+
+
+def _from_addopts(flag: str, text: str) -> str:
+    """Where the environment variable PYTEST_ADDOPTS gave `flag` the value `text`, said after its error, or ''.
+
+    argparse sees PYTEST_ADDOPTS as the command line's start and a `type=` sees the value alone; pytest adds "config
+    source: via PYTEST_ADDOPTS" to its own options' errors only. A value also on the command line is the first met.
+    """
+    try:
+        words = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    except ValueError:  # unbalanced quotes: pytest itself stops on them
+        return ""
+    pairs = itertools.zip_longest(words, words[1:])  # each word and the next
+    if not any(word == f"{flag}={text}" or (word == flag and after == text) for word, after in pairs):
+        return ""
+    given = f"{flag}={text}" if f"{flag}={text}" in words else f"{flag} {text}"
+    return (
+        f" It was given in the environment variable PYTEST_ADDOPTS ({given!r}), not on the command line: correct it "
+        "there, or unset PYTEST_ADDOPTS."
+    )
 
 
 def _help(spec: OptionSpec) -> str:

@@ -130,3 +130,38 @@ async def test_async_model():
     out = result.stdout.str()
     assert "async def functions are not natively supported" in out
     assert not (pytester.path / "out").exists() or not list((pytester.path / "out").glob("test_a.py__*"))
+
+
+@pytest.mark.parametrize(
+    ("addopts", "says"),
+    [
+        ("-q --inferscope-rounds=abc", "--inferscope-rounds='abc' is not a whole number: "),
+        ("--inferscope-gpu maybe", "--inferscope-gpu='maybe' is not one of the choices: "),
+    ],
+)
+def test_a_bad_value_from_pytest_addopts_says_it_came_from_there(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, addopts: str, says: str
+) -> None:
+    # It named the flag only: a user who typed no such flag (it sits in a CI job's or a shell's PYTEST_ADDOPTS) could
+    # not tell where it came from. pytest says "config source: via PYTEST_ADDOPTS" for its own options.
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    monkeypatch.setenv("PYTEST_ADDOPTS", addopts)
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = " ".join(result.stderr.str().split())
+    given = addopts.removeprefix("-q ")
+    assert says in err and err.endswith(
+        f"It was given in the environment variable PYTEST_ADDOPTS ({given!r}), not on the command line: correct it "
+        "there, or unset PYTEST_ADDOPTS."
+    ), err
+
+
+def test_a_bad_value_on_the_command_line_does_not_blame_pytest_addopts(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--inferscope-rounds=3")
+    result = pytester.runpytest_subprocess("--inferscope-rounds=abc")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = " ".join(result.stderr.str().split())
+    assert "--inferscope-rounds='abc' is not a whole number" in err and "PYTEST_ADDOPTS" not in err, err
