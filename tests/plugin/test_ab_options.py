@@ -69,8 +69,9 @@ def test_options_of_the_plugins_the_twin_runs_without(pytester: pytest.Pytester)
     assert xdist
     make_repo(pytester, ini="[pytest]\naddopts = -n 1 --sw-skip\n")
     pytester._monkeypatch.setenv("PYTEST_ADDOPTS", "--maxschedchunk=1 --nf")
+    reset = ["--stepwise-reset"] if pytest.version_tuple[:2] >= (8, 4) else []  # (pytest 8.4 added it)
     result = pytester.runpytest(
-        "-p", "no:randomly", "--inferscope-ab=HEAD~1", "--cache-clear", "--lfnf=all", "--stepwise-reset",
+        "-p", "no:randomly", "--inferscope-ab=HEAD~1", "--cache-clear", "--lfnf=all", *reset,
         "--max-worker-restart=0", "--no-loadscope-reorder",
     )  # fmt: skip
     result.assert_outcomes(passed=2)

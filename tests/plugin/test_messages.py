@@ -126,7 +126,11 @@ async def test_async_model():
 """
     )
     result = pytester.runpytest("-p", "no:randomly", "-p", "no:anyio", "-p", "no:asyncio", "--inferscope-report=out")
-    result.assert_outcomes(failed=1)
+    # pytest's own outcome for it: a failure from pytest 8.4, a skip and a warning before (the README's floor is 8.0)
+    if pytest.version_tuple[:2] >= (8, 4):
+        result.assert_outcomes(failed=1)
+    else:
+        result.assert_outcomes(skipped=1, warnings=1)
     out = result.stdout.str()
     assert "async def functions are not natively supported" in out
     assert not (pytester.path / "out").exists() or not list((pytester.path / "out").glob("test_a.py__*"))
