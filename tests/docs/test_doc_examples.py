@@ -47,8 +47,12 @@ def batch():
 requests = texts
 """
 
-#: What an API snippet outside pytest finds defined before it runs.
-SCRIPT_PRELUDE = "def model(batch):\n    return sum(i * i for i in range(100_000))\n\nbatch = [1, 2, 3]\n"
+#: What an API snippet outside pytest finds defined before it runs: a model doing CPU work, and one doing next to
+#: nothing (a user's first try on a function that returns at once: no finding, no suggestion, class unclassified).
+SCRIPT_PRELUDES = {
+    "cpu_work": "def model(batch):\n    return sum(i * i for i in range(100_000))\n\nbatch = [1, 2, 3]\n",
+    "no_work": "def model(batch):\n    return batch\n\nbatch = [1, 2, 3]\n",
+}
 
 #: A project for the shell examples: one marked test, and a script for `inferscope run`.
 PROJECT_TEST = """
@@ -129,10 +133,12 @@ def test_pytest_example_runs(
         assert "gpu_bound" in failure or "inferscope" in failure, result.stdout.str()
 
 
+@pytest.mark.parametrize("prelude", SCRIPT_PRELUDES)
 @pytest.mark.parametrize("block", [b for b in RUN if _kind(b) == "script"], ids=lambda b: b.id)
-def test_api_example_runs_as_a_script(block: Block, tmp_path: Path) -> None:
+def test_api_example_runs_as_a_script(block: Block, prelude: str, tmp_path: Path) -> None:
+    # The quick start printed result.analysis.suggestions[0].action: an IndexError for a result with no suggestion.
     script = tmp_path / "example.py"
-    script.write_text(SCRIPT_PRELUDE + block.text)
+    script.write_text(SCRIPT_PRELUDES[prelude] + block.text)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
