@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 from pathlib import Path
 
@@ -77,3 +78,39 @@ def test_the_build_ships_every_module_and_data_file(tmp_path: Path) -> None:
     assert {"pytest_inferscope/ab/__init__.py", "pytest_inferscope/reporters/templates/report.html.j2"} <= sources
     assert sources - shipped == set(), "in the source tree but not in the wheel"
     assert {f for f in shipped - sources if not f.endswith(".pyc")} == set(), "in the wheel but not tracked"
+
+
+def test_the_sdist_holds_the_docs_the_readme_links_and_the_native_sources(tmp_path: Path) -> None:
+    """The sdist is what a packager (or pip without a wheel) builds from: it held the package, the native C sources,
+    README.md and the build files, but none of docs/, which README.md links for everything past its first page."""
+    if (why := setuptools_too_old()) is not None:
+        pytest.skip(why)
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if tracked.returncode != 0 or not tracked.stdout.strip():
+        pytest.skip("not a git checkout: the sdist is built from the tracked files")
+    src = tmp_path / "src"
+    for name in tracked.stdout.split():
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / name, src / name)
+    built = subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(tmp_path / "dist")],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        pytest.fail(f"setup.py sdist failed:\n{built.stdout}\n{built.stderr}")
+    (archive,) = (tmp_path / "dist").glob("*.tar.gz")
+    with tarfile.open(archive) as tar:
+        shipped = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = {m for m in re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", readme)}
+    assert linked and {"docs/quickstart.md", "docs/configuration.md"} <= linked
+    assert linked - shipped == set(), "README.md links these, the sdist lacks them"
+    docs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*") if p.is_file()}
+    assert docs - shipped == set(), "docs/ files (the pages link each other and images/) not in the sdist"
+    native = {f"native/{n}" for n in ("_cupti.c", "_replay.c", "_tick.c", "README.md")}
+    assert native - shipped == set()
+    assert {"README.md", "pyproject.toml", "setup.py", "PKG-INFO"} <= shipped
