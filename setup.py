@@ -117,7 +117,7 @@ class OptionalBuildExt(build_ext):
     def _give_up(self, ext: Extension | None, reason: str) -> None:
         cupti = ("the native CUPTI extension", "GPU collection will use cupti-python if installed")
         what, then = PLAIN_C.get(ext.name, cupti) if ext is not None else ("the native extensions", cupti[1])
-        message = f"pytest-inferscope: skipping {what}: {reason}"
+        message = f"pytest-inferscope: skipping {what}: {reason.rstrip('.')}"  # (a CalledProcessError's ends in one)
         if _forced():
             raise SystemExit(f"{message} ({FORCE_ENV}=1 makes this an error)")
         if ext is None:

@@ -7,6 +7,7 @@ and with that wheel installed every pytest run stopped with an INTERNALERROR (th
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pytest_inferscope"
 #: Built or left behind in a source tree, never shipped as they are: compiled extensions are built by build_ext.
 NOT_SOURCES = {".pyc", ".so"}
+#: The C sources of the three extensions (setup.py).
+NATIVE = ("_cupti.c", "_replay.c", "_tick.c")
 
 
 def source_files() -> set[str]:
@@ -114,3 +117,46 @@ def test_the_sdist_holds_the_docs_the_readme_links_and_the_native_sources(tmp_pa
     native = {f"native/{n}" for n in ("_cupti.c", "_replay.c", "_tick.c", "README.md")}
     assert native - shipped == set()
     assert {"README.md", "pyproject.toml", "setup.py", "PKG-INFO"} <= shipped
+
+
+def test_an_install_without_a_c_compiler_goes_on_and_says_what_each_skipped_extension_leaves(tmp_path: Path) -> None:
+    """No compiler (CC=false): the build leaves the three extensions out and says, one line each, what runs instead;
+    the sentence ended "returned non-zero exit status 1.. GPU collection will use ..." (two full stops)."""
+    if (why := setuptools_too_old()) is not None:
+        pytest.skip(why)
+    src = tmp_path / "src"
+    for name in [*source_files(), "pyproject.toml", "setup.py", "README.md", *(f"native/{c}" for c in NATIVE)]:
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, src / name)
+    env = {k: v for k, v in os.environ.items() if k != "INFERSCOPE_FORCE_NATIVE_BUILD"}
+    built = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=src,
+        env={**env, "CC": "false"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    warnings = [line for line in built.stderr.splitlines() if line.startswith("WARNING: pytest-inferscope: skipping")]
+    assert len(warnings) == 3, built.stderr
+    for line, then in zip(
+        warnings,
+        [
+            "GPU collection will use cupti-python if installed.",
+            "The analysis replays in Python.",
+            "--inferscope-sampler=signal falls back to the sampler thread.",
+        ],
+        strict=True,
+    ):
+        assert line.endswith(f". {then[0].upper()}{then[1:]}") and ".." not in line, line  # (a compiler's or no header)
+    assert list((src / "pytest_inferscope").glob("*.so")) == []
+    forced = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=src,
+        env={**env, "CC": "false", "INFERSCOPE_FORCE_NATIVE_BUILD": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert forced.returncode != 0 and "(INFERSCOPE_FORCE_NATIVE_BUILD=1 makes this an error)" in forced.stderr
