@@ -121,6 +121,18 @@ _TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 
+#: Why the signal sampler cannot run in an install without its clock in C (no C compiler at install; setup.py).
+CLOCK_NOT_BUILT = "the sampler clock in C (pytest_inferscope._tick) is not built: reinstall with a C compiler"
+
+
+def clock_not_built() -> str:
+    """CLOCK_NOT_BUILT where `pytest_inferscope._tick` cannot be imported, else ''; found without importing it."""
+    try:
+        return "" if find_spec("pytest_inferscope._tick") is not None else CLOCK_NOT_BUILT
+    except ValueError:  # None in sys.modules: its import is blocked
+        return CLOCK_NOT_BUILT
+
+
 @functools.cache
 def sampler_in_use(asked: SamplerKind) -> SamplerKind:
     """The sampler `--inferscope-sampler=asked` means here: auto is the signal sampler where it sends no signal (CPython
@@ -130,7 +142,7 @@ def sampler_in_use(asked: SamplerKind) -> SamplerKind:
     test's author can say their C code survives (EINTR)."""
     if asked != "auto":
         return asked
-    return "signal" if sys.version_info >= (3, 13) and find_spec("pytest_inferscope._tick") is not None else "thread"
+    return "signal" if sys.version_info >= (3, 13) and not clock_not_built() else "thread"
 
 
 OPTIONS: tuple[OptionSpec, ...] = (

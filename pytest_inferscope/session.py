@@ -26,7 +26,7 @@ from .checks import benchmark_conflict, plan_of, validate_marker
 from .config import Settings
 from .extra import start_extra_collectors, stop_extra_collectors
 from .gpus import GPU_OFF, device_missing, pin_gpu, pin_ignored
-from .options import lean_rounds_conflict, sampler_in_use
+from .options import clock_not_built, lean_rounds_conflict, sampler_in_use
 from .pending import Pending, async_testcase, fail_on_thresholds, in_rounds, is_unittest_case, note_exception
 from .session_baselines import SessionBaselines
 from .stackbase import fresh_chunk
@@ -177,7 +177,8 @@ class InferscopeSession:
     def header_lines(self) -> list[str]:
         cpu = _CPU_LINE[self.settings.cpu].format(ms=self.settings.sample_interval_ms)
         if self.settings.cpu == "sample" and sampler_in_use(self.settings.sampler) == "signal":
-            cpu += " in the test thread"
+            missing = clock_not_built()  # (asked for in an install without a C compiler: the thread samples)
+            cpu += f" by a thread, not by signal: {missing}" if missing else " in the test thread"
         lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_line()}"]
         if (ignored := pin_ignored(self.settings.gpus)) is not None:
             lines.append(ignored)

@@ -25,6 +25,7 @@ from types import CodeType, FrameType
 
 from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, host_clock_ns
+from ..options import CLOCK_NOT_BUILT
 from .memory import RssFile
 
 #: Frames from these files are the harness, not the user's code.
@@ -267,7 +268,7 @@ class SignalSampler(Sampler):
     def unavailable() -> str:
         """Why this thread cannot be sampled by signal now ("" when it can)."""
         if _tick is None:
-            return "the sampler clock in C (pytest_inferscope._tick) is not built: reinstall with a C compiler"
+            return CLOCK_NOT_BUILT
         if threading.current_thread() is not threading.main_thread():
             return "the test runs outside the main thread, and Python runs signal handlers in the main thread only"
         if _PENDING_CALLS:

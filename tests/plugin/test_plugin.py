@@ -835,3 +835,19 @@ def test_report_files_that_cannot_be_written_are_said_in_the_summary(pytester: p
     assert (broken / "report.json").is_dir() and not list(broken.glob(".*.tmp"))
     tests = {t["nodeid"]: t for t in json.loads((out / "index.json").read_text())["tests"]}
     assert tests["test_small.py::test_nothing"]["files"] == {} and tests["test_small.py::test_other"]["files"]
+
+
+def test_a_signal_sampler_that_cannot_run_is_not_said_to_run_in_the_header(pytester: pytest.Pytester) -> None:
+    # Installed without a C compiler (no pytest_inferscope._tick), --inferscope-sampler=signal samples by a thread and
+    # the report said so, but the terminal's header said "stack sampling every 10 ms in the test thread".
+    pytester.makeconftest("import sys\n\nsys.modules['pytest_inferscope._tick'] = None  # as if never built\n")
+    pytester.makepyfile("import pytest\n\n@pytest.mark.inferscope(rounds=1, warmup=0)\ndef test_x():\n    pass\n")
+    args = ("--inferscope-sampler=signal", "--inferscope-report=out", "-p", "no:randomly", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1)
+    said = "the sampler clock in C (pytest_inferscope._tick) is not built: reinstall with a C compiler"
+    result.stdout.fnmatch_lines([f"inferscope: cpu stack sampling every 10 ms by a thread, not by signal: {said}; *"])
+    assert "in the test thread" not in result.stdout.str()
+    (report,) = (pytester.path / "out").glob("*/report.json")
+    (cpu,) = [c for c in json.loads(report.read_text())["collectors"] if c["name"] == "cpu"]
+    assert cpu["reason"] == f"sampled by a thread, not by signal: {said}"
