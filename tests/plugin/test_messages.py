@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,43 @@ def test_a_bad_value_on_the_command_line_does_not_blame_pytest_addopts(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = " ".join(result.stderr.str().split())
     assert "--inferscope-rounds='abc' is not a whole number" in err and "PYTEST_ADDOPTS" not in err, err
+
+
+def test_the_errors_quoted_in_the_configuration_page_are_pytests_stderr(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/configuration.md quoted the marker's error as one line; pytest shows a line naming the marker's arguments,
+    # then one indented line per test.
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    errors = doc.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    quoted = [
+        line
+        for block in errors.split("<!-- not-run: an error message, not a command -->\n```\n")[1:]
+        for line in block.split("```", 1)[0].splitlines()
+    ]
+    made: list[str] = []
+
+    def stderr(*args: str) -> list[str]:
+        # (pytest-benchmark, where installed, warns on stderr in a subprocess of an xdist worker)
+        plugins = ("-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:benchmark")
+        result = pytester.runpytest_subprocess(*plugins, *args)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        return [line.removeprefix("ERROR: ") for line in result.errlines if line.strip()]
+
+    with monkeypatch.context() as env:
+        env.setenv("INFERSCOPE_TRACE_SIZE_MB", "abc")
+        made += stderr()
+    (pytester.path / ".inferscope.yaml").write_text("rounds: 3\ntrace-size: 5\n")
+    made += [line.replace(str(pytester.path), "/repo") for line in stderr()]
+    (pytester.path / ".inferscope.yaml").unlink()
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_model.py").write_text(
+        "import pytest\n\n@pytest.mark.inferscope(max_latency=5)\ndef test_forward():\n    pass\n"
+    )
+    made += stderr("tests/test_model.py")
+    with monkeypatch.context() as env:
+        env.setenv("PYTEST_ADDOPTS", "--inferscope-rounds=abc")
+        made += stderr()
+    assert len(quoted) == len(made), (quoted, made)
+    for line, real in zip(quoted, made, strict=True):
+        assert real.startswith(line.removesuffix("...").rstrip()), (line, real)
