@@ -479,6 +479,22 @@ def test_parse_fraction() -> None:
 # --- config show -------------------------------------------------------------------------------
 
 
+def test_the_config_show_transcript_in_the_cli_page_is_what_it_prints(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/cli.md showed sample_interval_ms 1.0 as the default (it is 10 ms) and a table without the later settings.
+    doc = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    transcript = doc.split("$ INFERSCOPE_GPU=off inferscope config show\n", 1)[1].split("```", 1)[0]
+    (work / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\naddopts = "--inferscope-report=out"\ninferscope_cpu = "trace"\n'
+    )
+    (work / ".inferscope.yaml").write_text("rounds: 20\nwarmup: 3\n")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("INFERSCOPE_GPU", "off")
+    assert main(["config", "show"]) == 0
+    assert capsys.readouterr().out.replace(str(work), "/tmp/doc/proj") == transcript
+
+
 def test_config_show_prints_each_value_and_its_source(
     work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
