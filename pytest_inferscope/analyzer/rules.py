@@ -36,6 +36,20 @@ OWN_THREADS_MIN = 0.8
 _MB = 1024 * 1024
 
 
+def threads_action(cores: int) -> str:
+    """The suggestion to run torch on fewer threads, the same words from cpu_contention and off_cpu_wait (the
+    suggestions are listed once by their action). OpenMP's threads spin while they wait for each other: with torch at
+    its 2 threads on the 2-core VM shared with other processes (2026-11-29), 30 tanh(a @ b) of 512x512 took a median
+    517-736 ms a call against 76-113 ms on 1 thread, 82-135 on 8 (libgomp waits passively with more threads than
+    cores) and 119 on 2 under OMP_WAIT_POLICY=passive."""
+    n = max(1, cores - 1)
+    return (
+        f"Use fewer torch threads than available cores (torch.set_num_threads({n}), or OMP_NUM_THREADS={n}), or "
+        "OMP_WAIT_POLICY=passive: torch's OpenMP threads spin while they wait for each other, on the cores the "
+        "threads they wait for need"
+    )
+
+
 def _sample_confidence(ctx: Context, floor: float = 0.6) -> float:
     """How much to trust a sampled attribution: grows with the number of samples behind it."""
     n = ctx.metrics.get("cpu.samples") or 0.0
@@ -162,31 +176,7 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
     wait_ms = round_ms * waiting
     if wait_ms < MIN_COUNTED_MS:
         return []  # below what the thread's CPU clock and the counters' reads can tell from working
-    # CPU time of the process's other threads, in cores: as much as the test thread waited, and it may have waited for
-    # them. A Python thread spinning beside a pure-Python body held the GIL about half of each round (the 2-core VM,
-    # 2026-11-29: the body ran 24.8 ms against 11.6 ms alone), which read as a wait "in" the body's own loop.
-    m = ctx.metrics
-    others = max(0.0, (m.get("cpu.process_utilisation") or 0.0) - (m.get("cpu.test_thread_busy") or 0.0))
-    own_threads = others >= OWN_THREADS_MIN * waiting
-    why = (
-        f" while the process's other threads used {others:.2f} cores: it may have waited for them (a Python thread "
-        "holding the GIL, or worker threads it handed work to)."
-        if own_threads
-        else ": sleeping, blocked on I/O or a lock, or waiting for worker threads."
-    )
-    suggestions = []
-    if own_threads:
-        suggestions.append(
-            Suggestion(
-                action="Keep the process's other threads from holding up the test thread: a Python thread running "
-                "beside the body takes the GIL in turns with it (move its work to a process, or pause it while "
-                "inference runs), and more worker threads than cores (torch.set_num_threads) keep it waiting for them",
-                rationale=f"the test thread was off CPU {wait_ms:.2f} ms per round while the process's other threads "
-                f"used {others:.2f} cores",
-                saving_ms=min(wait_ms, others * round_ms),
-                rule="off_cpu_wait",
-            )
-        )
+    why, suggestions = _waited_for_threads(ctx, waiting, round_ms)
     if not sites:
         action = "Find what the thread waits on (I/O, locks, sleeps) and overlap or remove it"
     elif sites[0][0] == EVENT_LOOP:
@@ -216,7 +206,7 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
                     f"where it waited {i}": f"{frame}{f', in {call}' if call else ''}: {ms:.2f} ms/round"
                     for i, (frame, call, ms) in enumerate(sites, 1)
                 },
-                "the process's other threads on CPU (cores)": round(others, 2),
+                "the process's other threads on CPU (cores)": round(_other_threads(ctx), 2),
             },
             suggestions=[
                 *suggestions,
@@ -227,6 +217,55 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
                     rule="off_cpu_wait",
                 ),
             ],
+        )
+    ]
+
+
+def _other_threads(ctx: Context) -> float:
+    """CPU time of the process's other threads over the round, in cores."""
+    m = ctx.metrics
+    return max(0.0, (m.get("cpu.process_utilisation") or 0.0) - (m.get("cpu.test_thread_busy") or 0.0))
+
+
+def _waited_for_threads(ctx: Context, waiting: float, round_ms: float) -> tuple[str, list[Suggestion]]:
+    """off_cpu_wait's why, and its suggestions about the process's own threads where it may have waited for them.
+
+    Where the process's other threads used as many cores as the test thread waited, it may have waited for them. A
+    Python thread spinning beside a pure-Python body held the GIL about half of each round (the 2-core VM,
+    2026-11-29: the body ran 24.8 ms against 11.6 ms alone), which read as a wait "in" the body's own loop. With more
+    torch threads than cores each parallel op waits for its last thread, itself waiting for a core (8 threads on the
+    2-core VM, 2026-11-29: the test thread off CPU 52% of the round while the others used 0.78 cores), which read as
+    a Python thread holding the GIL."""
+    m, wait_ms = ctx.metrics, round_ms * waiting
+    others = _other_threads(ctx)
+    if others < OWN_THREADS_MIN * waiting:
+        return ": sleeping, blocked on I/O or a lock, or waiting for worker threads.", []
+    threads, cores = m.get("cpu.torch_threads"), int(m.get("cpu.available_cores") or 1)
+    saving = min(wait_ms, others * round_ms)
+    if threads is not None and threads > cores:
+        why = (
+            f" while torch's {int(threads)} intra-op threads, on {cores} available cores, used {others:.2f} cores: it "
+            "waited for them in torch's parallel ops, each of which waits for its last thread, itself waiting for a "
+            "core."
+        )
+        rationale = (
+            f"{int(threads)} intra-op threads on {cores} cores; the test thread was off CPU {wait_ms:.2f} ms per "
+            f"round while they used {others:.2f} cores"
+        )
+        return why, [Suggestion(threads_action(cores), rationale, saving, "off_cpu_wait")]
+    why = (
+        f" while the process's other threads used {others:.2f} cores: it may have waited for them (a Python thread "
+        "holding the GIL, or worker threads it handed work to)."
+    )
+    return why, [
+        Suggestion(
+            action="Keep the process's other threads from holding up the test thread: a Python thread running "
+            "beside the body takes the GIL in turns with it (move its work to a process, or pause it while "
+            "inference runs), and more worker threads than cores (torch.set_num_threads) keep it waiting for them",
+            rationale=f"the test thread was off CPU {wait_ms:.2f} ms per round while the process's other threads "
+            f"used {others:.2f} cores",
+            saving_ms=saving,
+            rule="off_cpu_wait",
         )
     ]
 
@@ -406,11 +445,10 @@ def cpu_contention(ctx: Context) -> list[Finding]:
         if threads >= cores:
             suggestions.append(
                 Suggestion(
-                    f"Use fewer torch threads than available cores (torch.set_num_threads({max(1, cores - 1)})), "
-                    "so torch's own workers don't crowd out the thread that feeds them",
+                    threads_action(cores),
                     f"{int(threads)} intra-op threads on {cores} available cores; {round(switches)} involuntary "
-                    "context switches per round",
-                    wait_ms * 0.5,
+                    f"context switches per round; the test thread waited for a core {wait_ms:.2f} ms per round",
+                    wait_ms,  # the spinning threads' partners waited for those cores: fewer threads, no such wait
                     "cpu_contention",
                 )
             )

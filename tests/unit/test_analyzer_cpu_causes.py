@@ -1,0 +1,52 @@
+"""The CPU-only causes the rules name on workloads a user writes (docs/scenarios.md, CPU-only workloads)."""
+
+from __future__ import annotations
+
+import pytest
+from test_analyzer import build
+
+from pytest_inferscope.analyzer import analyze
+from pytest_inferscope.events import RawTrace
+from pytest_inferscope.merger import merge
+
+
+def _process_cpu(raw: RawTrace, cores: float) -> RawTrace:
+    """The trace with the process using `cores` of CPU over each round, its system time kept."""
+    for row in raw.meta["rounds"]:  # type: ignore[union-attr]
+        row["user_ns"] = int(row["wall_ns"] * cores) - row["sys_ns"]
+    return raw
+
+
+def test_a_wait_for_more_torch_threads_than_cores_names_the_thread_setting() -> None:
+    # torch.set_num_threads(8) in a fixture, 30 tanh(a @ b) of 512x512 on the 2-core VM (2026-11-29): the test thread on
+    # CPU 17% of the round, waiting for a core 31%, the process at 0.95 cores. The wait read "it may have waited for
+    # them (a Python thread holding the GIL, or worker threads)", the first suggestion was about a Python thread and
+    # the GIL, the second "Remove or overlap the wait in test_work:matmuls", and the thread setting came fourth.
+    raw = build(cpu_busy=0.17, runqueue=0.31, samples=[("t:matmuls (t.py:3)", 0.95)],
+                meta={"torch_threads": 8, "cpu_affinity": 2})  # fmt: skip
+    a = analyze(merge(_process_cpu(raw, 0.95)))
+    (f,) = [f for f in a.findings if f.rule == "off_cpu_wait"]
+    assert "8 intra-op threads" in f.summary and "2 available cores" in f.summary and "GIL" not in f.summary, f.summary
+    first = a.suggestions[0]
+    # Fewer threads than cores where other processes share them: on 2 threads OpenMP's spinning took 5x the time.
+    assert first.action.startswith("Use fewer torch threads than available cores (torch.set_num_threads(1)"), first
+    assert "OMP_WAIT_POLICY=passive" in first.action
+    assert first.saving_ms == pytest.approx(5.2, rel=0.01)  # the wait: the 52% of each 10 ms round the thread was off
+    assert not any("GIL" in s.action for s in f.suggestions), [s.action for s in f.suggestions]
+    # torch at as many threads as cores, the same process CPU: a wait for the process's other threads, the GIL's case.
+    fits = build(cpu_busy=0.17, runqueue=0.31, samples=[("t:matmuls (t.py:3)", 0.95)],
+                 meta={"torch_threads": 2, "cpu_affinity": 2})  # fmt: skip
+    (g,) = [f for f in analyze(merge(_process_cpu(fits, 0.95))).findings if f.rule == "off_cpu_wait"]
+    assert "GIL" in g.summary and "intra-op" not in g.summary, g.summary
+
+
+def test_torch_threads_spinning_on_cores_other_processes_share_are_worth_the_wait_for_a_core() -> None:
+    # torch at its 2 threads on the 2-core VM shared with other processes (2026-11-29): waiting for a core 50% of the
+    # round, told "torch.set_num_threads(1)" fourth, saving half that wait (31 ms of 126); on 1 thread, or with
+    # OMP_WAIT_POLICY=passive, the same call took a median 76-119 ms against 517-736 (OpenMP's threads spin).
+    raw = build(cpu_busy=0.48, runqueue=0.5, samples=[("t:matmuls (t.py:3)", 0.95)],
+                meta={"torch_threads": 2, "cpu_affinity": 2})  # fmt: skip
+    a = analyze(merge(_process_cpu(raw, 1.0)))
+    (f,) = [f for f in a.findings if f.rule == "cpu_contention"]
+    (s,) = [s for s in f.suggestions if "set_num_threads" in s.action]
+    assert "OMP_WAIT_POLICY=passive" in s.action and s.saving_ms == pytest.approx(5.0, rel=0.01), s
