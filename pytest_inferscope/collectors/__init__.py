@@ -24,6 +24,7 @@ from ..options import sampler_in_use
 from ..results import CollectorInfo
 from ..rounds import RAISED_FLAG, RoundKind, kind_flags, row_kind
 from ..stackbase import fresh_chunk
+from . import pygc
 from .compiles import CompileLog
 from .cpu import Sampler, SamplerThread, SignalSampler
 from .devsync import DeviceSync
@@ -186,6 +187,7 @@ class Collection:
         self.memory = MemoryCollector()
         self.compiles: CompileLog | None = None  # torch.compile's compilations, read at the start and the stop
         self.proc: ProcFiles | None = None  # open while collecting, on the thread that started
+        self.gc: pygc.GcClock | None = None  # times the test thread's garbage collections while collecting
         self._devsync = DeviceSync()  # the end-of-round wait when no GPU backend collects
         self._after: tuple[int, Counters] | None = None  # the last round's end counters, and when they were read
         self.sampler: Sampler | None = None
@@ -251,6 +253,7 @@ class Collection:
                 self.modules, self.modules_note = tracker, f"torch.nn.Module forwards to depth {self.options.modules}"
             else:
                 self.modules_note = "asked for, but torch was not imported (or too old for global module hooks)"
+        self.gc = pygc.start()
         self.proc = ProcFiles()
         self._running = True
         self.t0 = host_clock_ns()
@@ -292,6 +295,8 @@ class Collection:
             self.gpu_session.stop()
             if self.proc is not None:
                 self.proc.close()
+            if self.gc is not None:
+                pygc.stop(self.gc)
             self._devsync.release()
             _active = None
             self._running = False

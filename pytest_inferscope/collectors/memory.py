@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any
 
+from . import pygc
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 #: Bytes read of a procfs file at once: /proc/self/status is ~1.5 kB, statm and schedstat under 100 bytes.
 _PROC_READ = 16384
@@ -147,11 +149,16 @@ class Counters:
     nivcsw: int
     runqueue_ns: int  # the calling thread's time runnable but waiting for a core (contention)
     rss: int
+    gc_ns: int = 0  # the test thread's time in Python's garbage collector (pygc), and its collections
+    gc_collections: int = 0
+    gc_full: int = 0
+    gc_collected: int = 0
 
     @classmethod
     def now(cls, proc: ProcFiles | None = None) -> Counters:
         """The counters now; `proc` (opened on the calling thread) reads procfs without opening files."""
         ru = resource.getrusage(resource.RUSAGE_SELF)
+        gc_ns, gc_collections, gc_full, gc_collected = pygc.totals()
         return cls(
             runqueue_ns=proc.runqueue_ns() if proc is not None else read_schedstat()[1],
             wall_ns=time.perf_counter_ns(),
@@ -163,6 +170,10 @@ class Counters:
             nvcsw=ru.ru_nvcsw,
             nivcsw=ru.ru_nivcsw,
             rss=proc.rss() if proc is not None else read_rss(),
+            gc_ns=gc_ns,
+            gc_collections=gc_collections,
+            gc_full=gc_full,
+            gc_collected=gc_collected,
         )
 
     def delta(self, later: Counters) -> dict[str, int]:

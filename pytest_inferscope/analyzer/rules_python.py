@@ -1,0 +1,72 @@
+"""Rules about the Python side of a CPU-only body: the garbage collector's time in the test thread.
+
+(The CPU and memory rules are in `rules.py`; the package's DEFAULT_RULES lists these too.)
+"""
+
+from __future__ import annotations
+
+from ..results import Finding, Suggestion
+from .base import MIN_COUNTED_MS
+from .context import Context
+
+#: The test thread's share of the round in Python's garbage collector from which it is a finding.
+GC_MIN = 0.1
+
+GC_ACTION = (
+    "Keep Python's garbage collector out of the inference call: gc.freeze() once the model is loaded (its objects "
+    "leave the collector's generations), no reference cycles in per-call objects (they are what only the collector "
+    "frees), or gc.disable() around the call and gc.collect() between batches"
+)
+
+
+def python_gc(ctx: Context) -> list[Finding]:
+    """The test thread spent GC_MIN of the round or more in Python's garbage collector (collectors/pygc.py).
+
+    The collector runs inside the call whose allocation crossed a generation's threshold, so the stack samples charge
+    its time to that call; the per-round counters time it apart. Its time is the test thread's CPU work: cpu_bound
+    without GPU data; with it, the GPU rules say whether the host held the device up, and this finding has no class.
+    """
+    c, r = ctx.rounds.counters, ctx.rounds
+    gc_ns = c.get("gc_ns", 0.0)
+    share = gc_ns / max(1, r.wall_ns)
+    gc_ms = r.per_round_ms(gc_ns)
+    if share < GC_MIN or gc_ms < MIN_COUNTED_MS:
+        return []
+    n = max(1.0, c.get("rounds", 1.0))
+    collections, full, freed = (c.get(k, 0.0) / n for k in ("gc_collections", "gc_full", "gc_collected"))
+    spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0]
+    where = (
+        f"; the stack samples charge it to the calls that allocated when it ran (hottest: "
+        f"{spots[0].function.split(' (')[0]}, {spots[0].self_ms:.2f} ms/round)"
+        if spots
+        else ""
+    )
+    return [
+        Finding(
+            rule="python_gc",
+            title="Python's garbage collector takes the round",
+            summary=f"Python's garbage collector ran {gc_ms:.2f} ms per round in the test thread ({share:.1%} of the "
+            f"round): {collections:.0f} collections a round, {full:.0f} of them full, freeing {freed:.0f} objects "
+            f"a round{where}.",
+            cause=None if ctx.gpu.collected else "cpu_bound",
+            share=min(1.0, share),
+            confidence=0.9,  # timed by the collector's own callbacks, not sampled
+            evidence={
+                "collector time per round (ms)": round(gc_ms, 3),
+                "share of the round": f"{share:.1%}",
+                "collections per round": round(collections),
+                "full (generation 2) collections per round": round(full),
+                "objects freed per round (reference cycles)": round(freed),
+            },
+            suggestions=[
+                Suggestion(
+                    action=GC_ACTION,
+                    rationale=f"{gc_ms:.2f} ms per round ({share:.1%}) is the collector's, in {collections:.0f} "
+                    "collections",
+                    saving_ms=gc_ms,
+                    rule="python_gc",
+                )
+            ],
+            events=ctx.refs(r.round_idx, 3),
+        )
+    ]
