@@ -1,13 +1,23 @@
-"""Rules about the Python side of a CPU-only body: the garbage collector's time in the test thread.
+"""Rules about the Python side of a CPU-only body: the garbage collector's time in the test thread, and dropout
+that runs (a model left in training mode).
 
 (The CPU and memory rules are in `rules.py`; the package's DEFAULT_RULES lists these too.)
 """
 
 from __future__ import annotations
 
+import re
+
 from ..results import Finding, Suggestion
 from .base import MIN_COUNTED_MS
 from .context import Context
+
+#: Sampled time in torch's functional dropout, as a share of the round, from which the model is said to be in training
+#: mode. In eval mode dropout returns its input: an MLP's two Dropout layers sampled 0.2% of the round in eval mode,
+#: 38% in training mode (the 2-core VM, 2026-11-29).
+DROPOUT_MIN = 0.05
+#: torch.nn.functional's dropouts, as the sampler names their frames (the native op runs inside them: their self time).
+_DROPOUT = re.compile(r"^functional:(?:feature_)?(?:alpha_)?dropout(?:[123]d)? \(.*torch[\\/]nn[\\/]functional\.py:")
 
 #: The test thread's share of the round in Python's garbage collector from which it is a finding.
 GC_MIN = 0.1
@@ -68,5 +78,44 @@ def python_gc(ctx: Context) -> list[Finding]:
                 )
             ],
             events=ctx.refs(r.round_idx, 3),
+        )
+    ]
+
+
+def dropout_active(ctx: Context) -> list[Finding]:
+    """Dropout took DROPOUT_MIN of the round or more in the samples (or the traced calls): it does work only in training
+    mode, so the model, or a module in it, was left in training mode (`model.eval()` not called). No class: the time
+    is the CPU-bound or GPU rules' as well; this says why some of it is there."""
+    spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0 and _DROPOUT.match(h.function)]
+    round_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns)
+    ms = sum(h.self_ms for h in spots)
+    share = ms / round_ms if round_ms else 0.0
+    if share < DROPOUT_MIN or ms < MIN_COUNTED_MS:
+        return []
+    samples = ctx.metrics.get("cpu.samples") or 0.0
+    return [
+        Finding(
+            rule="dropout_active",
+            title="Dropout runs: the model is in training mode",
+            summary=f"Dropout ran {ms:.2f} ms per round ({share:.1%} of the round) in "
+            f"{spots[0].function.split(' (')[0]}: in eval mode it returns its input, so the model (or a module in "
+            "it) was left in training mode, which also makes BatchNorm use and update the batch's statistics.",
+            cause=None,
+            share=min(1.0, share),
+            confidence=0.6 + 0.4 * min(1.0, samples / 30),  # sampled: as sure as the samples behind it
+            evidence={
+                "dropout per round (ms)": round(ms, 3),
+                "share of the round": f"{share:.1%}",
+                **{f"dropout {i}": h.function for i, h in enumerate(spots[:3], 1)},
+            },
+            suggestions=[
+                Suggestion(
+                    action="Put the model in eval mode for inference (model.eval()): dropout then returns its input "
+                    "and BatchNorm uses its running statistics",
+                    rationale=f"dropout ran {ms:.2f} ms per round ({share:.1%}), work it does only in training mode",
+                    saving_ms=ms,
+                    rule="dropout_active",
+                )
+            ],
         )
     ]
