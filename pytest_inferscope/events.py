@@ -32,7 +32,8 @@ class Kind(enum.IntEnum):
     SCOPE = 3  # a user scope (`scope()` / fixture)
     MODULE = 4  # a torch.nn.Module forward
     MARK = 5  # `mark_event`; value = index into the attrs list
-    SAMPLE = 6  # CPU stack sample; name = folded stack, [start, end) = time it stands for, value = leaf's line
+    SAMPLE = 6  # CPU stack sample; name = folded stack, [start, end) = time it stands for, value = leaf's line,
+    #             flags: `sample_flags` (the thread's CPU time over it)
     MEMORY = 7  # host memory counter; value = RSS bytes, flags = MemoryFlag
     CALL = 8  # a Python function call (full call tracing mode), or an imported trace's op or frame; flags: CallFlag
     KERNEL = 10  # GPU kernel
@@ -100,6 +101,23 @@ class CallFlag(enum.IntFlag):
 
     FRAME = 0  # a Python function
     OP = 1  # an operator (an imported torch.profiler trace's `cpu_op`: aten::mm, ...)
+
+
+#: A SAMPLE record's flags: bit 0 set where the sampler read the thread's CPU clock, and the µs the thread was on a CPU
+#: over the time the sample stands for in bits 1-31. 0: not known (a trace recorded before, an imported one).
+SAMPLE_CPU_KNOWN = 1
+_SAMPLE_CPU_MAX_US = (1 << 31) - 1
+
+
+def sample_flags(on_cpu_ns: int) -> int:
+    """A sample's flags for the thread's CPU time over the time it stands for."""
+    return SAMPLE_CPU_KNOWN | min(max(0, on_cpu_ns) // 1000, _SAMPLE_CPU_MAX_US) << 1
+
+
+def sample_on_cpu_ns(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of `sample_flags`, vectorised: (whether it is known, the ns on a CPU)."""
+    f = np.asarray(flags, dtype=np.uint32)
+    return (f & SAMPLE_CPU_KNOWN).astype(bool), (f >> 1).astype(np.int64) * 1000
 
 
 class MemoryFlag(enum.IntFlag):

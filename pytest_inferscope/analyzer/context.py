@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..caching import cached_property
-from ..events import GPU_KINDS, Kind
+from ..events import GPU_KINDS, Kind, sample_on_cpu_ns
 from ..merger import Timeline
 from ..results import BreakdownPart, EventRef, Hotspot, ScopeStat
 from .base import _MS, LAUNCH_GAP_NS, MIN_COUNTED_MS, Rounds, event_refs, overlap_ns, union_ns
@@ -86,12 +86,29 @@ class CpuView:
             dur = overlap_ns(ev["start"][sel], ev["end"][sel], ev["start"][rounds], ev["end"][rounds])
         else:  # no round spans (a trace recorded without them): every sample whole
             dur = (ev["end"][sel] - ev["start"][sel]).astype(float)
-        names = ev["name"][sel]
-        if not len(names):
-            return {}
-        weights = np.bincount(names, weights=dur)
-        nz = weights.nonzero()[0]
-        return {int(i): float(weights[i]) for i in nz}
+        return _by_name(ev["name"][sel], dur)
+
+    @cached_property
+    def off_cpu_weights(self) -> dict[int, float]:
+        """`sample_weights` off a CPU: each sample's time in the measured rounds less the thread's CPU time over it
+        (events.sample_flags: the sampler reads the thread's CPU clock; its share, where the sample reaches outside
+        the rounds), where every sample there says it; else `sample_weights` (a trace recorded before the samples said
+        it, an imported one: every sampled ms counts, as before)."""
+        ev, r = self.timeline.events, self.rounds
+        sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]
+        sel = sel[r.in_rounds[sel]]
+        known, on_cpu = sample_on_cpu_ns(ev["flags"][sel])
+        if not len(sel) or not known.all():
+            return self.sample_weights
+        span = (ev["end"][sel] - ev["start"][sel]).astype(float)
+        rounds = r.round_idx
+        dur = (
+            overlap_ns(ev["start"][sel], ev["end"][sel], ev["start"][rounds], ev["end"][rounds])
+            if len(rounds)
+            else span
+        )
+        off = np.clip(1.0 - on_cpu / np.maximum(span, 1.0), 0.0, 1.0)
+        return _by_name(ev["name"][sel], dur * off)
 
     @cached_property
     def hotspots(self) -> list[Hotspot]:
@@ -194,10 +211,13 @@ class CpuView:
 
     @cached_property
     def wait_sites(self) -> list[tuple[str, str, float]]:
-        """The sampled time by `wait_site` (frame, library call, ms per round), largest first: where the test thread
-        was, named at the user's call (off-CPU time has no samples of its own: they say where the thread was)."""
+        """The sampled time off a CPU by `wait_site` (frame, library call, ms per round), largest first: where the
+        test thread was while off CPU, named at the user's call. Off CPU counts the wait for a core too (the thread's
+        CPU clock does not tell them apart). Where the samples do not say how long the thread was on a CPU, every
+        sampled ms counts: a body waiting 30 ms on a socket, then running a forward, was told to remove "the wait in
+        linear:Linear.forward", where it computed (the 2-core VM, 2026-11-29)."""
         tally: dict[tuple[str, str], float] = {}
-        for name, w in self.sample_weights.items():
+        for name, w in self.off_cpu_weights.items():
             frames = self.timeline.strings[name].split(";")
             if frames != ["<harness>"]:
                 site = wait_site(frames)
@@ -336,6 +356,14 @@ class CpuView:
             return BreakdownPart(label, None, None, collected=False, reason=reason)
         fw = self.framework_ns
         return BreakdownPart(label, self.rounds.per_round_ms(fw), fw / max(1, self.rounds.wall_ns))
+
+
+def _by_name(names: np.ndarray, weights: np.ndarray) -> dict[int, float]:
+    """Summed weights per name id, the zeros left out."""
+    if not len(names):
+        return {}
+    sums = np.bincount(names, weights=weights)
+    return {int(i): float(sums[i]) for i in sums.nonzero()[0]}
 
 
 _LABEL_LINE = re.compile(r"^(?P<head>.*) \((?P<path>.+):(?P<line>\d+)\)$")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 
 from ..buffer import TraceBuffer
-from ..events import Kind, MemoryFlag, host_clock_ns
+from ..events import Kind, MemoryFlag, host_clock_ns, sample_flags
 from ..options import CLOCK_NOT_BUILT
 from .memory import RssFile
 
@@ -111,6 +111,8 @@ class Sampler:
     def start(self) -> None:
         self._last = host_clock_ns()
         self._last_mem = 0
+        self._cpu_clock = _thread_cpu_clock(self.target_ident)
+        self._last_cpu = _read_cpu(self._cpu_clock)
         if self._host is not None:
             self._host.run(self)
         else:
@@ -184,11 +186,11 @@ class Sampler:
                 break
 
     def _take(self, frame: FrameType, record: Callable[..., bool], read_rss: Callable[[], int]) -> None:
-        """One sample of `frame`'s stack, and the RSS every MEMORY_SAMPLE_NS."""
+        """One sample of `frame`'s stack, the test thread's CPU clock, and the RSS every MEMORY_SAMPLE_NS."""
         name = self._stack_name(frame)
         line = frame.f_lineno or 0  # the line the leaf frame was on (the name has its function's first line)
-        now = host_clock_ns()
-        self._put(record, name, line, now, self._rss_due(now, read_rss))
+        now, cpu = host_clock_ns(), _read_cpu(self._cpu_clock)
+        self._put(record, name, line, now, self._rss_due(now, read_rss), cpu)
         self.samples += 1
 
     def _rss_due(self, now: int, read_rss: Callable[[], int]) -> int | None:
@@ -198,13 +200,34 @@ class Sampler:
         self._last_mem = now
         return read_rss()
 
-    def _put(self, record: Callable[..., bool], name: int, line: int, now: int, rss: int | None) -> None:
-        """Record a sample, weighted by the time since the last, and the RSS read with it (if any)."""
-        record(Kind.SAMPLE, name, self._last, now, value=line, tid=self.target_tid)
-        self._last = now
+    def _put(self, record: Callable[..., bool], name: int, line: int, now: int, rss: int | None, cpu: int) -> None:
+        """Record a sample, weighted by the time since the last, with the thread's CPU time over it (`cpu`: its CPU
+        clock now, -1 where it cannot be read), and the RSS read with it (if any)."""
+        on_cpu = sample_flags(cpu - self._last_cpu) if cpu >= 0 and self._last_cpu >= 0 else 0
+        record(Kind.SAMPLE, name, self._last, now, value=line, tid=self.target_tid, flags=on_cpu)
+        self._last, self._last_cpu = now, cpu
         if rss is not None:
             self.rss_peak = max(self.rss_peak, rss)
             record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
+
+
+def _thread_cpu_clock(ident: int) -> int | None:
+    """The CPU-time clock of the thread `ident` (threading's), None where the platform has none."""
+    try:
+        return time.pthread_getcpuclockid(ident)
+    except (AttributeError, OSError):
+        return None
+
+
+def _read_cpu(clock: int | None) -> int:
+    """A thread's CPU time in ns from its clock (`_thread_cpu_clock`): a system call that keeps the GIL, ~1 µs on the
+    2-core VM; -1 where there is no clock or the thread is gone."""
+    if clock is None:
+        return -1
+    try:
+        return time.clock_gettime_ns(clock)
+    except OSError:
+        return -1
 
 
 try:  # the sampler clock in C (native/_tick.c): without it (no C compiler at install), the thread samples
@@ -284,7 +307,9 @@ class SignalSampler(Sampler):
         assert _tick is not None  # unavailable() said so
         self._last = host_clock_ns()
         self._last_mem = 0
-        self._taken: list[tuple[tuple[int, ...], int, int, int | None]] = []  # (stack key, line, when, RSS or None)
+        self._last_cpu = time.thread_time_ns()  # started on the test thread, whose CPU clock the handler reads
+        # (stack key, line, when, RSS or None, the thread's CPU clock)
+        self._taken: list[tuple[tuple[int, ...], int, int, int | None, int]] = []
         self._busy = False  # the handler is running (a signal then is skipped)
         self._rss = RssFile()
         _ticking = self
@@ -304,10 +329,10 @@ class SignalSampler(Sampler):
         if frame is None or self._busy:
             return  # a signal that came while the handler ran (a slowed machine): its frame would be the handler's
         self._busy = True
-        began = time.thread_time_ns()  # the handler's CPU, in the test thread: its whole cost
+        began = time.thread_time_ns()  # the handler's CPU, in the test thread: its whole cost (and its CPU clock)
         try:
             now = host_clock_ns()
-            self._taken.append((_stack_key(frame), frame.f_lineno or 0, now, self._rss_due(now, self._rss.rss)))
+            self._taken.append((_stack_key(frame), frame.f_lineno or 0, now, self._rss_due(now, self._rss.rss), began))
             self.samples += 1
         finally:
             self.cost_ns += time.thread_time_ns() - began
@@ -319,8 +344,8 @@ class SignalSampler(Sampler):
         _tick.stop()  # nothing sent after it returns; a signal on its way finds _ticking None
         _ticking = None
         self._rss.close()
-        for key, line, now, rss in self._taken:
-            self._put(self.buffer.record, self._name_of(key), line, now, rss)
+        for key, line, now, rss, cpu in self._taken:
+            self._put(self.buffer.record, self._name_of(key), line, now, rss, cpu)
         self._taken = []
         self._done.set()
 

@@ -6,7 +6,7 @@ import pytest
 from test_analyzer import build
 
 from pytest_inferscope.analyzer import analyze
-from pytest_inferscope.events import RawTrace
+from pytest_inferscope.events import Kind, RawTrace, sample_flags
 from pytest_inferscope.merger import merge
 
 
@@ -72,3 +72,31 @@ def test_dropout_that_takes_time_is_a_model_left_in_training_mode() -> None:
     # In eval mode dropout returns its input: the odd sample in it is no finding.
     evaluated = build(cpu_busy=0.98, samples=[(stack + _LINEAR, 0.9), (stack + _DROPOUT, 0.003)])
     assert not any(f.rule == "dropout_active" for f in analyze(merge(evaluated)).findings)
+
+
+def _sampled_cpu(raw: RawTrace, on_cpu: dict[str, float]) -> RawTrace:
+    """The trace with each sample of a stack ending in a key of `on_cpu` marked on CPU that share of its time."""
+    ev = raw.events
+    for i in (ev["kind"] == Kind.SAMPLE).nonzero()[0]:
+        leaf = raw.strings[ev["name"][i]].rsplit(";", 1)[-1]
+        dur = int(ev["end"][i] - ev["start"][i])
+        ev["flags"][i] = sample_flags(int(dur * on_cpu[leaf]))
+    return raw
+
+
+def test_a_wait_is_named_where_the_samples_were_off_cpu_not_where_most_samples_were() -> None:
+    # A body that waits 30 ms on a socket, then runs a forward (the 2-core VM, 2026-11-29): off CPU 43% of the round,
+    # told "Remove or overlap the wait in linear:Linear.forward", where it computed (34.7 ms sampled there, 27.7 in
+    # the body's own frame, the socket's recv a C call).
+    body, fwd = "t:test_socket (t.py:3)", "linear:Linear.forward (torch/nn/modules/linear.py:130)"
+    raw = build(cpu_busy=0.55, samples=[(body, 0.4), (f"{body};{fwd}", 0.55)])
+    a = analyze(merge(_sampled_cpu(raw, {body: 0.0, fwd: 1.0})))
+    (f,) = [f for f in a.findings if f.rule == "off_cpu_wait"]
+    assert f.suggestions[-1].action == "Remove or overlap the wait in t:test_socket", f.suggestions
+    assert f.suggestions[-1].saving_ms == pytest.approx(4.0, rel=0.02)
+    assert f.evidence["where it waited 1"] == "t:test_socket (t.py:3): 4.00 ms/round", f.evidence
+    assert "where it waited 2" not in f.evidence  # the forward's samples were on CPU throughout
+    # A trace whose samples do not say (recorded before, or imported): every sampled ms counts, as before.
+    old = analyze(merge(build(cpu_busy=0.55, samples=[(body, 0.4), (f"{body};{fwd}", 0.55)])))
+    (g,) = [f for f in old.findings if f.rule == "off_cpu_wait"]
+    assert g.evidence["where it waited 1"].startswith("linear:Linear.forward"), g.evidence
