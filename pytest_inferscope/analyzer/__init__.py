@@ -19,7 +19,7 @@ from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cp
 from .rules_comm import communication, peer_wait, peer_wait_note
 from .rules_compile import torch_compile, torch_compile_graph_breaks
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
-from .rules_python import dropout_active, python_gc
+from .rules_python import dataloader_workers, dropout_active, python_gc
 from .rules_transfer import gpu_memory_pressure, transfers
 from .whatif import WhatIf, diagnose
 from .whatif_memory import memory_whatifs
@@ -31,6 +31,7 @@ DEFAULT_RULES: list[Rule] = [
     memory_pressure,
     python_gc,
     dropout_active,
+    dataloader_workers,
     gpu_saturation,
     communication,
     peer_wait,

@@ -1,5 +1,5 @@
-"""Rules about the Python side of a CPU-only body: the garbage collector's time in the test thread, and dropout
-that runs (a model left in training mode).
+"""Rules about the Python side of a CPU-only body: the garbage collector's time in the test thread, dropout that
+runs (a model left in training mode), a multi-process DataLoader's workers started, stopped and waited for.
 
 (The CPU and memory rules are in `rules.py`; the package's DEFAULT_RULES lists these too.)
 """
@@ -117,5 +117,81 @@ def dropout_active(ctx: Context) -> list[Finding]:
                     rule="dropout_active",
                 )
             ],
+        )
+    ]
+
+
+#: The sampled share of the round a multi-process DataLoader's workers take (started, stopped, waited for) from which
+#: it is a finding.
+DATALOADER_MIN = 0.1
+_MP_ITER = "dataloader:_MultiProcessingDataLoaderIter."
+
+
+def _dataloader_parts(ctx: Context) -> tuple[float, float, float]:
+    """Sampled ns in a multi-process DataLoader's workers' start, their stop, and the wait for their batches, each
+    sample in the first of these its stack shows (the stop runs inside `_next_data`, at the end of the batches)."""
+    start = stop = wait = 0.0
+    for name, w in ctx.cpu.sample_weights.items():
+        folded = ctx.timeline.strings[name]
+        if _MP_ITER not in folded:
+            continue
+        if f"{_MP_ITER}_shutdown_workers " in folded:
+            stop += w
+        elif f"{_MP_ITER}__init__ " in folded:
+            start += w
+        elif f"{_MP_ITER}_next_data " in folded:
+            wait += w
+    return start, stop, wait
+
+
+def dataloader_workers(ctx: Context) -> list[Finding]:
+    """A multi-process DataLoader (num_workers > 0) in the body: its workers' start and stop (every time it is iterated
+    anew, without persistent_workers) and the wait for their batches took DATALOADER_MIN of the round or more, in the
+    samples. No class: the time is the CPU rules' too (starting processes, waiting for them)."""
+    start, stop, wait = (ctx.rounds.per_round_ms(ns) for ns in _dataloader_parts(ctx))
+    round_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns)
+    total = start + stop + wait
+    share = total / round_ms if round_ms else 0.0
+    if share < DATALOADER_MIN or total < MIN_COUNTED_MS:
+        return []
+    cores = int(ctx.metrics.get("cpu.available_cores") or 1)
+    suggestions = []
+    if start + stop > 0:
+        suggestions.append(
+            Suggestion(
+                action="Start the DataLoader's workers once: persistent_workers=True on a DataLoader made once (a "
+                "fixture) and iterated in the body, or num_workers=0 where a batch is cheap to make",
+                rationale=f"{start + stop:.2f} ms per round go to starting and stopping its worker processes",
+                saving_ms=start + stop,
+                rule="dataloader_workers",
+            )
+        )
+    if wait > 0:
+        suggestions.append(
+            Suggestion(
+                action="Have the batches ready before the test thread asks: lighter per-item work in the Dataset "
+                f"(vectorised, or done once), or the items loaded in the main process; the workers share the {cores} "
+                "available cores with the forward",
+                rationale=f"the test thread waited {wait:.2f} ms per round for the workers' batches",
+                saving_ms=wait,
+                rule="dataloader_workers",
+            )
+        )
+    return [
+        Finding(
+            rule="dataloader_workers",
+            title="DataLoader workers take the round",
+            summary=f"A multi-process DataLoader took {total:.2f} ms per round ({share:.1%}): {start:.2f} ms starting "
+            f"its workers, {stop:.2f} ms stopping them and {wait:.2f} ms waiting for their batches.",
+            cause=None,
+            share=min(1.0, share),
+            confidence=0.6 + 0.4 * min(1.0, (ctx.metrics.get("cpu.samples") or 0.0) / 30),
+            evidence={
+                "starting the workers per round (ms)": round(start, 3),
+                "stopping the workers per round (ms)": round(stop, 3),
+                "waiting for the workers' batches per round (ms)": round(wait, 3),
+                "cores available to the process": cores,
+            },
+            suggestions=suggestions,
         )
     ]

@@ -100,3 +100,34 @@ def test_a_wait_is_named_where_the_samples_were_off_cpu_not_where_most_samples_w
     old = analyze(merge(build(cpu_busy=0.55, samples=[(body, 0.4), (f"{body};{fwd}", 0.55)])))
     (g,) = [f for f in old.findings if f.rule == "off_cpu_wait"]
     assert g.evidence["where it waited 1"].startswith("linear:Linear.forward"), g.evidence
+
+
+_DL = "dataloader:{} (torch/utils/data/dataloader.py:1)"
+
+
+def test_dataloader_workers_started_and_stopped_every_round_are_named() -> None:
+    # A DataLoader of 64 items, num_workers=2, built and iterated in the body (the 2-core VM, 2026-11-29): cpu_bound,
+    # "Speed up linear:Linear.forward"; the workers' start (28.7 ms a round), stop (31.3) and the wait for their
+    # batches (24.1) of a 221 ms round were not named. With num_workers=0 the round took 47 ms.
+    body = "t:test_loader (t.py:3)"
+    start = f"{body};{_DL.format('DataLoader.__iter__')};{_DL.format('_MultiProcessingDataLoaderIter.__init__')}"
+    nxt = (
+        f"{body};{_DL.format('_BaseDataLoaderIter.__next__')};{_DL.format('_MultiProcessingDataLoaderIter._next_data')}"
+    )
+    stop = f"{nxt};{_DL.format('_MultiProcessingDataLoaderIter._shutdown_workers')};process:BaseProcess.join (p.py:1)"
+    wait = f"{nxt};{_DL.format('_MultiProcessingDataLoaderIter._get_data')};selectors:S.select (s.py:1)"
+    fwd = f"{body};linear:Linear.forward (torch/nn/modules/linear.py:130)"
+    raw = build(cpu_busy=0.6, samples=[(start, 0.13), (stop, 0.14), (wait, 0.11), (fwd, 0.6)])
+    a = analyze(merge(raw))
+    (f,) = [f for f in a.findings if f.rule == "dataloader_workers"]
+    assert f.share == pytest.approx(0.38, rel=0.01), f.share
+    assert f.evidence["starting the workers per round (ms)"] == pytest.approx(1.3, rel=0.01)
+    assert f.evidence["stopping the workers per round (ms)"] == pytest.approx(1.4, rel=0.01)
+    assert f.evidence["waiting for the workers' batches per round (ms)"] == pytest.approx(1.1, rel=0.01)
+    persistent, more = f.suggestions
+    assert "persistent_workers=True" in persistent.action and persistent.saving_ms == pytest.approx(2.7, rel=0.01)
+    assert more.saving_ms == pytest.approx(1.1, rel=0.01)
+    # Batches from the main process (num_workers=0), or persistent workers that had the batches ready: no finding.
+    ready = build(cpu_busy=0.9, samples=[(f"{nxt};{_DL.format('_MultiProcessingDataLoaderIter._get_data')}", 0.02),
+                                         (fwd, 0.9)])  # fmt: skip
+    assert not any(f.rule == "dataloader_workers" for f in analyze(merge(ready)).findings)
