@@ -209,6 +209,22 @@ class CpuView:
             tally[leaf] = tally.get(leaf, 0.0) + float(ev["end"][i] - t0)
         return sorted(((k_, per_round(v)) for k_, v in tally.items()), key=lambda kv: -kv[1])
 
+    def hottest_lines(self, functions: list[str]) -> dict[str, tuple[str, float]]:
+        """Each function's hottest sampled line (the samples keep the leaf's line): its label at that line, with the
+        source where readable (`at_line`), and its ms per round. A body whose own frame is hot spends the time in C
+        calls on its lines (`torch.tensor(a_list)`, `.tolist()`): the function alone leaves the user to find which."""
+        r = self.rounds
+        ev = self.timeline.events
+        out: dict[str, tuple[str, float]] = {}
+        if not functions or not len(r.round_idx):
+            return out
+        heads = {fn.split(" (")[0]: fn for fn in functions}
+        for label, ms in self.samples_inside(ev["start"][r.round_idx], ev["end"][r.round_idx], lines=True):
+            fn = heads.get(label.split(" (")[0])
+            if fn is not None and fn not in out and label != fn:  # the label at a line, largest first
+                out[fn] = (label, ms)
+        return out
+
     @cached_property
     def wait_sites(self) -> list[tuple[str, str, float]]:
         """The sampled time off a CPU by `wait_site` (frame, library call, ms per round), largest first: where the
@@ -377,6 +393,18 @@ def at_line(label: str, line: int) -> str:
     source = linecache.getline(m["path"], line).strip()
     shown = f": `{source[:77] + '...' if len(source) > 80 else source}`" if source else ""
     return f"{m['head']} ({m['path']}:{line}{shown})"
+
+
+_AT_LINE = re.compile(r"^.* \((?P<path>.+?):(?P<line>\d+)(?:: (?P<source>`.*`))?\)$")
+
+
+def at_short(line: tuple[str, float] | None) -> str:
+    """ ", at file.py:42 `source`" for a hottest line (`CpuView.hottest_lines`), "" without one."""
+    m = _AT_LINE.match(line[0]) if line else None
+    if m is None:
+        return ""
+    source = f" {m['source']}" if m["source"] else ""
+    return f", at {m['path'].replace(chr(92), '/').rsplit('/', 1)[-1]}:{m['line']}{source}"
 
 
 class Context:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..results import Finding, Suggestion
 from .base import MIN_COUNTED_MS
-from .context import EVENT_LOOP, Context
+from .context import EVENT_LOOP, Context, at_short
 from .metrics import KERNEL_SPLIT_MIN_NS
 
 Rule = Callable[[Context], list[Finding]]
@@ -107,9 +107,12 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     }
     for i, (fn, ms) in enumerate(spots[:3], 1):
         evidence[f"hotspot {i}"] = f"{fn}: {ms:.2f} ms/round self ({_pct(ms / round_ms if round_ms else 0.0)})"
+    lines = ctx.cpu.hottest_lines([fn for fn, _ in spots[:2]])
+    if spots and spots[0][0] in lines:
+        evidence["hottest line"] = "{}: {:.2f} ms/round".format(*lines[spots[0][0]])
     suggestions = [
         Suggestion(
-            action=f"Speed up or take off the critical path: {fn.split(' (')[0]}",
+            action=f"Speed up or take off the critical path: {fn.split(' (')[0]}{at_short(lines.get(fn))}",
             rationale=f"{ms:.2f} ms per round ({_pct(ms / round_ms if round_ms else 0.0)} of the round) is spent in "
             "this function itself",
             saving_ms=ms,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_analyzer import build
 
@@ -131,3 +133,23 @@ def test_dataloader_workers_started_and_stopped_every_round_are_named() -> None:
     ready = build(cpu_busy=0.9, samples=[(f"{nxt};{_DL.format('_MultiProcessingDataLoaderIter._get_data')}", 0.02),
                                          (fwd, 0.9)])  # fmt: skip
     assert not any(f.rule == "dataloader_workers" for f in analyze(merge(ready)).findings)
+
+
+def test_the_hottest_function_is_named_at_its_hottest_line(tmp_path: Path) -> None:
+    # torch.tensor(list) of 256x4096 floats and .tolist() back, in the body (the 2-core VM, 2026-11-29): "Speed up or
+    # take off the critical path: test_work:test_tensor_from_list", the body itself, whose time is in the C calls on
+    # its lines; which line, the user had to find.
+    src = tmp_path / "t.py"
+    src.write_text("def test_list():\n    t = torch.tensor(LIST)\n    back = t.tolist()\n")
+    body = f"t:test_list ({src}:1)"
+    raw = build(cpu_busy=0.98, samples=[(body, 0.6), (body, 0.3)])
+    ev = raw.events
+    samples = (ev["kind"] == Kind.SAMPLE).nonzero()[0]
+    ev["value"][samples[0::2]], ev["value"][samples[1::2]] = 2, 3  # each round's longer sample on line 2
+    a = analyze(merge(raw))
+    (f,) = [f for f in a.findings if f.rule == "cpu_saturation"]
+    assert f.evidence["hottest line"] == f"t:test_list ({src}:2: `t = torch.tensor(LIST)`): 6.00 ms/round", f.evidence
+    first = a.suggestions[0]
+    assert first.action == f"Speed up or take off the critical path: t:test_list, at {src.name}:2 " + (
+        "`t = torch.tensor(LIST)`"
+    ), first.action
