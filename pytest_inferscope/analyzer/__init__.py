@@ -20,6 +20,7 @@ from .rules_comm import communication, peer_wait, peer_wait_note
 from .rules_compile import torch_compile, torch_compile_graph_breaks
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
 from .rules_python import dataloader_workers, dropout_active, python_gc
+from .rules_rounds import cold_first_round
 from .rules_transfer import gpu_memory_pressure, transfers
 from .whatif import WhatIf, diagnose
 from .whatif_memory import memory_whatifs
@@ -32,6 +33,7 @@ DEFAULT_RULES: list[Rule] = [
     python_gc,
     dropout_active,
     dataloader_workers,
+    cold_first_round,
     gpu_saturation,
     communication,
     peer_wait,
@@ -127,9 +129,10 @@ def raised_round_note(ctx: Context) -> str:
 
 def _rank(ctx: Context) -> Callable[[Finding], tuple[bool, float]]:
     """The findings' order: by share; torch.compile's first where its rounds were left out of the rest (base.Rounds:
-    the others' shares are of the rounds analysed, its own of every measured round)."""
+    the others' shares are of the rounds analysed, its own of every measured round), and a cold first round's, which
+    the others' per-round figures average over."""
     left_out = len(ctx.rounds.compiled_idx) > 0
-    return lambda f: (left_out and f.rule == "torch_compile", f.share)
+    return lambda f: ((left_out and f.rule == "torch_compile") or f.rule == "cold_first_round", f.share)
 
 
 def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
