@@ -200,7 +200,7 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
             title="The test thread waits off CPU",
             summary=f"The test thread was off CPU for {_pct(waiting)} of the measured time ({wait_ms:.2f} ms per round)"
             + why,
-            cause=None,
+            cause="cpu_bound" if in_torch else None,  # torch's threads computing the op: the body's CPU work
             share=waiting,
             confidence=_sample_confidence(ctx),
             evidence={

@@ -30,6 +30,9 @@ def test_a_wait_for_more_torch_threads_than_cores_names_the_thread_setting() -> 
     (f,) = [f for f in a.findings if f.rule == "off_cpu_wait"]
     assert "8 intra-op threads" in f.summary and "2 available cores" in f.summary and "GIL" not in f.summary, f.summary
     assert not f.suggestions, f.suggestions  # the wait is torch's own work, on the other cores: nothing to remove
+    # ... so the round is CPU-bound (it read unclassified in one run, cpu_bound in the next, on either side of the
+    # test thread's 50% of user time).
+    assert f.cause == "cpu_bound" and a.bottleneck == "cpu_bound", (f.cause, a.bottleneck)
     # The thread advice is cpu_contention's, worth the wait for a core; fewer threads than cores where other processes
     # share them: on 2 threads OpenMP's spinning took 5x the time.
     first = a.suggestions[0]
@@ -40,7 +43,7 @@ def test_a_wait_for_more_torch_threads_than_cores_names_the_thread_setting() -> 
     fits = build(cpu_busy=0.17, runqueue=0.31, samples=[("t:matmuls (t.py:3)", 0.95)],
                  meta={"torch_threads": 2, "cpu_affinity": 2})  # fmt: skip
     (g,) = [f for f in analyze(merge(_process_cpu(fits, 0.95))).findings if f.rule == "off_cpu_wait"]
-    assert "GIL" in g.summary and "intra-op" not in g.summary, g.summary
+    assert "GIL" in g.summary and "intra-op" not in g.summary and g.cause is None, g.summary
 
 
 def test_torch_threads_spinning_on_cores_other_processes_share_are_worth_the_wait_for_a_core() -> None:
