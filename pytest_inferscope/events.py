@@ -103,6 +103,10 @@ class CallFlag(enum.IntFlag):
     OP = 1  # an operator (an imported torch.profiler trace's `cpu_op`: aten::mm, ...)
 
 
+#: The frame a CPU sample taken during Python's garbage collection ends in (collectors/cpu.py), under the call whose
+#: allocation set it off.
+GC_FRAME = "gc:collect (Python's garbage collector)"
+
 #: A SAMPLE record's flags: bit 0 set where the sampler read the thread's CPU clock, and the µs the thread was on a CPU
 #: over the time the sample stands for in bits 1-31. 0: not known (a trace recorded before, an imported one).
 SAMPLE_CPU_KNOWN = 1

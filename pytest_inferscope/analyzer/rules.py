@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..events import GC_FRAME
 from ..results import Finding, Suggestion
 from .base import MIN_COUNTED_MS
 from .context import EVENT_LOOP, Context, at_short
@@ -96,7 +97,8 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     round_ms = r.per_round_ms(r.wall_ns)
     if round_ms * busy < MIN_COUNTED_MS:
         return []  # below what the counters can tell: a `pass` body is not a CPU-bound test
-    spots = [(h.function, h.self_ms) for h in ctx.cpu.hotspots if h.self_ms > 0][:5]
+    # (the garbage collector's samples are python_gc's to speak of: "speed up gc:collect" is not advice)
+    spots = [(h.function, h.self_ms) for h in ctx.cpu.hotspots if h.self_ms > 0 and h.function != GC_FRAME][:5]
     evidence: dict[str, object] = {
         "test thread CPU per round (ms)": round(r.per_round_ms(r.counters.get("thread_cpu_ns", 0.0)), 3),
         "wall per round (ms)": round(round_ms, 3),

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 
 from ..buffer import TraceBuffer
-from ..events import Kind, MemoryFlag, host_clock_ns, sample_flags
+from ..events import GC_FRAME, Kind, MemoryFlag, host_clock_ns, sample_flags
 from ..options import CLOCK_NOT_BUILT
+from . import pygc
 from .memory import RssFile
 
 #: Frames from these files are the harness, not the user's code.
@@ -55,7 +56,15 @@ def _short_path(filename: str) -> str:
     return filename.removeprefix(cwd)
 
 
+#: The garbage collector's timing callback (pygc.GcClock), a frame of the plugin's: a sample taken while it runs (the
+#: thread sampler gets the GIL there, right after a collection) is the collector's time, under the call that allocated.
+_GC_CODE = pygc.GcClock.__call__.__code__
+_HARNESS[id(_GC_CODE)] = (False, _GC_CODE)
+
+
 def _label(code: CodeType) -> str:
+    if code is _GC_CODE:
+        return GC_FRAME
     module = code.co_filename.rsplit("/", 1)[-1].removesuffix(".py")
     return f"{module}:{code.co_qualname} ({_short_path(code.co_filename)}:{code.co_firstlineno})"
 
