@@ -89,6 +89,14 @@ class CpuView:
         return _by_name(ev["name"][sel], dur)
 
     @cached_property
+    def samples_know_cpu(self) -> bool:
+        """Whether every sample in the measured rounds carries the thread's CPU time over it (`off_cpu_weights`)."""
+        ev, r = self.timeline.events, self.rounds
+        sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]
+        sel = sel[r.in_rounds[sel]]
+        return bool(len(sel)) and bool(sample_on_cpu_ns(ev["flags"][sel])[0].all())
+
+    @cached_property
     def off_cpu_weights(self) -> dict[int, float]:
         """`sample_weights` off a CPU: each sample's time in the measured rounds less the thread's CPU time over it
         (events.sample_flags: the sampler reads the thread's CPU clock; its share, where the sample reaches outside
@@ -97,9 +105,9 @@ class CpuView:
         ev, r = self.timeline.events, self.rounds
         sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]
         sel = sel[r.in_rounds[sel]]
-        known, on_cpu = sample_on_cpu_ns(ev["flags"][sel])
-        if not len(sel) or not known.all():
+        if not self.samples_know_cpu:
             return self.sample_weights
+        on_cpu = sample_on_cpu_ns(ev["flags"][sel])[1]
         span = (ev["end"][sel] - ev["start"][sel]).astype(float)
         rounds = r.round_idx
         dur = (

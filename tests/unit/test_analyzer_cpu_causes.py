@@ -205,3 +205,13 @@ def test_a_cold_first_round_measured_without_warm_up_is_named_and_a_warm_up_sugg
     # Microseconds: a 3 µs body's first round, 3x the others, is below what the clocks tell apart.
     tiny = _first_round_longer(build(n_rounds=10, round_ms=0.003, warmup=0, cpu_busy=0.9), 0.01)
     assert not any(f.rule == "cold_first_round" for f in analyze(merge(tiny)).findings)
+
+
+def test_the_wait_sites_add_up_to_the_wait_not_to_it_and_the_wait_for_a_core() -> None:
+    # torch.set_num_threads(8) on the 2-core VM (2026-11-29): "off CPU per round 28.27 ms" beside "where it waited 1:
+    # test_work:matmuls: 46.08 ms/round": the samples' time off a CPU counts the 18 ms waiting for a core too.
+    body = "t:test_wait (t.py:3)"
+    raw = _sampled_cpu(build(cpu_busy=0.3, runqueue=0.3, samples=[(body, 0.95)]), {body: 0.3})
+    (f,) = [f for f in analyze(merge(raw)).findings if f.rule == "off_cpu_wait"]
+    assert f.evidence["off CPU per round (ms)"] == pytest.approx(4.0, rel=0.01)
+    assert f.evidence["where it waited 1"] == "t:test_wait (t.py:3): 4.00 ms/round", f.evidence
