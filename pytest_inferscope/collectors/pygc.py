@@ -4,8 +4,8 @@ The collector runs inside whichever call allocates the object that crosses a gen
 samples charge its time to that call: 200,000 small objects with reference cycles a round, on the 2-core VM
 (2026-11-29), read as 392 ms a round "in" their `__init__`, when 415 ms of the 448 were the collector's (gc.disable():
 65 ms). A `gc.callbacks` entry, installed for the collection, times each collection the test thread runs; the round
-boundaries read the totals (`Counters`), as they read the thread's CPU clock. It costs two calls of a few hundred ns a
-collection: ~1,000 young collections a round there, well under 1% of it.
+boundaries read the totals (`Counters`), as they read the thread's CPU clock. Its two calls cost 0.7 µs a collection
+on the 2-core VM: 570 collections a round there, 0.4 ms of a 450 ms round.
 """
 
 from __future__ import annotations
