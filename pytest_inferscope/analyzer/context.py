@@ -97,6 +97,21 @@ class CpuView:
         return bool(len(sel)) and bool(sample_on_cpu_ns(ev["flags"][sel])[0].all())
 
     @cached_property
+    def leaf_on_cpu(self) -> dict[str, float]:
+        """Each sampled leaf function's share of its sampled time on a CPU, where the samples carry it (empty where
+        they do not): a leaf asleep in `poll()` or `sleep()` is sampled as self time it spent waiting."""
+        if not self.samples_know_cpu:
+            return {}
+        on: dict[str, float] = {}
+        total: dict[str, float] = {}
+        off = self.off_cpu_weights
+        for name, w in self.sample_weights.items():
+            leaf = self.timeline.strings[name].rsplit(";", 1)[-1]
+            total[leaf] = total.get(leaf, 0.0) + w
+            on[leaf] = on.get(leaf, 0.0) + max(0.0, w - off.get(name, 0.0))
+        return {leaf: on[leaf] / t for leaf, t in total.items() if t > 0}
+
+    @cached_property
     def off_cpu_weights(self) -> dict[int, float]:
         """`sample_weights` off a CPU: each sample's time in the measured rounds less the thread's CPU time over it
         (events.sample_flags: the sampler reads the thread's CPU clock; its share, where the sample reaches outside

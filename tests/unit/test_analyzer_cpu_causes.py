@@ -108,6 +108,7 @@ def test_a_wait_is_named_where_the_samples_were_off_cpu_not_where_most_samples_w
 
 
 _DL = "dataloader:{} (torch/utils/data/dataloader.py:1)"
+_LIB = "/usr/lib/python3.11"
 
 
 def test_dataloader_workers_started_and_stopped_every_round_are_named() -> None:
@@ -215,3 +216,29 @@ def test_the_wait_sites_add_up_to_the_wait_not_to_it_and_the_wait_for_a_core() -
     (f,) = [f for f in analyze(merge(raw)).findings if f.rule == "off_cpu_wait"]
     assert f.evidence["off CPU per round (ms)"] == pytest.approx(4.0, rel=0.01)
     assert f.evidence["where it waited 1"] == "t:test_wait (t.py:3): 4.00 ms/round", f.evidence
+
+
+def test_a_function_the_samples_found_off_cpu_is_not_offered_as_one_to_speed_up() -> None:
+    # A DataLoader with 2 workers (the 2-core VM, 2026-11-29): "Speed up or take off the critical path:
+    # selectors:_PollLikeSelector.select, at selectors.py:415" (33 ms a round), the main thread asleep in poll() for the
+    # workers' batches: a wait, not work to speed up.
+    sel = f"t:test_loader (t.py:3);selectors:_PollLikeSelector.select ({_LIB}/selectors.py:402)"
+    fwd = "t:test_loader (t.py:3);linear:Linear.forward (torch/nn/modules/linear.py:130)"
+    raw = _sampled_cpu(
+        build(cpu_busy=0.7, samples=[(sel, 0.3), (fwd, 0.65)]), {sel.rsplit(";")[-1]: 0.02, fwd.rsplit(";")[-1]: 1.0}
+    )
+    a = analyze(merge(raw))
+    (f,) = [f for f in a.findings if f.rule == "cpu_saturation"]
+    assert not any("selectors" in s.action for s in f.suggestions), [s.action for s in f.suggestions]
+    assert f.suggestions[0].action.startswith("Speed up or take off the critical path: linear:Linear.forward")
+    assert a.hotspots[0].function.startswith("linear:Linear.forward")  # the hotspots still show where the time went
+    # A function on a CPU only a fifth of the time on a crowded machine, as the whole thread was (a matmul loop beside
+    # a busy process: on CPU 17%, waiting for a core 71%): still the one to speed up.
+    mm = "t:test_crowded (t.py:3);t:matmuls (t.py:9)"
+    crowded = _sampled_cpu(build(cpu_busy=0.17, runqueue=0.71, samples=[(mm, 0.9)]), {"t:matmuls (t.py:9)": 0.19})
+    (c,) = [f for f in analyze(merge(crowded)).findings if f.rule == "cpu_saturation"]
+    assert c.suggestions[0].action.startswith("Speed up or take off the critical path: t:matmuls"), c.suggestions
+    # Samples that do not say (an older trace): as before.
+    old = analyze(merge(build(cpu_busy=0.7, samples=[(sel, 0.3), (fwd, 0.65)])))
+    (g,) = [f for f in old.findings if f.rule == "cpu_saturation"]
+    assert any("selectors" in s.action for s in g.suggestions)
