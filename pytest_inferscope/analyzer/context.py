@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..caching import cached_property
-from ..events import GPU_KINDS, Kind, sample_on_cpu_ns
+from ..events import GC_FRAME, GPU_KINDS, Kind, sample_on_cpu_ns
 from ..merger import Timeline
 from ..results import BreakdownPart, EventRef, Hotspot, ScopeStat
 from .base import _MS, LAUNCH_GAP_NS, MIN_COUNTED_MS, Rounds, event_refs, overlap_ns, union_ns
@@ -36,6 +36,15 @@ _STDLIB_HERE = tuple(
 #: What the asyncio event loop runs when it has nothing ready: its selector's wait.
 EVENT_LOOP = "the asyncio event loop, with nothing ready to run"
 _LOOP_FRAME = re.compile(r"^base_events:BaseEventLoop\._run_once \(.*asyncio[\\/]base_events\.py:")
+
+
+#: torch.nn.functional's dropouts, as the sampler names their frames (the native op runs inside them: their self time).
+_DROPOUT = re.compile(r"^functional:(?:feature_)?(?:alpha_)?dropout(?:[123]d)? \(.*torch[\\/]nn[\\/]functional\.py:")
+
+
+def is_dropout(frame: str) -> bool:
+    """Whether a sampled frame's label is one of torch.nn.functional's dropouts (rules_python.dropout_active)."""
+    return _DROPOUT.match(frame) is not None
 
 
 def in_stdlib(frame: str) -> bool:
@@ -95,6 +104,19 @@ class CpuView:
         sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]
         sel = sel[r.in_rounds[sel]]
         return bool(len(sel)) and bool(sample_on_cpu_ns(ev["flags"][sel])[0].all())
+
+    def functions_at_work(self, awake: float) -> list[tuple[str, float]]:
+        """(function, self ms per round) of the hotspots cpu_saturation may offer to speed up: not the garbage
+        collector's samples (python_gc's: "speed up gc:collect" is not advice), nor dropout's (training mode:
+        dropout_active's "model.eval()"), nor a leaf on a CPU less than `awake` of its sampled time (asleep: "speed up
+        selectors:_PollLikeSelector.select", a DataLoader's main thread in poll() for its workers, 2026-11-29)."""
+        on_cpu = self.leaf_on_cpu
+        return [
+            (h.function, h.self_ms)
+            for h in self.hotspots
+            if h.self_ms > 0 and h.function != GC_FRAME and not is_dropout(h.function)
+            and on_cpu.get(h.function, 1.0) >= awake
+        ]  # fmt: skip
 
     @cached_property
     def leaf_on_cpu(self) -> dict[str, float]:

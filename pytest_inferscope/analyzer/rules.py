@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..events import GC_FRAME
 from ..results import Finding, Suggestion
 from .base import MIN_COUNTED_MS
 from .context import EVENT_LOOP, Context, at_short
@@ -97,16 +96,9 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
     round_ms = r.per_round_ms(r.wall_ns)
     if round_ms * busy < MIN_COUNTED_MS:
         return []  # below what the counters can tell: a `pass` body is not a CPU-bound test
-    # Not the garbage collector's samples (python_gc's to speak of: "speed up gc:collect" is not advice), nor a function
-    # the samples found mostly off a CPU ("speed up selectors:_PollLikeSelector.select", a DataLoader's main thread
-    # asleep in poll() for its workers, 2026-11-29: a wait, off_cpu_wait's). Off a CPU counts the wait for a core too:
-    # a leaf is asleep below half the share the thread as a whole was on a CPU of the time it worked.
-    on_cpu, awake = ctx.cpu.leaf_on_cpu, 0.5 * (ctx.metrics.get("cpu.test_thread_busy") or 0.0) / max(busy, 1e-9)
-    spots = [
-        (h.function, h.self_ms)
-        for h in ctx.cpu.hotspots
-        if h.self_ms > 0 and h.function != GC_FRAME and on_cpu.get(h.function, 1.0) >= awake
-    ][:5]
+    # A leaf is asleep below half the share of the time it worked the thread was on a CPU (CpuView.functions_at_work)
+    awake = 0.5 * (ctx.metrics.get("cpu.test_thread_busy") or 0.0) / max(busy, 1e-9)
+    spots = ctx.cpu.functions_at_work(awake)[:5]
     evidence: dict[str, object] = {
         "test thread CPU per round (ms)": round(r.per_round_ms(r.counters.get("thread_cpu_ns", 0.0)), 3),
         "wall per round (ms)": round(round_ms, 3),

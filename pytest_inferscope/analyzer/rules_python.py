@@ -6,18 +6,14 @@ runs (a model left in training mode), a multi-process DataLoader's workers start
 
 from __future__ import annotations
 
-import re
-
 from ..results import Finding, Suggestion
 from .base import MIN_COUNTED_MS
-from .context import Context
+from .context import Context, is_dropout
 
 #: Sampled time in torch's functional dropout, as a share of the round, from which the model is said to be in training
 #: mode. In eval mode dropout returns its input: an MLP's two Dropout layers sampled 0.2% of the round in eval mode,
 #: 38% in training mode (the 2-core VM, 2026-11-29).
 DROPOUT_MIN = 0.05
-#: torch.nn.functional's dropouts, as the sampler names their frames (the native op runs inside them: their self time).
-_DROPOUT = re.compile(r"^functional:(?:feature_)?(?:alpha_)?dropout(?:[123]d)? \(.*torch[\\/]nn[\\/]functional\.py:")
 
 #: The test thread's share of the round in Python's garbage collector from which it is a finding.
 GC_MIN = 0.1
@@ -86,7 +82,7 @@ def dropout_active(ctx: Context) -> list[Finding]:
     """Dropout took DROPOUT_MIN of the round or more in the samples (or the traced calls): it does work only in training
     mode, so the model, or a module in it, was left in training mode (`model.eval()` not called). No class: the time
     is the CPU-bound or GPU rules' as well; this says why some of it is there."""
-    spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0 and _DROPOUT.match(h.function)]
+    spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0 and is_dropout(h.function)]
     round_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns)
     ms = sum(h.self_ms for h in spots)
     share = ms / round_ms if round_ms else 0.0

@@ -74,6 +74,8 @@ def test_dropout_that_takes_time_is_a_model_left_in_training_mode() -> None:
     assert f.evidence["dropout per round (ms)"] == pytest.approx(3.8, rel=0.01)
     (s,) = f.suggestions
     assert "model.eval()" in s.action and s.saving_ms == pytest.approx(3.8, rel=0.01)
+    # ... and not "Speed up or take off the critical path: functional:dropout" beside it (listed before it, once).
+    assert not any("functional:dropout" in s.action for s in a.suggestions), [s.action for s in a.suggestions]
     # In eval mode dropout returns its input: the odd sample in it is no finding.
     evaluated = build(cpu_busy=0.98, samples=[(stack + _LINEAR, 0.9), (stack + _DROPOUT, 0.003)])
     assert not any(f.rule == "dropout_active" for f in analyze(merge(evaluated)).findings)
