@@ -212,7 +212,9 @@ class Sampler:
     def _put(self, record: Callable[..., bool], name: int, line: int, now: int, rss: int | None, cpu: int) -> None:
         """Record a sample, weighted by the time since the last, with the thread's CPU time over it (`cpu`: its CPU
         clock now, -1 where it cannot be read), and the RSS read with it (if any)."""
-        on_cpu = sample_flags(cpu - self._last_cpu) if cpu >= 0 and self._last_cpu >= 0 else 0
+        # At most the span: the two clocks are read one after the other, and a thread descheduled between the two
+        # reads of the sample before read more CPU time than wall time over this one (signal sampler, loaded 2-core VM)
+        on_cpu = sample_flags(min(cpu - self._last_cpu, now - self._last)) if cpu >= 0 and self._last_cpu >= 0 else 0
         record(Kind.SAMPLE, name, self._last, now, value=line, tid=self.target_tid, flags=on_cpu)
         self._last, self._last_cpu = now, cpu
         if rss is not None:

@@ -28,7 +28,9 @@ def test_samples_in_a_sleep_are_off_cpu_and_in_a_loop_on_it(sampler: str) -> Non
     known, on_cpu = sample_on_cpu_ns(ev["flags"])
     assert len(ev) >= 10 and known.all(), (len(ev), known)
     share = on_cpu / np.maximum(1, ev["end"] - ev["start"])
-    assert (share <= 1.2).all(), share  # the CPU clock and the wall clock are read a µs or so apart
+    # At most the span: the clocks are read one after the other, and a thread descheduled between the reads of one
+    # sample read more CPU time than wall time over the next (over 1.2 once in CI; under load 4 runs in 12 over 1.0)
+    assert (share <= 1.0).all(), share
     # The sleep's samples (taken on its line) are off CPU, the loop's on it; the signal sampler samples the sleep when
     # it returns.
     sleep_line = _sleep_then_spin.__code__.co_firstlineno + 1
