@@ -105,7 +105,7 @@ def write_html_report(
             payload = timeline_payload(timeline, gaps, fields)
     page = _env().get_template("report.html.j2").render(
         r=result, lat=result.latency, a=result.analysis, verdict=verdict_label(result),
-        suggestions=sorted(result.analysis.suggestions, key=lambda s: -(s.saving_ms or 0.0)),
+        suggestions=result.analysis.suggestions,  # report.md's order: the simulated fixes first (analyzer)
         kernels=top_kernels(timeline, f=fields) if timeline is not None else [],
         chart=latency_chart(result.latency, result.regression),
         manifest=_script_json(payload.manifest if payload is not None else None),

@@ -162,7 +162,8 @@ def result_for(nodeid: str = "tests/test_model.py::test_forward[cuda]", **extra:
     finding = Finding("transfers", "Copies from pageable memory", "4 MB per round from pageable memory.",
                       "transfer_bound", 0.3, 0.8, evidence={"pageable_copies": 1, "h2d_mb_per_round": 4.0},
                       events=[EventRef("memcpy", "Memcpy HtoD", 16.02, 0.4)], suggestions=save[:1])  # fmt: skip
-    analysis = Analysis("transfer_bound", 0.8, findings=[finding], suggestions=save)
+    ranked = sorted(save, key=lambda s: -s.saving_ms)  # as rank_suggestions gives them
+    analysis = Analysis("transfer_bound", 0.8, findings=[finding], suggestions=ranked)
     r = TestResult(
         nodeid=nodeid, slug=slugify(nodeid), outcome="passed", verdict="pass", rounds=1, warmup=1,
         latency=LatencyStats.from_samples([10.0], [10.5]), analysis=analysis,
@@ -421,7 +422,7 @@ def test_header_findings_suggestions_and_tables(tmp_path: Path) -> None:
     assert "4,321 dropped" in html and "no NVIDIA GPU or driver on this machine" in html
     assert "h2d_mb_per_round" in html and 'data-start-ms="16.02"' in html  # evidence, and its event to go to
     order = [html.index(a) for a in ("Use CUDA graphs", "Pin the batch", "Fuse softmax")]
-    assert order == sorted(order)  # suggestions by time saved
+    assert order == sorted(order)  # suggestions in the analysis's order: by time saved
     kernels = html[html.index('id="kernels"') : html.index('id="scopes"')]
     assert kernels.index(">gemm<") < kernels.index(">softmax<")  # gemm: 2 launches per round, softmax 1
 

@@ -106,3 +106,25 @@ def test_a_part_not_collected_has_one_parenthesis() -> None:
     # The reason is shown inside the breakdown's "not collected (...)"
     assert "no CPU stack samples: sampling off or rounds too short" in inspect.getsource(context)
     assert "(sampling off" not in inspect.getsource(context)
+
+
+def test_report_html_lists_the_suggestions_in_report_mds_order() -> None:
+    """The simulated fixes come first, by their simulated saving, then the findings' own by their estimate: report.md,
+    report.json and `inferscope run` put a simulated 5.81 ms first; report.html sorted every suggestion by its saving,
+    so the rules' estimate for the same synchronisations (7.66 ms, against the 5.46 simulated) led it (the recorded
+    sync_bound scenario, 2026-11-29)."""
+    from pytest_inferscope.results import Suggestion
+
+    r = gpu_result()
+    r.analysis.suggestions = [
+        Suggestion("Use lower precision", "simulated: GPU work 2x faster", 5.81, "whatif"),
+        Suggestion("Remove per-step synchronisations", "simulated: stream synchronize removed", 5.46, "whatif"),
+        Suggestion("Remove the synchronisations in sync_slow", "200 blocking calls per round", 7.66, "sync_stall"),
+    ]
+    md = render_report(r).split("## Suggestions", 1)[1]
+    buf = io.BytesIO()
+    write_html_report(r, None, buf)
+    html = buf.getvalue().decode().split('<section id="suggestions">', 1)[1].split("</section>", 1)[0]
+    order = [s.action for s in r.analysis.suggestions]
+    assert sorted(order, key=md.index) == order
+    assert sorted(order, key=html.index) == order
