@@ -61,11 +61,11 @@ def _evidence(analysis: Analysis, latency: LatencyStats) -> str:
 
 
 def stated(analysis: Analysis) -> str:
-    """The class as a message says it: 'cpu_bound (confidence 0.85)', or for unclassified, which names no class to be
-    confident in, why none was named."""
+    """The class as a message says it: 'cpu_bound (confidence 85%)', a percentage as in every report and table, or for
+    unclassified, which names no class to be confident in, why none was named."""
     if analysis.bottleneck == UNCLASSIFIED:
         return f"{UNCLASSIFIED} ({analysis.unclassified_reason or 'no finding explains enough of the time'})"
-    return f"{analysis.bottleneck} (confidence {analysis.confidence:.2f})"
+    return f"{analysis.bottleneck} (confidence {analysis.confidence * 100:.0f}%)"
 
 
 def evaluate(

@@ -84,6 +84,17 @@ def test_wrong_bottleneck_fails() -> None:
     assert check.status == "failed" and "classified cpu_bound" in check.message
 
 
+def test_a_failed_checks_message_gives_the_confidence_as_every_report_does() -> None:
+    """As a percentage: "cpu_bound (confidence 0.86)" stood in the failure and the Checks table beside the header's
+    "cpu_bound (confidence 86%)" of the same report (2026-11-29)."""
+    a = _analysis()
+    a.confidence = 0.857
+    (latency,) = evaluate({"max_latency_ms": 0.001}, a, LAT, gpu_collected=False)
+    (cls,) = evaluate({"expect_bottleneck": "gpu_bound"}, a, LAT, gpu_collected=False)
+    for check in (latency, cls):
+        assert "cpu_bound (confidence 86%)" in check.message, check.message
+
+
 def test_gpu_thresholds_without_gpu_data_are_not_evaluated_with_the_reason() -> None:
     (check,) = evaluate({"max_gpu_idle": 0.1}, _analysis(), LAT, gpu_collected=False, gpu_reason="no NVIDIA GPU")
     assert check.status == "not_evaluated" and "no NVIDIA GPU" in check.message
