@@ -137,14 +137,6 @@ def kept(result: TestResult, environment: dict[str, Any] | None = None) -> TestR
     return dataclasses.replace(result, analysis=slim, marks=[], environment=env)
 
 
-def keep_last_run(results: list[TestResult], result: TestResult) -> None:
-    """Append `result`, and where it is a rerun (`result.earlier_runs`: pytest-rerunfailures runs the same item again)
-    drop the run before it: the summary, the index and a saved baseline hold a test's last run, as its folder does."""
-    if result.earlier_runs:
-        results[:] = [r for r in results if r.nodeid != result.nodeid]  # in place: the A/B gate holds this list too
-    results.append(result)
-
-
 def judge(
     raw: RawTrace,
     plan: Plan,

@@ -376,6 +376,14 @@ class TestResult(Serial):
         return cls.from_dict(json.loads(text))
 
 
+def keep_last_run(results: list[TestResult], result: TestResult) -> None:
+    """Append `result`, and where it is a rerun (`result.earlier_runs`: pytest-rerunfailures runs the same item again)
+    drop the run before it: the summary, the index and a saved baseline hold a test's last run, as its folder does."""
+    if result.earlier_runs:
+        results[:] = [r for r in results if r.nodeid != result.nodeid]  # in place: the A/B gate holds this list too
+    results.append(result)
+
+
 def _wire_default(value: Any) -> Any:
     """What `to_dict` leaves that JSON lacks (a user's object in `environment`, say): its `item()` or its str."""
     item = getattr(value, "item", None)
