@@ -73,10 +73,10 @@ def pytest_configure(config: pytest.Config) -> None:
         except ReportDirError as exc:
             raise pytest.UsageError(str(exc)) from exc
     config.pluginmanager.register(session, PLUGIN_NAME)
-    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):  # the controller's hooks
-        from .xdist import XdistHooks
+    if config.pluginmanager.hasplugin("xdist"):
+        from .xdist import register
 
-        config.pluginmanager.register(XdistHooks(session), f"{PLUGIN_NAME}-xdist")
+        register(config, session)
 
 
 def get_session(config: pytest.Config) -> InferscopeSession | None:

@@ -9,6 +9,7 @@ method) sends no `workeroutput`: the results it sent with its reports stay.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,11 +21,35 @@ if TYPE_CHECKING:
 _FAILED_BY_US = ("inferscope.verdict", "fail")  # a JUnit property (reporters/junit.py), sent with the report
 #: The attribute of a call report that carries its test's result from a worker (taken off again by the controller).
 _WIRE = "inferscope_result"
+#: The attribute of a profiled test's setup report: [rounds, warm-up] of its plan (a crash's result says them).
+_PLANNED = "inferscope_planned"
 
 
 def attach(report: pytest.TestReport, result: TestResult) -> None:
     """In a worker: the result goes with the test's report (pytest serialises a report's attributes for xdist)."""
     setattr(report, _WIRE, result.to_wire())
+
+
+def register(config: pytest.Config, session: InferscopeSession) -> None:
+    """The controller's hooks, or a worker's."""
+    worker = hasattr(config, "workerinput")
+    config.pluginmanager.register(WorkerHooks(session) if worker else XdistHooks(session), "inferscope-session-xdist")
+
+
+class WorkerHooks:
+    """A worker's: which tests it profiles, said with their setup reports (a test it dies in has no other)."""
+
+    def __init__(self, session: InferscopeSession) -> None:
+        self.session = session
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        rep = yield
+        if call.when == "setup" and (plan := self.session.plans.get(item.nodeid)) is not None:
+            setattr(rep, _PLANNED, [plan.rounds, plan.warmup])
+        return rep
 
 
 class XdistHooks:
@@ -33,6 +58,7 @@ class XdistHooks:
     def __init__(self, session: InferscopeSession) -> None:
         self.session = session
         self.sent: dict[str, set[str]] = {}  # by worker: the tests whose results came with their reports
+        self.running: dict[str, tuple[int, int]] = {}  # profiled tests set up and not torn down: rounds, warm-up
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         from .results import TestResult, keep_last_run
@@ -62,6 +88,14 @@ class XdistHooks:
             keep_last_run(self.session.results, result)  # (pytest-rerunfailures: the run before it goes)
             self.session.baselines.note_environment_change(result)
             self.sent.setdefault(_worker(getattr(report, "node", None)), set()).add(result.nodeid)
+        if (planned := report.__dict__.pop(_PLANNED, None)) is not None:
+            self.running[report.nodeid] = (int(planned[0]), int(planned[1]))
+        elif report.when == "teardown":
+            self.running.pop(report.nodeid, None)
+        elif report.when == "???" and report.nodeid in self.running:  # xdist's report of the test a worker died in
+            rounds, warmup = self.running.pop(report.nodeid)
+            worker = _worker(getattr(report, "node", None))
+            self.session.results.append(crashed(report.nodeid, worker, rounds, warmup))
         if report.when != "call" or not report.failed or not isinstance(report.longrepr, str):
             return
         if any(tuple(p) == _FAILED_BY_US for p in report.user_properties):
@@ -74,3 +108,18 @@ class XdistHooks:
 def _worker(node: Any) -> str:
     """A worker's id (`gw0`; a worker started in place of one that died has its own)."""
     return str(getattr(getattr(node, "gateway", None), "id", node))
+
+
+def crashed(nodeid: str, worker: str, rounds: int, warmup: int) -> TestResult:
+    """The result of a profiled test its worker died in: partial, no round recorded, no report files."""
+    from .reporters.files import slugify
+    from .results import Analysis, LatencyStats, TestResult
+
+    reason = (
+        f"worker {worker!r} crashed while running this test (a segfault, os._exit(), pytest-timeout's thread method, "
+        "the OOM killer): no round was recorded and no report written"
+    )
+    return TestResult(
+        nodeid, slugify(nodeid), "failed", "partial", rounds, warmup, LatencyStats([]), Analysis("unclassified", 0.0),
+        partial_reason=reason,
+    )  # fmt: skip

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+ARGS = ("-p", "no:randomly", "-p", "no:benchmark")
+
 CRASHING = """
 import os
 import pytest
@@ -41,3 +43,28 @@ def test_a_crashed_worker_keeps_the_tests_it_had_profiled(pytester: pytest.Pytes
     assert sorted(n for n in nodeids if "test_b_crash" not in n) == sorted(expected)
     assert len(nodeids) == len(set(nodeids))
     result.stdout.fnmatch_lines(["*the plugin added * to the 4 profiled tests*"])
+
+
+@pytest.mark.parametrize("death", ["os._exit(1)", "ctypes.string_at(0)"], ids=["exit", "segfault"])
+def test_the_test_a_worker_died_in_is_listed_once_as_partial(pytester: pytest.Pytester, death: str) -> None:
+    """It was in neither the summary's table nor index.json: only xdist's own failure said that it had run."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(CRASHING.replace("os._exit(1)", death).replace("import os", "import ctypes, os"))
+    result = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--inferscope-report=out", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=4, failed=1)
+    tests = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    assert len(tests) == 5 == len({t["nodeid"] for t in tests})
+    (crashed,) = [t for t in tests if t["nodeid"].endswith("::test_b_crash")]
+    assert crashed["verdict"] == "partial" and crashed["outcome"] == "failed" and crashed["rounds"] == 2
+    assert (
+        crashed["partial_reason"].startswith("worker 'gw")
+        and "crashed while running this test" in crashed["partial_reason"]
+    )
+    assert crashed["latency_ms"]["median"] is None and crashed["files"] == {}
+    # (what the plugin added: the four that ran to their end, the crashed test's is unknown)
+    result.stdout.fnmatch_lines(["*::test_b_crash * none * 0 * partial", "*plugin added * to the 4 profiled tests*"])
+    # listed, not linked: it has no report folder (the index linked one that was never written)
+    (row,) = [line for line in (pytester.path / "out" / "index.md").read_text().splitlines() if "test_b_crash" in line]
+    assert "partial" in row and "](" not in row
+    html = (pytester.path / "out" / "index.html").read_text()
+    assert "::test_b_crash</td>" in html and "test_b_crash-" not in html
