@@ -68,3 +68,32 @@ def test_the_test_a_worker_died_in_is_listed_once_as_partial(pytester: pytest.Py
     assert "partial" in row and "](" not in row
     html = (pytester.path / "out" / "index.html").read_text()
     assert "::test_b_crash</td>" in html and "test_b_crash-" not in html
+
+
+def test_a_crashed_test_run_again_by_rerunfailures_is_listed_once(pytester: pytest.Pytester) -> None:
+    """pytest-rerunfailures runs the test a worker died in again (on another worker): its crash is no result then. It
+    logs a test's reports once the test has run to its end, so a test that dies at every try sent no setup report that
+    marked it as profiled: xdist and rerunfailures report it, the index does not list it (docs/ci.md)."""
+    pytest.importorskip("xdist")
+    pytest.importorskip("pytest_rerunfailures")
+    pytester.makepyfile(
+        """
+        import os
+        from pathlib import Path
+
+        def test_a_crash_once():
+            flag = Path("crashed")
+            if not flag.exists():
+                flag.write_text("")
+                os._exit(1)
+
+        def test_b_crash():
+            os._exit(1)
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        *ARGS, "-n", "1", "--reruns", "1", "--inferscope-all", "--inferscope-report=out"
+    )
+    assert result.parseoutcomes() == {"passed": 1, "failed": 1, "rerun": 2}
+    tests = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    assert [(t["nodeid"].rpartition("::")[2], t["verdict"]) for t in tests] == [("test_a_crash_once", "pass")]
