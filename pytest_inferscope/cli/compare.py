@@ -76,6 +76,21 @@ def _from_reports(paths: list[Path], label: str) -> dict[str, Measured]:
     return out
 
 
+def _from_index(index: Path, data: Any, label: str) -> dict[str, Measured]:
+    """The tests of a run's index.json: from their report.json, or partial where it lists no files (a test its xdist
+    worker died in, or whose files could not be written: `partial_reason` or that says why)."""
+    tests = data.get("tests") if isinstance(data, dict) else None
+    if not isinstance(tests, list):
+        return _from_reports(_index_reports(index, data, label), label)  # (which says what is wrong)
+    no_files = {
+        t["nodeid"]: Measured([], {}, partial=str(t.get("partial_reason") or "its report files were not written"))
+        for t in tests
+        if isinstance(t, dict) and t.get("files") == {} and isinstance(t.get("nodeid"), str)
+    }
+    kept = [t for t in tests if not (isinstance(t, dict) and t.get("nodeid") in no_files)]
+    return {**no_files, **_from_reports(_index_reports(index, {"tests": kept}, label), label)}
+
+
 def _index_reports(index: Path, data: Any, label: str) -> list[Path]:
     tests = data.get("tests") if isinstance(data, dict) else None
     if not isinstance(tests, list):
@@ -97,7 +112,7 @@ def load_side(path: Path, label: str) -> dict[str, Measured]:
             return _from_reports([path / "report.json"], label)
         if (path / "index.json").is_file():
             index = path / "index.json"
-            return _from_reports(_index_reports(index, _read_json(index, label), label), label)
+            return _from_index(index, _read_json(index, label), label)
         found = sorted(path.glob("*/report.json"))
         if not found:
             raise _fail(
@@ -120,7 +135,7 @@ def load_side(path: Path, label: str) -> dict[str, Measured]:
             for e in runs[-1:]
         }
     if isinstance(data, dict) and "tests" in data and "schema_version" in data:
-        return _from_reports(_index_reports(path, data, label), label)
+        return _from_index(path, data, label)
     if isinstance(data, dict) and "nodeid" in data:
         return _from_reports([path], label)
     raise _fail(label, path, "is JSON but not an inferscope report.json, index.json or baseline file.")

@@ -430,6 +430,23 @@ def test_compare_leaves_a_partial_run_uncompared_as_the_gate_does(
     assert "0 regressed, 0 improved, 0 unchanged, 1 inconclusive" in out
 
 
+def test_compare_leaves_a_test_without_report_files_uncompared(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """index.json lists a test whose xdist worker died in it (or whose files could not be written) with no files:
+    compare stopped at it ("is listed in the run's index.json but missing; was its folder deleted?")."""
+    from pytest_inferscope.xdist import crashed
+
+    write_run(work / "base", [make_result("t.py::test_a", BASE), make_result("t.py::test_b", BASE)])
+    died = crashed("t.py::test_b", "gw1", 8, 0)
+    ran = make_result("t.py::test_a", BASE)
+    write_run(work / "new", [ran])
+    write_index([ran, died], work / "new", {})
+    assert main(["compare", "base", "new"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("t.py::test_b ")]
+    assert row.split()[1:] == ["partial", "in", "B", "inconclusive"]
+    assert "t.py::test_b: not compared: the test raised in B (worker 'gw1' crashed while running this test" in out
+
+
 def test_compare_reads_baseline_files(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pytest_inferscope.baseline import BaselineStore
 
