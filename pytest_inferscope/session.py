@@ -327,10 +327,6 @@ class InferscopeSession:
         props = junit_properties(result, self.report_dir)
         for held in (rep.user_properties, item.user_properties):  # a rerun's: this run's only, not the runs' before
             held[:] = [*(p for p in held if not str(p[0]).startswith("inferscope.")), *props]
-        if hasattr(self.config, "workerinput"):  # an xdist worker: the result goes with the report (xdist.py)
-            from .xdist import attach
-
-            attach(rep, self.results[-1])
         from .reporters.terminal import failure_longrepr, failure_text
 
         if text := failure_text(result):  # failed, or an xfail-marked test's expected failure

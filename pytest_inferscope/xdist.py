@@ -1,7 +1,7 @@
 """xdist support: workers profile their own tests; the controller gathers their results as plain data.
 
 Registered only when pytest-xdist is present. A worker sends each result as JSON text (`TestResult.to_wire`) with the
-test's call report (`attach`), and all of them again in `workeroutput` as its session ends, which replace the ones
+test's call report (`WorkerHooks`), and all of them again in `workeroutput` as its session ends, which replace the ones
 sent before (a report file that could not be written, a reports_ms added after the report); the controller rebuilds
 them here and writes the one summary and index. A worker that dies (`os._exit`, a segfault, pytest-timeout's thread
 method) sends no `workeroutput`: the results it sent with its reports stay.
@@ -25,11 +25,6 @@ _WIRE = "inferscope_result"
 _PLANNED = "inferscope_planned"
 
 
-def attach(report: pytest.TestReport, result: TestResult) -> None:
-    """In a worker: the result goes with the test's report (pytest serialises a report's attributes for xdist)."""
-    setattr(report, _WIRE, result.to_wire())
-
-
 def register(config: pytest.Config, session: InferscopeSession) -> None:
     """The controller's hooks, or a worker's."""
     worker = hasattr(config, "workerinput")
@@ -37,7 +32,8 @@ def register(config: pytest.Config, session: InferscopeSession) -> None:
 
 
 class WorkerHooks:
-    """A worker's: which tests it profiles, said with their setup reports (a test it dies in has no other)."""
+    """A worker's: which tests it profiles, said with their setup reports (a test it dies in has no other), and each
+    result, sent with its test's call report (pytest serialises a report's attributes for xdist)."""
 
     def __init__(self, session: InferscopeSession) -> None:
         self.session = session
@@ -46,9 +42,13 @@ class WorkerHooks:
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        rep = yield
+        results = self.session.results
+        before = results[-1] if results else None
+        rep = yield  # (registered after the session: its report wrapper, which makes the result, ran inside this one)
         if call.when == "setup" and (plan := self.session.plans.get(item.nodeid)) is not None:
             setattr(rep, _PLANNED, [plan.rounds, plan.warmup])
+        elif call.when == "call" and results and results[-1] is not before and results[-1].nodeid == item.nodeid:
+            setattr(rep, _WIRE, results[-1].to_wire())
         return rep
 
 
