@@ -1,12 +1,16 @@
-"""The collectors other plugins add (`pytest_inferscope_collectors`): started and stopped around a test body.
+"""What other plugins add through the `pytest_inferscope_*` hooks, called so that a broken one never breaks a test.
 
-A third party's collector never breaks the test: one that fails to start is left out, one that fails
-to stop loses its metrics, and either is said once as an `InferscopeWarning`.
+A collector that fails to start is left out, one that fails to stop loses its metrics; a collectors or machine-info
+hook that raises (or returns the wrong type) adds nothing; a rule that fails loses its findings (analyzer/extension.py).
+Each is said as an `InferscopeWarning` naming the extension, where it is defined, and what it did; the test's own
+outcome (its body, its thresholds) stands.
 """
 
 from __future__ import annotations
 
+import traceback
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -17,7 +21,16 @@ from .warning import InferscopeWarning
 def start_extra_collectors(config: pytest.Config, item: pytest.Item) -> list[Any]:
     """Start the collectors other plugins add (pytest_inferscope_collectors); one that fails is left out."""
     started = []
-    for extra in config.hook.pytest_inferscope_collectors(config=config, item=item):
+    try:
+        lists = config.hook.pytest_inferscope_collectors(config=config, item=item)
+    except Exception as exc:  # the hook itself: no collector of any implementation is known
+        _warn_hook(
+            "pytest_inferscope_collectors",
+            exc,
+            f"no collector it returns runs for {item.nodeid}, which goes on without them",
+        )
+        return []
+    for extra in lists:
         for c in extra or ():
             try:
                 c.start()
@@ -39,6 +52,46 @@ def stop_extra_collectors(item: pytest.Item, collectors: list[Any]) -> dict[str,
     return metrics
 
 
+def machine_info(config: pytest.Config) -> dict[str, Any]:
+    """The facts of every pytest_inferscope_machine_info implementation; a failing hook's are left out, said once
+    (the environment is read once a session)."""
+    try:
+        facts = config.hook.pytest_inferscope_machine_info(config=config)
+    except Exception as exc:
+        _warn_hook(
+            "pytest_inferscope_machine_info",
+            exc,
+            "its facts are left out of the environment recorded with every result (and the baseline "
+            "fingerprint); the tests go on without them",
+        )
+        return {}
+    env: dict[str, Any] = {}
+    for extra in facts:
+        if extra is not None and not isinstance(extra, Mapping):
+            why = f"returned {extra!r:.80} (a {type(extra).__name__}), not a dict of facts; it is left out of the"
+            _warn_hook(
+                "pytest_inferscope_machine_info",
+                None,
+                f"{why} environment recorded with every result; the tests go on without it",
+            )
+            continue
+        env.update(extra or {})
+    return env
+
+
+def warn_rule_failures(nodeid: str, errors: list[str]) -> None:
+    """One warning per rule that failed in this test's analysis (Analysis.extension_errors)."""
+    for error in errors:
+        warnings.warn(
+            InferscopeWarning(
+                f"inferscope: {error}; its findings are left out of {nodeid}'s analysis, which went on without "
+                "them (the test's outcome and thresholds are unaffected). Fix the rule, or remove it from "
+                "pytest_inferscope_rules or .inferscope_rules.yaml (docs/custom-rules.md)."
+            ),
+            stacklevel=1,
+        )
+
+
 def _warn_collector(c: Any, item: pytest.Item, when: str, exc: Exception) -> None:
     name = getattr(c, "name", type(c).__name__)
     warnings.warn(
@@ -46,5 +99,22 @@ def _warn_collector(c: Any, item: pytest.Item, when: str, exc: Exception) -> Non
             f"inferscope: the collector {name!r} (from pytest_inferscope_collectors) failed to {when} for "
             f"{item.nodeid}: {type(exc).__name__}: {exc}; its metrics are left out of this test's analysis."
         ),
+        stacklevel=1,
+    )
+
+
+def _ours(filename: str) -> bool:
+    return filename == __file__ or "/pluggy/" in filename
+
+
+def _warn_hook(hook: str, exc: Exception | None, consequence: str) -> None:
+    """'the <hook> hook (conftest.py:7) raised RuntimeError: ...': where the innermost frame of the exception is."""
+    where = ""
+    if exc is not None:  # the implementation's own frame: the first past pluggy's and this module's
+        theirs = [f for f in traceback.extract_tb(exc.__traceback__) if not _ours(f.filename)]
+        where = f" ({theirs[0].filename.rsplit('/', 1)[-1]}:{theirs[0].lineno})" if theirs else ""
+    what = f"raised {type(exc).__name__}: {exc}; " if exc is not None else ""
+    warnings.warn(
+        InferscopeWarning(f"inferscope: the {hook} hook{where} {what}{consequence}."),
         stacklevel=1,
     )

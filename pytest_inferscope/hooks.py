@@ -19,7 +19,10 @@ def pytest_inferscope_rules(config: pytest.Config) -> list[Rule] | None:
     A rule is a pure function `rule(ctx: pytest_inferscope.analyzer.Context) -> list[Finding]`,
     reading the context's views (`ctx.rounds`, `ctx.gpu`, `ctx.cpu`) and its `ctx.metrics`;
     a finding whose `cause` names a bottleneck class takes part in the classification.
-    Every implementation's list is used.
+    Every implementation's list is used. A rule that raises, or returns anything but a list of
+    `Finding`, loses its own findings in that test (`Analysis.extension_errors`, and a warning naming
+    it); the analysis, the reports and the test's outcome go on without it (docs/custom-rules.md,
+    "When an added rule or hook fails").
     """
 
 
@@ -58,14 +61,18 @@ def pytest_inferscope_collectors(config: pytest.Config, item: pytest.Item) -> li
     analysis lists as `<collector.name>.<metric>` in `Analysis.metrics` (so reports, JSON and rules
     added through `pytest_inferscope_rules` can read them). A collector that raises is reported in
     a warning naming it and the test, and its metrics are left out; the test and the other
-    collectors go on. Every implementation's list is used.
+    collectors go on. Every implementation's list is used; a hook implementation that raises is a
+    warning naming it, and no collector of this hook runs for that test.
     """
 
 
 @pytest.hookspec
 def pytest_inferscope_machine_info(config: pytest.Config) -> dict[str, Any] | None:
     """Return facts about the machine to add to the environment recorded with every result
-    (and, with baselines, to the fingerprint results are compared under)."""
+    (and, with baselines, to the fingerprint results are compared under).
+
+    An implementation that raises, or returns something other than a dict, adds nothing: one warning
+    for the session names it, and every test is analysed and reported as usual."""
 
 
 @pytest.hookspec

@@ -212,6 +212,8 @@ class Analysis(Serial):
     #: where the trace does not say: imported, or recorded before the sampler's kind was kept).
     no_samples_reason: str = ""
     raised_round_note: str = ""  # the measured rounds that raised while others completed, left out of all (or "")
+    #: The added rules (a hook's, .inferscope_rules.yaml's) that failed here, one clause each (analyzer/extension.py)
+    extension_errors: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -24,7 +24,7 @@ import pytest
 
 from .checks import benchmark_conflict, plan_of, validate_marker
 from .config import Settings
-from .extra import start_extra_collectors, stop_extra_collectors
+from .extra import machine_info, start_extra_collectors, stop_extra_collectors, warn_rule_failures
 from .gpus import GPU_OFF, device_missing, pin_gpu, pin_ignored
 from .options import clock_not_built, lean_rounds_conflict, sampler_in_use
 from .pending import Pending, async_testcase, fail_on_thresholds, in_rounds, is_unittest_case, note_exception
@@ -129,8 +129,7 @@ class InferscopeSession:
             env = collect_environment()
             if self.pinned_gpu is not None:
                 env["pinned_gpu"] = self.pinned_gpu  # part of the baseline fingerprint
-            for extra in self.config.hook.pytest_inferscope_machine_info(config=self.config):
-                env.update(extra or {})
+            env.update(machine_info(self.config))  # a hook that fails adds nothing (extra.py says so)
             self._environment = env
             self._load_ns += time.perf_counter_ns() - began
         return self._environment
@@ -378,6 +377,7 @@ class InferscopeSession:
         handle = self.fixtures.pop(item.nodeid, None)  # the test's fixture value holds it from here
         if handle is not None:
             handle.result = result
+        warn_rule_failures(item.nodeid, result.analysis.extension_errors)
         self.config.hook.pytest_inferscope_result(config=self.config, result=result)
         keep_last_run(self.results, kept(result, environment))
         return result

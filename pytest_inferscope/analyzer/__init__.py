@@ -13,6 +13,7 @@ from ..merger import Timeline
 from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
 from ..rounds import RoundKind, kinds_of
 from .context import LAUNCH_GAP_NS, Context
+from .extension import run_added_rule
 from .idle import CAUSES, IdleGaps, attribute_idle
 from .metrics import compute_metrics
 from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
@@ -168,8 +169,14 @@ def analyze(
     ctx.gpu_reason = gpu_reason or "no GPU data was collected"
     ctx.metrics = compute_metrics(ctx)  # metrics.py owns the computation; the context only holds the result
     findings: list[Finding] = []
+    errors: list[str] = []
     for rule in rules:
-        findings.extend(rule(ctx))
+        if rule in DEFAULT_RULES:
+            findings.extend(rule(ctx))
+        else:  # another plugin's or the rules file's: one that fails loses its own findings only (extension.py)
+            found, error = run_added_rule(rule, ctx)
+            findings.extend(found)
+            errors += [error] if error else []
     findings.sort(key=_rank(ctx), reverse=True)
     bottleneck, confidence = classify(findings)
     suggestions = rank_suggestions(findings)
@@ -225,6 +232,7 @@ def analyze(
         gpu=ctx.gpu.summary(ctx.metrics.get("gpu.memory_peak_mb")),
         whatif=table.rows if table is not None else [],
         whatif_replay=replayed,
+        extension_errors=errors,
     )
 
 

@@ -126,6 +126,7 @@ def make_rule(spec: RuleSpec) -> Rule:
         ]
 
     rule.__name__ = rule.__qualname__ = spec.name
+    rule.source = spec.source  # type: ignore[attr-defined]  # where a failure at analysis time points (extension.py)
     return rule
 
 

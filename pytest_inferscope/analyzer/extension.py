@@ -1,0 +1,56 @@
+"""Rules other code adds (the `pytest_inferscope_rules` hook, `.inferscope_rules.yaml`): run so that one that fails
+loses its own findings and nothing else.
+
+A built-in rule that raises is inferscope's bug and stops the analysis; an added rule that raises, or returns
+something other than a list of `Finding`, is left out of this test's analysis and the sentence that says which and
+why goes into `Analysis.extension_errors` (the session turns it into a warning; the analyzer never prints).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from ..results import Finding
+from .context import Context
+
+
+def describe(fn: Any) -> str:
+    """ "the rule 'name' (conftest.py:12)": a rule by its name and where it is defined (a rules file's: its line)."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if source := getattr(fn, "source", ""):  # custom.make_rule's: ".inferscope_rules.yaml:3"
+        return f"the custom rule {name!r} ({_short(source)})"
+    code = getattr(fn, "__code__", None)
+    try:
+        where = f" ({_short(inspect.getsourcefile(fn) or code.co_filename)}:{code.co_firstlineno})" if code else ""
+    except TypeError:
+        where = ""
+    return f"the rule {name!r}{where}"
+
+
+def _short(path: str) -> str:
+    """The file's name alone: the warning stays one readable line (the name and line find it)."""
+    return path.rsplit("/", 1)[-1]
+
+
+def _cut(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_added_rule(rule: Callable[[Context], Any], ctx: Context) -> tuple[list[Finding], str]:
+    """The rule's findings and "" when it works; no findings and why not (a clause naming the rule) when it fails."""
+    try:
+        got = rule(ctx)
+    except Exception as exc:
+        return [], f"{describe(rule)} raised {type(exc).__name__}: {exc}"
+    if not isinstance(got, list | tuple):
+        return [], f"{describe(rule)} returned {_cut(got)} (a {type(got).__name__}), not a list of Finding"
+    for item in got:
+        if not isinstance(item, Finding):
+            return [], (
+                f"{describe(rule)} returned {_cut(got)}, whose item {_cut(item)} (a {type(item).__name__}) is not a "
+                "Finding (pytest_inferscope.results.Finding)"
+            )
+    return list(got), ""

@@ -1,0 +1,113 @@
+"""A third party's extension that fails (hooks.py, .inferscope_rules.yaml): the session goes on, the test's own
+outcome stands, the reports are written, and one warning names the extension and what it did wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+BODY = """
+import pytest
+
+@pytest.mark.inferscope(rounds=3, warmup=1{extra})
+def test_body():
+    sum(i * i for i in range(20000))
+"""
+
+GOOD_RULE = """
+from pytest_inferscope.results import Finding
+
+def good_rule(ctx):
+    return [Finding(rule="good", title="Good", summary="seen", cause=None, share=0.0, confidence=0.5)]
+"""
+
+
+def report(pytester: pytest.Pytester) -> dict[str, object]:
+    (path,) = (pytester.path / "out").glob("*/report.json")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("returns", "why"),
+    [
+        ("1 / 0", "raised ZeroDivisionError: division by zero"),
+        ("'oops'", "returned 'oops' (a str), not a list of Finding"),
+        ("[{'rule': 'x'}]", "returned [{'rule': 'x'}], whose item {'rule': 'x'} (a dict) is not a Finding"),
+    ],
+)
+def test_a_hook_rule_that_fails_loses_only_its_findings_not_the_analysis_or_the_verdict(
+    pytester: pytest.Pytester, returns: str, why: str
+) -> None:
+    pytester.makeconftest(
+        GOOD_RULE
+        + f"""
+def broken_rule(ctx):
+    return {returns}
+
+def pytest_inferscope_rules(config):
+    return [broken_rule, good_rule]
+"""
+    )
+    # The threshold fails on any machine: the broken rule must not turn that failure into a pass.
+    pytester.makepyfile(BODY.format(extra=", max_latency_ms=0.000001"))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out", "-W", "default")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*max_latency_ms*"])
+    text = result.stdout.str().replace("\n  ", " ")
+    assert "inferscope: the rule 'broken_rule' (conftest.py:" in text and why in text, text
+    assert "its findings are left out of test_a_hook_rule" in text
+    r = report(pytester)
+    assert "good" in [f["rule"] for f in r["analysis"]["findings"]]  # type: ignore[index]
+    (error,) = r["analysis"]["extension_errors"]  # type: ignore[index]
+    assert "broken_rule" in error and why in error
+
+
+def test_a_collectors_hook_that_raises_is_a_warning_and_the_test_passes(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+class Energy:
+    name = "energy"
+    def start(self): pass
+    def stop(self): return {"joules": 1.0}
+
+def pytest_inferscope_collectors(config, item):
+    raise RuntimeError("no power meter on this host")
+
+def pytest_inferscope_result(config, result):
+    config.stash_seen = getattr(config, "stash_seen", 0) + 1
+"""
+    )
+    pytester.makepyfile(BODY.format(extra=""))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out", "-W", "default")
+    result.assert_outcomes(passed=1)
+    text = result.stdout.str().replace("\n  ", " ")
+    assert "inferscope: the pytest_inferscope_collectors hook (conftest.py:" in text, text
+    assert "RuntimeError: no power meter on this host" in text
+    assert report(pytester)["analysis"]  # analysed and written as usual
+
+
+@pytest.mark.parametrize(
+    ("returns", "why"),
+    [
+        ("open('/nonexistent/rack.txt').read()", "raised FileNotFoundError"),
+        ("['rack']", "returned ['rack'] (a list), not a dict of facts"),
+    ],
+)
+def test_a_machine_info_hook_that_fails_leaves_its_facts_out_and_every_test_analysed(
+    pytester: pytest.Pytester, returns: str, why: str
+) -> None:
+    pytester.makeconftest(
+        f"""
+def pytest_inferscope_machine_info(config):
+    return {returns}
+"""
+    )
+    pytester.makepyfile(BODY.format(extra="") + BODY.format(extra="").replace("test_body", "test_other"))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out", "-W", "default")
+    result.assert_outcomes(passed=2)
+    text = result.stdout.str().replace("\n  ", " ")
+    assert "inferscope: the pytest_inferscope_machine_info hook" in text and why in text, text
+    assert "raised" not in why or "hook (conftest.py:2) raised" in text  # where the implementation raised
+    assert text.count("pytest_inferscope_machine_info hook") == 1  # said once, not per test
+    assert len(list((pytester.path / "out").glob("*/report.json"))) == 2
