@@ -95,8 +95,11 @@ def format_suggestion(template: str, metrics: Metrics) -> str:
 def make_rule(spec: RuleSpec) -> Rule:
     """The analyzer rule for a spec: one Finding with one Suggestion when the condition holds."""
 
+    theirs = _collector_names(spec)
+
     def rule(ctx: Context) -> list[Finding]:
         m = ctx.metrics
+        _check_collector_names(theirs, m)
         if not spec.condition.holds(m):
             return []
         used = list(dict.fromkeys([*spec.condition.names, *_alias_metrics(spec.condition)]))
@@ -128,6 +131,37 @@ def make_rule(spec: RuleSpec) -> Rule:
     rule.__name__ = rule.__qualname__ = spec.name
     rule.source = spec.source  # type: ignore[attr-defined]  # where a failure at analysis time points (extension.py)
     return rule
+
+
+def _collector_names(spec: RuleSpec) -> list[str]:
+    """The names a rule reads that are not built-in metrics: a collector's (pytest_inferscope_collectors)."""
+    exprs = [e for e in (spec.condition, spec.share, spec.saving_ms) if e is not None]
+    names = [*(n for e in exprs for n in e.names), *(p.group(1) for p in _PLACEHOLDER.finditer(spec.suggestion))]
+    return [n for n in dict.fromkeys(names) if n not in ALIASES and _namespace(n) not in _builtin_namespaces()]
+
+
+def _check_collector_names(names: list[str], m: Metrics) -> None:
+    """A name the collector of its prefix did not give, where that collector ran in this test: a typo the session could
+    not catch when it loaded the file (a collector's metrics are known only once it ran). Said at analysis time."""
+    for name in names:
+        prefix = _namespace(name)
+        gave = [k for k in m if _namespace(k) == prefix]
+        if gave and name not in m:
+            close = difflib.get_close_matches(name, gave, n=1, cutoff=0.5)
+            hint = f" (the closest: {close[0]!r})" if close else ""
+            raise CustomRuleError(
+                f"it names {name!r}, not a metric of the collector {prefix!r}: the collector {prefix!r} gave "
+                f"{', '.join(gave)} in this test{hint}"
+            )
+
+
+def _namespace(name: str) -> str:
+    return name.split(".", 1)[0] if "." in name else ""
+
+
+@functools.cache
+def _builtin_namespaces() -> frozenset[str]:
+    return frozenset(_namespace(n) for n in metric_names()) - {""}
 
 
 def _alias_metrics(expr: Expression) -> list[str]:
@@ -268,5 +302,7 @@ def _unknown(name: str, known: Collection[str] | None) -> str:
     """Why `name` is not a usable metric name ("" when it is, or when nothing is known to check against)."""
     if known is None or name in known or name in ALIASES:
         return ""
+    if _namespace(name) and _namespace(name) not in {_namespace(k) for k in known}:
+        return ""  # a collector's (pytest_inferscope_collectors): known once it ran (_check_collector_names)
     close = difflib.get_close_matches(name, [*known, *ALIASES], n=1, cutoff=0.5)
     return f"unknown metric {name!r}" + (f"; did you mean {close[0]!r}?" if close else "; see docs/custom-rules.md")

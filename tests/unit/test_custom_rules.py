@@ -327,3 +327,29 @@ def test_every_error_names_file_line_and_rule(tmp_path: Path, text: str, expecte
 def test_missing_file_is_a_custom_rule_error(tmp_path: Path) -> None:
     with pytest.raises(CustomRuleError, match="cannot read"):
         load_rules(tmp_path / "absent.yaml")
+
+
+def test_a_rule_on_a_collectors_metric_loads_and_fires_on_its_value(tmp_path: Path) -> None:
+    """docs/custom-rules.md lists `<collector>.<metric>` (pytest_inferscope_collectors) among the names a rule reads:
+    the session cannot know a collector's names when it loads the file, so any name outside the built-in namespaces
+    is taken for one; a typo in a built-in name is still an error there."""
+    text = rule_yaml("energy.joules > 40").replace("Do X", "Spent {energy.joules:.1f} J")
+    (rule,) = load_rules(write(tmp_path, text), metric_names())
+    ctx = ctx_for(merge(build(cpu_busy=0.2)))
+    assert rule(ctx) == []  # no such collector in this test: unknown, the rule does not fire
+    ctx.metrics["energy.joules"] = 42.5
+    (f,) = rule(ctx)
+    assert f.suggestions[0].action == "Spent 42.5 J" and f.evidence["energy.joules"] == 42.5
+    ctx.metrics["energy.joules"] = 12.0
+    assert rule(ctx) == []
+    assert "did you mean 'gpu.busy_fraction'" in error(tmp_path, rule_yaml("gpu.busy_fracton > 0.2"))
+    assert "unknown metric 'cpuu'" in error(tmp_path, rule_yaml("cpuu > 0.2"))  # no namespace: not a collector's
+
+
+def test_a_rule_naming_a_metric_its_collector_did_not_give_says_so_at_analysis(tmp_path: Path) -> None:
+    (rule,) = load_rules(write(tmp_path, rule_yaml("energy.jouls > 40")), metric_names())
+    ctx = ctx_for(merge(build(cpu_busy=0.2)))
+    ctx.metrics["energy.joules"] = 42.5  # the collector ran; the rule's name is not one of its metrics
+    gave = r"collector 'energy' gave energy.joules in this test \(the closest: 'energy.joules'\)"
+    with pytest.raises(CustomRuleError, match=r"'energy.jouls'.*" + gave):
+        rule(ctx)
