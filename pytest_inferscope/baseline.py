@@ -52,6 +52,8 @@ FINGERPRINT_KEYS = {
 SLOT_KEYS = ("pinned_gpu",)
 #: Per-round counts that do not depend on timing noise: compared exactly unless given a tolerance.
 DETERMINISTIC_METRICS = ("gpu.kernel_launches_per_round", "gpu.h2d_bytes_per_round", "gpu.d2h_bytes_per_round")
+#: The environment's key naming the facts other plugins added (pytest_inferscope_machine_info): fingerprinted too.
+MACHINE_INFO_KEYS = "machine_info_keys"
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # no leading dot: no hidden files, '.' or '..'
 
 
@@ -71,9 +73,11 @@ def validate_name(name: str) -> str:
 
 
 def fingerprint(environment: Mapping[str, Any]) -> dict[str, str]:
-    """The environment facts a comparison is only fair under (see FINGERPRINT_KEYS), as strings."""
+    """The environment facts a comparison is only fair under (see FINGERPRINT_KEYS, and the facts of the
+    pytest_inferscope_machine_info hook, which the environment names under MACHINE_INFO_KEYS), as strings."""
     env = {"driver": environment.get("gpu_driver"), **{k: v for k, v in environment.items() if v is not None}}
-    return {k: "none" if env.get(k) in (None, "") else str(env[k]) for k in FINGERPRINT_KEYS}
+    keys = [*FINGERPRINT_KEYS, *(str(k) for k in environment.get(MACHINE_INFO_KEYS) or () if k not in FINGERPRINT_KEYS)]
+    return {k: "none" if env.get(k) in (None, "") else str(env[k]) for k in keys}
 
 
 def slot_change(a: Mapping[str, str], b: Mapping[str, str]) -> str:

@@ -124,12 +124,15 @@ class InferscopeSession:
     def environment(self) -> dict[str, Any]:
         if self._environment is None:
             began = time.perf_counter_ns()
+            from .baseline import MACHINE_INFO_KEYS
             from .environment import collect_environment
 
             env = collect_environment()
             if self.pinned_gpu is not None:
                 env["pinned_gpu"] = self.pinned_gpu  # part of the baseline fingerprint
-            env.update(machine_info(self.config))  # a hook that fails adds nothing (extra.py says so)
+            if facts := machine_info(self.config):  # a hook that fails adds nothing (extra.py says so)
+                env.update(facts)
+                env[MACHINE_INFO_KEYS] = sorted(facts)  # part of the baseline fingerprint (baseline.fingerprint)
             self._environment = env
             self._load_ns += time.perf_counter_ns() - began
         return self._environment

@@ -184,3 +184,26 @@ def pytest_sessionfinish(session):
     result.assert_outcomes(passed=1)
     seen = json.loads((pytester.path / "seen.json").read_text())
     assert seen["files"] >= 3 and seen["missing"] == [] and seen["index"], seen
+
+
+def test_machine_info_is_part_of_the_baseline_fingerprint_as_the_hook_says(pytester: pytest.Pytester) -> None:
+    """hooks.py: the facts go "(with baselines) to the fingerprint results are compared under": a baseline saved on
+    rack b7 and compared on rack c1 says that the rack differs."""
+    conftest = """
+import os
+
+def pytest_inferscope_machine_info(config):
+    return {"rack": os.environ["RACK"]}
+"""
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(BODY.format(extra=""))
+    args = ["--inferscope-gpu=off", "-p", "no:randomly", "-W", "default"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RACK", "b7")
+        pytester.runpytest(*args, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+        (saved,) = (pytester.path / ".inferscope" / "baselines").glob("main.json")
+        ((entry,),) = json.loads(saved.read_text())["tests"].values()  # a test's saved runs
+        assert entry["fingerprint"]["rack"] == "b7"
+        mp.setenv("RACK", "c1")
+        result = pytester.runpytest(*args, "--inferscope-compare=main", "-rA")
+    result.stdout.fnmatch_lines(["*rack differs: baseline 'b7', this run 'c1'*"])
