@@ -27,6 +27,7 @@ class Pending:
     skipped: bool = False
     extra: list[Any] = field(default_factory=list)  # collectors from pytest_inferscope_collectors
     extra_metrics: dict[str, float | None] = field(default_factory=dict)
+    extra_ns: int = 0  # what starting and stopping them took (added_time's collectors_ms)
     awaited: bool = False  # an async test's rounds began: a plugin (anyio, ...) awaited it
 
 

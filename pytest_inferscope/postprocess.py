@@ -216,9 +216,11 @@ def added_time(meta: Mapping[str, Any], plan: Plan, analysis_ns: int) -> dict[st
     rounds the plugin ran besides (after the measured ones: settling, profile, trace; a warm-up auto asked for; measured
     rounds beyond those asked for: the speed probe's, an A/B test's further pairs); `outside_rounds_ms`: the
     collection's own time outside every round (starting and stopping the collectors, the work between rounds: an A/B
-    test's other side's rounds too); `analysis_ms`: merge, analysis and checks (`analysis_ns`); `load_ms`, only on
-    the first profiled test of a pytest process (`meta["load_ns"]`): loading the plugin's code for profiling and
-    post-processing (`preload`), choosing the GPU backend, reading the machine's facts; `added_ms`: these together
+    test's other side's rounds too), of which `collectors_ms` (where not 0) the collectors other plugins added
+    (pytest_inferscope_collectors) took to start and stop; `analysis_ms`: merge, analysis and checks (`analysis_ns`);
+    `load_ms`, only on the first profiled test of a pytest process (`meta["load_ns"]`): loading the plugin's code for
+    profiling and post-processing (`preload`), choosing the GPU backend, reading the machine's facts; `added_ms`: these
+    together
     (`process` adds `reports_ms` once the report files are written). Empty where the meta does not say (a trace
     imported from elsewhere)."""
     rows = meta.get("rounds")
@@ -243,6 +245,8 @@ def added_time(meta: Mapping[str, Any], plan: Plan, analysis_ns: int) -> dict[st
     }
     if load > 0:
         added["load_ms"] = round(load / 1e6, 3)
+    if (theirs := int(meta.get("extra_collectors_ns", 0))) > 0:  # part of outside_rounds_ms, said apart
+        added["collectors_ms"] = round(theirs / 1e6, 3)
     added["added_ms"] = round((sum(extra) + outside + analysis_ns + load) / 1e6, 3)
     return added
 

@@ -287,7 +287,9 @@ class InferscopeSession:
         if pyfuncitem.get_closest_marker("inferscope") is None:  # --inferscope-all, or it asked for the fixture
             taken_over_by_the_body(functools.partial(self._release, pyfuncitem.nodeid))
         coll.start()
+        began = time.perf_counter_ns()
         pending.extra = start_extra_collectors(self.config, pyfuncitem)
+        pending.extra_ns = time.perf_counter_ns() - began
         try:
             return (yield)
         except BaseException as exc:
@@ -299,9 +301,12 @@ class InferscopeSession:
             if testcase is not None:
                 delattr(testcase, pyfuncitem.name)
             pending.skipped |= is_async and not pending.awaited  # no plugin awaited it: pytest's outcome says why
+            began = time.perf_counter_ns()
             pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
+            pending.extra_ns += time.perf_counter_ns() - began
             pending.raw = coll.stop()
             pending.raw.meta["extra_metrics"] = pending.extra_metrics
+            pending.raw.meta["extra_collectors_ns"] = pending.extra_ns  # other plugins' part of the time outside
             if self.writer is not None:
                 self.writer.resume()
 

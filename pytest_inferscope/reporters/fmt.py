@@ -107,7 +107,8 @@ def fmt_added(added: dict[str, float], tests: int = 0) -> str:
     ratio = (added.get("added_ms") or 0.0) / asked if asked else 0.0
     over = f"{ratio:,.0f}x" if ratio >= 10 else f"{fmt_pct(ratio)} over"  # trivial calls: 5 ms on 0.003 ms
     share = f" ({over} the {t('asked_ms')} of the calls asked for)"
-    parts = [f"outside the rounds {t('outside_rounds_ms')}", f"analysis {t('analysis_ms')}"]
+    theirs = f" (other plugins' collectors {t('collectors_ms')})" if added.get("collectors_ms") else ""
+    parts = [f"outside the rounds {t('outside_rounds_ms')}{theirs}", f"analysis {t('analysis_ms')}"]
     extra = int(added.get("extra_rounds") or 0)
     if extra:
         where = f" in {int(added.get('extra_tests') or 0)} of them" if tests else ""

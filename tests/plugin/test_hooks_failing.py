@@ -111,3 +111,31 @@ def pytest_inferscope_machine_info(config):
     assert "raised" not in why or "hook (conftest.py:2) raised" in text  # where the implementation raised
     assert text.count("pytest_inferscope_machine_info hook") == 1  # said once, not per test
     assert len(list((pytester.path / "out").glob("*/report.json"))) == 2
+
+
+def test_a_slow_collectors_time_is_said_apart_from_the_plugins_own(pytester: pytest.Pytester) -> None:
+    """A collector that takes 0.3 s to start and to stop: its time is outside the measured rounds (the latency is the
+    body's), and the plugin's added-time line says it apart, so the user looks at the collector, not the plugin."""
+    pytester.makeconftest(
+        """
+import time
+
+class Slow:
+    name = "slow"
+    def start(self): time.sleep(0.3)
+    def stop(self):
+        time.sleep(0.3)
+        return {"n": 1}
+
+def pytest_inferscope_collectors(config, item):
+    return [Slow()]
+"""
+    )
+    pytester.makepyfile(BODY.format(extra=""))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out", "-W", "default")
+    result.assert_outcomes(passed=1)
+    r = report(pytester)
+    added = r["added"]
+    assert 600 <= added["collectors_ms"] <= added["outside_rounds_ms"], added  # type: ignore[index]
+    assert max(r["latency"]["samples_ms"]) < 300  # type: ignore[index]
+    result.stdout.fnmatch_lines(["*outside the rounds * (other plugins' collectors 6*)*"])
