@@ -3,7 +3,9 @@
 A collector that fails to start is left out, one that fails to stop loses its metrics; a collectors or machine-info
 hook that raises (or returns the wrong type) adds nothing; a rule that fails loses its findings (analyzer/extension.py).
 Each is said as an `InferscopeWarning` naming the extension, where it is defined, and what it did; the test's own
-outcome (its body, its thresholds) stands.
+outcome (its body, its thresholds) stands. Where the user's filters make that warning an error (`-W error`,
+`filterwarnings = error`), it is kept in `promoted` instead of raised mid-collection or into pytest's report hook (where
+it stopped the session with INTERNALERROR): the test fails on it once analysed and reported (`say`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import pytest
 from .warning import InferscopeWarning
 
 
-def start_extra_collectors(config: pytest.Config, item: pytest.Item) -> list[Any]:
+def say(message: str, promoted: list[str]) -> None:
+    """Warn; where the filters make the warning an error, keep the message in `promoted` for the test's report."""
+    try:
+        warnings.warn(InferscopeWarning(message), stacklevel=2)
+    except InferscopeWarning:
+        promoted.append(message)
+
+
+def start_extra_collectors(config: pytest.Config, item: pytest.Item, promoted: list[str]) -> list[Any]:
     """Start the collectors other plugins add (pytest_inferscope_collectors); one that fails is left out."""
     started = []
     try:
@@ -28,6 +38,7 @@ def start_extra_collectors(config: pytest.Config, item: pytest.Item) -> list[Any
             "pytest_inferscope_collectors",
             exc,
             f"no collector it returns runs for {item.nodeid}, which goes on without them",
+            promoted,
         )
         return []
     for extra in lists:
@@ -36,11 +47,11 @@ def start_extra_collectors(config: pytest.Config, item: pytest.Item) -> list[Any
                 c.start()
                 started.append(c)
             except Exception as exc:  # a third party's collector never breaks the test
-                _warn_collector(c, item, "start", exc)
+                _warn_collector(c, item, "start", exc, promoted)
     return started
 
 
-def stop_extra_collectors(item: pytest.Item, collectors: list[Any]) -> dict[str, float | None]:
+def stop_extra_collectors(item: pytest.Item, collectors: list[Any], promoted: list[str]) -> dict[str, float | None]:
     """Stop them; their metrics, named `<collector>.<key>`."""
     metrics: dict[str, float | None] = {}
     for c in collectors:
@@ -48,11 +59,11 @@ def stop_extra_collectors(item: pytest.Item, collectors: list[Any]) -> dict[str,
             for key, value in dict(c.stop()).items():
                 metrics[f"{c.name}.{key}"] = None if value is None else float(value)
         except Exception as exc:
-            _warn_collector(c, item, "stop", exc)
+            _warn_collector(c, item, "stop", exc, promoted)
     return metrics
 
 
-def machine_info(config: pytest.Config) -> dict[str, Any]:
+def machine_info(config: pytest.Config, promoted: list[str]) -> dict[str, Any]:
     """The facts of every pytest_inferscope_machine_info implementation; a failing hook's are left out, said once
     (the environment is read once a session)."""
     try:
@@ -63,6 +74,7 @@ def machine_info(config: pytest.Config) -> dict[str, Any]:
             exc,
             "its facts are left out of the environment recorded with every result (and the baseline "
             "fingerprint); the tests go on without them",
+            promoted,
         )
         return {}
     env: dict[str, Any] = {}
@@ -73,33 +85,30 @@ def machine_info(config: pytest.Config) -> dict[str, Any]:
                 "pytest_inferscope_machine_info",
                 None,
                 f"{why} environment recorded with every result; the tests go on without it",
+                promoted,
             )
             continue
         env.update(extra or {})
     return env
 
 
-def warn_rule_failures(nodeid: str, errors: list[str]) -> None:
+def warn_rule_failures(nodeid: str, errors: list[str], promoted: list[str]) -> None:
     """One warning per rule that failed in this test's analysis (Analysis.extension_errors)."""
     for error in errors:
-        warnings.warn(
-            InferscopeWarning(
-                f"inferscope: {error}; its findings are left out of {nodeid}'s analysis, which went on without "
-                "them (the test's outcome and thresholds are unaffected). Fix the rule, or remove it from "
-                "pytest_inferscope_rules or .inferscope_rules.yaml (docs/custom-rules.md)."
-            ),
-            stacklevel=1,
+        say(
+            f"inferscope: {error}; its findings are left out of {nodeid}'s analysis, which went on without "
+            "them (the test's outcome and thresholds are unaffected). Fix the rule, or remove it from "
+            "pytest_inferscope_rules or .inferscope_rules.yaml (docs/custom-rules.md).",
+            promoted,
         )
 
 
-def _warn_collector(c: Any, item: pytest.Item, when: str, exc: Exception) -> None:
+def _warn_collector(c: Any, item: pytest.Item, when: str, exc: Exception, promoted: list[str]) -> None:
     name = getattr(c, "name", type(c).__name__)
-    warnings.warn(
-        InferscopeWarning(
-            f"inferscope: the collector {name!r} (from pytest_inferscope_collectors) failed to {when} for "
-            f"{item.nodeid}: {type(exc).__name__}: {exc}; its metrics are left out of this test's analysis."
-        ),
-        stacklevel=1,
+    say(
+        f"inferscope: the collector {name!r} (from pytest_inferscope_collectors) failed to {when} for "
+        f"{item.nodeid}: {type(exc).__name__}: {exc}; its metrics are left out of this test's analysis.",
+        promoted,
     )
 
 
@@ -107,14 +116,11 @@ def _ours(filename: str) -> bool:
     return filename == __file__ or "/pluggy/" in filename
 
 
-def _warn_hook(hook: str, exc: Exception | None, consequence: str) -> None:
+def _warn_hook(hook: str, exc: Exception | None, consequence: str, promoted: list[str]) -> None:
     """'the <hook> hook (conftest.py:7) raised RuntimeError: ...': where the innermost frame of the exception is."""
     where = ""
     if exc is not None:  # the implementation's own frame: the first past pluggy's and this module's
         theirs = [f for f in traceback.extract_tb(exc.__traceback__) if not _ours(f.filename)]
         where = f" ({theirs[0].filename.rsplit('/', 1)[-1]}:{theirs[0].lineno})" if theirs else ""
     what = f"raised {type(exc).__name__}: {exc}; " if exc is not None else ""
-    warnings.warn(
-        InferscopeWarning(f"inferscope: the {hook} hook{where} {what}{consequence}."),
-        stacklevel=1,
-    )
+    say(f"inferscope: the {hook} hook{where} {what}{consequence}.", promoted)

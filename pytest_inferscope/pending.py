@@ -28,6 +28,7 @@ class Pending:
     extra: list[Any] = field(default_factory=list)  # collectors from pytest_inferscope_collectors
     extra_metrics: dict[str, float | None] = field(default_factory=dict)
     extra_ns: int = 0  # what starting and stopping them took (added_time's collectors_ms)
+    promoted: list[str] = field(default_factory=list)  # warnings the filters made errors: the test fails on them
     awaited: bool = False  # an async test's rounds began: a plugin (anyio, ...) awaited it
 
 
@@ -77,6 +78,19 @@ def note_exception(pending: Pending, exc: BaseException) -> None:
 
 #: How pytest's `longrepr` of a strict xfail-marked test that passed begins (`xfail(strict=True)`).
 _XPASS_STRICT = "[XPASS(strict)]"
+
+
+def fail_on_promoted(rep: pytest.TestReport, promoted: list[str]) -> None:
+    """The call report of a test some of whose inferscope warnings the user's filters made errors (`-W error`,
+    `filterwarnings = error`; extra.say): failed on them, as on a warning its body raised; a failed test keeps its own
+    failure, with them beside it."""
+    if not promoted:
+        return
+    text = "\n".join(promoted) + "\n(InferscopeWarning, an error under this session's warning filters)"
+    if rep.passed and not hasattr(rep, "wasxfail"):
+        rep.outcome, rep.longrepr = "failed", text
+    else:
+        rep.sections.append(("inferscope warnings", text))
 
 
 def fail_on_thresholds(

@@ -15,7 +15,6 @@ import math
 import os
 import time
 import traceback
-import warnings
 from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,13 +23,20 @@ import pytest
 
 from .checks import benchmark_conflict, plan_of, validate_marker
 from .config import Settings
-from .extra import machine_info, start_extra_collectors, stop_extra_collectors, warn_rule_failures
+from .extra import machine_info, say, start_extra_collectors, stop_extra_collectors, warn_rule_failures
 from .gpus import GPU_OFF, device_missing, pin_gpu, pin_ignored
 from .options import clock_not_built, lean_rounds_conflict, sampler_in_use
-from .pending import Pending, async_testcase, fail_on_thresholds, in_rounds, is_unittest_case, note_exception
+from .pending import (
+    Pending,
+    async_testcase,
+    fail_on_promoted,
+    fail_on_thresholds,
+    in_rounds,
+    is_unittest_case,
+    note_exception,
+)
 from .session_baselines import SessionBaselines
 from .stackbase import fresh_chunk
-from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
     from .api import InferscopeFixture
@@ -69,6 +75,7 @@ class InferscopeSession:
         self._swapped: set[str] = set()  # tests pytest_runtest_call swapped for their rounds (pytest_pyfunc_call's not)
         self._gpu: Choice | None = None
         self._environment: dict[str, Any] | None = None
+        self._promoted: list[str] = []  # the machine-info hook's warnings made errors: the next analysed test fails
         self.notes: list[str] = []  # lines for the end of the terminal summary (saved baseline, ...)
         self.baselines = SessionBaselines(config, settings, self.notes)
         self.custom_rules: list[Any] = []  # from .inferscope_rules.yaml, loaded at session start
@@ -130,7 +137,7 @@ class InferscopeSession:
             env = collect_environment()
             if self.pinned_gpu is not None:
                 env["pinned_gpu"] = self.pinned_gpu  # part of the baseline fingerprint
-            if facts := machine_info(self.config):  # a hook that fails adds nothing (extra.py says so)
+            if facts := machine_info(self.config, self._promoted):  # a hook that fails adds nothing (extra.py says so)
                 env.update(facts)
                 env[MACHINE_INFO_KEYS] = sorted(facts)  # part of the baseline fingerprint (baseline.fingerprint)
             self._environment = env
@@ -288,7 +295,7 @@ class InferscopeSession:
             taken_over_by_the_body(functools.partial(self._release, pyfuncitem.nodeid))
         coll.start()
         began = time.perf_counter_ns()
-        pending.extra = start_extra_collectors(self.config, pyfuncitem)
+        pending.extra = start_extra_collectors(self.config, pyfuncitem, pending.promoted)
         pending.extra_ns = time.perf_counter_ns() - began
         try:
             return (yield)
@@ -302,7 +309,7 @@ class InferscopeSession:
                 delattr(testcase, pyfuncitem.name)
             pending.skipped |= is_async and not pending.awaited  # no plugin awaited it: pytest's outcome says why
             began = time.perf_counter_ns()
-            pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra)
+            pending.extra_metrics = stop_extra_collectors(pyfuncitem, pending.extra, pending.promoted)
             pending.extra_ns += time.perf_counter_ns() - began
             pending.raw = coll.stop()
             pending.raw.meta["extra_metrics"] = pending.extra_metrics
@@ -324,10 +331,8 @@ class InferscopeSession:
         try:
             result = self._finish(item, pending)
         except Exception as exc:
-            warnings.warn(
-                InferscopeWarning(f"inferscope could not analyse {item.nodeid}: {exc}\n{traceback.format_exc()}"),
-                stacklevel=1,
-            )
+            say(f"inferscope could not analyse {item.nodeid}: {exc}\n{traceback.format_exc()}", pending.promoted)
+            fail_on_promoted(rep, pending.promoted)
             return rep
         from .reporters.junit import junit_properties
 
@@ -338,6 +343,7 @@ class InferscopeSession:
 
         if text := failure_text(result):  # failed, or an xfail-marked test's expected failure
             fail_on_thresholds(rep, item, call, text, failure_longrepr(text, rep.location))
+        fail_on_promoted(rep, pending.promoted)
         return rep
 
     def _finish(self, item: pytest.Item, pending: Pending) -> TestResult:
@@ -385,7 +391,9 @@ class InferscopeSession:
         handle = self.fixtures.pop(item.nodeid, None)  # the test's fixture value holds it from here
         if handle is not None:
             handle.result = result
-        warn_rule_failures(item.nodeid, result.analysis.extension_errors)
+        pending.promoted += self._promoted
+        self._promoted.clear()
+        warn_rule_failures(item.nodeid, result.analysis.extension_errors, pending.promoted)
         self.config.hook.pytest_inferscope_result(config=self.config, result=result)
         keep_last_run(self.results, kept(result, environment))
         return result

@@ -13,7 +13,7 @@ from ..merger import Timeline
 from ..results import UNCLASSIFIED, Analysis, Finding, Suggestion
 from ..rounds import RoundKind, kinds_of
 from .context import LAUNCH_GAP_NS, Context
-from .extension import run_added_rule
+from .extension import run_rules
 from .idle import CAUSES, IdleGaps, attribute_idle
 from .metrics import compute_metrics
 from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
@@ -168,15 +168,7 @@ def analyze(
         ctx = Context(timeline, launch_gap_ns=launch_gap_ns)
     ctx.gpu_reason = gpu_reason or "no GPU data was collected"
     ctx.metrics = compute_metrics(ctx)  # metrics.py owns the computation; the context only holds the result
-    findings: list[Finding] = []
-    errors: list[str] = []
-    for rule in rules:
-        if rule in DEFAULT_RULES:
-            findings.extend(rule(ctx))
-        else:  # another plugin's or the rules file's: one that fails loses its own findings only (extension.py)
-            found, error = run_added_rule(rule, ctx)
-            findings.extend(found)
-            errors += [error] if error else []
+    findings, errors = run_rules(rules, DEFAULT_RULES, ctx)
     findings.sort(key=_rank(ctx), reverse=True)
     bottleneck, confidence = classify(findings)
     suggestions = rank_suggestions(findings)

@@ -9,7 +9,7 @@ why goes into `Analysis.extension_errors` (the session turns it into a warning; 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..results import Finding
@@ -54,3 +54,19 @@ def run_added_rule(rule: Callable[[Context], Any], ctx: Context) -> tuple[list[F
                 "Finding (pytest_inferscope.results.Finding)"
             )
     return list(got), ""
+
+
+def run_rules(
+    rules: Iterable[Callable[[Context], Any]], builtin: list[Callable[[Context], Any]], ctx: Context
+) -> tuple[list[Finding], list[str]]:
+    """Every rule's findings, and why each added one (not in `builtin`) that failed did (`run_added_rule`)."""
+    findings: list[Finding] = []
+    errors: list[str] = []
+    for rule in rules:
+        if rule in builtin:
+            findings.extend(rule(ctx))
+        else:  # another plugin's or the rules file's: one that fails loses its own findings only
+            found, error = run_added_rule(rule, ctx)
+            findings.extend(found)
+            errors += [error] if error else []
+    return findings, errors

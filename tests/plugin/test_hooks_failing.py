@@ -15,6 +15,8 @@ def test_body():
     sum(i * i for i in range(20000))
 """
 
+ERROR = "error::pytest_inferscope.warning.InferscopeWarning"  # as -W error does (other plugins' warnings aside)
+
 GOOD_RULE = """
 from pytest_inferscope.results import Finding
 
@@ -139,3 +141,31 @@ def pytest_inferscope_collectors(config, item):
     assert 600 <= added["collectors_ms"] <= added["outside_rounds_ms"], added  # type: ignore[index]
     assert max(r["latency"]["samples_ms"]) < 300  # type: ignore[index]
     result.stdout.fnmatch_lines(["*outside the rounds * (other plugins' collectors 6*)*"])
+
+
+@pytest.mark.parametrize(
+    ("conftest", "said"),
+    [
+        ("def broken(ctx):\n    return 1 / 0\n\ndef pytest_inferscope_rules(config):\n    return [broken]\n",
+         "the rule 'broken' (conftest.py:1) raised ZeroDivisionError"),
+        ("def pytest_inferscope_machine_info(config):\n    raise OSError('no rack file')\n",
+         "the pytest_inferscope_machine_info hook (conftest.py:2) raised OSError: no rack file"),
+        ("class C:\n    name = 'c'\n    def start(self):\n        raise OSError('no meter')\n    def stop(self):\n"
+         "        return {}\n\ndef pytest_inferscope_collectors(config, item):\n    return [C()]\n",
+         "the collector 'c' (from pytest_inferscope_collectors) failed to start"),
+    ],
+)  # fmt: skip
+def test_under_w_error_a_broken_extension_fails_its_test_and_the_session_goes_on(
+    pytester: pytest.Pytester, conftest: str, said: str
+) -> None:
+    """`-W error` (or `filterwarnings = error`) makes every warning an error; one said after the test's call (a
+    rule's, the machine facts') raised into pytest's report hook and stopped the session with INTERNALERROR. Now the
+    test fails on it, as on a warning its body raised, and the next test and the reports go on."""
+    pytester.makeconftest(conftest)
+    pytester.makepyfile(BODY.format(extra="") + BODY.format(extra="").replace("test_body", "test_other"))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out", "-W", ERROR)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    # The machine facts are read, and said, once a session: the first test fails on them.
+    result.assert_outcomes(failed=1, passed=1) if "machine_info" in said else result.assert_outcomes(failed=2)
+    assert said in result.stdout.str().replace("\n", " ")
+    assert len(list((pytester.path / "out").glob("*/report.json"))) == 2
