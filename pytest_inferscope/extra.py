@@ -92,6 +92,17 @@ def machine_info(config: pytest.Config, promoted: list[str]) -> dict[str, Any]:
     return env
 
 
+def hook_lists(config: pytest.Config, hook: str, nodeid: str, promoted: list[str]) -> list[Any]:
+    """The items of every implementation's list of a hook returning lists (pytest_inferscope_rules, _whatifs); none
+    where an implementation raises, said (pluggy stops at the first that raises, so no other's list is known)."""
+    try:
+        return [x for extra in getattr(config.hook, hook)(config=config) for x in extra or ()]
+    except Exception as exc:
+        what = "rule" if hook.endswith("rules") else "what-if"
+        _warn_hook(hook, exc, f"no {what} it returns runs for {nodeid}, which is analysed without them", promoted)
+        return []
+
+
 def warn_rule_failures(nodeid: str, errors: list[str], promoted: list[str]) -> None:
     """One warning per rule that failed in this test's analysis (Analysis.extension_errors)."""
     for error in errors:

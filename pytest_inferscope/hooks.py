@@ -22,7 +22,7 @@ def pytest_inferscope_rules(config: pytest.Config) -> list[Rule] | None:
     Every implementation's list is used. A rule that raises, or returns anything but a list of
     `Finding`, loses its own findings in that test (`Analysis.extension_errors`, and a warning naming
     it); the analysis, the reports and the test's outcome go on without it (docs/custom-rules.md,
-    "When an added rule or hook fails").
+    "When an added rule or hook fails"). A hook implementation that raises adds no rule to that test.
     """
 
 
@@ -36,7 +36,8 @@ def pytest_inferscope_whatifs(config: pytest.Config) -> list[WhatIf] | None:
     does not apply. The graph is replayed and the saving goes into the what-if table; the class
     is the what-if that saves the most, so a what-if with `bottleneck` set takes part in the
     verdict, and its `action` becomes a suggestion ranked by its simulated saving. Every
-    implementation's list is used.
+    implementation's list is used; a hook implementation that raises adds no what-if to that test,
+    said in a warning naming it (the analysis goes on).
     """
 
 

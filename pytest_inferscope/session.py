@@ -23,7 +23,7 @@ import pytest
 
 from .checks import benchmark_conflict, plan_of, validate_marker
 from .config import Settings
-from .extra import machine_info, say, start_extra_collectors, stop_extra_collectors, warn_rule_failures
+from .extra import hook_lists, machine_info, say, start_extra_collectors, stop_extra_collectors, warn_rule_failures
 from .gpus import GPU_OFF, device_missing, pin_gpu, pin_ignored
 from .options import clock_not_built, lean_rounds_conflict, sampler_in_use
 from .pending import (
@@ -354,8 +354,7 @@ class InferscopeSession:
 
         assert pending.raw is not None
         plan = self.plans[item.nodeid]
-        rules = [r for extra in self.config.hook.pytest_inferscope_rules(config=self.config) for r in extra or ()]
-        rules += self.custom_rules
+        rules = [*hook_lists(self.config, "pytest_inferscope_rules", item.nodeid, pending.promoted), *self.custom_rules]
         if self.report_dir is not None and self.writer is None:
             from .reporters.writer import ReportWriter
 
@@ -376,9 +375,7 @@ class InferscopeSession:
                 report_dir=self.report_dir,
                 environment=environment,
                 rules=[*DEFAULT_RULES, *rules],
-                whatifs=[
-                    w for extra in self.config.hook.pytest_inferscope_whatifs(config=self.config) for w in extra or ()
-                ],
+                whatifs=hook_lists(self.config, "pytest_inferscope_whatifs", item.nodeid, pending.promoted),
                 comparison=self.baselines.comparison(item.nodeid),
                 launch_gap_us=self.settings.launch_gap_us,
                 ab=functools.partial(self.ab.finish, item.nodeid) if hasattr(self.ab, "finish") else None,

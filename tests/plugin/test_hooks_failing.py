@@ -169,3 +169,18 @@ def test_under_w_error_a_broken_extension_fails_its_test_and_the_session_goes_on
     result.assert_outcomes(failed=1, passed=1) if "machine_info" in said else result.assert_outcomes(failed=2)
     assert said in result.stdout.str().replace("\n", " ")
     assert len(list((pytester.path / "out").glob("*/report.json"))) == 2
+
+
+@pytest.mark.parametrize("hook", ["pytest_inferscope_rules", "pytest_inferscope_whatifs"])
+def test_a_rules_or_whatifs_hook_that_raises_adds_nothing_and_the_analysis_goes_on(
+    pytester: pytest.Pytester, hook: str
+) -> None:
+    pytester.makeconftest(f"def {hook}(config):\n    raise RuntimeError('no rules today')\n")
+    pytester.makepyfile(BODY.format(extra=", max_latency_ms=0.000001"))  # fails on any machine
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out", "-W", "default")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*max_latency_ms*"])
+    text = result.stdout.str().replace("\n  ", " ")
+    assert f"inferscope: the {hook} hook (conftest.py:2) raised RuntimeError: no rules today" in text, text
+    assert "could not analyse" not in text
+    assert report(pytester)["analysis"]
