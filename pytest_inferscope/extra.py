@@ -103,6 +103,16 @@ def hook_lists(config: pytest.Config, hook: str, nodeid: str, promoted: list[str
         return []
 
 
+def tell_result(config: pytest.Config, result: Any, promoted: list[str]) -> None:
+    """pytest_inferscope_result; an implementation that raises is said, and the result, its verdict and its place in
+    the index and the summary stand (pluggy stops at the first that raises: the ones after it are not called)."""
+    try:
+        config.hook.pytest_inferscope_result(config=config, result=result)
+    except Exception as exc:
+        consequence = f"the result of {result.nodeid}, its verdict and its reports stand"
+        _warn_hook("pytest_inferscope_result", exc, consequence, promoted)
+
+
 def warn_rule_failures(nodeid: str, errors: list[str], promoted: list[str]) -> None:
     """One warning per rule that failed in this test's analysis (Analysis.extension_errors)."""
     for error in errors:

@@ -83,5 +83,6 @@ def pytest_inferscope_result(config: pytest.Config, result: TestResult) -> None:
     Its report files may not be on disk yet: a helper process writes them while the tests go on. `result.files`
     names them (relative to the report folder); they are all written, with index.json, by the time a
     `@pytest.hookimpl(trylast=True)` `pytest_sessionfinish` runs (in an xdist worker: its own tests' files, the
-    index in the controller's): upload them there (docs/ci.md, "Uploading the reports").
+    index in the controller's): upload them there (docs/ci.md, "Uploading the reports"). An implementation that
+    raises is a warning naming it; the result, its verdict and its reports stand.
     """

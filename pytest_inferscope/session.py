@@ -23,7 +23,15 @@ import pytest
 
 from .checks import benchmark_conflict, plan_of, validate_marker
 from .config import Settings
-from .extra import hook_lists, machine_info, say, start_extra_collectors, stop_extra_collectors, warn_rule_failures
+from .extra import (
+    hook_lists,
+    machine_info,
+    say,
+    start_extra_collectors,
+    stop_extra_collectors,
+    tell_result,
+    warn_rule_failures,
+)
 from .gpus import GPU_OFF, device_missing, pin_gpu, pin_ignored
 from .options import clock_not_built, lean_rounds_conflict, sampler_in_use
 from .pending import (
@@ -391,7 +399,7 @@ class InferscopeSession:
         pending.promoted += self._promoted
         self._promoted.clear()
         warn_rule_failures(item.nodeid, result.analysis.extension_errors, pending.promoted)
-        self.config.hook.pytest_inferscope_result(config=self.config, result=result)
+        tell_result(self.config, result, pending.promoted)  # a hook that raises is said; the result stands
         keep_last_run(self.results, kept(result, environment))
         return result
 

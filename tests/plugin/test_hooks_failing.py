@@ -184,3 +184,16 @@ def test_a_rules_or_whatifs_hook_that_raises_adds_nothing_and_the_analysis_goes_
     assert f"inferscope: the {hook} hook (conftest.py:2) raised RuntimeError: no rules today" in text, text
     assert "could not analyse" not in text
     assert report(pytester)["analysis"]
+
+
+def test_a_result_hook_that_raises_costs_neither_the_verdict_nor_the_index(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("def pytest_inferscope_result(config, result):\n    raise RuntimeError('upload failed')\n")
+    pytester.makepyfile(BODY.format(extra=", max_latency_ms=0.000001"))  # fails on any machine
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out", "-W", "default")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*max_latency_ms*"])
+    text = result.stdout.str().replace("\n  ", " ")
+    assert "inferscope: the pytest_inferscope_result hook (conftest.py:2) raised RuntimeError: upload failed" in text
+    assert "could not analyse" not in text
+    (entry,) = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    assert entry["nodeid"].endswith("::test_body")
