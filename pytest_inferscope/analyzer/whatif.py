@@ -153,6 +153,12 @@ def _off_path_action(module: str) -> str:
     return f"Take {module}'s work off the critical path: cache or precompute its results, or run it ahead in a worker"
 
 
+def _removed_action(module: str) -> str:
+    """The action of a module's host work removed: unlike `_off_path_action`'s (the host's work between launches off
+    the critical path, mostly that module's), which a report listed beside it word for word with another saving."""
+    return f"Make {module}'s host work cheaper: cache or precompute its results, or do less of it per step"
+
+
 #: The collectives' what-ifs (communication_bound): kernels that move data between GPUs (comm.py).
 COMM_WHATIFS = [
     WhatIf(
@@ -236,7 +242,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
         )
     )
     for m in every[:MAX_MODULES]:
-        out.append(WhatIf(f"{m}'s host work removed", "cpu_bound", _off_path_action(m), remove_module(m)))
+        out.append(WhatIf(f"{m}'s host work removed", "cpu_bound", _removed_action(m), remove_module(m)))
     return out
 
 

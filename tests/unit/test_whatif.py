@@ -177,6 +177,10 @@ def test_host_python_bound_round_names_the_users_module_not_the_frameworks() -> 
     t = simulate([graph], builtin([graph]))
     assert t.classify()[0] == "cpu_bound"
     assert t.suggestions()[0].action.startswith("Take tok's work off the critical path")
+    # each fix says what it does: the module's work removed is not worded as the host's work off the path (a report
+    # listed the two word for word, with 2.26 and 0.28 ms beside them)
+    actions = [s.action for s in t.suggestions()]
+    assert len(actions) == len(set(actions)) and any(a.startswith("Make tok's host work cheaper") for a in actions)
 
 
 def test_a_what_if_from_a_hook_takes_part_in_the_verdict() -> None:
