@@ -179,6 +179,10 @@ def test_a_later_run_removes_the_worktrees_of_killed_runs_and_only_those(tmp_pat
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_leave_no_worktree_folder_or_twin(tmp_path: Path, sig: signal.Signals) -> None:
+    if signal.getsignal(sig) == signal.SIG_IGN:
+        # Under `nohup` (a CI step started so) the signal is ignored here and in the run below, which inherits that;
+        # the plugin leaves an ignored signal ignored (ab/signals.py), so the run went on to its end (status 0).
+        pytest.skip(f"{sig.name} is ignored in this process (nohup?), and so in the run it would send it to")
     root = make_repo(
         tmp_path / "repo",
         extra=f"""
