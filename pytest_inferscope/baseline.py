@@ -67,7 +67,8 @@ def validate_name(name: str) -> str:
         raise BaselineError(
             f"Invalid baseline name {name!r}: use 1 to 100 letters, digits, '.', '-' and '_', not starting "
             "with '.', and no path separators (the name becomes <name>.json in the baseline folder; choose "
-            "the folder with --inferscope-baseline-dir). Examples: 'main', 'release-1.2', 'pr_123'."
+            "the folder with --inferscope-baseline-dir). Examples: 'main', 'release-1.2', 'pr_123'; a git branch "
+            "such as 'feature/x' as 'feature-x' (in bash, ${BRANCH//\\//-})."
         )
     return name
 

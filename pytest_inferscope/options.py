@@ -121,6 +121,10 @@ _TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 
+#: A baseline name is a file name: a git branch's slashes cannot be in it (CI jobs name baselines after branches).
+_BRANCH_HINT = " (a branch such as 'feature/x' as 'feature-x': in bash, ${BRANCH//\\//-})"
+
+
 #: Why the signal sampler cannot run in an install without its clock in C (no C compiler at install; setup.py).
 CLOCK_NOT_BUILT = "the sampler clock in C (pytest_inferscope._tick) is not built: reinstall with a C compiler"
 
@@ -261,14 +265,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "save_baseline", optional(parse_name), None,
         "Save this run's results as the baseline NAME (appended to its history; earlier runs are kept). "
         "Not in an A/B run, whose rounds are paced by the twin's (docs/ab.md). E.g. --inferscope-save-baseline=main.",
-        "give a name of letters, digits, '.', '-' and '_'", "main", metavar="NAME",
+        f"give a name of letters, digits, '.', '-' and '_'{_BRANCH_HINT}", "main", metavar="NAME",
         default_text="not set (nothing saved)",
     ),
     OptionSpec(
         "compare", optional(parse_name), None,
         "Compare every profiled test against the baseline NAME and fail the tests that regressed. "
         "Not in an A/B run, whose comparison with the ref is the gate (docs/ab.md). E.g. --inferscope-compare=main.",
-        "give the name of a saved baseline (letters, digits, '.', '-' and '_')", "main", metavar="NAME",
+        f"give the name of a saved baseline (letters, digits, '.', '-' and '_'){_BRANCH_HINT}", "main", metavar="NAME",
         default_text="not set (no comparison)",
     ),
     OptionSpec(

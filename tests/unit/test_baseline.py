@@ -100,6 +100,17 @@ def test_invalid_names_are_a_clear_error(name: str, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_branch_name_as_a_baseline_name_is_told_how_to_make_one_of_it(pytester: pytest.Pytester) -> None:
+    """CI jobs name baselines after the branch ('feature/x'): the error said only which characters a name may have."""
+    with pytest.raises(BaselineError) as info:
+        validate_name("feature/x")
+    assert "'feature/x' as 'feature-x'" in str(info.value) and "${BRANCH//\\//-}" in str(info.value)
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-save-baseline=feature/x")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "'feature/x' as 'feature-x': in bash, ${BRANCH//\\//-}" in result.stderr.str()
+
+
 def test_fingerprint_has_every_key_missing_ones_as_none() -> None:
     fp = fingerprint({"python": "3.11.9", "cpu_model": "EPYC", "torch": None, "gpu_driver": 580})
     assert fp == {
