@@ -149,6 +149,19 @@ def sampler_in_use(asked: SamplerKind) -> SamplerKind:
     return "signal" if sys.version_info >= (3, 13) and not clock_not_built() else "thread"
 
 
+#: What the header says the CPU collector does, by the cpu setting.
+_CPU_LINE = {"sample": "stack sampling every {ms:g} ms", "trace": "full call tracing", "off": "scopes and rounds only"}
+
+
+def cpu_line(cpu: str, sampler: SamplerKind, interval_ms: float) -> str:
+    """The header's CPU part: what the CPU collector does with these settings, and, for the signal sampler, where."""
+    line = _CPU_LINE[cpu].format(ms=interval_ms)
+    if cpu == "sample" and sampler_in_use(sampler) == "signal":
+        missing = clock_not_built()  # (asked for in an install without a C compiler: the thread samples)
+        line += f" by a thread, not by signal: {missing}" if missing else " in the test thread"
+    return line
+
+
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "enable", parse_bool, True,

@@ -33,7 +33,7 @@ from .extra import (
     warn_rule_failures,
 )
 from .gpus import GPU_OFF, device_missing, pin_gpu, pin_ignored
-from .options import clock_not_built, lean_rounds_conflict, sampler_in_use
+from .options import cpu_line, lean_rounds_conflict
 from .pending import (
     Pending,
     async_testcase,
@@ -60,8 +60,6 @@ log = logging.getLogger("pytest_inferscope")
 CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
 #: An item's runs before this one in the session: their verdicts (pytest-rerunfailures runs the same item again).
 EARLIER_RUNS = pytest.StashKey[tuple[str, ...]]()
-#: What the header says the CPU collector does, by the cpu setting.
-_CPU_LINE = {"sample": "stack sampling every {ms:g} ms", "trace": "full call tracing", "off": "scopes and rounds only"}
 
 
 class InferscopeSession:
@@ -192,10 +190,7 @@ class InferscopeSession:
             raise pytest.UsageError(str(exc)) from exc
 
     def header_lines(self) -> list[str]:
-        cpu = _CPU_LINE[self.settings.cpu].format(ms=self.settings.sample_interval_ms)
-        if self.settings.cpu == "sample" and sampler_in_use(self.settings.sampler) == "signal":
-            missing = clock_not_built()  # (asked for in an install without a C compiler: the thread samples)
-            cpu += f" by a thread, not by signal: {missing}" if missing else " in the test thread"
+        cpu = cpu_line(self.settings.cpu, self.settings.sampler, self.settings.sample_interval_ms)
         lines = [f"inferscope: cpu {cpu}; memory procfs; gpu {self.gpu_line()}"]
         if (ignored := pin_ignored(self.settings.gpus)) is not None:
             lines.append(ignored)
