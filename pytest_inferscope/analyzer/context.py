@@ -83,10 +83,9 @@ class CpuView:
     # -- CPU samples ------------------------------------------------------------
 
     @cached_property
-    def sample_weights(self) -> dict[int, float]:
-        """Sampled ns per folded-stack name id, inside measured rounds: the samples taken in them (the stack is what
-        the body ran then; one taken between rounds is the plugin's), each by the part of the time it stands for
-        (since the sample before) that lies in the measured rounds (`overlap_ns`)."""
+    def _samples_in_rounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The samples taken in the measured rounds (the stack is what the body ran then; one taken between rounds is
+        the plugin's), and each one's time since the sample before that lies in the measured rounds (`overlap_ns`)."""
         ev, r = self.timeline.events, self.rounds
         sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # int, here and below: see events.Kind
         sel = sel[r.in_rounds[sel]]  # (the few samples, then those taken in the rounds)
@@ -95,15 +94,19 @@ class CpuView:
             dur = overlap_ns(ev["start"][sel], ev["end"][sel], ev["start"][rounds], ev["end"][rounds])
         else:  # no round spans (a trace recorded without them): every sample whole
             dur = (ev["end"][sel] - ev["start"][sel]).astype(float)
-        return _by_name(ev["name"][sel], dur)
+        return sel, dur
+
+    @cached_property
+    def sample_weights(self) -> dict[int, float]:
+        """Sampled ns per folded-stack name id, inside measured rounds (`_samples_in_rounds`)."""
+        sel, dur = self._samples_in_rounds
+        return _by_name(self.timeline.events["name"][sel], dur)
 
     @cached_property
     def samples_know_cpu(self) -> bool:
         """Whether every sample in the measured rounds carries the thread's CPU time over it (`off_cpu_weights`)."""
-        ev, r = self.timeline.events, self.rounds
-        sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]
-        sel = sel[r.in_rounds[sel]]
-        return bool(len(sel)) and bool(sample_on_cpu_ns(ev["flags"][sel])[0].all())
+        sel = self._samples_in_rounds[0]
+        return bool(len(sel)) and bool(sample_on_cpu_ns(self.timeline.events["flags"][sel])[0].all())
 
     def functions_at_work(self, awake: float) -> list[tuple[str, float]]:
         """(function, self ms per round) of the hotspots cpu_saturation may offer to speed up: not the garbage
@@ -139,19 +142,12 @@ class CpuView:
         (events.sample_flags: the sampler reads the thread's CPU clock; its share, where the sample reaches outside
         the rounds), where every sample there says it; else `sample_weights` (a trace recorded before the samples said
         it, an imported one: every sampled ms counts, as before)."""
-        ev, r = self.timeline.events, self.rounds
-        sel = (ev["kind"] == int(Kind.SAMPLE)).nonzero()[0]
-        sel = sel[r.in_rounds[sel]]
         if not self.samples_know_cpu:
             return self.sample_weights
+        ev = self.timeline.events
+        sel, dur = self._samples_in_rounds
         on_cpu = sample_on_cpu_ns(ev["flags"][sel])[1]
         span = (ev["end"][sel] - ev["start"][sel]).astype(float)
-        rounds = r.round_idx
-        dur = (
-            overlap_ns(ev["start"][sel], ev["end"][sel], ev["start"][rounds], ev["end"][rounds])
-            if len(rounds)
-            else span
-        )
         off = np.clip(1.0 - on_cpu / np.maximum(span, 1.0), 0.0, 1.0)
         return _by_name(ev["name"][sel], dur * off)
 
