@@ -23,7 +23,7 @@ from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stal
 from .rules_python import dataloader_workers, dropout_active, python_gc
 from .rules_rounds import cold_first_round
 from .rules_transfer import gpu_memory_pressure, transfers
-from .whatif import WhatIf, diagnose
+from .whatif import WhatIf, WhatIfTable, diagnose
 from .whatif_memory import memory_whatifs
 
 #: The built-in rules, in the order their findings are listed on equal shares.
@@ -147,6 +147,13 @@ def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:
     return out
 
 
+def with_simulated(table: WhatIfTable, suggestions: list[Suggestion]) -> list[Suggestion]:
+    """The simulated fixes first, then the rules' suggestions; a fix simulated stands for the rules' own estimate
+    of it (the same action), whether it saved anything or not."""
+    simulated = {r.action for r in table.rows}
+    return table.suggestions() + [s for s in suggestions if s.action not in simulated]
+
+
 def analyze(
     timeline: Timeline,
     rules: Iterable[Rule] = DEFAULT_RULES,
@@ -200,8 +207,7 @@ def analyze(
             replayed["fallback"] = f"{verdict}; the rules' finding decides"
         else:
             bottleneck, confidence = cls, conf
-        seen = {s.action for s in table.suggestions()}
-        suggestions = table.suggestions() + [s for s in suggestions if s.action not in seen]
+        suggestions = with_simulated(table, suggestions)
     why = ""
     if none := no_measured_round(ctx):  # what the rules or the what-ifs made of those rounds stays in whatif_replay
         bottleneck, confidence, why = UNCLASSIFIED, 0.0, none

@@ -16,6 +16,11 @@ from .rules import _pct
 #: Suggestions the what-if table (whatif.py) makes too: the same text, so the two are one suggestion.
 LOWER_PRECISION = "Use lower precision (bf16/fp16 autocast) or TF32 for matrix work"
 CUDA_GRAPH = "Capture the step in a CUDA graph (torch.cuda.CUDAGraph, or torch.compile(mode='reduce-overhead'))"
+#: One action for the rule's estimate and the simulated fix (whatif.py), so the fix is listed once, simulated.
+REMOVE_SYNCS = (
+    "Remove per-step synchronisations: keep values on the GPU instead of .item() / .cpu() / printing CUDA tensors, "
+    "and read results once at the end"
+)
 #: GPU kernels must cover at least this share of the round to call it GPU-bound.
 GPU_BUSY_MIN = 0.6
 #: Share of the round host and GPU must take turns around syncs (or the host block in them) to report it.
@@ -254,9 +259,9 @@ def sync_stall(ctx: Context) -> list[Finding]:
             events=ctx.refs(ctx.gpu.sync_calls, 5),
             suggestions=[
                 Suggestion(
-                    f"Remove per-step synchronisations in {first}: keep values on the GPU instead of "
-                    ".item() / .cpu() / printing CUDA tensors, and read results once at the end",
-                    f"{per_round:.0f} blocking calls per round; host and GPU take turns for {turn_ms:.2f} ms per round",
+                    REMOVE_SYNCS,
+                    f"{per_round:.0f} blocking calls per round, most from {first}; host and GPU take turns for "
+                    f"{turn_ms:.2f} ms per round",
                     turn_ms * 0.8,
                     "sync_stall",
                 ),

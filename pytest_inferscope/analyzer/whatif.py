@@ -56,7 +56,7 @@ from .edits import (
 from .flat import flat_of
 from .graph import GpuOp, RoundGraph, sync_kinds
 from .replay import Replayer
-from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION
+from .rules_gpu import CUDA_GRAPH, LOWER_PRECISION, REMOVE_SYNCS
 from .rules_transfer import PIN_MEMORY, REUSE_BUFFERS
 from .whatif_copies import PINNED_EFFICIENCY, pinned_copies
 
@@ -198,8 +198,7 @@ def builtin(graphs: list[RoundGraph]) -> list[WhatIf]:
             WhatIf(
                 f"{kind} removed ({per:.0f} per round; reads moved to the round's end)",
                 "sync_bound",
-                f"Remove per-step synchronisations ({per:.0f} {kind} calls per round): keep values on the GPU "
-                "instead of .item() / .cpu() / printing CUDA tensors, and read results once at the end",
+                REMOVE_SYNCS,
                 remove_syncs(kind),
             )
         )
@@ -282,11 +281,14 @@ class WhatIfTable:
         return win.bottleneck, round(min(1.0, 0.5 + 0.5 * margin), 3), verdict
 
     def suggestions(self) -> list[Suggestion]:
-        """One suggestion per saving what-if, the largest simulated saving first, each stating it."""
+        """One suggestion per saving fix, the largest simulated saving first, each stating it (two kinds of
+        synchronisation removed are one action: the larger saving stands for it; the table keeps both)."""
         out = []
+        seen = set()
         for r in sorted(self.rows, key=lambda r: -r.saved_ms):
-            if r.saved_ms <= 0:
+            if r.saved_ms <= 0 or r.action in seen:
                 continue
+            seen.add(r.action)
             why = (
                 f"simulated: {r.change}: {self.replay_ms:.2f} -> {r.round_ms:.2f} ms per round, -{r.saved_fraction:.0%}"
             )

@@ -58,6 +58,20 @@ def test_sync_bound_verdict_names_the_syncs_beside_the_gpu() -> None:
     assert any("Remove per-step synchronisations" in s.action for s in a.suggestions[:2])
 
 
+def test_a_simulated_fix_is_listed_once_with_the_simulated_saving() -> None:
+    # The sync_stall rule estimated the same fix at 7.66 ms where the replay, which moves the reads to the round's
+    # end, found 5.46 ms: one fix, listed twice with two numbers. Once simulated, the rule's estimate goes; where it
+    # was issued stays in its rationale and the finding's evidence.
+    a = load("sync_bound", "trace")
+    syncs = [s for s in a.suggestions if s.action.startswith("Remove per-step synchronisations")]
+    assert [s.rule for s in syncs] == ["whatif"], [(s.rule, s.saving_ms) for s in syncs]
+    row = next(r for r in a.whatif if r.bottleneck == "sync_bound")
+    assert syncs[0].saving_ms == row.saved_ms
+    finding = next(f for f in a.findings if f.rule == "sync_stall")
+    own = next(s for s in finding.suggestions if s.action == syncs[0].action)
+    assert "scenarios:sync_slow" in own.rationale
+
+
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "memory_bound"])
 def test_the_replay_reproduces_each_recorded_round(scenario: str) -> None:
     for variant in ("trace", "fixed"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_inferscope.analyzer import with_simulated
 from pytest_inferscope.analyzer.graph import (
     BLOCKING,
     CALL,
@@ -20,10 +21,12 @@ from pytest_inferscope.analyzer.whatif import (
     GRAPH_GAP_NS,
     PINNED_EFFICIENCY,
     WhatIf,
+    WhatIfTable,
     builtin,
     simulate,
 )
 from pytest_inferscope.events import CopyKind, Kind
+from pytest_inferscope.results import Suggestion, WhatIfRow
 
 US = 1000
 STREAM = 7
@@ -268,3 +271,25 @@ def test_a_trace_rounds_recording_cost_is_taken_off_its_calls_before_the_what_if
     # Never more than the calls can give (MIN_CALL_SHARE of each is kept), and nothing when not slower.
     assert trim_recording_cost(traced, 0) == 10 * (5700 - int(5700 * MIN_CALL_SHARE))
     assert trim_recording_cost(launch_loop(5), 10**9) == 0
+
+
+def test_a_fix_simulated_is_one_suggestion_and_stands_for_the_rules_estimate_of_it() -> None:
+    rows = [
+        WhatIfRow("stream synchronize removed", 6.0, 4.0, 0.4, "sync_bound", "Remove syncs"),
+        WhatIfRow("device synchronize removed", 8.0, 2.0, 0.2, "sync_bound", "Remove syncs"),
+        WhatIfRow("GPU work 2x faster", 10.0, 0.0, 0.0, "gpu_bound", "Lower precision"),
+    ]
+    table = WhatIfTable(rows=rows, measured_ms=10.0, replay_ms=10.0, rounds=3)
+    rules = [
+        Suggestion("Remove syncs", "the rule's estimate", 7.66, "sync_stall"),
+        Suggestion("Lower precision", "the rule's estimate", 3.0, "gpu_saturation"),
+        Suggestion("Fuse kernels", "the rule's estimate", 1.0, "gpu_saturation"),
+    ]
+    out = with_simulated(table, rules)
+    # The two kinds are one action, the larger saving; the faster GPU saved nothing, so it is not suggested, and
+    # neither is the rule's 3 ms estimate of it; a fix no what-if simulated keeps the rule's estimate.
+    assert [(s.action, s.saving_ms, s.rule) for s in out] == [
+        ("Remove syncs", 4.0, "whatif"),
+        ("Fuse kernels", 1.0, "gpu_saturation"),
+    ]
+    assert "stream synchronize removed" in out[0].rationale
