@@ -153,6 +153,11 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
         shutil.copytree(pytester.path / "out", pytester.path / name)
     # `inferscope analyze trace.json` in the README: a torch.profiler (Kineto) trace, as it says.
     shutil.copy(KINETO_TRACE, pytester.path / "trace.json")
+    # `pytest --inferscope-ab=origin/main` in the README: a git checkout whose origin/main is its one commit.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main"]
+    for args in (["init", "-q"], ["add", "test_project.py", "script.py"], ["commit", "-qm", "one"]):
+        subprocess.run([*git, *args], cwd=pytester.path, check=True, capture_output=True)
+    subprocess.run([*git, "update-ref", "refs/remotes/origin/main", "HEAD"], cwd=pytester.path, check=True)
     return pytester
 
 
