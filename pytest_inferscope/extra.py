@@ -114,8 +114,16 @@ def tell_result(config: pytest.Config, result: Any, promoted: list[str]) -> None
 
 
 def warn_rule_failures(nodeid: str, errors: list[str], promoted: list[str]) -> None:
-    """One warning per rule that failed in this test's analysis (Analysis.extension_errors)."""
+    """One warning per rule or what-if that failed in this test's analysis (Analysis.extension_errors)."""
     for error in errors:
+        if error.startswith("the what-if "):  # analyzer/extension.describe_whatif's
+            say(
+                f"inferscope: {error}; its row is left out of {nodeid}'s what-if table, which went on without it "
+                "(the test's outcome and thresholds are unaffected). Fix its transform, or remove it from "
+                "pytest_inferscope_whatifs (docs/custom-rules.md).",
+                promoted,
+            )
+            continue
         say(
             f"inferscope: {error}; its findings are left out of {nodeid}'s analysis, which went on without "
             "them (the test's outcome and thresholds are unaffected). Fix the rule, or remove it from "

@@ -37,7 +37,9 @@ def pytest_inferscope_whatifs(config: pytest.Config) -> list[WhatIf] | None:
     is the what-if that saves the most, so a what-if with `bottleneck` set takes part in the
     verdict, and its `action` becomes a suggestion ranked by its simulated saving. Every
     implementation's list is used; a hook implementation that raises adds no what-if to that test,
-    said in a warning naming it (the analysis goes on).
+    said in a warning naming it (the analysis goes on). A what-if whose transform raises, or returns
+    anything but a `RoundGraph` or None, loses its own row in that test (`Analysis.extension_errors`,
+    and a warning naming it; docs/custom-rules.md, "When an added rule or hook fails").
     """
 
 

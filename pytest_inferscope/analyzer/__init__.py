@@ -167,7 +167,8 @@ def analyze(
 
     The class is the simulated fix that saves the most (`whatif.py`), when the rounds' graphs can be
     built; otherwise it comes from the findings (`classify`), and `Analysis.whatif_replay` says why.
-    `whatifs` are simulated after the built-in ones (the `pytest_inferscope_whatifs` hook).
+    `whatifs` are simulated after the built-in ones (the `pytest_inferscope_whatifs` hook); one that fails loses its
+    own row only, said in `extension_errors` as a failed added rule is.
     `ctx` lets a caller that needs the context too (for the latency statistics, or `ctx.gpu.idle` for
     a timeline view) build it once; `launch_gap_ns` is used when the context is built here.
     """
@@ -179,7 +180,8 @@ def analyze(
     findings.sort(key=_rank(ctx), reverse=True)
     bottleneck, confidence = classify(findings)
     suggestions = rank_suggestions(findings)
-    table, why = diagnose(ctx, [*memory_whatifs(ctx), *whatifs])
+    table, why = diagnose(ctx, memory_whatifs(ctx), whatifs)
+    errors += table.errors if table is not None else []
     replayed: dict[str, Any] = {"decided_by": "rules", "fallback": why, "rule_class": bottleneck}
     if table is not None:
         cls, conf, verdict = table.classify()

@@ -1,9 +1,11 @@
-"""Rules other code adds (the `pytest_inferscope_rules` hook, `.inferscope_rules.yaml`): run so that one that fails
-loses its own findings and nothing else.
+"""Rules and what-ifs other code adds (the `pytest_inferscope_rules` and `pytest_inferscope_whatifs` hooks,
+`.inferscope_rules.yaml`): run so that one that fails loses its own part and nothing else.
 
 A built-in rule that raises is inferscope's bug and stops the analysis; an added rule that raises, or returns
 something other than a list of `Finding`, is left out of this test's analysis and the sentence that says which and
-why goes into `Analysis.extension_errors` (the session turns it into a warning; the analyzer never prints).
+why goes into `Analysis.extension_errors` (the session turns it into a warning; the analyzer never prints). An added
+what-if whose transform raises, or returns something other than a graph or None, is left out of the what-if table
+the same way (`whatif.simulate`); its sentence starts "the what-if".
 """
 
 from __future__ import annotations
@@ -21,12 +23,25 @@ def describe(fn: Any) -> str:
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     if source := getattr(fn, "source", ""):  # custom.make_rule's: ".inferscope_rules.yaml:3"
         return f"the custom rule {name!r} ({_short(source)})"
+    return f"the rule {name!r}{_where(fn)}"
+
+
+def describe_whatif(whatif: Any) -> str:
+    """ "the what-if 'a cache' (conftest.py:12)": a what-if by its change and where its transform is defined."""
+    change = getattr(whatif, "change", None)
+    if change is None:  # not a WhatIf at all
+        return f"the what-if {_cut(whatif)} (a {type(whatif).__name__}, not a WhatIf)"
+    transform = getattr(whatif, "transform", None)
+    return f"the what-if {change!r}{_where(getattr(transform, 'on_arrays', transform))}"  # ArrayTransform's function
+
+
+def _where(fn: Any) -> str:
+    """ " (conftest.py:12)": where a function is defined; "" for what has no code (a callable object)."""
     code = getattr(fn, "__code__", None)
     try:
-        where = f" ({_short(inspect.getsourcefile(fn) or code.co_filename)}:{code.co_firstlineno})" if code else ""
+        return f" ({_short(inspect.getsourcefile(fn) or code.co_filename)}:{code.co_firstlineno})" if code else ""
     except TypeError:
-        where = ""
-    return f"the rule {name!r}{where}"
+        return ""
 
 
 def _short(path: str) -> str:

@@ -23,8 +23,9 @@ Built in, each standing for one bottleneck class:
   or pages faulted in): the rounds' system CPU time taken off the host segments.
 
 More come through the `pytest_inferscope_whatifs` hook (hooks.py): a `WhatIf` whose `transform`
-returns the changed graph (or None where it does not apply). The class is the what-if that saves
-the most (`WhatIfTable.classify`). Pure functions; nothing here prints or writes.
+returns the changed graph (or None where it does not apply); one that raises loses its own row only
+(`simulate`). The class is the what-if that saves the most (`WhatIfTable.classify`). Pure functions; nothing
+here prints or writes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +54,7 @@ from .edits import (
     module_removed,
     syncs_removed,
 )
+from .extension import describe_whatif
 from .flat import flat_of
 from .graph import GpuOp, RoundGraph, sync_kinds
 from .replay import Replayer
@@ -253,6 +255,8 @@ class WhatIfTable:
     measured_ms: float  # mean length of the replayed rounds, measured
     replay_ms: float  # the same rounds replayed unchanged
     rounds: int
+    #: Why each added what-if that failed did (`simulate`): left out of `rows`.
+    errors: list[str] = field(default_factory=list)
 
     @property
     def replay_error(self) -> float:
@@ -298,50 +302,78 @@ class WhatIfTable:
         return out
 
 
-def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf]) -> WhatIfTable:
-    """Replay every what-if on every graph; a what-if that applies to no round is left out."""
+def simulate(graphs: list[RoundGraph], whatifs: Iterable[WhatIf], added: Iterable[WhatIf] = ()) -> WhatIfTable:
+    """Replay every what-if on every graph; a what-if that applies to no round is left out.
+
+    `added` ones (the hook's) come after, each run so that one that fails (its transform or prerequisite raises, or
+    the transform returns something other than a graph or None) loses its own row only, and the table's `errors` say
+    which and why (extension.py); a built-in one that raises is inferscope's bug and stops the analysis.
+    """
     n = len(graphs)
     replayers = [Replayer(g) for g in graphs]
     base = [r.round_ns(g) for r, g in zip(replayers, graphs, strict=True)]
-    base_ms = sum(base) / n / 1e6
-    rows = []
-    for w in whatifs:
-        changed = [_whatif_ns(r, w.transform) for r in replayers]
-        if all(c is None for c in changed):
-            continue
-        ns = [b if c is None else c for c, b in zip(changed, base, strict=True)]
-        ms = sum(ns) / n / 1e6
-        saved = base_ms - ms
-        rows.append(
-            WhatIfRow(
-                change=w.change,
-                round_ms=round(ms, 4),
-                saved_ms=round(saved, 4),
-                saved_fraction=round(saved / base_ms, 4) if base_ms else 0.0,
-                bottleneck=w.bottleneck,
-                action=w.action,
-                prerequisite=w.prerequisite(graphs) if w.prerequisite else "",
-            )
-        )
+    rows = [row for w in whatifs for row in _rows(w, graphs, replayers, base)]
+    errors = []
+    for w in added:
+        try:
+            rows += _rows(w, graphs, replayers, base, checked=True)
+        except Exception as exc:  # a plugin's what-if: its row is left out, the analysis goes on
+            why = str(exc) if isinstance(exc, _NotAGraph) else f"raised {type(exc).__name__}: {exc}"
+            errors.append(f"{describe_whatif(w)} {why}")
     rows.sort(key=lambda r: -r.saved_ms)
     measured = sum(g.measured_ns for g in graphs) / n / 1e6
-    return WhatIfTable(rows=rows, measured_ms=round(measured, 4), replay_ms=round(base_ms, 4), rounds=n)
+    base_ms = sum(base) / n / 1e6
+    return WhatIfTable(rows, round(measured, 4), round(base_ms, 4), n, errors)
 
 
-def _whatif_ns(r: Replayer, transform: Transform) -> int | None:
-    """The round replayed with the change, or None where it does not apply."""
+class _NotAGraph(Exception):
+    """An added what-if's transform returned something other than a RoundGraph or None (the message says what)."""
+
+
+def _rows(
+    w: WhatIf, graphs: list[RoundGraph], replayers: list[Replayer], base: list[int], checked: bool = False
+) -> list[WhatIfRow]:
+    """The what-if's row, or none where it applies to no round."""
+    changed = [_whatif_ns(r, w.transform, checked) for r in replayers]
+    if all(c is None for c in changed):
+        return []
+    n = len(graphs)
+    base_ms = sum(base) / n / 1e6
+    ms = sum(b if c is None else c for c, b in zip(changed, base, strict=True)) / n / 1e6
+    saved = base_ms - ms
+    return [
+        WhatIfRow(
+            change=w.change,
+            round_ms=round(ms, 4),
+            saved_ms=round(saved, 4),
+            saved_fraction=round(saved / base_ms, 4) if base_ms else 0.0,
+            bottleneck=w.bottleneck,
+            action=w.action,
+            prerequisite=w.prerequisite(graphs) if w.prerequisite else "",
+        )
+    ]
+
+
+def _whatif_ns(r: Replayer, transform: Transform, checked: bool = False) -> int | None:
+    """The round replayed with the change, or None where it does not apply (`checked`: a transform that returns
+    something else raises _NotAGraph)."""
     if isinstance(transform, ArrayTransform):  # on the graph's arrays: no copy of the graph
         f = transform.on_arrays(r.flat)
         return None if f is None else r.round_ns_of(f)
     c = transform(r.graph)
+    if checked and c is not None and not isinstance(c, RoundGraph):
+        raise _NotAGraph(f"returned {c!r:.80} (a {type(c).__name__}), not a RoundGraph or None")
     return None if c is None else r.round_ns(c)
 
 
-def diagnose(ctx: Context, extra: Iterable[WhatIf] = ()) -> tuple[WhatIfTable | None, str]:
-    """The what-if table of a test (built-in what-ifs, then `extra`), or None and why it cannot be built."""
+def diagnose(
+    ctx: Context, extra: Iterable[WhatIf] = (), added: Iterable[WhatIf] = ()
+) -> tuple[WhatIfTable | None, str]:
+    """The what-if table of a test (built-in what-ifs, then `extra`, then a hook's `added` ones, each of which may
+    fail on its own: `simulate`), or None and why it cannot be built."""
     with _collector_paused():
         graphs, why = round_graphs(ctx)
-        table = simulate(graphs, [*builtin(graphs), *extra]) if graphs else None
+        table = simulate(graphs, [*builtin(graphs), *extra], added) if graphs else None
         del graphs  # freed while the collector is paused: else its next pass scans them all (~2 ms for GPT-2)
     return table, why
 

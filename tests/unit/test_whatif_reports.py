@@ -13,9 +13,11 @@ from pytest_inferscope.analyzer import WhatIf, analyze
 from pytest_inferscope.analyzer.graph import RoundGraph
 from pytest_inferscope.checks import Plan
 from pytest_inferscope.events import Kind, RawTrace
+from pytest_inferscope.extra import warn_rule_failures
 from pytest_inferscope.merger import merge
 from pytest_inferscope.postprocess import process
 from pytest_inferscope.reporters.jsonreport import load_report
+from pytest_inferscope.warning import InferscopeWarning
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -59,6 +61,47 @@ def test_a_plugins_whatif_is_replayed_reported_and_read_back(tmp_path: Path) -> 
     assert abs(data["analysis"]["whatif_replay"]["replay_error"]) < 0.05
     back = load_report(tmp_path / result.slug / "report.json")
     assert back.analysis.whatif == result.analysis.whatif
+
+
+def broken_transform(g: RoundGraph) -> RoundGraph:
+    return g.nodes[10**9]  # type: ignore[return-value]  # an IndexError, as a plugin's bug raises
+
+
+@pytest.mark.parametrize(
+    ("transform", "why"),
+    [
+        (broken_transform, "raised IndexError: list index out of range"),
+        (lambda g: "changed", "returned 'changed' (a str), not a RoundGraph or None"),
+    ],
+)
+def test_a_plugins_whatif_that_fails_loses_its_row_not_the_analysis(
+    tmp_path: Path, transform: object, why: str
+) -> None:
+    """A what-if of the pytest_inferscope_whatifs hook whose transform raises (or returns something else than a graph)
+    is left out of the table and said in `extension_errors`, as an added rule is (analyzer/extension.py); the other
+    what-ifs, the verdict and the reports stand."""
+    raw = RawTrace.load(str(DATA / "launch_bound" / "trace.npz"))
+    bad = WhatIf("broken fix", "gpu_bound", "Break it", transform)  # type: ignore[arg-type]
+    good = WhatIf("kernels for free", "gpu_bound", "Precompute the answers", no_kernels)
+    result, _ = process(raw, Plan(nodeid="t::decode", rounds=10, warmup=3), [], report_dir=tmp_path,
+                        whatifs=[bad, good])  # fmt: skip
+    rows = {r.change for r in result.analysis.whatif}
+    assert "kernels for free" in rows and "broken fix" not in rows
+    assert result.analysis.bottleneck == "launch_bound"  # the built-in what-ifs decide as without it
+    (error,) = result.analysis.extension_errors
+    assert error.startswith("the what-if 'broken fix' (test_whatif_reports.py:") and why in error, error
+    data = json.loads((tmp_path / result.slug / "report.json").read_text())
+    assert data["analysis"]["extension_errors"] == [error]
+
+
+def test_a_whatifs_failure_is_one_warning_naming_the_table_it_is_left_out_of() -> None:
+    error = "the what-if 'broken fix' (conftest.py:4) raised IndexError: list index out of range"
+    with pytest.warns(InferscopeWarning) as seen:
+        warn_rule_failures("t.py::test_x", [error], [])
+    (w,) = seen
+    text = str(w.message)
+    assert text.startswith(f"inferscope: {error}; its row is left out of t.py::test_x's what-if table"), text
+    assert "pytest_inferscope_whatifs" in text and "findings" not in text
 
 
 def test_without_gpu_the_report_says_why_there_is_no_table(tmp_path: Path) -> None:
