@@ -324,6 +324,7 @@ class ABController:
             )
         self.twin_plans = set(ready.get("nodeids", []))
         self._note_foreign(ready.get("foreign") or [])
+        self._note_twin_warned(ready.get("warned") or [])
         removed = sorted(self.twin_plans - set(self.plans))
         if removed:  # under xdist every worker finds the same: the controller keeps one copy (xdist.py)
             self.notes.append(
@@ -340,6 +341,14 @@ class ABController:
                 "Install the project in editable mode (pip install -e .) or compare environments with "
                 "--inferscope-ab-python."
             )
+
+    def _note_twin_warned(self, warned: list[str]) -> None:
+        """The twin's InferscopeWarnings, each once: its output is a log removed with the session, so the summary is
+        the only place they are seen (an extension that fails at the ref only, say)."""
+        for text in warned:
+            note = f"inferscope A/B: the twin at {self.label} warned: {str(text).removeprefix('inferscope: ')}"
+            if note not in self.notes:
+                self.notes.append(note)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.workerinput is not None:
@@ -404,6 +413,7 @@ class ABController:
             data["state"], data["reason"] = "dead", str(exc)
             return data
         if msg.get("type") == "result":
+            data["warned"] = msg.get("warned") or []
             if msg.get("skipped") and not msg.get("error"):
                 data["state"], data["error"] = "twin_skipped", msg["skipped"]
             else:
@@ -430,6 +440,7 @@ class ABController:
         from .paired import ABVerdict, PairedLook, verdict_from
 
         self._note_foreign(data.get("foreign") or [])
+        self._note_twin_warned(data.get("warned") or [])
         state = data["state"]
         if state == "new":
             verdict = ABVerdict(nodeid, "new", f"the test is not profiled at {self.label}", self.label)

@@ -194,7 +194,7 @@ def _steps(
 
 
 def _read_result(twin: Twin, data: dict[str, Any]) -> None:
-    """The twin's end of the test: its error, if any, and its deterministic metrics."""
+    """The twin's end of the test: its error, if any, its deterministic metrics and its warnings."""
     try:
         while (msg := twin.recv()).get("type") != "result":
             pass
@@ -204,6 +204,7 @@ def _read_result(twin: Twin, data: dict[str, Any]) -> None:
         return
     data["metrics"] = msg.get("metrics") or {}
     data["foreign"] = msg.get("foreign") or []
+    data["warned"] = msg.get("warned") or []
     if msg.get("error") and data["state"] == "paired":
         data["state"], data["error"] = "twin_failed", msg["error"]
 

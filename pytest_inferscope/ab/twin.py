@@ -7,8 +7,11 @@ pytest's run loop with a loop over the parent's commands:
 
     parent -> twin   {"cmd": "run", "nodeid", "core"} | {"cmd": "round", "index", "warmup"} | {"cmd": "end"}
                      | {"cmd": "exit"}
-    twin -> parent   {"type": "ready", "nodeids", "errors", "foreign", "usage"} | {"type": "started"}
-                     | {"type": "round", "ms"} | {"type": "error", "error"} | {"type": "result", ...}
+    twin -> parent   {"type": "ready", "nodeids", "errors", "foreign", "usage", "warned"} | {"type": "started"}
+                     | {"type": "round", "ms"} | {"type": "error", "error"} | {"type": "result", ..., "warned"}
+
+"warned": the InferscopeWarnings the twin raised since its last message, each once: its output goes to a log the
+parent removes, so the parent says them (controller.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..rounds import RoundKind
+from ..warning import InferscopeWarning
 from .channel import ENV, Channel, ChannelClosed
 from .nodeids import Spec, files_for_ids, named
 from .worktree import alive
@@ -192,6 +197,8 @@ class TwinServer:
         self.failure = self.skipped = ""
         self._specs: list[Spec] = []  # the tests named by node id (nodeids.py)
         self._whole: list[Path] = []  # the files and folders named whole
+        self.warned: list[str] = []  # this side's InferscopeWarnings, each once
+        self._told = 0  # how many of them the parent was sent
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
@@ -224,7 +231,21 @@ class TwinServer:
         # exits after this line with nothing to show for it.
         raised = sys.exc_info()[1]
         usage = " ".join(str(raised).split()) if isinstance(raised, pytest.UsageError) else ""
-        self.channel.send(type="ready", nodeids=nodeids, errors=self.errors, foreign=foreign_imports(), usage=usage)
+        self.channel.send(
+            type="ready", nodeids=nodeids, errors=self.errors, foreign=foreign_imports(), usage=usage,
+            warned=self._untold(),
+        )  # fmt: skip
+
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage) -> None:
+        """An InferscopeWarning of this side (an extension that failed at this version, say): kept for the parent."""
+        text = str(warning_message.message)
+        if issubclass(warning_message.category, InferscopeWarning) and text not in self.warned:
+            self.warned.append(text)
+
+    def _untold(self) -> list[str]:
+        """The warnings the parent was not sent yet."""
+        new, self._told = self.warned[self._told :], len(self.warned)
+        return new
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -242,7 +263,7 @@ class TwinServer:
 
     def _run(self, item: pytest.Item | None, msg: dict[str, Any]) -> None:
         if item is None:
-            self.channel.send(type="result", missing=True)
+            self.channel.send(type="result", missing=True, warned=self._untold())
             return
         self.core = msg.get("core")
         self.failure = self.skipped = ""
@@ -250,8 +271,9 @@ class TwinServer:
         result = next((r for r in reversed(self._results) if r.nodeid == item.nodeid), None)
         metrics = result.analysis.metrics if result is not None else {}
         self.channel.send(
-            type="result", error=self.failure, skipped=self.skipped, metrics=metrics, foreign=foreign_imports()
-        )
+            type="result", error=self.failure, skipped=self.skipped, metrics=metrics, foreign=foreign_imports(),
+            warned=self._untold(),
+        )  # fmt: skip
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed and not self.failure:

@@ -172,3 +172,31 @@ def test_a_class_named_by_node_id_keeps_its_methods_and_a_file_named_whole_all_i
     assert named(tmp_path / "t" / "test_c.py", "t/test_c.py::test_h", specs, [])  # no id names its file
     assert not named(b, "t/test_b.py::test_h", specs, [])
     assert named(b, "t/test_b.py::test_h", specs, [tmp_path / "t"])  # its folder named whole too
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_the_twins_inferscope_warnings_are_said_here_once_each(pytester: pytest.Pytester, xdist: bool) -> None:
+    """A rule and a machine_info hook broken at the ref only: the twin warns (its log, removed with the session, was
+    the only place that said so) and this side's summary says what it warned, each warning once (under xdist each
+    worker's twin warns about the machine info: one line)."""
+    if xdist:
+        pytest.importorskip("xdist")
+    broken = (
+        "def broken_rule(ctx):\n    return 1 / 0\n\n"
+        "def pytest_inferscope_rules(config):\n    return [broken_rule]\n\n"
+        "def pytest_inferscope_machine_info(config):\n    return ['rack']\n"
+    )
+    two = BODY + BODY.replace("test_one", "test_two")
+    make_repo(pytester.path, {"test_x.py": two, "conftest.py": broken}, {"conftest.py": ""})
+    args = ["-n", "2"] if xdist else []
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", *args)
+    result.assert_outcomes(passed=2)  # the ref's warnings are not this side's failures
+    lines = result.stdout.str().splitlines()
+    said = [line for line in lines if line.startswith("inferscope A/B: the twin at HEAD~1 (")]
+    for test in ("test_one", "test_two"):
+        rule = [s for s in said if "warned: the rule 'broken_rule' (conftest.py:1) raised ZeroDivisionError" in s
+                and f"test_x.py::{test}'s analysis" in s]  # fmt: skip
+        assert len(rule) == 1, said
+    machine = [s for s in said if "the pytest_inferscope_machine_info hook returned ['rack']" in s]
+    assert len(machine) == 1 and len(said) == 3, said
+    assert not any("broken_rule" in line for line in lines if not line.startswith("inferscope A/B: the twin"))
