@@ -181,7 +181,6 @@ def analyze(
     bottleneck, confidence = classify(findings)
     suggestions = rank_suggestions(findings)
     table, why = diagnose(ctx, memory_whatifs(ctx), whatifs)
-    errors += table.errors if table is not None else []
     replayed: dict[str, Any] = {"decided_by": "rules", "fallback": why, "rule_class": bottleneck}
     if table is not None:
         cls, conf, verdict = table.classify()
@@ -232,7 +231,7 @@ def analyze(
         gpu=ctx.gpu.summary(ctx.metrics.get("gpu.memory_peak_mb")),
         whatif=table.rows if table is not None else [],
         whatif_replay=replayed,
-        extension_errors=errors,
+        extension_errors=errors + (table.errors if table is not None else []),  # the rules', then the what-ifs'
     )
 
 

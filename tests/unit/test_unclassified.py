@@ -56,7 +56,7 @@ def test_unclassified_by_the_what_if_table_gives_its_verdict(monkeypatch: pytest
 
     class Table:  # what diagnose() gives where no simulated fix saves enough
         measured_ms = replay_ms = 1.0
-        replay_error, rounds, rows = 0.0, 3, []
+        replay_error, rounds, rows, errors = 0.0, 3, [], []
 
         def classify(self) -> tuple[str, float, str]:
             return UNCLASSIFIED, 1.0, verdict
@@ -64,7 +64,7 @@ def test_unclassified_by_the_what_if_table_gives_its_verdict(monkeypatch: pytest
         def suggestions(self) -> list:
             return []
 
-    monkeypatch.setattr(analyzer, "diagnose", lambda ctx, whatifs: (Table(), ""))
+    monkeypatch.setattr(analyzer, "diagnose", lambda ctx, extra, added: (Table(), ""))
     a = analyze(merge(build(cpu_busy=0.2)))
     assert (a.bottleneck, a.whatif_replay["decided_by"], a.unclassified_reason) == (UNCLASSIFIED, "whatif", verdict)
     md = render_report(TestResult("t.py::t", "t", "passed", "pass", 10, 1, cpu_only_failing_result().latency, a))
