@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .marker import MARKER_KEYS, MarkerKey, parse_marker, validate_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP
 from .results import UNCLASSIFIED, Analysis, CheckResult, LatencyStats
+from .units import fmt_ms
 
 __all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "ab_regression_check", "evaluate", "validate_marker"]
 
@@ -39,8 +40,9 @@ def _fixed(x: float, decimals: int) -> str:
     return f"{x:.{decimals}f}"
 
 
-def _ms(x: float) -> str:
-    return f"{_fixed(x, 3)} ms"
+def _ms(x: float, beside: float | None = None) -> str:
+    """As the summary and the reports write it (`units.fmt_ms`); `beside`: the limit, which it must read apart from."""
+    return f"{fmt_ms(x, beside)} ms"
 
 
 def _pct(x: float, decimals: int = 1) -> str:
@@ -156,7 +158,8 @@ class _Results(list[CheckResult]):
 
     def add(self, key: str, limit: Any, value: Any, failed: bool, what: str, fmt: Callable[[Any], str] = str) -> None:
         verb = "exceeds" if failed else "within"
-        msg = f"{key}: {what} {fmt(value)} {verb} limit {fmt(limit)}." + (self.evidence if failed else "")
+        shown, limit_shown = (_ms(value, limit), _ms(limit, value)) if fmt is _ms else (fmt(value), fmt(limit))
+        msg = f"{key}: {what} {shown} {verb} limit {limit_shown}." + (self.evidence if failed else "")
         self.append(CheckResult(key, "failed" if failed else "passed", limit, value, msg))
 
     def not_evaluated(self, key: str, limit: Any, why: str, fail: bool = False) -> None:

@@ -57,11 +57,3 @@ class MetricChange:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricChange:
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls)})
-
-
-def ms_pair(a: float, b: float) -> tuple[str, str]:
-    """Two medians (ms) to the same decimals, four significant digits of the larger: ('1.055', '0.748'), not the
-    '1.055' and '0.7478' that four significant digits of each give."""
-    big = max((abs(x) for x in (a, b) if math.isfinite(x)), default=0.0)
-    places = max(0, 3 - math.floor(math.log10(big))) if big > 0 else 3
-    return f"{a:.{places}f}", f"{b:.{places}f}"

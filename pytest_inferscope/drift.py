@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .units import fmt_ms
+
 #: A round is steady when the probe readings on both sides of it are at most this much slower
 #: than the reference speed (0.20: 20%). Chosen from measurements: 15% set aside so many rounds
 #: that a quarter of the trials were inconclusive, 30% let contended rounds through.
@@ -308,7 +310,7 @@ class NoiseFloor:
     def describe(self) -> str:
         return (
             f"across the {self.runs} saved runs of this test its median moves by ±{100 * math.expm1(self.log_sd):.1f}% "
-            f"(log-sd) around {self.centre:.4g} ms, so only a median beyond {self.floor:.3f}x that (or below "
+            f"(log-sd) around {fmt_ms(self.centre)} ms, so only a median beyond {self.floor:.3f}x that (or below "
             f"{1 / self.floor:.3f}x) stands out from run-to-run drift"
         )
 

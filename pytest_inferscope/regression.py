@@ -40,6 +40,7 @@ from .stats import (
     noise_warnings,
     separation,
 )
+from .units import fmt_ms
 
 
 def _median(samples: Sequence[float]) -> float:
@@ -201,7 +202,7 @@ def _within_floor(
             verdict="inconclusive",
             reason=f"Within the run-to-run drift: {direction} by {100 * abs(latency.ratio - 1):.1f}% than the latest "
             f"baseline run and significant on the rounds (p={latency.p_value:.2g}), but this run's median, "
-            f"{new_median:.4g} ms, is {off_centre:.3f}x the centre of the saved runs, and {floor.describe()}. "
+            f"{fmt_ms(new_median)} ms, is {off_centre:.3f}x the centre of the saved runs, and {floor.describe()}. "
             "The latest baseline run may just have been measured at a different machine speed.",
         )
     return latency

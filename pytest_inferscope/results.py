@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .comparison import Comparison, MetricChange, ms_pair
+from .comparison import Comparison, MetricChange
 from .serial import SELF_SERIAL, Serial, plain
+from .units import fmt_ms
 
 #: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15).
 SCHEMA_VERSION = 2
@@ -314,7 +315,7 @@ class RegressionVerdict:
         }[self.verdict]
         lines = [f"{head} {against}: {self.reason}"]
         if math.isfinite(c.ratio):
-            before, after = ms_pair(c.base_median, c.new_median)
+            before, after = fmt_ms(c.base_median, c.new_median), fmt_ms(c.new_median, c.base_median)
             lines.append(
                 f"  latency: median {before} ms ({c.base_n} rounds) → {after} ms "
                 f"({c.new_n} rounds), {100 * (c.ratio - 1):+.1f}% (ratio {c.ratio:.3f}, "

@@ -16,7 +16,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .comparison import Comparison, MetricChange, ms_pair
+from .comparison import Comparison, MetricChange
+from .units import fmt_ms
 
 VERDICTS = ("regressed", "improved", "unchanged", "inconclusive")
 ALTERNATIVES = ("greater", "less", "two-sided")
@@ -246,7 +247,7 @@ def compare_samples(
             "inconclusive", p_dir, f"Too few rounds: {' and '.join(short)}; at least {min_samples} per side are needed."
         )
     if not bm > 0:
-        return result("inconclusive", p_dir, f"The baseline's median latency is {bm:.4g} ms; no ratio can be formed.")
+        return result("inconclusive", p_dir, f"The baseline's median latency is {bm:g} ms; no ratio can be formed.")
     # Rounds that vary too much make the medians imprecise, not a shift of several times their spread
     # unclear: when even the fast new rounds are slower than the slow baseline rounds by more than the
     # allowed regression (10th against 90th percentile), the spread is no reason for doubt.
@@ -254,8 +255,8 @@ def compare_samples(
     too_wide, despite = _spread_doubt(base, new, max_spread, apart)
     if too_wide:
         return result("inconclusive", p_dir, too_wide)
-    change = _pct(ratio - 1.0)
-    numbers = f"median {' → '.join(ms_pair(bm, nm))} ms, ratio {ratio:.3f}, {100 * conf:.0f}% CI {low:.3f}–{high:.3f}"
+    change, medians = _pct(ratio - 1.0), f"{fmt_ms(bm, nm)} → {fmt_ms(nm, bm)}"  # as the reports write them
+    numbers = f"median {medians} ms, ratio {ratio:.3f}, {100 * conf:.0f}% CI {low:.3f}–{high:.3f}"
     slower_sig, faster_sig = p_slower < alpha, p_faster < alpha
     if slower_sig and ratio > 1.0 + max_regression:
         return result(

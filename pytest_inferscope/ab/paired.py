@@ -21,6 +21,7 @@ import numpy as np
 from ..comparison import MetricChange
 from ..events import unique
 from ..stats import _norm_sf
+from ..units import fmt_ms
 
 #: Bootstrap resamples for the CI of the median ratio; seeded, so a report is reproducible.
 BOOTSTRAP = 2000
@@ -189,7 +190,8 @@ class ABVerdict:
         if self.pairs:
             core = f", both pinned to CPU core {self.core}" if self.core is not None else ""
             lines.append(
-                f"  latency: median {self.ref_median_ms:.4g} ms ({self.ref}) -> {self.new_median_ms:.4g} ms (this "
+                f"  latency: median {fmt_ms(self.ref_median_ms, self.new_median_ms)} ms ({self.ref}) -> "
+                f"{fmt_ms(self.new_median_ms, self.ref_median_ms)} ms (this "
                 f"checkout); median pair ratio {self.ratio:.3f}, CI {self.ci_low:.3f}-{self.ci_high:.3f}; "
                 f"signed-rank p={self.p_value:.2g}; {self.pairs} pairs in alternating order{core}."
             )

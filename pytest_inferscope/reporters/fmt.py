@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from ..results import UNCLASSIFIED, Analysis, TestResult
+from ..units import fmt_ms as fmt_ms  # the checks' messages write milliseconds with it too (units.py)
 
 
 def verdict_label(result: TestResult) -> str:
@@ -35,22 +36,6 @@ def rounds_text(result: TestResult) -> str:
 #: the same in every table: the terminal's, index.md's and index.html's, the job summary's (with no IQR or spread
 #: beside it); the reports say "none (no measured round completed)" and, at the top, where the body raised.
 NO_LATENCY = "none"
-
-
-def fmt_ms(x: float | None) -> str:
-    """Milliseconds with about three significant digits: 87.4, 3.14, 0.123, <0.001."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    a = abs(x)
-    if a == 0:
-        return "0"
-    if a >= 9.995:
-        return f"{x:.1f}"
-    if a >= 1:
-        return f"{x:.2f}"
-    if a >= 0.001:
-        return f"{x:.3f}"
-    return "<0.001" if x > 0 else ">-0.001"
 
 
 def fmt_pct(share: float | None) -> str:

@@ -104,7 +104,7 @@ def test_crossed_threshold_fails_the_test_with_evidence(pytester: pytest.Pyteste
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*max_latency_ms: median latency * ms exceeds limit 1.000 ms*Evidence: 3 rounds*",
+            "*max_latency_ms: median latency * ms exceeds limit 1.00 ms*Evidence: 3 rounds*",
             "*FAIL*max_latency_ms*",
         ]
     )
@@ -144,7 +144,7 @@ def test_the_short_summary_gives_the_reason_under_xdist_too(pytester: pytest.Pyt
     result.stdout.fnmatch_lines_random(
         [
             "FAILED *::test_slow - inferscope: 1 threshold(s) crossed*",
-            "*max_latency_ms: median latency * ms exceeds limit 1.000 ms*",
+            "*max_latency_ms: median latency * ms exceeds limit 1.00 ms*",
         ]
     )
     # a failure of the test's own keeps its own reason

@@ -26,9 +26,9 @@ from pytest_inferscope.baseline import (
     fingerprint_diff,
     validate_name,
 )
-from pytest_inferscope.comparison import ms_pair
 from pytest_inferscope.regression import RegressionVerdict, compare_to_baseline
 from pytest_inferscope.results import SCHEMA_VERSION, Analysis, LatencyStats, TestResult
+from pytest_inferscope.units import fmt_ms
 
 ENV: dict[str, Any] = {
     "python": "3.11.9",
@@ -417,7 +417,7 @@ def test_slower_run_regresses_with_the_evidence_in_the_message() -> None:
     msg = v.message()
     c = v.latency
     assert msg.startswith("Performance regression against baseline 'main' (recorded 2025-01-01")
-    before, after = ms_pair(c.base_median, c.new_median)
+    before, after = fmt_ms(c.base_median, c.new_median), fmt_ms(c.new_median, c.base_median)
     assert f"median {before} ms (20 rounds) → {after} ms (20 rounds)" in msg
     assert f"ratio {c.ratio:.3f}" in msg and f"99% CI {c.ci_low:.3f}–{c.ci_high:.3f}" in msg
     assert f"p={c.p_value:.2g}" in msg and "allowed regression 5%" in msg

@@ -20,7 +20,18 @@ STAGES = ("buffer", "collectors", "merger", "analyzer", "checks", "reporters")
 #: Modules of a stage besides the one named after it.
 STAGE_OF = {"marker": "checks"}
 #: Shared data types and settings, imported by every stage: they import no stage themselves.
-FOUNDATION = ("events", "rounds", "results", "options", "stats", "warning", "environment", "stackbase", "caching")
+FOUNDATION = (
+    "events",
+    "rounds",
+    "results",
+    "options",
+    "stats",
+    "warning",
+    "environment",
+    "stackbase",
+    "caching",
+    "units",
+)
 
 MAX_LINES = 500
 MAX_FUNCTION_LINES = 80

@@ -13,7 +13,7 @@ from pytest_inferscope.reporters.html import write_html_report
 from pytest_inferscope.reporters.jsonreport import load_report, to_json
 from pytest_inferscope.reporters.junit import junit_properties
 from pytest_inferscope.reporters.markdown import render_report
-from pytest_inferscope.results import TestResult
+from pytest_inferscope.results import LatencyStats, TestResult
 
 
 def _html(r: TestResult) -> str:
@@ -86,16 +86,58 @@ def test_every_index_says_the_comparison_with_the_baseline(tmp_path: Path) -> No
     assert extra == 0 and type(extra) is int  # as a serial run writes it
 
 
-def test_two_medians_are_written_to_the_same_decimals() -> None:
-    from pytest_inferscope.comparison import ms_pair
+def test_a_failed_checks_milliseconds_read_as_the_summary_and_the_report_write_them(tmp_path: Path) -> None:
+    """The message pytest shows for a crossed threshold said `median latency 12.092 ms exceeds limit 1.000 ms`
+    beside the summary's and report.md's 12.1 (the 2-core dev VM, 2026-11-30): one formatter now (`fmt_ms`)."""
+    from test_checks import _analysis
+
+    from pytest_inferscope.checks import evaluate
+    from pytest_inferscope.reporters.fmt import fmt_ms
+    from pytest_inferscope.results import LatencyStats
+
+    lat = LatencyStats.from_samples([12.092, 12.098, 12.099, 12.071, 12.085])
+    (check,) = evaluate({"max_latency_ms": 1}, _analysis(), lat, gpu_collected=False)
+    assert fmt_ms(lat.median) == "12.1"
+    assert f"median latency {fmt_ms(lat.median)} ms exceeds limit 1.00 ms" in check.message, check.message
+    assert f"median {fmt_ms(lat.median)} ms, p90 {fmt_ms(lat.p90)} ms, max {fmt_ms(lat.max)} ms" in check.message
+    r = gpu_result()
+    r.latency, r.checks = lat, [check]
+    assert f"End-to-end latency: {fmt_ms(lat.median)} ms" in render_report(r)
+
+
+def test_a_value_beside_its_limit_keeps_the_digits_that_tell_them_apart() -> None:
+    """Three significant digits would write 12.34 against a limit of 12.3 as "12.3 ms exceeds limit 12.3 ms"."""
+    from test_checks import _analysis
+
+    from pytest_inferscope.checks import evaluate
+    from pytest_inferscope.reporters.fmt import fmt_ms
+
+    lat = LatencyStats.from_samples([12.34, 12.34, 12.35])
+    (check,) = evaluate({"max_latency_ms": 12.3}, _analysis(), lat, gpu_collected=False)
+    assert "median latency 12.34 ms exceeds limit 12.30 ms" in check.message, check.message
+    assert (fmt_ms(1.055, beside=1.0549), fmt_ms(1.0549, beside=1.055)) == ("1.0550", "1.0549")
+    assert fmt_ms(12.1, beside=50.0) == "12.1"  # apart already: as alone
+
+
+def test_a_regressions_medians_read_as_the_report_writes_them() -> None:
+    """The regression message wrote four significant digits (`median 1.055 → 0.748 ms`), report.md's table three."""
+    from pytest_inferscope.comparison import Comparison
+    from pytest_inferscope.reporters.fmt import fmt_ms
+    from pytest_inferscope.results import RegressionVerdict
     from pytest_inferscope.stats import compare_samples
 
-    assert ms_pair(1.055, 0.7478) == ("1.055", "0.748")  # was 1.055 → 0.7478 (improved) beside 1.069 → 1.372
-    assert ms_pair(1.069, 1.372) == ("1.069", "1.372") and ms_pair(87.36, 120.0) == ("87.4", "120.0")
     c = compare_samples(
-        [1.055 + i * 1e-4 for i in range(12)], [0.7478 + i * 1e-4 for i in range(12)], max_regression=0.05
+        [1.055 + i * 1e-4 for i in range(12)], [1.372 + i * 1e-4 for i in range(12)], max_regression=0.05
     )
-    assert "median 1.056 → 0.748 ms" in c.reason
+    before, after = fmt_ms(c.base_median), fmt_ms(c.new_median)
+    assert (before, after) == ("1.06", "1.37") and f"median {before} → {after} ms" in c.reason, c.reason
+    r = gpu_result()
+    r.regression = RegressionVerdict(r.nodeid, "regressed", c.reason, c, baseline_name="main")
+    msg = r.regression.message()
+    assert f"median {before} ms (12 rounds) → {after} ms (12 rounds)" in msg, msg
+    md = render_report(r)
+    assert f"| median latency | {before} ms (12 rounds) | {after} ms (12 rounds) |" in md
+    assert isinstance(c, Comparison)
 
 
 def test_a_part_not_collected_has_one_parenthesis() -> None:

@@ -699,7 +699,7 @@ class _Lines:
 
 
 def test_a_failure_carries_its_reason_where_pytest_reads_its_one_line_forms() -> None:
-    text = "inferscope: 1 threshold(s) crossed\nmax_latency_ms: median latency 10.1 ms exceeds limit 1.000 ms"
+    text = "inferscope: 1 threshold(s) crossed\nmax_latency_ms: median latency 10.1 ms exceeds limit 1.00 ms"
     # pytest 8's short summary and --tb=line (8 and 9) read only longrepr.reprcrash: the text wrapped, at the test's
     # line (the location's is 0-based)
     rep = failure_longrepr(text, ("tests/test_x.py", 6, "test_y"))
