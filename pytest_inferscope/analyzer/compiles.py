@@ -11,7 +11,7 @@ from typing import Any
 
 from ..events import Kind
 from ..merger import Timeline
-from ..rounds import RoundKind, kinds_of
+from ..rounds import RAISED_FLAG, RoundKind, kinds_of
 
 _MS = 1e6
 
@@ -43,7 +43,9 @@ class Compiles:
     #: The graph breaks dynamo met compiling: {reason, explanation, hint, count} (collectors/compiles.py).
     graph_breaks: list[dict[str, Any]] = field(default_factory=list)
     lost: bool = False  # more compiled than torch keeps records of (its last 64): the first may be missing
-    measured: list[int] = field(default_factory=list)  # the measured rounds' indices, in order
+    #: The measured rounds' indices, in order: those that are latency samples, not one whose body raised (`raised`).
+    measured: list[int] = field(default_factory=list)
+    raised: list[int] = field(default_factory=list)  # the measured rounds whose body raised: no latency sample
     round_ms: dict[int, float] = field(default_factory=dict)  # each round's wall time, by index
     round_event: dict[int, int] = field(default_factory=dict)  # each round's ROUND span in the timeline, by index
     warmup: int = 0  # warm-up rounds run
@@ -52,14 +54,24 @@ class Compiles:
         return [c for c in self.compiles if c.kind is kind]
 
     @property
+    def in_measured(self) -> list[Compile]:
+        """The compilations in the measured rounds that are latency samples (a round whose body raised is not)."""
+        return [c for c in self.in_kind(RoundKind.MEASURED) if c.round in self.measured]
+
+    @property
+    def in_raised(self) -> list[Compile]:
+        """The compilations in a measured round whose body raised (a recompile that failed, say)."""
+        return [c for c in self.in_kind(RoundKind.MEASURED) if c.round in self.raised]
+
+    @property
     def measured_rounds(self) -> list[int]:
-        """The measured rounds that compiled, in order."""
-        return sorted({c.round for c in self.in_kind(RoundKind.MEASURED) if c.round is not None})
+        """The measured rounds that compiled, in order (of those that are latency samples)."""
+        return sorted({c.round for c in self.in_measured if c.round is not None})
 
     @property
     def measured_ms(self) -> float:
-        """Compile time inside the measured rounds, ms in all."""
-        return sum(c.ms for c in self.in_kind(RoundKind.MEASURED))
+        """Compile time inside the measured rounds (that are latency samples), ms in all."""
+        return sum(c.ms for c in self.in_measured)
 
 
 def compiles(timeline: Timeline) -> Compiles:
@@ -88,13 +100,15 @@ def compiles(timeline: Timeline) -> Compiles:
                 kind=RoundKind(kinds[where]) if where is not None else None,
             )
         )
-    measured = [int(i) for i, k in zip(indices, kinds, strict=True) if k == int(RoundKind.MEASURED)]
+    raised = ((ev["flags"][at] & RAISED_FLAG) != 0).tolist()
+    measured = [(int(i), r) for i, k, r in zip(indices, kinds, raised, strict=True) if k == int(RoundKind.MEASURED)]
     return Compiles(
         known=True,
         compiles=out,
         graph_breaks=sorted(data.get("graph_breaks", []), key=lambda b: (-int(b["count"]), str(b["reason"]))),
         lost=bool(data.get("lost", False)),
-        measured=measured,
+        measured=[i for i, r in measured if not r],
+        raised=[i for i, r in measured if r],
         round_ms={int(i): (e - s) / _MS for i, s, e in zip(indices, starts, ends, strict=True)},
         round_event={int(i): int(a) for i, a in zip(indices, at.tolist(), strict=True)},
         warmup=sum(k == int(RoundKind.WARMUP) for k in kinds),
@@ -103,7 +117,8 @@ def compiles(timeline: Timeline) -> Compiles:
 
 def compile_metrics(timeline: Timeline, n_rounds: int) -> dict[str, float | None]:
     """`compile.*` metrics: measured rounds that compiled, compile ms per measured round, graph breaks met (None
-    where the trace did not record compilations)."""
+    where the trace did not record compilations). A measured round whose body raised is none of the measured rounds
+    here, as it is no latency sample: a compilation in it is told by the torch_compile finding only."""
     c = compiles(timeline)
     if not c.known:
         return {"compile.measured_rounds": None, "compile.ms_per_round": None, "compile.graph_breaks": None}

@@ -33,14 +33,18 @@ def _compile_line(c: Compile) -> str:
     return f"{c.frame}, {c.ms:.1f} ms ({why})"
 
 
-def _in_rounds(view: Compiles, kind: RoundKind) -> str:
-    """'round 0: 2 compilations, 1870 ms of its 1923 ms; round 2: ...' for the rounds of `kind` that compiled."""
+def _in_rounds(view: Compiles, these: list[Compile]) -> str:
+    """'round 0: 2 compilations, 1870 ms of its 1923 ms; round 2: ...' for the rounds of `these` compilations (a
+    measured round whose body raised said to be: 'round 3, which raised: ...')."""
     parts = []
-    rounds = sorted({c.round for c in view.in_kind(kind) if c.round is not None})
+    rounds = sorted({c.round for c in these if c.round is not None})
     for r in rounds[:ROUNDS_SAID]:
         cs = [c for c in view.compiles if c.round == r]
         ms = sum(c.ms for c in cs)
-        parts.append(f"round {r}: {_plural(len(cs), 'compilation')}, {ms:.1f} ms of its {view.round_ms[r]:.1f} ms")
+        which = ", which raised" if r in view.raised else ""
+        parts.append(
+            f"round {r}{which}: {_plural(len(cs), 'compilation')}, {ms:.1f} ms of its {view.round_ms[r]:.1f} ms"
+        )
     if len(rounds) > ROUNDS_SAID:
         parts.append(f"and {len(rounds) - ROUNDS_SAID} more")
     return "; ".join(parts)
@@ -52,6 +56,7 @@ def _suggestions(view: Compiles) -> list[Suggestion]:
     guard's reason otherwise, when the compilations went on to the last round."""
     rounds = view.measured_rounds
     per_round = view.measured_ms / max(1, len(view.measured))
+    measured = view.in_measured
     out = []
     last = view.measured.index(rounds[-1])
     gave_up = any(c.failed for c in view.compiles)
@@ -66,7 +71,6 @@ def _suggestions(view: Compiles) -> list[Suggestion]:
                 rule="torch_compile",
             )
         )
-    measured = view.in_kind(RoundKind.MEASURED)
     if any(_SIZE_GUARD in c.reason for c in measured):
         out.append(
             Suggestion(
@@ -98,12 +102,13 @@ def torch_compile(ctx: Context) -> list[Finding]:
     view = compiles(ctx.timeline)
     if not view.compiles:
         return []
-    warm = view.in_kind(RoundKind.WARMUP)
-    measured = view.in_kind(RoundKind.MEASURED)
+    warm, measured, raised = view.in_kind(RoundKind.WARMUP), view.in_measured, view.in_raised
     evidence: dict[str, object] = {
         "compilations in the warm-up": f"{len(warm)}, {sum(c.ms for c in warm):.1f} ms",
         "compilations in the measured rounds": f"{len(measured)}, {view.measured_ms:.1f} ms",
     }
+    if raised:  # no latency sample (the body raised there), so not one of the measured rounds that compiled
+        evidence["compilations in the round that raised"] = f"{len(raised)} ({_in_rounds(view, raised)})"
     if view.lost:
         evidence["not listed"] = "torch keeps records of its last 64 compilations only: earlier ones are missing"
     for c in (measured or view.compiles)[:LISTED]:
@@ -116,15 +121,18 @@ def torch_compile(ctx: Context) -> list[Finding]:
         if failed
         else ""
     )
-    if not measured:
+    if not measured:  # (a measured round whose body raised is no latency sample: said apart, as where it compiled)
+        done = " that completed" if raised else ""
+        where = "; ".join(filter(None, [_in_rounds(view, warm), _in_rounds(view, raised)])) or "between the rounds"
         return [
             Finding(
                 rule="torch_compile",
-                title="torch.compile compiled in the warm-up only",
+                title=f"torch.compile compiled outside the measured rounds{done}"
+                if raised
+                else "torch.compile compiled in the warm-up only",
                 summary=f"torch.compile compiled {_plural(len(view.compiles), 'frame')} "
-                f"({sum(c.ms for c in view.compiles):.1f} ms) outside the measured rounds ("
-                + (_in_rounds(view, RoundKind.WARMUP) or "between the rounds")
-                + f"); the measured rounds compiled nothing.{gave_up}",
+                f"({sum(c.ms for c in view.compiles):.1f} ms) outside the measured rounds{done} ({where}); the "
+                f"measured rounds{done} compiled nothing.{gave_up}",
                 cause=None,
                 share=0.0,
                 confidence=1.0,
@@ -147,7 +155,7 @@ def torch_compile(ctx: Context) -> list[Finding]:
             rule="torch_compile",
             title="torch.compile compiled during measured rounds: their latency is compilation",
             summary=f"{_plural(len(rounds), 'measured round')} of {len(view.measured)} compiled "
-            f"({_in_rounds(view, RoundKind.MEASURED)}): {view.measured_ms:.1f} ms of the {wall_ms:.1f} ms "
+            f"({_in_rounds(view, measured)}): {view.measured_ms:.1f} ms of the {wall_ms:.1f} ms "
             f"measured is torch.compile compiling, not the model running.{gave_up}",
             cause=None,
             share=share,

@@ -247,3 +247,32 @@ def test_a_measured_round_that_compiled_is_left_out_of_everything_but_the_latenc
     assert (
         a.metrics["rounds"] == 3 and "left out" not in next(f for f in a.findings if f.rule == "torch_compile").summary
     )
+
+
+def test_a_measured_round_that_raised_is_not_counted_as_one_that_compiled() -> None:
+    """A recompile that raised (a backend error on a new shape, say) in the last measured round: that round is no
+    latency sample, so it is not one of the measured rounds that compiled either. compile.measured_rounds counted it,
+    and the summary read `(2 of 2 rounds)` for a test one of whose two latency samples compiled."""
+    from test_no_measured_round import _raised_in
+
+    from pytest_inferscope.reporters.terminal import compile_lines
+
+    # warm-up round 0, measured rounds 1-3: round 1 compiled and completed, round 3 compiled and raised
+    raw = _compiled(build(n_rounds=3, warmup=1, cpu_busy=0.9), {1: [(0.5, "", "")], 3: [(0.5, "0/1: size", "")]})
+    raw = _raised_in(raw, 3)
+    tl = merge(raw)
+    assert len(Context(tl).rounds.latency.samples_ms) == 2
+    a = analyze(tl)
+    m = a.metrics
+    assert m["compile.measured_rounds"] == 1.0 and m["compile.ms_per_round"] == pytest.approx(8.0 / 2)
+    f = next(f for f in a.findings if f.rule == "torch_compile")
+    assert f.summary.startswith("1 measured round of 2 compiled (round 1: 1 compilation, 8.0 ms"), f.summary
+    assert "round 3" in str(f.evidence["compilations in the round that raised"])  # still told, apart
+    r = _result("t.py::test_x", [10.0, 2.0], metrics={**METRICS, **{k: v for k, v in m.items() if "compile" in k}})
+    assert "t.py::test_x (1 of 2 rounds)" in compile_lines([r])[0]
+    # Only the round that raised compiled: no measured round compiled, and the finding says where it did.
+    raw = _raised_in(_compiled(build(n_rounds=3, warmup=1, cpu_busy=0.9), {3: [(0.5, "", "")]}), 3)
+    a = analyze(merge(raw))
+    assert a.metrics["compile.measured_rounds"] == 0.0
+    f = next(f for f in a.findings if f.rule == "torch_compile")
+    assert "the measured rounds that completed compiled nothing" in f.summary and "round 3" in f.summary, f.summary
