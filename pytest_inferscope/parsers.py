@@ -183,4 +183,11 @@ def parse_ref(value: Any) -> str:
     """A git revision: no whitespace, not starting with '-' (it is passed to git as an argument)."""
     if isinstance(value, str) and value.strip() and not value.strip().startswith("-") and " " not in value.strip():
         return value.strip()
+    if isinstance(value, str) and not value.strip():  # (`--inferscope-ab=$(git merge-base HEAD origin/main)`)
+        raise ValueError(
+            "is empty, not a git revision (a `$(git merge-base HEAD origin/main)` on the command line gives this when "
+            "it prints nothing: the branch, or the history the two share, is not in the clone, as in a shallow CI "
+            "checkout; fetch it first, with `fetch-depth: 0` in actions/checkout's `with:` or `git fetch --unshallow "
+            "origin main`)"
+        )
     raise ValueError("is not a git revision")

@@ -51,6 +51,12 @@ def _git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=git_dir, env=env, capture_output=True, text=True, check=False)
 
 
+def _git_out(git_dir: Path, *args: str) -> str | None:
+    """`_git`'s stdout, stripped; None when the command failed."""
+    out = _git(git_dir, *args)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 @dataclass(frozen=True)
 class Repo:
     """The user's repository as found from where pytest runs (GIT_DIR / GIT_WORK_TREE honoured)."""
@@ -87,11 +93,9 @@ def resolve_commit(repo: Repo, ref: str) -> str:
                 "other side runs a whole checkout. Give the commit (the part before ':', e.g. "
                 f"--inferscope-ab={ref.partition(':')[0] or 'HEAD~1'}), and the tests to run as pytest's arguments."
             )
-        raise ABInputError(
-            f"--inferscope-ab={ref}: git does not know the revision {ref!r} in {repo.top}. Give a branch, tag or "
-            "commit that exists here (`git log --oneline -5`); in CI, fetch the history first (actions/checkout "
-            "with fetch-depth: 0, or `git fetch origin main`)."
-        )
+        from .refs import explain
+
+        raise ABInputError(explain(lambda *a: _git_out(repo.git_dir, *a), repo.top, ref) + ".")
     return out.stdout.strip()
 
 
