@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: The temporary folders' prefix; a stale entry is only ever removed when its folder has it.
@@ -113,6 +113,7 @@ class Worktree:
     path: Path  # the checkout
     holder: Path  # the temporary folder around it (the twins' logs go there too)
     git_dir: Path  # the user's git folder, as `find_repo` found it
+    empty_submodules: list[str] = field(default_factory=list)  # at the ref, not initialised here either
 
     @classmethod
     def create(cls, where: Path, ref: str) -> Worktree:
@@ -126,6 +127,14 @@ class Worktree:
         if out.returncode == 0:  # (not `add --lock --reason`, which git learned in 2.33 only: lock --reason is 2.10's)
             step = f"git worktree lock {tree.path}"
             out = _git(repo.git_dir, "worktree", "lock", "--reason", _lock_reason(), str(tree.path))
+        if out.returncode == 0:
+            from .submodules import check_out
+
+            try:
+                tree.empty_submodules = check_out(repo.top, tree.path, repo.git_dir, commit, ref)
+            except ValueError as exc:
+                tree.remove()
+                raise ABInputError(str(exc)) from None
         if out.returncode != 0:
             tree.remove()  # git may have made the entry before it failed
             hint = " Check that the repository is not locked by another git command." if ".lock" in out.stderr else ""

@@ -1,0 +1,71 @@
+"""The ref's submodules in the worktree, at the commits the ref records (`git worktree add` leaves their folders empty).
+
+Each comes from the clone of it in the user's checkout (`git clone --shared`: its objects are borrowed, nothing is
+fetched, so no network and no credentials), and is checked out detached at the recorded commit; nested submodules
+likewise, from the nested clones. The clones live inside the worktree's folder and go with it. A submodule this
+checkout has not initialised stays empty at the ref too, as it is here. The user's clones are only read.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+
+def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str) -> list[str]:
+    """Check out in `tree` (a checkout of `commit` from the repository at `git_dir`) each submodule `commit` records,
+    from its clone under `source` (the user's checkout of the same project); the paths left empty, as not
+    initialised under `source`. ValueError, one paragraph, when a clone here lacks the recorded commit."""
+    from .worktree import _git
+
+    listing = _git(git_dir, "ls-tree", "-r", "-z", "--full-tree", commit)
+    empty: list[str] = []
+    for item in listing.stdout.split("\0") if listing.returncode == 0 else []:
+        meta, _, path = item.partition("\t")
+        mode, _, rest = meta.partition(" ")
+        if mode != "160000":
+            continue
+        sha = rest.split()[-1]
+        here = source / path
+        clone = _own_git_dir(here)
+        if clone is None:
+            empty.append(path)
+            continue
+        dest = tree / path
+        steps = (
+            ("git clone --shared", ["clone", "--quiet", "--shared", "--no-checkout", str(clone), str(dest)]),
+            (f"git checkout {sha[:12]}", ["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "-q", sha]),
+        )
+        for name, step in steps:
+            out = _run(step)
+            if out.returncode != 0:
+                said = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+                raise ValueError(
+                    f"--inferscope-ab={ref}: the submodule {path} is at commit {sha[:12]} at {ref}, and its clone in "
+                    f"this checkout ({here}) cannot give it (`{name}`: {said}). Fetch that commit into the clone "
+                    f"before pytest (`git -C {path} fetch origin {sha}`; a CI checkout with `submodules: true` "
+                    "fetches only the commits this side records)."
+                )
+        empty += [f"{path}/{p}" for p in check_out(here, dest, dest / ".git", sha, ref)]
+    return empty
+
+
+def _own_git_dir(path: Path) -> Path | None:
+    """The git folder of the checkout whose top is `path` (a submodule's clone), or None when `path` is no such
+    checkout (an empty folder: not initialised, inside the superproject's)."""
+    if not path.is_dir():
+        return None
+    out = _run(["-C", str(path), "rev-parse", "--show-toplevel", "--absolute-git-dir"])
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != path.resolve():
+        return None
+    return Path(lines[1])
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    from .worktree import without_git_repo_vars
+
+    cmd = ["git", "-c", f"core.hooksPath={os.devnull}", *args]
+    env = without_git_repo_vars(dict(os.environ))
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

@@ -1,0 +1,98 @@
+"""--inferscope-ab on the checkouts CI makes and projects have: submodules, tests in a subfolder with their own ini
+(docs/ab.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+USES_LIB = """
+import time, pytest
+from helper import VALUE
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+def test_one():
+    assert VALUE == {value}, VALUE  # the submodule's commit that this commit of the project records
+    time.sleep(0.001)
+"""
+
+
+def git(where: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True).stdout
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment for a pytest child process: this checkout's package importable, no git variables of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "PYTEST_ADDOPTS"}
+    return {**env, "PYTHONPATH": os.pathsep.join(sys.path), **extra}
+
+
+def pytest_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
+
+
+def worktrees(root: Path) -> list[str]:
+    return [line for line in git(root, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
+
+
+def repo(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    return root
+
+
+def with_submodule(tmp_path: Path) -> tuple[Path, Path]:
+    """A project whose HEAD~1 records vendor/lib at a commit with VALUE = 1, HEAD at one with VALUE = 2."""
+    lib = repo(tmp_path / "lib")
+    (lib / "helper").mkdir()
+    (lib / "helper" / "__init__.py").write_text("VALUE = 1\n")
+    git(lib, "add", ".")
+    git(lib, "commit", "-qm", "one")
+    root = repo(tmp_path / "project")
+    git(root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib")
+    here = "os.path.dirname(__file__)"
+    (root / "conftest.py").write_text(f"import os, sys\nsys.path.insert(0, os.path.join({here}, 'vendor', 'lib'))\n")
+    (root / "test_x.py").write_text(USES_LIB.format(value=1))
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "first")
+    (lib / "helper" / "__init__.py").write_text("VALUE = 2\n")
+    git(lib, "commit", "-qam", "two")
+    git(root / "vendor" / "lib", "pull", "-q", "origin", "main")
+    (root / "test_x.py").write_text(USES_LIB.format(value=2))
+    git(root, "commit", "-qam", "second")
+    return root, lib
+
+
+def test_the_ref_runs_with_its_own_submodule_commits(tmp_path: Path) -> None:
+    """`git worktree add` leaves a submodule's folder empty: the twin's tests stopped with "No module named 'helper'"
+    (a usage error). The ref's submodules are checked out at the commits the ref records, from the clones of them
+    in this checkout (no network), and go with the worktree."""
+    root, _ = with_submodule(tmp_path)
+    status = git(root, "status", "--porcelain")
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD~1", "test_x.py"), cwd=root, env=child_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "failed at HEAD~1" not in proc.stdout, proc.stdout  # the twin imported VALUE = 1
+    assert "vs HEAD~1" in proc.stdout
+    assert git(root, "status", "--porcelain") == status
+    assert len(worktrees(root)) == 1
+    assert len(worktrees(root / "vendor" / "lib")) == 1
+
+
+def test_a_submodule_commit_the_clone_here_lacks_is_a_usage_error_saying_what_to_fetch(tmp_path: Path) -> None:
+    root, lib = with_submodule(tmp_path)
+    (lib / "helper" / "__init__.py").write_text("VALUE = 3\n")
+    git(lib, "commit", "-qam", "three")  # recorded in the project, never fetched into its clone
+    sha = git(lib, "rev-parse", "HEAD").strip()
+    git(root, "update-index", "--cacheinfo", f"160000,{sha},vendor/lib")
+    git(root, "commit", "-qm", "third")
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD", "test_x.py"), cwd=root, env=child_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert f"the submodule vendor/lib is at commit {sha[:12]} at HEAD" in proc.stderr
+    assert f"`git -C vendor/lib fetch origin {sha}`" in proc.stderr
+    assert len(worktrees(root)) == 1
