@@ -63,11 +63,21 @@ def twin_args(args: Sequence[str], tree: Worktree | None) -> list[str]:
             continue
         if arg.startswith("-n") and not arg.startswith("--") and len(arg) > 2:  # -n2, -nauto
             continue
-        if tree is not None and arg.startswith("/") and Path(arg.split("::")[0]).exists():
-            path, sep, rest = arg.partition("::")
-            arg = str(tree.map_path(Path(path))) + sep + rest
+        if tree is not None:
+            # (`--rootdir=/abs/pkg`, `--config-file=...`, `--confcutdir=...`, as CI scripts spell them out: left
+            # pointing at this checkout, the twin's rootdir was this side's folder, and no node id of its matched)
+            opt, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+            arg = opt + eq + _map(value, tree)
         out.append(arg)
     return out
+
+
+def _map(value: str, tree: Worktree) -> str:
+    """`value`, when an absolute path (a node id's `::` part aside) in this checkout that exists, as the worktree's."""
+    path, sep, rest = value.partition("::")
+    if not path.startswith("/") or not Path(path).exists():
+        return value
+    return str(tree.map_path(Path(path))) + sep + rest
 
 
 def twin_addopts(value: str, tree: Worktree | None) -> str:

@@ -96,3 +96,25 @@ def test_a_submodule_commit_the_clone_here_lacks_is_a_usage_error_saying_what_to
     assert f"the submodule vendor/lib is at commit {sha[:12]} at HEAD" in proc.stderr
     assert f"`git -C vendor/lib fetch origin {sha}`" in proc.stderr
     assert len(worktrees(root)) == 1
+
+
+def test_tests_in_a_subfolder_with_their_own_ini_given_by_absolute_paths(tmp_path: Path) -> None:
+    """CI scripts spell paths out (`--rootdir=$GITHUB_WORKSPACE/pkg`): given to the twin as they were, an `--opt=/abs`
+    pointed it at this checkout's folder, so its node ids (relative to that rootdir) named none of this side's, and
+    the test read `new` with a line saying it was `only at HEAD~1`. The twin's are the worktree's."""
+    root = repo(tmp_path / "project")
+    (root / "pkg" / "tests").mkdir(parents=True)
+    (root / "pkg" / "pytest.ini").write_text("[pytest]\n")
+    body = USES_LIB.replace("from helper import VALUE\n", "").replace("    assert VALUE", "    # VALUE")
+    (root / "pkg" / "tests" / "test_s.py").write_text(body)
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "first")
+    (root / "pkg" / "tests" / "test_s.py").write_text(body + "# second\n")
+    git(root, "commit", "-qam", "second")
+    pkg = root / "pkg"
+    for args in ([f"--rootdir={pkg}", f"--config-file={pkg / 'pytest.ini'}"], [f"--rootdir={pkg}"]):
+        proc = subprocess.run(pytest_cmd(*args, "--inferscope-ab=HEAD~1", str(pkg / "tests")), cwd=root,
+                              env=child_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        row = next(line for line in proc.stdout.splitlines() if "test_s.py::test_one " in line)
+        assert " new " not in row and "only at HEAD~1" not in proc.stdout, proc.stdout
