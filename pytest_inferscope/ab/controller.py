@@ -279,9 +279,9 @@ class ABController:
         if seed is not None:
             env[SEED_ENV] = seed
         if self.tree is not None:
-            first = import_paths(self.tree.path)
+            first = import_paths(self.tree.path, sys.path, self.tree)
             env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH", "")])])
-            env[ENV_PACKAGES] = f"{self.tree.path}|{','.join(own_packages(self.tree.path))}"
+            env[ENV_PACKAGES] = f"{self.tree.path}|{','.join(dict.fromkeys(own_packages(self.tree.path, first)))}"
         return env
 
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:

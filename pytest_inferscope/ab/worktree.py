@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,18 +215,29 @@ def alive(pid: int) -> bool:
     return True
 
 
-def import_paths(tree: Path) -> list[str]:
-    """What goes first on the twin's PYTHONPATH: the worktree, and its src/ for a src layout."""
+def import_paths(tree: Path, here: Sequence[str] = (), checkout: Worktree | None = None) -> list[str]:
+    """What goes first on the twin's PYTHONPATH: the worktree, its src/ for a src layout, and the worktree's copy of
+    each entry of this process's import path `here` inside the user's checkout (`checkout.top`): an editable
+    install's .pth with a package-dir of its own (`lib/`), PYTHONPATH=$GITHUB_WORKSPACE/lib. Without them the twin
+    found the project's code there, in this checkout, and the gate compared it with itself."""
     paths = [str(tree)]
     if (tree / "src").is_dir():
         paths.append(str(tree / "src"))
+    for entry in here if checkout is not None else ():
+        where = Path(entry or os.curdir).resolve()
+        if checkout is None or not where.is_relative_to(checkout.top) or where.is_relative_to(checkout.holder):
+            continue
+        mapped = str(checkout.map_path(where))
+        if mapped not in paths and Path(mapped).is_dir():
+            paths.append(mapped)
     return paths
 
 
-def own_packages(tree: Path) -> list[str]:
-    """Top-level packages and modules the checkout holds (at its top or in src/): what the twin must import from it."""
+def own_packages(tree: Path, bases: Sequence[str] = ()) -> list[str]:
+    """Top-level packages and modules the checkout holds (at its top, in src/, or in `bases`, folders of it on the
+    twin's import path): what the twin must import from it."""
     names: list[str] = []
-    for base in (tree, tree / "src"):
+    for base in dict.fromkeys([tree, tree / "src", *map(Path, bases)]):
         if not base.is_dir():
             continue
         for entry in sorted(base.iterdir()):

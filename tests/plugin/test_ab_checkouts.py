@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 USES_LIB = """
-import time, pytest
+import os, time, pytest
 from helper import VALUE
 
 @pytest.mark.inferscope(rounds=3, warmup=0)
 def test_one():
-    assert VALUE == {value}, VALUE  # the submodule's commit that this commit of the project records
+    with open(os.environ["WHERE_LOG"], "a") as log:  # the submodule's commit each side has: {value} recorded
+        log.write(f"{{'twin' if os.environ.get('INFERSCOPE_AB_TWIN') else 'here'}} {{VALUE}}\\n")
     time.sleep(0.001)
 """
 
@@ -73,10 +74,12 @@ def test_the_ref_runs_with_its_own_submodule_commits(tmp_path: Path) -> None:
     in this checkout (no network), and go with the worktree."""
     root, _ = with_submodule(tmp_path)
     status = git(root, "status", "--porcelain")
-    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD~1", "test_x.py"), cwd=root, env=child_env(),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    log = tmp_path / "where.log"
+    env = child_env(WHERE_LOG=str(log))
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD~1", "test_x.py"), cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "failed at HEAD~1" not in proc.stdout, proc.stdout  # the twin imported VALUE = 1
+    assert dict(line.split() for line in log.read_text().splitlines()) == {"here": "2", "twin": "1"}
     assert "vs HEAD~1" in proc.stdout
     assert git(root, "status", "--porcelain") == status
     assert len(worktrees(root)) == 1
@@ -105,7 +108,9 @@ def test_tests_in_a_subfolder_with_their_own_ini_given_by_absolute_paths(tmp_pat
     root = repo(tmp_path / "project")
     (root / "pkg" / "tests").mkdir(parents=True)
     (root / "pkg" / "pytest.ini").write_text("[pytest]\n")
-    body = USES_LIB.replace("from helper import VALUE\n", "").replace("    assert VALUE", "    # VALUE")
+    body = (
+        "import time, pytest\n\n@pytest.mark.inferscope(rounds=3, warmup=0)\ndef test_one():\n    time.sleep(0.001)\n"
+    )
     (root / "pkg" / "tests" / "test_s.py").write_text(body)
     git(root, "add", ".")
     git(root, "commit", "-qm", "first")
@@ -118,3 +123,37 @@ def test_tests_in_a_subfolder_with_their_own_ini_given_by_absolute_paths(tmp_pat
         assert proc.returncode == 0, proc.stdout + proc.stderr
         row = next(line for line in proc.stdout.splitlines() if "test_s.py::test_one " in line)
         assert " new " not in row and "only at HEAD~1" not in proc.stdout, proc.stdout
+
+
+WHERE_FROM = """
+import os, pytest, mypkg
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+def test_one():
+    with open(os.environ["WHERE_LOG"], "a") as log:  # which side imported which copy
+        log.write(f"{'twin' if os.environ.get('INFERSCOPE_AB_TWIN') else 'here'} {mypkg.__file__}\\n")
+"""
+
+
+def test_the_projects_code_on_a_path_of_its_own_comes_from_the_worktree(tmp_path: Path) -> None:
+    """The package in `lib/`, found through a sys.path entry in the checkout (an editable install's .pth with
+    package-dir lib, or PYTHONPATH=$GITHUB_WORKSPACE/lib): the twin's PYTHONPATH had the worktree and its src/ first,
+    neither holding it, so the twin imported this checkout's code and the gate compared it with itself, saying
+    nothing. The entry's copy in the worktree comes first."""
+    root = repo(tmp_path / "project")
+    (root / "lib" / "mypkg").mkdir(parents=True)
+    (root / "lib" / "mypkg" / "__init__.py").write_text("")
+    (root / "test_x.py").write_text(WHERE_FROM)
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "first")
+    (root / "test_x.py").write_text(WHERE_FROM + "# second\n")
+    git(root, "commit", "-qam", "second")
+    log = tmp_path / "where.log"
+    env = child_env(WHERE_LOG=str(log))
+    env["PYTHONPATH"] += os.pathsep + str(root / "lib")
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD~1"), cwd=root, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sides = dict(line.split(" ", 1) for line in log.read_text().splitlines())
+    assert sides["here"] == str(root / "lib" / "mypkg" / "__init__.py")
+    assert "inferscope-ab-" in sides["twin"] and sides["twin"].endswith("/project/lib/mypkg/__init__.py"), sides
