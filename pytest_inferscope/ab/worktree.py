@@ -44,12 +44,35 @@ def without_git_repo_vars(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in GIT_REPO_VARS}
 
 
-def _git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _git(git_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """git on the repository whose git folder is `git_dir`, whatever this process's environment points at; the
     user's hooks do not run (a post-checkout hook's npm install or LFS fetch is not for our temporary checkout)."""
     cmd = ["git", f"--git-dir={git_dir}", "-c", f"core.hooksPath={os.devnull}", *args]
-    env = without_git_repo_vars(dict(os.environ))
+    env = {**without_git_repo_vars(dict(os.environ)), **(env or {})}
     return subprocess.run(cmd, cwd=git_dir, env=env, capture_output=True, text=True, check=False)
+
+
+#: How an LFS pointer file starts (the Git LFS specification).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+
+
+def lfs_pointers(top: Path, git_dir: Path) -> bool:
+    """Whether this checkout's LFS files are pointers, not their content (actions/checkout's default, `lfs: false`):
+    then the ref's are checked out as pointers too (GIT_LFS_SKIP_SMUDGE=1), rather than downloaded, which gave the
+    twin other data than this side, or failed without the LFS server. A few files tell (a checkout is one or the
+    other, but for `git lfs pull --include`, where one file with its content makes it the other)."""
+    out = _git(git_dir, f"--work-tree={top}", "ls-files", "-z", "--full-name", ":(top,attr:filter=lfs)")
+    seen = False
+    for name in [n for n in out.stdout.split("\0") if n][:20] if out.returncode == 0 else []:
+        try:
+            with open(top / name, "rb") as f:
+                head = f.read(len(LFS_POINTER))
+        except OSError:
+            continue
+        if head != LFS_POINTER:
+            return False
+        seen = True
+    return seen
 
 
 def _git_out(git_dir: Path, *args: str) -> str | None:
@@ -124,7 +147,8 @@ class Worktree:
         holder = Path(tempfile.mkdtemp(prefix=PREFIX))
         tree = cls(repo.top, ref, commit, holder / repo.top.name, holder, repo.git_dir)
         step = f"git worktree add --detach {tree.path} {commit[:12]}"
-        out = _git(repo.git_dir, "worktree", "add", "--detach", str(tree.path), commit)
+        skip = {"GIT_LFS_SKIP_SMUDGE": "1"} if lfs_pointers(repo.top, repo.git_dir) else {}
+        out = _git(repo.git_dir, "worktree", "add", "--detach", str(tree.path), commit, env=skip)
         if out.returncode == 0:  # (not `add --lock --reason`, which git learned in 2.33 only: lock --reason is 2.10's)
             step = f"git worktree lock {tree.path}"
             out = _git(repo.git_dir, "worktree", "lock", "--reason", _lock_reason(), str(tree.path))
@@ -139,10 +163,15 @@ class Worktree:
         if out.returncode != 0:
             tree.remove()  # git may have made the entry before it failed
             hint = " Check that the repository is not locked by another git command." if ".lock" in out.stderr else ""
-            raise ABInputError(
-                f"--inferscope-ab={ref}: `{step}` failed: "
-                f"{out.stderr.strip() or f'exit status {out.returncode}'}.{hint}"
-            )
+            if "smudge filter lfs failed" in out.stderr:
+                hint = (
+                    f" The Git LFS files of {ref} are not here and could not be downloaded (this checkout has the "
+                    f"content of its own): fetch them before pytest (`git lfs fetch origin {ref}`), or check out "
+                    "this side with pointers as well (actions/checkout's `lfs: false`, GIT_LFS_SKIP_SMUDGE=1): then "
+                    "the ref gets pointers too."
+                )
+            said = " ".join(out.stderr.split()).rstrip(".") or f"exit status {out.returncode}"  # (one paragraph)
+            raise ABInputError(f"--inferscope-ab={ref}: `{step}` failed: {said}.{hint}")
         return tree
 
     def label(self) -> str:

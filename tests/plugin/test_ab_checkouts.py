@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 USES_LIB = """
 import os, time, pytest
 from helper import VALUE
@@ -157,3 +159,50 @@ def test_the_projects_code_on_a_path_of_its_own_comes_from_the_worktree(tmp_path
     sides = dict(line.split(" ", 1) for line in log.read_text().splitlines())
     assert sides["here"] == str(root / "lib" / "mypkg" / "__init__.py")
     assert "inferscope-ab-" in sides["twin"] and sides["twin"].endswith("/project/lib/mypkg/__init__.py"), sides
+
+
+POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize 1000\n"
+READS_LFS = """
+import os, pathlib, pytest
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+def test_one():
+    head = (pathlib.Path(__file__).parent / "w.bin").read_text()[:7]
+    with open(os.environ["WHERE_LOG"], "a") as log:
+        log.write(f"{'twin' if os.environ.get('INFERSCOPE_AB_TWIN') else 'here'} {head}\\n")
+"""
+
+
+def test_lfs_pointers_here_are_pointers_at_the_ref(tmp_path: Path) -> None:
+    """actions/checkout's default (lfs: false) leaves LFS files as pointers, and git-lfs's filter is configured on the
+    runner: `git worktree add` ran the smudge filter, which downloads the ref's files (then the twin read other data
+    than this side) or, without the LFS server, failed ("smudge filter lfs failed", a usage error). A checkout whose
+    LFS files are pointers gets pointers at the ref too (GIT_LFS_SKIP_SMUDGE=1). The filter here stands in for
+    git-lfs with no server: it fails unless told to skip, as git-lfs then does."""
+    root = repo(tmp_path / "project")
+    git(root, "config", "filter.lfs.clean", "cat")
+    (root / ".gitattributes").write_text("*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    (root / "w.bin").write_text(POINTER.format(oid="1" * 64))
+    (root / "test_x.py").write_text(READS_LFS)
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "first")
+    (root / "w.bin").write_text(POINTER.format(oid="2" * 64))
+    git(root, "commit", "-qam", "second")
+    smudge = "sh -c 'test -n \"$GIT_LFS_SKIP_SMUDGE\" && exec cat; echo no LFS server >&2; exit 1'"
+    config = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "filter.lfs.smudge", "GIT_CONFIG_VALUE_0": smudge,
+              "GIT_CONFIG_KEY_1": "filter.lfs.required", "GIT_CONFIG_VALUE_1": "true"}  # fmt: skip
+    log = tmp_path / "where.log"
+    env = child_env(WHERE_LOG=str(log), **config)
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD~1", "test_x.py"), cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert dict(line.split() for line in log.read_text().splitlines()) == {"here": "version", "twin": "version"}
+    assert len(worktrees(root)) == 1
+    (root / "w.bin").write_text("content\n")  # this side has the files' content: so should the ref
+    git(root, "commit", "-qam", "third")
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD~1", "test_x.py"), cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    error = next(line for line in proc.stderr.splitlines() if line.startswith("ERROR: "))
+    assert "smudge filter lfs failed" in error and "`git lfs fetch origin HEAD~1`" in error, proc.stderr
+    assert len(worktrees(root)) == 1
