@@ -246,7 +246,13 @@ class ABController:
             )
 
     def _note_settings(self) -> None:
-        """What the user asked for that an A/B run does not do: the baseline comparison, an explicit speed probe."""
+        """What the user asked for that an A/B run does not do: the baseline comparison, an explicit speed probe; and
+        this checkout's uncommitted changes, which this side runs and the twin does not."""
+        if self.tree is not None and self.tree.uncommitted:
+            self.notes.append(
+                f"inferscope A/B: this side runs this checkout as it is, with {self.tree.uncommitted}; the twin "
+                f"{self.tree.label()} as committed"
+            )
         if (line := self.baseline_note) is not None:
             self.notes.append(f"inferscope A/B: {line}")
         if self.settings.speed_probe == "on" and self.settings.sources.get("speed_probe", "cli") != "default":

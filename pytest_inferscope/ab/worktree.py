@@ -52,6 +52,28 @@ def _git(git_dir: Path, *args: str, env: dict[str, str] | None = None) -> subpro
     return subprocess.run(cmd, cwd=git_dir, env=env, capture_output=True, text=True, check=False)
 
 
+def changes(top: Path, git_dir: Path) -> str:
+    """This checkout's uncommitted changes, as the summary says them ("1 modified and 1 untracked file(s) (a.py,
+    b.py)"), or "" when it has none; git's ignored files aside. Only read: no index refresh is written back."""
+    out = _git(git_dir, "--no-optional-locks", f"--work-tree={top}", "status", "--porcelain=v1", "-z", "-unormal")
+    if out.returncode != 0:
+        return ""
+    modified: list[str] = []
+    untracked: list[str] = []
+    entries = iter(out.stdout.split("\0"))
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        (untracked if entry[:2] == "??" else modified).append(entry[3:])
+        if entry[0] in "RC":
+            next(entries, None)  # (a rename's or copy's source follows it)
+    if not modified and not untracked:
+        return ""
+    names = [*modified, *untracked]
+    more = f", and {len(names) - 5} more" if len(names) > 5 else ""
+    return f"{len(modified)} modified and {len(untracked)} untracked file(s) ({', '.join(names[:5])}{more})"
+
+
 #: How an LFS pointer file starts (the Git LFS specification).
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 
@@ -138,14 +160,16 @@ class Worktree:
     holder: Path  # the temporary folder around it (the twins' logs go there too)
     git_dir: Path  # the user's git folder, as `find_repo` found it
     empty_submodules: list[str] = field(default_factory=list)  # at the ref, not initialised here either
+    uncommitted: str = ""  # this checkout's changes that this side runs and the twin does not (`changes`)
 
     @classmethod
     def create(cls, where: Path, ref: str) -> Worktree:
         repo = find_repo(where, ref)
         commit = resolve_commit(repo, ref)
         remove_stale(repo.git_dir)
+        changed = changes(repo.top, repo.git_dir)
         holder = Path(tempfile.mkdtemp(prefix=PREFIX))
-        tree = cls(repo.top, ref, commit, holder / repo.top.name, holder, repo.git_dir)
+        tree = cls(repo.top, ref, commit, holder / repo.top.name, holder, repo.git_dir, uncommitted=changed)
         step = f"git worktree add --detach {tree.path} {commit[:12]}"
         skip = {"GIT_LFS_SKIP_SMUDGE": "1"} if lfs_pointers(repo.top, repo.git_dir) else {}
         out = _git(repo.git_dir, "worktree", "add", "--detach", str(tree.path), commit, env=skip)

@@ -206,3 +206,24 @@ def test_lfs_pointers_here_are_pointers_at_the_ref(tmp_path: Path) -> None:
     error = next(line for line in proc.stderr.splitlines() if line.startswith("ERROR: "))
     assert "smudge filter lfs failed" in error and "`git lfs fetch origin HEAD~1`" in error, proc.stderr
     assert len(worktrees(root)) == 1
+
+
+def test_uncommitted_changes_are_this_sides_and_said_to_be(tmp_path: Path) -> None:
+    """A test edited and a test file added, neither committed: this side runs them, the twin the ref as committed;
+    the summary says so, naming the files, and the working tree, stashes and worktrees are as they were."""
+    root = repo(tmp_path / "project")
+    body = (
+        "import time, pytest\n\n@pytest.mark.inferscope(rounds=3, warmup=0)\ndef test_one():\n    time.sleep(0.001)\n"
+    )
+    (root / "test_x.py").write_text(body)
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "first")
+    (root / "test_x.py").write_text(body + "# edited\n")
+    (root / "test_new.py").write_text(body)
+    before = (git(root, "status", "--porcelain"), git(root, "stash", "list"), worktrees(root))
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD"), cwd=root, env=child_env(), capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = "this side runs this checkout as it is, with 1 modified and 1 untracked file(s) (test_x.py, test_new.py)"
+    assert said in proc.stdout and "the twin HEAD" in proc.stdout, proc.stdout
+    assert (git(root, "status", "--porcelain"), git(root, "stash", "list"), worktrees(root)) == before
