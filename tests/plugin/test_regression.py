@@ -46,6 +46,29 @@ def test_save_then_compare_unchanged_passes(project: pytest.Pytester, monkeypatc
     assert props["inferscope.check.max_regression"] == "passed"
 
 
+def test_a_baseline_restored_from_a_ci_cache_into_another_checkout_and_host_is_compared(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI saves the baseline in one job and restores it from a cache in another: another absolute path of the
+    checkout and another hostname. Neither is part of a test's key or fingerprint, so the test is compared."""
+    import platform
+    import shutil
+    import socket
+
+    run(project, monkeypatch, 0.05, "--inferscope-save-baseline=main").assert_outcomes(passed=1)
+    job2 = project.path / "runner-b" / "_work" / "repo"
+    job2.mkdir(parents=True)
+    shutil.copy(project.path / "test_model.py", job2)
+    shutil.copytree(project.path / ".inferscope", job2 / ".inferscope")  # the cache's restore
+    monkeypatch.chdir(job2)
+    monkeypatch.setattr(socket, "gethostname", lambda: "runner-b")
+    monkeypatch.setattr(platform, "node", lambda: "runner-b")
+    again = run(project, monkeypatch, 0.05, "--inferscope-compare=main", f"--rootdir={job2}", "--junitxml=junit.xml")
+    again.assert_outcomes(passed=1)
+    props = {p.get("name"): p.get("value") for p in ET.parse(job2 / "junit.xml").getroot().iter("property")}
+    assert props["inferscope.regression.verdict"] in ("unchanged", "improved"), props
+
+
 def test_an_injected_slowdown_fails_the_test_with_the_evidence(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
