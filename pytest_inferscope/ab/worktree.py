@@ -119,11 +119,20 @@ def find_repo(where: Path, ref: str) -> Repo:
     cmd = ["git", "rev-parse", "--show-toplevel", "--absolute-git-dir"]
     out = subprocess.run(cmd, cwd=where, env=env, capture_output=True, text=True, check=False)
     lines = out.stdout.strip().splitlines()
+    if "dubious ownership" in out.stderr:  # (git 2.35.2 and later: safe.directory)
+        named = re.search(r"dubious ownership in repository at '(.+?)'", out.stderr)
+        top = named[1] if named else str(where)
+        raise ABInputError(
+            f"--inferscope-ab={ref}: git refuses the repository at {top} ('detected dubious ownership'): it belongs "
+            "to another user than this process's, and git's safe.directory check does not trust it (a CI container "
+            "job running as root in the checkout the runner's user made, say). Trust it before pytest: `git config "
+            f"--global --add safe.directory {top}`."
+        )
     if out.returncode != 0 or len(lines) != 2:
         raise ABInputError(
             f"--inferscope-ab={ref}: {where} is not inside a git repository with a working tree "
-            f"({out.stderr.strip() or 'no working tree'}). Run pytest in the project's git checkout, or compare "
-            "environments with --inferscope-ab-python alone."
+            f"({' '.join(out.stderr.split()) or 'no working tree'}). Run pytest in the project's git checkout, or "
+            "compare environments with --inferscope-ab-python alone."
         )
     return Repo(Path(lines[0]).resolve(), Path(lines[1]).resolve())
 

@@ -123,3 +123,21 @@ def test_upstream_of_a_detached_head(origin: Path, tmp_path: Path) -> None:
 def test_an_empty_ref_from_a_merge_base_that_printed_nothing() -> None:
     with pytest.raises(ValueError, match=r"empty.*merge-base.*fetch-depth: 0"):
         parse_ref("")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="making a folder another user's needs root")
+def test_a_checkout_owned_by_another_user_is_said_to_be(origin: Path, tmp_path: Path) -> None:
+    """A CI container job runs as root in a checkout the runner's user made: git refuses it ("dubious ownership"),
+    and the error said the folder "is not inside a git repository", with git's three lines in it."""
+    import shutil
+
+    where = actions_checkout(origin, tmp_path / "ci")
+    nobody = 65534
+    for path in [where, *where.rglob("*")]:
+        os.chown(path, nobody, nobody, follow_symlinks=False)
+    with pytest.raises(ABInputError) as info:
+        find_repo(where, "origin/main")
+    text = str(info.value)
+    assert "\n" not in text and "not inside a git repository" not in text
+    assert f"`git config --global --add safe.directory {where}`" in text
+    shutil.rmtree(where)
