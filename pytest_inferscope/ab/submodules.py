@@ -13,13 +13,12 @@ import subprocess
 from pathlib import Path
 
 
-def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str) -> list[str]:
+def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str, env: dict[str, str]) -> list[str]:
     """Check out in `tree` (a checkout of `commit` from the repository at `git_dir`) each submodule `commit` records,
-    from its clone under `source` (the user's checkout of the same project); the paths left empty, as not
-    initialised under `source`. ValueError, one paragraph, when a clone here lacks the recorded commit."""
-    from .worktree import _git
-
-    listing = _git(git_dir, "ls-tree", "-r", "-z", "--full-tree", commit)
+    from its clone under `source` (the user's checkout of the same project), git running in `env` (without the
+    variables that point it at a repository); the paths left empty, as not initialised under `source`. ValueError,
+    one paragraph, when a clone here lacks the recorded commit."""
+    listing = _run(["--git-dir", str(git_dir), "ls-tree", "-r", "-z", "--full-tree", commit], env)
     empty: list[str] = []
     for item in listing.stdout.split("\0") if listing.returncode == 0 else []:
         meta, _, path = item.partition("\t")
@@ -28,7 +27,7 @@ def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str) ->
             continue
         sha = rest.split()[-1]
         here = source / path
-        clone = _own_git_dir(here)
+        clone = _own_git_dir(here, env)
         if clone is None:
             empty.append(path)
             continue
@@ -38,7 +37,7 @@ def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str) ->
             (f"git checkout {sha[:12]}", ["-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "-q", sha]),
         )
         for name, step in steps:
-            out = _run(step)
+            out = _run(step, env)
             if out.returncode != 0:
                 said = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
                 raise ValueError(
@@ -47,25 +46,23 @@ def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str) ->
                     f"before pytest (`git -C {path} fetch origin {sha}`; a CI checkout with `submodules: true` "
                     "fetches only the commits this side records)."
                 )
-        empty += [f"{path}/{p}" for p in check_out(here, dest, dest / ".git", sha, ref)]
+        empty += [f"{path}/{p}" for p in check_out(here, dest, dest / ".git", sha, ref, env)]
     return empty
 
 
-def _own_git_dir(path: Path) -> Path | None:
+def _own_git_dir(path: Path, env: dict[str, str]) -> Path | None:
     """The git folder of the checkout whose top is `path` (a submodule's clone), or None when `path` is no such
     checkout (an empty folder: not initialised, inside the superproject's)."""
     if not path.is_dir():
         return None
-    out = _run(["-C", str(path), "rev-parse", "--show-toplevel", "--absolute-git-dir"])
+    out = _run(["-C", str(path), "rev-parse", "--show-toplevel", "--absolute-git-dir"], env)
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != path.resolve():
         return None
     return Path(lines[1])
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    from .worktree import without_git_repo_vars
-
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """git with `args`, the user's hooks off (as for the worktree: ab/worktree.py)."""
     cmd = ["git", "-c", f"core.hooksPath={os.devnull}", *args]
-    env = without_git_repo_vars(dict(os.environ))
     return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

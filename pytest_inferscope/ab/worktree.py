@@ -189,7 +189,8 @@ class Worktree:
             from .submodules import check_out
 
             try:
-                tree.empty_submodules = check_out(repo.top, tree.path, repo.git_dir, commit, ref)
+                env = without_git_repo_vars(dict(os.environ))
+                tree.empty_submodules = check_out(repo.top, tree.path, repo.git_dir, commit, ref, env)
             except ValueError as exc:
                 tree.remove()
                 raise ABInputError(str(exc)) from None
