@@ -53,8 +53,9 @@ def _git(git_dir: Path, *args: str, env: dict[str, str] | None = None) -> subpro
 
 
 def changes(top: Path, git_dir: Path) -> str:
-    """This checkout's uncommitted changes, as the summary says them ("1 modified and 1 untracked file(s) (a.py,
-    b.py)"), or "" when it has none; git's ignored files aside. Only read: no index refresh is written back."""
+    """This checkout's uncommitted changes, as the summary says them ("changes to 1 tracked and 1 untracked file(s)
+    (a.py, b.py)": edited, deleted, renamed, staged or not; new), or "" when it has none; git's ignored files aside.
+    Only read: no index refresh is written back."""
     out = _git(git_dir, "--no-optional-locks", f"--work-tree={top}", "status", "--porcelain=v1", "-z", "-unormal")
     if out.returncode != 0:
         return ""
@@ -71,7 +72,7 @@ def changes(top: Path, git_dir: Path) -> str:
         return ""
     names = [*modified, *untracked]
     more = f", and {len(names) - 5} more" if len(names) > 5 else ""
-    return f"{len(modified)} modified and {len(untracked)} untracked file(s) ({', '.join(names[:5])}{more})"
+    return f"changes to {len(modified)} tracked and {len(untracked)} untracked file(s) ({', '.join(names[:5])}{more})"
 
 
 #: How an LFS pointer file starts (the Git LFS specification).
