@@ -21,7 +21,15 @@ from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .args import given as option_given
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
-from .worktree import ABInputError, Worktree, check_python, import_paths, own_packages, without_git_repo_vars
+from .worktree import (
+    ABInputError,
+    Worktree,
+    check_python,
+    import_paths,
+    own_packages,
+    short_ref,
+    without_git_repo_vars,
+)
 
 if TYPE_CHECKING:
     from ..checks import Plan
@@ -95,7 +103,7 @@ class ABController:
     @property
     def column(self) -> str:
         """The terminal summary column's title."""
-        return f"vs {self.settings.ab or 'python ' + Path(str(self.settings.ab_python)).name}"
+        return f"vs {short_ref(self.settings.ab or '') or 'python ' + Path(str(self.settings.ab_python)).name}"
 
     def _allowed_cores(self) -> list[int]:
         return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))

@@ -98,6 +98,12 @@ def lfs_pointers(top: Path, git_dir: Path) -> bool:
     return seen
 
 
+def short_ref(ref: str) -> str:
+    """`ref` as the summary shows it: a commit hash of more than 10 digits (`$(git merge-base HEAD origin/main)` gives
+    40) as its first 10, else as given."""
+    return ref[:10] if re.fullmatch(r"[0-9a-fA-F]{11,40}", ref) else ref
+
+
 def _git_out(git_dir: Path, *args: str) -> str | None:
     """`_git`'s stdout, stripped; None when the command failed."""
     out = _git(git_dir, *args)
@@ -210,7 +216,7 @@ class Worktree:
         return tree
 
     def label(self) -> str:
-        return f"{self.ref} ({self.commit[:10]})"
+        return f"{self.ref} ({self.commit[:10]})" if short_ref(self.ref) == self.ref else self.commit[:10]
 
     def map_path(self, p: Path) -> Path:
         """A path in the user's checkout, as the same path in the worktree (others unchanged)."""

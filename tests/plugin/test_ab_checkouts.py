@@ -228,3 +228,21 @@ def test_uncommitted_changes_are_this_sides_and_said_to_be(tmp_path: Path) -> No
     said += "test_new.py)"
     assert said in proc.stdout and "the twin HEAD" in proc.stdout, proc.stdout
     assert (git(root, "status", "--porcelain"), git(root, "stash", "list"), worktrees(root)) == before
+
+
+def test_a_full_commit_hash_is_shown_short(tmp_path: Path) -> None:
+    """`--inferscope-ab=$(git merge-base HEAD origin/main)` gives 40 hex digits: the column's title took them all, and
+    the summary read `against 0eeadb1efc82...4b (0eeadb1efc)`. A hash is shown as its first 10 digits."""
+    root = repo(tmp_path / "project")
+    body = (
+        "import time, pytest\n\n@pytest.mark.inferscope(rounds=3, warmup=0)\ndef test_one():\n    time.sleep(0.001)\n"
+    )
+    (root / "test_x.py").write_text(body)
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "first")
+    sha = git(root, "rev-parse", "HEAD").strip()
+    proc = subprocess.run(pytest_cmd(f"--inferscope-ab={sha}"), cwd=root, env=child_env(), capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sha not in proc.stdout, proc.stdout
+    assert f"vs {sha[:10]} " in proc.stdout and f"this checkout against {sha[:10]}," in proc.stdout, proc.stdout
