@@ -13,15 +13,17 @@ import subprocess
 from pathlib import Path
 
 
-def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str, env: dict[str, str]) -> list[str]:
+def check_out(
+    source: Path, tree: Path, git_dir: Path, commit: str, ref: str, env: dict[str, str], prefix: str = ""
+) -> None:
     """Check out in `tree` (a checkout of `commit` from the repository at `git_dir`) each submodule `commit` records,
     from its clone under `source` (the user's checkout of the same project), git running in `env` (without the
-    variables that point it at a repository); the paths left empty, as not initialised under `source`. ValueError,
-    one paragraph, when a clone here lacks the recorded commit."""
+    variables that point it at a repository); one not initialised under `source` is left empty. ValueError, one
+    paragraph, when a clone here lacks the recorded commit (`prefix`: where `source` is in the user's checkout)."""
     listing = _run(["--git-dir", str(git_dir), "ls-tree", "-r", "-z", "--full-tree", commit], env)
-    empty: list[str] = []
     for item in listing.stdout.split("\0") if listing.returncode == 0 else []:
         meta, _, path = item.partition("\t")
+        shown = prefix + path
         mode, _, rest = meta.partition(" ")
         if mode != "160000":
             continue
@@ -29,7 +31,6 @@ def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str, en
         here = source / path
         clone = _own_git_dir(here, env)
         if clone is None:
-            empty.append(path)
             continue
         dest = tree / path
         steps = (
@@ -41,13 +42,12 @@ def check_out(source: Path, tree: Path, git_dir: Path, commit: str, ref: str, en
             if out.returncode != 0:
                 said = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
                 raise ValueError(
-                    f"--inferscope-ab={ref}: the submodule {path} is at commit {sha[:12]} at {ref}, and its clone in "
+                    f"--inferscope-ab={ref}: the submodule {shown} is at commit {sha[:12]} at {ref}, and its clone in "
                     f"this checkout ({here}) cannot give it (`{name}`: {said}). Fetch that commit into the clone "
-                    f"before pytest (`git -C {path} fetch origin {sha}`; a CI checkout with `submodules: true` "
+                    f"before pytest (`git -C {shown} fetch origin {sha}`; a CI checkout with `submodules: true` "
                     "fetches only the commits this side records)."
                 )
-        empty += [f"{path}/{p}" for p in check_out(here, dest, dest / ".git", sha, ref, env)]
-    return empty
+        check_out(here, dest, dest / ".git", sha, ref, env, f"{shown}/")
 
 
 def _own_git_dir(path: Path, env: dict[str, str]) -> Path | None:

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 #: The temporary folders' prefix; a stale entry is only ever removed when its folder has it.
@@ -175,7 +175,6 @@ class Worktree:
     path: Path  # the checkout
     holder: Path  # the temporary folder around it (the twins' logs go there too)
     git_dir: Path  # the user's git folder, as `find_repo` found it
-    empty_submodules: list[str] = field(default_factory=list)  # at the ref, not initialised here either
     uncommitted: str = ""  # this checkout's changes that this side runs and the twin does not (`changes`)
 
     @classmethod
@@ -197,7 +196,7 @@ class Worktree:
 
             try:
                 env = without_git_repo_vars(dict(os.environ))
-                tree.empty_submodules = check_out(repo.top, tree.path, repo.git_dir, commit, ref, env)
+                check_out(repo.top, tree.path, repo.git_dir, commit, ref, env)
             except ValueError as exc:
                 tree.remove()
                 raise ABInputError(str(exc)) from None
