@@ -148,3 +148,44 @@ def async_testcase(item: pytest.Function) -> Any:
         return None
     testcase = getattr(item, "instance", None)
     return testcase if testcase is not None and is_unittest_case(type(testcase)) else None
+
+
+def explain_raised_round(rep: pytest.TestReport, pending: Pending, warmup: int, rounds: int) -> None:
+    """A failed test whose body raised after a call of it had completed: a section saying in which round and call it
+    raised, and why a body can fail there (the rounds share the fixture values), beside pytest's own failure. pytest's
+    failure alone showed a test that passes unmarked fail (a file it wrote to `tmp_path` found by its second call)."""
+    if not (rep.failed and pending.partial and pending.raw is not None):
+        return
+    from .events import Kind
+    from .rounds import RAISED_FLAG, RoundKind, kinds_of
+
+    ev = pending.raw.events
+    spans = ev[ev["kind"] == int(Kind.ROUND)]
+    spans = spans[spans["start"].argsort(kind="stable")]  # the body's calls, in order
+    raised = (spans["flags"] & RAISED_FLAG).nonzero()[0]
+    if not len(raised) or raised[0] == 0:  # none did, or the first call: the rounds are not what broke it
+        return
+    at = int(raised[0])
+    kinds = kinds_of(spans["flags"][: at + 1])
+    kind, nth = RoundKind(int(kinds[at])), int((kinds == kinds[at]).sum())
+    warmed = int((kinds == int(RoundKind.WARMUP)).sum())
+    if kind is RoundKind.WARMUP:
+        where = f"warm-up round {nth} of {warmup}, the body's call {at + 1}"
+    elif kind is RoundKind.MEASURED:
+        asked = f"of {rounds}" if nth <= rounds else f"(the speed probe's, past the {rounds} asked for)"
+        before = f" ({warmed} warm-up call{'s' * (warmed != 1)} before the measured rounds)" if warmed else ""
+        where = f"measured round {nth} {asked}, the body's call {at + 1}{before}"
+    else:
+        where = f"the {kind.name.lower()} round after the measured ones, the body's call {at + 1}"
+    done = "the call before it" if at == 1 else f"the {at} calls before it"
+    rep.sections.append(
+        (
+            "inferscope rounds",
+            f"{rep.nodeid} raised in {where}; {done} completed. The plugin calls the body once a round with the same "
+            "fixture values, set up once around the rounds, so what one call leaves behind is there for the next: a "
+            "file written to tmp_path, a change monkeypatch made, a list, counter or cache the body fills, a module's "
+            "state. Make each call start from the same state (undo the change in the body, or use a new "
+            "name each call), or mark the test rounds=1, warmup=0 to profile one call; a per-test timeout "
+            "(pytest-timeout) counts every call.",
+        )
+    )

@@ -37,6 +37,7 @@ from .options import cpu_line, lean_rounds_conflict
 from .pending import (
     Pending,
     async_testcase,
+    explain_raised_round,
     fail_on_promoted,
     fail_on_thresholds,
     in_rounds,
@@ -331,6 +332,8 @@ class InferscopeSession:
         del self._pending[item.nodeid]
         if pending.skipped or (rep.skipped and not hasattr(rep, "wasxfail")):  # an xfail that raised: reported, partial
             return rep
+        plan = self.plans[item.nodeid]
+        explain_raised_round(rep, pending, plan.warmup, plan.rounds)  # a body that passed its first call: why it failed
         try:
             result = self._finish(item, pending)
         except Exception as exc:

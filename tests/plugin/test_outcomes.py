@@ -155,3 +155,53 @@ def test_tb_line_gives_a_threshold_failure_one_line_at_the_test(pytester: pytest
     lines = result.stdout.lines
     assert "test_x.py:3: inferscope: 1 threshold(s) crossed" in lines, lines  # the test (its decorator) line
     assert "max_latency_ms:" not in lines
+
+
+def test_a_body_that_raises_after_its_first_call_is_told_it_ran_in_rounds_on_the_same_fixtures(
+    pytester: pytest.Pytester,
+) -> None:
+    """A test that passes alone can fail from its second call once marked (a file it wrote in `tmp_path` is there,
+    `monkeypatch`'s change is made): pytest's failure showed the assertion alone, so the user saw a test that passes
+    without the marker fail with nothing saying the body had run before. Now the failure says which round and call
+    raised, that the calls before completed, and why a body can fail there. A body that raises in its first call is
+    told nothing more: the rounds are not what broke it."""
+    pytester.makepyfile(
+        test_st="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_writes(tmp_path):
+            target = tmp_path / "out.txt"
+            assert not target.exists()
+            target.write_text("x")
+
+        CALLS = []
+
+        @pytest.mark.inferscope(rounds=4, warmup=2)
+        def test_third_measured(monkeypatch):
+            CALLS.append(1)
+            assert len(CALLS) != 5
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_first_call():
+            assert 0, "at once"
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_writes _*",
+            "*- inferscope rounds -*",
+            "*test_st.py::test_writes raised in measured round 1 of 3, the body's call 2 (1 warm-up call before the "
+            "measured rounds); the call before it completed.*same fixture values*tmp_path*monkeypatch*rounds=1, "
+            "warmup=0*",
+            "*_ test_third_measured _*",
+            "*- inferscope rounds -*",
+            "*test_st.py::test_third_measured raised in measured round 3 of 4, the body's call 5 (2 warm-up calls "
+            "before the measured rounds); the 4 calls before it completed.*",
+        ]
+    )
+    first = out[out.index("_ test_first_call _") :]
+    assert "inferscope rounds" not in first and "at once" in first
