@@ -450,7 +450,9 @@ class InferscopeSession:
             return
         from .reporters.terminal import nothing_profiled_line
 
-        nothing = nothing_profiled_line(self.settings) if not self.results and not self.plans else None
+        nothing = (
+            nothing_profiled_line(self.settings, terminalreporter) if not self.results and not self.plans else None
+        )
         if nothing is not None:  # plans: a test that asked to be profiled was there
             terminalreporter.write_sep("=", "inferscope")
             for line in [*self.notes, nothing]:

@@ -67,8 +67,10 @@ def terminal_width(tr: TerminalReporter) -> int | None:
     return width
 
 
-def nothing_profiled_line(settings: Settings) -> str | None:
-    """The line for a run that asked for reports or a baseline but profiled nothing; None if it asked for neither."""
+def nothing_profiled_line(settings: Settings, tr: TerminalReporter | None = None) -> str | None:
+    """The line for a run that asked for reports or a baseline but profiled nothing; None if it asked for neither.
+    Where pytest could not collect a file (`tr`'s collection errors), its tests did not run, marked or not: the line
+    says so rather than how to mark a test."""
     given = (
         ("--inferscope-report", settings.report),
         ("--inferscope-compare", settings.compare),
@@ -77,11 +79,21 @@ def nothing_profiled_line(settings: Settings) -> str | None:
     asked = [f"{option}={value}" for option, value in given if value is not None]
     if not asked:
         return None
-    return (
-        f"inferscope: no test was profiled, so {' and '.join(asked)} had nothing to work on. Profile a test by "
-        "marking it @pytest.mark.inferscope (e.g. @pytest.mark.inferscope(rounds=20)) or giving it the "
-        "inferscope fixture (def test_x(inferscope): ...), or pass --inferscope-all to profile every test."
+    line = f"inferscope: no test was profiled, so {' and '.join(asked)} had nothing to work on"
+    how = (
+        "Profile a test by marking it @pytest.mark.inferscope (e.g. @pytest.mark.inferscope(rounds=20)) or giving it "
+        "the inferscope fixture (def test_x(inferscope): ...), or pass --inferscope-all to profile every test."
     )
+    reports = tr.stats.get("error", ()) if tr is not None else ()
+    uncollected = sum(getattr(r, "when", "") == "collect" for r in reports)  # CollectReports
+    if not uncollected:
+        return f"{line}. {how}"
+    one = uncollected == 1
+    files, errors, them = ("1 file", "the error", "it") if one else (f"{uncollected} files", "the errors", "them")
+    line += f": pytest could not collect {files} ({errors} above), so the tests in {them} did not run, marked or not."
+    if tr is not None and tr.config.getoption("continue_on_collection_errors"):  # the tests it collected ran
+        return f"{line} Fix {errors}; of the tests that ran, none asked to be profiled. {how}"
+    return f"{line} Fix {errors}, or pass --continue-on-collection-errors to run the tests pytest did collect."
 
 
 def switched_off_line(settings: Settings) -> str | None:

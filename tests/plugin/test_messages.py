@@ -52,6 +52,34 @@ def test_a_run_that_profiled_nothing_says_how_to_profile_a_test(pytester: pytest
     assert "no test was profiled" not in quiet.stdout.str()
 
 
+def test_a_run_whose_marked_tests_could_not_be_collected_says_so_not_how_to_mark_one(pytester: pytest.Pytester) -> None:
+    """A module that fails to import (here pytest 9 refusing a generator test beside a marked one) stops the run before
+    any test: the line told the user to mark a test they had marked, and said nothing of the error above it."""
+    pytester.makepyfile(
+        test_broken="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_marked():
+            pass
+
+        def test_generator():
+            yield 1
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*= inferscope =*",
+            "inferscope: no test was profiled, so --inferscope-report=out had nothing to work on: pytest could not "
+            "collect 1 file (the error above), so the tests in it did not run, marked or not. Fix the error, or pass "
+            "--continue-on-collection-errors to run the tests pytest did collect.",
+        ]
+    )
+    assert "Profile a test by marking it" not in result.stdout.str()
+
+
 def test_a_gate_that_can_never_fire_is_said_once_per_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
