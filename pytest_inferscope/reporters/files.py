@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 #: Longest readable part of a slug; the rest of the uniqueness comes from the hash.
 SLUG_MAX = 80
 _HASH_LEN = 10
+#: What a slug cut to SLUG_MAX keeps of the id's start; the rest is its end (the test's name and parameters).
+_SLUG_HEAD = 24
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _LOOKS_HASHED = re.compile(rf"-[0-9a-f]{{{_HASH_LEN}}}$")
 # Names Windows refuses whatever the extension; a report folder may be copied there by CI.
@@ -298,9 +300,11 @@ def slugify(nodeid: str) -> str:
     """A folder name for a test's reports: readable, filesystem-safe, distinct for distinct ids.
 
     The readable part keeps letters, digits, '.', '_' and '-' and turns everything else
-    ('/', '::', brackets, spaces, unicode) into '_'. When that changed anything, or the id is too
-    long, or it would clash on a case-insensitive filesystem, a hash of the full node id is
-    appended: two ids can then only share a slug if they share the hash.
+    ('/', '::', brackets, spaces, unicode) into '_'; past SLUG_MAX it keeps the start and the end,
+    '...' between them (before 2026-11-30 the start alone: a long test's parametrisations read
+    alike). When that changed anything, or the id is too long, or it would clash on a
+    case-insensitive filesystem, a hash of the full node id is appended: two ids can then only
+    share a slug if they share the hash.
     """
     readable = _UNSAFE.sub("_", nodeid.replace("::", "__")).strip("._-") or "test"
     altered = (
@@ -313,7 +317,10 @@ def slugify(nodeid: str) -> str:
     if not altered:
         return readable
     digest = hashlib.sha1(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LEN]
-    return f"{readable[:SLUG_MAX].rstrip('._-')}-{digest}"
+    if len(readable) > SLUG_MAX:  # its start (the folder) and its end (the test's name and parameters), cut between
+        tail = readable[-(SLUG_MAX - _SLUG_HEAD - 3) :].lstrip("._-")
+        readable = f"{readable[:_SLUG_HEAD].rstrip('._-')}...{tail}"
+    return f"{readable.rstrip('._-')}-{digest}"
 
 
 def check_report_dir(path: str | os.PathLike[str], *, index: bool = True) -> None:

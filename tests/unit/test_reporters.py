@@ -287,6 +287,22 @@ def test_slugify_is_safe_readable_and_unique() -> None:
     assert slugify(ids[0]) == slugify(ids[0])  # stable across calls (and runs: sha1, not hash())
 
 
+def test_a_long_ids_slug_keeps_its_start_and_its_test_name_with_its_parameters() -> None:
+    """A test id past the slug's length kept its first 80 characters: in a folder's depth, a class and a long test
+    name, every parametrisation of a test had the same folder name but for the hash (11 folders `tests_deep_folder_
+    test_something_rather_long_name.py__TestClassWithName__test_me-<hash>` in `ls DIR`). The slug now keeps the id's
+    start and its end, the test's name with its parameters."""
+    base = "tests/deep/folder/test_something_rather_long_name.py::TestClassWithName::test_method_with_a_long_name"
+    slugs = [slugify(f"{base}[{p}]") for p in ("cpu-bf16", "cuda-fp32")]
+    readable = [s.rsplit("-", 1)[0] for s in slugs]
+    assert readable[0] != readable[1]
+    for s, tail in zip(
+        slugs, ("test_method_with_a_long_name_cpu-bf16", "test_method_with_a_long_name_cuda-fp32"), strict=True
+    ):
+        assert s.startswith("tests_deep_folder_") and tail in s, s
+        assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", s) and len(s) <= 80 + 11, s
+
+
 def test_check_report_dir_creates_a_missing_folder_and_keeps_an_existing_one(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b"
     check_report_dir(target)
