@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..results import CheckResult, TestResult
 from .fmt import NO_LATENCY, fmt_added, fmt_bottleneck, fmt_ms, fmt_pct, sum_added, verdict_label
@@ -67,6 +67,10 @@ def terminal_width(tr: TerminalReporter) -> int | None:
     return width
 
 
+#: The outcomes under which pytest's terminal reporter keeps the reports of tests that ran.
+_OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed", "error")
+
+
 def nothing_profiled_line(settings: Settings, tr: TerminalReporter | None = None) -> str | None:
     """The line for a run that asked for reports or a baseline but profiled nothing; None if it asked for neither.
     Where pytest could not collect a file (`tr`'s collection errors), its tests did not run, marked or not: the line
@@ -84,9 +88,20 @@ def nothing_profiled_line(settings: Settings, tr: TerminalReporter | None = None
         "Profile a test by marking it @pytest.mark.inferscope (e.g. @pytest.mark.inferscope(rounds=20)) or giving it "
         "the inferscope fixture (def test_x(inferscope): ...), or pass --inferscope-all to profile every test."
     )
-    reports = tr.stats.get("error", ()) if tr is not None else ()
-    uncollected = sum(getattr(r, "when", "") == "collect" for r in reports)  # CollectReports
+    stats: dict[str, list[Any]] = tr.stats if tr is not None else {}
+    uncollected = sum(getattr(r, "when", "") == "collect" for r in stats.get("error", ()))  # CollectReports
     if not uncollected:
+        ran = len({r.nodeid for k in _OUTCOMES for r in stats.get(k, ()) if getattr(r, "when", "") != "collect"})
+        if not ran and (deselected := len(stats.get("deselected", ()))):
+            return f"{line}: no test ran ({deselected} deselected by -k or -m)."
+        if ran and settings.all:
+            were = (
+                "the 1 test that ran was neither (a doctest, or another plugin's item), which runs"
+                if ran == 1
+                else f"the {ran} tests that ran were neither (doctests, or other plugins' items), which run"
+            )
+            kinds = "test functions and unittest.TestCase methods"
+            return f"{line}: --inferscope-all profiles {kinds}, and {were} unprofiled."
         return f"{line}. {how}"
     one = uncollected == 1
     files, errors, them = ("1 file", "the error", "it") if one else (f"{uncollected} files", "the errors", "them")

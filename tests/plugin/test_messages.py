@@ -80,6 +80,44 @@ def test_a_run_whose_marked_tests_could_not_be_collected_says_so_not_how_to_mark
     assert "Profile a test by marking it" not in result.stdout.str()
 
 
+def test_a_run_that_profiled_nothing_says_why_when_marking_a_test_is_not_the_answer(pytester: pytest.Pytester) -> None:
+    """The line told a run under --inferscope-all whose tests were doctests to "pass --inferscope-all", and a run whose
+    -k deselected the marked test to mark a test. It now says what it was: doctests run unprofiled; no test ran."""
+    pytester.makepyfile(
+        mod='''
+        def f():
+            """
+            >>> 1 + 1
+            2
+            """
+        ''',
+        test_marked="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_marked():
+            pass
+        """,
+    )
+    doctests = pytester.runpytest("mod.py", "--doctest-modules", "--inferscope-all", "--inferscope-report=out")
+    doctests.assert_outcomes(passed=1)
+    doctests.stdout.fnmatch_lines(
+        [
+            "inferscope: no test was profiled, so --inferscope-report=out had nothing to work on: --inferscope-all "
+            "profiles test functions and unittest.TestCase methods, and the 1 test that ran was neither (a doctest, or "
+            "another plugin's item), which runs unprofiled.",
+        ]
+    )
+    assert "or pass --inferscope-all" not in doctests.stdout.str()
+    deselected = pytester.runpytest("test_marked.py", "-k", "nothing_matches", "--inferscope-report=out")
+    deselected.stdout.fnmatch_lines(
+        [
+            "inferscope: no test was profiled, so --inferscope-report=out had nothing to work on: no test ran (1 "
+            "deselected by -k or -m).",
+        ]
+    )
+
+
 def test_a_gate_that_can_never_fire_is_said_once_per_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
