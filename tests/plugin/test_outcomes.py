@@ -167,6 +167,7 @@ def test_a_body_that_raises_after_its_first_call_is_told_it_ran_in_rounds_on_the
     told nothing more: the rounds are not what broke it."""
     pytester.makepyfile(
         test_st="""
+        import unittest
         import pytest
 
         @pytest.mark.inferscope(rounds=3, warmup=1)
@@ -185,10 +186,19 @@ def test_a_body_that_raises_after_its_first_call_is_told_it_ran_in_rounds_on_the
         @pytest.mark.inferscope(rounds=3, warmup=1)
         def test_first_call():
             assert 0, "at once"
+
+        class TestCase(unittest.TestCase):
+            def setUp(self):
+                self.items = []
+
+            @pytest.mark.inferscope(rounds=3, warmup=0)
+            def test_fills(self):
+                self.items.append(1)
+                self.assertEqual(len(self.items), 1)
         """
     )
     result = pytester.runpytest("--inferscope-report=out", "-p", "no:randomly")
-    result.assert_outcomes(failed=3)
+    result.assert_outcomes(failed=4)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -201,7 +211,11 @@ def test_a_body_that_raises_after_its_first_call_is_told_it_ran_in_rounds_on_the
             "*- inferscope rounds -*",
             "*test_st.py::test_third_measured raised in measured round 3 of 4, the body's call 5 (2 warm-up calls "
             "before the measured rounds); the 4 calls before it completed.*",
+            "*_ TestCase.test_fills _*",
+            "*- inferscope rounds -*",
+            "*test_st.py::TestCase::test_fills raised in measured round 2 of 3, the body's call 2; the call before it "
+            "completed.*(a TestCase's setUp too)*",
         ]
     )
-    first = out[out.index("_ test_first_call _") :]
+    first = out[out.index("_ test_first_call _") : out.index("_ TestCase.test_fills _")]
     assert "inferscope rounds" not in first and "at once" in first
