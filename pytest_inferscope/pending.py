@@ -122,7 +122,8 @@ def fail_on_thresholds(
             del rep.wasxfail  # JUnit XML reads an XPASS from it, whatever the outcome
         rep.outcome, rep.longrepr = "failed", longrepr  # type: ignore[assignment]
         return
-    rep.outcome, rep.longrepr, rep.wasxfail = "skipped", None, reason
+    first = text.partition("\n")[0]  # an xfail marker without a reason: what failed is the reason (no section shows)
+    rep.outcome, rep.longrepr, rep.wasxfail = "skipped", None, reason or first
     rep.sections.append(("inferscope thresholds", text))
 
 

@@ -219,3 +219,28 @@ def test_a_body_that_raises_after_its_first_call_is_told_it_ran_in_rounds_on_the
     )
     first = out[out.index("_ test_first_call _") : out.index("_ TestCase.test_fills _")]
     assert "inferscope rounds" not in first and "at once" in first
+
+
+def test_an_xfail_marker_without_a_reason_gives_the_crossed_threshold_as_the_xfails_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`@pytest.mark.xfail(strict=True)` with no reason around a crossed threshold read `XFAIL test_x.py::test_slow` in
+    the short summary and an empty message in JUnit: nothing said the thresholds were the expected failure (the
+    section saying so is not shown for an XFAIL). The reason is now the failure's first line, as for a unittest
+    expectedFailure method; a marker's own reason stays."""
+    monkeypatch.setenv("COLUMNS", "200")
+    pytester.makepyfile(
+        test_x="""
+        import pytest
+
+        @pytest.mark.xfail(strict=True)
+        @pytest.mark.inferscope(rounds=3, warmup=1, max_latency_ms=1e-9)
+        def test_slow():
+            pass
+        """
+    )
+    result = pytester.runpytest("-rxX", "--junitxml=junit.xml", "-p", "no:randomly")
+    result.assert_outcomes(xfailed=1)
+    result.stdout.fnmatch_lines(["XFAIL test_x.py::test_slow - inferscope: 1 threshold(s) crossed"])
+    (skipped,) = ET.parse(pytester.path / "junit.xml").iter("skipped")
+    assert "inferscope: 1 threshold(s) crossed" in skipped.get("message", "")
