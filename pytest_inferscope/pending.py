@@ -183,10 +183,10 @@ def explain_raised_round(rep: pytest.TestReport, pending: Pending, warmup: int, 
         (
             "inferscope rounds",
             f"{rep.nodeid} raised in {where}; {done} completed. The plugin calls the body once a round with the same "
-            "fixture values, set up once around the rounds (a TestCase's setUp too), so what one call leaves behind is "
-            "there for the next: a file written to tmp_path, a change monkeypatch made, a list, counter or cache the "
-            "body fills (on self too), a module's state. Make each call start from the same state (undo the change "
-            "in the body, or use a new name each call), or mark the test rounds=1, warmup=0 to profile one call; a "
-            "per-test timeout (pytest-timeout) counts every call.",
+            "fixture values, set up once around the rounds (setup_method and a TestCase's setUp too), so what one "
+            "call leaves behind is there for the next: a file written to tmp_path, a change monkeypatch made, a "
+            "list, counter or cache the body fills (on self too), a module's state. Make each call start from the "
+            "same state (undo the change in the body, or use a new name each call), or mark the test rounds=1, "
+            "warmup=0 to profile one call; a per-test timeout (pytest-timeout) counts every call.",
         )
     )

@@ -214,7 +214,7 @@ def test_a_body_that_raises_after_its_first_call_is_told_it_ran_in_rounds_on_the
             "*_ TestCase.test_fills _*",
             "*- inferscope rounds -*",
             "*test_st.py::TestCase::test_fills raised in measured round 2 of 3, the body's call 2; the call before it "
-            "completed.*(a TestCase's setUp too)*",
+            "completed.*(setup_method and a TestCase's setUp too)*",
         ]
     )
     first = out[out.index("_ test_first_call _") : out.index("_ TestCase.test_fills _")]
