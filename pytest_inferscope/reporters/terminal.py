@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import unicodedata
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,7 +181,7 @@ def summary_table(
         rows = [row[:6] + row[7:] for row in rows]
     tests: list[TestResult | None] = [None, *ordered]
     right = {c for c, title in enumerate(rows[0]) if title in _RIGHT}
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    widths = [max(display_width(row[c]) for row in rows) for c in range(len(rows[0]))]
     rest = sum(widths[1:]) + len(_SEP) * (len(widths) - 1)  # the figures' columns, each after a separator
     if width is None or widths[0] + rest <= width:
         return list(zip(_aligned(rows, range(len(widths)), right), tests, strict=True))
@@ -213,9 +214,32 @@ _RIGHT = frozenset({"median ms", "spread", "rounds"})
 def _aligned(rows: list[tuple[str, ...]], columns: Iterable[int], right: Set[int]) -> list[str]:
     """The rows' cells of `columns` as lines, each column as wide as its widest cell, those in `right` on the right."""
     cols = list(columns)
-    widths = {c: max(len(row[c]) for row in rows) for c in cols}
-    return [_SEP.join(row[c].rjust(widths[c]) if c in right else row[c].ljust(widths[c]) for c in cols).rstrip()
-            for row in rows]  # fmt: skip
+    widths = {c: max(display_width(row[c]) for row in rows) for c in cols}
+    pad = {c: [" " * (widths[c] - display_width(row[c])) for row in rows] for c in cols}
+    return [_SEP.join(pad[c][i] + row[c] if c in right else row[c] + pad[c][i] for c in cols).rstrip()
+            for i, row in enumerate(rows)]  # fmt: skip
+
+
+def display_width(text: str) -> int:
+    """The terminal columns `text` takes: two for a wide character (CJK), none for a combining one."""
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _head(text: str, width: int) -> str:
+    """The start of `text` that takes at most `width` columns."""
+    taken = 0
+    for i, c in enumerate(text):
+        taken += display_width(c)
+        if taken > width:
+            return text[:i]
+    return text
+
+
+def _tail(text: str, width: int) -> str:
+    """The end of `text` that takes at most `width` columns."""
+    return _head(text[::-1], width)[::-1]
 
 
 def test_name(test_id: str) -> str:
@@ -228,14 +252,14 @@ def test_name(test_id: str) -> str:
 def fit_id(test_id: str, width: int) -> str:
     """`test_id` in at most `width` characters: cut in the middle, its start and its test's name (`test_name`) kept,
     the name whole where it fits; else the name itself cut in the middle."""
-    if len(test_id) <= width:
+    if display_width(test_id) <= width:
         return test_id
     name = test_name(test_id)
     for tail in (test_id[-len(name) - 2 :], name) if name != test_id else ():  # with its '::' where there is room
-        if len(tail) < width:
-            return test_id[: width - 1 - len(tail)] + "…" + tail
-    head = (2 * (width - 1) + 2) // 3  # of the name, more of its start (the function) than of its end
-    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
+        if display_width(tail) < width:
+            return _head(test_id, width - 1 - display_width(tail)) + "…" + tail
+    head = _head(name, (2 * (width - 1) + 2) // 3)  # of the name, more of its start (the function) than of its end
+    return head + "…" + _tail(name, width - 1 - display_width(head))
 
 
 def vs_baseline(result: TestResult) -> str:

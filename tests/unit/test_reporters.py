@@ -800,6 +800,26 @@ def test_ids_alike_once_shortened_go_on_lines_of_their_own() -> None:
     assert "suite_a/test_model.py::test_forward" in lines and "suite_b/test_model.py::test_forward" in lines
 
 
+def test_a_test_name_in_wide_characters_keeps_the_columns_in_line() -> None:
+    """A test named in CJK (`def test_日本語のテスト()`: pytest escapes parameters, not names) was padded by its
+    count of characters, each of which a terminal draws two columns wide: its row's figures stood 7 columns right of
+    the others'. The ids are padded and cut by the columns they take."""
+    import unicodedata
+
+    def cols(text: str) -> int:
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+    results = [gpu_result("test_w.py::test_日本語のテスト"), gpu_result("test_w.py::test_ascii_name_here")]
+    lines = summary_lines(results)
+    assert len({cols(line[: line.index("±")]) for line in lines}) == 1, "\n".join(lines)
+    width = max(cols(line) for line in lines) - 6
+    narrow = summary_lines(results, width=width)
+    assert all(cols(line) <= width for line in narrow), "\n".join(narrow)
+    assert len({cols(line[: line.index("±")]) for line in narrow}) == 1, "\n".join(narrow)
+    cut = fit_id("tests/perf/test_w.py::test_日本語のテスト[8]", 30)
+    assert cols(cut) == 30 and cut.endswith("::test_日本語のテスト[8]")
+
+
 def test_fit_id_keeps_the_function_name() -> None:
     long = "test_pipeline_suite.py::TestResnet::test_batch_inference[cpu-bf16-batch128]"
     assert fit_id(long, 60) == "test_pipeline_suit…::test_batch_inference[cpu-bf16-batch128]"
