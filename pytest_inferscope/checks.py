@@ -213,11 +213,22 @@ class Plan:
     until_in_step: bool = False  # profile and trace rounds end at the first in step (up to their maximum)
 
 
+def markers_farthest_first(item: pytest.Item) -> list[pytest.Mark]:
+    """The test's inferscope markers, the closest last: its parameters' (`pytest.param(..., marks=...)`), then its
+    function's, its class's, its module's before them. pytest lists a function's own marks before its parameters'
+    (`get_closest_marker` returns the function's), so a marker written for one parametrisation lost to the function's
+    until 2026-11-30."""
+    marks = list(item.iter_markers("inferscope"))
+    callspec = getattr(item, "callspec", None)
+    params = [m for m in getattr(callspec, "marks", ()) if m.name == "inferscope"]
+    return [*(m for m in reversed(marks) if not any(m is p for p in params)), *params]
+
+
 def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:
     """How `item` is profiled (its markers over the settings, the closest marker winning), or None when it is not."""
     kwargs: dict[str, Any] = {}
     marked = False
-    for marker in reversed(list(item.iter_markers("inferscope"))):  # farthest first, closest wins
+    for marker in markers_farthest_first(item):
         marked = True
         kwargs.update(parse_marker(marker.kwargs))  # validated at collection; typed by the options' parsers
     # A test that asks for the `inferscope` fixture (directly or through another fixture) asked to be
