@@ -95,3 +95,32 @@ class SessionBaselines:
             self.notes.append(f"inferscope: baseline {name!r} NOT saved: {exc}")
             return False
         return True
+
+    def missing(self, results: list[TestResult]) -> list[str]:
+        """The summary's line naming the profiled tests the compared baseline does not hold (not compared, each with
+        `—` at most in the table): where it holds none of them, nothing else would say that the run gated nothing."""
+        if self.baseline is None or not results:
+            return []
+        held = self.baseline.tests
+        absent = [r.nodeid for r in results if r.nodeid not in held]
+        if not absent:
+            return []
+        name, n = self.baseline.name, len(absent)
+        if n < len(results):
+            return [
+                f"inferscope: {n} of the {len(results)} profiled tests {'is' if n == 1 else 'are'} not in baseline "
+                f"{name!r}, so not compared: {_some(absent)}. Save them into it with --inferscope-save-baseline={name}."
+            ]
+        tests = "the 1 profiled test is" if n == 1 else f"the {n} profiled tests are"
+        return [
+            f"inferscope: --inferscope-compare={name} compared no test: {tests} not in baseline {name!r} "
+            f"({_some(absent)}), which holds {len(held)} test{'s' * (len(held) != 1)} ({_some(sorted(held))}). A test "
+            "id must match exactly (a parameter, or pytest-repeat's [1-3], makes another id); save the baseline from "
+            f"this run's tests with --inferscope-save-baseline={name}."
+        ]
+
+
+def _some(nodeids: list[str]) -> str:
+    """Up to three test ids, and how many more."""
+    more = f" and {len(nodeids) - 3} more" if len(nodeids) > 3 else ""
+    return ", ".join(nodeids[:3]) + more

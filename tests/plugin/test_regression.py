@@ -153,10 +153,53 @@ def test_a_test_missing_from_the_baseline_is_not_evaluated_with_the_reason(
     result = run(project, monkeypatch, 0.001, "--inferscope-compare=main", "--inferscope-max-regression=100%",
                  "--inferscope-report=out")  # fmt: skip
     result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "inferscope: 1 of the 2 profiled tests is not in baseline 'main', so not compared: test_new.py::test_new. "
+            "Save them into it with --inferscope-save-baseline=main.",
+        ]
+    )
     (report,) = (project.path / "out").glob("test_new*/report.json")
     checks = {c["key"]: c for c in json.loads(report.read_text())["checks"]}
     assert checks["max_regression"]["status"] == "not_evaluated"
     assert "is not in baseline 'main'" in checks["max_regression"]["message"]
+
+
+def test_tests_the_baseline_does_not_hold_are_named_in_the_summary(pytester: pytest.Pytester) -> None:
+    """A baseline saved under pytest-repeat's --count holds `test_a[1-2]` and `test_a[2-2]`; compared without it, the
+    run's `test_a` is in none of it. Nothing in the terminal said so: the table had no `vs baseline` column and no line
+    named the tests left out, so a run that gated nothing read as gated. The summary now names them, and where none
+    was found, what the baseline holds."""
+    pytester.makepyfile(
+        test_r="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        @pytest.mark.parametrize("rep", ["1-2", "2-2"])
+        def test_a(rep):
+            pass
+        """
+    )
+    pytester.runpytest("-p", "no:randomly", "--inferscope-save-baseline=main").assert_outcomes(passed=2)
+    pytester.makepyfile(
+        test_r="""
+        import pytest
+
+        @pytest.mark.inferscope(rounds=2, warmup=0)
+        def test_a():
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-compare=main")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "inferscope: --inferscope-compare=main compared no test: the 1 profiled test is not in baseline 'main' "
+            "(test_r.py::test_a), which holds 2 tests (test_r.py::test_a[1-2], test_r.py::test_a[2-2]). A test id "
+            "must match exactly (a parameter, or pytest-repeat's [1-3], makes another id); save the baseline from "
+            "this run's tests with --inferscope-save-baseline=main.",
+        ]
+    )
 
 
 def test_a_baseline_from_another_environment_is_not_compared_silently(
