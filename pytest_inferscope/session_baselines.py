@@ -106,17 +106,18 @@ class SessionBaselines:
         if not absent:
             return []
         name, n = self.baseline.name, len(absent)
+        saving = self.settings.save_baseline == name  # this run appends them
+        save = "this run saves them into it" if saving else f"save them into it with --inferscope-save-baseline={name}"
         if n < len(results):
             return [
                 f"inferscope: {n} of the {len(results)} profiled tests {'is' if n == 1 else 'are'} not in baseline "
-                f"{name!r}, so not compared: {_some(absent)}. Save them into it with --inferscope-save-baseline={name}."
+                f"{name!r}, so not compared: {_some(absent)}. {save[0].upper()}{save[1:]}."
             ]
         tests = "the 1 profiled test is" if n == 1 else f"the {n} profiled tests are"
         return [
             f"inferscope: --inferscope-compare={name} compared no test: {tests} not in baseline {name!r} "
             f"({_some(absent)}), which holds {len(held)} test{'s' * (len(held) != 1)} ({_some(sorted(held))}). A test "
-            "id must match exactly (a parameter, or pytest-repeat's [1-3], makes another id); save the baseline from "
-            f"this run's tests with --inferscope-save-baseline={name}."
+            f"id must match exactly (a parameter, or pytest-repeat's [1-3], makes another id); {save}."
         ]
 
 

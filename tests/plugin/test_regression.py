@@ -196,8 +196,8 @@ def test_tests_the_baseline_does_not_hold_are_named_in_the_summary(pytester: pyt
         [
             "inferscope: --inferscope-compare=main compared no test: the 1 profiled test is not in baseline 'main' "
             "(test_r.py::test_a), which holds 2 tests (test_r.py::test_a[1-2], test_r.py::test_a[2-2]). A test id "
-            "must match exactly (a parameter, or pytest-repeat's [1-3], makes another id); save the baseline from "
-            "this run's tests with --inferscope-save-baseline=main.",
+            "must match exactly (a parameter, or pytest-repeat's [1-3], makes another id); save them into it with "
+            "--inferscope-save-baseline=main.",
         ]
     )
 
