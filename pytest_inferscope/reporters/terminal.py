@@ -90,7 +90,8 @@ def nothing_profiled_line(settings: Settings, tr: TerminalReporter | None = None
         "the inferscope fixture (def test_x(inferscope): ...), or pass --inferscope-all to profile every test."
     )
     stats: dict[str, list[Any]] = tr.stats if tr is not None else {}
-    uncollected = sum(getattr(r, "when", "") == "collect" for r in stats.get("error", ()))  # CollectReports
+    # CollectReports, by file: under xdist every worker reports each
+    uncollected = len({r.nodeid for r in stats.get("error", ()) if getattr(r, "when", "") == "collect"})
     if not uncollected:
         ran = len({r.nodeid for k in _OUTCOMES for r in stats.get(k, ()) if getattr(r, "when", "") != "collect"})
         if not ran and (deselected := len(stats.get("deselected", ()))):

@@ -78,6 +78,11 @@ def test_a_run_whose_marked_tests_could_not_be_collected_says_so_not_how_to_mark
         ]
     )
     assert "Profile a test by marking it" not in result.stdout.str()
+    pytest.importorskip("xdist")
+    spread = pytester.runpytest("--inferscope-report=out", "-n", "2")  # each worker collects it: still 1 file
+    spread.stdout.fnmatch_lines(
+        ["inferscope: no test was profiled, *: pytest could not collect 1 file (the error above)*"]
+    )
 
 
 def test_a_run_that_profiled_nothing_says_why_when_marking_a_test_is_not_the_answer(pytester: pytest.Pytester) -> None:
