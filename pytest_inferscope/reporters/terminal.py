@@ -94,8 +94,9 @@ def nothing_profiled_line(settings: Settings, tr: TerminalReporter | None = None
     uncollected = len({r.nodeid for r in stats.get("error", ()) if getattr(r, "when", "") == "collect"})
     if not uncollected:
         ran = len({r.nodeid for k in _OUTCOMES for r in stats.get(k, ()) if getattr(r, "when", "") != "collect"})
-        if not ran and (deselected := len(stats.get("deselected", ()))):
-            return f"{line}: no test ran ({deselected} deselected by -k or -m)."
+        if not ran:  # (xdist's workers deselect: the count is theirs, not said here)
+            deselected = len(stats.get("deselected", ()))
+            return f"{line}: no test ran" + (f" ({deselected} deselected by -k or -m)." if deselected else ".")
         if ran and settings.all:
             were = (
                 "the 1 test that ran was neither (a doctest, or another plugin's item), which runs"

@@ -121,6 +121,9 @@ def test_a_run_that_profiled_nothing_says_why_when_marking_a_test_is_not_the_ans
             "deselected by -k or -m).",
         ]
     )
+    pytest.importorskip("xdist")
+    spread = pytester.runpytest("test_marked.py", "-k", "nothing_matches", "--inferscope-report=out", "-n", "2")
+    spread.stdout.fnmatch_lines(["inferscope: no test was profiled, * to work on: no test ran*"])  # xdist: no count
 
 
 def test_a_gate_that_can_never_fire_is_said_once_per_test(pytester: pytest.Pytester) -> None:
