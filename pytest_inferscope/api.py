@@ -15,6 +15,7 @@ from typing import Any
 from .arguments import (
     MEASURE_ROUNDS,
     MEASURE_WARMUP,
+    callable_name,
     check_argument,
     check_callable,
     check_name,
@@ -262,7 +263,7 @@ def measure(
     check_callable("measure", fn)
     if inspect.iscoroutinefunction(fn):
         raise TypeError(
-            f"measure({getattr(fn, '__qualname__', fn)!r}): an async function, whose calls would only make "
+            f"measure({callable_name(fn)!r}): an async function, whose calls would only make "
             "coroutines and time nothing. Inside its event loop, `await pytest_inferscope.measure_async(fn, ...)` "
             "awaits each call in the rounds."
         )
@@ -272,7 +273,7 @@ def measure(
     check_passed_on("measure", fn, kwargs)
     typed = check_thresholds("measure", thresholds)
     settings = standalone_settings()
-    sink = Profile(name or str(getattr(fn, "__qualname__", "measure")))
+    sink = Profile(name or callable_name(fn))
     with collecting(
         sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
         settings=settings, **round_options(settings, "measure", trace_rounds, gpu_rounds),
@@ -305,7 +306,7 @@ async def measure_async(
     check_passed_on("measure_async", fn, kwargs)
     typed = check_thresholds("measure_async", thresholds)
     settings = standalone_settings()
-    sink = Profile(name or str(getattr(fn, "__qualname__", "measure_async")))
+    sink = Profile(name or callable_name(fn))
     with collecting(
         sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
         settings=settings, **round_options(settings, "measure_async", trace_rounds, gpu_rounds),
@@ -324,7 +325,7 @@ def _first_checked(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
         if inspect.iscoroutine(result):
             result.close()
             raise TypeError(
-                f"measure({getattr(fn, '__qualname__', fn)!r}): its call returned a coroutine, which measure() makes "
+                f"measure({callable_name(fn)!r}): its call returned a coroutine, which measure() makes "
                 "but never runs: the rounds would time nothing. Inside its event loop, "
                 "`await pytest_inferscope.measure_async(fn, ...)` awaits each call in the rounds."
             )
@@ -345,7 +346,7 @@ def _first_awaitable(
         result = fn(*args, **kwargs)
         if not inspect.isawaitable(result):
             raise TypeError(
-                f"measure_async({getattr(fn, '__qualname__', fn)!r}): its call returned {type(result).__name__}, not "
+                f"measure_async({callable_name(fn)!r}): its call returned {type(result).__name__}, not "
                 "something to await: measure_async takes an async function (async def, or one returning a coroutine). "
                 "Measure a plain function with pytest_inferscope.measure(fn, ...)."
             )

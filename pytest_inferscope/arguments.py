@@ -194,6 +194,15 @@ def _a(value: Any) -> str:
     return f"{'an' if kind[0].lower() in 'aeiou' else 'a'} {kind}"
 
 
+def callable_name(fn: Callable[..., Any]) -> str:
+    """The name a call's result and its report folder go by when `name=` is not given: the function's qualified name
+    (`Model.predict`), a functools.partial's function's, a callable object's class (a torch.nn.Module's: `Linear`)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    qualname = getattr(fn, "__qualname__", None)
+    return qualname if isinstance(qualname, str) else type(fn).__qualname__
+
+
 def check_callable(caller: str, fn: Any) -> None:
     """`fn` of `measure` or `measure_async` is something to call, not what a call returned (`measure(model(batch))`)."""
     if callable(fn):
@@ -245,8 +254,9 @@ def check_passed_on(caller: str, fn: Callable[..., Any], kwargs: Mapping[str, An
     for key, value in kwargs.items():
         close = _close_to_own(key)
         if close and not _takes(fn, key):
+            shown = getattr(fn, "__name__", None) or callable_name(fn)
             raise TypeError(
-                f"{caller}({key}={value!r}): {getattr(fn, '__name__', 'fn')} takes no argument {key!r}, and {caller} "
+                f"{caller}({key}={value!r}): {shown} takes no argument {key!r}, and {caller} "
                 f"passes the keyword arguments it does not know on to fn; did you mean {caller}'s {close}=?"
             )
 

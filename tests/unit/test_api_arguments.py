@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +335,33 @@ def test_the_messages_quoted_in_the_quick_start_are_the_calls_own() -> None:
     assert len(quoted) == len(made)
     for line, error in zip(quoted, made, strict=True):
         assert str(error).startswith(line.removesuffix("...")), line
+
+
+class _Predictor:
+    """A callable object, as a torch.nn.Module is: no __qualname__ of its own."""
+
+    def __call__(self, x: int, scale: int = 1) -> int:
+        return x * scale
+
+
+@pytest.mark.parametrize(
+    ("fn", "name"),
+    [
+        (_Predictor(), "_Predictor"),
+        (functools.partial(_Predictor(), scale=2), "_Predictor"),
+        (functools.partial(divmod, 7), "divmod"),
+    ],
+)
+def test_a_result_left_unnamed_goes_by_what_was_called(fn: Any, name: str, tmp_path: Path) -> None:
+    # A module (a callable object) and a functools.partial were both named 'measure': two models measured into one
+    # report folder wrote the same folder, measure/, the second over the first.
+    result = measure(fn, 3, rounds=1, warmup=0, cpu="off", report_dir=tmp_path)
+    assert result.nodeid == name and (tmp_path / result.files["md"]).is_file()
+
+
+def test_measure_async_of_a_partial_goes_by_its_function() -> None:
+    async def predict(x: int) -> int:
+        return x
+
+    result = asyncio.run(measure_async(functools.partial(predict, 1), rounds=1, warmup=0, cpu="off"))
+    assert result.nodeid.endswith("predict")
