@@ -369,6 +369,26 @@ class TestResult(Serial):
     def failed_checks(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "failed"]
 
+    def __repr__(self) -> str:
+        """One line, as a notebook shows the result of `measure()`: the verdict, the latency, the bottleneck, the
+        failed checks and what the body raised (the fields are the attributes; the dataclass's repr of them all ran
+        to ~5 kB)."""
+        lat = self.latency
+        n = len(lat.samples_ms)
+        parts = [self.verdict]
+        if n:
+            warmup = f" (warm-up {len(lat.warmup_ms)})" if lat.warmup_ms else ""
+            parts.append(f"median {lat.median:.3g} ms of {n} round{'s' if n != 1 else ''}{warmup}")
+        else:
+            parts.append("no measured round completed")
+        parts.append(f"bottleneck {self.analysis.bottleneck}")
+        if self.failed_checks:
+            parts.append("failed " + ", ".join(c.key for c in self.failed_checks))
+        if self.partial_reason:
+            raised = self.partial_reason.splitlines()[0]
+            parts.append(f"raised {raised[:80]}…" if len(raised) > 80 else f"raised {raised}")
+        return f"<TestResult {self.nodeid!r}: {', '.join(parts)}>"
+
     def to_wire(self) -> str:
         """As JSON text, for an xdist worker's `workeroutput`: execnet sends only plain types, and a result holds
         what the user's hooks and libraries gave (torch's version is a str subclass, numpy scalars)."""

@@ -1,0 +1,51 @@
+"""A result shown as a notebook or a print shows it: one short line that says what was measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_inferscope import measure
+from pytest_inferscope.results import Analysis, CheckResult, LatencyStats, TestResult
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERSCOPE_GPU", "off")
+
+
+def test_a_measured_result_shows_as_one_short_line() -> None:
+    # It was the dataclass's repr: 4.8 kB on one line for measure(lambda: None), every metric and breakdown part.
+    result = measure(sum, range(1000), rounds=3, warmup=1, cpu="off")
+    shown = repr(result)
+    assert "\n" not in shown and len(shown) < 200, shown
+    median = f"{result.latency.median:.3g} ms"
+    assert shown == f"<TestResult 'sum': pass, median {median} of 3 rounds (warm-up 1), bottleneck unclassified>"
+    assert str(result) == shown
+
+
+def test_a_partial_or_failing_result_says_so() -> None:
+    result = TestResult(
+        nodeid="predict",
+        slug="predict",
+        outcome="failed",
+        verdict="partial",
+        rounds=5,
+        warmup=1,
+        latency=LatencyStats.from_samples([2.0, 4.0], [9.0]),
+        analysis=Analysis(bottleneck="cpu_bound", confidence=0.9),
+        checks=[CheckResult("max_latency_ms", "failed", 1.0, 3.0, "over")],
+        partial_reason="ValueError: round 3 boom " + "x" * 300,
+    )
+    shown = repr(result)
+    assert shown.startswith(
+        "<TestResult 'predict': partial, median 3 ms of 2 rounds (warm-up 1), bottleneck cpu_bound, failed "
+        "max_latency_ms, raised ValueError: round 3 boom xxx"
+    )
+    assert shown.endswith("…>") and len(shown) < 300
+
+
+def test_a_result_without_a_measured_round_says_so() -> None:
+    empty = TestResult(
+        "f", "f", "failed", "partial", 3, 0, LatencyStats.from_samples([]), Analysis("unclassified", 1.0)
+    )
+    assert repr(empty).startswith("<TestResult 'f': partial, no measured round completed, bottleneck unclassified")
