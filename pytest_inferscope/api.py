@@ -274,11 +274,17 @@ def measure(
     typed = check_thresholds("measure", thresholds)
     settings = standalone_settings()
     sink = Profile(name or callable_name(fn))
-    with collecting(
-        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
-        settings=settings, **round_options(settings, "measure", trace_rounds, gpu_rounds),
-    ) as coll:  # fmt: skip
-        coll.run_rounds(_first_checked(fn, args, kwargs), rounds, warmup)
+    ran: list[dict[str, Any]] = []  # the rounds' rows (`Collection.rounds`): which call raised
+    try:
+        with collecting(
+            sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
+            settings=settings, **round_options(settings, "measure", trace_rounds, gpu_rounds),
+        ) as coll:  # fmt: skip
+            ran = coll.rounds
+            coll.run_rounds(_first_checked(fn, args, kwargs), rounds, warmup)
+    except Exception as exc:
+        _say_where_it_raised(exc, "measure", sink, ran, report_dir or settings.report)
+        raise
     assert sink.result is not None
     return sink.result
 
@@ -307,13 +313,50 @@ async def measure_async(
     typed = check_thresholds("measure_async", thresholds)
     settings = standalone_settings()
     sink = Profile(name or callable_name(fn))
-    with collecting(
-        sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
-        settings=settings, **round_options(settings, "measure_async", trace_rounds, gpu_rounds),
-    ) as coll:  # fmt: skip
-        await coll.run_rounds_async(_first_awaitable(fn, args, kwargs), rounds, warmup)
+    ran: list[dict[str, Any]] = []  # the rounds' rows (`Collection.rounds`): which call raised
+    try:
+        with collecting(
+            sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
+            settings=settings, **round_options(settings, "measure_async", trace_rounds, gpu_rounds),
+        ) as coll:  # fmt: skip
+            ran = coll.rounds
+            await coll.run_rounds_async(_first_awaitable(fn, args, kwargs), rounds, warmup)
+    except Exception as exc:
+        _say_where_it_raised(exc, "measure_async", sink, ran, report_dir or settings.report)
+        raise
     assert sink.result is not None
     return sink.result
+
+
+class _NotTimed(TypeError):
+    """A call of `fn` that `measure` or `measure_async` cannot time (a coroutine made, not awaited; nothing to await):
+    said by its own message, without the note of where `fn` raised."""
+
+
+def _say_where_it_raised(
+    exc: Exception, caller: str, sink: Profile, ran: list[dict[str, Any]], report_dir: str | os.PathLike[str] | None
+) -> None:
+    """A note on what `fn` raised, which goes on to the caller: the call that raised (from the rounds' rows) and the
+    partial report (the partial result is in it; none is returned)."""
+    result = sink.result
+    if result is None or not ran or not ran[-1]["raised"] or isinstance(exc, _NotTimed):
+        return  # not raised by fn in a call (the report folder, another profile running), or said by its message
+    kinds = [row["kind"] for row in ran]
+    last = kinds[-1]
+    if last == RoundKind.WARMUP.name:
+        where = f"warm-up call {kinds.count(last)} of {max(result.warmup, kinds.count(last))}"
+    elif last == RoundKind.MEASURED.name:
+        warmed = kinds.count(RoundKind.WARMUP.name)
+        after = f" (after the {warmed} warm-up call{'s' if warmed != 1 else ''})" if warmed else ""
+        where = f"measured call {kinds.count(last)} of {result.rounds}{after}"
+    else:
+        where = "a call after the measured ones (one recording GPU activity or the launch calls)"
+    report = (
+        f"its partial report is {Path(report_dir) / result.files['md']}"
+        if report_dir is not None and "md" in result.files
+        else "no report was written (give report_dir=, or set INFERSCOPE_REPORT, for a partial one)"
+    )
+    exc.add_note(f"inferscope: {caller}({result.nodeid!r}) stopped: fn raised in {where}; {report}.")
 
 
 def _first_checked(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
@@ -324,7 +367,7 @@ def _first_checked(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
         result = fn(*args, **kwargs)
         if inspect.iscoroutine(result):
             result.close()
-            raise TypeError(
+            raise _NotTimed(
                 f"measure({callable_name(fn)!r}): its call returned a coroutine, which measure() makes "
                 "but never runs: the rounds would time nothing. Inside its event loop, "
                 "`await pytest_inferscope.measure_async(fn, ...)` awaits each call in the rounds."
@@ -345,7 +388,7 @@ def _first_awaitable(
     async def first() -> Any:
         result = fn(*args, **kwargs)
         if not inspect.isawaitable(result):
-            raise TypeError(
+            raise _NotTimed(
                 f"measure_async({callable_name(fn)!r}): its call returned {type(result).__name__}, not "
                 "something to await: measure_async takes an async function (async def, or one returning a coroutine). "
                 "Measure a plain function with pytest_inferscope.measure(fn, ...)."
