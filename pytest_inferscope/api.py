@@ -267,6 +267,12 @@ def measure(
             "coroutines and time nothing. Inside its event loop, `await pytest_inferscope.measure_async(fn, ...)` "
             "awaits each call in the rounds."
         )
+    if inspect.isgeneratorfunction(fn):
+        raise TypeError(
+            f"measure({callable_name(fn)!r}): a generator function, whose calls only make generators and run none of "
+            f"its body: the rounds would time nothing. Measure what consumes it, e.g. "
+            f"measure(lambda: list({callable_name(fn).rpartition('.')[2]}(...)))."
+        )
     check_rounds("measure", rounds, warmup, cpu)
     check_name("measure", name)
     check_report_dir_argument("measure", report_dir)
