@@ -1,7 +1,8 @@
 """pytest-inferscope: performance regression testing of PyTorch inference, as a pytest plugin.
 
 Outside pytest: `scope(name)`, `mark_event(name, **attrs)`, `profile(name)`,
-`measure(fn, *args, rounds=..., warmup=...)` and, for an async function, `await measure_async(fn, ...)`. They load
+`measure(fn, *args, rounds=..., warmup=...)` and, for an async function, `await measure_async(fn, ...)`;
+`compare(before, after)` judges two results. They load
 on first use, so importing the
 package (as pytest does for every session) stays cheap.
 """
@@ -14,12 +15,17 @@ from .warning import InferscopeWarning
 
 if TYPE_CHECKING:
     from .api import mark_event, measure, measure_async, profile, scope
+    from .api_compare import compare
 
-__all__ = ["InferscopeWarning", "mark_event", "measure", "measure_async", "profile", "scope"]
+__all__ = ["InferscopeWarning", "compare", "mark_event", "measure", "measure_async", "profile", "scope"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
+    if name == "compare":
+        from .api_compare import compare
+
+        return compare
     if name in ("scope", "mark_event", "profile", "measure", "measure_async"):
         from . import api
 

@@ -130,8 +130,9 @@ def _check_threshold_key(caller: str, key: Any) -> None:
         raise ValueError(
             f"{shown}: a regression is judged against a saved baseline or an A/B run, which the pytest plugin keeps "
             "(--inferscope-compare=NAME, --inferscope-ab=REF) and a call does not; mark the test "
-            "@pytest.mark.inferscope(max_regression=...) instead, or compare two runs' reports with "
-            "`inferscope compare A B`."
+            "@pytest.mark.inferscope(max_regression=...) instead, or judge two results of a call with "
+            "pytest_inferscope.compare(before, after, max_regression=...) (two runs' reports: "
+            "`inferscope compare A B`)."
         )
     if key in CALL_THRESHOLD_KEYS:
         return
@@ -332,3 +333,27 @@ def _profile_misused(signature: inspect.Signature, args: tuple[Any, ...], kwargs
             f"{_PROFILE_TAKES.removeprefix('profile() takes ')}"
         )
     return f"{shown}: {said.removesuffix('.')}. {_PROFILE_TAKES}"
+
+
+#: `compare()`'s arguments besides the results: what each is, after what is wrong with its value.
+_COMPARE_ABOUT = {
+    "max_regression": "max_regression is the slowdown of the median allowed before a significant one is a regression "
+    "(default 0.05), e.g. compare(before, after, max_regression='10%')",
+    "alpha": "alpha is the significance level of the one-sided Mann-Whitney U test on the rounds (default 0.01), e.g. "
+    "compare(before, after, alpha=0.05)",
+}
+
+
+def check_compare_argument(key: str, value: Any) -> Any:
+    """`compare()`'s `before`/`after` (raise: not a result) or a knob, typed ('5%' -> 0.05) as the options type it."""
+    if key in ("before", "after"):
+        raise TypeError(
+            f"compare({key}={value!r}): {value!r} is {_a(value)}, not a result: give two results of measure(), "
+            "measure_async() or profile() (a TestResult), e.g. compare(measure(old_fn), measure(new_fn)); to compare "
+            "two report folders, run `inferscope compare A B`."
+        )
+    spec = MarkerKey(key, "", OPTIONS_BY_NAME[key].parse)
+    wrong = spec.check(value, lambda typed: f"{key}={typed!r}")
+    if wrong is not None:
+        raise _error("compare", f"{key}={value!r}", wrong, _COMPARE_ABOUT[key])
+    return spec.parse(value)

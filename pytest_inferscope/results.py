@@ -281,6 +281,16 @@ class RegressionVerdict:
     def failed(self) -> bool:
         return self.verdict == "regressed"
 
+    def __repr__(self) -> str:
+        """One line, as a notebook shows what `compare()` returns: the verdict and the medians (`message()`: why)."""
+        c = self.latency
+        if not math.isfinite(c.ratio):
+            return f"<RegressionVerdict {self.nodeid!r}: {self.verdict}>"
+        before, after = fmt_ms(c.base_median, c.new_median), fmt_ms(c.new_median, c.base_median)
+        p = f", p={c.p_value:.2g}" if math.isfinite(c.p_value) else ""
+        change = f"{before} → {after} ms ({100 * (c.ratio - 1):+.1f}%{p})"
+        return f"<RegressionVerdict {self.nodeid!r}: {self.verdict}, median {change}>"
+
     @property
     def bottleneck_changed(self) -> bool:
         return self.bottleneck_before != self.bottleneck_after
