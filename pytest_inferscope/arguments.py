@@ -223,12 +223,20 @@ def check_callable(caller: str, fn: Any) -> None:
 
 
 def check_name(caller: str, name: Any) -> None:
-    """`name=` of a call is a string (or None, the function's name)."""
-    if name is not None and not isinstance(name, str):
-        example = "profile('forward')" if caller == "profile" else f"{caller}(fn, name='forward')"
+    """`name=` of a call is a string that is not blank (or None, the function's name)."""
+    if name is None:
+        return
+    example = "profile('forward')" if caller == "profile" else f"{caller}(fn, name='forward')"
+    if not isinstance(name, str):
         raise TypeError(
             f"{caller}(name={name!r}): {name!r} is {_a(name)}, not a string: give the name the result and its report "
             f"go by, e.g. {example}."
+        )
+    if not name.strip():
+        left_out = "'profile'" if caller == "profile" else "the function's name"
+        raise ValueError(
+            f"{caller}(name={name!r}): a blank name; give the name the result and its report go by, e.g. {example}, "
+            f"or leave name out for {left_out}."
         )
 
 

@@ -259,6 +259,18 @@ def test_a_name_that_is_no_string_is_an_argument_error(caller: str) -> None:
     assert str(error).startswith(f"{caller}(name=3): 3 is an int, not a string: give the name the result and its ")
 
 
+@pytest.mark.parametrize("caller", ["measure", "measure_async", "profile"])
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_blank_name_is_an_argument_error(caller: str, name: str, tmp_path: Path) -> None:
+    # profile('') made a result named '' (a report titled nothing, in a folder named 'test-<hash>'); measure(name='')
+    # went by fn's name and measure(name='  ') by the blank.
+    error = error_of(caller, {"name": name, "report_dir": tmp_path})
+    assert isinstance(error, ValueError) and list(tmp_path.iterdir()) == []
+    left_out = "leave name out for the function's name" if caller != "profile" else "leave name out for 'profile'"
+    assert str(error).startswith(f"{caller}(name={name!r}): a blank name; give the name the result and its report ")
+    assert left_out in str(error)
+
+
 @pytest.mark.parametrize(
     ("caller", "example"),
     [("measure", "measure(model, batch)"), ("measure_async", "await measure_async(client.predict, batch)")],
