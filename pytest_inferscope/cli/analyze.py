@@ -66,7 +66,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise CliError(str(e)) from None
     report = args.report if args.report is not None else DEFAULT_REPORT
-    check_report_folder(report)
+    check_report_folder(report, "analyze")
     if src.plan is not None:
         known = {f.name for f in dataclasses.fields(Plan)}
         plan = Plan(**{k: v for k, v in src.plan.items() if k in known})

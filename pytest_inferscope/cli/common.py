@@ -100,14 +100,17 @@ def alpha(text: str) -> float:
     return value
 
 
-def check_report_folder(report: Path) -> None:
-    """Create the report folder or raise CliError saying why it can't be used."""
+def check_report_folder(report: Path, command: str) -> None:
+    """Create the report folder or raise CliError saying why it can't be used, as the command's other errors start
+    (`inferscope run: `) and with its option (`--report DIR`)."""
     from ..reporters.files import ReportDirError, check_report_dir
 
     try:
         check_report_dir(report)
     except ReportDirError as e:
-        raise CliError(str(e).replace("--inferscope-report=DIR", "--report DIR")) from None
+        said = str(e).replace("--inferscope-report=DIR", "--report DIR")
+        said = said.replace("The inferscope report directory ", f"inferscope {command}: the report folder ", 1)
+        raise CliError(said) from None
 
 
 def summary_lines(result: TestResult, report: Path, notes: list[str] | None = None) -> list[str]:

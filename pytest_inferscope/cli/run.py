@@ -221,7 +221,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise CliError(str(e)) from None
     report = args.report if args.report is not None else (settings.report or DEFAULT_REPORT)
-    check_report_folder(report)
+    check_report_folder(report, "run")
     rounds = args.rounds or settings.rounds or RUN_DEFAULTS["rounds"]
     warmup = args.warmup if args.warmup is not None else (settings.warmup or RUN_DEFAULTS["warmup"])
     name = module or os.path.normpath(args.script)  # the test id: `./job.py` and `job.py` compare as one

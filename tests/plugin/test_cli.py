@@ -153,6 +153,22 @@ def test_run_usage_errors_are_one_paragraph(work: Path, capsys: pytest.CaptureFi
         assert message in err and "Traceback" not in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("command", ["run", "analyze"])
+def test_an_unusable_report_folder_is_said_by_the_command(
+    command: str, work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every other error of the command starts "inferscope run: "; this one started "The inferscope report directory".
+    (work / "afile").write_text("")
+    job = script(work, "pass\n")
+    assert main(["run", str(job), "--report", "out"]) == 0
+    capsys.readouterr()
+    given = str(job) if command == "run" else str(work / "out")
+    assert main([command, given, "--report", "afile"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"inferscope {command}: the report folder 'afile' exists but is a file, not a folder; "), err
+    assert err.rstrip().endswith("or pass another folder with --report DIR.") and err.count("\n") == 1, err
+
+
 def test_required_gpu_that_cannot_run_is_a_usage_error(
     work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
