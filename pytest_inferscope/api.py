@@ -83,6 +83,9 @@ class Profile:
         self.result: TestResult | None = None
         self.timeline: Timeline | None = None
 
+    def __repr__(self) -> str:
+        return f"<Profile {self.name!r}: {'running' if self.result is None else repr(self.result)}>"
+
 
 def collection_options(
     settings: Settings,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_inferscope import measure
+from pytest_inferscope import measure, profile
 from pytest_inferscope.results import Analysis, CheckResult, LatencyStats, TestResult
 
 
@@ -49,3 +49,10 @@ def test_a_result_without_a_measured_round_says_so() -> None:
         "f", "f", "failed", "partial", 3, 0, LatencyStats.from_samples([]), Analysis("unclassified", 1.0)
     )
     assert repr(empty).startswith("<TestResult 'f': partial, no measured round completed, bottleneck unclassified")
+
+
+def test_what_profile_yields_shows_its_name_and_result() -> None:
+    # It was "<pytest_inferscope.api.Profile object at 0x7f...>", in the block and after it.
+    with profile("forward", cpu="off") as p:
+        assert repr(p) == "<Profile 'forward': running>"
+    assert repr(p) == f"<Profile 'forward': {p.result!r}>"
