@@ -155,6 +155,7 @@ def collecting(
     profile_rounds: int | None = None,
     until_in_step: bool = False,
     settings: Settings | None = None,
+    caller: str = "",
 ) -> Iterator[Collection]:
     """Run a collection around the block, then fill `sink` with the analysed (maybe partial) result.
 
@@ -164,7 +165,8 @@ def collecting(
     record GPU activity (collectors/gpu_rounds.py); when lean, `profile_rounds` rounds record it after
     the measured ones (default: as many as `trace_rounds`; with `until_in_step`, up to that many, ending at
     the first in step with the measured rounds: rounds.in_step), then the trace rounds the launch calls.
-    `settings`: the caller's, when it resolved them (else resolved here).
+    `settings`: the caller's, when it resolved them (else resolved here). `caller`: the API's call ("measure"), which
+    an unusable report folder's error starts with, as its argument errors do.
     """
     _take_over(name)
     settings = settings or standalone_settings()
@@ -178,7 +180,15 @@ def collecting(
                 if report_dir is not None
                 else "set INFERSCOPE_REPORT (or the config file's report:) to another folder"
             )
-            raise ReportDirError(str(e).replace("pass another folder with --inferscope-report=DIR", given)) from None
+            said = str(e).replace("pass another folder with --inferscope-report=DIR", given)
+            if caller:
+                head = (
+                    f"{caller}(report_dir={str(report_dir)!r})"
+                    if report_dir is not None
+                    else f"{caller}() with report {str(out)!r} (from {settings.sources.get('report', 'default')})"
+                )
+                said = said.replace("The inferscope report directory ", f"{head}: the report folder ", 1)
+            raise ReportDirError(said) from None
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
     options = collection_options(settings, cpu, traced, gpu_rounds, profile_rounds, until_in_step)
     coll = Collection(options, _gpu_choice(settings.gpu, settings.trace_size_mb), name=name, sampler_thread=_SAMPLER)
@@ -231,7 +241,9 @@ def profile(
         check_argument("profile", "cpu", cpu)
     typed = check_thresholds("profile", thresholds)
     sink = Profile(name)
-    block = collecting(name, sink, rounds=1, warmup=0, report_dir=report_dir, thresholds=typed, cpu=cpu)
+    block = collecting(
+        name, sink, rounds=1, warmup=0, report_dir=report_dir, thresholds=typed, cpu=cpu, caller="profile"
+    )
     with block as coll, coll.round(0, RoundKind.MEASURED):
         yield sink
 
@@ -287,7 +299,8 @@ def measure(
     try:
         with collecting(
             sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
-            settings=settings, **round_options(settings, "measure", trace_rounds, gpu_rounds),
+            settings=settings, caller="measure",
+            **round_options(settings, "measure", trace_rounds, gpu_rounds),
         ) as coll:  # fmt: skip
             ran = coll.rounds
             coll.run_rounds(_first_checked(fn, args, kwargs), rounds, warmup)
@@ -326,7 +339,8 @@ async def measure_async(
     try:
         with collecting(
             sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
-            settings=settings, **round_options(settings, "measure_async", trace_rounds, gpu_rounds),
+            settings=settings, caller="measure_async",
+            **round_options(settings, "measure_async", trace_rounds, gpu_rounds),
         ) as coll:  # fmt: skip
             ran = coll.rounds
             await coll.run_rounds_async(_first_awaitable(fn, args, kwargs), rounds, warmup)

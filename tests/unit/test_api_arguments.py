@@ -99,6 +99,30 @@ def test_a_report_folder_that_is_a_file_is_said_as_the_api_takes_it(tmp_path: Pa
     assert "--inferscope-report" not in str(err.value)
 
 
+@pytest.mark.parametrize("caller", ["measure", "measure_async", "profile"])
+@pytest.mark.parametrize("given", [True, False])
+def test_an_unusable_report_folder_is_said_by_the_call(
+    caller: str, given: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said "The inferscope report directory 'afile' ...", where every other error of a call starts with the call.
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.setenv("INFERSCOPE_REPORT", str(afile))
+    with pytest.raises(ReportDirError) as info:
+        kwargs: dict[str, Any] = {"report_dir": afile} if given else {}
+        if caller == "measure":
+            measure(lambda: pytest.fail("called"), **kwargs)
+        elif caller == "measure_async":
+            asyncio.run(measure_async(pytest.fail, **kwargs))
+        else:
+            with profile(**kwargs):
+                pytest.fail("the block ran")
+    head = f"{caller}(report_dir={str(afile)!r})"
+    if not given:
+        head = f"{caller}() with report {str(afile)!r} (from env INFERSCOPE_REPORT)"
+    assert str(info.value).startswith(f"{head}: the report folder {str(afile)!r} exists but is a file, not a folder")
+
+
 def test_max_regression_is_refused_by_a_call_that_has_nothing_to_compare_with() -> None:
     # It was accepted, then "not evaluated" with advice to use --inferscope-compare=NAME, pytest's option.
     called = []
