@@ -15,6 +15,7 @@ from typing import Any
 from .arguments import (
     MEASURE_ROUNDS,
     MEASURE_WARMUP,
+    binding_error,
     callable_name,
     check_argument,
     check_callable,
@@ -352,8 +353,8 @@ async def measure_async(
 
 
 class _NotTimed(TypeError):
-    """A call of `fn` that `measure` or `measure_async` cannot time (a coroutine made, not awaited; nothing to await):
-    said by its own message, without the note of where `fn` raised."""
+    """A call of `fn` that `measure` or `measure_async` cannot time (a coroutine made, not awaited; nothing to await;
+    arguments fn cannot take): said by its own message, without the note of where `fn` raised."""
 
 
 def _say_where_it_raised(
@@ -387,7 +388,12 @@ def _first_checked(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     `predict`) is closed and a TypeError, since the rounds would time making coroutines and never run them."""
 
     def first() -> Any:
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except TypeError:
+            if why := binding_error("measure", fn, args, kwargs):
+                raise _NotTimed(why) from None
+            raise
         if inspect.iscoroutine(result):
             result.close()
             raise _NotTimed(
@@ -409,7 +415,12 @@ def _first_awaitable(
     passed) is a TypeError saying so, not Python's "object NoneType can't be used in 'await' expression"."""
 
     async def first() -> Any:
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except TypeError:
+            if why := binding_error("measure_async", fn, args, kwargs):
+                raise _NotTimed(why) from None
+            raise
         if not inspect.isawaitable(result):
             raise _NotTimed(
                 f"measure_async({callable_name(fn)!r}): its call returned {type(result).__name__}, not "

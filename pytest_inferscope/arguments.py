@@ -270,6 +270,48 @@ def check_passed_on(caller: str, fn: Callable[..., Any], kwargs: Mapping[str, An
             )
 
 
+#: What each of the calls' own arguments is, when fn missed an argument of that name (it went to the call, not fn).
+_OWN_IS = {
+    "name": "the name the result and its report go by",
+    "rounds": "the number of measured calls",
+    "warmup": "the number of calls before the measured ones",
+    "report_dir": "the folder the reports go to",
+    "thresholds": "the limits the result is checked against",
+    "cpu": "how the CPU is collected",
+    "trace_rounds": "the number of calls recording the GPU launch calls",
+    "gpu_rounds": "which calls record GPU activity",
+}
+
+
+def binding_error(caller: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    """Why `fn` cannot take the arguments given after it ('' when it can, or its signature cannot be read): asked when
+    its first call raised a TypeError (reading a signature took 20-120 µs on the 2-core VM, a call of measure() ~3 ms).
+    An argument fn requires that is named like one of the call's own (`name=`) went to the call, not to fn."""
+    try:
+        signature = inspect.signature(fn)
+        signature.bind(*args, **kwargs)
+    except ValueError:
+        return ""  # (a builtin without a signature: its own error stands)
+    except TypeError as exc:
+        shown = callable_name(fn)
+        short = shown.rpartition(".")[2]
+        missing = str(exc).removeprefix("missing a required argument: ").strip("'")
+        if missing in _OWN_IS:
+            return (
+                f"{caller}({shown!r}): {short}() {exc}, and {missing}= is {caller}'s own ({_OWN_IS[missing]}), not "
+                f"passed on to fn; give fn its {missing} with functools.partial({short}, {missing}=...) or a lambda."
+            )
+        bare = signature.replace(
+            parameters=[q.replace(annotation=inspect.Parameter.empty) for q in signature.parameters.values()],
+            return_annotation=inspect.Signature.empty,
+        )
+        return (
+            f"{caller}({shown!r}): the arguments after fn are fn's, and {short}() cannot take them: {exc}; give them "
+            f"as {short} takes them: {bare}."
+        )
+    return ""
+
+
 @functools.cache
 def _close_to_own(key: str) -> str:
     """The call's own argument that `key` is spelt like, or ''; kept per key: a loop of calls passes the same ones

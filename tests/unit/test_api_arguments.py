@@ -401,3 +401,52 @@ def test_measure_async_of_a_partial_goes_by_its_function() -> None:
 
     result = asyncio.run(measure_async(functools.partial(predict, 1), rounds=1, warmup=0, cpu="off"))
     assert result.nodeid.endswith("predict")
+
+
+def greet(name: str, loud: bool = False) -> str:
+    return name.upper() if loud else name
+
+
+async def agreet(name: str) -> str:
+    return name
+
+
+@pytest.mark.parametrize("caller", ["measure", "measure_async"])
+def test_an_argument_of_fn_named_like_one_of_the_calls_own_is_said_at_the_first_call(
+    caller: str, tmp_path: Path
+) -> None:
+    # measure(greet, name='bob') named the result 'bob' and raised "greet() missing 1 required positional argument:
+    # 'name'" from the first call: nothing said that name= had gone to measure.
+    with pytest.raises(TypeError) as info:
+        if caller == "measure":
+            measure(greet, name="bob", report_dir=tmp_path)
+        else:
+            asyncio.run(measure_async(agreet, name="bob", report_dir=tmp_path))
+    fn = "greet" if caller == "measure" else "agreet"
+    assert str(info.value) == (
+        f"{caller}({fn!r}): {fn}() missing a required argument: 'name', and name= is {caller}'s own (the name the "
+        f"result and its report go by), not passed on to fn; give fn its name with functools.partial({fn}, "
+        "name=...) or a lambda."
+    )
+    assert not hasattr(info.value, "__notes__")  # not "fn raised in warm-up call 1": the call never started
+
+
+def test_arguments_that_fn_cannot_take_are_said_at_the_first_call(tmp_path: Path) -> None:
+    # It was "greet() takes from 1 to 2 positional arguments but 3 were given", with no word of which arguments are
+    # fn's; asked only when the first call raised: reading a signature costs more than the check is worth otherwise.
+    with pytest.raises(TypeError) as info:
+        measure(greet, "a", True, 3, report_dir=tmp_path)
+    assert str(info.value) == (
+        "measure('greet'): the arguments after fn are fn's, and greet() cannot take them: too many positional "
+        "arguments; give them as greet takes them: (name, loud=False)."
+    )
+    assert not hasattr(info.value, "__notes__")
+
+
+def test_a_type_error_of_fns_own_body_goes_on_as_it_came() -> None:
+    def add(x: int) -> int:
+        return x + "1"  # type: ignore[operator]
+
+    with pytest.raises(TypeError, match="unsupported operand") as info:
+        measure(add, 1, rounds=1, warmup=0)
+    assert info.value.__notes__[0].startswith("inferscope: measure('")  # fn raised in a call: the usual note
