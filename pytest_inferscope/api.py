@@ -264,6 +264,11 @@ def measure(
 ) -> TestResult:
     """Call `fn(*args, **kwargs)` warmup + rounds times under collection and return the analysed result.
 
+    `name`: what the result and its report folder go by (left out: fn's qualified name, a functools.partial's
+    function's, a callable object's class, `Linear`); `report_dir`: where the reports go (left out: INFERSCOPE_REPORT
+    or the config file's report:, else none). An exception in fn goes on to the caller, with a note naming the call
+    that raised and the partial report. `compare(before, after)` judges two results.
+
     With GPU collection, `trace_rounds` more calls follow with the launch calls recorded (the measured
     ones are timed without them): N, "all" (recorded in every call, no extra call), or None for the
     setting (INFERSCOPE_TRACE_ROUNDS or the config file; default 1). `gpu_rounds` ("measured", "trace",
