@@ -110,6 +110,13 @@ def load_input(path: Path) -> _Input:
         magic = f.read(2)
     if magic == b"PK":  # a zip archive: numpy's .npz
         return _from_npz(path)
+    if path.suffix.lower() == ".npz":
+        what = "empty" if not magic else "not a zip archive"
+        raise CliError(
+            f"inferscope analyze: {path} is {what}, where a .npz (numpy's, as a report folder's raw.npz) is a zip "
+            "archive; it may have been cut short or overwritten: give the raw.npz of a report folder, or re-run the "
+            "test to record it again."
+        )
     try:
         data = kineto.read_json(path)
     except kineto.TraceFormatError as e:

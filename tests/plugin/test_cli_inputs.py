@@ -84,6 +84,21 @@ def test_analyze_given_a_page_an_index_or_another_file_says_what_to_give(
         assert message in err and "pickle" not in err and ".. " not in err and not err.endswith("..\n"), err
 
 
+@pytest.mark.parametrize(("content", "what"), [(b"", "empty"), (b"\x00\x01junk", "not a zip archive")])
+def test_a_raw_npz_that_is_no_zip_archive_is_not_called_json(
+    content: bytes, what: str, work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "raw.npz:1:1: not valid JSON (...). Was the file truncated while it was written? Export the trace again.":
+    # a .npz is no JSON, nor exported.
+    (work / "raw.npz").write_bytes(content)
+    err = usage_error(["analyze", "raw.npz"], capsys)
+    assert err.startswith(
+        f"inferscope analyze: raw.npz is {what}, where a .npz (numpy's, as a report folder's raw.npz) is a zip "
+        "archive; it may have been cut short or overwritten: give the raw.npz of a report folder, or re-run the test"
+    ), err
+    assert "JSON" not in err
+
+
 def test_an_unknown_argument_is_the_subcommands_error(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (work / "ok.py").write_text("open('ran', 'w').close()\n")
     cases = [
