@@ -225,7 +225,7 @@ def collecting(
 @profile_arguments
 @contextmanager
 def profile(
-    name: str = "profile",
+    name: str | None = "profile",
     *,
     report_dir: str | os.PathLike[str] | None = None,
     thresholds: dict[str, Any] | None = None,
@@ -237,6 +237,7 @@ def profile(
     the block still produces a (partial) result, then propagates.
     """
     check_name("profile", name)
+    name = "profile" if name is None else name  # as measure(name=None) goes by its default
     check_report_dir_argument("profile", report_dir)
     if cpu is not None:
         check_argument("profile", "cpu", cpu)

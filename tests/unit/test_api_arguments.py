@@ -450,3 +450,10 @@ def test_a_type_error_of_fns_own_body_goes_on_as_it_came() -> None:
     with pytest.raises(TypeError, match="unsupported operand") as info:
         measure(add, 1, rounds=1, warmup=0)
     assert info.value.__notes__[0].startswith("inferscope: measure('")  # fn raised in a call: the usual note
+
+
+def test_profile_of_name_none_goes_by_its_default_name_as_measure_does() -> None:
+    # It was "AttributeError: 'NoneType' object has no attribute 'replace'", from the report's slug, after the block.
+    with profile(None, cpu="off") as p:
+        pass
+    assert p.result is not None and p.result.nodeid == "profile"
