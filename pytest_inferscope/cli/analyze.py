@@ -196,12 +196,27 @@ def _found(data: Any) -> str:
 
 def _beside(path: Path) -> _Input:
     raw = path.parent / "raw.npz"
+    if not raw.is_file() and not _ours(path):
+        raise CliError(
+            f"inferscope analyze: {path} is not an inferscope report.json (one has 'nodeid' and 'schema_version'), "
+            "and there is no raw.npz beside it; give a test's folder in a report folder written by "
+            "`pytest --inferscope-report=DIR` or `inferscope run`."
+        )
     if not raw.is_file():
         raise CliError(
             f"inferscope analyze: {path} has no raw.npz beside it, so there is nothing to re-analyse; it was "
             "written before raw traces were kept, or the file was removed. Re-run the test to record one."
         )
     return _from_npz(raw)
+
+
+def _ours(report_json: Path) -> bool:
+    """Whether a report.json is one inferscope wrote (its two keys; how well formed is for reading it to say)."""
+    try:
+        data = json.loads(report_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and "nodeid" in data and "schema_version" in data
 
 
 def _from_npz(path: Path) -> _Input:

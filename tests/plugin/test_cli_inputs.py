@@ -99,6 +99,22 @@ def test_a_raw_npz_that_is_no_zip_archive_is_not_called_json(
     assert "JSON" not in err
 
 
+@pytest.mark.parametrize("content", ['{"a": 1}', "[]", "not json"])
+def test_a_folder_with_another_programs_report_json_is_not_called_an_old_report(
+    content: str, work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "has no raw.npz beside it ...; it was written before raw traces were kept": of a file no inferscope wrote.
+    (work / "site").mkdir()
+    (work / "site" / "report.json").write_text(content)
+    for given in ("site", "site/"):
+        err = usage_error(["analyze", given], capsys)
+        assert err.startswith(
+            "inferscope analyze: site/report.json is not an inferscope report.json (one has 'nodeid' and "
+            "'schema_version'), and there is no raw.npz beside it; give a test's folder in a report folder written by "
+            "`pytest --inferscope-report=DIR` or `inferscope run`."
+        ), err
+
+
 def test_an_unknown_argument_is_the_subcommands_error(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (work / "ok.py").write_text("open('ran', 'w').close()\n")
     cases = [
