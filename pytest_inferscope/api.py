@@ -289,11 +289,17 @@ def measure(
             "coroutines and time nothing. Inside its event loop, `await pytest_inferscope.measure_async(fn, ...)` "
             "awaits each call in the rounds."
         )
-    if inspect.isgeneratorfunction(fn):
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        short = callable_name(fn).rpartition(".")[2]
+        kind, consume = (
+            ("a generator", f"measure(lambda: list({short}(...)))")
+            if inspect.isgeneratorfunction(fn)
+            else ("an async generator", f"`async def run(): return [x async for x in {short}(...)]`, then "
+                  "`await pytest_inferscope.measure_async(run)`")
+        )  # fmt: skip
         raise TypeError(
-            f"measure({callable_name(fn)!r}): a generator function, whose calls only make generators and run none of "
-            f"its body: the rounds would time nothing. Measure what consumes it, e.g. "
-            f"measure(lambda: list({callable_name(fn).rpartition('.')[2]}(...)))."
+            f"measure({callable_name(fn)!r}): {kind} function, whose calls only make {kind.split(' ', 1)[1]}s and run "
+            f"none of its body: the rounds would time nothing. Measure what consumes it, e.g. {consume}."
         )
     check_rounds("measure", rounds, warmup, cpu)
     check_name("measure", name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,3 +47,18 @@ def test_a_function_that_returns_a_generator_is_measured() -> None:
         return (x + total for x in data)
 
     assert measure(rows, rounds=2, warmup=0, cpu="off").verdict == "pass"
+
+
+async def astream(n: int) -> AsyncIterator[int]:
+    for i in range(n):
+        yield i
+
+
+def test_measure_refuses_an_async_generator_function_too() -> None:
+    # It passed, timing the making of async generators.
+    with pytest.raises(TypeError) as info:
+        measure(astream, 3, rounds=2, warmup=0)
+    assert str(info.value).startswith(
+        "measure('astream'): an async generator function, whose calls only make async generators and run none of its "
+        "body: the rounds would time nothing. Measure what consumes it, e.g. "
+    )
