@@ -171,7 +171,7 @@ def collecting(
     """
     _take_over(name)
     settings = settings or standalone_settings()
-    out = Path(report_dir) if report_dir is not None else settings.report
+    out = Path(report_dir).expanduser() if report_dir is not None else settings.report  # as the setting's is
     if out is not None:
         try:
             check_report_dir(Path(out), index=False)  # a test folder only: no index is written

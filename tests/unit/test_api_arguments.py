@@ -457,3 +457,27 @@ def test_profile_of_name_none_goes_by_its_default_name_as_measure_does() -> None
     with profile(None, cpu="off") as p:
         pass
     assert p.result is not None and p.result.nodeid == "profile"
+
+
+@pytest.mark.parametrize("caller", ["measure", "measure_async", "profile"])
+def test_a_report_dir_under_home_is_expanded_as_the_setting_and_the_cli_expand_it(
+    caller: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # report_dir="~/out" wrote a folder named '~' into the working directory; INFERSCOPE_REPORT and --report expand it.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+
+    async def call() -> None:
+        pass
+
+    if caller == "measure":
+        result = measure(lambda: None, rounds=1, warmup=0, report_dir="~/out")
+    elif caller == "measure_async":
+        result = asyncio.run(measure_async(call, rounds=1, warmup=0, report_dir="~/out"))
+    else:
+        with profile("p", report_dir="~/out") as p:
+            pass
+        assert p.result is not None
+        result = p.result
+    assert not (tmp_path / "~").exists()
+    assert (tmp_path / "home" / "out" / result.files["md"]).is_file()
