@@ -388,7 +388,7 @@ class TestResult(Serial):
         parts = [self.verdict]
         if n:
             warmup = f" (warm-up {len(lat.warmup_ms)})" if lat.warmup_ms else ""
-            parts.append(f"median {lat.median:.3g} ms of {n} round{'s' if n != 1 else ''}{warmup}")
+            parts.append(f"median {fmt_ms(lat.median)} ms of {n} round{'s' if n != 1 else ''}{warmup}")
         else:
             parts.append("no measured round completed")
         parts.append(f"bottleneck {self.analysis.bottleneck}")

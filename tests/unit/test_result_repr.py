@@ -6,6 +6,7 @@ import pytest
 
 from pytest_inferscope import measure, profile
 from pytest_inferscope.results import Analysis, CheckResult, LatencyStats, TestResult
+from pytest_inferscope.units import fmt_ms
 
 
 @pytest.fixture(autouse=True)
@@ -18,7 +19,7 @@ def test_a_measured_result_shows_as_one_short_line() -> None:
     result = measure(sum, range(1000), rounds=3, warmup=1, cpu="off")
     shown = repr(result)
     assert "\n" not in shown and len(shown) < 200, shown
-    median = f"{result.latency.median:.3g} ms"
+    median = f"{fmt_ms(result.latency.median)} ms"  # as the summary writes it
     assert shown == f"<TestResult 'sum': pass, median {median} of 3 rounds (warm-up 1), bottleneck unclassified>"
     assert str(result) == shown
 
@@ -38,7 +39,7 @@ def test_a_partial_or_failing_result_says_so() -> None:
     )
     shown = repr(result)
     assert shown.startswith(
-        "<TestResult 'predict': partial, median 3 ms of 2 rounds (warm-up 1), bottleneck cpu_bound, failed "
+        "<TestResult 'predict': partial, median 3.00 ms of 2 rounds (warm-up 1), bottleneck cpu_bound, failed "
         "max_latency_ms, raised ValueError: round 3 boom xxx"
     )
     assert shown.endswith("…>") and len(shown) < 300
@@ -56,3 +57,10 @@ def test_what_profile_yields_shows_its_name_and_result() -> None:
     with profile("forward", cpu="off") as p:
         assert repr(p) == "<Profile 'forward': running>"
     assert repr(p) == f"<Profile 'forward': {p.result!r}>"
+
+
+@pytest.mark.parametrize(("median", "shown"), [(1234.5, "1234.5"), (27.71, "27.7"), (0.000562, "<0.001")])
+def test_the_median_is_shown_without_an_exponent(median: float, shown: str) -> None:
+    # A 1.2 s median read "median 1.23e+03 ms".
+    result = TestResult("f", "f", "passed", "pass", 1, 0, LatencyStats.from_samples([median]), Analysis("cpu_bound", 1))
+    assert f"median {shown} ms of 1 round," in repr(result)
