@@ -3,6 +3,7 @@ reports, without writing them."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 import pytest_inferscope
 from pytest_inferscope import compare, measure
-from pytest_inferscope.results import RegressionVerdict
+from pytest_inferscope.results import LatencyStats, RegressionVerdict
 
 
 @pytest.fixture(autouse=True)
@@ -24,10 +25,14 @@ def sleeper(seconds: float) -> None:
 
 @pytest.fixture(scope="module")
 def fast_and_slow() -> tuple[object, object]:
+    """A result of measure(), and the same with rounds three times as long (set, not slept: a loaded machine's
+    sleeps would blur the two)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("INFERSCOPE_GPU", "off")
-        fast = measure(sleeper, 0.002, rounds=8, warmup=1, cpu="off", name="predict")
-        slow = measure(sleeper, 0.006, rounds=8, warmup=1, cpu="off", name="predict")
+        fast = measure(sleeper, 0.001, rounds=8, warmup=1, cpu="off", name="predict")
+    rounds = [2.0 + 0.01 * i for i in range(8)]
+    fast = dataclasses.replace(fast, latency=LatencyStats.from_samples(rounds, fast.latency.warmup_ms))
+    slow = dataclasses.replace(fast, latency=LatencyStats.from_samples([3 * x for x in rounds]))
     return fast, slow
 
 
