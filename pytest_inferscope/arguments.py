@@ -289,6 +289,10 @@ def binding_error(caller: str, fn: Callable[..., Any], args: tuple[Any, ...], kw
     An argument fn requires that is named like one of the call's own (`name=`) went to the call, not to fn."""
     try:
         signature = inspect.signature(fn)
+        kinds = {q.kind for q in signature.parameters.values()}
+        forward = getattr(fn, "forward", None)
+        if kinds == {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} and callable(forward):
+            signature = inspect.signature(forward)  # a torch.nn.Module: its __call__ takes anything, forward says what
         signature.bind(*args, **kwargs)
     except ValueError:
         return ""  # (a builtin without a signature: its own error stands)

@@ -481,3 +481,17 @@ def test_a_report_dir_under_home_is_expanded_as_the_setting_and_the_cli_expand_i
         result = p.result
     assert not (tmp_path / "~").exists()
     assert (tmp_path / "home" / "out" / result.files["md"]).is_file()
+
+
+def test_a_torch_module_given_arguments_its_forward_cannot_take_is_said_with_forwards_parameters() -> None:
+    # A module's own signature is (*args, **kwargs): it was Python's "Linear.forward() takes 2 positional arguments but
+    # 3 were given".
+    torch = pytest.importorskip("torch")
+    linear = torch.nn.Linear(4, 4)
+    x = torch.zeros(2, 4)
+    with pytest.raises(TypeError) as info:
+        measure(linear, x, x, rounds=1, warmup=0, cpu="off")
+    assert str(info.value) == (
+        "measure('Linear'): the arguments after fn are fn's, and Linear() cannot take them: too many positional "
+        "arguments; give them as Linear takes them: (input)."
+    )
