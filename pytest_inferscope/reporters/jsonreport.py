@@ -147,7 +147,13 @@ def result_from_dict(data: Any, source: str) -> TestResult:
             f"{source}: written with report schema {version}, but this pytest-inferscope reads schema "
             f"{SCHEMA_VERSION} and older. Upgrade pytest-inferscope to read it."
         )
-    _check(TestResult, data, source, "")
+    try:
+        _check(TestResult, data, source, "")
+    except ReportFormatError as e:
+        raise ReportFormatError(
+            f"{e}, which no report.json pytest-inferscope writes (schema {version}) has: was it edited, or written by "
+            "another program? Re-run the tests to write it again."
+        ) from None
     try:
         return TestResult.from_dict(data)
     except (TypeError, ValueError, KeyError) as e:  # the check above should have caught it

@@ -650,6 +650,24 @@ def test_load_report_names_a_missing_key(tmp_path: Path) -> None:
     assert str(p) in str(e.value)
 
 
+def test_a_report_json_not_as_written_says_what_to_do(tmp_path: Path) -> None:
+    # `inferscope compare` said "report.json: missing key 'verdict'" and no more: neither why nor what to do.
+    p = tmp_path / "report.json"
+    for change in ("del", "type"):
+        data = gpu_result().to_dict()
+        if change == "del":
+            del data["verdict"]
+        else:
+            data["rounds"] = "ten"
+        p.write_text(json.dumps(data))
+        with pytest.raises(ReportFormatError) as e:
+            load_report(p)
+        assert str(e.value).endswith(
+            f", which no report.json pytest-inferscope writes (schema {SCHEMA_VERSION}) has: was it edited, or written "
+            "by another program? Re-run the tests to write it again."
+        ), str(e.value)
+
+
 def test_load_report_rejects_wrong_types_and_newer_schemas(tmp_path: Path) -> None:
     p = tmp_path / "report.json"
     data = gpu_result().to_dict()
