@@ -361,7 +361,7 @@ def memory_pressure(ctx: Context) -> list[Finding]:
     }
     round_ms = ctx.rounds.per_round_ms(wall)
     over = ctx.metrics.get("mem.rss_growth_mb") or 0.0  # over the measured rounds: falls where pages went back
-    n = round(ctx.rounds.counters.get("rounds", 0.0))
+    title, said = _memory_words(m, over, round(ctx.rounds.counters.get("rounds", 0.0)))
     suggestions = []
     if growing:
         suggestions.append(
@@ -396,23 +396,9 @@ def memory_pressure(ctx: Context) -> list[Finding]:
     return [
         Finding(
             rule="memory_pressure",
-            # a leak where RSS grows steadily; a body allocating and freeing a large temporary is none
-            title="Memory pressure: "
-            + (
-                "host memory grows every round (a leak)" + (" and pages fault in" if m.faulting else "")
-                if growing
-                else "pages fault in every round; host memory does not grow"
-            ),
-            summary=(
-                (
-                    f"RSS grew {growth_per_round:.1f} MB per round, {over:.1f} MB over the {n} measured rounds: "
-                    "memory kept from every call, a leak unless a cache is filling up,"
-                    if growing  # else no steady growth: a jump in one round, or pages faulted in and given back
-                    else f"RSS {'fell' if over < 0 else 'grew'} {abs(over):.1f} MB over the measured rounds"
-                )
-                + f" with {round(faults)} page faults per round; the test thread spent {_pct(sys_share)} of the "
-                "round in the kernel."
-            ),
+            title=title,
+            summary=f"{said} with {round(faults)} page faults per round; the test thread spent {_pct(sys_share)} of "
+            "the round in the kernel.",
             cause="memory_bound",
             share=share,
             confidence=confidence,
@@ -421,6 +407,19 @@ def memory_pressure(ctx: Context) -> list[Finding]:
             events=ctx.refs(ctx.rounds.round_idx, 3),
         )
     ]
+
+
+def _memory_words(m: HostMemory, over: float, rounds: int) -> tuple[str, str]:
+    """The memory finding's title and how RSS went: a leak where it grows steadily; else (a jump in one round, or a
+    large temporary faulted in and given back every call: no leak) the change over the measured rounds."""
+    if m.growing:
+        title = "Memory pressure: host memory grows every round (a leak)" + (" and pages fault in" * m.faulting)
+        return title, (
+            f"RSS grew {m.growth_mb_per_round:.1f} MB per round, {over:.1f} MB over the {rounds} measured rounds: "
+            "memory kept from every call, a leak unless a cache is filling up,"
+        )
+    went = f"RSS {'fell' if over < 0 else 'grew'} {abs(over):.1f} MB over the measured rounds"
+    return "Memory pressure: pages fault in every round; host memory does not grow", went
 
 
 def cpu_contention(ctx: Context) -> list[Finding]:
