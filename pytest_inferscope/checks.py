@@ -53,6 +53,24 @@ def _mb(x: float | None) -> str:
     return "n/a" if x is None else f"{_fixed(x, 1)} MB"
 
 
+def _host_memory_note(m: Mapping[str, float | None], peak: float) -> str:
+    """What max_host_memory_mb compared: the whole process's peak, with what was resident before the rounds (torch's
+    import, a model a fixture loaded), and whether the peak was only sampled."""
+    start = m.get("mem.rss_start_mb")
+    note = (
+        f" The whole process counts, {_mb(start)} of it resident before the rounds (imports such as torch, models "
+        f"fixtures loaded), {_mb(max(0.0, peak - start))} above that at the peak."
+        if start is not None
+        else ""
+    )
+    if m.get("mem.rss_peak_sampled"):
+        note += (
+            " The peak was sampled (every 10 ms at most: the kernel's exact peak, VmHWM, could not be reset here): a "
+            "shorter spike may be missed."
+        )
+    return note
+
+
 def _evidence(analysis: Analysis, latency: LatencyStats) -> str:
     lat = (
         f"{len(latency.samples_ms)} rounds: median {_ms(latency.median)}, p90 {_ms(latency.p90)}, "
@@ -116,7 +134,7 @@ def evaluate(
             if peak is None:
                 not_evaluated(key, limit, "host memory was not read (no /proc)")
             else:
-                add(key, limit, peak, peak > limit, "peak host RSS", _mb)
+                add(key, limit, peak, peak > limit, "the process's peak RSS", _mb, _host_memory_note(m, peak))
         elif key == "max_overhead":
             if overhead is None:
                 not_evaluated(key, limit, "the collector gave no overhead estimate")
@@ -156,10 +174,12 @@ class _Results(list[CheckResult]):
         super().__init__()
         self.evidence, self.where = evidence, where
 
-    def add(self, key: str, limit: Any, value: Any, failed: bool, what: str, fmt: Callable[[Any], str] = str) -> None:
+    def add(
+        self, key: str, limit: Any, value: Any, failed: bool, what: str, fmt: Callable[[Any], str] = str, note: str = ""
+    ) -> None:
         verb = "exceeds" if failed else "within"
         shown, limit_shown = (_ms(value, limit), _ms(limit, value)) if fmt is _ms else (fmt(value), fmt(limit))
-        msg = f"{key}: {what} {shown} {verb} limit {limit_shown}." + (self.evidence if failed else "")
+        msg = f"{key}: {what} {shown} {verb} limit {limit_shown}.{note}" + (self.evidence if failed else "")
         self.append(CheckResult(key, "failed" if failed else "passed", limit, value, msg))
 
     def not_evaluated(self, key: str, limit: Any, why: str, fail: bool = False) -> None:

@@ -107,7 +107,13 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             fraction(1.0),
             threshold=False,
         ),
-        MarkerKey("max_host_memory_mb", "fail when peak host RSS exceeds this many MB", _POSITIVE),
+        MarkerKey(
+            "max_host_memory_mb",
+            "fail when the process's peak RSS over the test's rounds (warm-up included) exceeds this many MB: the "
+            "whole process, what was resident before the rounds too (torch's import, models fixtures loaded, what "
+            "earlier tests kept), which the failure's message gives apart",
+            _POSITIVE,
+        ),
         MarkerKey("max_overhead", "fail when the profiler's estimated overhead exceeds this fraction", fraction(1.0)),
         MarkerKey(
             "max_gpu_idle", "fail when the GPU is idle more than this fraction of the round", fraction(1.0), gpu=True
