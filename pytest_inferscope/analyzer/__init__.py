@@ -16,10 +16,11 @@ from .context import LAUNCH_GAP_NS, Context
 from .extension import run_rules
 from .idle import CAUSES, IdleGaps, attribute_idle
 from .metrics import compute_metrics
-from .rules import Rule, cpu_contention, cpu_saturation, memory_pressure, off_cpu_wait
+from .rules import Rule, cpu_contention, cpu_saturation, off_cpu_wait
 from .rules_comm import communication, peer_wait, peer_wait_note
 from .rules_compile import torch_compile, torch_compile_graph_breaks
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
+from .rules_memory import memory_pressure
 from .rules_python import dataloader_workers, dropout_active, python_gc
 from .rules_rounds import cold_first_round
 from .rules_transfer import gpu_memory_pressure, transfers

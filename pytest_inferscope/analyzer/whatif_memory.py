@@ -1,7 +1,7 @@
 """The host-memory what-if (memory_bound): the kernel's time spent on the host's new pages, gone.
 
 The round graph has no memory in it; the per-round counters say how much system (kernel) CPU time
-the measured rounds took, and the memory rule (`rules.host_memory`) the test thread's part of it and
+the measured rounds took, and the memory rule (`rules_memory.host_memory`) the test thread's part of it and
 whether host memory grew or pages faulted in. When it did, the what-if takes that part of a round off
 its host segments, in proportion to their length (the counters do not say which segment faulted). Without growth or
 faulting it does not apply. Pure functions; nothing here prints or writes.
@@ -14,7 +14,7 @@ import numpy as np
 from .context import Context
 from .edits import ArrayTransform
 from .flat import K_SEGMENT, Flat
-from .rules import FAULTS_ACTION, GROWTH_ACTION, host_memory
+from .rules_memory import FAULTS_ACTION, GROWTH_ACTION, host_memory
 from .whatif import WhatIf
 
 

@@ -785,3 +785,16 @@ def test_a_steady_leak_is_named_a_leak_and_a_freed_temporary_is_not_said_to_grow
     f = next(f for f in temp.findings if f.rule == "memory_pressure")
     assert "grows" not in f.title and "leak" not in f.title + f.summary, (f.title, f.summary)
     assert "does not grow" in f.title and f.summary.startswith("RSS grew 0.0 MB over the measured rounds"), f.summary
+
+
+def test_growth_without_a_full_collection_may_be_reference_cycles_and_says_how_to_tell() -> None:
+    # The 2-core VM, 2026-11-30: a body making a reference cycle that holds 10 MB every call read "RSS grew 10.0 MB
+    # per round ... a leak" in 8 rounds in which Python's collector never ran a full collection; gc.collect() after
+    # each call frees it all. Where full collections ran in the rounds, cycles would have been freed.
+    raw = build(n_rounds=8, cpu_busy=0.9, sys_share=0.6, rss_growth_mb=10, faults=2_560)
+    f = next(f for f in analyze(merge(raw)).findings if f.rule == "memory_pressure")
+    assert "no full garbage collection ran" in f.summary and "gc.collect()" in f.summary, f.summary
+    for row in raw.meta["rounds"]:  # type: ignore[union-attr]
+        row["gc_full"] = 1
+    f = next(f for f in analyze(merge(raw)).findings if f.rule == "memory_pressure")
+    assert "gc.collect()" not in f.summary and "a leak" in f.summary, f.summary
