@@ -135,8 +135,9 @@ def memory_pressure(ctx: Context) -> list[Finding]:
 
 def _memory_words(m: HostMemory, over: float, c: dict[str, float]) -> tuple[str, str]:
     """The memory finding's title and how RSS went: a leak where it grows steadily (or reference cycles, where no full
-    garbage collection ran to free them); else (a jump in one round, or a large temporary faulted in and given back
-    every call: no leak) the change over the measured rounds."""
+    garbage collection ran to free them); else the change over the measured rounds: a jump in one round, too few rounds
+    to call the growth steady (a line needs three), or a large temporary faulted in and given back every call (no
+    leak, and no growth)."""
     if m.growing:
         title = "Memory pressure: host memory grows every round (a leak)" + (" and pages fault in" * m.faulting)
         cycles = "" if c.get("gc_full") else " or reference cycles (no full garbage collection ran in the rounds: "
@@ -146,4 +147,6 @@ def _memory_words(m: HostMemory, over: float, c: dict[str, float]) -> tuple[str,
             + ("gc.collect() after each call tells them apart)," if cycles else ",")
         )
     went = f"RSS {'fell' if over < 0 else 'grew'} {abs(over):.1f} MB over the measured rounds"
+    if over >= RSS_GROWTH_MB_PER_ROUND * max(1.0, c.get("rounds", 0.0)):  # a jump, or too few rounds to call it steady
+        return "Memory pressure: host memory grew and pages fault in", went
     return "Memory pressure: pages fault in every round; host memory does not grow", went

@@ -798,3 +798,12 @@ def test_growth_without_a_full_collection_may_be_reference_cycles_and_says_how_t
         row["gc_full"] = 1
     f = next(f for f in analyze(merge(raw)).findings if f.rule == "memory_pressure")
     assert "gc.collect()" not in f.summary and "a leak" in f.summary, f.summary
+
+
+def test_memory_that_grew_in_too_few_rounds_to_call_steady_is_not_said_not_to_grow() -> None:
+    # --inferscope-all, one round of a body keeping 300 MB (the 2-core VM, 2026-11-30): "pages fault in every round;
+    # host memory does not grow" above "RSS grew 300.0 MB over the measured rounds" (a line needs three rounds).
+    a = analyze(merge(build(n_rounds=1, cpu_busy=0.9, sys_share=0.6, rss_growth_mb=300, faults=76_800)))
+    f = next(f for f in a.findings if f.rule == "memory_pressure")
+    assert "does not grow" not in f.title and "host memory grew" in f.title, f.title
+    assert f.summary.startswith("RSS grew 300.0 MB over the measured rounds"), f.summary
