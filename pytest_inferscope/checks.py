@@ -53,16 +53,22 @@ def _mb(x: float | None) -> str:
     return "n/a" if x is None else f"{_fixed(x, 1)} MB"
 
 
-def _host_memory_note(m: Mapping[str, float | None], peak: float) -> str:
-    """What max_host_memory_mb compared: the whole process's peak, with what was resident before the rounds (torch's
-    import, a model a fixture loaded), and whether the peak was only sampled."""
+def _host_memory_note(m: Mapping[str, float | None], peak: float, added: bool = False) -> str:
+    """What max_host_memory_mb (or, `added`, max_host_memory_added_mb) compared: the whole process's peak, with what was
+    resident before the rounds (torch's import, a model a fixture loaded), and whether the peak was only sampled."""
     start = m.get("mem.rss_start_mb")
-    note = (
-        f" The whole process counts, {_mb(start)} of it resident before the rounds (imports such as torch, models "
-        f"fixtures loaded), {_mb(max(0.0, peak - start))} above that at the peak."
-        if start is not None
-        else ""
-    )
+    if start is None:
+        note = ""
+    elif added:
+        note = (
+            f" The peak was {_mb(peak)}, {_mb(start)} of it resident before the rounds (imports such as torch, models "
+            "fixtures loaded, what earlier tests kept)."
+        )
+    else:
+        note = (
+            f" The whole process counts, {_mb(start)} of it resident before the rounds (imports such as torch, models "
+            f"fixtures loaded), {_mb(max(0.0, peak - start))} above that at the peak."
+        )
     if m.get("mem.rss_peak_sampled"):
         note += (
             " The peak was sampled (every 10 ms at most: the kernel's exact peak, VmHWM, could not be reset here): a "
@@ -129,12 +135,8 @@ def evaluate(
         elif key == "expect_fix":
             least = float(thresholds.get("min_fix_saving", MIN_FIX_SAVING))
             out.append(_expect_fix(analysis, limit, least, gpu_required, out.evidence))
-        elif key == "max_host_memory_mb":
-            peak = m.get("mem.rss_peak_mb")
-            if peak is None:
-                not_evaluated(key, limit, "host memory was not read (no /proc)")
-            else:
-                add(key, limit, peak, peak > limit, "the process's peak RSS", _mb, _host_memory_note(m, peak))
+        elif key in ("max_host_memory_mb", "max_host_memory_added_mb"):
+            out.host_memory(key, limit, m)
         elif key == "max_overhead":
             if overhead is None:
                 not_evaluated(key, limit, "the collector gave no overhead estimate")
@@ -187,6 +189,20 @@ class _Results(list[CheckResult]):
         extra = " GPU collection is required (--inferscope-gpu=required), so this fails." if fail else ""
         msg = f"{key}: not evaluated: {why}.{extra}{self.where if fail else ''}"
         self.append(CheckResult(key, status, limit, None, msg))
+
+    def host_memory(self, key: str, limit: Any, m: Mapping[str, float | None]) -> None:
+        """max_host_memory_mb (the process's peak RSS) or max_host_memory_added_mb (its peak above the RSS before
+        the rounds)."""
+        peak, start = m.get("mem.rss_peak_mb"), m.get("mem.rss_start_mb")
+        if peak is None:
+            self.not_evaluated(key, limit, "host memory was not read (no /proc)")
+        elif key == "max_host_memory_mb":
+            self.add(key, limit, peak, peak > limit, "the process's peak RSS", _mb, _host_memory_note(m, peak))
+        elif start is None:
+            self.not_evaluated(key, limit, "host memory before the rounds was not read (a trace recorded without it)")
+        else:
+            added, what = max(0.0, peak - start), "the process's peak RSS above its RSS before the rounds"
+            self.add(key, limit, added, added > limit, what, _mb, _host_memory_note(m, peak, added=True))
 
     def bottleneck(self, analysis: Analysis, expected: Any) -> None:
         got, failed = analysis.bottleneck, analysis.bottleneck != expected

@@ -114,6 +114,13 @@ MARKER_KEYS: dict[str, MarkerKey] = {
             "earlier tests kept), which the failure's message gives apart",
             _POSITIVE,
         ),
+        MarkerKey(
+            "max_host_memory_added_mb",
+            "fail when the process's peak RSS over the test's rounds (warm-up included) rises more than this many MB "
+            "above its RSS before them: what the rounds themselves took, whatever torch's import, fixtures or earlier "
+            "tests left resident",
+            _POSITIVE,
+        ),
         MarkerKey("max_overhead", "fail when the profiler's estimated overhead exceeds this fraction", fraction(1.0)),
         MarkerKey(
             "max_gpu_idle", "fail when the GPU is idle more than this fraction of the round", fraction(1.0), gpu=True

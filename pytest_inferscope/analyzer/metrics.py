@@ -96,6 +96,8 @@ def _memory_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     mem = ctx.timeline.meta.get("memory", {})
     m["mem.rss_peak_mb"] = mem.get("rss_peak", 0) / _MB if mem else None
     m["mem.rss_start_mb"] = mem["rss_start"] / _MB if "rss_start" in mem else None  # resident before the rounds
+    peak, start = m["mem.rss_peak_mb"], m["mem.rss_start_mb"]
+    m["mem.rss_peak_added_mb"] = max(0.0, peak - start) if peak is not None and start is not None else None
     source = mem.get("rss_peak_source")  # the kernel's exact VmHWM, or "sampled" (a short spike may be missed)
     m["mem.rss_peak_sampled"] = None if source is None else float(source == "sampled")
     m["mem.rss_growth_mb"] = (c.get("rss_last", 0.0) - c.get("rss_first", 0.0)) / _MB if "rss_first" in c else None

@@ -36,3 +36,40 @@ def test_host_memory_failure_says_the_whole_process_counts_with_a_fixtures_model
     assert found, text
     peak, start, above = map(float, found.groups())
     assert start >= 300 and above < 100 and peak == pytest.approx(start + above, abs=0.2)
+
+
+def test_host_memory_added_counts_the_rounds_not_what_a_fixture_loaded(pytester: pytest.Pytester) -> None:
+    # 300 MB resident from a fixture: max_host_memory_added_mb=100 passes a body that keeps nothing and fails one
+    # that faults a 200 MB temporary in every call, whatever was loaded before the rounds.
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def resident(mb):
+            b = bytearray(mb << 20)
+            b[:: 4096] = b"\\1" * len(b[:: 4096])
+            return b
+
+        @pytest.fixture(scope="module")
+        def model():
+            return resident(300)
+
+        @pytest.mark.inferscope(rounds=3, warmup=1, max_host_memory_added_mb=100)
+        def test_small(model):
+            assert len(model) > 0
+
+        @pytest.mark.inferscope(rounds=3, warmup=1, max_host_memory_added_mb=100)
+        def test_big_temporary(model):
+            assert len(resident(200)) > 0
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_small PASSED*", "*test_big_temporary FAILED*"])
+    said = (
+        r"RSS above its RSS before the rounds ([\d.]+) MB exceeds limit 100.0 MB. The peak was [\d.]+ MB, ([\d.]+) MB"
+    )
+    found = re.search(said, result.stdout.str())
+    assert found, result.stdout.str()
+    added, before = map(float, found.groups())
+    assert added >= 200 and before >= 300

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from pytest_inferscope.checks import MARKER_KEYS, evaluate, validate_marker
 from pytest_inferscope.results import Analysis, Finding, LatencyStats
 
@@ -240,3 +242,21 @@ def test_host_memory_says_it_is_the_whole_process_and_what_was_resident_before_t
     sampled = {**at, "mem.rss_peak_sampled": 1.0}
     (check,) = evaluate({"max_host_memory_mb": 1000}, _analysis(**sampled), LAT, gpu_collected=False)
     assert check.status == "passed" and "peak was sampled" in check.message and "missed" in check.message
+
+
+def test_host_memory_added_compares_the_peak_above_what_was_resident_before_the_rounds() -> None:
+    # The budget "this inference uses at most 200 MB", whatever torch, a fixture's model or an earlier test kept: with
+    # 344 MB resident before the rounds and a peak of 447.2 MB the rounds added 103.2 MB.
+    at = {"mem.rss_peak_mb": 447.2, "mem.rss_start_mb": 344.0, "mem.rss_peak_sampled": 0.0}
+    (check,) = evaluate({"max_host_memory_added_mb": 200}, _analysis(**at), LAT, gpu_collected=False)
+    assert check.status == "passed" and check.measured == pytest.approx(103.2)
+    (check,) = evaluate({"max_host_memory_added_mb": 50}, _analysis(**at), LAT, gpu_collected=False)
+    assert check.status == "failed", check.message
+    assert (
+        "max_host_memory_added_mb: the process's peak RSS above its RSS before the rounds 103.2 MB exceeds limit "
+        "50.0 MB. The peak was 447.2 MB, 344.0 MB of it resident before the rounds" in check.message
+    ), check.message
+    (check,) = evaluate(
+        {"max_host_memory_added_mb": 50}, _analysis(**{"mem.rss_peak_mb": 1.0}), LAT, gpu_collected=False
+    )
+    assert check.status == "not_evaluated" and "before the rounds was not read" in check.message
