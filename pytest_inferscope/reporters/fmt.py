@@ -32,6 +32,32 @@ def rounds_text(result: TestResult) -> str:
     return f"{ran} round{'s' * (ran != 1)} measured ({asked} asked for, warm-up {result.warmup}"
 
 
+def host_memory_text(analysis: Analysis) -> str:
+    """The reports' host memory line: the process's peak RSS over the rounds (the kernel's own, or sampled), what was
+    resident before them and the rise above it, the growth over the measured rounds, the page faults; "" where host
+    memory was not read."""
+    m = analysis.metrics
+    peak = m.get("mem.rss_peak_mb")
+    if peak is None:
+        return ""
+    how = (
+        "sampled, every 10 ms at most: a shorter spike may be missed"
+        if m.get("mem.rss_peak_sampled")
+        else "the kernel's own peak"
+    )
+    parts = [f"Host memory: the process's peak RSS {peak:.1f} MB over the rounds (warm-up included; {how})"]
+    start = m.get("mem.rss_start_mb")
+    if start is not None:
+        parts[0] += f", {start:.1f} MB before them, {max(0.0, peak - start):.1f} MB above that"
+    grew = m.get("mem.rss_growth_mb")
+    if grew is not None:
+        parts.append(f"RSS {'fell' if grew < 0 else 'grew'} {abs(grew):.1f} MB over the measured rounds")
+    faults = m.get("mem.minor_faults_per_round")
+    if faults is not None:
+        parts.append(f"{faults:,.0f} minor page faults per round")
+    return "; ".join(parts) + "."
+
+
 #: The latency of a test none of whose measured rounds completed (the body raised in the first, or in the warm-up),
 #: the same in every table: the terminal's, index.md's and index.html's, the job summary's (with no IQR or spread
 #: beside it); the reports say "none (no measured round completed)" and, at the top, where the body raised.

@@ -36,6 +36,7 @@ from .fmt import (
     fmt_ms,
     fmt_pct,
     fmt_value,
+    host_memory_text,
     older_text,
     rounds_text,
     verdict_label,
@@ -299,7 +300,7 @@ def _env() -> jinja2.Environment:
         added=fmt_added,
         bottleneck=fmt_bottleneck,
     )
-    env.globals.update(rounds_text=rounds_text, no_latency=NO_LATENCY)
+    env.globals.update(rounds_text=rounds_text, no_latency=NO_LATENCY, host_memory=host_memory_text)
     env.bytecode_cache = compiled_templates(env)
     return env
 

@@ -24,6 +24,7 @@ from .fmt import (
     fmt_ms,
     fmt_pct,
     fmt_value,
+    host_memory_text,
     md_cell,
     md_code,
     md_name,
@@ -103,7 +104,7 @@ def _env() -> jinja2.Environment:
         code=md_code,
     )
     env.filters["failed_keys"] = lambda checks: [c.key for c in checks if c.status == "failed"]
-    env.globals.update(rounds_text=rounds_text, no_latency=NO_LATENCY)
+    env.globals.update(rounds_text=rounds_text, no_latency=NO_LATENCY, host_memory=host_memory_text)
     env.tests["failed"] = lambda c: isinstance(c, CheckResult) and c.status == "failed"
     env.bytecode_cache = compiled_templates(env)
     return env

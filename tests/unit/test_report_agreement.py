@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import re
@@ -170,3 +171,28 @@ def test_report_html_lists_the_suggestions_in_report_mds_order() -> None:
     order = [s.action for s in r.analysis.suggestions]
     assert sorted(order, key=md.index) == order
     assert sorted(order, key=html.index) == order
+
+
+def test_report_md_and_html_give_the_host_memory_peak_and_what_was_there_before_the_rounds() -> None:
+    # The 2-core VM, 2026-11-30: report.md of a body keeping 10 MB every call said its growth only in the memory
+    # finding, and its peak RSS nowhere (report.json's metrics only), nor of a body within its memory.
+    r = gpu_result()
+    r.analysis.metrics.update(
+        {
+            "mem.rss_peak_mb": 443.8,
+            "mem.rss_start_mb": 340.5,
+            "mem.rss_peak_sampled": 0.0,
+            "mem.rss_growth_mb": 80.0,
+            "mem.minor_faults_per_round": 2561.0,
+        }
+    )
+    said = (
+        "Host memory: the process's peak RSS 443.8 MB over the rounds (warm-up included; the kernel's own peak), "
+        "340.5 MB before them, 103.3 MB above that; RSS grew 80.0 MB over the measured rounds; 2,561 minor page "
+        "faults per round."
+    )
+    assert said in render_report(r) and said in html.unescape(_html(r))
+    r.analysis.metrics["mem.rss_peak_sampled"] = 1.0
+    assert "(warm-up included; sampled, every 10 ms at most: a shorter spike may be missed)" in render_report(r)
+    r.analysis.metrics = {k: v for k, v in r.analysis.metrics.items() if not k.startswith("mem.")}
+    assert "Host memory" not in render_report(r) and "Host memory" not in _html(r)
