@@ -82,7 +82,9 @@ def _evidence(analysis: Analysis, latency: LatencyStats) -> str:
         f"{len(latency.samples_ms)} rounds: median {_ms(latency.median)}, p90 {_ms(latency.p90)}, "
         f"max {_ms(latency.max)}"
     )
-    top = analysis.findings[0].summary.rstrip(".") if analysis.findings else "no rule found a cause"
+    # the first finding of the class named, before the first by share (cpu_contention, say, supports no class)
+    of_class = [f for f in analysis.findings if f.cause == analysis.bottleneck] or analysis.findings
+    top = of_class[0].summary.rstrip(".") if of_class else "no rule found a cause"
     return f"{lat}; bottleneck {stated(analysis)}: {top}"
 
 

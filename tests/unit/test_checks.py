@@ -260,3 +260,19 @@ def test_host_memory_added_compares_the_peak_above_what_was_resident_before_the_
         {"max_host_memory_added_mb": 50}, _analysis(**{"mem.rss_peak_mb": 1.0}), LAT, gpu_collected=False
     )
     assert check.status == "not_evaluated" and "before the rounds was not read" in check.message
+
+
+def test_the_evidence_quotes_a_finding_of_the_class_it_names() -> None:
+    # The 2-core VM, 2026-11-30: "bottleneck memory_bound (confidence 75%): CPU contention: the test thread waited for
+    # a core 77.3% of the measured time": the finding quoted was the first by share, one supporting no class.
+    contention = Finding(
+        rule="cpu_contention", title="CPU contention", summary="CPU contention: waited 77.3%.", cause=None, share=0.77,
+        confidence=0.9,
+    )  # fmt: skip
+    memory = Finding(
+        rule="memory_pressure", title="Memory pressure", summary="RSS grew 0.0 MB over the measured rounds.",
+        cause="memory_bound", share=0.6, confidence=0.75,
+    )  # fmt: skip
+    a = Analysis(bottleneck="memory_bound", confidence=0.75, findings=[contention, memory], metrics={})
+    (check,) = evaluate({"max_latency_ms": 1}, a, LAT, gpu_collected=False)
+    assert "bottleneck memory_bound (confidence 75%): RSS grew 0.0 MB over the measured rounds" in check.message
