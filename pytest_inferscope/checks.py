@@ -69,7 +69,13 @@ def _host_memory_note(m: Mapping[str, float | None], peak: float, added: bool = 
             f" The whole process counts, {_mb(start)} of it resident before the rounds (imports such as torch, models "
             f"fixtures loaded), {_mb(max(0.0, peak - start))} above that at the peak."
         )
-    if m.get("mem.rss_peak_sampled"):
+    how = m.get("mem.rss_peak_sampled")
+    if how == 2:
+        note += (
+            " The peak was read only at the rounds' start and end (no stack sampler ran, and the kernel's exact peak, "
+            "VmHWM, could not be reset here): a peak inside the rounds is missed."
+        )
+    elif how:
         note += (
             " The peak was sampled (every 10 ms at most: the kernel's exact peak, VmHWM, could not be reset here): a "
             "shorter spike may be missed."

@@ -90,6 +90,10 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["cpu.samples"] = float(np.count_nonzero(ctx.rounds.in_rounds[samples]))
 
 
+#: How the peak RSS was read (the memory collector's `rss_peak_source`), as mem.rss_peak_sampled says it.
+_PEAK_SOURCES = {"sampled": 1.0, "start and end only": 2.0}
+
+
 def _memory_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     """Host RSS and faults per round; the GPU memory torch's allocator reported."""
     c = ctx.rounds.counters
@@ -98,8 +102,8 @@ def _memory_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["mem.rss_start_mb"] = mem["rss_start"] / _MB if "rss_start" in mem else None  # resident before the rounds
     peak, start = m["mem.rss_peak_mb"], m["mem.rss_start_mb"]
     m["mem.rss_peak_added_mb"] = max(0.0, peak - start) if peak is not None and start is not None else None
-    source = mem.get("rss_peak_source")  # the kernel's exact VmHWM, or "sampled" (a short spike may be missed)
-    m["mem.rss_peak_sampled"] = None if source is None else float(source == "sampled")
+    source = mem.get("rss_peak_source")  # the kernel's exact VmHWM (0), sampled (1: a short spike may be missed), or
+    m["mem.rss_peak_sampled"] = None if source is None else _PEAK_SOURCES.get(source, 0.0)  # the ends only (2)
     m["mem.rss_growth_mb"] = (c.get("rss_last", 0.0) - c.get("rss_first", 0.0)) / _MB if "rss_first" in c else None
     m["mem.minor_faults_per_round"] = c.get("minflt", 0.0) / ctx.rounds.n_rounds
     m["mem.major_faults"] = c.get("majflt", 0.0)

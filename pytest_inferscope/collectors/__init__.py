@@ -302,7 +302,7 @@ class Collection:
             self._running = False
         meta = {
             "rounds": self.rounds,
-            "memory": self.memory.stop(self.sampler.rss_peak if self.sampler else 0),
+            "memory": self.memory.stop((self.sampler.rss_peak or None) if self.sampler else None),  # None: no reading
             "wall_ns": self.t_end - self.t0,
             "sampler": self._sampler_meta(),
             "torch_threads": _torch_threads(),

@@ -240,15 +240,20 @@ class MemoryCollector:
             self.torch_cuda_device = cuda.current_device()
             cuda.reset_peak_memory_stats()
 
-    def stop(self, sampled_peak: int) -> dict[str, Any]:
-        """Summary for the trace's metadata: RSS start/end/peak and torch allocator peaks."""
+    def stop(self, sampled_peak: int | None) -> dict[str, Any]:
+        """Summary for the trace's metadata: RSS start/end/peak and torch allocator peaks. `sampled_peak`: the stack
+        sampler's highest RSS reading, None where no sampler ran (then, without VmHWM, only the ends are read)."""
         rss_end = read_rss()
         hwm = _read_hwm() if self.hwm_reset else None
+        if hwm is not None:
+            source = "kernel VmHWM (reset at start)"
+        else:
+            source = "sampled" if sampled_peak is not None else "start and end only"
         out: dict[str, Any] = {
             "rss_start": self.rss_start,
             "rss_end": rss_end,
             "rss_peak": max(v for v in (hwm, sampled_peak, rss_end, self.rss_start) if v is not None),
-            "rss_peak_source": "kernel VmHWM (reset at start)" if hwm is not None else "sampled",
+            "rss_peak_source": source,
         }
         cuda = _torch_cuda()
         if cuda is not None and self.torch_cuda_device is not None:

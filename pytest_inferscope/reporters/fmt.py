@@ -40,11 +40,10 @@ def host_memory_text(analysis: Analysis) -> str:
     peak = m.get("mem.rss_peak_mb")
     if peak is None:
         return ""
-    how = (
-        "sampled, every 10 ms at most: a shorter spike may be missed"
-        if m.get("mem.rss_peak_sampled")
-        else "the kernel's own peak"
-    )
+    how = {
+        1.0: "sampled, every 10 ms at most: a shorter spike may be missed",
+        2.0: "read at their start and end only: a peak inside them is missed",
+    }.get(m.get("mem.rss_peak_sampled") or 0.0, "the kernel's own peak")
     parts = [f"Host memory: the process's peak RSS {peak:.1f} MB over the rounds (warm-up included; {how})"]
     start = m.get("mem.rss_start_mb")
     if start is not None:

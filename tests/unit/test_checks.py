@@ -276,3 +276,9 @@ def test_the_evidence_quotes_a_finding_of_the_class_it_names() -> None:
     a = Analysis(bottleneck="memory_bound", confidence=0.75, findings=[contention, memory], metrics={})
     (check,) = evaluate({"max_latency_ms": 1}, a, LAT, gpu_collected=False)
     assert "bottleneck memory_bound (confidence 75%): RSS grew 0.0 MB over the measured rounds" in check.message
+
+
+def test_a_peak_read_only_at_the_ends_says_a_peak_inside_the_rounds_is_missed() -> None:
+    at = {"mem.rss_peak_mb": 58.3, "mem.rss_start_mb": 58.2, "mem.rss_peak_sampled": 2.0}
+    (check,) = evaluate({"max_host_memory_mb": 10}, _analysis(**at), LAT, gpu_collected=False)
+    assert "read only at the rounds' start and end" in check.message and "sampled" not in check.message

@@ -194,5 +194,7 @@ def test_report_md_and_html_give_the_host_memory_peak_and_what_was_there_before_
     assert said in render_report(r) and said in html.unescape(_html(r))
     r.analysis.metrics["mem.rss_peak_sampled"] = 1.0
     assert "(warm-up included; sampled, every 10 ms at most: a shorter spike may be missed)" in render_report(r)
+    r.analysis.metrics["mem.rss_peak_sampled"] = 2.0  # no sampler (--inferscope-cpu=off) and no VmHWM
+    assert "(warm-up included; read at their start and end only: a peak inside them is missed)" in render_report(r)
     r.analysis.metrics = {k: v for k, v in r.analysis.metrics.items() if not k.startswith("mem.")}
     assert "Host memory" not in render_report(r) and "Host memory" not in _html(r)
