@@ -32,28 +32,35 @@ def rounds_text(result: TestResult) -> str:
     return f"{ran} round{'s' * (ran != 1)} measured ({asked} asked for, warm-up {result.warmup}"
 
 
+#: The reports' host memory line is written where the rounds took this many MB (the peak above the RSS before them,
+#: or the RSS growth over them) or faulted this many pages in a round.
+HOST_MEMORY_LINE_MB = 1.0
+HOST_MEMORY_LINE_FAULTS = 100
+
+
 def host_memory_text(analysis: Analysis) -> str:
     """The reports' host memory line: the process's peak RSS over the rounds (the kernel's own, or sampled), what was
     resident before them and the rise above it, the growth over the measured rounds, the page faults; "" where host
-    memory was not read."""
+    memory was not read or the rounds took none to speak of (a trivial test's files have a budget: test_plugin's
+    TRIVIAL_REPORT_BYTES)."""
     m = analysis.metrics
-    peak = m.get("mem.rss_peak_mb")
+    peak, start, grew = m.get("mem.rss_peak_mb"), m.get("mem.rss_start_mb"), m.get("mem.rss_growth_mb")
+    faults = m.get("mem.minor_faults_per_round") or 0.0
     if peak is None:
         return ""
+    took = max(peak - (peak if start is None else start), abs(grew or 0.0))
+    if took < HOST_MEMORY_LINE_MB and faults < HOST_MEMORY_LINE_FAULTS:
+        return ""  # the rounds took no memory to speak of (a trivial test's reports stay small)
     how = {
-        1.0: "sampled, every 10 ms at most: a shorter spike may be missed",
-        2.0: "read at their start and end only: a peak inside them is missed",
-    }.get(m.get("mem.rss_peak_sampled") or 0.0, "the kernel's own peak")
-    parts = [f"Host memory: the process's peak RSS {peak:.1f} MB over the rounds (warm-up included; {how})"]
-    start = m.get("mem.rss_start_mb")
+        1.0: "sampled every 10 ms at most: a shorter spike may be missed",
+        2.0: "read at the rounds' start and end only: a peak inside them is missed",
+    }.get(m.get("mem.rss_peak_sampled") or 0.0, "kernel's exact peak")
+    parts = [f"Host memory: peak RSS {peak:.1f} MB (whole process; {how})"]
     if start is not None:
-        parts[0] += f", {start:.1f} MB before them, {max(0.0, peak - start):.1f} MB above that"
-    grew = m.get("mem.rss_growth_mb")
+        parts[0] += f" = {start:.1f} MB before the rounds + {max(0.0, peak - start):.1f} MB"
     if grew is not None:
-        parts.append(f"RSS {'fell' if grew < 0 else 'grew'} {abs(grew):.1f} MB over the measured rounds")
-    faults = m.get("mem.minor_faults_per_round")
-    if faults is not None:
-        parts.append(f"{faults:,.0f} minor page faults per round")
+        parts.append(f"{'fell' if grew < 0 else 'grew'} {abs(grew):.1f} MB over the measured rounds")
+    parts.append(f"{faults:,.0f} page faults a round")
     return "; ".join(parts) + "."
 
 

@@ -187,14 +187,27 @@ def test_report_md_and_html_give_the_host_memory_peak_and_what_was_there_before_
         }
     )
     said = (
-        "Host memory: the process's peak RSS 443.8 MB over the rounds (warm-up included; the kernel's own peak), "
-        "340.5 MB before them, 103.3 MB above that; RSS grew 80.0 MB over the measured rounds; 2,561 minor page "
-        "faults per round."
+        "Host memory: peak RSS 443.8 MB (whole process; kernel's exact peak) = 340.5 MB before the rounds + 103.3 MB; "
+        "grew 80.0 MB over the measured rounds; 2,561 page faults a round."
     )
     assert said in render_report(r) and said in html.unescape(_html(r))
     r.analysis.metrics["mem.rss_peak_sampled"] = 1.0
-    assert "(warm-up included; sampled, every 10 ms at most: a shorter spike may be missed)" in render_report(r)
+    assert (
+        "peak RSS 443.8 MB (whole process; sampled every 10 ms at most: a shorter spike may be missed)"
+        in render_report(r)
+    )
     r.analysis.metrics["mem.rss_peak_sampled"] = 2.0  # no sampler (--inferscope-cpu=off) and no VmHWM
-    assert "(warm-up included; read at their start and end only: a peak inside them is missed)" in render_report(r)
+    assert (
+        "443.8 MB (whole process; read at the rounds' start and end only: a peak inside them is missed)"
+        in render_report(r)
+    )
+    quiet = {
+        "mem.rss_peak_mb": 62.1,
+        "mem.rss_start_mb": 61.9,
+        "mem.rss_growth_mb": 0.0,
+        "mem.minor_faults_per_round": 3,
+    }
+    r.analysis.metrics.update(quiet)  # a trivial test's: the rounds took no memory to speak of, and its files are small
+    assert "Host memory" not in render_report(r) and "Host memory" not in _html(r)
     r.analysis.metrics = {k: v for k, v in r.analysis.metrics.items() if not k.startswith("mem.")}
     assert "Host memory" not in render_report(r) and "Host memory" not in _html(r)
