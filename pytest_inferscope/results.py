@@ -138,6 +138,11 @@ class Finding(Serial):
     events: list[EventRef] = field(default_factory=list)
     suggestions: list[Suggestion] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        """One line, as a notebook shows `result.analysis.findings`: the rule, its title, the class it supports."""
+        supports = f"{self.cause}, " if self.cause else ""
+        return f"<Finding {self.rule}: {self.title} ({supports}{self.share:.0%} of the time)>"
+
 
 @dataclass
 class BreakdownPart(Serial):
@@ -215,6 +220,18 @@ class Analysis(Serial):
     raised_round_note: str = ""  # the measured rounds that raised while others completed, left out of all (or "")
     #: The added rules (a hook's, .inferscope_rules.yaml's) that failed here, one clause each (analyzer/extension.py)
     extension_errors: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """One line, as a notebook shows `result.analysis`: the class, how many findings, the top suggestion."""
+        why = f"confidence {self.confidence:.0%}" if self.bottleneck != UNCLASSIFIED else self.unclassified_reason
+        verdict = f"{self.bottleneck} ({why})" if why else self.bottleneck
+        n = len(self.findings)
+        top = "no suggestion"
+        if self.suggestions:
+            s = self.suggestions[0]
+            action = s.action if len(s.action) <= 100 else s.action[:99].rstrip() + "…"
+            top = f"top suggestion: {action} (saves ~{fmt_ms(s.saving_ms)} ms per round)"
+        return f"<Analysis: {verdict}, {n} finding{'' if n == 1 else 's'}, {top}>"
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_inferscope import measure, profile
-from pytest_inferscope.results import Analysis, CheckResult, LatencyStats, TestResult
+from pytest_inferscope.results import Analysis, CheckResult, Finding, LatencyStats, Suggestion, TestResult
 from pytest_inferscope.units import fmt_ms
 
 
@@ -64,3 +64,24 @@ def test_the_median_is_shown_without_an_exponent(median: float, shown: str) -> N
     # A 1.2 s median read "median 1.23e+03 ms".
     result = TestResult("f", "f", "passed", "pass", 1, 0, LatencyStats.from_samples([median]), Analysis("cpu_bound", 1))
     assert f"median {shown} ms of 1 round," in repr(result)
+
+
+def test_an_analysis_and_its_findings_show_as_one_short_line_each() -> None:
+    # `result.analysis` in a notebook was the dataclass's repr: every metric, breakdown part and evidence, 3-5 kB.
+    finding = Finding(
+        "sync_stall", "Sync-bound: host and GPU take turns", "blocked " * 200, "sync_bound", 0.42, 0.9, {"x": 1}
+    )
+    fix = Suggestion("Remove per-step synchronisations: keep values on the GPU " + "y" * 200, "why", 5.46, "whatif")
+    metrics: dict[str, float | None] = {f"m{i}": i for i in range(99)}
+    analysis = Analysis("sync_bound", 0.87, findings=[finding], suggestions=[fix], metrics=metrics)
+    shown = repr(analysis)
+    assert "\n" not in shown and len(shown) < 240, shown
+    assert shown.startswith(
+        "<Analysis: sync_bound (confidence 87%), 1 finding, top suggestion: Remove per-step synchronisations"
+    )
+    assert shown.endswith("… (saves ~5.46 ms per round)>"), shown
+    assert repr(finding) == "<Finding sync_stall: Sync-bound: host and GPU take turns (sync_bound, 42% of the time)>"
+    unclassified = Analysis("unclassified", 1.0, unclassified_reason="no simulated change saves 5% of the round")
+    assert repr(unclassified) == (
+        "<Analysis: unclassified (no simulated change saves 5% of the round), 0 findings, no suggestion>"
+    )
