@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from gitrepo import git
 
 BODY = """
 import os, time, pytest
@@ -31,10 +32,6 @@ def test_changed():
 def test_same():
     spin(0.002)
 """
-
-
-def git(where: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True).stdout
 
 
 def make_repo(pytester: pytest.Pytester, first: str, second: str) -> Path:

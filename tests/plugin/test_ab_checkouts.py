@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from gitrepo import child_env, git, pytest_cmd, worktrees
 
 #: A body that sleeps: what its pairs read is the sleep's, steady on a loaded machine.
 SLEEPS = """import time, pytest
@@ -30,24 +30,6 @@ def test_one():
         log.write(f"{{'twin' if os.environ.get('INFERSCOPE_AB_TWIN') else 'here'}} {{VALUE}}\\n")
     time.sleep(0.001)
 """
-
-
-def git(where: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True).stdout
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """This environment for a pytest child process: this checkout's package importable, no git variables of ours."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "PYTEST_ADDOPTS"}
-    return {**env, "PYTHONPATH": os.pathsep.join(sys.path), **extra}
-
-
-def pytest_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
-
-
-def worktrees(root: Path) -> list[str]:
-    return [line for line in git(root, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
 
 
 def repo(root: Path) -> Path:

@@ -4,11 +4,11 @@ without it, leaving nothing behind; or, for one test, an inconclusive verdict th
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+from gitrepo import git
 
 BODY = """
 import time, pytest
@@ -17,10 +17,6 @@ import time, pytest
 def test_one():
     time.sleep(0.001)
 """
-
-
-def git(where: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True).stdout
 
 
 def make_repo(root: Path, first: dict[str, str], second: dict[str, str]) -> Path:

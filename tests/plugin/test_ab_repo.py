@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from gitrepo import child_env, git, pytest_cmd, worktrees
 
 BODY = """
 import time, pytest
@@ -20,10 +21,6 @@ import time, pytest
 def test_one():
     time.sleep(0.001){extra}
 """
-
-
-def git(where: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True, env=env).stdout
 
 
 def make_repo(root: Path, extra: str = "") -> Path:
@@ -38,20 +35,6 @@ def make_repo(root: Path, extra: str = "") -> Path:
     (root / "test_x.py").write_text(BODY.format(extra=extra) + "# second\n")
     git(root, "commit", "-qam", "second")
     return root
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """This environment for a pytest child process: this checkout's package importable, no git variables of ours."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "PYTEST_ADDOPTS"}
-    return {**env, "PYTHONPATH": os.pathsep.join(sys.path), **extra}
-
-
-def pytest_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
-
-
-def worktrees(root: Path) -> list[str]:
-    return [line for line in git(root, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
 
 
 def test_a_pre_commit_hook_running_ab_leaves_the_commit_alone(tmp_path: Path) -> None:

@@ -1,0 +1,27 @@
+"""What the A/B tests that make git repositories share: git, the child pytest's command line and environment, the
+worktrees a repository lists."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def git(where: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True, env=env).stdout
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment for a pytest child process: this checkout's package importable, no git variables of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "PYTEST_ADDOPTS"}
+    return {**env, "PYTHONPATH": os.pathsep.join(sys.path), **extra}
+
+
+def pytest_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
+
+
+def worktrees(root: Path) -> list[str]:
+    return [line for line in git(root, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
