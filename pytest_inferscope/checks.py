@@ -6,14 +6,14 @@ returns one `CheckResult` per threshold, and a failure's message explains it wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .marker import MARKER_KEYS, MarkerKey, parse_marker, validate_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP
 from .results import UNCLASSIFIED, Analysis, CheckResult, LatencyStats
-from .units import fmt_ms
+from .units import fmt_fixed, fmt_ms, fmt_threshold
 
 __all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "ab_regression_check", "evaluate", "validate_marker"]
 
@@ -32,25 +32,13 @@ _PER_ROUND = {
 }
 
 
-def _fixed(x: float, decimals: int) -> str:
-    """`x` to `decimals` decimals, or to 3 significant digits where those would show it as zero (a limit of 1e-9 ms
-    read "0.000 ms")."""
-    if x != 0 and abs(x) < 0.5 * 10**-decimals:
-        return f"{x:.3g}"
-    return f"{x:.{decimals}f}"
-
-
 def _ms(x: float, beside: float | None = None) -> str:
     """As the summary and the reports write it (`units.fmt_ms`); `beside`: the limit, which it must read apart from."""
     return f"{fmt_ms(x, beside)} ms"
 
 
-def _pct(x: float, decimals: int = 1) -> str:
-    return f"{_fixed(100 * x, decimals)}%"
-
-
 def _mb(x: float | None) -> str:
-    return "n/a" if x is None else f"{_fixed(x, 1)} MB"
+    return "n/a" if x is None else f"{fmt_fixed(x, 1)} MB"
 
 
 def _host_memory_note(m: Mapping[str, float | None], peak: float, added: bool = False) -> str:
@@ -137,7 +125,7 @@ def evaluate(
                 not_evaluated(key, limit, "no round completed")
                 continue
             value = latency.get(stat)
-            add(key, limit, value, value > limit, f"{stat} latency", _ms)
+            add(key, limit, value, value > limit, f"{stat} latency")
         elif key == "expect_bottleneck":
             out.bottleneck(analysis, limit)
         elif key == "expect_fix":
@@ -149,12 +137,12 @@ def evaluate(
             if overhead is None:
                 not_evaluated(key, limit, "the collector gave no overhead estimate")
             else:
-                add(key, limit, overhead, overhead > limit, "estimated profiler overhead", lambda v: _pct(v, 2))
+                add(key, limit, overhead, overhead > limit, "estimated profiler overhead")
         elif key == "max_regression":
             out.regression(limit, regression, regression_note)
         elif key == "max_gpu_idle":
             idle = m.get("gpu.idle_fraction")
-            add(key, limit, idle, (idle or 0.0) > limit, "GPU idle fraction", _pct)
+            add(key, limit, idle, (idle or 0.0) > limit, "GPU idle fraction")
         elif key == "max_gpu_memory_mb":
             peak = m.get("gpu.memory_peak_mb")
             if peak is None:
@@ -162,17 +150,17 @@ def evaluate(
                     key, limit, "GPU memory peak unknown (torch's CUDA allocator was not in use)", fail=gpu_required
                 )
             else:
-                add(key, limit, peak, peak > limit, "peak GPU memory allocated", _mb)
+                add(key, limit, peak, peak > limit, "peak GPU memory allocated")
         elif key in _PER_ROUND:
             metric, what = _PER_ROUND[key]
             count = m.get(metric)
             if count is None:
                 not_evaluated(key, limit, f"{what} was not measured", fail=gpu_required)
             else:
-                add(key, limit, count, count > limit, f"{what} per round", lambda v: f"{v:,.0f}")
+                add(key, limit, count, count > limit, f"{what} per round")
         elif key == "max_transfer_fraction":
             frac = m.get("gpu.transfer_fraction")
-            add(key, limit, frac, (frac or 0.0) > limit, "transfer fraction", _pct)
+            add(key, limit, frac, (frac or 0.0) > limit, "transfer fraction")
     out.sort(key=lambda c: {"failed": 0, "not_evaluated": 1, "passed": 2}[c.status])
     return list(out)
 
@@ -184,11 +172,12 @@ class _Results(list[CheckResult]):
         super().__init__()
         self.evidence, self.where = evidence, where
 
-    def add(
-        self, key: str, limit: Any, value: Any, failed: bool, what: str, fmt: Callable[[Any], str] = str, note: str = ""
-    ) -> None:
+    def add(self, key: str, limit: Any, value: Any, failed: bool, what: str, note: str = "") -> None:
+        """A numeric threshold's check: value and limit in the key's unit, as the reports write them, apart from each
+        other where they would read alike (`units.fmt_threshold`)."""
         verb = "exceeds" if failed else "within"
-        shown, limit_shown = (_ms(value, limit), _ms(limit, value)) if fmt is _ms else (fmt(value), fmt(limit))
+        shown = fmt_threshold(key, value, limit) or "n/a"
+        limit_shown = fmt_threshold(key, limit, value) or str(limit)
         msg = f"{key}: {what} {shown} {verb} limit {limit_shown}.{note}" + (self.evidence if failed else "")
         self.append(CheckResult(key, "failed" if failed else "passed", limit, value, msg))
 
@@ -205,12 +194,12 @@ class _Results(list[CheckResult]):
         if peak is None:
             self.not_evaluated(key, limit, "host memory was not read (no /proc)")
         elif key == "max_host_memory_mb":
-            self.add(key, limit, peak, peak > limit, "the process's peak RSS", _mb, _host_memory_note(m, peak))
+            self.add(key, limit, peak, peak > limit, "the process's peak RSS", _host_memory_note(m, peak))
         elif start is None:
             self.not_evaluated(key, limit, "host memory before the rounds was not read (a trace recorded without it)")
         else:
             added, what = max(0.0, peak - start), "the process's peak RSS above its RSS before the rounds"
-            self.add(key, limit, added, added > limit, what, _mb, _host_memory_note(m, peak, added=True))
+            self.add(key, limit, added, added > limit, what, _host_memory_note(m, peak, added=True))
 
     def bottleneck(self, analysis: Analysis, expected: Any) -> None:
         got, failed = analysis.bottleneck, analysis.bottleneck != expected

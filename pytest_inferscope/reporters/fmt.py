@@ -9,8 +9,9 @@ import math
 import re
 from typing import Any
 
-from ..results import UNCLASSIFIED, Analysis, TestResult
+from ..results import UNCLASSIFIED, Analysis, CheckResult, TestResult
 from ..units import fmt_ms as fmt_ms  # the checks' messages write milliseconds with it too (units.py)
+from ..units import fmt_threshold
 
 
 def verdict_label(result: TestResult) -> str:
@@ -108,6 +109,23 @@ def fmt_value(v: Any) -> str:
     if isinstance(v, dict):
         return json.dumps(v, sort_keys=True, default=str)
     return str(v)
+
+
+def check_limit(check: CheckResult) -> str:
+    """The Checks table's Limit cell: as the check's message writes it, in its unit (`units.fmt_threshold`)."""
+    return fmt_threshold(check.key, check.limit, _measured(check)) or fmt_value(check.limit)
+
+
+def check_measured(check: CheckResult) -> str:
+    """The Checks table's Measured cell: as the check's message writes it, apart from the limit where they would read
+    alike; a regression's ratio as the median's change, which its limit allows."""
+    return fmt_threshold(check.key, _measured(check), check.limit) or fmt_value(check.measured)
+
+
+def _measured(check: CheckResult) -> Any:
+    m = check.measured
+    ratio = check.key == "max_regression" and isinstance(m, int | float) and not isinstance(m, bool)
+    return m - 1 if ratio else m
 
 
 def fmt_added(added: dict[str, float], tests: int = 0) -> str:

@@ -30,6 +30,8 @@ from ..results import LatencyStats, RegressionVerdict, TestResult
 from .files import atomic_write_bytes, open_target
 from .fmt import (
     NO_LATENCY,
+    check_limit,
+    check_measured,
     fmt_added,
     fmt_bottleneck,
     fmt_conf,
@@ -295,6 +297,8 @@ def _env() -> jinja2.Environment:
         pct=fmt_pct,
         conf=fmt_conf,
         value=fmt_value,
+        check_limit=check_limit,
+        check_measured=check_measured,
         bytes=_fmt_bytes,
         unit=_unit,
         added=fmt_added,

@@ -18,6 +18,8 @@ import jinja2.bccache
 from ..results import CheckResult, TestResult
 from .fmt import (
     NO_LATENCY,
+    check_limit,
+    check_measured,
     fmt_added,
     fmt_bottleneck,
     fmt_conf,
@@ -98,6 +100,8 @@ def _env() -> jinja2.Environment:
         bottleneck=fmt_bottleneck,
         cell=md_cell,
         value=fmt_value,
+        check_limit=check_limit,
+        check_measured=check_measured,
         text=md_text,
         added=fmt_added,
         name=md_name,

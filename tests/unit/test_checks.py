@@ -67,6 +67,23 @@ def test_tiny_limits_and_values_keep_their_significant_digits() -> None:
     assert "the process's peak RSS 80.0 MB exceeds limit 0.01 MB" in memory.message
 
 
+def test_a_percent_mb_or_count_beside_its_limit_keeps_the_digits_that_tell_them_apart() -> None:
+    """`max_gpu_idle: GPU idle fraction 30.0% exceeds limit 30.0%` (an idle fraction of 0.30004): MB, % and counts
+    get the decimals that tell a value from its limit, as milliseconds do (units.fmt_ms's `beside`)."""
+    metrics = {
+        "gpu.idle_fraction": 0.30004,
+        "mem.rss_peak_mb": 200.04,
+        "gpu.kernel_launches_per_round": 1000.4,
+        "gpu.transfer_fraction": 0.1,
+    }
+    limits = {"max_gpu_idle": 0.3, "max_host_memory_mb": 200, "max_kernel_launches": 1000, "max_transfer_fraction": 0.5}
+    checks = {c.key: c for c in evaluate(limits, _analysis(**metrics), LAT, gpu_collected=True)}
+    assert "GPU idle fraction 30.004% exceeds limit 30.000%" in checks["max_gpu_idle"].message
+    assert "the process's peak RSS 200.04 MB exceeds limit 200.00 MB" in checks["max_host_memory_mb"].message
+    assert "kernel launches per round 1,000.4 exceeds limit 1,000.0" in checks["max_kernel_launches"].message
+    assert "transfer fraction 10.0% within limit 50.0%" in checks["max_transfer_fraction"].message  # apart: as alone
+
+
 def test_latency_stat_from_the_marker_wins() -> None:
     (check,) = evaluate({"max_latency_ms": 20, "latency_stat": "max"}, _analysis(), LAT, gpu_collected=False)
     assert check.status == "failed" and check.measured == 30.0

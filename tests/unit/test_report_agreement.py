@@ -211,3 +211,31 @@ def test_report_md_and_html_give_the_host_memory_peak_and_what_was_there_before_
     assert "Host memory" not in render_report(r) and "Host memory" not in _html(r)
     r.analysis.metrics = {k: v for k, v in r.analysis.metrics.items() if not k.startswith("mem.")}
     assert "Host memory" not in render_report(r) and "Host memory" not in _html(r)
+
+
+def test_the_checks_table_writes_each_value_as_the_failure_message_does() -> None:
+    """report.md's and report.html's Checks table wrote Measured and Limit to 4 significant digits (`12.09`, and
+    `0.3` for a GPU idle limit of 30%) beside the message's `12.1 ms exceeds limit 10.0 ms`: one formatter per unit
+    now (units.fmt_threshold), the unit in the cell."""
+    from test_checks import _analysis
+
+    from pytest_inferscope.checks import evaluate
+
+    lat = LatencyStats.from_samples([12.092, 12.098, 12.099, 12.071, 12.085])
+    metrics = {"gpu.idle_fraction": 0.4213, "mem.rss_peak_mb": 447.23, "gpu.kernel_launches_per_round": 1204.0}
+    limits = {"max_latency_ms": 10, "max_gpu_idle": 0.3, "max_host_memory_mb": 200, "max_kernel_launches": 1000}
+    checks = evaluate(limits, _analysis(**metrics), lat, gpu_collected=True)
+    r = gpu_result()
+    r.latency, r.checks = lat, checks
+    buf = io.BytesIO()
+    write_html_report(r, None, buf)
+    md, page = render_report(r), html.unescape(buf.getvalue().decode())
+    for key, limit, measured, said in [
+        ("max_latency_ms", "10.0 ms", "12.1 ms", "12.1 ms exceeds limit 10.0 ms"),
+        ("max_gpu_idle", "30.0%", "42.1%", "42.1% exceeds limit 30.0%"),
+        ("max_host_memory_mb", "200.0 MB", "447.2 MB", "447.2 MB exceeds limit 200.0 MB"),
+        ("max_kernel_launches", "1,000", "1,204", "1,204 exceeds limit 1,000"),
+    ]:
+        assert said in next(c.message for c in checks if c.key == key)
+        assert f"| {key} | {limit} | {measured} | **FAILED** |" in md, md.split("## Checks")[-1][:600]
+        assert f"<td>{key}</td><td>{limit}</td><td>{measured}</td><td>FAILED</td>" in page

@@ -461,8 +461,8 @@ def test_gpu_parts_not_collected_say_why_and_failed_checks_come_first(tmp_path: 
     assert checks.index("max_latency_ms") < checks.index("expect_bottleneck") < checks.index("max_gpu_idle") or (
         checks.index("max_latency_ms") < checks.index("max_gpu_idle") < checks.index("expect_bottleneck")
     )
-    assert "| max_latency_ms | 50 | 87.35 | **FAILED** | median 87.35 ms exceeds 50 ms by 74.7% |" in checks
-    assert "| max_gpu_idle | 0.1 | n/a | not_evaluated | no GPU data |" in checks
+    assert "| max_latency_ms | 50.0 ms | 87.3 ms | **FAILED** | median 87.35 ms exceeds 50 ms by 74.7% |" in checks
+    assert "| max_gpu_idle | 10.0% | n/a | not_evaluated | no GPU data |" in checks
 
 
 def test_partial_report_says_so_at_the_top(tmp_path: Path) -> None:
