@@ -125,7 +125,7 @@ def evaluate(
                 not_evaluated(key, limit, "no round completed")
                 continue
             value = latency.get(stat)
-            add(key, limit, value, value > limit, f"{stat} latency")
+            add(key, limit, value, value > limit, f"{stat} latency", stat=stat)
         elif key == "expect_bottleneck":
             out.bottleneck(analysis, limit)
         elif key == "expect_fix":
@@ -172,20 +172,22 @@ class _Results(list[CheckResult]):
         super().__init__()
         self.evidence, self.where = evidence, where
 
-    def add(self, key: str, limit: Any, value: Any, failed: bool, what: str, note: str = "") -> None:
+    def add(self, key: str, limit: Any, value: Any, failed: bool, what: str, note: str = "", stat: str = "") -> None:
         """A numeric threshold's check: value and limit in the key's unit, as the reports write them, apart from each
-        other where they would read alike (`units.fmt_threshold`)."""
+        other where they would read alike (`units.fmt_threshold`); `stat`: the latency statistic compared."""
         verb = "exceeds" if failed else "within"
         shown = fmt_threshold(key, value, limit) or "n/a"
         limit_shown = fmt_threshold(key, limit, value) or str(limit)
         msg = f"{key}: {what} {shown} {verb} limit {limit_shown}.{note}" + (self.evidence if failed else "")
-        self.append(CheckResult(key, "failed" if failed else "passed", limit, value, msg))
+        short = f"{stat} {shown}".lstrip() + f" {'>' if failed else '<='} {limit_shown}"
+        self.append(CheckResult(key, "failed" if failed else "passed", limit, value, msg, short))
 
     def not_evaluated(self, key: str, limit: Any, why: str, fail: bool = False) -> None:
         status = "failed" if fail else "not_evaluated"
         extra = " GPU collection is required (--inferscope-gpu=required), so this fails." if fail else ""
         msg = f"{key}: not evaluated: {why}.{extra}{self.where if fail else ''}"
-        self.append(CheckResult(key, status, limit, None, msg))
+        short = "not evaluated, GPU data required" if fail else "not evaluated"
+        self.append(CheckResult(key, status, limit, None, msg, short))
 
     def host_memory(self, key: str, limit: Any, m: Mapping[str, float | None]) -> None:
         """max_host_memory_mb (the process's peak RSS) or max_host_memory_added_mb (its peak above the RSS before
@@ -205,15 +207,18 @@ class _Results(list[CheckResult]):
         got, failed = analysis.bottleneck, analysis.bottleneck != expected
         msg = f"expect_bottleneck: classified {stated(analysis)}, expected {expected}."
         self.append(CheckResult("expect_bottleneck", "failed" if failed else "passed", expected, got,
-                                msg + (self.evidence if failed else "")))  # fmt: skip
+                                msg + (self.evidence if failed else ""), f"{got}, expected {expected}"))  # fmt: skip
 
     def regression(self, limit: Any, regression: RegressionVerdict | None, note: str) -> None:
         if regression is None or regression.verdict == "inconclusive":
             self.not_evaluated("max_regression", limit, note if regression is None else regression.reason.rstrip("."))
             return
         msg = f"max_regression: {regression.message()}" + (self.where if regression.failed else "")
-        self.append(CheckResult("max_regression", "failed" if regression.failed else "passed", limit,
-                                regression.latency.ratio, msg))  # fmt: skip
+        ratio = regression.latency.ratio
+        change = f"{'+' * (ratio > 1)}{fmt_threshold('max_regression', ratio - 1, limit) or 'n/a'}"
+        short = f"{regression.verdict}, median {change}, allowed {fmt_threshold('max_regression', limit)}"
+        self.append(CheckResult("max_regression", "failed" if regression.failed else "passed", limit, ratio, msg,
+                                short))  # fmt: skip
 
 
 def ab_regression_check(limit: Any, ab: Mapping[str, Any]) -> CheckResult:
@@ -223,7 +228,7 @@ def ab_regression_check(limit: Any, ab: Mapping[str, Any]) -> CheckResult:
     if verdict in ("regressed", "improved", "unchanged"):
         status = "failed" if verdict == "regressed" else "passed"
         msg = f"max_regression: {verdict} against {ref}, judged by the A/B comparison: {reason}."
-        return CheckResult("max_regression", status, limit, ab.get("ratio"), msg)
+        return CheckResult("max_regression", status, limit, ab.get("ratio"), msg, f"{verdict} against {ref} (A/B)")
     msg = f"max_regression: not evaluated: the A/B comparison with {ref} is {verdict}: {reason}."
     return CheckResult("max_regression", "not_evaluated", limit, None, msg)
 
@@ -329,6 +334,7 @@ def _expect_fix(analysis: Analysis, cls: str, least: float, gpu_required: bool, 
     failed = saved < least
     what = f"{best.change} saves {saved:.1%} of the round" if best is not None else "no simulated fix of that class"
     msg = f"expect_fix: the best {cls} fix simulated: {what}; at least {least:.0%} expected."
+    short = f"best {cls} fix saves {fmt_threshold('expect_fix', saved, least)}, {least:.0%} expected"
     return CheckResult(
-        "expect_fix", "failed" if failed else "passed", cls, round(saved, 4), msg + (evidence if failed else "")
+        "expect_fix", "failed" if failed else "passed", cls, round(saved, 4), msg + (evidence if failed else ""), short
     )

@@ -243,6 +243,7 @@ class CheckResult(Serial):
     limit: Any
     measured: Any
     message: str
+    short: str = ""  # the figures in a few words, for a failure's one-line reason: "median 12.1 ms > 10.0 ms"
 
 
 @dataclass

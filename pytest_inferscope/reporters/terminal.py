@@ -317,8 +317,17 @@ def failure_text(result: TestResult) -> str:
         texts.append(f"inferscope A/B: {ab_message(ab)}")
     failed = crossed_thresholds(result)
     if failed:
-        texts.append(f"inferscope: {len(failed)} threshold(s) crossed\n" + "\n".join(c.message for c in failed))
+        texts.append(crossed_line(failed) + "\n" + "\n".join(c.message for c in failed))
     return "\n".join(texts)
+
+
+def crossed_line(failed: list[CheckResult]) -> str:
+    """The one-line reason of a test failed on its thresholds, naming the first with its figures and how many more:
+    'inferscope: max_latency_ms: median 12.1 ms > 10.0 ms (+1 more)', short enough for pytest's short summary line in
+    80 columns beside a short test id (pytest trims it to the terminal's width, and not on CI)."""
+    first = failed[0]
+    line = f"inferscope: {first.key}: {first.short}" if first.short else f"inferscope: {first.key} crossed"
+    return line + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else "")
 
 
 def crossed_thresholds(result: TestResult) -> list[CheckResult]:
@@ -368,7 +377,9 @@ class FailureRepr:
 
 def failure_longrepr(text: str, location: tuple[str, int | None, str]) -> FailureRepr:
     """The `longrepr` of a test the plugin fails (`failure_text`): the text, shown as `pytest.fail(pytrace=False)`
-    shows its message, with a `reprcrash` at the test's line (`location`: the report's, its line 0-based).
+    shows its message, with a `reprcrash` at the test's line (`location`: the report's, its line 0-based) whose
+    message is the text's first line (`crossed_line`): JUnit XML's failure message, and the short summary's reason on
+    CI too, where pytest writes the reason untrimmed (it repeated every check's message there until 2026-11-30).
 
     pytest reads a failure's one-line forms from the `reprcrash`: pytest 8 the short summary line's reason
     ("FAILED test_x.py::test_y - ..."), which a text longrepr left with the test's id only, and pytest 8 and 9
@@ -376,7 +387,7 @@ def failure_longrepr(text: str, location: tuple[str, int | None, str]) -> Failur
     short summary's reason). Through pytest-xdist a worker sends the text (the wrapper has no traceback to
     serialise), and the controller wraps it again (`xdist.XdistHooks`)."""
     path, line, _ = location
-    return FailureRepr(text, FailureCrash(path, (line or 0) + 1, text))
+    return FailureRepr(text, FailureCrash(path, (line or 0) + 1, text.partition("\n")[0]))
 
 
 def extra_rounds_lines(results: list[TestResult]) -> list[str]:

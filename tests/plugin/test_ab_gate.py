@@ -52,7 +52,7 @@ def test_the_markers_max_regression_is_judged_by_the_ab_comparison(pytester: pyt
     # which repeats the failure's first line: whole on CI, where pytest does not cut it to the terminal's width.)
     text = "\n".join(line for line in result.outlines if not line.startswith("FAILED "))
     assert text.count("slower over") == 1, text
-    assert "threshold(s) crossed" not in text
+    assert "inferscope: max_regression" not in text
 
 
 @pytest.mark.parametrize("given", ["cli", "ini", "ini, no such baseline"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import sys
 import threading
 import xml.etree.ElementTree as ET
@@ -110,10 +111,10 @@ def test_crossed_threshold_fails_the_test_with_evidence(pytester: pytest.Pyteste
     )
     assert "report.md" in result.stdout.str()
     # the short summary names the reason (pytest 8 reads it from the failure's reprcrash, pytest 9 from its text)
-    result.stdout.fnmatch_lines(["FAILED *::test_slow - inferscope: 1 threshold(s) crossed*"])
+    result.stdout.fnmatch_lines(["FAILED *::test_slow - inferscope: max_latency_ms: median * ms > * ms*"])
     case = ET.parse(pytester.path / "junit.xml").getroot().find(".//testcase")
     assert case is not None and case.find("failure") is not None
-    assert case.find("failure").get("message", "").startswith("inferscope: 1 threshold(s) crossed")  # type: ignore[union-attr]
+    assert case.find("failure").get("message", "").startswith("inferscope: max_latency_ms: median ")  # type: ignore[union-attr]
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert float(props["inferscope.latency_ms.median"]) >= 10
     assert props["inferscope.check.max_latency_ms"] == "failed"
@@ -143,7 +144,7 @@ def test_the_short_summary_gives_the_reason_under_xdist_too(pytester: pytest.Pyt
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines_random(
         [
-            "FAILED *::test_slow - inferscope: 1 threshold(s) crossed*",
+            "FAILED *::test_slow - inferscope: max_latency_ms: median * ms > * ms*",
             "*max_latency_ms: median latency * ms exceeds limit 1.00 ms*",
         ]
     )
@@ -151,7 +152,55 @@ def test_the_short_summary_gives_the_reason_under_xdist_too(pytester: pytest.Pyt
     result.stdout.fnmatch_lines(["FAILED *::test_own_failure - *the test's own reason*"])
     cases = ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")
     messages = {c.get("name"): c.find("failure") for c in cases}
-    assert messages["test_slow"].get("message", "").startswith("inferscope: 1 threshold(s) crossed")  # type: ignore[union-attr]
+    assert messages["test_slow"].get("message", "").startswith("inferscope: max_latency_ms: median ")  # type: ignore[union-attr]
+
+
+CROSSED = """
+import time, pytest
+
+@pytest.mark.inferscope(max_latency_ms=1, rounds=3, warmup=0)
+def test_a():
+    time.sleep(0.01)
+
+@pytest.mark.inferscope(max_latency_ms=1, max_host_memory_mb=1, rounds=3, warmup=0)
+def test_b():
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_the_one_line_reason_names_the_threshold_crossed(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    """The short summary, --tb=line and JUnit's failure message said `inferscope: 1 threshold(s) crossed`, not which:
+    they name the first with its figures, and how many more, in a line that fits an 80-column terminal's summary; on
+    CI, where pytest does not trim that line, it is one line too (the checks' messages stay in the failure's text)."""
+    pytester.makepyfile(test_t=CROSSED)
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("BUILD_NUMBER", raising=False)
+    result = pytester.runpytest(*xdist, "-p", "no:randomly", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=2)
+    (line,) = [x for x in result.stdout.lines if x.startswith("FAILED test_t.py::test_a")]
+    said = r"inferscope: max_latency_ms: median 1\d\.\d ms > 1.00 ms"
+    assert re.fullmatch(f"FAILED test_t.py::test_a - {said}", line), line
+    assert len(line) <= 80
+    result.stdout.fnmatch_lines(["*max_latency_ms: median latency * ms exceeds limit 1.00 ms*Evidence: 3 rounds*"])
+    failures = {c.get("name"): c.find("failure") for c in ET.parse(pytester.path / "junit.xml").iter("testcase")}
+    message = failures["test_b"].get("message", "")  # type: ignore[union-attr]
+    assert re.fullmatch(rf"{said} \(\+1 more\)", message), message
+    text = failures["test_b"].text or ""  # type: ignore[union-attr]
+    assert text.startswith(message + "\n") and "max_host_memory_mb: the process's peak RSS" in text
+    monkeypatch.setenv("CI", "true")  # pytest gives the reason untrimmed: still one line
+    result = pytester.runpytest(*xdist, "-p", "no:randomly", "-rA")
+    (i,) = [n for n, x in enumerate(result.stdout.lines) if x.startswith("FAILED test_t.py::test_b")]
+    assert re.fullmatch(rf"FAILED test_t.py::test_b - {said} \(\+1 more\)", result.stdout.lines[i])
+    assert not result.stdout.lines[i + 1].startswith("max_"), result.stdout.lines[i : i + 3]
+    result = pytester.runpytest(*xdist, "-p", "no:randomly", "--tb=line")
+    assert any(
+        re.fullmatch(r".*test_t.py:\d+: inferscope: max_latency_ms: median .* ms > 1.00 ms", x)
+        for x in result.stdout.lines
+    )
 
 
 def test_unknown_marker_key_is_a_usage_error_naming_test_key_and_closest(pytester: pytest.Pytester) -> None:
