@@ -90,7 +90,7 @@ def fail_on_promoted(rep: pytest.TestReport, promoted: list[str]) -> None:
     if rep.passed and not hasattr(rep, "wasxfail"):
         rep.outcome, rep.longrepr = "failed", text
     else:
-        rep.sections.append(("inferscope warnings", text))
+        beside_failure(rep, "inferscope warnings", text)
 
 
 def fail_on_thresholds(
@@ -115,7 +115,7 @@ def fail_on_thresholds(
         rep.outcome, rep.longrepr = "failed", longrepr  # type: ignore[assignment]  # a TerminalRepr, by its methods
         return
     else:  # the test failed on its own too: its failure stays, the thresholds beside it
-        rep.sections.append(("inferscope thresholds", text))
+        beside_failure(rep, "inferscope thresholds", text)
         return
     if expects_exceptions:
         if hasattr(rep, "wasxfail"):
@@ -179,14 +179,25 @@ def explain_raised_round(rep: pytest.TestReport, pending: Pending, warmup: int, 
     else:
         where = f"the {kind.name.lower()} round after the measured ones, the body's call {at + 1}"
     done = "the call before it" if at == 1 else f"the {at} calls before it"
-    rep.sections.append(
-        (
-            "inferscope rounds",
-            f"{rep.nodeid} raised in {where}; {done} completed. The plugin calls the body once a round with the same "
-            "fixture values, set up once around the rounds (setup_method and a TestCase's setUp too), so what one "
-            "call leaves behind is there for the next: a file written to tmp_path, a change monkeypatch made, a "
-            "list, counter or cache the body fills (on self too), a module's state. Make each call start from the "
-            "same state (undo the change in the body, or use a new name each call), or mark the test rounds=1, "
-            "warmup=0 to profile one call; a per-test timeout (pytest-timeout) counts every call.",
-        )
+    beside_failure(
+        rep,
+        "inferscope rounds",
+        f"{rep.nodeid} raised in {where}; {done} completed. The plugin calls the body once a round with the same "
+        "fixture values, set up once around the rounds (setup_method and a TestCase's setUp too), so what one "
+        "call leaves behind is there for the next: a file written to tmp_path, a change monkeypatch made, a "
+        "list, counter or cache the body fills (on self too), a module's state. Make each call start from the "
+        "same state (undo the change in the body, or use a new name each call), or mark the test rounds=1, "
+        "warmup=0 to profile one call; a per-test timeout (pytest-timeout) counts every call.",
     )
+
+
+def beside_failure(rep: pytest.TestReport, name: str, text: str) -> None:
+    """`text` as a section `name` beside the failure of `rep`: of the failure's own text where pytest made it with
+    sections (a traceback's, `addsection`), which JUnit XML's `<failure>` writes, xdist sends and the terminal shows
+    whatever --show-capture says; else a section of the report, which only the terminal shows. Until 2026-11-30 it
+    was always the report's: a CI user reading JUnit XML (Jenkins, GitLab) did not see it."""
+    add = getattr(rep.longrepr, "addsection", None)
+    if callable(add):
+        add(name, text)
+    else:
+        rep.sections.append((name, text))

@@ -222,6 +222,58 @@ def test_a_body_that_raises_after_its_first_call_is_told_it_ran_in_rounds_on_the
     assert "inferscope rounds" not in first and "at once" in first
 
 
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_the_rounds_section_reaches_junit_xml_with_the_failure(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    """The `inferscope rounds` section was a report section, which JUnit XML does not write (nor the terminal under
+    --show-capture=no): a CI user reading the failure in Jenkins or GitLab saw the assertion of a test that passes
+    unmarked, and nothing of the rounds; nor the thresholds a test that failed on its own crossed too. They are now
+    sections of the failure's own text, wherever that goes."""
+    pytester.makepyfile(
+        test_st="""
+        import time
+        import unittest
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_writes(tmp_path):
+            target = tmp_path / "out.txt"
+            assert not target.exists()
+            target.write_text("x")
+
+        CALLS = []
+
+        @pytest.mark.inferscope(rounds=3, warmup=0, max_latency_ms=1)
+        def test_slow_then_raises():
+            CALLS.append(1)
+            time.sleep(0.005)
+            assert len(CALLS) < 3
+
+        class TestCase(unittest.TestCase):
+            def setUp(self):
+                self.items = []
+
+            @pytest.mark.inferscope(rounds=3, warmup=0)
+            def test_fills(self):
+                self.items.append(1)
+                self.assertEqual(len(self.items), 1)
+        """
+    )
+    result = pytester.runpytest(*xdist, "--junitxml=junit.xml", "--show-capture=no", "-p", "no:randomly")
+    result.assert_outcomes(failed=3)
+    assert result.stdout.str().count("- inferscope rounds -") == 3, result.stdout.str()
+    failures = {c.get("name"): c.find("failure") for c in ET.parse(pytester.path / "junit.xml").iter("testcase")}
+    for name, said in [
+        ("test_writes", "test_st.py::test_writes raised in measured round 1 of 3, the body's call 2"),
+        ("test_fills", "test_st.py::TestCase::test_fills raised in measured round 2 of 3, the body's call 2"),
+    ]:
+        text = failures[name].text or ""  # type: ignore[union-attr]
+        assert "inferscope rounds" in text and said in text and "same fixture values" in text, text
+        assert text.index("Error") < text.index("inferscope rounds")  # after pytest's own failure
+        assert "inferscope" not in failures[name].get("message", "")  # type: ignore[union-attr]  # the test's own
+    text = failures["test_slow_then_raises"].text or ""  # type: ignore[union-attr]
+    assert "- inferscope thresholds -" in text and "max_latency_ms: median latency" in text, text
+
+
 def test_an_xfail_marker_without_a_reason_gives_the_crossed_threshold_as_the_xfails_reason(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
