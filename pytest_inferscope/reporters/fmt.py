@@ -113,16 +113,19 @@ def fmt_value(v: Any) -> str:
 
 def check_limit(check: CheckResult) -> str:
     """The Checks table's Limit cell: as the check's message writes it, in its unit (`units.fmt_threshold`)."""
-    return fmt_threshold(check.key, check.limit, _measured(check)) or fmt_value(check.limit)
+    return fmt_threshold(check.key, check.limit, _change(check)) or fmt_value(check.limit)
 
 
 def check_measured(check: CheckResult) -> str:
     """The Checks table's Measured cell: as the check's message writes it, apart from the limit where they would read
-    alike; a regression's ratio as the median's change, which its limit allows."""
-    return fmt_threshold(check.key, _measured(check), check.limit) or fmt_value(check.measured)
+    alike; a regression's ratio as the median's change ("+98.0%"), which its limit allows."""
+    change = _change(check)
+    shown = fmt_threshold(check.key, change, check.limit) or fmt_value(check.measured)
+    return f"+{shown}" if change is not check.measured and change > 0 else shown
 
 
-def _measured(check: CheckResult) -> Any:
+def _change(check: CheckResult) -> Any:
+    """The measured value as the limit reads it: max_regression's ratio (1.98) as the change (0.98)."""
     m = check.measured
     ratio = check.key == "max_regression" and isinstance(m, int | float) and not isinstance(m, bool)
     return m - 1 if ratio else m

@@ -14,7 +14,7 @@ from pytest_inferscope.reporters.html import write_html_report
 from pytest_inferscope.reporters.jsonreport import load_report, to_json
 from pytest_inferscope.reporters.junit import junit_properties
 from pytest_inferscope.reporters.markdown import render_report
-from pytest_inferscope.results import LatencyStats, TestResult
+from pytest_inferscope.results import CheckResult, LatencyStats, TestResult
 
 
 def _html(r: TestResult) -> str:
@@ -239,3 +239,6 @@ def test_the_checks_table_writes_each_value_as_the_failure_message_does() -> Non
         assert said in next(c.message for c in checks if c.key == key)
         assert f"| {key} | {limit} | {measured} | **FAILED** |" in md, md.split("## Checks")[-1][:600]
         assert f"<td>{key}</td><td>{limit}</td><td>{measured}</td><td>FAILED</td>" in page
+    # a regression's ratio as the median's change its limit allows (it read 1.98 against 0.1)
+    r.checks = [CheckResult("max_regression", "failed", 0.1, 1.98, "max_regression: Performance regression ...")]
+    assert "| max_regression | 10.0% | +98.0% | **FAILED** |" in render_report(r)
