@@ -18,8 +18,9 @@ from .comparison import Comparison, MetricChange
 from .serial import SELF_SERIAL, Serial, plain
 from .units import fmt_ms
 
-#: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15).
-SCHEMA_VERSION = 2
+#: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15). 3: report.json leaves out the
+#: metrics not measured (null in 2; `metrics.get(name)` reads None for both).
+SCHEMA_VERSION = 3
 
 BOTTLENECKS = (
     "cpu_bound",

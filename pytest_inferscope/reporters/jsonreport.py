@@ -1,7 +1,7 @@
 """report.json: a test's `TestResult` as versioned JSON, and reading it back for `inferscope analyze/compare`.
 
-The file is `TestResult.to_dict()` with sorted keys, and `measured_rounds` (derived: the latency's samples);
-`schema_version` says which layout it has.
+The file is `TestResult.to_dict()` with sorted keys, less the metrics not measured (schema 3), and `measured_rounds`
+(derived: the latency's samples); `schema_version` says which layout it has.
 Reading checks the layout against the dataclasses before building them, so a hand-edited or
 truncated file fails with the file name and the key that is wrong, not with a TypeError.
 """
@@ -32,9 +32,18 @@ class ReportFormatError(ValueError):
 def to_json(result: TestResult) -> str:
     """The report.json text of a result: sorted keys, indented, strict JSON (no NaN).
 
-    The same text as `dumps(result.to_dict() | {"measured_rounds": ...})`, written in one pass over the dataclasses.
+    The same text as `dumps(result.to_dict() | {"measured_rounds": ...})` with the metrics that are None or not
+    finite left out, written in one pass over the dataclasses.
     """
     top = {name: getattr(result, name) for name in field_names(TestResult) or ()}
+    # A metric not measured (None, NaN) is left out (schema 3): on a machine without a GPU, 32 `gpu.*` nulls were a
+    # fifth of a trivial test's report.json. A reader's `metrics.get(name)` reads None for it, as for a null.
+    a = result.analysis
+    measured: dict[str, float | None] = {
+        k: v for k, v in a.metrics.items() if v is not None and v == v and v not in _INFINITIES
+    }
+    if len(measured) != len(a.metrics):
+        top["analysis"] = dataclasses.replace(a, metrics=measured)
     # `rounds` is what the test asked for; the rounds measured can be more (the speed probe's on a busy machine,
     # an A/B test's further pairs) or fewer (a body that raised). Named as in index.json; derived, not read back.
     top["measured_rounds"] = len(result.latency.samples_ms)

@@ -67,7 +67,7 @@ def test_rounds_reuse_fixture_values_and_reports_are_written(pytester: pytest.Py
         assert heading in md, heading
     data = json.loads((d / "report.json").read_text())
     assert data["rounds"] == 4 and data["warmup"] == 2 and len(data["latency"]["samples_ms"]) == 4
-    assert data["schema_version"] == 2  # 2: analysis.whatif
+    assert data["schema_version"] == 3  # 2: analysis.whatif; 3: the metrics not measured left out
     # the raw collection is kept, so the analysis can be re-run from disk
     from pytest_inferscope.analyzer import analyze
     from pytest_inferscope.events import RawTrace

@@ -499,7 +499,26 @@ def test_json_round_trips_to_an_equal_result(tmp_path: Path, build: Any) -> None
     assert data["schema_version"] == SCHEMA_VERSION and list(data) == sorted(data)
     back = load_report(tmp_path / r.slug / "report.json")
     expected = TestResult.from_dict(r.to_dict())  # NaN becomes None in JSON, both ways alike
+    # A metric not measured (None, NaN) is left out of the file (schema 3); `.get` reads it as None either way.
+    expected.analysis.metrics = {k: v for k, v in expected.analysis.metrics.items() if v is not None}
     assert back == expected and back.files == {k: f"{r.slug}/report.{k}" for k in ("md", "html", "json")}
+
+
+def test_json_leaves_out_the_metrics_not_measured_and_reads_older_files_with_them(tmp_path: Path) -> None:
+    r = cpu_only_failing_result()
+    r.analysis.metrics.update({"gpu.busy_fraction": None, "gpu.idle_fraction": float("nan"), "cpu.cores": 2.0})
+    data = json.loads(to_json(r))
+    assert data["schema_version"] == 3
+    metrics = data["analysis"]["metrics"]
+    assert "gpu.busy_fraction" not in metrics and "gpu.idle_fraction" not in metrics and metrics["cpu.cores"] == 2.0
+    assert r.analysis.metrics["gpu.busy_fraction"] is None  # the result itself is not changed
+    # A schema 2 file, nulls and all, still loads.
+    data["schema_version"] = 2
+    data["analysis"]["metrics"]["gpu.busy_fraction"] = None
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = load_report(tmp_path / "old.json")
+    assert old.schema_version == 2 and old.analysis.metrics.get("gpu.busy_fraction") is None
+    assert old.analysis.metrics["cpu.cores"] == 2.0
 
 
 @pytest.mark.parametrize("build", [gpu_result, cpu_only_failing_result, partial_result])
@@ -573,7 +592,10 @@ def test_to_dict_and_to_json_are_what_they_were(build: Any) -> None:
         reference_to_dict(r), sort_keys=True, default=str
     )
     derived = {"measured_rounds": len(r.latency.samples_ms)}  # report.json's one key beside the fields
-    assert to_json(r) == _stdlib_dumps(reference_to_dict(r) | derived) + "\n"  # byte for byte: sorted, indent 1
+    written = reference_to_dict(r) | derived
+    metrics = written["analysis"]["metrics"]
+    written["analysis"]["metrics"] = {k: v for k, v in metrics.items() if v is not None}  # not measured: left out
+    assert to_json(r) == _stdlib_dumps(written) + "\n"  # byte for byte: sorted, indent 1
 
 
 def test_to_dict_shares_nothing_mutable_with_the_result() -> None:

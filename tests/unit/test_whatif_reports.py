@@ -17,6 +17,7 @@ from pytest_inferscope.extra import warn_rule_failures
 from pytest_inferscope.merger import merge
 from pytest_inferscope.postprocess import process
 from pytest_inferscope.reporters.jsonreport import load_report
+from pytest_inferscope.results import SCHEMA_VERSION
 from pytest_inferscope.warning import InferscopeWarning
 
 DATA = Path(__file__).parent.parent / "data"
@@ -55,7 +56,7 @@ def test_a_plugins_whatif_is_replayed_reported_and_read_back(tmp_path: Path) -> 
     html = (tmp_path / result.slug / "report.html").read_text()
     assert 'id="whatif"' in html and "kernels for free" in html
     data = json.loads((tmp_path / result.slug / "report.json").read_text())
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == SCHEMA_VERSION
     first = data["analysis"]["whatif"][0]
     assert set(first) >= {"change", "round_ms", "saved_ms", "saved_fraction"}
     assert abs(data["analysis"]["whatif_replay"]["replay_error"]) < 0.05
