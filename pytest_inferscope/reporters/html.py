@@ -171,12 +171,19 @@ def _script_json(value: Any) -> Markup:
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
+_CATS_MARK = "/* lanes.CATS */ {}"
+
+
 @functools.cache
 def _assets() -> dict[str, Markup]:
     """The stylesheet and script, read once, inlined into every page."""
     out = {}
     for name in ("report.css", "timeline.js"):
         text = (TEMPLATES / name).read_text(encoding="utf-8")
+        if name == "timeline.js":  # the categories' names, the same for every page (lanes.CATS), once in the script
+            if _CATS_MARK not in text:
+                raise ValueError(f"{TEMPLATES / name}: has no {_CATS_MARK!r} to write the categories' names into")
+            text = text.replace(_CATS_MARK, json.dumps(CATS, ensure_ascii=False))
         if "</" + ("style" if name.endswith("css") else "script") in text.lower():
             raise ValueError(f"{TEMPLATES / name}: contains a closing tag and cannot be inlined")
         out[name.replace(".", "_")] = Markup(text)

@@ -379,7 +379,6 @@ def encode(tl: Timeline, lanes: list[Lane], f: Fields | None = None) -> Payload:
     manifest = {
         "t_end": t_end,
         "strings": [tl.strings[i] for i in names.tolist()],
-        "cats": CATS,
         "runtime_lanes": [i for i, lane in enumerate(lanes) if lane.kind == "runtime"],
         "lanes": out_lanes,
         "events": int(sum(len(lane.rows) for lane in lanes if lane.kind != "idle")),

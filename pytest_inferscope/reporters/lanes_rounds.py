@@ -20,7 +20,7 @@ import numpy as np
 from ..events import Kind
 from ..merger import Timeline
 from ..rounds import RoundKind, kinds_of
-from .lanes import _LABELS, _U32, CATS, Gaps, Payload
+from .lanes import _LABELS, _U32, Gaps, Payload
 
 #: Past this many events the numpy code is as fast.
 MAX_EVENTS = 256
@@ -127,7 +127,6 @@ def _encode(tl: Timeline, name: list[int], lanes: list[tuple[str, str, list[int]
     manifest = {
         "t_end": t_end,
         "strings": [tl.strings[i] for i in used],
-        "cats": CATS,
         "runtime_lanes": [i for i, lane in enumerate(lanes) if lane[0] == "runtime"],
         "lanes": out_lanes,
         "events": sum(len(lane[2]) for lane in lanes),

@@ -223,6 +223,22 @@ def test_reports_in_a_folder_share_one_stylesheet_and_script(tmp_path: Path) -> 
     assert len(page.encode()) < len(read_html(tmp_path / "alone", results[0], gpu_timeline()).encode()) - 20_000
 
 
+def test_what_every_page_would_repeat_is_in_the_shared_script(tmp_path: Path) -> None:
+    """The timeline's toolbar and its categories' names are the same in every test's page: the shared script has them
+    (a trivial test's files have a budget: test_plugin's TRIVIAL_REPORT_BYTES), built into the page as it loads."""
+    r = result_for()
+    write_test_reports(r, gpu_timeline(), tmp_path)
+    page = (tmp_path / r.files["html"]).read_text()
+    (js,) = (tmp_path / "assets").glob("timeline-*.js")
+    manifest = json.loads(re.search(r'id="is-manifest">(.*?)</script>', page, re.S).group(1))  # type: ignore[union-attr]
+    assert "cats" not in manifest and 'id="is-toolbar"' in page and "data-act" not in page
+    script = js.read_text()
+    assert all(json.dumps(c) in script for names in CATS.values() for c in names)
+    assert all(f'"{a}"' in script for a in ("in", "out", "left", "right", "fit")) and "is-range" in script
+    # A page written alone (no report folder) inlines the same script.
+    assert script in read_html(tmp_path / "alone", r, gpu_timeline())
+
+
 def test_a_report_without_a_timeline_says_so(tmp_path: Path) -> None:
     html = read_html(tmp_path, result_for(), None)
     assert "No timeline" in html and 'id="is-data"' not in html

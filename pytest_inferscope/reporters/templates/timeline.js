@@ -16,9 +16,16 @@
     stream: ["#3d7cc9", "#e67e22", "#8e44ad", "#16a085", "#7f8c8d", "#9aa6b2", "#c0392b", "#0e9aa7"],
     idle: ["#9aa5b1", "#e5533d", "#f0b429", "#8e44ad", "#8fb3d9", "#607080", "#0e9aa7"], // as .idle-N in report.css
   };
+  const CATS = /* lanes.CATS */ {}; // what each lane's `cat` column means: written in by reporters/html.py
   const NAMED = { scopes: ["#2e9e7e", "#3fb28f", "#23876a", "#57c0a0"], modules: ["#8b6cc4", "#a083d6", "#7559b0", "#b59be0"],
     python: ["#e08a3c", "#eba15f", "#c9772c", "#f2b77f"], stream0: ["#3d7cc9", "#5591d6", "#2f69b0", "#6ea3de", "#2a5c9c"] };
 
+  // The toolbar, the same in every page (built here, so that no page repeats it, and none shows it without script).
+  const TOOLS = [["in", "zoom in (+)", "+"], ["out", "zoom out (−)", "−"], ["left", "pan left (←)", "←"],
+    ["right", "pan right (→)", "→"], ["fit", "whole test (0)", "fit"]];
+  $("is-toolbar").innerHTML = TOOLS.map(([a, t, s]) => `<button type="button" data-act="${a}" title="${t}">${s}</button>`)
+    .join(" ") + ' <span id="is-range" class="range"></span> ' +
+    "<span class=\"hint\">wheel: zoom · drag: pan · click a finding's event to go there</span>";
   const t0Load = performance.now();
   const M = JSON.parse($("is-manifest").textContent);
   const bytes = decode($("is-data").textContent.trim());
@@ -81,7 +88,7 @@
     return COLORS[l.kind][c] || "#888";
   }
   function label(l, i) {
-    if (!l.name) return M.cats.idle[catOf(l, i)] + " (GPU idle)";
+    if (!l.name) return CATS.idle[catOf(l, i)] + " (GPU idle)";
     const full = M.strings[l.name[i]];
     return l.kind === "python" ? full.slice(full.lastIndexOf(";") + 1) : full;
   }
@@ -326,7 +333,7 @@
   function describe(l, i) {
     const lines = [label(l, i)];
     if (l.kind === "python" && l.name) lines.push(M.strings[l.name[i]].split(";").reverse().slice(1, 8).map((f) => "  ← " + f).join("\n"));
-    lines.push(`${M.cats[l.kind][catOf(l, i)]} · ${l.label}`);
+    lines.push(`${CATS[l.kind][catOf(l, i)]} · ${l.label}`);
     lines.push(`start ${(l.s[i] / 1e6).toFixed(3)} ms · duration ${fmtDur(l.dur[i])}`);
     if (l.value && l.value[i]) lines.push(`${(l.value[i] / 1e6).toFixed(3)} MB`);
     const peer = l.peer ? l.peer[i] : l.peerC; // lanes.py: a peer copy's devices, or the device a gap waited for
@@ -375,7 +382,7 @@
   const legend = [];
   for (const [kind, title] of [["stream", "GPU"], ["runtime", "runtime"], ["idle", "GPU idle"]]) {
     if (!lanes.some((l) => l.kind === kind)) continue;
-    legend.push(`<b>${title}:</b>` + M.cats[kind].map((c, i) => `<span><i style="background:${COLORS[kind][i]}"></i>${c}</span>`).join(""));
+    legend.push(`<b>${title}:</b>` + CATS[kind].map((c, i) => `<span><i style="background:${COLORS[kind][i]}"></i>${c}</span>`).join(""));
   }
   $("is-legend").innerHTML = legend.join(" ");
   window.addEventListener("resize", request);
