@@ -487,6 +487,24 @@ def test_report_without_any_round(tmp_path: Path) -> None:
     assert "**unclassified**: no finding explains enough of the time to name a class." in md
 
 
+def test_one_measured_round_has_no_statistics_table_to_repeat_it(tmp_path: Path) -> None:
+    r = gpu_result()
+    r.latency = LatencyStats.from_samples([7.25], [9.5])
+    files = write_test_reports(r, None, tmp_path)
+    md = (tmp_path / files["md"]).read_text(encoding="utf-8")
+    html = (tmp_path / files["html"]).read_text(encoding="utf-8")
+    said = "(1 measured round, warm-up 1{}: its statistics are this round's, with no spread)"
+    assert f"End-to-end latency: 7.25 ms {said.format('')}" in md and said.format(" not counted") in html
+    for page in (md, html):
+        assert "p99" not in page and "Per-round samples" not in page and "Per round: the mean" not in page
+    assert "Warm-up rounds (ms, not counted): 9.5" in md
+    assert json.loads((tmp_path / files["json"]).read_text())["latency"]["p99"] == 7.25  # still there for tools
+    # Two rounds: the table, the samples and the note on means are back.
+    r.latency = LatencyStats.from_samples([7.25, 8.0], [9.5])
+    two = render_report(r)
+    assert "| p90 | p99 |" in two and "Per-round samples (ms): 7.25, 8" in two and "Per round: the mean" in two
+
+
 # ---- JSON ----------------------------------------------------------------------------------
 
 
