@@ -9,6 +9,7 @@ truncated file fails with the file name and the key that is wrong, not with a Ty
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import json.encoder
 import math
@@ -37,7 +38,7 @@ def to_json(result: TestResult) -> str:
     """
     top = {name: getattr(result, name) for name in field_names(TestResult) or ()}
     # A metric not measured (None, NaN) is left out (schema 3): on a machine without a GPU, 32 `gpu.*` nulls were a
-    # fifth of a trivial test's report.json. A reader's `metrics.get(name)` reads None for it, as for a null.
+    # fifth of a trivial test's report.json. `load_report` gives the analyzer's metrics left out back as None.
     a = result.analysis
     measured: dict[str, float | None] = {
         k: v for k, v in a.metrics.items() if v is not None and v == v and v not in _INFINITIES
@@ -164,9 +165,20 @@ def result_from_dict(data: Any, source: str) -> TestResult:
             "another program? Re-run the tests to write it again."
         ) from None
     try:
-        return TestResult.from_dict(data)
+        result = TestResult.from_dict(data)
     except (TypeError, ValueError, KeyError) as e:  # the check above should have caught it
         raise ReportFormatError(f"{source}: cannot build the test result: {e}") from e
+    if version >= 3:  # the metrics not measured were left out of the file: None again, as the run had them
+        for name in _metric_names():
+            result.analysis.metrics.setdefault(name, None)
+    return result
+
+
+@functools.cache
+def _metric_names() -> tuple[str, ...]:
+    from ..analyzer.custom import metric_names
+
+    return metric_names()
 
 
 def _check(tp: Any, value: Any, source: str, where: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_inferscope.analyzer.custom import metric_names
 from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import Timeline
 from pytest_inferscope.reporters import index_entry, write_index, write_test_reports
@@ -517,8 +518,11 @@ def test_json_round_trips_to_an_equal_result(tmp_path: Path, build: Any) -> None
     assert data["schema_version"] == SCHEMA_VERSION and list(data) == sorted(data)
     back = load_report(tmp_path / r.slug / "report.json")
     expected = TestResult.from_dict(r.to_dict())  # NaN becomes None in JSON, both ways alike
-    # A metric not measured (None, NaN) is left out of the file (schema 3); `.get` reads it as None either way.
-    expected.analysis.metrics = {k: v for k, v in expected.analysis.metrics.items() if v is not None}
+    # A metric not measured (None, NaN) is left out of the file (schema 3), and read back as None.
+    measured = {
+        k: v for k, v in expected.analysis.metrics.items() if v is not None
+    }  # `nan_metric` is not the analyzer's
+    expected.analysis.metrics = dict.fromkeys(metric_names()) | measured
     assert back == expected and back.files == {k: f"{r.slug}/report.{k}" for k in ("md", "html", "json")}
 
 
@@ -530,6 +534,11 @@ def test_json_leaves_out_the_metrics_not_measured_and_reads_older_files_with_the
     metrics = data["analysis"]["metrics"]
     assert "gpu.busy_fraction" not in metrics and "gpu.idle_fraction" not in metrics and metrics["cpu.cores"] == 2.0
     assert r.analysis.metrics["gpu.busy_fraction"] is None  # the result itself is not changed
+    (tmp_path / "new.json").write_text(json.dumps(data))
+    back = load_report(tmp_path / "new.json").analysis.metrics
+    assert back["gpu.busy_fraction"] is None and back["gpu.idle_fraction"] is None and back["cpu.cores"] == 2.0
+    kept = {k for k, v in r.analysis.metrics.items() if v is not None and v == v}  # not the fixture's NaN `nan_metric`
+    assert set(back) == set(metric_names()) | kept  # the analyzer's names, None where left out
     # A schema 2 file, nulls and all, still loads.
     data["schema_version"] = 2
     data["analysis"]["metrics"]["gpu.busy_fraction"] = None
