@@ -153,16 +153,19 @@ def _attributed_gaps(timeline: Timeline, idle: Any) -> Gaps | None:
 
 
 def _idle_summary(result: TestResult, payload: Payload | None, gaps: Gaps | None) -> dict[str, Any]:
-    """What the page says about idle gaps: whether they are shaded and attributed, and the ms per round by cause."""
+    """What the page says about idle gaps: whether they are shaded and attributed, the ms per round by cause, and
+    whether the timeline has GPU work or launches at all (without, the page says nothing of gaps and launch lines)."""
     summary = (result.analysis.gpu or {}).get("idle_gaps") or {}
     by_cause = summary.get("by_cause_ms_per_round") if isinstance(summary, dict) else None
-    shown = payload is not None and any(lane["kind"] == "idle" for lane in payload.manifest["lanes"])
+    kinds = {lane["kind"] for lane in payload.manifest["lanes"]} if payload is not None else set()
+    shown = "idle" in kinds
     rows = []
     if isinstance(by_cause, dict):
         for cause, ms in by_cause.items():
             code = cause_code(cause)
             rows.append({"label": CATS["idle"][code], "code": code, "ms": ms})
-    return {"shown": shown, "attributed": gaps is not None and gaps.attributed, "by_cause": rows}
+    gpu = bool(kinds & {"stream", "runtime"})  # GPU work or launches: the note on idle gaps and launch lines applies
+    return {"shown": shown, "attributed": gaps is not None and gaps.attributed, "by_cause": rows, "gpu": gpu}
 
 
 def _script_json(value: Any) -> Markup:

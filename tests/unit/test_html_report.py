@@ -376,6 +376,16 @@ def test_the_page_shades_the_analyzers_idle_intervals_by_cause(tmp_path: Path) -
     assert set(CAUSES) <= set(IDLE_CAUSES)  # every cause the analyzer names has its own colour
 
 
+def test_a_timeline_without_gpu_work_says_nothing_of_gpu_idle_gaps_and_launch_lines(tmp_path: Path) -> None:
+    gpu = gpu_timeline()
+    host = gpu.events[gpu.events["kind"] <= int(Kind.SAMPLE)]  # the test, rounds, scopes, modules, marks, samples
+    assert len(host) and (host["kind"] == int(Kind.ROUND)).any()
+    html = read_html(tmp_path / "cpu", result_for(), timeline([tuple(e) for e in host.tolist()]))
+    assert 'id="is-timeline"' in html and "idle gaps to shade" not in html and "Lines join" not in html
+    with_gpu = read_html(tmp_path / "gpu", result_for(), gpu)
+    assert "GPU idle time in the measured rounds is shaded by cause" in with_gpu and "Lines join each" in with_gpu
+
+
 def test_an_analyzer_without_idle_attribution_still_gets_its_gaps_shaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
