@@ -313,14 +313,15 @@ class RawTrace:
             # UTF-8 bytes: a numpy str array would store 4 bytes per character.
             return np.frombuffer(json.dumps(value, default=str).encode(), dtype=np.uint8)
 
-        return {
-            "events": self.events,
-            "strings": utf8(self.strings),
-            "attrs": utf8(self.attrs),
-            "clock_pairs": np.array(self.clock_pairs, dtype=np.int64).reshape(-1, 2),
-            "meta": np.array([self.dropped, self.t0_ns], dtype=np.int64),
-            "info": utf8(self.meta),
-        }
+        arrays = {"events": self.events, "strings": utf8(self.strings)}
+        # No marks, no clock pairs (no GPU): no member; each empty one cost ~170 bytes of a trivial test's raw.npz.
+        if self.attrs:
+            arrays["attrs"] = utf8(self.attrs)
+        if self.clock_pairs:
+            arrays["clock_pairs"] = np.array(self.clock_pairs, dtype=np.int64).reshape(-1, 2)
+        arrays["meta"] = np.array([self.dropped, self.t0_ns], dtype=np.int64)
+        arrays["info"] = utf8(self.meta)
+        return arrays
 
     def save(self, path: str | IO[bytes], compress: bool = True) -> None:
         """Write to a .npz file that `load` (and `inferscope analyze`) read back.
@@ -345,8 +346,8 @@ class RawTrace:
             return cls(
                 events=z["events"],
                 strings=json.loads(text(z["strings"])),
-                attrs=json.loads(text(z["attrs"])),
-                clock_pairs=[(int(h), int(d)) for h, d in z["clock_pairs"]],
+                attrs=json.loads(text(z["attrs"])) if "attrs" in z else [],  # left out when empty
+                clock_pairs=[(int(h), int(d)) for h, d in z["clock_pairs"]] if "clock_pairs" in z else [],
                 dropped=dropped,
                 t0_ns=t0,
                 meta=json.loads(text(z["info"])) if "info" in z else {},
