@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from ..results import UNCLASSIFIED, Analysis, CheckResult, TestResult
+from ..results import UNCLASSIFIED, Analysis, BreakdownPart, CheckResult, TestResult
 from ..units import fmt_ms as fmt_ms  # the checks' messages write milliseconds with it too (units.py)
 from ..units import fmt_threshold
 
@@ -31,6 +31,14 @@ def rounds_text(result: TestResult) -> str:
     if ran == asked:
         return f"{asked} round{'s' * (asked != 1)} (warm-up {result.warmup}"
     return f"{ran} round{'s' * (ran != 1)} measured ({asked} asked for, warm-up {result.warmup}"
+
+
+def same_reason(above: Any, part: BreakdownPart) -> bool:
+    """Whether a breakdown part not collected has the reason of the part not collected just above it, so that the
+    reports say "not collected (as above)" rather than the reason again (without a GPU: GPU compute, then Transfers).
+    `above` is the template loop's previous part, undefined for the first."""
+    not_collected = isinstance(above, BreakdownPart) and not (above.collected and above.ms is not None)
+    return not_collected and bool(part.reason) and above.reason == part.reason
 
 
 #: The reports' host memory line is written where the rounds took this many MB (the peak above the RSS before them,

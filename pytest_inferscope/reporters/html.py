@@ -41,6 +41,7 @@ from .fmt import (
     host_memory_text,
     older_text,
     rounds_text,
+    same_reason,
     verdict_label,
 )
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
@@ -314,7 +315,9 @@ def _env() -> jinja2.Environment:
         added=fmt_added,
         bottleneck=fmt_bottleneck,
     )
-    env.globals.update(rounds_text=rounds_text, no_latency=NO_LATENCY, host_memory=host_memory_text)
+    env.globals.update(
+        rounds_text=rounds_text, no_latency=NO_LATENCY, host_memory=host_memory_text, same_reason=same_reason
+    )
     env.bytecode_cache = compiled_templates(env)
     return env
 

@@ -33,6 +33,7 @@ from .fmt import (
     md_text,
     older_text,
     rounds_text,
+    same_reason,
     verdict_label,
 )
 
@@ -108,7 +109,9 @@ def _env() -> jinja2.Environment:
         code=md_code,
     )
     env.filters["failed_keys"] = lambda checks: [c.key for c in checks if c.status == "failed"]
-    env.globals.update(rounds_text=rounds_text, no_latency=NO_LATENCY, host_memory=host_memory_text)
+    env.globals.update(
+        rounds_text=rounds_text, no_latency=NO_LATENCY, host_memory=host_memory_text, same_reason=same_reason
+    )
     env.tests["failed"] = lambda c: isinstance(c, CheckResult) and c.status == "failed"
     env.bytecode_cache = compiled_templates(env)
     return env

@@ -506,6 +506,25 @@ def test_one_measured_round_has_no_statistics_table_to_repeat_it(tmp_path: Path)
     assert "| p90 | p99 |" in two and "Per-round samples (ms): 7.25, 8" in two and "Per round: the mean" in two
 
 
+def test_a_part_not_collected_for_the_reason_of_the_part_above_says_as_above(tmp_path: Path) -> None:
+    r = gpu_result()
+    why = "no NVIDIA GPU or driver on this machine"
+    r.analysis.breakdown = [
+        BreakdownPart("GPU compute", None, None, collected=False, reason=why),
+        BreakdownPart("Transfers", None, None, collected=False, reason=why),
+        BreakdownPart("CPU", 1.0, 0.5),
+        BreakdownPart("Framework", None, None, collected=False, reason=why),
+        BreakdownPart("Other", None, None, collected=False, reason="something else"),
+    ]
+    files = write_test_reports(r, None, tmp_path)
+    md = (tmp_path / files["md"]).read_text(encoding="utf-8")
+    html = (tmp_path / files["html"]).read_text(encoding="utf-8")
+    assert f"- GPU compute: not collected ({why})\n- Transfers: not collected (as above)\n" in md
+    assert f"- Framework: not collected ({why})\n- Other: not collected (something else)" in md  # not after a part
+    assert html.count(f"not collected ({why})") == 2 and html.count("not collected (as above)") == 1
+    assert json.loads((tmp_path / files["json"]).read_text())["analysis"]["breakdown"][1]["reason"] == why
+
+
 # ---- JSON ----------------------------------------------------------------------------------
 
 
