@@ -488,6 +488,16 @@ def test_report_without_any_round(tmp_path: Path) -> None:
     assert "**unclassified**: no finding explains enough of the time to name a class." in md
 
 
+@pytest.mark.parametrize("trace_rounds", [[], [9.0]])
+def test_the_verdict_line_and_the_collection_heading_are_two_paragraphs(trace_rounds: list[float]) -> None:
+    """Markdown joins lines with no blank line between: the header rendered as '... 1 round (warm-up 1) Collection'."""
+    r = gpu_result()
+    r.latency = LatencyStats.from_samples([7.25, 8.0], [9.5], trace_ms=trace_rounds)
+    md = render_report(r)
+    verdict = next(line for line in md.splitlines() if line.startswith("**Verdict:"))
+    assert f"{verdict}\n\n**Collection**\n" in md
+
+
 def test_one_measured_round_has_no_statistics_table_to_repeat_it(tmp_path: Path) -> None:
     r = gpu_result()
     r.latency = LatencyStats.from_samples([7.25], [9.5])
