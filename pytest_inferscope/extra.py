@@ -13,11 +13,29 @@ from __future__ import annotations
 import traceback
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .warning import InferscopeWarning
+
+#: Custom analyzer rules, read from the rootdir (docs/custom-rules.md).
+CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
+
+
+def custom_rules(rootpath: Path) -> list[Any]:
+    """The rules of the rootdir's .inferscope_rules.yaml, checked at the session's start (a bad file stops the run:
+    unlike a hook's rule that fails on a test, it is the user's own file, and every test would lose its rules)."""
+    path = rootpath / CUSTOM_RULES_FILE
+    if not path.is_file():
+        return []
+    from .analyzer.custom import CustomRuleError, load_rules, metric_names
+
+    try:
+        return load_rules(path, known_metrics=metric_names())
+    except CustomRuleError as exc:
+        raise pytest.UsageError(str(exc)) from exc
 
 
 def say(message: str, promoted: list[str]) -> None:

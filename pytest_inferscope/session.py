@@ -24,6 +24,7 @@ import pytest
 from .checks import benchmark_conflict, plan_of, validate_marker
 from .config import Settings
 from .extra import (
+    custom_rules,
     hook_lists,
     machine_info,
     say,
@@ -57,8 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pytest_inferscope")
 
-#: Custom analyzer rules, read from the rootdir (docs/custom-rules.md).
-CUSTOM_RULES_FILE = ".inferscope_rules.yaml"
 #: An item's runs before this one in the session: their verdicts (pytest-rerunfailures runs the same item again).
 EARLIER_RUNS = pytest.StashKey[tuple[str, ...]]()
 
@@ -155,7 +154,7 @@ class InferscopeSession:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.baselines.check()
-        self.custom_rules = self._load_custom_rules()
+        self.custom_rules = custom_rules(self.config.rootpath)
         if self.settings.gpu == "required":
             from .collectors.gpu import GpuBackendError
 
@@ -177,18 +176,6 @@ class InferscopeSession:
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return self.header_lines()
-
-    def _load_custom_rules(self) -> list[Any]:
-        """The rules of the rootdir's .inferscope_rules.yaml, checked now (a bad file stops the run)."""
-        path = self.config.rootpath / CUSTOM_RULES_FILE
-        if not path.is_file():
-            return []
-        from .analyzer.custom import CustomRuleError, load_rules, metric_names
-
-        try:
-            return load_rules(path, known_metrics=metric_names())
-        except CustomRuleError as exc:
-            raise pytest.UsageError(str(exc)) from exc
 
     def header_lines(self) -> list[str]:
         cpu = cpu_line(self.settings.cpu, self.settings.sampler, self.settings.sample_interval_ms)
