@@ -301,25 +301,10 @@ def measure(
             f"measure({callable_name(fn)!r}): {kind} function, whose calls only make {kind.split(' ', 1)[1]}s and run "
             f"none of its body: the rounds would time nothing. Measure what consumes it, e.g. {consume}."
         )
-    check_rounds("measure", rounds, warmup, cpu)
-    check_name("measure", name)
-    check_report_dir_argument("measure", report_dir)
-    check_passed_on("measure", fn, kwargs)
-    typed = check_thresholds("measure", thresholds)
-    settings = standalone_settings()
-    sink = Profile(name or callable_name(fn))
-    ran: list[dict[str, Any]] = []  # the rounds' rows (`Collection.rounds`): which call raised
-    try:
-        with collecting(
-            sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
-            settings=settings, caller="measure",
-            **round_options(settings, "measure", trace_rounds, gpu_rounds),
-        ) as coll:  # fmt: skip
-            ran = coll.rounds
-            coll.run_rounds(_first_checked(fn, args, kwargs), rounds, warmup)
-    except Exception as exc:
-        _say_where_it_raised(exc, "measure", sink, ran, report_dir or settings.report)
-        raise
+    with _measuring(
+        "measure", fn, kwargs, rounds, warmup, name, report_dir, thresholds, cpu, trace_rounds, gpu_rounds
+    ) as (coll, sink):
+        coll.run_rounds(_first_checked(fn, args, kwargs), rounds, warmup)
     assert sink.result is not None
     return sink.result
 
@@ -341,25 +326,10 @@ async def measure_async(
     included) under collection, in the event loop that awaits this, and returns the analysed result
     (`await measure_async(client.predict, batch)`)."""
     check_callable("measure_async", fn)
-    check_rounds("measure_async", rounds, warmup, cpu)
-    check_name("measure_async", name)
-    check_report_dir_argument("measure_async", report_dir)
-    check_passed_on("measure_async", fn, kwargs)
-    typed = check_thresholds("measure_async", thresholds)
-    settings = standalone_settings()
-    sink = Profile(name or callable_name(fn))
-    ran: list[dict[str, Any]] = []  # the rounds' rows (`Collection.rounds`): which call raised
-    try:
-        with collecting(
-            sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
-            settings=settings, caller="measure_async",
-            **round_options(settings, "measure_async", trace_rounds, gpu_rounds),
-        ) as coll:  # fmt: skip
-            ran = coll.rounds
-            await coll.run_rounds_async(_first_awaitable(fn, args, kwargs), rounds, warmup)
-    except Exception as exc:
-        _say_where_it_raised(exc, "measure_async", sink, ran, report_dir or settings.report)
-        raise
+    with _measuring(
+        "measure_async", fn, kwargs, rounds, warmup, name, report_dir, thresholds, cpu, trace_rounds, gpu_rounds
+    ) as (coll, sink):
+        await coll.run_rounds_async(_first_awaitable(fn, args, kwargs), rounds, warmup)
     assert sink.result is not None
     return sink.result
 
@@ -367,6 +337,42 @@ async def measure_async(
 class _NotTimed(TypeError):
     """A call of `fn` that `measure` or `measure_async` cannot time (a coroutine made, not awaited; nothing to await;
     arguments fn cannot take): said by its own message, without the note of where `fn` raised."""
+
+
+@contextmanager
+def _measuring(
+    caller: str,
+    fn: Callable[..., Any],
+    kwargs: dict[str, Any],
+    rounds: int,
+    warmup: int,
+    name: str | None,
+    report_dir: str | os.PathLike[str] | None,
+    thresholds: dict[str, Any] | None,
+    cpu: str | None,
+    trace_rounds: int | str | None,
+    gpu_rounds: str | None,
+) -> Iterator[tuple[Collection, Profile]]:
+    """What `measure` and `measure_async` share: their arguments checked before any call, the collection around the
+    rounds the caller runs in it, and a note on an exception that names the call that raised."""
+    check_rounds(caller, rounds, warmup, cpu)
+    check_name(caller, name)
+    check_report_dir_argument(caller, report_dir)
+    check_passed_on(caller, fn, kwargs)
+    typed = check_thresholds(caller, thresholds)
+    settings = standalone_settings()
+    sink = Profile(name or callable_name(fn))
+    ran: list[dict[str, Any]] = []  # the rounds' rows (`Collection.rounds`): which call raised
+    try:
+        with collecting(
+            sink.name, sink, rounds=rounds, warmup=warmup, report_dir=report_dir, thresholds=typed, cpu=cpu,
+            settings=settings, caller=caller, **round_options(settings, caller, trace_rounds, gpu_rounds),
+        ) as coll:  # fmt: skip
+            ran = coll.rounds
+            yield coll, sink
+    except Exception as exc:
+        _say_where_it_raised(exc, caller, sink, ran, report_dir or settings.report)
+        raise
 
 
 def _say_where_it_raised(
