@@ -19,8 +19,9 @@ Built in, each standing for one bottleneck class:
 - *a module's host work removed* (cpu_bound): the segments lose the time sampled in that module
   (the user's top `MAX_MODULES`; the framework's modules are not candidates);
 - *GPU allocator calls removed* (memory_bound): cudaMalloc/cudaFree and the driver's allocation calls
-  cost nothing; *host memory growth removed* (memory_bound, `whatif_memory.py`, where host memory grew
-  or pages faulted in): the rounds' system CPU time taken off the host segments.
+  cost nothing; *host memory growth removed* (memory_bound, `whatif_memory.py`, where host memory grew;
+  *host page faults removed* where pages faulted in and memory did not grow): the rounds' system CPU
+  time taken off the host segments.
 
 More come through the `pytest_inferscope_whatifs` hook (hooks.py): a `WhatIf` whose `transform`
 returns the changed graph (or None where it does not apply); one that raises loses its own row only

@@ -288,6 +288,15 @@ def test_host_memory_growth_gets_a_what_if_worth_the_kernels_time() -> None:
     assert not any(r.change.startswith("host memory") for r in analyze(merge(steady)).whatif)
 
 
+def test_page_faults_without_growth_are_not_called_growth_in_the_what_if() -> None:
+    # Pages fault in every round (a big temporary) while RSS stays put: the row says faults, not growth.
+    faulting = build(cpu_busy=0.9, sys_share=0.5, faults=10_000, gpu=[(Kind.KERNEL, 0.6, 0.3, 0, 0)])
+    rows = [r for r in analyze(merge(faulting)).whatif if r.bottleneck == "memory_bound"]
+    assert len(rows) == 1, [r.change for r in rows]
+    assert rows[0].change.startswith("host page faults removed (10000 page faults a round"), rows[0].change
+    assert "growth" not in rows[0].change and rows[0].saved_ms > 0
+
+
 def test_a_thread_that_mostly_sleeps_is_not_called_cpu_bound() -> None:
     raw = build(cpu_busy=0.1, samples=[("t:body (t.py:1)", 0.9)])
     a = analyze(merge(raw))
