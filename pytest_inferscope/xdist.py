@@ -9,13 +9,15 @@ method) sends no `workeroutput`: the results it sent with its reports stay.
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
-    from .results import TestResult
+    from .results import ClockFit, TestResult
     from .session import InferscopeSession
 
 _FAILED_BY_US = ("inferscope.verdict", "fail")  # a JUnit property (reporters/junit.py), sent with the report
@@ -59,6 +61,21 @@ class XdistHooks:
         self.session = session
         self.sent: dict[str, set[str]] = {}  # by worker: the tests whose results came with their reports
         self.running: dict[str, tuple[int, int]] = {}  # profiled tests set up and not torn down: rounds, warm-up
+        self.lean = Lean()
+        self.calls: dict[str, list[tuple[Any, ...]]] = {}  # a test's call report's properties, until its teardown's
+
+    def properties(self, report: pytest.TestReport) -> None:
+        """A test's JUnit properties come with its call report and again with its teardown report (JUnit XML reads
+        them there), and pytest keeps both reports to the session's end: the teardown's are the call's, and the names
+        are kept once for all tests."""
+        props = report.user_properties
+        if report.when == "call":
+            props = self.calls[report.nodeid] = [tuple(_name(x) for x in p) for p in props]
+        elif report.when == "teardown" and (held := self.calls.pop(report.nodeid, None)) is not None and held == props:
+            props = list(held)
+        else:
+            props = [tuple(_name(x) for x in p) for p in props]
+        report.user_properties = props
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         from .results import TestResult, keep_last_run
@@ -67,8 +84,8 @@ class XdistHooks:
         if "inferscope_results" in output:  # its final results replace those sent with the reports
             sent = self.sent.pop(_worker(node), set())
             self.session.results[:] = [r for r in self.session.results if r.nodeid not in sent]
-        for d in output.get("inferscope_results", []):
-            result = TestResult.from_wire(d)
+        for d in output.pop("inferscope_results", []):  # (xdist keeps the node, and its output, to the end)
+            result = self.lean(TestResult.from_wire(d))
             keep_last_run(self.session.results, result)
             self.session.baselines.note_environment_change(result)  # the summary line the workers cannot write
         for note in getattr(node, "workeroutput", {}).get("inferscope_ab_notes", []):
@@ -84,7 +101,7 @@ class XdistHooks:
         if (wire := report.__dict__.pop(_WIRE, None)) is not None:
             from .results import TestResult, keep_last_run
 
-            result = TestResult.from_wire(wire)
+            result = self.lean(TestResult.from_wire(wire))
             keep_last_run(self.session.results, result)  # (pytest-rerunfailures: the run before it goes)
             self.session.baselines.note_environment_change(result)
             self.sent.setdefault(_worker(getattr(report, "node", None)), set()).add(result.nodeid)
@@ -96,6 +113,8 @@ class XdistHooks:
             rounds, warmup = self.running.pop(report.nodeid)
             worker = _worker(getattr(report, "node", None))
             self.session.results.append(crashed(report.nodeid, worker, rounds, warmup))
+        if report.user_properties:  # pytest keeps every report to the end: a test's properties once, not once a report
+            self.properties(report)
         if report.when != "call" or not report.failed or not isinstance(report.longrepr, str):
             return
         if any(tuple(p) == _FAILED_BY_US for p in report.user_properties):
@@ -103,6 +122,38 @@ class XdistHooks:
 
             # (a FailureRepr is a TerminalRepr to pytest: it reads toterminal and reprcrash, not the class)
             report.longrepr = failure_longrepr(report.longrepr, report.location)  # type: ignore[assignment]
+
+
+class Lean:
+    """What the controller keeps of a worker's result: what its terminal summary, index and saved baseline read. The
+    collectors' description and the clock fit (report.json has them) are left out; an environment equal to one kept
+    before is that one (each worker's tests share theirs), and the dicts' keys are kept once for all results
+    (docs/ci.md, "xdist", says what the controller holds a test)."""
+
+    def __init__(self) -> None:
+        self.environments: dict[str, dict[str, Any]] = {}
+        self.no_clock: ClockFit | None = None
+
+    def __call__(self, result: TestResult) -> TestResult:
+        env = result.environment
+        key = json.dumps(env, default=str)  # order-sensitive: a dict shared only with one alike in every way
+        result.environment = self.environments.setdefault(key, env)
+        result.collectors = []
+        if self.no_clock is None:
+            from .results import ClockFit
+
+            self.no_clock = ClockFit()
+        result.clock = self.no_clock
+        a = result.analysis
+        a.metrics = {_name(k): v for k, v in a.metrics.items()}
+        result.added = {_name(k): v for k, v in result.added.items()}
+        result.files = {_name(k): v for k, v in result.files.items()}
+        return result
+
+
+def _name(key: Any) -> Any:
+    """A name that many results or reports hold (a metric's, a JUnit property's), kept once."""
+    return sys.intern(key) if type(key) is str else key
 
 
 def _worker(node: Any) -> str:

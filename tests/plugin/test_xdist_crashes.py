@@ -97,3 +97,49 @@ def test_a_crashed_test_run_again_by_rerunfailures_is_listed_once(pytester: pyte
     assert result.parseoutcomes() == {"passed": 1, "failed": 1, "rerun": 2}
     tests = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
     assert [(t["nodeid"].rpartition("::")[2], t["verdict"]) for t in tests] == [("test_a_crash_once", "pass")]
+
+
+CONTROLLER_HOLDS = """
+import json
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):
+        return
+    results = session.config.pluginmanager.get_plugin("inferscope-session").results
+    stats = session.config.pluginmanager.get_plugin("terminalreporter").stats
+    calls = {r.nodeid: r.user_properties for r in stats["passed"] if r.when == "call"}
+    teardowns = {r.nodeid: r.user_properties for r in stats[""] if r.when == "teardown"}
+    held = {
+        "environments": len({id(r.environment) for r in results}),
+        "collectors": sum(len(r.collectors) for r in results),
+        "shared": sum(all(a is b for a, b in zip(calls[n], teardowns[n])) for n in calls),
+        "properties": sorted({len(p) for p in calls.values()}),
+    }
+    (session.config.rootpath / "held.json").write_text(json.dumps(held))
+"""
+
+
+def test_the_controller_keeps_what_its_summary_index_and_baseline_read(pytester: pytest.Pytester) -> None:
+    """The controller kept every worker's result whole, each with its own copy of its worker's environment, the
+    collectors' description and the clock fit (report.json's, not the summary's, the index's or the baseline's), and
+    pytest kept each test's JUnit properties twice (its call and its teardown report): ~12.6 KB a test, ~630 MB for
+    50,000 tests."""
+    pytest.importorskip("xdist")
+    pytester.makeconftest(CONTROLLER_HOLDS)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(12))
+        def test_a(n):
+            sum(range(100))
+        """
+    )
+    result = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--inferscope-all", "--inferscope-report=out")
+    result.assert_outcomes(passed=12)
+    held = json.loads((pytester.path / "held.json").read_text())
+    assert held["environments"] <= 2 and held["collectors"] == 0, held  # one environment a worker at most
+    assert held["shared"] == 12 and held["properties"][0] > 5, held  # the teardown report's are the call report's
+    assert len(json.loads((pytester.path / "out" / "index.json").read_text())["tests"]) == 12
