@@ -25,6 +25,8 @@ _FAILED_BY_US = ("inferscope.verdict", "fail")  # a JUnit property (reporters/ju
 _WIRE = "inferscope_result"
 #: The attribute of a profiled test's setup report: [rounds, warm-up] of its plan (a crash's result says them).
 _PLANNED = "inferscope_planned"
+#: A worker's output under pytest-rerunfailures: its profiled tests' [rounds, warm-up], as JSON text.
+_PLANS = "inferscope_plans"
 
 
 def register(config: pytest.Config, session: InferscopeSession) -> None:
@@ -53,6 +55,13 @@ class WorkerHooks:
             setattr(rep, _WIRE, results[-1].to_wire())
         return rep
 
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """pytest-rerunfailures sends a test's setup report with the others once the test has run to its end: for a
+        test a worker died in, the controller learns from a worker that lived to its end what the test's plan was."""
+        if session.config.pluginmanager.hasplugin("rerunfailures"):
+            plans = {nodeid: [p.rounds, p.warmup] for nodeid, p in self.session.plans.items()}
+            session.config.workeroutput[_PLANS] = json.dumps(plans)  # type: ignore[attr-defined]
+
 
 class XdistHooks:
     """Controller-side hooks of pytest-xdist."""
@@ -63,6 +72,26 @@ class XdistHooks:
         self.running: dict[str, tuple[int, int]] = {}  # profiled tests set up and not torn down: rounds, warm-up
         self.lean = Lean()
         self.calls: dict[str, list[tuple[Any, ...]]] = {}  # a test's call report's properties, until its teardown's
+        self.died_in: dict[str, list[str]] = {}  # tests a worker died in, not known as profiled then: the workers
+        self.plans = "{}"  # the last plans a worker sent (`_PLANS`)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Before the session's (the summary, the index, the baseline): the tests a worker died in under
+        pytest-rerunfailures. Each death is a run of the test, partial: a test that died at every try is listed as its
+        last death, one that ran to its end later has its deaths among its earlier runs."""
+        plans = json.loads(self.plans) if self.died_in else {}
+        last = {r.nodeid: r for r in self.session.results}
+        for nodeid, workers in self.died_in.items():
+            if nodeid not in plans:  # not profiled
+                continue
+            deaths = ["partial"] * len(workers)
+            if (result := last.get(nodeid)) is not None:
+                result.earlier_runs = [*deaths, *result.earlier_runs]
+            else:
+                result = crashed(nodeid, workers[-1], *plans[nodeid])
+                result.earlier_runs = deaths[1:]
+                self.session.results.append(result)
 
     def properties(self, report: pytest.TestReport) -> None:
         """A test's JUnit properties come with its call report and again with its teardown report (JUnit XML reads
@@ -88,6 +117,7 @@ class XdistHooks:
             result = self.lean(TestResult.from_wire(d))
             keep_last_run(self.session.results, result)
             self.session.baselines.note_environment_change(result)  # the summary line the workers cannot write
+        self.plans = output.pop(_PLANS, None) or self.plans
         for note in getattr(node, "workeroutput", {}).get("inferscope_ab_notes", []):
             if note not in self.session.notes:  # every worker sees the tests removed since the ref: said once
                 self.session.notes.append(note)
@@ -113,6 +143,8 @@ class XdistHooks:
             rounds, warmup = self.running.pop(report.nodeid)
             worker = _worker(getattr(report, "node", None))
             self.session.results.append(crashed(report.nodeid, worker, rounds, warmup))
+        elif report.when == "???":  # (pytest-rerunfailures: its setup report was not sent; a worker's plans say)
+            self.died_in.setdefault(report.nodeid, []).append(_worker(getattr(report, "node", None)))
         if report.user_properties:  # pytest keeps every report to the end: a test's properties once, not once a report
             self.properties(report)
         if report.when != "call" or not report.failed or not isinstance(report.longrepr, str):

@@ -70,10 +70,13 @@ def test_the_test_a_worker_died_in_is_listed_once_as_partial(pytester: pytest.Py
     assert "::test_b_crash</td>" in html and "test_b_crash-" not in html
 
 
-def test_a_crashed_test_run_again_by_rerunfailures_is_listed_once(pytester: pytest.Pytester) -> None:
-    """pytest-rerunfailures runs the test a worker died in again (on another worker): its crash is no result then. It
-    logs a test's reports once the test has run to its end, so a test that dies at every try sent no setup report that
-    marked it as profiled: xdist and rerunfailures report it, the index does not list it (docs/ci.md)."""
+def test_a_test_rerunfailures_ran_again_after_its_worker_died_is_listed_with_its_deaths(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest-rerunfailures runs the test a worker died in again (on another worker). It sends a test's reports once
+    the test has run to its end, so no setup report had told the controller the test was profiled: a test that died at
+    every try was in neither the summary nor the index (only xdist's and rerunfailures' lines said it had run), and one
+    that died and then passed was listed as run once, its death in no earlier run."""
     pytest.importorskip("xdist")
     pytest.importorskip("pytest_rerunfailures")
     pytester.makepyfile(
@@ -89,14 +92,27 @@ def test_a_crashed_test_run_again_by_rerunfailures_is_listed_once(pytester: pyte
 
         def test_b_crash():
             os._exit(1)
+
+        def test_c_plain():
+            pass
         """
     )
     result = pytester.runpytest_subprocess(
         *ARGS, "-n", "1", "--reruns", "1", "--inferscope-all", "--inferscope-report=out"
     )
-    assert result.parseoutcomes() == {"passed": 1, "failed": 1, "rerun": 2}
+    assert result.parseoutcomes() == {"passed": 2, "failed": 1, "rerun": 2}
     tests = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
-    assert [(t["nodeid"].rpartition("::")[2], t["verdict"]) for t in tests] == [("test_a_crash_once", "pass")]
+    listed = [(t["nodeid"].rpartition("::")[2], t["verdict"], t["earlier_runs"]) for t in tests]
+    assert listed == [
+        ("test_a_crash_once", "pass", ["partial"]),
+        ("test_b_crash", "partial", ["partial"]),
+        ("test_c_plain", "pass", []),
+    ]
+    (died,) = [t for t in tests if t["nodeid"].endswith("::test_b_crash")]
+    assert "crashed while running this test" in died["partial_reason"] and died["files"] == {}
+    result.stdout.fnmatch_lines(
+        ["*::test_b_crash * none * 0 * partial", "*2 test(s) ran more than once*test_b_crash: partial, then partial*"]
+    )
 
 
 CONTROLLER_HOLDS = """
