@@ -127,6 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--alpha", type=alpha, default=0.01, help="significance level (default 0.01)")
     compare.set_defaults(func=cmd_compare)
 
+    from .index import cmd_index
+
+    index = _command(
+        sub, "index", "write a report folder's index again from its test folders",
+        "Write DIR's index.md, index.json and index.html from the report.json of its test folders: those written "
+        "after the index.json there (every one when there is none), or all of them with --all. For a pytest "
+        "session that never wrote its index (killed by pytest-timeout's thread method, the OOM killer, SIGKILL).",
+        None,
+    )  # fmt: skip
+    index.add_argument("folder", metavar="DIR", help="the report folder (--inferscope-report=DIR)")
+    index.add_argument("--all", action="store_true", help="list every test folder, not only those after the index")
+    index.set_defaults(func=cmd_index)
+
     config = sub.add_parser(
         "config",
         help="inspect the configuration",

@@ -128,3 +128,50 @@ def test_compare_given_the_name_of_a_saved_baseline_says_where_its_file_is(
         "B (nothing) does not exist; give a report folder, a report.json, an index.json or a baseline file "
         "(.inferscope/baselines/NAME.json).\n"
     )
+
+
+def test_index_lists_the_tests_a_killed_session_completed(pytester: pytest.Pytester) -> None:
+    """A session killed before its end (pytest-timeout's thread method calls os._exit, as does this test's body) left
+    the report folders of the tests it completed and the index of the run before, which listed none of them; no
+    command wrote an index of them."""
+    pytester.makepyfile(test_k="def test_a():\n    pass\n\ndef test_old():\n    pass\n")
+    args = ("-p", "no:randomly", "-p", "no:benchmark", "--inferscope-all", "--inferscope-report=out")
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=2)
+    out = pytester.path / "out"
+    # (the writer puts a test's files on disk while the next is set up, and holds them while its rounds run: the
+    # fixture's second lets test_b's be written before test_c_killed dies, as a slower test's setup would)
+    pytester.makepyfile(
+        test_k="""
+        import os, time
+        import pytest
+
+        @pytest.fixture
+        def settle():
+            time.sleep(1.0)
+
+        def test_a():
+            pass
+
+        def test_b():
+            pass
+
+        def test_c_killed(settle):
+            os._exit(1)
+
+        def test_d():
+            pass
+        """
+    )
+    pytester.runpytest_subprocess(*args)
+    listed = [t["nodeid"] for t in json.loads((out / "index.json").read_text())["tests"]]
+    assert listed == ["test_k.py::test_a", "test_k.py::test_old"]  # the run before's
+    assert main(["index", str(out)]) == 0
+    listed = [t["nodeid"] for t in json.loads((out / "index.json").read_text())["tests"]]
+    assert listed == ["test_k.py::test_a", "test_k.py::test_b"]
+    assert (
+        "test_k.py::test_b" in (out / "index.md").read_text()
+        and "test_k.py::test_b" in (out / "index.html").read_text()
+    )
+    assert main(["index", str(out), "--all"]) == 0
+    listed = [t["nodeid"] for t in json.loads((out / "index.json").read_text())["tests"]]
+    assert listed == ["test_k.py::test_a", "test_k.py::test_b", "test_k.py::test_old"]
