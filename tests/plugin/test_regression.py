@@ -143,6 +143,51 @@ def test_nothing_to_save_fails_the_run_and_says_why(pytester: pytest.Pytester) -
     assert not (pytester.path / ".inferscope" / "baselines" / "main.json").exists()
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_an_interrupted_save_appends_the_tests_that_completed_and_keeps_the_others(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
+    """Ctrl-C (here a KeyboardInterrupt in a test's body) ends the session early: the baseline gets an entry for each
+    test that completed, none for the interrupted one, and every entry it held before stays (docs/ci.md)."""
+    if workers:
+        pytest.importorskip("xdist")
+    pytester.makepyfile(
+        """
+        from pathlib import Path
+        import pytest
+
+        @pytest.mark.parametrize("n", range(2))
+        def test_a(n):
+            pass
+
+        def test_b_interrupted():
+            if Path("interrupt").exists():
+                raise KeyboardInterrupt
+
+        def test_c():
+            pass
+        """
+    )
+    args = (
+        "-p",
+        "no:randomly",
+        *workers,
+        "--inferscope-all",
+        "--inferscope-rounds=2",
+        "--inferscope-save-baseline=main",
+    )
+    pytester.runpytest_subprocess("-p", "no:xdist", *args[2 + len(workers) :]).assert_outcomes(passed=4)
+    (pytester.path / "interrupt").write_text("")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    saved = json.loads((pytester.path / ".inferscope" / "baselines" / "main.json").read_text())["tests"]
+    runs = {nodeid.rpartition("::")[2]: len(entries) for nodeid, entries in saved.items()}
+    assert runs["test_b_interrupted"] == 1 and all(runs[f"test_a[{n}]"] in (1, 2) for n in range(2)), runs
+    completed = [name for name, n in runs.items() if n == 2]
+    assert runs["test_c"] in (1, 2) and len(runs) == 4 and completed, runs  # (xdist: test_c may have run too)
+    result.stdout.fnmatch_lines([f"inferscope: saved baseline 'main' ({len(completed)} tests)*"])
+
+
 def test_a_test_missing_from_the_baseline_is_not_evaluated_with_the_reason(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
