@@ -4,7 +4,9 @@ Registered only when pytest-xdist is present. A worker sends each result as JSON
 test's call report (`WorkerHooks`), and all of them again in `workeroutput` as its session ends, which replace the ones
 sent before (a report file that could not be written, a reports_ms added after the report); the controller rebuilds
 them here and writes the one summary and index. A worker that dies (`os._exit`, a segfault, pytest-timeout's thread
-method) sends no `workeroutput`: the results it sent with its reports stay.
+method) sends no `workeroutput`: the results it sent with its reports stay, and the test it died in is listed as a
+partial run (under pytest-rerunfailures, from the plans a worker that lived sent as it ended). The controller keeps of
+each result what its summary, index and baseline read (`Lean`).
 """
 
 from __future__ import annotations
