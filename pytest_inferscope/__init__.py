@@ -2,9 +2,8 @@
 
 Outside pytest: `scope(name)`, `mark_event(name, **attrs)`, `profile(name)`,
 `measure(fn, *args, rounds=..., warmup=...)` and, for an async function, `await measure_async(fn, ...)`;
-`compare(before, after)` judges two results. They load
-on first use, so importing the
-package (as pytest does for every session) stays cheap.
+`compare(before, after)` judges two results, `write_report(result, report_dir)` writes a result's report files after
+the call. They load on first use, so importing the package (as pytest does for every session) stays cheap.
 """
 
 from __future__ import annotations
@@ -16,8 +15,11 @@ from .warning import InferscopeWarning
 if TYPE_CHECKING:
     from .api import mark_event, measure, measure_async, profile, scope
     from .api_compare import compare
+    from .api_report import write_report
 
-__all__ = ["InferscopeWarning", "compare", "mark_event", "measure", "measure_async", "profile", "scope"]
+__all__ = [
+    "InferscopeWarning", "compare", "mark_event", "measure", "measure_async", "profile", "scope", "write_report",
+]  # fmt: skip
 __version__ = "0.1.0"
 
 
@@ -26,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from .api_compare import compare
 
         return compare
+    if name == "write_report":
+        from .api_report import write_report
+
+        return write_report
     if name in ("scope", "mark_event", "profile", "measure", "measure_async"):
         from . import api
 

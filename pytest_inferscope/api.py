@@ -141,6 +141,32 @@ def _take_over(name: str) -> None:
     raise RuntimeError(busy(name, running))
 
 
+def report_folder(caller: str, report_dir: str | os.PathLike[str] | None, settings: Settings) -> Path | None:
+    """The folder a call writes its report to (`report_dir`, else the settings' report; None: none), made and checked
+    writable (`check_report_dir`): a ReportDirError as the API takes it, starting with the call (`caller`) if given."""
+    out = Path(report_dir).expanduser() if report_dir is not None else settings.report  # as the setting's is
+    if out is None:
+        return None
+    try:
+        check_report_dir(Path(out), index=False)  # a test folder only: no index is written
+    except ReportDirError as e:  # said as the API takes it, not as pytest's option
+        given = (
+            "pass another folder as report_dir="
+            if report_dir is not None
+            else "set INFERSCOPE_REPORT (or the config file's report:) to another folder"
+        )
+        said = str(e).replace("pass another folder with --inferscope-report=DIR", given)
+        if caller:
+            head = (
+                f"{caller}(report_dir={str(report_dir)!r})"
+                if report_dir is not None
+                else f"{caller}() with report {str(out)!r} (from {settings.sources.get('report', 'default')})"
+            )
+            said = said.replace("The inferscope report directory ", f"{head}: the report folder ", 1)
+        raise ReportDirError(said) from None
+    return Path(out)
+
+
 @contextmanager
 def collecting(
     name: str,
@@ -171,25 +197,7 @@ def collecting(
     """
     _take_over(name)
     settings = settings or standalone_settings()
-    out = Path(report_dir).expanduser() if report_dir is not None else settings.report  # as the setting's is
-    if out is not None:
-        try:
-            check_report_dir(Path(out), index=False)  # a test folder only: no index is written
-        except ReportDirError as e:  # said as the API takes it, not as pytest's option
-            given = (
-                "pass another folder as report_dir="
-                if report_dir is not None
-                else "set INFERSCOPE_REPORT (or the config file's report:) to another folder"
-            )
-            said = str(e).replace("pass another folder with --inferscope-report=DIR", given)
-            if caller:
-                head = (
-                    f"{caller}(report_dir={str(report_dir)!r})"
-                    if report_dir is not None
-                    else f"{caller}() with report {str(out)!r} (from {settings.sources.get('report', 'default')})"
-                )
-                said = said.replace("The inferscope report directory ", f"{head}: the report folder ", 1)
-            raise ReportDirError(said) from None
+    out = report_folder(caller, report_dir, settings)
     traced = settings.trace_rounds if trace_rounds is None else trace_rounds
     options = collection_options(settings, cpu, traced, gpu_rounds, profile_rounds, until_in_step)
     coll = Collection(options, _gpu_choice(settings.gpu, settings.trace_size_mb), name=name, sampler_thread=_SAMPLER)
@@ -216,10 +224,11 @@ def collecting(
             outcome="failed" if partial else "passed",
             partial_reason=partial,
             gpu_required=settings.gpu == "required",
-            report_dir=Path(out) if out is not None else None,
+            report_dir=out,
             environment=collect_environment(),
             trace_format=settings.trace_format,
         )
+        sink.result.raw, sink.result.report_dir = raw, out  # for write_report() after the call
 
 
 @profile_arguments

@@ -12,10 +12,11 @@ import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .comparison import Comparison, MetricChange
-from .serial import SELF_SERIAL, Serial, plain
+from .serial import LOCAL, SELF_SERIAL, Serial, plain
 from .units import fmt_ms
 
 #: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15). 3: report.json leaves out the
@@ -393,6 +394,14 @@ class TestResult(Serial):
     added: dict[str, float] = field(default_factory=dict)  # what the plugin added, ms (postprocess.added_time)
     earlier_runs: list[str] = field(default_factory=list)  # verdicts of this test's runs before, this session (reruns)
     schema_version: int = SCHEMA_VERSION
+    #: The folder this result's report files were last written to (`files` are relative to it), by `measure()`'s
+    #: report_dir=, `write_report()`, or read back from it (`load_report`); None when none was. This process's:
+    #: in no report file (LOCAL).
+    report_dir: Path | None = field(default=None, init=False, compare=False, metadata=LOCAL)
+    #: The raw collection, kept by `measure()`, `measure_async()` and `profile()` so that `write_report()` can write
+    #: the trace and raw.npz after the call; None in the plugin's results and those read back. In no report file.
+    #: (An `events.RawTrace`, typed Any: its module loads numpy, which this one must not, and the hints are resolved.)
+    raw: Any = field(default=None, init=False, compare=False, metadata=LOCAL)
 
     @property
     def failed_checks(self) -> list[CheckResult]:

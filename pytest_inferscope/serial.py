@@ -14,6 +14,10 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+#: A dataclass field's metadata that keeps it out of `to_dict` / `from_dict` (and so out of report.json and the wire):
+#: what a result holds in this process only (`TestResult.report_dir`, its raw collection).
+LOCAL: typing.Mapping[str, Any] = types.MappingProxyType({"local": True})
+
 #: The types that serialise themselves (their own `to_dict` / `from_dict`): results.py adds its own.
 SELF_SERIAL: set[type] = set()
 
@@ -39,7 +43,7 @@ def field_names(cls: type) -> tuple[str, ...] | None:
     if names is None:
         if not dataclasses.is_dataclass(cls):
             return None
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("local"))
     return names
 
 
@@ -84,7 +88,7 @@ def _field_hints(cls: type) -> tuple[tuple[str, Any], ...]:
     again on each call (~0.1 ms per class), and `judge` builds the collectors' infos every test.
     """
     hints = typing.get_type_hints(cls)
-    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls) if not f.metadata.get("local"))
 
 
 @functools.cache

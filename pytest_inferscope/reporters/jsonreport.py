@@ -126,7 +126,8 @@ class _Encoder:
 
 
 def load_report(path: str | os.PathLike[str]) -> TestResult:
-    """Read a report.json back into a `TestResult`; raises `ReportFormatError` for anything wrong."""
+    """Read a report.json back into a `TestResult`; raises `ReportFormatError` for anything wrong. Its `report_dir` is
+    the folder its `files` are relative to, where they name this file (`DIR` of `DIR/NAME/report.json`)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -139,7 +140,11 @@ def load_report(path: str | os.PathLike[str]) -> TestResult:
             f"{p}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}. "
             "Was the file truncated or edited by hand? Re-run the tests to write it again."
         ) from e
-    return result_from_dict(data, str(p))
+    result = result_from_dict(data, str(p))
+    named = Path(result.files.get("json") or "report.json")
+    if len(named.parts) > 1 and p.parts[-len(named.parts) :] == named.parts:  # (moved or renamed: not said)
+        result.report_dir = Path(*p.parts[: -len(named.parts)]) if len(p.parts) > len(named.parts) else Path(".")
+    return result
 
 
 def result_from_dict(data: Any, source: str) -> TestResult:

@@ -45,6 +45,8 @@ def field_paths(cls: type = results.TestResult, prefix: str = "") -> tuple[set[s
     objects = {prefix.rstrip(".")} if prefix else {""}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if f.metadata.get("local"):  # held in the process only, never written (serial.LOCAL: result.report_dir)
+            continue
         path = prefix + f.name
         paths.add(path)
         inner, is_list = _dataclass_in(hints[f.name])

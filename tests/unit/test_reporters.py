@@ -611,7 +611,8 @@ def test_to_json_is_strict_json_even_with_numpy_and_nan_in_evidence() -> None:
 
 
 def reference_to_dict(obj: Any) -> Any:
-    """What to_dict returned before it was made one pass: dataclasses.asdict, then a JSON-safe walk."""
+    """What to_dict returned before it was made one pass: dataclasses.asdict, then a JSON-safe walk; less what a
+    result holds in this process only (`serial.LOCAL`: its report folder, its raw collection), added since."""
 
     def plain(value: Any) -> Any:
         if isinstance(value, dict):
@@ -624,7 +625,8 @@ def reference_to_dict(obj: Any) -> Any:
             return None
         return value
 
-    return plain(dataclasses.asdict(obj))
+    local = [f.name for f in dataclasses.fields(obj) if f.metadata.get("local")]
+    return {k: v for k, v in plain(dataclasses.asdict(obj)).items() if k not in local}
 
 
 def odd_evidence_result() -> TestResult:
