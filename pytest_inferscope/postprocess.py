@@ -114,9 +114,10 @@ def _judged_by_ab(result: TestResult, ab: dict[str, Any]) -> None:
 
 
 def add_time(result: TestResult, key: str, ns: int) -> None:
-    """Add `ns` to `result.added[key]` (ms) and to its `added_ms`, where the result says what the plugin added."""
+    """Add `ns` to `result.added[key]` (ms) and to its `added_ms`, where the result says what the plugin added; in a
+    re-analysis's (`reanalysis_ms`, from `judge`'s `recorded_added`), to that alone: the run's figures stay."""
     if result.added:
-        for k in (key, "added_ms"):
+        for k in ("reanalysis_ms",) if "reanalysis_ms" in result.added else (key, "added_ms"):
             result.added[k] = round((result.added.get(k) or 0.0) + ns / 1e6, 3)
 
 
@@ -150,8 +151,12 @@ def judge(
     whatifs: Iterable[WhatIf] = (),
     comparison: Comparison | None = None,
     launch_gap_us: float = LAUNCH_GAP_NS / 1000,
+    recorded_added: Mapping[str, float] | None = None,
 ) -> Judged:
     """Merge, analyze and check one collection: no I/O (`report_dir` only names the report in messages).
+
+    `recorded_added`: a re-analysis's (`inferscope analyze`): what the plugin added when the test ran, kept as the
+    result's `added`, with this analysis's own time apart as its `reanalysis_ms` (none where it is empty).
 
     `collectors` default to the ones the collection described (`raw.meta["collectors"]`), the environment
     to `raw.meta["environment"]`; the speed probe's readings come with the trace (`raw.meta["probe_ms"]`).
@@ -206,6 +211,9 @@ def judge(
         regression=regression,
         added=added_time(raw.meta, plan, time.perf_counter_ns() - began),
     )
+    if recorded_added is not None:  # the run's figures; the time of this analysis is no part of the run's
+        ran = {k: v for k, v in recorded_added.items() if k != "reanalysis_ms"}
+        result.added = {**ran, "reanalysis_ms": result.added.get("analysis_ms", 0.0)} if ran else {}
     return Judged(result, timeline, ctx)
 
 

@@ -51,6 +51,7 @@ class _Input:
     kineto: bool = False
     plan: dict[str, Any] | None = None  # the test's plan as the collection kept it (raw.meta["plan"])
     notes: list[str] = field(default_factory=list)  # how an imported trace's rounds were read, for the summary
+    added: dict[str, float] | None = None  # what the plugin added when the test ran (its report.json's), if known
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -58,7 +59,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .. import kineto
     from ..api import standalone_settings
     from ..config import ConfigError
-    from ..postprocess import Plan, process
+    from ..postprocess import Plan, added_time, process
 
     src = load_input(Path(args.file))
     try:
@@ -75,8 +76,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             nodeid=src.nodeid, rounds=src.rounds, warmup=src.warmup, thresholds=src.thresholds,
             latency_stat=str(src.thresholds.get("latency_stat", "median")),
         )  # fmt: skip
+    # What the plugin added is the run's (its report.json's; else what its collection says, less the analysis's time,
+    # not known), not this analysis's time summed with the run's time outside its rounds: that goes to reanalysis_ms.
+    ran = src.added if src.added is not None else added_time(src.raw.meta, plan, 0)
+    ran = {k: v for k, v in ran.items() if src.added is not None or k != "analysis_ms"}
     common: dict[str, Any] = {"outcome": src.outcome, "partial_reason": src.partial, "environment": src.environment,
-                              "trace_format": trace_format}  # fmt: skip
+                              "trace_format": trace_format, "recorded_added": ran}  # fmt: skip
     if src.kineto:
         result, _ = process(src.raw, plan, src.collectors, rules=kineto.RULES, report_dir=report, **common)
     else:
@@ -254,10 +259,10 @@ def _from_npz(path: Path) -> _Input:
     if isinstance(plan, dict) and isinstance(described, list):  # the trace says how it was made
         return _Input(raw, str(plan.get("nodeid", path.parent.name)), [CollectorInfo.from_dict(c) for c in described],
                       env if isinstance(env, dict) else {}, outcome=r.outcome if r else "passed",
-                      partial=r.partial_reason if r else "", plan=plan)  # fmt: skip
+                      partial=r.partial_reason if r else "", plan=plan, added=r.added if r else None)  # fmt: skip
     if r is not None:  # saved before the trace kept its plan: from the report beside it
         return _Input(raw, r.nodeid, r.collectors, r.environment, r.rounds, r.warmup, r.thresholds, r.outcome,
-                      r.partial_reason)  # fmt: skip
+                      r.partial_reason, added=r.added)  # fmt: skip
     ev = raw.events
     tests = ev[ev["kind"] == Kind.TEST]
     nodeid = raw.strings[int(tests["name"][0])] if len(tests) else path.parent.name

@@ -142,7 +142,8 @@ def _change(check: CheckResult) -> Any:
 def fmt_added(added: dict[str, float], tests: int = 0) -> str:
     """What the plugin added to a test (`TestResult.added`), in words: '12.4 ms (15.5% over the 80.1 ms of the calls
     asked for): 1 more round 8.10 ms, outside the rounds 2.30 ms, analysis 2.00 ms' (a second and more in seconds;
-    the first test of a process also says what loading the plugin took).
+    the first test of a process also says what loading the plugin took; a re-analysis's, '... when the test ran (...):
+    ...; re-analysing it took 1.54 ms').
     With `tests`: the sums of that many tests' (`sum_added`: '1.05 s to the 200 profiled tests (...): ...')."""
 
     def t(key: str) -> str:
@@ -154,7 +155,9 @@ def fmt_added(added: dict[str, float], tests: int = 0) -> str:
     over = f"{ratio:,.0f}x" if ratio >= 10 else f"{fmt_pct(ratio)} over"  # trivial calls: 5 ms on 0.003 ms
     share = f" ({over} the {t('asked_ms')} of the calls asked for)"
     theirs = f" (other plugins' collectors {t('collectors_ms')})" if added.get("collectors_ms") else ""
-    parts = [f"outside the rounds {t('outside_rounds_ms')}{theirs}", f"analysis {t('analysis_ms')}"]
+    parts = [f"outside the rounds {t('outside_rounds_ms')}{theirs}"]
+    if "analysis_ms" in added:  # (not known for a raw trace re-analysed without its report.json)
+        parts.append(f"analysis {t('analysis_ms')}")
     extra = int(added.get("extra_rounds") or 0)
     if extra:
         where = f" in {int(added.get('extra_tests') or 0)} of them" if tests else ""
@@ -164,7 +167,11 @@ def fmt_added(added: dict[str, float], tests: int = 0) -> str:
     if added.get("load_ms"):  # the first profiled test of a process: the plugin's code loaded, the machine read
         parts.append(f"loading the plugin {t('load_ms')} (once a process)")
     whom = f" to the {tests} profiled test{'s' * (tests != 1)}" if tests else ""
-    return f"{t('added_ms')}{whom}{share if asked else ''}: {', '.join(parts)}"
+    again = ""
+    if "reanalysis_ms" in added:  # `inferscope analyze`: the run's figures, and the re-analysis's time apart
+        whom += " when they ran" if tests > 1 else " when it ran" if tests else " when the test ran"
+        again = f"; re-analysing {'them' if tests > 1 else 'it'} took {t('reanalysis_ms')}"
+    return f"{t('added_ms')}{whom}{share if asked else ''}: {', '.join(parts)}{again}"
 
 
 def sum_added(results: list[TestResult]) -> tuple[dict[str, float], int]:
