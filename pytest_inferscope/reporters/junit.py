@@ -30,8 +30,10 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
     ]
     if result.analysis.unclassified_reason:  # no class named, so no confidence in one: why (the number stays, as ever)
         props.append(("inferscope.unclassified_reason", result.analysis.unclassified_reason))
-    if result.added:  # what the plugin added to the test's time, before its report files (TestResult.added)
+    if result.added:  # what the plugin added to the test's time, formatting its report files too (TestResult.added)
         props.append(("inferscope.added_ms", _num(result.added.get("added_ms"))))
+        if "reports_ms" in result.added:  # that part, said: report.json's added_ms is without it, index.json's has more
+            props.append(("inferscope.added_reports_ms", _num(result.added["reports_ms"])))
     if result.partial_reason:
         props.append(("inferscope.partial_reason", result.partial_reason))
     if result.earlier_runs:  # rerun in this session (pytest-rerunfailures): the verdicts of the runs before this one
