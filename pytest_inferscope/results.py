@@ -427,6 +427,28 @@ class TestResult(Serial):
             parts.append(f"raised {raised[:80]}…" if len(raised) > 80 else f"raised {raised}")
         return f"<TestResult {self.nodeid!r}: {', '.join(parts)}>"
 
+    def _repr_markdown_(self) -> str:
+        """What Jupyter shows for a result (IPython calls this): `repr`'s figures, then the failed thresholds, what the
+        body raised, the top 3 suggestions and where the report files are (`report_dir`), as a short Markdown list."""
+        lat, a = self.latency, self.analysis
+        n = len(lat.samples_ms)
+        warm = f" (warm-up {len(lat.warmup_ms)})" if lat.warmup_ms else ""
+        figures = f"median {fmt_ms(lat.median)} ms of {n} round{'s' if n != 1 else ''}{warm}, IQR {fmt_ms(lat.iqr)} ms"
+        why = f"confidence {a.confidence:.0%}" if a.bottleneck != UNCLASSIFIED else a.unclassified_reason
+        lines = [
+            f"**{_md(self.nodeid)}**: {self.verdict}, {figures if n else 'no measured round completed'}; "
+            f"bottleneck **{a.bottleneck}**{f' ({_md(why)})' if why else ''}"
+        ]
+        lines += [f"- failed {_md(c.key)}: {_md(c.short or c.message)}" for c in self.failed_checks]
+        if self.partial_reason:
+            lines.append(f"- raised {_md(self.partial_reason.splitlines()[0])}")
+        if a.suggestions:
+            lines.append("- top suggestions:")
+            lines += [f"  - {_md(s.action)} (saves ~{fmt_ms(s.saving_ms)} ms per round)" for s in a.suggestions[:3]]
+        if self.report_dir is not None and "md" in self.files:
+            lines.append(f"- report: `{self.report_dir / self.files['md']}` (and report.html)")
+        return "\n".join(lines)
+
     def to_wire(self) -> str:
         """As JSON text, for an xdist worker's `workeroutput`: execnet sends only plain types, and a result holds
         what the user's hooks and libraries gave (torch's version is a str subclass, numpy scalars)."""
@@ -443,6 +465,14 @@ def keep_last_run(results: list[TestResult], result: TestResult) -> None:
     if result.earlier_runs:
         results[:] = [r for r in results if r.nodeid != result.nodeid]  # in place: the A/B gate holds this list too
     results.append(result)
+
+
+def _md(text: str) -> str:
+    """`text` as Markdown text, not markup (a test id's `[...]`, `*` and `_`; a suggestion's `|`)."""
+    return "".join(f"\\{c}" if c in _MD_SPECIAL else c for c in text)
+
+
+_MD_SPECIAL = frozenset("\\`*_[]<|#")  # (">" only quotes at a line's start, where no text of ours is)
 
 
 def _wire_default(value: Any) -> Any:

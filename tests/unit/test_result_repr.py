@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_inferscope import measure, profile
@@ -85,3 +87,36 @@ def test_an_analysis_and_its_findings_show_as_one_short_line_each() -> None:
     assert repr(unclassified) == (
         "<Analysis: unclassified (no simulated change saves 5% of the round), 0 findings, no suggestion>"
     )
+
+
+def test_a_notebook_shows_a_result_as_a_short_markdown_summary(tmp_path: Path) -> None:
+    # Jupyter showed the one line of repr; `_repr_markdown_` (IPython calls it) gives the figures, the failed
+    # thresholds, the top suggestions and where the report files are, with the names' Markdown escaped.
+    result = TestResult(
+        nodeid="test_a.py::test_x[*bs_1*]",
+        slug="s",
+        outcome="passed",
+        verdict="fail",
+        rounds=2,
+        warmup=1,
+        latency=LatencyStats.from_samples([2.0, 4.0], [9.0]),
+        analysis=Analysis(
+            bottleneck="cpu_bound",
+            confidence=0.9,
+            suggestions=[Suggestion(f"Do thing_{i} | now", "why", saving_ms=1.5 - i / 10) for i in range(5)],
+        ),
+        checks=[CheckResult("max_latency_ms", "failed", 1.0, 3.0, "over", short="median 3.00 ms > 1.00 ms")],
+    )
+    md = result._repr_markdown_()
+    lines = md.splitlines()
+    assert lines[0] == (
+        r"**test\_a.py::test\_x\[\*bs\_1\*\]**: fail, median 3.00 ms of 2 rounds (warm-up 1), IQR 1.00 ms; "
+        "bottleneck **cpu_bound** (confidence 90%)"
+    )
+    assert r"- failed max\_latency\_ms: median 3.00 ms > 1.00 ms" in lines
+    shown = [line for line in lines if line.startswith("  - ")]
+    assert shown == [rf"  - Do thing\_{i} \| now (saves ~{fmt_ms(1.5 - i / 10)} ms per round)" for i in range(3)]
+    assert "report" not in md  # none written
+    result.report_dir = tmp_path
+    result.files = {"md": "s/report.md", "html": "s/report.html"}
+    assert result._repr_markdown_().splitlines()[-1] == f"- report: `{tmp_path / 's' / 'report.md'}` (and report.html)"
