@@ -141,9 +141,10 @@ def load_report(path: str | os.PathLike[str]) -> TestResult:
             "Was the file truncated or edited by hand? Re-run the tests to write it again."
         ) from e
     result = result_from_dict(data, str(p))
-    named = Path(result.files.get("json") or "report.json")
-    if len(named.parts) > 1 and p.parts[-len(named.parts) :] == named.parts:  # (moved or renamed: not said)
-        result.report_dir = Path(*p.parts[: -len(named.parts)]) if len(p.parts) > len(named.parts) else Path(".")
+    named = Path(result.files.get("json") or "report.json").parts  # "NAME/report.json" where one was written
+    at = p if len(p.parts) > len(named) else p.absolute()  # ("report.json" read in its folder)
+    if len(named) > 1 and at.parts[-len(named) :] == named:  # (a file moved or renamed: its folder is not said)
+        result.report_dir = Path(*at.parts[: -len(named)])
     return result
 
 

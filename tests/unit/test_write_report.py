@@ -67,10 +67,19 @@ def test_writing_again_keeps_the_added_figures_of_the_files_and_a_users_files(tm
     assert result.report_dir == tmp_path / "b"
 
 
-def test_a_result_read_back_from_report_json_writes_its_raw_trace_from_its_folder(tmp_path: Path) -> None:
+def test_a_result_read_back_from_report_json_writes_its_raw_trace_from_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     measure(_mark_and_sum, rounds=3, warmup=1, name="f", report_dir=tmp_path / "a")
     loaded = load_report(tmp_path / "a" / "f" / "report.json")
     assert loaded.report_dir == tmp_path / "a" and loaded.raw is None
+    monkeypatch.chdir(tmp_path / "a" / "f")
+    assert load_report("report.json").report_dir == tmp_path / "a"
+    monkeypatch.chdir(tmp_path)
+    assert load_report("a/f/report.json").report_dir == Path("a")
+    (tmp_path / "a" / "f" / "report.json").rename(tmp_path / "elsewhere.json")
+    assert load_report(tmp_path / "elsewhere.json").report_dir is None  # moved: its raw.npz is not looked for
+    (tmp_path / "elsewhere.json").rename(tmp_path / "a" / "f" / "report.json")
     write_report(loaded, tmp_path / "b")  # (warnings are errors here: none is given)
     assert sorted(p.name for p in (tmp_path / "b" / "f").iterdir()) == sorted(
         p.name for p in (tmp_path / "a" / "f").iterdir()
