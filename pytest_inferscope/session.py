@@ -377,6 +377,7 @@ class InferscopeSession:
                 earlier_runs=earlier,
             )
         item.stash[EARLIER_RUNS] = (*result.earlier_runs, result.verdict)  # a rerun plugin runs the same item again
+        result.report_dir = self.report_dir if result.files else None  # (its files' folder, for the fixture and hooks)
         self.baselines.note_environment_change(result)
         handle = self.fixtures.pop(item.nodeid, None)  # the test's fixture value holds it from here
         if handle is not None:

@@ -220,3 +220,35 @@ def test_the_fixture_asked_for_while_an_unprofiled_test_runs_fails_it_with_what_
     assert "Traceback" not in result.stdout.str()
     disabled = pytester.runpytest("-p", "no:randomly", "--inferscope-disable", "-k", "test_dynamic and not marked")
     disabled.assert_outcomes(passed=1)
+
+
+def test_the_result_a_test_and_the_hook_see_names_the_folder_its_reports_went_to(pytester: pytest.Pytester) -> None:
+    # The fixture's result and the pytest_inferscope_result hook's named the files (relative) and not their folder,
+    # which a conftest uploading them had to read from the option again; result.report_dir now names it.
+    pytester.makeconftest(
+        """
+        SEEN = []
+
+        def pytest_inferscope_result(config, result):
+            SEEN.append(result.report_dir / result.files["md"])
+        """
+    )
+    pytester.makepyfile(
+        """
+        import pytest
+        from pathlib import Path
+        from conftest import SEEN
+
+        @pytest.fixture
+        def check(inferscope):
+            yield
+            assert inferscope.result.report_dir.resolve() == Path("out").resolve()
+            assert SEEN == [inferscope.result.report_dir / inferscope.result.files["md"]]
+
+        def test_x(check, inferscope):
+            pass
+        """
+    )
+    result = pytester.runpytest("--inferscope-report=out", "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    assert list((pytester.path / "out").glob("*/report.md"))
