@@ -24,9 +24,12 @@ from ..comparison import Comparison
 from ..drift import probe_applies
 from ..regression import latency_verdict
 from ..reporters.jsonreport import ReportFormatError, load_report
+from ..reporters.terminal import display_width, fit_id
+from ..units import fmt_ms
 from .common import EXIT_FAILED, EXIT_OK, CliError, echo, read_root
 
-#: Longest test id in the table; longer ones keep their start and end around an ellipsis.
+#: Longest test id in the table; longer ones keep their start and their test's name around an ellipsis, as the
+#: terminal summary's (`fit_id`).
 MAX_ID = 60
 
 
@@ -164,10 +167,9 @@ def _missing(label: str, given: str, other: str) -> CliError:
 
 
 def _short(nodeid: str) -> str:
-    if len(nodeid) <= MAX_ID:
-        return nodeid
-    keep = (MAX_ID - 1) // 2
-    return f"{nodeid[:keep]}…{nodeid[-(MAX_ID - 1 - keep) :]}"
+    """A test id for the table: past MAX_ID, its start and its test's name with its parameters (the terminal
+    summary's `fit_id`), where it kept its first and last 29 characters, cut mid-word, until 2026-11-30."""
+    return fit_id(nodeid, MAX_ID)
 
 
 def _num(x: float, fmt: str) -> str:
@@ -179,7 +181,7 @@ def _row(nodeid: str, c: Comparison) -> list[str]:
     if math.isfinite(c.ratio):
         ratio = f"{c.ratio:.3f} ({100 * (c.ratio - 1):+.1f}%)"
     ci = f"[{_num(c.ci_low, '.3f')}, {_num(c.ci_high, '.3f')}]" if math.isfinite(c.ci_low) else ""
-    medians = f"{_num(c.base_median, '.3f')} → {_num(c.new_median, '.3f')}"
+    medians = f"{fmt_ms(c.base_median, c.new_median)} → {fmt_ms(c.new_median, c.base_median)}"  # as the reports
     return [_short(nodeid), medians, ratio, ci, _num(c.p_value, ".2g"), c.verdict]
 
 
@@ -189,8 +191,11 @@ def _tests(n: int) -> str:
 
 def table(rows: list[list[str]]) -> list[str]:
     """Rows as aligned text columns (the first row is the header)."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    widths = [max(display_width(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell + " " * (w - display_width(cell)) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

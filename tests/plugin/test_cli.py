@@ -463,6 +463,30 @@ def test_compare_finds_an_injected_slowdown(work: Path, capsys: pytest.CaptureFi
     assert main(["compare", str(work / "base" / "index.json"), "new", "--max-regression", "0.6"]) == 0
 
 
+def test_compare_keeps_a_long_ids_test_name_and_writes_medians_as_the_reports(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A long id kept its first and last 29 characters, cut mid-word ('tests/models/test_transfor…-7b-bf16]'), and the
+    medians read '.3f' ('0.000 → 0.001' for sub-microsecond calls): the table now shortens ids as the terminal summary
+    does (start and test name kept) and writes medians with `units.fmt_ms`, as every other table."""
+    from pytest_inferscope.reporters.terminal import test_name
+    from pytest_inferscope.units import fmt_ms
+
+    ids = [f"tests/models/test_transformer_models.py::TestTransformerInference::test_generate[llama-{n}]" for n in "ab"]
+    fast = [x * 1e-5 for x in BASE]  # ~0.1 microsecond calls
+    write_run(work / "base", [make_result(i, fast) for i in ids])
+    write_run(work / "new", [make_result(i, [x * 1.5 for x in fast]) for i in ids])
+    main(["compare", "base", "new"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("tests/")]
+    assert len(rows) == 2
+    before, after = LatencyStats.from_samples(fast).median, LatencyStats.from_samples([x * 1.5 for x in fast]).median
+    for nodeid, row in zip(ids, rows, strict=True):
+        shown = row.split("  ")[0]
+        assert len(shown) <= 60 and shown.endswith("…::" + test_name(nodeid)), shown
+        assert f"{fmt_ms(before, after)} → {fmt_ms(after, before)}" in row, row
+
+
 def test_compare_leaves_a_partial_run_uncompared_as_the_gate_does(
     work: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
