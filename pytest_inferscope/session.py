@@ -332,7 +332,7 @@ class InferscopeSession:
         props = junit_properties(result, self.report_dir)
         for held in (rep.user_properties, item.user_properties):  # a rerun's: this run's only, not the runs' before
             held[:] = [*(p for p in held if not str(p[0]).startswith("inferscope.")), *props]
-        from .reporters.terminal import failure_longrepr, failure_text
+        from .reporters.failure import failure_longrepr, failure_text
 
         if text := failure_text(result):  # failed, or an xfail-marked test's expected failure
             fail_on_thresholds(rep, item, call, text, failure_longrepr(text, rep.location))

@@ -152,7 +152,7 @@ class XdistHooks:
         if report.when != "call" or not report.failed or not isinstance(report.longrepr, str):
             return
         if any(tuple(p) == _FAILED_BY_US for p in report.user_properties):
-            from .reporters.terminal import failure_longrepr
+            from .reporters.failure import failure_longrepr
 
             # (a FailureRepr is a TerminalRepr to pytest: it reads toterminal and reprcrash, not the class)
             report.longrepr = failure_longrepr(report.longrepr, report.location)  # type: ignore[assignment]

@@ -326,8 +326,9 @@ def append_step_summary(
     Appended, not replaced: other steps of the job write to the same file. `not_compared`: why an A/B run did not
     compare with --inferscope-compare's baseline, said under the table.
     """
+    from .failure import crossed_thresholds
     from .fmt import fmt_bottleneck, md_name, md_text
-    from .terminal import ab_column, crossed_thresholds, vs_baseline, vs_ref
+    from .terminal import ab_column, vs_baseline, vs_ref
 
     ab = ab_column(results)  # an A/B run: a column against the other side
     ab_head = f" {ab} |" if ab else ""

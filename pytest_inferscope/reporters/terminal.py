@@ -11,11 +11,10 @@ import os
 import sys
 import unicodedata
 from collections.abc import Iterable, Set
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ..results import CheckResult, TestResult
+from ..results import TestResult
 from .fmt import NO_LATENCY, fmt_added, fmt_bottleneck, fmt_ms, fmt_pct, sum_added, verdict_label
 
 if TYPE_CHECKING:
@@ -305,89 +304,6 @@ def short_ids(nodeids: list[str]) -> list[str]:
         s = full if s in clash else s
         out.append(fit_id(s, MAX_ID))
     return out
-
-
-def failure_text(result: TestResult) -> str:
-    """What fails a test that passed on its own: an A/B regression and crossed thresholds ('' when none)."""
-    texts = []
-    ab = result.ab or {}
-    if ab.get("verdict") == "regressed":
-        from ..ab.paired import ab_message
-
-        texts.append(f"inferscope A/B: {ab_message(ab)}")
-    failed = crossed_thresholds(result)
-    if failed:
-        texts.append(crossed_line(failed) + "\n" + "\n".join(c.message for c in failed))
-    return "\n".join(texts)
-
-
-def crossed_line(failed: list[CheckResult]) -> str:
-    """The one-line reason of a test failed on its thresholds, naming the first with its figures and how many more:
-    'inferscope: max_latency_ms: median 12.1 ms > 10.0 ms (+1 more)', short enough for pytest's short summary line in
-    80 columns beside a short test id (pytest trims it to the terminal's width, and not on CI)."""
-    first = failed[0]
-    line = f"inferscope: {first.key}: {first.short}" if first.short else f"inferscope: {first.key} crossed"
-    return line + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else "")
-
-
-def crossed_thresholds(result: TestResult) -> list[CheckResult]:
-    """The failed checks a failure lists besides an A/B regression: a max_regression the A/B judged is that regression,
-    whose evidence is said once, as the A/B's."""
-    regressed = (result.ab or {}).get("verdict") == "regressed"
-    return [c for c in result.failed_checks if not (regressed and c.key == "max_regression")]
-
-
-class _Writer(Protocol):
-    """What of pytest's terminal writer a failure's repr uses (the writer's class is not public API)."""
-
-    def line(self, s: str = "") -> None: ...
-
-
-@dataclass
-class FailureCrash:
-    """Where a test failed by the plugin failed, and why: what pytest reads as a failure's `reprcrash` (pytest 8's
-    short summary reason, `--tb=line`'s line, JUnit's message)."""
-
-    path: str
-    lineno: int
-    message: str
-
-    def toterminal(self, tw: _Writer) -> None:
-        tw.line(str(self))
-
-    def __str__(self) -> str:
-        first = self.message.partition("\n")[0]
-        return f"{self.path}:{self.lineno}: {first}"
-
-
-@dataclass
-class FailureRepr:
-    """A test failed by the plugin, as pytest shows a failure: its text, with the `reprcrash` it reads the one-line
-    reason from (`failure_longrepr`)."""
-
-    text: str
-    reprcrash: FailureCrash
-
-    def toterminal(self, tw: _Writer) -> None:
-        tw.line(self.text)
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def failure_longrepr(text: str, location: tuple[str, int | None, str]) -> FailureRepr:
-    """The `longrepr` of a test the plugin fails (`failure_text`): the text, shown as `pytest.fail(pytrace=False)`
-    shows its message, with a `reprcrash` at the test's line (`location`: the report's, its line 0-based) whose
-    message is the text's first line (`crossed_line`): JUnit XML's failure message, and the short summary's reason on
-    CI too, where pytest writes the reason untrimmed (it repeated every check's message there until 2026-11-30).
-
-    pytest reads a failure's one-line forms from the `reprcrash`: pytest 8 the short summary line's reason
-    ("FAILED test_x.py::test_y - ..."), which a text longrepr left with the test's id only, and pytest 8 and 9
-    `--tb=line`'s line, which of a text is its first 50 characters, cut mid-message (pytest 9 reads a text as the
-    short summary's reason). Through pytest-xdist a worker sends the text (the wrapper has no traceback to
-    serialise), and the controller wraps it again (`xdist.XdistHooks`)."""
-    path, line, _ = location
-    return FailureRepr(text, FailureCrash(path, (line or 0) + 1, text.partition("\n")[0]))
 
 
 def extra_rounds_lines(results: list[TestResult]) -> list[str]:

@@ -19,6 +19,7 @@ from pytest_inferscope.analyzer.custom import metric_names
 from pytest_inferscope.events import EVENT_DTYPE, CopyKind, Kind, MemoryKind, RawTrace, copy_flags
 from pytest_inferscope.merger import Timeline
 from pytest_inferscope.reporters import index_entry, write_index, write_test_reports
+from pytest_inferscope.reporters.failure import FailureRepr, failure_longrepr
 from pytest_inferscope.reporters.files import (
     ReportDirError,
     atomic_write_bytes,
@@ -30,13 +31,7 @@ from pytest_inferscope.reporters.fmt import fmt_conf, fmt_ms, fmt_pct, verdict_l
 from pytest_inferscope.reporters.jsonreport import ReportFormatError, load_report, to_json
 from pytest_inferscope.reporters.junit import junit_properties
 from pytest_inferscope.reporters.markdown import render_index, render_report
-from pytest_inferscope.reporters.terminal import (
-    FailureRepr,
-    failure_longrepr,
-    fit_id,
-    summary_lines,
-    write_terminal_summary,
-)
+from pytest_inferscope.reporters.terminal import fit_id, summary_lines, write_terminal_summary
 from pytest_inferscope.reporters.trace import write_chrome_trace
 from pytest_inferscope.results import (
     SCHEMA_VERSION,
