@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,13 +203,17 @@ class ABVerdict:
         return "\n".join(lines)
 
 
+#: How a verdict made regressed by its deterministic metrics alone begins its reason, after their count.
+METRICS_ROSE = "deterministic metric(s) rose; latency: "
+
+
 def verdict_from(nodeid: str, ref: str, new_ms: Sequence[float], ref_ms: Sequence[float], look: PairedLook,
                  n_looks: int, metric_changes: list[MetricChange]) -> ABVerdict:  # fmt: skip
     """The ABVerdict of a finished sequence of pairs; a changed deterministic metric makes it regressed."""
     verdict, reason = look.verdict, look.reason
     bad = [m for m in metric_changes if m.regressed]
     if bad and verdict != "regressed":
-        verdict, reason = "regressed", f"{len(bad)} deterministic metric(s) rose; latency: {reason}"
+        verdict, reason = "regressed", f"{len(bad)} {METRICS_ROSE}{reason}"
     return ABVerdict(
         nodeid=nodeid,
         verdict=verdict,
@@ -234,3 +239,23 @@ def ab_message(data: dict[str, Any]) -> str:
     kw: dict[str, Any] = {k: (math.nan if v is None and k != "core" else v) for k, v in data.items() if k in known}
     kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes") or []]
     return ABVerdict(**kw).message()
+
+
+def ab_line(data: dict[str, Any], more: int = 0) -> str:
+    """The one-line reason of a test the A/B failed (TestResult.ab), as a crossed threshold's: what rose, by how much,
+    against what, short enough for pytest's short summary in 80 columns beside a short test id ('+29.8% slower vs
+    HEAD~1', 'kernel_launches +100.0% vs HEAD~1', '(+1 more)' where more regressed, or `more` thresholds were crossed
+    too); the ref's commit is in the message."""
+    ref = re.sub(r" \([0-9a-f]{7,40}\)", "", str(data.get("ref")))
+    said = []
+    ratio = data.get("ratio")
+    if METRICS_ROSE not in str(data.get("reason")) and isinstance(ratio, float) and math.isfinite(ratio):
+        said.append(f"{100 * (ratio - 1):+.1f}% slower")
+    for m in data.get("metric_changes") or []:
+        if m.get("regressed"):
+            name = str(m["name"]).removeprefix("gpu.").removesuffix("_per_round")
+            base, new = float(m["base"]), float(m["new"])
+            said.append(f"{name} {100 * (new / base - 1):+.1f}%" if base else f"{name} {base:.6g} → {new:.6g}")
+    others = len(said) - 1 + more if said else more
+    line = f"inferscope A/B: {said[0] if said else 'regressed'} vs {ref}"  # (none said: a verdict made by hand)
+    return line + (f" (+{others} more)" if others > 0 else "")

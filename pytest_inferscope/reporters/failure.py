@@ -10,14 +10,16 @@ from ..results import CheckResult, TestResult
 
 
 def failure_text(result: TestResult) -> str:
-    """What fails a test that passed on its own: an A/B regression and crossed thresholds ('' when none)."""
+    """What fails a test that passed on its own: an A/B regression and crossed thresholds ('' when none); its first line
+    is the one-line reason (`ab_line`, `crossed_line`), which until 2026-11-30 was an A/B regression's whole first
+    line of evidence, 150 characters and more."""
     texts = []
     ab = result.ab or {}
-    if ab.get("verdict") == "regressed":
-        from ..ab.paired import ab_message
-
-        texts.append(f"inferscope A/B: {ab_message(ab)}")
     failed = crossed_thresholds(result)
+    if ab.get("verdict") == "regressed":  # its line first (`ab_line`, counting the thresholds), then its evidence
+        from ..ab.paired import ab_line, ab_message
+
+        texts.append(f"{ab_line(ab, more=len(failed))}\n{ab_message(ab)}")
     if failed:
         texts.append(crossed_line(failed) + "\n" + "\n".join(c.message for c in failed))
     return "\n".join(texts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,8 +78,9 @@ def test_regression_caught_unchanged_not_flagged(pytester: pytest.Pytester) -> N
     assert "## A/B: against HEAD~1" in md and "Wilcoxon signed-rank" in md
     html = (folder / "report.html").read_text()
     assert "A/B: against HEAD~1" in html
-    assert "FAILED test_x.py::test_changed - inferscope A/B: Performance regression" in out
-    assert "inferscope A/B: Performance regression against HEAD~1" in out
+    (failed,) = [line for line in result.outlines if line.startswith("FAILED test_x.py::test_changed - ")]
+    assert re.fullmatch(r"FAILED test_x.py::test_changed - inferscope A/B: \+\d+\.\d% slower vs HEAD~1", failed), failed
+    assert "\nPerformance regression against HEAD~1" in out
     base = git(root, "rev-parse", "HEAD~1").strip()
     assert f"HEAD~1 ({base[:10]})" in out  # the ref and its commit
     assert "signed-rank p=" in out and "pairs in alternating order, both pinned to CPU core" in out
@@ -158,7 +160,7 @@ def test_an_async_test_is_ab_gated_in_its_event_loop(pytester: pytest.Pytester) 
     plugins = ("-p", "no:anyio", "-p", "no:asyncio")
     result = run(pytester, "--inferscope-ab=HEAD~1", *plugins, f"--inferscope-report={out_dir}")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*FAILED test_x.py::test_changed - inferscope A/B: Performance regression*"])
+    result.stdout.fnmatch_lines(["*FAILED test_x.py::test_changed - inferscope A/B: +*% slower vs HEAD~1"])
     (folder,) = out_dir.glob("test_x.py__test_changed*")
     report = json.loads((folder / "report.json").read_text())
     assert report["ab"]["verdict"] == "regressed" and report["ab"]["pairs"] >= 10
