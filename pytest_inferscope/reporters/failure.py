@@ -29,9 +29,12 @@ def crossed_line(failed: list[CheckResult]) -> str:
     """The one-line reason of a test failed on its thresholds, naming the first with its figures and how many more:
     'inferscope: max_latency_ms: median 12.1 ms > 10.0 ms (+1 more)', short enough for pytest's short summary line in
     80 columns beside a short test id (pytest trims it to the terminal's width, and not on CI)."""
-    first = failed[0]
-    line = f"inferscope: {first.key}: {first.short}" if first.short else f"inferscope: {first.key} crossed"
-    return line + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else "")
+    return f"inferscope: {check_line(failed[0])}" + (f" (+{len(failed) - 1} more)" if len(failed) > 1 else "")
+
+
+def check_line(check: CheckResult) -> str:
+    """A failed check in one line: its key and its figures ('max_latency_ms: median 12.1 ms > 10.0 ms')."""
+    return f"{check.key}: {check.short}" if check.short else f"{check.key} crossed"
 
 
 def crossed_thresholds(result: TestResult) -> list[CheckResult]:

@@ -313,49 +313,49 @@ def _vs_ref(result: TestResult) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
-def _ms3(x: float) -> str:
-    """A step summary's milliseconds: three decimals, or n/a."""
-    return f"{x:.3f}" if math.isfinite(x) else "n/a"
-
-
 def append_step_summary(
     path: Path, results: list[TestResult], report_dir: Path | None, not_compared: str | None = None
 ) -> None:
     """Append the session's table to a GitHub Actions job summary ($GITHUB_STEP_SUMMARY).
 
-    Appended, not replaced: other steps of the job write to the same file. `not_compared`: why an A/B run did not
-    compare with --inferscope-compare's baseline, said under the table.
+    Appended, not replaced: other steps of the job write to the same file. The failures come first, one line each:
+    the test's id and what it crossed, in a check's one-line form (`check_line`, the A/B's `ab_line`); the whole
+    messages are in the job's log and the reports. `not_compared`: why an A/B run did not compare with
+    --inferscope-compare's baseline, said under the table.
     """
-    from .failure import crossed_thresholds
-    from .fmt import fmt_bottleneck, md_name, md_text
+    from .failure import check_line, crossed_thresholds
+    from .fmt import fmt_bottleneck, fmt_ms, md_name, md_text
     from .terminal import ab_column, vs_baseline, vs_ref
 
+    ordered = sorted(results, key=lambda r: r.nodeid)
+    failed: list[tuple[str, str]] = []  # (test id, what it crossed)
+    for r in ordered:
+        if r.ab and r.ab.get("verdict") == "regressed":
+            from ..ab.paired import ab_line
+
+            failed.append((r.nodeid, ab_line(r.ab).removeprefix("inferscope ")))
+        failed += [(r.nodeid, check_line(c)) for c in crossed_thresholds(r)]
+    lines = ["## inferscope", ""]
+    if failed:
+        tests = len({nodeid for nodeid, _ in failed})
+        lines += [f"**{tests} test{'s' * (tests != 1)} failed:**", ""]
+        lines += [*(f"- {md_name(nodeid)}: {md_text(what)}" for nodeid, what in failed), ""]
     ab = ab_column(results)  # an A/B run: a column against the other side
     ab_head = f" {ab} |" if ab else ""
-    lines = [
-        "## inferscope",
-        "",
+    lines += [
         f"| Test | Median (ms) | ± IQR | vs baseline |{ab_head} Bottleneck | Verdict |",
         "|---|---|---|---|" + ("---|" if ab else "") + "---|---|",
     ]
-    for r in sorted(results, key=lambda r: r.nodeid):
+    for r in ordered:
         lat = r.latency
         ab_cell = f" {vs_ref(r)} |" if ab else ""
-        median, iqr = (_ms3(lat.median), _ms3(lat.iqr)) if lat.samples_ms else (NO_LATENCY, "")  # (a partial test's)
+        median, iqr = (fmt_ms(lat.median), fmt_ms(lat.iqr)) if lat.samples_ms else (NO_LATENCY, "")  # (a partial's)
         lines.append(
             f"| {md_name(r.nodeid)} | {median} | {iqr} | {vs_baseline(r)} |{ab_cell} "
             f"{fmt_bottleneck(r.analysis)} | {verdict_label(r)} |"
         )
     if not_compared is not None:
         lines += ["", f"inferscope A/B: {md_text(not_compared)}."]
-    failed = [c.message for r in results for c in crossed_thresholds(r)]
-    if any((r.ab or {}).get("verdict") == "regressed" for r in results):
-        from ..ab.paired import ab_message
-
-        regressed = [r for r in results if r.ab and r.ab.get("verdict") == "regressed"]
-        failed += [f"{md_text(r.nodeid)}: {ab_message(r.ab)}" for r in regressed if r.ab]
-    if failed:
-        lines += ["", "<details><summary>Failures</summary>", "", *(f"- {m}" for m in failed), "", "</details>"]
     if report_dir is not None:
         lines += ["", f"Reports: `{report_dir / 'index.md'}`"]
     with open(path, "a", encoding="utf-8") as f:

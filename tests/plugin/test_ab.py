@@ -69,7 +69,7 @@ def test_regression_caught_unchanged_not_flagged(pytester: pytest.Pytester) -> N
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     step = summary.read_text()
-    assert "| vs HEAD~1 (" in step and "regressed" in step and "Performance regression against HEAD~1" in step
+    assert "| vs HEAD~1 (" in step and "regressed" in step and "\n- test_x.py::test_changed: A/B: +" in step
     (folder,) = (root.parent / "out").glob("test_x.py__test_changed*")
     report = json.loads((folder / "report.json").read_text())
     assert report["ab"]["verdict"] == "regressed" and report["ab"]["pairs"] >= 10

@@ -37,3 +37,27 @@ def test_a_test_id_with_a_pipe_or_a_backtick_keeps_the_table_in_shape(tmp_path: 
     assert _cells(rows[0])[0].strip() == "t.py::test_p\\[a\\|b\\]"
     assert _cells(rows[1])[0].strip() == "t.py::test_p\\[c\\`d\\]"
     assert _cells(rows[1])[1:3] == [" none ", "  "]  # no measured round: no latency, as the terminal and the indexes
+
+
+def test_a_failure_is_one_line_naming_its_test_above_the_table(tmp_path: Path) -> None:
+    """The Failures list held each crossed check's whole message (evidence, report path) without the test's id, below
+    the table and folded: with 30 tests, which test had crossed what was not to be read from it. Each failure is now
+    one line, the test's id and the check's one-line form (`CheckResult.short`), above the table; the medians are
+    written as everywhere else (`fmt_ms`), not with three decimals ('0.000')."""
+    from pytest_inferscope.results import CheckResult
+    from pytest_inferscope.units import fmt_ms
+
+    ok = [_result(f"tests/test_m.py::test_ok[{i}]", [0.0004, 0.0005, 0.0006]) for i in range(30)]
+    slow = _result("tests/test_m.py::test_slow", [12.0, 12.1, 12.2])
+    slow.verdict = "fail"
+    message = "max_latency_ms: median latency 12.1 ms exceeds limit 10.0 ms. Evidence: 3 rounds: ...\nmore"
+    slow.checks = [CheckResult("max_latency_ms", "failed", 10.0, 12.1, message, "median 12.1 ms > 10.0 ms")]
+    summary = tmp_path / "summary.md"
+    append_step_summary(summary, [*ok, slow], None)
+    lines = summary.read_text().splitlines()
+    failure = "- tests/test_m.py::test_slow: max_latency_ms: median 12.1 ms > 10.0 ms"
+    assert failure in lines, lines
+    assert lines.index(failure) < min(i for i, line in enumerate(lines) if line.startswith("| "))
+    assert "Evidence" not in summary.read_text()
+    row = next(line for line in lines if "test_ok\\[0\\]" in line)
+    assert _cells(row)[1].strip() == fmt_ms(0.0005), row
