@@ -122,8 +122,9 @@ def add_time(result: TestResult, key: str, ns: int) -> None:
 
 
 #: The metrics a session keeps of a test (`kept`): those a baseline or an A/B verdict compares, and the measured rounds
-#: that compiled, which the terminal summary names the tests of (reporters/terminal.py `compile_lines`).
-KEPT_METRICS = (*DETERMINISTIC_METRICS, "compile.measured_rounds")
+#: that compiled, which the terminal summary names the tests of (reporters/terminal.py `compile_lines`), and the host
+#: memory the tables show (reporters/fmt.py `host_memory_cell`).
+KEPT_METRICS = (*DETERMINISTIC_METRICS, "compile.measured_rounds", "mem.rss_peak_mb", "mem.rss_start_mb")
 
 
 def kept(result: TestResult, environment: dict[str, Any] | None = None) -> TestResult:

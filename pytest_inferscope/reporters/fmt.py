@@ -73,6 +73,40 @@ def host_memory_text(analysis: Analysis) -> str:
     return "; ".join(parts) + "."
 
 
+#: The host memory thresholds: a test with one has the tables' host memory column (`shows_host_memory`).
+HOST_MEMORY_KEYS = ("max_host_memory_mb", "max_host_memory_added_mb")
+
+
+def shows_host_memory(results: list[TestResult]) -> bool:
+    """Whether the tables (the terminal's, index.md's, index.html's) have a host memory column: where a test has a host
+    memory threshold, or its rounds took HOST_MEMORY_LINE_MB or more above the RSS before them (the reports' line)."""
+    for r in results:
+        m = r.analysis.metrics
+        peak, start = m.get("mem.rss_peak_mb"), m.get("mem.rss_start_mb")
+        if any(c.key in HOST_MEMORY_KEYS for c in r.checks):
+            return True
+        if peak is not None and start is not None and peak - start >= HOST_MEMORY_LINE_MB:
+            return True
+    return False
+
+
+def host_memory_cell(result: TestResult) -> str:
+    """A table's host memory cell: what the rounds took above the RSS before them ('+60.0 MB'), or, for a test whose
+    max_host_memory_mb is what it failed on or its only host memory threshold, the process's peak RSS it compared
+    ('612.3 MB'); '—' where host memory was not read."""
+    m = result.analysis.metrics
+    peak, start = m.get("mem.rss_peak_mb"), m.get("mem.rss_start_mb")
+    if peak is None:
+        return "—"
+    checks = {c.key: c.status for c in result.checks}
+    whole = checks.get("max_host_memory_mb") == "failed" or (
+        "max_host_memory_mb" in checks and checks.get("max_host_memory_added_mb") != "failed"
+    )
+    if whole or start is None:
+        return f"{peak:.1f} MB"
+    return f"+{max(0.0, peak - start):.1f} MB"
+
+
 #: The latency of a test none of whose measured rounds completed (the body raised in the first, or in the warm-up),
 #: the same in every table: the terminal's, index.md's and index.html's, the job summary's (with no IQR or spread
 #: beside it); the reports say "none (no measured round completed)" and, at the top, where the body raised.

@@ -38,10 +38,12 @@ from .fmt import (
     fmt_ms,
     fmt_pct,
     fmt_value,
+    host_memory_cell,
     host_memory_text,
     older_text,
     rounds_text,
     same_reason,
+    shows_host_memory,
     verdict_label,
 )
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
@@ -134,6 +136,7 @@ def render_html_index(results: list[TestResult], session: dict[str, Any], older:
     return _env().get_template("index.html.j2").render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=html_link, assets=_assets(),
         spark=sparkline, vs=vs_baseline, ab_head=ab_column(rows), vs_ref=vs_ref, older=older_text(older),
+        memory=host_memory_cell if shows_host_memory(rows) else None,
     )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from .fmt import (
     fmt_ms,
     fmt_pct,
     fmt_value,
+    host_memory_cell,
     host_memory_text,
     md_cell,
     md_code,
@@ -34,6 +35,7 @@ from .fmt import (
     older_text,
     rounds_text,
     same_reason,
+    shows_host_memory,
     verdict_label,
 )
 
@@ -69,6 +71,7 @@ def render_index(results: list[TestResult], session: dict[str, Any], older: int 
     return template.render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link, vs=vs_baseline,
         ab_head=ab_column(rows), vs_ref=vs_ref, older=older_text(older),
+        memory=host_memory_cell if shows_host_memory(rows) else None,
     )  # fmt: skip
 
 

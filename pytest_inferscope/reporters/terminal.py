@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..results import TestResult
-from .fmt import NO_LATENCY, fmt_added, fmt_bottleneck, fmt_ms, fmt_pct, sum_added, verdict_label
+from .fmt import (
+    NO_LATENCY,
+    fmt_added,
+    fmt_bottleneck,
+    fmt_ms,
+    fmt_pct,
+    host_memory_cell,
+    shows_host_memory,
+    sum_added,
+    verdict_label,
+)
 
 if TYPE_CHECKING:
     from pytest import TerminalReporter
@@ -24,7 +34,7 @@ if TYPE_CHECKING:
 
 #: Longest test id shown; longer ones keep their start and their test's name around an ellipsis (`fit_id`).
 MAX_ID = 60
-_HEADER = ("test", "median ms", "± IQR", "spread", "rounds", "bottleneck", "vs baseline", "verdict")
+_HEADER = ("test", "median ms", "± IQR", "spread", "rounds", "bottleneck", "host memory", "vs baseline", "verdict")
 
 
 def write_terminal_summary(
@@ -166,20 +176,23 @@ def summary_table(
         return [("no tests were profiled", None)]
     ordered = sorted(results, key=lambda r: r.nodeid)
     ids = short_ids([r.nodeid for r in ordered])
-    rows: list[tuple[str, ...]] = [(*_HEADER[:7], ab_column or "", _HEADER[7])]
+    rows: list[tuple[str, ...]] = [(*_HEADER[:8], ab_column or "", _HEADER[8])]
     for r, short in zip(ordered, ids, strict=True):
         lat = r.latency
         median, iqr = (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}") if lat.samples_ms else (NO_LATENCY, "")
         spread = ("n/a" if math.isnan(lat.rel_spread) else fmt_pct(lat.rel_spread)) if lat.samples_ms else ""
         bottleneck = fmt_bottleneck(r.analysis)
         rows.append(
-            (short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, vs_baseline(r), vs_ref(r),
-             verdict_label(r))
+            (short, median, iqr, spread, str(len(lat.samples_ms)), bottleneck, host_memory_cell(r), vs_baseline(r),
+             vs_ref(r), verdict_label(r))
         )  # fmt: skip
-    if ab_column is None:
-        rows = [row[:7] + row[8:] for row in rows]
-    if not any(r.regression for r in ordered):  # the column only when the run was compared with a baseline
-        rows = [row[:6] + row[7:] for row in rows]
+    shown = (
+        True, True, True, True, True, True,
+        shows_host_memory(ordered),  # where memory matters: a table that takes none stays as narrow as before
+        any(r.regression for r in ordered),  # the column only when the run was compared with a baseline
+        ab_column is not None, True,
+    )  # fmt: skip
+    rows = [tuple(cell for cell, keep in zip(row, shown, strict=True) if keep) for row in rows]
     tests: list[TestResult | None] = [None, *ordered]
     right = {c for c, title in enumerate(rows[0]) if title in _RIGHT}
     widths = [max(display_width(row[c]) for row in rows) for c in range(len(rows[0]))]
@@ -209,7 +222,7 @@ def summary_table(
 #: Between two columns of the table, and before the figures of a test whose id is on the line above.
 _SEP = "  "
 #: The columns whose numbers line up on the right.
-_RIGHT = frozenset({"median ms", "spread", "rounds"})
+_RIGHT = frozenset({"median ms", "spread", "rounds", "host memory"})
 
 
 def _aligned(rows: list[tuple[str, ...]], columns: Iterable[int], right: Set[int]) -> list[str]:

@@ -73,3 +73,37 @@ def test_host_memory_added_counts_the_rounds_not_what_a_fixture_loaded(pytester:
     assert found, result.stdout.str()
     added, before = map(float, found.groups())
     assert added >= 200 and before >= 300
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_the_summary_and_the_index_show_the_memory_a_failing_test_took(
+    pytester: pytest.Pytester, xdist: list[str]
+) -> None:
+    """A test failed on max_host_memory_added_mb read `FAIL (max_host_memory_added_mb)` in the summary and index.md
+    with no memory figure anywhere in them: they now have a host memory column where memory matters."""
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.inferscope(rounds=3, warmup=1, max_host_memory_added_mb=5)
+        def test_grows():
+            b = bytearray(60 << 20)
+            b[:: 4096] = b"\\1" * len(b[:: 4096])
+
+        @pytest.mark.inferscope(rounds=3, warmup=1)
+        def test_small():
+            sum(range(100))
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-report=out",
+                                           *xdist)  # fmt: skip
+    result.assert_outcomes(passed=1, failed=1)
+    header = next(line for line in result.outlines if line.startswith("test ") and "verdict" in line)
+    assert "host memory" in header, header
+    row = next(
+        line for line in result.outlines if line.startswith("test_grows.py::test_grows ") or "::test_grows " in line
+    )
+    found = re.search(r" \+(\d+\.\d) MB ", row)
+    assert found and float(found.group(1)) >= 50, row
+    md = (pytester.path / "out" / "index.md").read_text()
+    assert "| Host memory |" in md and f"| +{found.group(1)} MB |" in md

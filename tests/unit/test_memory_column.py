@@ -1,0 +1,60 @@
+"""The host memory column of the terminal summary, index.md and index.html: shown where memory matters (a test with a
+host memory threshold, or whose rounds took 1 MB or more), the figure the threshold compared; left out otherwise, so
+a suite that takes no memory keeps its table as narrow as before."""
+
+from __future__ import annotations
+
+from pytest_inferscope.reporters.html import render_html_index
+from pytest_inferscope.reporters.markdown import render_index
+from pytest_inferscope.reporters.terminal import display_width, summary_lines
+from pytest_inferscope.results import Analysis, CheckResult, LatencyStats, TestResult
+
+
+def _result(nodeid: str, peak: float, start: float, checks: list[CheckResult] | None = None) -> TestResult:
+    metrics: dict[str, float | None] = {"mem.rss_peak_mb": peak, "mem.rss_start_mb": start}
+    r = TestResult(nodeid, nodeid.replace("::", "__"), "passed", "pass", 3, 1, LatencyStats.from_samples([1.0, 1.1]),
+                   Analysis("cpu_bound", 0.85, metrics=metrics), checks=checks or [])  # fmt: skip
+    if any(c.status == "failed" for c in r.checks):
+        r.verdict = "fail"
+    return r
+
+
+ADDED = CheckResult(
+    "max_host_memory_added_mb", "failed", 5.0, 60.0, "max_host_memory_added_mb: ...", "60.0 MB > 5.0 MB"
+)
+PEAK = CheckResult("max_host_memory_mb", "failed", 500.0, 612.3, "max_host_memory_mb: ...", "612.3 MB > 500.0 MB")
+
+
+def _suite() -> list[TestResult]:
+    small = [_result(f"tests/test_m.py::test_small[{i}]", 67.5, 67.2) for i in range(30)]
+    return [*small, _result("tests/test_m.py::test_grows", 127.2, 67.2, [ADDED]),
+            _result("tests/test_m.py::test_big", 612.3, 300.0, [PEAK])]  # fmt: skip
+
+
+def test_a_memory_failing_test_shows_the_figure_its_threshold_compared() -> None:
+    lines = summary_lines(_suite())
+    assert "host memory" in lines[0], lines[0]
+    grows = next(line for line in lines if "test_grows" in line)
+    big = next(line for line in lines if "test_big" in line)
+    small = next(line for line in lines if "test_small[0]" in line)
+    assert "+60.0 MB" in grows and "612.3 MB" in big and "+0.3 MB" in small  # added, or the peak its threshold read
+    md = render_index(_suite(), {})
+    assert "| Host memory |" in md and "| +60.0 MB |" in md and "| 612.3 MB |" in md
+    html = render_html_index(_suite(), {})
+    assert ">Host memory</th>" in html and ">+60.0 MB</td>" in html
+
+
+def test_a_suite_that_takes_no_memory_has_no_memory_column() -> None:
+    small = [_result(f"tests/test_m.py::test_small[{i}]", 67.5, 67.2) for i in range(3)]
+    assert "host memory" not in summary_lines(small)[0]
+    assert "Host memory" not in render_index(small, {}) and "Host memory" not in render_html_index(small, {})
+    # a test whose rounds took 1 MB or more shows it, without a threshold
+    took = [*small, _result("tests/test_m.py::test_took", 70.0, 67.2)]
+    assert "+2.8 MB" in next(line for line in summary_lines(took) if "test_took" in line)
+
+
+def test_the_memory_column_still_fits_80_and_120_columns() -> None:
+    for width in (80, 120):
+        lines = summary_lines(_suite(), width=width)
+        assert all(display_width(line) <= width for line in lines), "\n".join(lines)
+        assert "+60.0 MB" in "\n".join(lines) and "612.3 MB" in "\n".join(lines)
