@@ -95,3 +95,19 @@ def failure_longrepr(text: str, location: tuple[str, int | None, str]) -> Failur
     serialise), and the controller wraps it again (`xdist.XdistHooks`)."""
     path, line, _ = location
     return FailureRepr(text, FailureCrash(path, (line or 0) + 1, text.partition("\n")[0]))
+
+
+def failure_lines(results: list[TestResult]) -> list[tuple[TestResult, str]]:
+    """Each way the session's tests failed, in one line beside its test, by test id: an A/B regression (`ab_line`), a
+    crossed threshold (`check_line`), a body that raised (partial: the exception's first line). What index.md,
+    index.html and the job summary list above their tables, so one failure among many rows is found at once."""
+    out: list[tuple[TestResult, str]] = []
+    for r in sorted(results, key=lambda r: r.nodeid):
+        if r.ab and r.ab.get("verdict") == "regressed":
+            from ..ab.paired import ab_line
+
+            out.append((r, ab_line(r.ab).removeprefix("inferscope ")))
+        out += [(r, check_line(c)) for c in crossed_thresholds(r)]
+        if r.verdict == "partial":
+            out.append((r, f"partial: {r.partial_reason.partition(chr(10))[0] or 'no measured round completed'}"))
+    return out

@@ -319,22 +319,16 @@ def append_step_summary(
     """Append the session's table to a GitHub Actions job summary ($GITHUB_STEP_SUMMARY).
 
     Appended, not replaced: other steps of the job write to the same file. The failures come first, one line each:
-    the test's id and what it crossed, in a check's one-line form (`check_line`, the A/B's `ab_line`); the whole
-    messages are in the job's log and the reports. `not_compared`: why an A/B run did not compare with
-    --inferscope-compare's baseline, said under the table.
+    the test's id and how it failed (`failure_lines`, as index.md lists them); the whole messages are in the job's
+    log and the reports. `not_compared`: why an A/B run did not compare with --inferscope-compare's baseline, said
+    under the table.
     """
-    from .failure import check_line, crossed_thresholds
+    from .failure import failure_lines
     from .fmt import fmt_bottleneck, fmt_ms, md_name, md_text
     from .terminal import ab_column, vs_baseline, vs_ref
 
     ordered = sorted(results, key=lambda r: r.nodeid)
-    failed: list[tuple[str, str]] = []  # (test id, what it crossed)
-    for r in ordered:
-        if r.ab and r.ab.get("verdict") == "regressed":
-            from ..ab.paired import ab_line
-
-            failed.append((r.nodeid, ab_line(r.ab).removeprefix("inferscope ")))
-        failed += [(r.nodeid, check_line(c)) for c in crossed_thresholds(r)]
+    failed = [(r.nodeid, what) for r, what in failure_lines(results)]
     lines = ["## inferscope", ""]
     if failed:
         tests = len({nodeid for nodeid, _ in failed})

@@ -129,6 +129,7 @@ def write_html_report(
 def render_html_index(results: list[TestResult], session: dict[str, Any], older: int = 0) -> str:
     """The index.html text of a session: one row per profiled test, linked to its report.html; `older`: as
     index.md's."""
+    from .failure import failure_lines
     from .terminal import ab_column, vs_baseline, vs_ref
 
     rows = sorted(results, key=lambda r: r.nodeid)
@@ -136,7 +137,7 @@ def render_html_index(results: list[TestResult], session: dict[str, Any], older:
     return _env().get_template("index.html.j2").render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=html_link, assets=_assets(),
         spark=sparkline, vs=vs_baseline, ab_head=ab_column(rows), vs_ref=vs_ref, older=older_text(older),
-        memory=host_memory_cell if shows_host_memory(rows) else None,
+        memory=host_memory_cell if shows_host_memory(rows) else None, failures=failure_lines(rows),
     )  # fmt: skip
 
 

@@ -65,13 +65,14 @@ def render_index(results: list[TestResult], session: dict[str, Any], older: int 
     earlier runs in the folder, not listed (`folder.older_test_folders`)."""
     rows = sorted(results, key=lambda r: r.nodeid)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
+    from .failure import failure_lines
     from .terminal import ab_column, vs_baseline, vs_ref
 
     template = _env().get_template("index.md.j2")
     return template.render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link, vs=vs_baseline,
         ab_head=ab_column(rows), vs_ref=vs_ref, older=older_text(older),
-        memory=host_memory_cell if shows_host_memory(rows) else None,
+        memory=host_memory_cell if shows_host_memory(rows) else None, failures=failure_lines(rows),
     )  # fmt: skip
 
 
