@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..results import CheckResult, TestResult
+from .fmt import table_order
 
 
 def failure_text(result: TestResult) -> str:
@@ -102,7 +103,7 @@ def failure_lines(results: list[TestResult]) -> list[tuple[TestResult, str]]:
     crossed threshold (`check_line`), a body that raised (partial: the exception's first line). What index.md,
     index.html and the job summary list above their tables, so one failure among many rows is found at once."""
     out: list[tuple[TestResult, str]] = []
-    for r in sorted(results, key=lambda r: r.nodeid):
+    for r in sorted(results, key=table_order):
         if r.ab and r.ab.get("verdict") == "regressed":
             from ..ab.paired import ab_line
 

@@ -73,6 +73,14 @@ def host_memory_text(analysis: Analysis) -> str:
     return "; ".join(parts) + "."
 
 
+def table_order(result: TestResult) -> tuple[Any, ...]:
+    """The tables' order (the terminal's, index.md's, index.html's, index.json's, the job summary's): by test id, the
+    numbers in it as numbers, so a sweep reads `[bf16-1]`, `[bf16-2]`, `[bf16-16]`, `[bf16-128]` as pytest ran it
+    (by the characters alone, 128 came before 16, and 16 before 1); the same under xdist as serially."""
+    parts = re.split(r"(\d+)", result.nodeid)
+    return tuple((0, int(p), p) if i % 2 else (1, 0, p) for i, p in enumerate(parts))
+
+
 #: The host memory thresholds: a test with one has the tables' host memory column (`shows_host_memory`).
 HOST_MEMORY_KEYS = ("max_host_memory_mb", "max_host_memory_added_mb")
 

@@ -20,7 +20,7 @@ from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
 from . import html, markdown
 from .files import atomic_open, atomic_write_bytes, atomic_write_text
-from .fmt import NO_LATENCY, verdict_label
+from .fmt import NO_LATENCY, table_order, verdict_label
 from .html import render_html_index, write_html_report, write_shared_assets
 from .jsonreport import dumps, to_json
 from .markdown import render_index, render_report
@@ -231,7 +231,7 @@ def write_index(results: list[TestResult], report_dir: Path, session: dict[str, 
     index = {
         "schema_version": SCHEMA_VERSION,
         "session": session,
-        "tests": [index_entry(r) for r in sorted(results, key=lambda r: r.nodeid)],
+        "tests": [index_entry(r) for r in sorted(results, key=table_order)],
     }
     atomic_write_text(report_dir / "index.json", dumps(index))
     older = older_test_folders(results, report_dir)
@@ -327,7 +327,7 @@ def append_step_summary(
     from .fmt import fmt_bottleneck, fmt_ms, md_name, md_text
     from .terminal import ab_column, vs_baseline, vs_ref
 
-    ordered = sorted(results, key=lambda r: r.nodeid)
+    ordered = sorted(results, key=table_order)
     failed = [(r.nodeid, what) for r, what in failure_lines(results)]
     lines = ["## inferscope", ""]
     if failed:

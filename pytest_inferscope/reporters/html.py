@@ -44,6 +44,7 @@ from .fmt import (
     rounds_text,
     same_reason,
     shows_host_memory,
+    table_order,
     verdict_label,
 )
 from .lanes import CATS, Fields, Gaps, Payload, analyzer_gaps, cause_code, timeline_payload, top_kernels
@@ -132,7 +133,7 @@ def render_html_index(results: list[TestResult], session: dict[str, Any], older:
     from .failure import failure_lines
     from .terminal import ab_column, vs_baseline, vs_ref
 
-    rows = sorted(results, key=lambda r: r.nodeid)
+    rows = sorted(results, key=table_order)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
     return _env().get_template("index.html.j2").render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=html_link, assets=_assets(),

@@ -36,6 +36,7 @@ from .fmt import (
     rounds_text,
     same_reason,
     shows_host_memory,
+    table_order,
     verdict_label,
 )
 
@@ -63,7 +64,7 @@ def render_report(result: TestResult) -> str:
 def render_index(results: list[TestResult], session: dict[str, Any], older: int = 0) -> str:
     """The index.md text of a session: one row per profiled test, linked to its report; `older`: the test folders of
     earlier runs in the folder, not listed (`folder.older_test_folders`)."""
-    rows = sorted(results, key=lambda r: r.nodeid)
+    rows = sorted(results, key=table_order)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
     from .failure import failure_lines
     from .terminal import ab_column, vs_baseline, vs_ref

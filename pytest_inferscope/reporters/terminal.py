@@ -24,6 +24,7 @@ from .fmt import (
     host_memory_cell,
     shows_host_memory,
     sum_added,
+    table_order,
     verdict_label,
 )
 
@@ -174,7 +175,7 @@ def summary_table(
     """
     if not results:
         return [("no tests were profiled", None)]
-    ordered = sorted(results, key=lambda r: r.nodeid)
+    ordered = sorted(results, key=table_order)
     ids = short_ids([r.nodeid for r in ordered])
     rows: list[tuple[str, ...]] = [(*_HEADER[:8], ab_column or "", _HEADER[8])]
     for r, short in zip(ordered, ids, strict=True):
