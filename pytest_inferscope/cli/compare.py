@@ -23,6 +23,7 @@ from ..baseline import BaselineEntry, BaselineError, BaselineStore, fingerprint,
 from ..comparison import Comparison
 from ..drift import probe_applies
 from ..regression import latency_verdict
+from ..reporters.fmt import id_order
 from ..reporters.jsonreport import ReportFormatError, load_report
 from ..reporters.terminal import display_width, fit_id
 from ..units import fmt_ms
@@ -214,7 +215,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = [["test", "median ms before → after", "ratio", f"{100 * (1 - args.alpha):g}% CI", "p", "verdict"]]
     notes: list[str] = []
     verdicts: dict[str, int] = {}
-    for nodeid in sorted({*a, *b}):
+    for nodeid in sorted({*a, *b}, key=id_order):  # as the plugin's tables
         if nodeid not in b or nodeid not in a:
             rows.append([_short(nodeid), f"only in {'A' if nodeid in a else 'B'}", "", "", "", ""])
             continue

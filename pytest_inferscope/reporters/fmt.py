@@ -77,7 +77,12 @@ def table_order(result: TestResult) -> tuple[Any, ...]:
     """The tables' order (the terminal's, index.md's, index.html's, index.json's, the job summary's): by test id, the
     numbers in it as numbers, so a sweep reads `[bf16-1]`, `[bf16-2]`, `[bf16-16]`, `[bf16-128]` as pytest ran it
     (by the characters alone, 128 came before 16, and 16 before 1); the same under xdist as serially."""
-    parts = re.split(r"(\d+)", result.nodeid)
+    return id_order(result.nodeid)
+
+
+def id_order(nodeid: str) -> tuple[Any, ...]:
+    """`table_order` of a test id (`inferscope compare`'s table, whose sides are ids)."""
+    parts = re.split(r"(\d+)", nodeid)
     return tuple((0, int(p), p) if i % 2 else (1, 0, p) for i, p in enumerate(parts))
 
 
