@@ -56,6 +56,10 @@ def write_terminal_summary(
         elif r is not None and verdict_label(r).startswith("FAIL"):
             markup = {"red": True, "bold": True}
         tr.write_line(line, **markup)
+    if len(results) > 1:  # as index.md's count, so that 300 rows need not be read to know how many failed
+        counts = {v: sum(1 for r in results if r.verdict == v) for v in ("pass", "fail", "partial")}
+        total = f"inferscope: {len(results)} profiled tests: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+        tr.write_line(total, **({"red": True, "bold": True} if counts["fail"] else {}))
     for line in header_lines:
         tr.write_line(line)
     if report_dir is not None:

@@ -966,7 +966,7 @@ def test_the_terminal_summary_fits_pytests_width(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(os, "get_terminal_size", no_terminal)
     tr = FakeTR()
     write_terminal_summary(tr, results, None, [])
-    assert [line for line, _ in tr.out[1:]] == summary_lines(results)
+    assert [line for line, _ in tr.out[1:-1]] == summary_lines(results)  # (and the verdicts' count)
 
 
 def test_write_terminal_summary_uses_the_terminal_reporter(tmp_path: Path) -> None:
@@ -977,6 +977,22 @@ def test_write_terminal_summary_uses_the_terminal_reporter(tmp_path: Path) -> No
     assert text[-1] == f"inferscope reports: {tmp_path / 'index.html'} (and index.md)"
     failing = next(m for line, m in tr.out if "FAIL" in line)
     assert failing.get("red")
+
+
+def test_the_terminal_summary_counts_the_verdicts_under_the_table() -> None:
+    """index.md said "3 profiled tests: 1 pass, 1 fail, 1 partial" and the terminal nothing of the kind: with 300 rows,
+    counting its FAIL rows was the reader's work. The line is under the table (not for a single test)."""
+    results = [gpu_result(), cpu_only_failing_result(), partial_result()]
+    tr = LinesTR()
+    write_terminal_summary(tr, results, None, ["inferscope: cpu sampling 1.0 ms"])
+    text = [line for line, _ in tr.out]
+    table = summary_lines(results)
+    assert text[1 : 1 + len(table)] == table
+    assert text[1 + len(table)] == "inferscope: 3 profiled tests: 1 pass, 1 fail, 1 partial"
+    assert tr.out[1 + len(table)][1].get("red")  # a failure among them
+    one = LinesTR()
+    write_terminal_summary(one, [gpu_result()], None, [])
+    assert not any("profiled test" in line for line, _ in one.out)
 
 
 def test_junit_properties(tmp_path: Path) -> None:
