@@ -145,7 +145,7 @@ def test_the_index_shows_the_ab_verdicts(pytester: pytest.Pytester) -> None:
     md = (out / "index.md").read_text()
     head = next(line for line in md.splitlines() if line.startswith("| Test "))
     assert "| vs HEAD~1 (" in head
-    row = next(line for line in md.splitlines() if "test_changed" in line)
+    row = next(line for line in md.splitlines() if line.startswith("| ") and "test_changed" in line)  # (its table row)
     assert "% regressed |" in row
     html = (out / "index.html").read_text()
     assert "<th>vs HEAD~1 (" in html and "% regressed</td>" in html
