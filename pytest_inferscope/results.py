@@ -112,8 +112,13 @@ class Suggestion(Serial):
 
     action: str
     rationale: str
-    saving_ms: float
+    saving_ms: float  # 0: not estimated (a rule that cannot tell the fix's time apart, a custom rule without one)
     rule: str = ""
+
+    @property
+    def saves(self) -> str:
+        """The saving as the reports word it: "saves ~1.23 ms per round", or "saving not estimated" where it is 0."""
+        return f"saves ~{fmt_ms(self.saving_ms)} ms per round" if self.saving_ms else "saving not estimated"
 
 
 @dataclass
@@ -232,7 +237,7 @@ class Analysis(Serial):
         if self.suggestions:
             s = self.suggestions[0]
             action = s.action if len(s.action) <= 100 else s.action[:99].rstrip() + "…"
-            top = f"top suggestion: {action} (saves ~{fmt_ms(s.saving_ms)} ms per round)"
+            top = f"top suggestion: {action} ({s.saves})"
         return f"<Analysis: {verdict}, {n} finding{'' if n == 1 else 's'}, {top}>"
 
 

@@ -135,7 +135,7 @@ def summary_lines(result: TestResult, report: Path, notes: list[str] | None = No
     ]
     if a.suggestions:
         s = a.suggestions[0]
-        lines.append(f"  top suggestion: {s.action} (saves ~{fmt_ms(s.saving_ms)} ms per round)")
+        lines.append(f"  top suggestion: {s.action} ({s.saves})")
     lines += [f"  not collected:  {c.name}: {c.reason}" for c in result.collectors if not c.active and c.reason]
     lines += [f"  FAILED check:   {c.message}" for c in result.failed_checks]
     if result.added:  # what profiling added to the script's runs, the report files included

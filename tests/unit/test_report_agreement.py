@@ -64,6 +64,23 @@ def test_per_round_figures_say_they_are_means_beside_the_median_latency() -> Non
     assert said in html and "Saves per round (mean)" in html
 
 
+def test_a_suggestion_without_an_estimated_saving_says_so_not_that_it_saves_nothing() -> None:
+    # autograd_recording's (its time is native code, not measured apart) and a custom rule's without saving_ms: both 0,
+    # which read "saves ~0 ms per round" everywhere.
+    from pytest_inferscope.results import Suggestion
+
+    r = gpu_result()
+    unknown = Suggestion("Call the model under torch.inference_mode()", "autograd saved 12 tensors", 0.0, "autograd")
+    r.analysis.findings[0].suggestions.append(unknown)
+    r.analysis.suggestions = [unknown, *r.analysis.suggestions]
+    md = render_report(r)
+    assert "(saving not estimated). autograd saved 12 tensors" in md  # the finding's
+    assert "1. **Call the model under torch.inference_mode()** — saving not estimated (`autograd`)" in md
+    assert "saves ~0 ms" not in md and "~0 ms" not in _html(r) and "not estimated" in _html(r)
+    assert repr(r.analysis).endswith("(saving not estimated)>") and unknown.saves == "saving not estimated"
+    assert r.analysis.suggestions[1].saves == "saves ~9.20 ms per round"
+
+
 def test_every_index_says_the_comparison_with_the_baseline(tmp_path: Path) -> None:
     from pytest_inferscope.comparison import Comparison
     from pytest_inferscope.reporters import write_index
