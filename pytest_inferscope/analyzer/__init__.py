@@ -17,6 +17,7 @@ from .extension import run_rules
 from .idle import CAUSES, IdleGaps, attribute_idle
 from .metrics import compute_metrics
 from .rules import Rule, cpu_contention, cpu_saturation, off_cpu_wait
+from .rules_autograd import autograd_recording
 from .rules_comm import communication, peer_wait, peer_wait_note
 from .rules_compile import torch_compile, torch_compile_graph_breaks
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
@@ -34,6 +35,7 @@ DEFAULT_RULES: list[Rule] = [
     memory_pressure,
     python_gc,
     dropout_active,
+    autograd_recording,
     dataloader_workers,
     cold_first_round,
     gpu_saturation,

@@ -25,6 +25,7 @@ from ..results import CollectorInfo
 from ..rounds import RAISED_FLAG, RoundKind, kind_flags, row_kind
 from ..stackbase import fresh_chunk
 from . import pygc
+from .autograd import AutogradNodes, node_counter
 from .compiles import CompileLog
 from .cpu import Sampler, SamplerThread, SignalSampler
 from .devsync import DeviceSync
@@ -140,12 +141,13 @@ CHAIN_COUNTERS_NS = 1_000_000
 class _Round:
     """The context of one round (a class, not a generator, so its frames count as the harness's)."""
 
-    __slots__ = ("_before", "_coll", "_index", "_kind", "_start")
+    __slots__ = ("_before", "_coll", "_index", "_kind", "_nodes", "_start")
 
     def __init__(self, coll: Collection, index: int, kind: RoundKind) -> None:
         self._coll, self._index, self._kind = coll, index, kind
         self._start = 0
         self._before: Counters | None = None
+        self._nodes: AutogradNodes | None = None
 
     def __enter__(self) -> None:
         if self._coll.gpu is None:
@@ -153,6 +155,9 @@ class _Round:
         self._before = self._coll._counters_before()
         if self._coll.tracer is not None:
             self._coll.tracer.arm()
+        if self._kind is RoundKind.MEASURED and (nodes := self._coll.autograd_nodes()) is not None:
+            self._nodes = nodes
+            nodes.enter()  # outside the round's clock (collectors/autograd.py)
         self._start = host_clock_ns()
 
     def __exit__(
@@ -163,6 +168,8 @@ class _Round:
         body_end = host_clock_ns()
         if self._coll.tracer is not None:
             self._coll.tracer.disarm()
+        if self._nodes is not None:
+            self._nodes.exit()
         assert self._before is not None
         self._coll._end_round(self._index, self._kind, exc_type is not None, self._start, self._before, body_end)
 
@@ -188,6 +195,7 @@ class Collection:
         self.compiles: CompileLog | None = None  # torch.compile's compilations, read at the start and the stop
         self.proc: ProcFiles | None = None  # open while collecting, on the thread that started
         self.gc: pygc.GcClock | None = None  # times the test thread's garbage collections while collecting
+        self._autograd: AutogradNodes | None = None  # the nodes autograd made in the measured rounds, once torch is in
         self._devsync = DeviceSync()  # the end-of-round wait when no GPU backend collects
         self._after: tuple[int, Counters] | None = None  # the last round's end counters, and when they were read
         self.sampler: Sampler | None = None
@@ -310,6 +318,7 @@ class Collection:
             **self.gpu_session.meta(any(row_kind(r).after_measured for r in self.rounds)),
             "probe_ms": list(self.probe_ms),  # the speed probe around the measured rounds, when it ran
             "torch_compile": self.compiles.stop(self.t0) if self.compiles is not None else {},
+            "autograd": self._autograd.meta() if self._autograd is not None else None,
             "collectors": [c.to_dict() for c in self.collectors_info()],
         }
         events = self.buffer.to_array()
@@ -343,6 +352,12 @@ class Collection:
         return {}
 
     # -- inside the body -------------------------------------------------------
+
+    def autograd_nodes(self) -> AutogradNodes | None:
+        """The measured rounds' autograd node count (collectors/autograd.py); None until torch is imported."""
+        if self._autograd is None and (counter := node_counter()) is not None:
+            self._autograd = AutogradNodes(counter)
+        return self._autograd
 
     def round(self, index: int, kind: RoundKind = RoundKind.MEASURED) -> _Round:
         """One call of the body: a ROUND span of its `kind`, the device synchronised before it ends, counters kept.
