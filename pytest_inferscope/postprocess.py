@@ -61,13 +61,17 @@ def process(
     """Turn one raw collection into a checked, reported `TestResult`: `judge`, then the A/B verdict and the reports.
 
     The plan and the environment are kept in the trace's meta first, so the raw.npz written beside the
-    reports says how it was made (`inferscope analyze` re-runs it from there). `writer`: put the report
+    reports says how it was made (`inferscope analyze` re-runs it from there); the environment's `torch_threads` is
+    the collection's own reading (`raw.meta["torch_threads"]`, at its stop: a fixture's setting, not a body's own
+    one given back before the rounds ended). `writer`: put the report
     files on disk through it (`reporters.writer`). `trace_format`: --inferscope-trace-format (json.gz or
     json). `earlier_runs`: the verdicts of the test's runs before this one in the session (a rerun plugin's), which
     its reports name. `how`: `judge`'s keywords.
     """
     raw.meta["plan"] = dataclasses.asdict(plan)
-    raw.meta["environment"] = dict(environment or _meta_dict(raw, "environment"))
+    raw.meta["environment"] = env = dict(environment or _meta_dict(raw, "environment"))
+    if raw.meta.get("torch_threads") is not None:  # this test's, read at its collection's stop: not the session's
+        env["torch_threads"] = raw.meta["torch_threads"]  # one reading, made once after the first test's body
     if report_dir is not None:  # the report files' code (Jinja2, the trace writer) loads only where they are written
         from .reporters.folder import submit_raw, write_test_reports
     # raw.npz first: the writer makes the test's folder and writes it while the analysis runs.

@@ -1,0 +1,68 @@
+"""Each test's recorded environment names the torch threads that test ran with, not the session's first reading."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+BODIES = """
+import pytest, torch
+
+torch.set_num_threads(1)  # the session's setting
+x = torch.randn(64, 64)
+
+@pytest.fixture
+def three():
+    old = torch.get_num_threads()
+    torch.set_num_threads(3)
+    yield
+    torch.set_num_threads(old)
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+def test_a_sets_its_own_and_gives_it_back():
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x @ x
+    finally:
+        torch.set_num_threads(old)
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+def test_b_with_a_fixture_setting_three(three):
+    x @ x
+
+@pytest.mark.inferscope(rounds=3, warmup=0)
+def test_c_leaving_threads_alone():
+    x @ x
+"""
+
+
+def test_each_tests_environment_names_the_threads_its_rounds_ran_with(pytester: pytest.Pytester) -> None:
+    # Before: the environment was read once, after the first test, so the fixture's 3 read as the session's 1.
+    pytester.makepyfile(BODIES)
+    result = pytester.runpytest_subprocess("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out")
+    result.assert_outcomes(passed=3)
+    threads = {}
+    for path in (pytester.path / "out").glob("*/report.json"):
+        report = json.loads(path.read_text())
+        threads[report["nodeid"].split("::")[-1]] = (
+            report["environment"]["torch_threads"],
+            report["analysis"]["metrics"]["cpu.torch_threads"],
+        )
+    # The body's own 2, given back before the rounds ended, cannot be read without hooking torch: the caller's 1.
+    assert threads == {
+        "test_a_sets_its_own_and_gives_it_back": (1, 1.0),
+        "test_b_with_a_fixture_setting_three": (3, 3.0),
+        "test_c_leaving_threads_alone": (1, 1.0),
+    }
+
+
+def test_the_threads_a_test_ran_with_are_not_part_of_the_baseline_fingerprint() -> None:
+    # A baseline saved when the environment read the session's threads compares with one reading the test's own.
+    from pytest_inferscope.baseline import fingerprint
+
+    env = {"python": "3.11.9", "torch": "2.13.0", "cpu_model": "x", "plugin_version": "1"}
+    assert fingerprint({**env, "torch_threads": 1}) == fingerprint({**env, "torch_threads": 3})
