@@ -30,6 +30,10 @@ RSS_GROWTH_MB_PER_ROUND = 1.0
 CONTENTION_MIN = 0.1
 #: Involuntary context switches per ms of the round (with every available core busy) that count as preemption.
 PREEMPT_PER_MS = 0.5
+#: Cores the process used beyond torch's intra-op threads as read after the rounds (`cpu.torch_threads`) from which
+#: the evidence says the body may have set its own: a body setting 2 threads and giving the session's 1 back used
+#: 1.83-1.97 cores, one left on that 1 thread 0.99-1.01 (10 tanh(a @ a) of 512x512, the 2-core VM, 2026-11-30).
+THREADS_READ_EXCEEDED = 0.5
 #: The process's other threads on CPU, over the test thread's time off CPU, from which off_cpu_wait says it may have
 #: waited for them (a Python thread holding the GIL, worker threads).
 OWN_THREADS_MIN = 0.8
@@ -287,6 +291,15 @@ def _waited_for_threads(ctx: Context, waiting: float, round_ms: float) -> tuple[
     )
 
 
+def _threads_read(threads: int, proc: float) -> int | str:
+    """torch's intra-op threads as the evidence says them: read in the test thread after the rounds, where a body that
+    set its own and gave the caller's back reads as the caller's (OpenMP keeps the setting per thread; nothing in torch
+    is hooked to see it). Where the process used more cores than that, the number says what it cannot know."""
+    if proc < threads + THREADS_READ_EXCEEDED:
+        return threads
+    return f"{threads} (read after the rounds; the process used {proc:.2f} cores: the body may set its own)"
+
+
 def cpu_contention(ctx: Context) -> list[Finding]:
     """CPU threading contention: the test thread waited for a core, torch runs more intra-op threads than the
     process may use (os.sched_getaffinity), or the process, using all its cores, is preempted often.
@@ -331,7 +344,7 @@ def cpu_contention(ctx: Context) -> list[Finding]:
             )
         )
     if threads is not None:
-        evidence["torch intra-op threads"] = int(threads)
+        evidence["torch intra-op threads"] = _threads_read(int(threads), proc)
         if threads >= cores:  # first where torch's own threads outnumber the cores: they took them, not others
             suggestions.insert(
                 0 if oversubscribed else len(suggestions),

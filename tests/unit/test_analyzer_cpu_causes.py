@@ -244,3 +244,17 @@ def test_a_function_the_samples_found_off_cpu_is_not_offered_as_one_to_speed_up(
     old = analyze(merge(build(cpu_busy=0.7, samples=[(sel, 0.3), (fwd, 0.65)])))
     (g,) = [f for f in old.findings if f.rule == "cpu_saturation"]
     assert any("selectors" in s.action for s in g.suggestions)
+
+
+def test_threads_read_after_the_rounds_do_not_claim_the_cores_the_process_used_beyond_them() -> None:
+    # torch.set_num_threads(8) in the body, set back to the session's 1 in a finally, 10 tanh(a @ a) of 512x512 on the
+    # 2-core VM (2026-11-30): the process used 1.68 cores, the test thread waited for a core 32% of the round, and the
+    # evidence read "torch intra-op threads: 1", as if the rounds ran on the 1 thread read after them.
+    raw = build(cpu_busy=0.26, runqueue=0.32, meta={"torch_threads": 1, "cpu_affinity": 2})
+    (f,) = [f for f in analyze(merge(_process_cpu(raw, 1.68))).findings if f.rule == "cpu_contention"]
+    said = f.evidence["torch intra-op threads"]
+    assert said == "1 (read after the rounds; the process used 1.68 cores: the body may set its own)", said
+    # The body on the 1 thread it was given (the process at 1.01 cores, as on the VM): the number alone.
+    one = build(cpu_busy=0.9, runqueue=0.32, meta={"torch_threads": 1, "cpu_affinity": 2})
+    (g,) = [f for f in analyze(merge(_process_cpu(one, 1.01))).findings if f.rule == "cpu_contention"]
+    assert g.evidence["torch intra-op threads"] == 1
