@@ -396,7 +396,9 @@ class TestResult(Serial):
     files: dict[str, str] = field(default_factory=dict)  # "md" -> path, relative to the report dir
     regression: RegressionVerdict | None = None  # when compared with a baseline (regression.compare_to_baseline)
     ab: dict[str, Any] | None = None  # ab.paired.ABVerdict.to_dict() with --inferscope-ab / --inferscope-ab-python
-    added: dict[str, float] = field(default_factory=dict)  # what the plugin added, ms (postprocess.added_time)
+    #: What the plugin added, ms (postprocess.added_time), and `extra_rounds`, a count: int | float so that report.json
+    #: and the xdist wire give each figure back as written (a float hint read the count back as 0.0).
+    added: dict[str, float | int] = field(default_factory=dict)
     earlier_runs: list[str] = field(default_factory=list)  # verdicts of this test's runs before, this session (reruns)
     schema_version: int = SCHEMA_VERSION
     #: The folder this result's report files were last written to (`files` are relative to it), by `measure()`'s

@@ -280,7 +280,7 @@ def index_entry(result: TestResult) -> dict[str, Any]:
         "partial_reason": result.partial_reason,
         "files": dict(result.files),
         # what the plugin added, ms, with reports_ms (not in its report.json); a count as a count, though a result
-        # from an xdist worker holds every figure as a float
+        # read back by an older version (every figure a float) holds it as 0.0
         "added": {k: int(v) if k == "extra_rounds" else v for k, v in result.added.items()},
         "vs_baseline": _vs_baseline(result),
         "vs_ref": _vs_ref(result),

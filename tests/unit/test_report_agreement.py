@@ -89,7 +89,7 @@ def test_every_index_says_the_comparison_with_the_baseline(tmp_path: Path) -> No
     compared, alone = gpu_result("t.py::test_compared"), gpu_result("t.py::test_alone")
     c = Comparison("regressed", 1.283, 1.2, 1.4, 0.001, "", 1.069, 1.372, 12, 12)
     compared.regression = RegressionVerdict(compared.nodeid, "regressed", "", c, baseline_name="main")
-    compared.added = {"extra_rounds": 0.0, "added_ms": 1.5}  # as an xdist worker's result holds it
+    compared.added = {"extra_rounds": 0.0, "added_ms": 1.5}  # as a result read back by an older version holds it
     write_index([compared, alone], tmp_path, {})
     md = (tmp_path / "index.md").read_text()
     assert "| vs baseline |" in md and "| +28.3% regressed |" in md and "| — |" in md

@@ -130,3 +130,14 @@ def test_what_write_report_refuses_it_says_before_writing(tmp_path: Path) -> Non
     with pytest.raises(ReportDirError, match=r"^write_report\(report_dir='.*file'\): the report folder"):
         write_report(result, tmp_path / "file")
     assert result.report_dir is None and result.files == {}
+
+
+def test_the_added_figures_read_back_from_report_json_as_written_a_count_as_an_int(tmp_path: Path) -> None:
+    # load_report gave `extra_rounds` back as 0.0: every figure of `added` was read as a float, the count too.
+    measure(_mark_and_sum, rounds=3, warmup=1, name="f", report_dir=tmp_path)
+    written = _report(tmp_path / "f")["added"]
+    assert isinstance(written, dict) and isinstance(written["extra_rounds"], int)
+    loaded = load_report(tmp_path / "f" / "report.json").added
+    assert {k: (v, type(v)) for k, v in loaded.items() if k != "reanalysis_ms"} == {
+        k: (v, type(v)) for k, v in written.items()
+    }
