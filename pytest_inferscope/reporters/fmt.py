@@ -120,6 +120,17 @@ def host_memory_cell(result: TestResult) -> str:
     return f"+{max(0.0, peak - start):.1f} MB"
 
 
+def host_memory_figures(result: TestResult) -> dict[str, float | None] | None:
+    """index.json's host memory of a test, in MB, the figures its thresholds compare: `rss_peak` the process's peak RSS
+    over the rounds (max_host_memory_mb), `rss_start` its RSS before them, `added` the peak above it, never below 0
+    (max_host_memory_added_mb; None where the start was not read); None where host memory was not read."""
+    m = result.analysis.metrics
+    peak, start = m.get("mem.rss_peak_mb"), m.get("mem.rss_start_mb")
+    if peak is None:
+        return None
+    return {"rss_peak": peak, "rss_start": start, "added": None if start is None else max(0.0, peak - start)}
+
+
 #: The latency of a test none of whose measured rounds completed (the body raised in the first, or in the warm-up),
 #: the same in every table: the terminal's, index.md's and index.html's, the job summary's (with no IQR or spread
 #: beside it); the reports say "none (no measured round completed)" and, at the top, where the body raised.

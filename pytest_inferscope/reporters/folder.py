@@ -20,7 +20,7 @@ from ..merger import Timeline
 from ..results import SCHEMA_VERSION, TestResult
 from . import html, markdown
 from .files import atomic_open, atomic_write_bytes, atomic_write_text
-from .fmt import NO_LATENCY, table_order, verdict_label
+from .fmt import NO_LATENCY, host_memory_figures, table_order, verdict_label
 from .html import render_html_index, write_html_report, write_shared_assets
 from .jsonreport import dumps, to_json
 from .markdown import render_index, render_report
@@ -276,6 +276,7 @@ def index_entry(result: TestResult) -> dict[str, Any]:
         "failed_checks": [c.key for c in result.failed_checks],
         "checks": {c.key: c.status for c in result.checks},
         "dropped_events": result.dropped_events,
+        "host_memory_mb": host_memory_figures(result),  # every test's, though the tables show them where they matter
         "earlier_runs": result.earlier_runs,
         "partial_reason": result.partial_reason,
         "files": dict(result.files),

@@ -1,9 +1,12 @@
 """The host memory column of the terminal summary, index.md and index.html: shown where memory matters (a test with a
 host memory threshold, or whose rounds took 1 MB or more), the figure the threshold compared; left out otherwise, so
-a suite that takes no memory keeps its table as narrow as before."""
+a suite that takes no memory keeps its table as narrow as before. index.json gives every test's figures, as numbers."""
 
 from __future__ import annotations
 
+import math
+
+from pytest_inferscope.reporters import index_entry
 from pytest_inferscope.reporters.html import render_html_index
 from pytest_inferscope.reporters.markdown import render_index
 from pytest_inferscope.reporters.terminal import display_width, summary_lines
@@ -58,3 +61,21 @@ def test_the_memory_column_still_fits_80_and_120_columns() -> None:
         lines = summary_lines(_suite(), width=width)
         assert all(display_width(line) <= width for line in lines), "\n".join(lines)
         assert "+60.0 MB" in "\n".join(lines) and "612.3 MB" in "\n".join(lines)
+
+
+def test_index_json_gives_each_tests_host_memory_as_numbers() -> None:
+    # index.json had no memory figure: a CI script could not see what failed a host memory threshold.
+    grows, big = _suite()[-2:]
+    entry = index_entry(grows)["host_memory_mb"]
+    assert set(entry) == {"rss_peak", "rss_start", "added"}
+    assert entry["rss_peak"] == 127.2 and entry["rss_start"] == 67.2
+    assert math.isclose(entry["added"], 60.0)  # what max_host_memory_added_mb compared: the peak above the start
+    assert index_entry(big)["host_memory_mb"]["rss_peak"] == 612.3  # what max_host_memory_mb compared
+    # where the rounds took less than the start (a freed cache), nothing was added; where memory was not read, null
+    assert index_entry(_result("t.py::test_freed", 60.0, 67.2))["host_memory_mb"]["added"] == 0.0
+    unread = _result("t.py::test_unread", 0.0, 0.0)
+    unread.analysis.metrics.update({"mem.rss_peak_mb": None, "mem.rss_start_mb": None})
+    assert index_entry(unread)["host_memory_mb"] is None
+    no_start = _result("t.py::test_no_start", 70.0, 0.0)
+    no_start.analysis.metrics["mem.rss_start_mb"] = None
+    assert index_entry(no_start)["host_memory_mb"] == {"rss_peak": 70.0, "rss_start": None, "added": None}
