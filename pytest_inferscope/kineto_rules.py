@@ -223,6 +223,7 @@ def kineto_limits(ctx: Context) -> list[Finding]:
             + "".join(f" Rounds: {note}." for note in info.get("notes", [])),
             cause=None,
             share=0.0,
+            share_measured=False,  # what the trace cannot tell, no time of the rounds
             confidence=1.0,
             evidence=evidence,
         )

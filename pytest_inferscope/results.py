@@ -17,7 +17,7 @@ from typing import Any
 
 from .comparison import Comparison, MetricChange
 from .serial import LOCAL, SELF_SERIAL, Serial, plain
-from .units import fmt_ms
+from .units import fmt_ms, fmt_pct
 
 #: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15). 3: report.json leaves out the
 #: metrics not measured (null in 2; `metrics.get(name)` reads None for both).
@@ -144,11 +144,22 @@ class Finding(Serial):
     evidence: dict[str, Any] = field(default_factory=dict)
     events: list[EventRef] = field(default_factory=list)
     suggestions: list[Suggestion] = field(default_factory=list)
+    #: False where the rule does not measure its time apart (autograd's native work, a graph break's cost, a custom
+    #: rule without `share:`): its share is 0 for that, and the reports say so rather than "explains 0.0%".
+    share_measured: bool = True
+
+    @property
+    def explains(self) -> str:
+        """The share as the reports word it: "explains 21.0% of the measured time", or "time not measured apart"."""
+        if not self.share_measured:
+            return "time not measured apart"
+        return f"explains {fmt_pct(self.share)} of the measured time"
 
     def __repr__(self) -> str:
         """One line, as a notebook shows `result.analysis.findings`: the rule, its title, the class it supports."""
         supports = f"{self.cause}, " if self.cause else ""
-        return f"<Finding {self.rule}: {self.title} ({supports}{self.share:.0%} of the time)>"
+        share = f"{self.share:.0%} of the time" if self.share_measured else "time not measured apart"
+        return f"<Finding {self.rule}: {self.title} ({supports}{share})>"
 
 
 @dataclass

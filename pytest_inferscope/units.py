@@ -104,3 +104,12 @@ def _alone(x: float) -> str:
     if a >= 0.001:
         return f"{x:.3f}"
     return "<0.001" if x > 0 else ">-0.001"
+
+
+def fmt_pct(share: float | None) -> str:
+    """A fraction as a percentage: 0.357 -> '35.7%'."""
+    if share is None or not math.isfinite(share):
+        return "n/a"
+    if 0 < abs(share) < 0.001:
+        return "<0.1%"
+    return f"{share * 100:.1f}%"

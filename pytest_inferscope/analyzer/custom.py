@@ -115,6 +115,7 @@ def make_rule(spec: RuleSpec) -> Rule:
                 summary=f"Custom rule {spec.name}: {held}.",
                 cause=spec.cause,
                 share=min(1.0, max(0.0, share or 0.0)),
+                share_measured=spec.share is not None,  # without `share:` its time is not said
                 confidence=min(1.0, BASE_CONFIDENCE * spec.confidence_weight),
                 evidence=evidence,
                 suggestions=[

@@ -58,6 +58,7 @@ def autograd_recording(ctx: Context) -> list[Finding]:
             "saving is not estimated.",
             cause=None,
             share=0.0,  # its time is not measured apart (the module's docstring)
+            share_measured=False,
             confidence=0.9 if ctx.cpu.sample_weights else 0.6,  # counted by autograd; a backward told apart by samples
             evidence={
                 "autograd graph nodes per call": round(per_call, 1),

@@ -195,6 +195,7 @@ def torch_compile_graph_breaks(ctx: Context) -> list[Finding]:
             summary=f"Dynamo met {_plural(n, 'graph break')} compiling in this test{where}: {_break_line(top)}.",
             cause=None,
             share=0.0,  # what a break costs a call is not measured: the code between the graphs runs uncompiled
+            share_measured=False,
             confidence=1.0,
             evidence=evidence,
             suggestions=[

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..results import UNCLASSIFIED, Analysis, BreakdownPart, CheckResult, TestResult
 from ..units import fmt_ms as fmt_ms  # the checks' messages write milliseconds with it too (units.py)
+from ..units import fmt_pct as fmt_pct  # a finding's share too (results.Finding.explains)
 from ..units import fmt_threshold
 
 
@@ -135,15 +136,6 @@ def host_memory_figures(result: TestResult) -> dict[str, float | None] | None:
 #: the same in every table: the terminal's, index.md's and index.html's, the job summary's (with no IQR or spread
 #: beside it); the reports say "none (no measured round completed)" and, at the top, where the body raised.
 NO_LATENCY = "none"
-
-
-def fmt_pct(share: float | None) -> str:
-    """A fraction as a percentage: 0.357 -> '35.7%'."""
-    if share is None or not math.isfinite(share):
-        return "n/a"
-    if 0 < abs(share) < 0.001:
-        return "<0.1%"
-    return f"{share * 100:.1f}%"
 
 
 def fmt_conf(c: float | None) -> str:

@@ -77,7 +77,7 @@ def _found(raw: Any) -> list[Any]:
 
 def test_the_rule_names_autograd_left_on_with_its_nodes_and_claims_no_saving() -> None:
     (f,) = _found(_with(build(cpu_busy=0.9, samples=[("t:body (t.py:1)", 0.9)]), nodes=120))
-    assert f.cause is None and f.share == 0.0
+    assert f.cause is None and f.share == 0.0 and not f.share_measured  # 0 as not measured apart, not as nothing
     assert f.evidence["autograd graph nodes per call"] == 12.0 and f.evidence["measured rounds counted"] == 10
     assert "12 graph nodes a call" in f.summary and "no sample was in a backward" in f.summary, f.summary
     (s,) = f.suggestions

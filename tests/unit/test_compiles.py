@@ -161,6 +161,7 @@ def test_compiles_in_the_warmup_only_are_told_without_a_share() -> None:
     raw = _compiled(build(n_rounds=3, warmup=1, cpu_busy=0.9), {0: [(0.1, "", "")]})
     f = _finding(raw)
     assert f.title == "torch.compile compiled in the warm-up only" and f.share == 0.0 and not f.suggestions
+    assert f.share_measured  # the measured rounds' compile time was measured, and is none
     assert "(round 0: 1 compilation, 8.0 ms of its 10.0 ms); the measured rounds compiled nothing." in f.summary
 
 
@@ -169,6 +170,7 @@ def test_graph_breaks_are_their_own_finding_with_a_fix() -> None:
         _compiled(build(n_rounds=3, cpu_busy=0.9), {0: [(0.1, "", "")]}, breaks=2), "torch_compile_graph_breaks"
     )
     assert "Dynamo met 2 graph breaks" in f.summary and "graph_break()" in f.summary
+    assert f.share == 0.0 and not f.share_measured  # what a break costs a call is not measured
     assert "fullgraph=True" in f.suggestions[0].action
 
 

@@ -205,7 +205,7 @@ def test_a_rule_fires_on_a_real_timeline(tmp_path: Path) -> None:
     assert f.rule == "high_memory_overhead" and f.cause == "transfer_bound"
     assert f.title == "Copies take a third of the round"
     assert "h2d_time / total_time = 0.5 > 0.3" in f.summary
-    assert f.share == pytest.approx(0.5, abs=1e-3) and f.confidence == pytest.approx(0.6)
+    assert f.share == pytest.approx(0.5, abs=1e-3) and f.confidence == pytest.approx(0.6) and f.share_measured
     assert f.evidence["h2d_time"] == pytest.approx(5.0, abs=1e-3) and f.evidence["total_time"] == pytest.approx(10.0)
     assert f.evidence["gpu.transfer_fraction"] == pytest.approx(0.5, abs=1e-3)
     (s,) = f.suggestions
@@ -243,6 +243,7 @@ def test_an_informational_rule_has_no_cause_and_no_share(tmp_path: Path) -> None
     (rule,) = load_rules(write(tmp_path, rule_yaml("rounds >= 10")))
     (f,) = rule(ctx_for(merge(build(cpu_busy=0.5))))
     assert f.cause is None and f.share == 0.0 and f.confidence == 0.5 and f.suggestions[0].saving_ms == 0.0
+    assert not f.share_measured  # no `share:` given: the reports say its time is not measured, not that it is 0
     assert f.evidence == {"rounds": 10.0}
 
 

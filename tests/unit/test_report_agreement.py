@@ -81,6 +81,30 @@ def test_a_suggestion_without_an_estimated_saving_says_so_not_that_it_saves_noth
     assert r.analysis.suggestions[1].saves == "saves ~9.20 ms per round"
 
 
+def test_a_finding_whose_time_is_not_measured_apart_says_so_not_that_it_explains_none_of_it() -> None:
+    # autograd_recording's share is 0 because its time (native code) is not measured apart; the reports read
+    # "explains 0.0% of the measured time", as if autograd cost nothing.
+    from pytest_inferscope.results import Finding
+
+    r = gpu_result()
+    info = Finding("autograd_recording", "Autograd records the inference", "12 nodes a call.", None, 0.0, 0.9,
+                   share_measured=False)  # fmt: skip
+    r.analysis.findings.append(info)
+    md, page = render_report(r), _html(r)
+    assert "Supports: information only · time not measured apart · confidence 90% · rule `autograd_recording`" in md
+    assert "Supports: information only · time not measured apart · confidence 90%" in page
+    assert "explains 0.0%" not in md and "explains 0.0%" not in page
+    assert "explains 21.0% of the measured time" in md  # a finding that measured its share still says it
+    assert repr(info).endswith("(time not measured apart)>") and info.explains == "time not measured apart"
+    assert load_report_text(to_json(r)).analysis.findings[-1].share_measured is False
+
+
+def load_report_text(text: str) -> TestResult:
+    from pytest_inferscope.reporters.jsonreport import result_from_dict
+
+    return result_from_dict(json.loads(text), "report.json")
+
+
 def test_every_index_says_the_comparison_with_the_baseline(tmp_path: Path) -> None:
     from pytest_inferscope.comparison import Comparison
     from pytest_inferscope.reporters import write_index
