@@ -144,9 +144,7 @@ class Finding(Serial):
     evidence: dict[str, Any] = field(default_factory=dict)
     events: list[EventRef] = field(default_factory=list)
     suggestions: list[Suggestion] = field(default_factory=list)
-    #: False where the rule does not measure its time apart (autograd's native work, a graph break's cost, a custom
-    #: rule without `share:`): its share is 0 for that, and the reports say so rather than "explains 0.0%".
-    share_measured: bool = True
+    share_measured: bool = True  # False: the rule measures no time apart (share 0 for that, not measured as none)
 
     @property
     def explains(self) -> str:
@@ -407,8 +405,7 @@ class TestResult(Serial):
     files: dict[str, str] = field(default_factory=dict)  # "md" -> path, relative to the report dir
     regression: RegressionVerdict | None = None  # when compared with a baseline (regression.compare_to_baseline)
     ab: dict[str, Any] | None = None  # ab.paired.ABVerdict.to_dict() with --inferscope-ab / --inferscope-ab-python
-    #: What the plugin added, ms (postprocess.added_time), and `extra_rounds`, a count: int | float so that report.json
-    #: and the xdist wire give each figure back as written (a float hint read the count back as 0.0).
+    #: What the plugin added, ms (postprocess.added_time); `extra_rounds` a count, read back as an int (not as 0.0)
     added: dict[str, float | int] = field(default_factory=dict)
     earlier_runs: list[str] = field(default_factory=list)  # verdicts of this test's runs before, this session (reruns)
     schema_version: int = SCHEMA_VERSION
