@@ -6,17 +6,14 @@ later stage can be re-run from a saved `report.json`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .comparison import Comparison, MetricChange
-from .serial import LOCAL, SELF_SERIAL, Serial, plain
+from .comparison import RegressionVerdict
+from .serial import LOCAL, Serial
 from .units import fmt_ms, fmt_pct
 
 #: 2: `Analysis.whatif` and `Analysis.whatif_replay` (the simulated fixes, issue 15). 3: report.json leaves out the
@@ -293,93 +290,6 @@ class ClockFit(Serial):
 
 
 @dataclass
-class RegressionVerdict:
-    """One test against its baseline entry: the verdict, the latency comparison and everything else that moved."""
-
-    nodeid: str
-    verdict: str  # "regressed" | "improved" | "unchanged" | "inconclusive"
-    reason: str
-    latency: Comparison
-    metric_changes: list[MetricChange] = field(default_factory=list)
-    bottleneck_before: str = ""
-    bottleneck_after: str = ""
-    fingerprint_differences: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    baseline_name: str = ""
-    baseline_timestamp: str = ""
-    steady: str = ""  # which rounds the speed probe let through, when it was used
-    noise_floor: float | None = None  # ratio a shift must clear, from the baseline's history
-    slot_change: str = ""  # "baseline on GPU 0, this run on GPU 1": compared across alike GPUs (baseline.SLOT_KEYS)
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict == "regressed"
-
-    def __repr__(self) -> str:
-        """One line, as a notebook shows what `compare()` returns: the verdict and the medians (`message()`: why)."""
-        c = self.latency
-        if not math.isfinite(c.ratio):
-            return f"<RegressionVerdict {self.nodeid!r}: {self.verdict}>"
-        before, after = fmt_ms(c.base_median, c.new_median), fmt_ms(c.new_median, c.base_median)
-        p = f", p={c.p_value:.2g}" if math.isfinite(c.p_value) else ""
-        change = f"{before} → {after} ms ({100 * (c.ratio - 1):+.1f}%{p})"
-        return f"<RegressionVerdict {self.nodeid!r}: {self.verdict}, median {change}>"
-
-    @property
-    def bottleneck_changed(self) -> bool:
-        return self.bottleneck_before != self.bottleneck_after
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (for report.json and xdist's workeroutput; `serial.plain` calls it for a TestResult)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["latency"] = self.latency.to_dict()
-        d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
-        d["bottleneck_changed"] = self.bottleneck_changed
-        return typing.cast(dict[str, Any], plain(d))
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RegressionVerdict:
-        known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in data.items() if k in known}
-        kw["latency"] = Comparison.from_dict(data["latency"])
-        kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes", [])]
-        return cls(**kw)
-
-    def message(self) -> str:
-        """The explanation for a test failure (or a report line): the verdict and the evidence behind it."""
-        c = self.latency
-        against = f"baseline {self.baseline_name!r}" if self.baseline_name else "the baseline"
-        if self.baseline_timestamp:
-            against += f" (recorded {self.baseline_timestamp})"
-        head = {
-            "regressed": "Performance regression against",
-            "improved": "Faster than",
-            "unchanged": "No significant change against",
-            "inconclusive": "Inconclusive comparison with",
-        }[self.verdict]
-        lines = [f"{head} {against}: {self.reason}"]
-        if math.isfinite(c.ratio):
-            before, after = fmt_ms(c.base_median, c.new_median), fmt_ms(c.new_median, c.base_median)
-            lines.append(
-                f"  latency: median {before} ms ({c.base_n} rounds) → {after} ms "
-                f"({c.new_n} rounds), {100 * (c.ratio - 1):+.1f}% (ratio {c.ratio:.3f}, "
-                f"{100 * c.confidence:.0f}% CI {c.ci_low:.3f}–{c.ci_high:.3f}); one-sided Mann–Whitney "
-                f"p={c.p_value:.2g} (alpha {c.alpha:g}); allowed regression {100 * c.max_regression:.3g}%."
-            )
-        if self.steady:
-            lines.append(f"  machine speed: {self.steady}.")
-        if self.noise_floor is not None:
-            lines.append(f"  run-to-run noise floor: ratio {self.noise_floor:.3f} (from the baseline's history).")
-        lines += [f"  metric: {m.message}" for m in self.metric_changes]
-        if self.bottleneck_changed:
-            lines.append(f"  bottleneck: {self.bottleneck_before or 'none'} → {self.bottleneck_after or 'none'}.")
-        lines += [f"  environment: {d}" for d in self.fingerprint_differences]
-        lines += [f"  GPU: another of the same model ({self.slot_change})."] if self.slot_change else []
-        lines += [f"  warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
-
-
-@dataclass
 class TestResult(Serial):
     """Everything about one profiled test; what reporters render and xdist ships."""
 
@@ -494,7 +404,3 @@ def _wire_default(value: Any) -> Any:
     """What `to_dict` leaves that JSON lacks (a user's object in `environment`, say): its `item()` or its str."""
     item = getattr(value, "item", None)
     return item() if callable(item) else str(value)
-
-
-#: Dataclasses that serialise themselves (their own to_dict / from_dict: NaN kept as None and back).
-SELF_SERIAL.add(RegressionVerdict)
