@@ -1,6 +1,6 @@
 """What comparing two runs of a test gives: the verdict on its round latencies, the deterministic metrics that
-changed, and the test's verdict against its baseline that holds both (`RegressionVerdict`). Plain data, without numpy: `results` holds them, which the plugin imports whether or not it profiles
-anything; `stats` computes them."""
+changed, and the test's verdict against its baseline that holds both (`RegressionVerdict`). Plain data, without
+numpy: `results` holds them, which the plugin imports whether or not it profiles anything; `stats` computes them."""
 
 from __future__ import annotations
 

@@ -326,7 +326,7 @@ def append_step_summary(
     """
     from .failure import failure_lines
     from .fmt import fmt_bottleneck, fmt_ms, md_name, md_text
-    from .terminal import ab_column, vs_baseline, vs_ref
+    from .terminal import ab_column, compared, vs_baseline, vs_ref
 
     ordered = sorted(results, key=table_order)
     failed = [(r.nodeid, what) for r, what in failure_lines(results)]
@@ -336,18 +336,18 @@ def append_step_summary(
         lines += [f"**{tests} test{'s' * (tests != 1)} failed:**", ""]
         lines += [*(f"- {md_name(nodeid)}: {md_text(what)}" for nodeid, what in failed), ""]
     ab = ab_column(results)  # an A/B run: a column against the other side
-    ab_head = f" {ab} |" if ab else ""
+    vs = compared(results)  # a run compared with a baseline: a column against it
+    extra_head = (" vs baseline |" if vs else "") + (f" {ab} |" if ab else "")
     lines += [
-        f"| Test | Median (ms) | ± IQR | vs baseline |{ab_head} Bottleneck | Verdict |",
-        "|---|---|---|---|" + ("---|" if ab else "") + "---|---|",
+        f"| Test | Median (ms) | ± IQR |{extra_head} Bottleneck | Verdict |",
+        "|---|---|---|" + "---|" * (vs + bool(ab)) + "---|---|",
     ]
     for r in ordered:
         lat = r.latency
-        ab_cell = f" {vs_ref(r)} |" if ab else ""
+        extra = (f" {vs_baseline(r)} |" if vs else "") + (f" {vs_ref(r)} |" if ab else "")
         median, iqr = (fmt_ms(lat.median), fmt_ms(lat.iqr)) if lat.samples_ms else (NO_LATENCY, "")  # (a partial's)
         lines.append(
-            f"| {md_name(r.nodeid)} | {median} | {iqr} | {vs_baseline(r)} |{ab_cell} "
-            f"{fmt_bottleneck(r.analysis)} | {verdict_label(r)} |"
+            f"| {md_name(r.nodeid)} | {median} | {iqr} |{extra} {fmt_bottleneck(r.analysis)} | {verdict_label(r)} |"
         )
     if not_compared is not None:
         lines += ["", f"inferscope A/B: {md_text(not_compared)}."]

@@ -131,13 +131,14 @@ def render_html_index(results: list[TestResult], session: dict[str, Any], older:
     """The index.html text of a session: one row per profiled test, linked to its report.html; `older`: as
     index.md's."""
     from .failure import failure_lines
-    from .terminal import ab_column, vs_baseline, vs_ref
+    from .terminal import ab_column, compared, vs_baseline, vs_ref
 
     rows = sorted(results, key=table_order)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
     return _env().get_template("index.html.j2").render(
         results=rows, session=session, counts=counts, verdict=verdict_label, link=html_link, assets=_assets(),
-        spark=sparkline, vs=vs_baseline, ab_head=ab_column(rows), vs_ref=vs_ref, older=older_text(older),
+        spark=sparkline, vs=vs_baseline if compared(rows) else None, ab_head=ab_column(rows), vs_ref=vs_ref,
+        older=older_text(older),
         memory=host_memory_cell if shows_host_memory(rows) else None, failures=failure_lines(rows),
     )  # fmt: skip
 

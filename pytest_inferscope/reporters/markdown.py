@@ -67,11 +67,12 @@ def render_index(results: list[TestResult], session: dict[str, Any], older: int 
     rows = sorted(results, key=table_order)
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("pass", "fail", "partial")}
     from .failure import failure_lines
-    from .terminal import ab_column, vs_baseline, vs_ref
+    from .terminal import ab_column, compared, vs_baseline, vs_ref
 
     template = _env().get_template("index.md.j2")
     return template.render(
-        results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link, vs=vs_baseline,
+        results=rows, session=session, counts=counts, verdict=verdict_label, link=report_link,
+        vs=vs_baseline if compared(rows) else None,
         ab_head=ab_column(rows), vs_ref=vs_ref, older=older_text(older),
         memory=host_memory_cell if shows_host_memory(rows) else None, failures=failure_lines(rows),
     )  # fmt: skip

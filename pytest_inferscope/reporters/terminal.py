@@ -194,7 +194,7 @@ def summary_table(
     shown = (
         True, True, True, True, True, True,
         shows_host_memory(ordered),  # where memory matters: a table that takes none stays as narrow as before
-        any(r.regression for r in ordered),  # the column only when the run was compared with a baseline
+        compared(ordered),  # the column only when the run was compared with a baseline
         ab_column is not None, True,
     )  # fmt: skip
     rows = [tuple(cell for cell, keep in zip(row, shown, strict=True) if keep) for row in rows]
@@ -279,6 +279,11 @@ def fit_id(test_id: str, width: int) -> str:
             return _head(test_id, width - 1 - display_width(tail)) + "…" + tail
     head = _head(name, (2 * (width - 1) + 2) // 3)  # of the name, more of its start (the function) than of its end
     return head + "…" + _tail(name, width - 1 - display_width(head))
+
+
+def compared(results: list[TestResult]) -> bool:
+    """Whether any test was compared with a baseline: the tables' "vs baseline" column only then (else all "—")."""
+    return any(r.regression is not None for r in results)
 
 
 def vs_baseline(result: TestResult) -> str:

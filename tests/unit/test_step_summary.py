@@ -33,7 +33,7 @@ def test_a_test_id_with_a_pipe_or_a_backtick_keeps_the_table_in_shape(tmp_path: 
     text = summary.read_text()
     assert text.startswith("earlier step\n")
     header, _, *rows = [line for line in text.splitlines() if line.startswith("|")]
-    assert len(rows) == 2 and all(len(_cells(r)) == len(_cells(header)) == 6 for r in rows), rows
+    assert len(rows) == 2 and all(len(_cells(r)) == len(_cells(header)) == 5 for r in rows), rows
     assert _cells(rows[0])[0].strip() == "t.py::test_p\\[a\\|b\\]"
     assert _cells(rows[1])[0].strip() == "t.py::test_p\\[c\\`d\\]"
     assert _cells(rows[1])[1:3] == [" none ", "  "]  # no measured round: no latency, as the terminal and the indexes
@@ -61,3 +61,30 @@ def test_a_failure_is_one_line_naming_its_test_above_the_table(tmp_path: Path) -
     assert "Evidence" not in summary.read_text()
     row = next(line for line in lines if "test_ok\\[0\\]" in line)
     assert _cells(row)[1].strip() == fmt_ms(0.0005), row
+
+
+def test_the_vs_baseline_column_is_there_only_when_the_run_was_compared(tmp_path: Path) -> None:
+    """Every table had a "vs baseline" column, all "—" in a run compared with no baseline (the terminal's had none):
+    the step summary, index.md and index.html now show it only where a test was compared, as the terminal does."""
+    from pytest_inferscope.comparison import Comparison
+    from pytest_inferscope.reporters import write_index
+    from pytest_inferscope.results import RegressionVerdict
+
+    def tables(results: list[TestResult], out: Path) -> tuple[str, str, str]:
+        out.mkdir()
+        append_step_summary(out / "summary.md", results, None)
+        write_index(results, out, {})
+        header = next(line for line in (out / "index.md").read_text().splitlines() if line.startswith("| Test"))
+        thead = next(line for line in (out / "index.html").read_text().splitlines() if line.startswith("<thead>"))
+        return (out / "summary.md").read_text(), header, thead
+
+    alone = [_result("t.py::test_a", [1.0, 2.0]), _result("t.py::test_b", [1.0])]
+    for text in tables(alone, tmp_path / "alone"):
+        assert "vs baseline" not in text, text
+    c = Comparison("regressed", 1.283, 1.2, 1.4, 0.001, "", 1.069, 1.372, 12, 12)
+    alone[0].regression = RegressionVerdict(alone[0].nodeid, "regressed", "", c, baseline_name="main")
+    summary, header, thead = tables(alone, tmp_path / "compared")
+    assert "vs baseline" in header and "vs baseline" in thead
+    rows = [line for line in summary.splitlines() if line.startswith("| t.py")]
+    assert "| +28.3% regressed |" in rows[0] and "| — |" in rows[1], rows
+    assert len({len(_cells(line)) for line in summary.splitlines() if line.startswith("|")}) == 1
