@@ -84,11 +84,21 @@ def classify(findings: Iterable[Finding]) -> tuple[str, float]:
 
 def unclassified_reason(findings: Iterable[Finding]) -> str:
     """Why `classify` named no class: no finding points to one, or none explains MIN_SHARE of the time (the largest
-    named)."""
-    best = max((f for f in findings if f.cause is not None), key=lambda f: f.share, default=None)
-    if best is None:
-        return "no finding points to a class"
-    return f"no class explains {MIN_SHARE:.0%} of the measured time (the most: {best.cause}, {best.share:.0%})"
+    named). A finding that points to a class without measuring its time apart (`share_measured` false: a custom rule
+    without `share:`, say) is no "0%": the reason names its rule as such."""
+    pointing = [f for f in findings if f.cause is not None]
+    best = max((f for f in pointing if f.share_measured), key=lambda f: f.share, default=None)
+    unmeasured = sorted({f"{f.rule} ({f.cause})" for f in pointing if not f.share_measured})
+    if not unmeasured:
+        if best is None:
+            return "no finding points to a class"
+        return f"no class explains {MIN_SHARE:.0%} of the measured time (the most: {best.cause}, {best.share:.0%})"
+    why = (
+        f"no class explains {MIN_SHARE:.0%} of the measured time (the most: {best.cause}, {best.share:.0%})"
+        if best is not None
+        else "no finding that measures its time points to a class"
+    )
+    return f"{why}; {', '.join(unmeasured)} point{'s' * (len(unmeasured) == 1)} to a class without measuring its time"
 
 
 def no_measured_round(ctx: Context) -> str:

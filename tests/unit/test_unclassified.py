@@ -42,6 +42,19 @@ def test_the_reason_names_the_largest_share_or_that_no_finding_points_to_a_class
     assert unclassified_reason([]) == "no finding points to a class"
 
 
+def test_a_finding_that_does_not_measure_its_time_is_named_as_such_not_as_zero() -> None:
+    """A custom rule with a `cause:` and no `share:` (share_measured false) read "(the most: memory_bound, 0%)", as if
+    it had measured none of the time: it is named as a rule that points to a class without measuring its time."""
+    unmeasured = Finding("my_rule", "t", "s", "memory_bound", 0.0, 0.9, share_measured=False)
+    only = unclassified_reason([unmeasured])
+    assert only == (
+        "no finding that measures its time points to a class; my_rule (memory_bound) points to a class without "
+        "measuring its time"
+    )
+    both = unclassified_reason([unmeasured, Finding("r", "t", "s", "cpu_bound", 0.22, 0.9)])
+    assert both.startswith(WHY + "; my_rule (memory_bound) points") and ", 0%" not in both
+
+
 def test_the_analysis_says_why_it_named_no_class() -> None:
     a = analyze(merge(build(cpu_busy=0.2)))  # 20% on CPU, nothing else: no rule names a class
     assert a.bottleneck == UNCLASSIFIED and a.unclassified_reason == "no finding points to a class"
