@@ -471,11 +471,11 @@ class InferscopeSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked to save, and nothing was saved
         not_compared = getattr(self.ab, "baseline_note", None)  # an A/B run given --inferscope-compare
         if self.report_dir is not None and self.results:
-            from .reporters.folder import write_index
+            from .reporters.folder import environment_line, write_index
 
             info = {
                 "collectors": self.header_lines()[0].removeprefix("inferscope: "),
-                "environment": ", ".join(f"{k} {v}" for k, v in sorted(self.environment().items())),
+                "environment": environment_line(self.environment(), self.results),
             }
             if not_compared is not None:
                 info["vs baseline"] = not_compared

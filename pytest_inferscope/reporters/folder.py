@@ -10,6 +10,7 @@ import math
 import os
 import re
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,19 @@ def write_index(results: list[TestResult], report_dir: Path, session: dict[str, 
     atomic_write_text(md, render_index(results, session, older))
     atomic_write_text(report_dir / "index.html", render_html_index(results, session, older))
     return md
+
+
+def environment_line(session: Mapping[str, Any], results: list[TestResult]) -> str:
+    """The index's environment line: the session's reading of the machine, except a key each test read for itself
+    (`torch_threads`, at its collection's stop): there the values the tests had, "by test" where they differ."""
+    env = dict(session)
+    for key, value in env.items():
+        seen = {str(r.environment[key]) for r in results if key in r.environment}
+        if len(seen) > 1:
+            env[key] = "by test: " + ", ".join(sorted(seen, key=lambda v: (len(v), v)))
+        elif seen and seen != {str(value)}:
+            env[key] = seen.pop()
+    return ", ".join(f"{k} {v}" for k, v in sorted(env.items()))
 
 
 def older_test_folders(results: list[TestResult], report_dir: Path) -> int:

@@ -88,3 +88,17 @@ def test_the_vs_baseline_column_is_there_only_when_the_run_was_compared(tmp_path
     rows = [line for line in summary.splitlines() if line.startswith("| t.py")]
     assert "| +28.3% regressed |" in rows[0] and "| — |" in rows[1], rows
     assert len({len(_cells(line)) for line in summary.splitlines() if line.startswith("|")}) == 1
+
+
+def test_the_index_environment_line_gives_the_threads_each_test_read() -> None:
+    """The index's environment line was the session's one reading (torch_threads read once, after the first test):
+    tests whose fixtures set 3 threads read "torch_threads 1" there, while their reports said 3."""
+    from pytest_inferscope.reporters.folder import environment_line
+
+    a, b = _result("t.py::test_a", [1.0]), _result("t.py::test_b", [1.0])
+    a.environment, b.environment = {"torch_threads": 3, "python": "3.11"}, {"torch_threads": 12, "python": "3.11"}
+    session = {"python": "3.11", "torch_threads": 1}
+    assert environment_line(session, [a, b]) == "python 3.11, torch_threads by test: 3, 12"
+    b.environment["torch_threads"] = 3
+    assert environment_line(session, [a, b]) == "python 3.11, torch_threads 3"
+    assert environment_line(session, []) == "python 3.11, torch_threads 1"
