@@ -82,6 +82,24 @@ def save_conflict(settings: Settings) -> str | None:
     )
 
 
+def not_compared(settings: Settings, label: str) -> str | None:
+    """Why an A/B run does not compare its tests with --inferscope-compare's baseline (None without it); `label`: the
+    other side ("HEAD~1 (3f2a9c1d0e)").
+
+    This side's rounds are paced, as for `save_conflict`, so a verdict against a plain run's baseline would compare
+    unlike things; and refusing the pair would stop every A/B run of a team whose config file sets the baseline
+    compared with on everyday runs. The A/B comparison is the gate."""
+    if settings.compare is None:
+        return None
+    source = settings.sources.get("compare", "cli")
+    given = f"--inferscope-compare={settings.compare}" if source.startswith("cli") else f"set by {source}"
+    return (
+        f"not compared with baseline {settings.compare!r} ({given}): an A/B run's rounds are paced, each taking its "
+        "turn with the twin's on one CPU core, so they are not what a plain run measures; the A/B comparison with "
+        f"{label} is the gate"
+    )
+
+
 def session_settings(settings: Settings) -> Settings:
     """The settings of this process's session: in a twin, without what only the parent does (reports, baselines, its
     own A/B, the probe); in an A/B run, without --inferscope-compare (`not_compared`: the controller keeps it, to say
