@@ -20,6 +20,7 @@ import pytest
 from . import not_compared
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .args import given as option_given
+from .renames import Renames
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
 from .worktree import (
@@ -55,6 +56,8 @@ class ABController:
         self.twin: Twin | None = None
         self.twin_plans: set[str] = set()
         self.only_here: list[str] = []  # test files and folders named on the command line that the ref does not have
+        self.renames: Renames | None = None  # files git finds moved since the ref (read when needed: `_moved`)
+        self.ref_args: list[str] = []  # the ref's names of the files named (or in folders named) that moved since
         self.core: int | None = None
         self.pending: dict[str, dict[str, Any]] = {}
         self.tests_run = 0
@@ -161,9 +164,9 @@ class ABController:
             return
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
-        if self.only_here and len(self.only_here) == len(self.config.args):
+        if self.only_here and len(self.only_here) == len(self.config.args) and not self.ref_args:
             return  # every path named is only here: no twin (given none, it would run the whole suite at the ref)
-        args = [a for a in self._args() if a not in self.only_here]
+        args = [a for a in self._args() if a not in self.only_here] + self.ref_args
         argv = [str(self._python()), "-m", "pytest", *twin_args(args, self.tree), "-p", "no:xdist",
                 "-p", "no:cacheprovider", *self._plugin_on()]  # fmt: skip
         # In the worktree's folder, removed with it, by a later run too (remove_stale); else in TMPDIR, named by this
@@ -228,9 +231,12 @@ class ABController:
         command line (their tests are `new`), and said to be."""
         if self.config.args_source != pytest.Config.ArgsSource.ARGS or self.tree is None:
             return
-        self.only_here = not_at_ref(self.config.args, self.config.invocation_params.dir, self.tree)
-        if self.only_here and not self.workerinput:
-            names = ", ".join(self.only_here)
+        here = self.config.invocation_params.dir
+        self.only_here = not_at_ref(self.config.args, here, self.tree)
+        self.ref_args = self._moved().twin_args(self.config.args, here)
+        alone = [a for a in self.only_here if not self._moved().twin_args([a], here)]  # (not moved: said below)
+        if alone and not self.workerinput:
+            names = ", ".join(alone)
             self.notes.append(
                 f"inferscope A/B: {names}: not at {self.label} (new here, or deleted there), so left out of the twin's "
                 "command line; their tests are new"
@@ -314,15 +320,17 @@ class ABController:
                 f"{said}. Name test files or folders that exist on both sides (those only here are left out of the "
                 "twin's command line, and their tests are `new`), or leave that argument out."
             )
-        if ready.get("errors"):
+        if errors := ready.get("errors"):
             self._fail(
-                f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(ready['errors'])}. Fix the "
+                f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(errors)}. Fix the "
                 "collection errors there (or choose another ref) before comparing against it."
             )
         self.twin_plans = set(ready.get("nodeids", []))
         self._note_foreign(ready.get("foreign") or [])
         self._note_twin_warned(ready.get("warned") or [])
-        removed = sorted(self.twin_plans - set(self.plans))
+        moved = [n for n in self.plans if n not in self.twin_plans and self._ref_id(n) is not None]
+        self.notes += [n for n in self._moved().said(moved, self.config.rootpath, self.label) if n not in self.notes]
+        removed = sorted(self.twin_plans - {self._ref_id(n) for n in self.plans})
         if removed:  # under xdist every worker finds the same: the controller keeps one copy (xdist.py)
             self.notes.append(
                 f"inferscope A/B: {len(removed)} profiled test(s) only at {self.label} (removed or renamed here): "
@@ -400,11 +408,11 @@ class ABController:
         if twin is None or twin.dead:
             data["state"], data["reason"] = "dead", (twin.dead if twin is not None else "no twin ran")
             return data
-        if nodeid not in self.twin_plans:
+        if (ref_id := self._ref_id(nodeid)) is None:
             data["state"] = "new"
             return data
         try:
-            twin.send(cmd="run", nodeid=nodeid, core=self.core)
+            twin.send(cmd="run", nodeid=ref_id, core=self.core)
             msg = twin.recv()
         except TwinDied as exc:
             data["state"], data["reason"] = "dead", str(exc)
@@ -416,6 +424,18 @@ class ABController:
             else:
                 data["state"], data["error"] = "twin_failed", msg.get("error") or "not run there"
         return data
+
+    def _moved(self) -> Renames:
+        """The files git finds renamed or moved since the ref (none without a ref), read once."""
+        if self.renames is None:
+            self.renames = Renames.find(self.tree) if self.tree is not None else Renames(Path.cwd())
+        return self.renames
+
+    def _ref_id(self, nodeid: str) -> str | None:
+        """The twin's node id of this side's test (moved since the ref: its old name's), or None when it has none."""
+        if nodeid in self.twin_plans or self.tree is None:
+            return nodeid if nodeid in self.twin_plans else None
+        return self._moved().ref_id(nodeid, self.config.rootpath, self.twin_plans)
 
     def _twin(self) -> Twin:
         assert self.twin is not None  # _begin said "paired"
