@@ -28,6 +28,7 @@ from .worktree import (
     Worktree,
     check_python,
     import_paths,
+    not_in_git,
     own_packages,
     short_ref,
     without_git_repo_vars,
@@ -321,10 +322,9 @@ class ABController:
                 "twin's command line, and their tests are `new`), or leave that argument out."
             )
         if errors := ready.get("errors"):
-            self._fail(
-                f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(errors)}. Fix the "
-                "collection errors there (or choose another ref) before comparing against it."
-            )
+            why = " ".join(not_in_git(self.tree, errors) if self.tree is not None else [])
+            fix = why or "Fix the collection errors there (or choose another ref) before comparing against it."
+            self._fail(f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(errors)}. {fix}")
         self.twin_plans = set(ready.get("nodeids", []))
         self._note_foreign(ready.get("foreign") or [])
         self._note_twin_warned(ready.get("warned") or [])

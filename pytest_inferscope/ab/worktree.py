@@ -15,6 +15,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -229,6 +230,36 @@ class Worktree:
         worktrees whose folder is missing for now, on an unmounted disk) and delete the folder; safe to call twice."""
         _remove_entry(self.git_dir, self.path)
         shutil.rmtree(self.holder, ignore_errors=True)
+
+
+def not_in_git(tree: Worktree, errors: Sequence[str]) -> list[str]:
+    """Why the ref's tests may not collect (`errors`: "file (last line of its error)"), when the module they miss is a
+    file of this checkout that git does not record at the ref (a generated `_version.py` git ignores, an untracked
+    module): one sentence each, or none. The error alone said to fix the collection errors at the ref, in code that
+    has none. Only this process's imported modules are looked at, and git only read."""
+    said = []
+    for name in dict.fromkeys(re.findall(r"No module named '([\w.]+)'", " ".join(errors))):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        path = Path(file).resolve() if file else None
+        if path is None or not path.is_relative_to(tree.top) or tree.map_path(path).exists():
+            continue
+        rel = path.relative_to(tree.top).as_posix()
+        out = _git(tree.git_dir, "-C", str(tree.top), f"--work-tree={tree.top}", "check-ignore", "-v", "--", rel)
+        rule = out.stdout.partition("\t")[0].strip() if out.returncode == 0 else ""
+        if rule:
+            source, line, pattern = rule.split(":", 2) if rule.count(":") >= 2 else (rule, "", "")
+            said.append(
+                f"{rel} is in this checkout, but git ignores it ({source}:{line}: {pattern}), so the checkout of "
+                f"{tree.label()} does not have it: a ref's checkout has only the files git records at it. Commit the "
+                "file, or have the ref's code or tests make it (a generated file: its generator run from a conftest.py "
+                "there), or compare environments with --inferscope-ab-python alone."
+            )
+        else:
+            said.append(
+                f"{rel} is in this checkout, but not in git (untracked), so the checkout of {tree.label()} does not "
+                f"have it: add and commit it (`git add {rel}`), and compare against a commit that has it."
+            )
+    return said
 
 
 def _entries(git_dir: Path) -> list[dict[str, str]]:

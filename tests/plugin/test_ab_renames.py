@@ -56,3 +56,26 @@ def test_a_test_file_moved_since_the_ref_is_compared_with_its_old_self(
     assert "only at HEAD~1" not in flat, out  # the ref's test_old.py::test_one is not listed as removed
     assert git(root, "status", "--porcelain") == status
     assert len(worktrees(root)) == 1
+
+
+def test_a_module_git_ignores_that_the_refs_tests_import_is_named(tmp_path: Path) -> None:
+    """A generated module git ignores (setuptools-scm's `_version.py`) is in this checkout and in no ref's: the ref's
+    tests did not collect, and the usage error said to "fix the collection errors there", in code that has none."""
+    root = tmp_path / "project"
+    (root / "lib").mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / ".gitignore").write_text("_version.py\n")
+    (root / "lib" / "__init__.py").write_text("from ._version import V\n")
+    (root / "lib" / "_version.py").write_text("V = 1\n")
+    (root / "test_x.py").write_text("import lib\n" + BODY.format(delay=0.001))
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "first")
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD"), cwd=root, env=child_env(), capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "lib/_version.py is in this checkout, but git ignores it (.gitignore:1: _version.py)" in err, err
+    assert "Fix the collection errors there" not in err, err
+    assert len(worktrees(root)) == 1
