@@ -91,10 +91,15 @@ def memory_pressure(ctx: Context) -> list[Finding]:
         suggestions.append(
             Suggestion(
                 action=GROWTH_ACTION,
-                rationale=f"RSS grows {growth_per_round:.1f} MB every round (fit R² {r2:.2f}); the new pages cost "
-                "kernel time now and memory later. To find what keeps it: tracemalloc's snapshots before and after a "
-                "few calls name the lines of Python objects; for tensors, count them in gc.get_objects() each call",
-                saving_ms=round_ms * sys_share,
+                rationale=f"RSS grows {growth_per_round:.1f} MB every round (fit R² {r2:.2f}): memory later. Its time "
+                "now is not estimated: whether a result released instead of kept spares the page faults is the "
+                "allocator's to decide (a large buffer freed goes back to the OS and faults in again the next call), "
+                "and reusing a buffer is what saves them. To find what keeps it: tracemalloc's snapshots before and "
+                "after a few calls name the lines of Python objects; for tensors, count them in gc.get_objects() each "
+                "call",
+                # A 4 MB tensor kept every call read "saves ~15.4 ms" of a 20 ms round, its kernel time; released
+                # instead, it faulted as many pages in (~1,900 a round) and ran no faster (the 2-core VM, 2026-11-30).
+                saving_ms=0.0,
                 rule="memory_pressure",
             )
         )

@@ -57,7 +57,7 @@ FIX_WHATIF = {
     "memory_bound": "host memory growth removed",
 }
 #: A scenario with no GPU work has no round graph, so no what-if table: the saving its rule estimates instead.
-FIX_SUGGESTION = {"memory_bound": "Stop the growth"}
+FIX_SUGGESTION = {"memory_bound": "Reuse buffers"}  # the fixed variant preallocates one buffer
 TOLERANCE = 0.25
 #: Where each collection's raw trace is kept (`--save-raw`), to replay its what-ifs offline; None: not kept.
 SAVE_RAW: Path | None = None

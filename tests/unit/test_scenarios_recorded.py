@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_inferscope.analyzer import analyze
+from pytest_inferscope.analyzer.rules_memory import GROWTH_ACTION
 from pytest_inferscope.events import RawTrace
 from pytest_inferscope.merger import merge
 from pytest_inferscope.results import Analysis
@@ -43,7 +44,8 @@ def test_each_recorded_scenario_gets_its_label(scenario: str) -> None:
     close = scenario == "sync_bound"
     assert a.bottleneck == SIMULATED[scenario] and (a.confidence < 0.75) == close, a.whatif_replay
     own = [s for f in a.findings if f.cause == scenario for s in f.suggestions]
-    assert len(own) >= 2 and all(s.saving_ms > 0 for s in own)
+    # Every one estimates its saving but the growth stopped, whose faults the allocator may bring back (not estimated).
+    assert len(own) >= 2 and all((s.saving_ms > 0) != (s.action == GROWTH_ACTION) for s in own), own
 
 
 def test_sync_bound_verdict_names_the_syncs_beside_the_gpu() -> None:
@@ -166,7 +168,7 @@ FIX_APPLIED = {
     "transfer_bound": "Pin the host memory",  # pinned batches, non_blocking copies on a side stream
     "launch_bound": "CUDA graph",  # the decode loop captured once and replayed
     "sync_bound": "Remove per-step synchronisations",  # norms stay on the device
-    "memory_bound": "Stop the growth",  # one preallocated buffer
+    "memory_bound": "Reuse buffers",  # one preallocated buffer
 }
 
 
