@@ -74,6 +74,7 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     split = c.get("sys_ns", 0.0) / proc_cpu if proc_cpu >= KERNEL_SPLIT_MIN_NS else None
     m["cpu.test_thread_user_busy"] = working / wall * (1.0 - split if split is not None else 1.0)
     m["cpu.torch_threads"] = float(ctx.timeline.meta.get("torch_threads") or 0) or None
+    m["cpu.other_threads_native"] = _native_share(ctx.timeline.meta.get("other_threads"))
     m["host.wait_fraction"] = waits["all"] / wall
     m["host.sync_fraction"] = waits["user"] / wall
     m["host.syncs_per_round"] = len(ctx.gpu.sync_calls) / ctx.rounds.n_api_rounds  # read where the calls were recorded
@@ -88,6 +89,15 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
     m["cpu.involuntary_switches_per_round"] = c.get("nivcsw", 0.0) / ctx.rounds.n_rounds
     samples = (ctx.timeline.events["kind"] == int(Kind.SAMPLE)).nonzero()[0]  # int, here and below: see events.Kind
     m["cpu.samples"] = float(np.count_nonzero(ctx.rounds.in_rounds[samples]))
+
+
+def _native_share(other: object) -> float | None:
+    """The share of the process's other threads' CPU time over the collection that native threads (not Python ones:
+    torch's intra-op pool, a native library's workers) spent (collectors/threads.py); None where not recorded."""
+    if not isinstance(other, dict):
+        return None
+    native, python = float(other.get("native_ns") or 0), float(other.get("python_ns") or 0)
+    return native / (native + python) if native + python > 0 else None
 
 
 #: How the peak RSS was read (the memory collector's `rss_peak_source`), as mem.rss_peak_sampled says it.

@@ -34,6 +34,7 @@ from .gpu_session import GpuSession
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
 from .schedule import RoundSchedule, Steadying, after_measured, after_measured_async, run, run_async
+from .threads import OtherThreads
 from .tracer import Tracer
 
 R = TypeVar("R")
@@ -194,6 +195,7 @@ class Collection:
         self.memory = MemoryCollector()
         self.compiles: CompileLog | None = None  # torch.compile's compilations, read at the start and the stop
         self.proc: ProcFiles | None = None  # open while collecting, on the thread that started
+        self._threads: OtherThreads | None = None  # the other threads' CPU, Python threads' apart from native ones
         self.gc: pygc.GcClock | None = None  # times the test thread's garbage collections while collecting
         self._autograd: AutogradNodes | None = None  # the nodes autograd made in the measured rounds, once torch is in
         self._devsync = DeviceSync()  # the end-of-round wait when no GPU backend collects
@@ -263,6 +265,7 @@ class Collection:
                 self.modules_note = "asked for, but torch was not imported (or too old for global module hooks)"
         self.gc = pygc.start()
         self.proc = ProcFiles()
+        self._threads = OtherThreads(tid)
         self._running = True
         self.t0 = host_clock_ns()
         self.start_ns = self.t0 - entered
@@ -314,6 +317,7 @@ class Collection:
             "wall_ns": self.t_end - self.t0,
             "sampler": self._sampler_meta(),
             "torch_threads": _torch_threads(),
+            "other_threads": self._threads.stop() if self._threads is not None else None,
             "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             **self.gpu_session.meta(any(row_kind(r).after_measured for r in self.rounds)),
             "probe_ms": list(self.probe_ms),  # the speed probe around the measured rounds, when it ran

@@ -66,3 +66,49 @@ def test_the_threads_a_test_ran_with_are_not_part_of_the_baseline_fingerprint() 
 
     env = {"python": "3.11.9", "torch": "2.13.0", "cpu_model": "x", "plugin_version": "1"}
     assert fingerprint({**env, "torch_threads": 1}) == fingerprint({**env, "torch_threads": 3})
+
+
+WHOSE_THREADS = """
+import threading, time
+import pytest, torch
+
+torch.set_num_threads(1)
+a = torch.randn(384, 384)
+
+@pytest.fixture
+def spinner():
+    done = threading.Event()
+    t = threading.Thread(target=lambda: [None for _ in iter(lambda: not done.is_set(), False)])
+    t.start()
+    yield
+    done.set()
+    t.join()
+
+@pytest.mark.inferscope(rounds=3, warmup=1)
+def test_a_beside_a_python_thread(spinner):
+    time.sleep(0.02)
+
+@pytest.mark.inferscope(rounds=3, warmup=1)
+def test_b_on_torch_threads_it_sets_and_gives_back():
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for _ in range(10):
+            torch.tanh(a @ a)
+    finally:
+        torch.set_num_threads(old)
+"""
+
+
+def test_the_other_threads_time_is_told_python_threads_apart_from_torchs(pytester: pytest.Pytester) -> None:
+    # torch's threads read after the rounds say 1 for a body that set 2 and gave 1 back, whose pool's work read as "a
+    # Python thread holding the GIL" in off_cpu_wait (2026-11-30): the threads' own CPU clocks say whose they were.
+    pytester.makepyfile(WHOSE_THREADS)
+    result = pytester.runpytest_subprocess("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out")
+    result.assert_outcomes(passed=2)
+    native = {}
+    for path in (pytester.path / "out").glob("*/report.json"):
+        report = json.loads(path.read_text())
+        native[report["nodeid"].split("::")[-1]] = report["analysis"]["metrics"]["cpu.other_threads_native"]
+    assert native["test_a_beside_a_python_thread"] < 0.2, native
+    assert native["test_b_on_torch_threads_it_sets_and_gives_back"] > 0.8, native

@@ -387,6 +387,29 @@ def test_a_wait_while_the_processs_other_threads_ran_may_be_a_wait_for_them() ->
     assert "GIL" not in g.summary and not g.suggestions[0].action.startswith("Keep the process's other threads")
 
 
+def test_a_wait_for_native_threads_is_the_ops_work_not_a_python_thread_to_keep_out() -> None:
+    # A body setting torch to 8 threads for 20 matmuls and giving the caller's 1 back (the 2-core VM, 2026-11-30): the
+    # test thread off CPU 56% of the round while the others used 0.86 cores, read "torch intra-op threads: 1" after the
+    # rounds and was told "Keep the process's other threads from holding up the test thread: a Python thread ...
+    # (saves ~9.63 ms per round)", unclassified; on 2 threads or 1 it ran 1.5-10x slower. No Python thread but the
+    # test thread ran: the others were native, torch's pool doing the op's work on the other core.
+    native = {"other_threads": {"native_ns": 40 * MS, "python_ns": 0, "native_threads": 7, "python_threads": 0}}
+    raw = _process_cpu(build(cpu_busy=0.44, samples=[("t:test_threads (t.py:3)", 0.95)], meta=native), 1.0)
+    a = analyze(merge(raw))
+    (f,) = [f for f in a.findings if f.rule == "off_cpu_wait"]
+    assert f.cause == "cpu_bound" and a.bottleneck == "cpu_bound", (f.cause, a.bottleneck)
+    assert "GIL" not in f.summary and "native" in f.summary, f.summary
+    assert not any(s.action.startswith(("Keep the process's other", "Remove or overlap")) for s in f.suggestions)
+    said = "0.56 (100.0% of their time native threads', not Python threads')"
+    assert f.evidence["the process's other threads on CPU (cores)"] == said, f.evidence
+    # A Python thread beside it keeps the GIL advice, as does a trace without the split (recorded before it).
+    python = {"other_threads": {"native_ns": 1 * MS, "python_ns": 40 * MS, "native_threads": 1, "python_threads": 1}}
+    for meta in (python, {}):
+        raw = _process_cpu(build(cpu_busy=0.44, samples=[("t:test_threads (t.py:3)", 0.95)], meta=meta), 1.0)
+        (g,) = [f for f in analyze(merge(raw)).findings if f.rule == "off_cpu_wait"]
+        assert g.cause is None and g.suggestions[0].action.startswith("Keep the process's other threads"), meta
+
+
 def test_a_few_microseconds_off_cpu_are_no_finding() -> None:
     # A trivial test's 6 µs round read as 63% off CPU: below what the counters can tell from working.
     a = analyze(merge(build(round_ms=0.01, cpu_busy=0.1, samples=[("t:body (t.py:1)", 0.9)])))
