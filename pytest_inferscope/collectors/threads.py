@@ -4,33 +4,42 @@ The per-round counters give the process's CPU and the test thread's; what the ot
 which does not say whose threads they were. A Python thread running beside the body takes the GIL in turns with it; a
 native thread (torch's intra-op pool, a native library's workers) runs the ops the body handed it, on the other cores.
 torch's thread count read after the rounds cannot tell: a body that sets its own and gives the caller's back reads as
-the caller's (`rules._threads_read`). Linux keeps each thread's time on a CPU in ns in
-`/proc/self/task/<tid>/schedstat` (first field); threading's `native_id`s say which of them are Python threads. Read at
-the collection's start and stop, never inside a round: ~8 µs for a handful of threads on the 2-core dev VM
-(2026-11-30). Not seen: a thread that ended before the stop (its time is gone with it), and where procfs has no
-schedstat (not Linux), nothing is recorded.
+the caller's (`rules._threads_read`). Linux gives each thread of the process a CPU clock (ns on a CPU, what
+`/proc/self/task/<tid>/schedstat` says first) that any thread of it can read with one `clock_gettime`; the threads are
+`/proc/self/task`'s entries, and threading's `native_id`s say which of them are Python threads. Read at the collection's
+start and stop, never inside a round. Reading each thread's schedstat file instead cost 160–1,000 µs a reading with 32
+threads on the 2-core dev VM (2026-11-30; a GPU test's process has torch's pool, CUDA's threads: dozens), the clocks
+27 µs. Not seen: a thread that ended before the stop (its time is gone with it); where there is no
+`/proc/self/task` or no `time.clock_gettime_ns` (not Linux), nothing is recorded.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 
 _TASKS = "/proc/self/task"
+
+
+def _cpu_clock(tid: int) -> int:
+    """The clock id of thread `tid`'s CPU time (Linux's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED), as glibc's
+    pthread_getcpuclockid makes it): readable from any thread of the same process."""
+    return ((~tid) << 3) | 6
 
 
 def threads_cpu_ns() -> dict[int, int]:
     """Each thread of the process: its time on a CPU so far (ns); empty where procfs does not say."""
     out: dict[int, int] = {}
+    clock = getattr(time, "clock_gettime_ns", None)
     try:
-        tids = os.listdir(_TASKS)
+        tids = os.listdir(_TASKS) if clock is not None else []
     except OSError:
         return out
-    for tid in tids:
+    for tid in map(int, tids):
         try:
-            with open(f"{_TASKS}/{tid}/schedstat", "rb") as f:
-                out[int(tid)] = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):  # the thread ended between the listing and the read
+            out[tid] = clock(_cpu_clock(tid))  # type: ignore[misc]
+        except OSError:  # the thread ended between the listing and the read
             continue
     return out
 
