@@ -252,12 +252,17 @@ class TraceBuffer:
             out.append(d)
         return out
 
-    def clear(self) -> None:
-        """Forget every event (rings stay allocated for the next test); delete spill files."""
+    def remove_spills(self) -> None:
+        """Delete the spill files once `to_array()` has read them (the events it returned are the only copy then)."""
         for ring in self._rings:
             for p in ring.spilled:
                 p.unlink(missing_ok=True)
             ring.spilled.clear()
+
+    def clear(self) -> None:
+        """Forget every event (rings stay allocated for the next test); delete spill files."""
+        self.remove_spills()
+        for ring in self._rings:
             ring.pos = 0
             ring.wrapped = False
             ring.dropped = 0

@@ -268,11 +268,26 @@ def resolve(
             value = rootdir / value
         values[spec.name] = value
         sources[spec.name] = source
+        if spec.name == "trace_spill" and value is not None and (why := _not_a_folder(value)):
+            raise layers[0][1].bad_value(spec, layers[0][0], why)  # said now, not when a full buffer first spills
     where = f"trace_rounds (from {sources['trace_rounds']}) with gpu_rounds (from {sources['gpu_rounds']})"
     conflict = lean_rounds_conflict(values["trace_rounds"], values["gpu_rounds"], where)
     if conflict is not None:
         raise ConfigError(conflict)
     return Settings(**values, sources=sources)
+
+
+def _not_a_folder(path: Path) -> str | None:
+    """Why `path` can be no folder to write in (it is a file, or a file is where a parent would be), or None.
+
+    Stat only: nothing is created (`config show` resolves too); a missing folder is made when it is first written.
+    """
+    for p in (path, *path.parents):
+        if p.is_dir():
+            return None
+        if p.exists():
+            return "is a file, not a folder" if p == path else f"cannot be created: {str(p)!r} is a file, not a folder"
+    return None
 
 
 def _format(value: Any) -> str:

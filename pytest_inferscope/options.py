@@ -221,8 +221,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "trace_spill", optional(parse_path), None,
-        "Folder a full trace buffer spills to; unset, a full buffer wraps and counts the dropped events.",
-        "give a folder path", "/tmp/inferscope-spill", metavar="DIR", default_text="not set (a full buffer wraps)",
+        "Folder a full trace buffer spills to, created when it first does (a file there, or in its path, is refused "
+        "before anything runs); the spill files are removed once the test's trace is read. Unset, a full buffer "
+        "wraps and counts the dropped events.",
+        "leave it unset (a full buffer then wraps) or give a folder, created when a buffer first spills",
+        "/tmp/inferscope-spill", metavar="DIR", default_text="not set (a full buffer wraps)",
     ),
     OptionSpec(
         "cpu", choice(_CPU_MODES), "sample",

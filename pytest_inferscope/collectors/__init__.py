@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..buffer import TraceBuffer
 from ..events import Kind, MemoryFlag, RawTrace, host_clock_ns
@@ -36,6 +36,9 @@ from .modules import ModuleTracker
 from .schedule import RoundSchedule, Steadying, after_measured, after_measured_async, run, run_async
 from .threads import OtherThreads
 from .tracer import Tracer
+
+if TYPE_CHECKING:
+    import numpy as np
 
 R = TypeVar("R")
 
@@ -200,6 +203,7 @@ class Collection:
         self._autograd: AutogradNodes | None = None  # the nodes autograd made in the measured rounds, once torch is in
         self._devsync = DeviceSync()  # the end-of-round wait when no GPU backend collects
         self._after: tuple[int, Counters] | None = None  # the last round's end counters, and when they were read
+        self._events: np.ndarray | None = None  # what the first stop() read from the buffer
         self.sampler: Sampler | None = None
         self.sampler_note = ""  # why the signal sampler asked for could not be used (the thread's sampled instead)
         self.tracer: Tracer | None = None
@@ -325,7 +329,10 @@ class Collection:
             "autograd": self._autograd.meta() if self._autograd is not None else None,
             "collectors": [c.to_dict() for c in self.collectors_info()],
         }
-        events = self.buffer.to_array()
+        if running or self._events is None:  # a later stop() returns the same events: the spills are gone by then
+            self._events = self.buffer.to_array()
+            self.buffer.remove_spills()  # read: left in the user's spill folder, they would pile up run after run
+        events = self._events
         if running:
             self.stop_ns = host_clock_ns() - self.t_end
         meta.update(start_ns=self.start_ns, stop_ns=self.stop_ns)

@@ -56,3 +56,40 @@ def test_the_trace_size_setting_caps_the_gpu_records(
         pytester.path.joinpath(".inferscope.yaml").write_text("trace_size_mb: 3\n")
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=2)
+
+
+SPILLING = """
+import pytest
+
+def f(i):
+    return i + 1
+
+@pytest.mark.inferscope(rounds=2, warmup=0, cpu="trace")
+def test_calls():
+    for i in range(20000):
+        f(i)
+"""
+
+
+def test_a_spilled_trace_is_in_the_report_and_its_spill_files_are_removed(pytester: pytest.Pytester) -> None:
+    # Every spill file stayed in the folder after the run (TraceBuffer.clear was never called): 183 files a run of this
+    # test, more at every run, in a folder the user gave.
+    pytester.makepyfile(SPILLING)
+    spill = pytester.path / "spill"
+    result = pytester.runpytest_subprocess(
+        "--inferscope-trace-size-mb=0.01", f"--inferscope-trace-spill={spill}", "--inferscope-report=out"
+    )
+    result.assert_outcomes(passed=1)
+    assert spill.is_dir() and list(spill.iterdir()) == []
+    (report,) = pytester.path.glob("out/*/report.json")
+    assert '"dropped_events": 0' in report.read_text()  # spilled, not lost
+
+
+def test_a_spill_folder_that_is_a_file_is_a_usage_error_before_any_test(pytester: pytest.Pytester) -> None:
+    # It was taken, and the test whose buffer filled failed mid-round on the plugin's own FileExistsError.
+    pytester.makepyfile(SPILLING)
+    (pytester.path / "afile").write_text("mine\n")
+    result = pytester.runpytest_subprocess("--inferscope-trace-size-mb=0.01", "--inferscope-trace-spill=afile")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--inferscope-trace-spill='afile' is a file, not a folder: leave it unset*"])
+    assert (pytester.path / "afile").read_text() == "mine\n"

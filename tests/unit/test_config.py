@@ -598,3 +598,19 @@ def test_the_option_table_lives_in_options_and_config_re_exports_it() -> None:
 
     assert config.OPTIONS is options.OPTIONS and config.Settings is options.Settings
     assert {f.name for f in dataclasses.fields(options.Settings)} - {"sources"} == {s.name for s in options.OPTIONS}
+
+
+def test_a_trace_spill_folder_that_cannot_be_one_is_refused_naming_where_it_was_set(tmp_path: Path) -> None:
+    # A file given as the spill folder was taken, and the test whose buffer filled failed mid-round on the plugin's
+    # FileExistsError traceback (buffer._spill's mkdir), long after the setting was read.
+    afile = write(tmp_path / "afile", "x")
+    said = error(tmp_path, env={"INFERSCOPE_TRACE_SPILL": str(afile)})
+    assert said.startswith(f"INFERSCOPE_TRACE_SPILL={str(afile)!r} is a file, not a folder: "), said
+    assert "leave it unset (a full buffer then wraps) or give a folder" in said
+    assert "e.g. INFERSCOPE_TRACE_SPILL=" in said
+    write(tmp_path / ".inferscope.yaml", "trace_spill: afile/spill\n")
+    said = error(tmp_path)
+    assert said.startswith(f"{tmp_path / '.inferscope.yaml'}:1: trace_spill: 'afile/spill' cannot be created: "), said
+    assert f"{str(afile)!r} is a file, not a folder" in said
+    # A folder that is not there yet is created when a buffer first spills: not an error.
+    assert run(tmp_path, cli={"trace_spill": str(tmp_path / "new" / "spill")}).trace_spill == tmp_path / "new" / "spill"
