@@ -69,7 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
         from .reporters.files import ReportDirError, check_report_dir
 
         try:
-            check_report_dir(session.report_dir)
+            source = settings.sources.get("report", "")
+            check_report_dir(session.report_dir, source="" if source.startswith("cli ") else source)
         except ReportDirError as exc:
             raise pytest.UsageError(str(exc)) from exc
     config.pluginmanager.register(session, PLUGIN_NAME)

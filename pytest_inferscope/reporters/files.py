@@ -323,25 +323,27 @@ def slugify(nodeid: str) -> str:
     return f"{readable.rstrip('._-')}-{digest}"
 
 
-def check_report_dir(path: str | os.PathLike[str], *, index: bool = True) -> None:
+def check_report_dir(path: str | os.PathLike[str], *, index: bool = True, source: str = "") -> None:
     """Make sure reports can be written under `path`, creating it if needed; never deletes anything.
 
     `index`: the session's index.md, index.html and index.json will be written there too (not by profile() or
     measure()), so a file of those names must be one an earlier run wrote, not the user's own page.
+    `source`: where the folder was set when not on the command line (`env INFERSCOPE_REPORT`), said after it.
     Raises `ReportDirError` with one paragraph that names the path, what is wrong and what to do.
     """
     p = Path(path)
+    named = f"{str(p)!r} (from {source})" if source else repr(str(p))
     other = "or pass another folder with --inferscope-report=DIR."
     if p.exists() and not p.is_dir():
         raise ReportDirError(
-            f"The inferscope report directory {str(p)!r} exists but is a file, not a folder; reports are "
+            f"The inferscope report directory {named} exists but is a file, not a folder; reports are "
             f"written as one folder per test inside it. Move or rename that file, {other}"
         )
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ReportDirError(
-            f"The inferscope report directory {str(p)!r} cannot be created: {_why(e)}. Check that each "
+            f"The inferscope report directory {named} cannot be created: {_why(e)}. Check that each "
             f"parent of it is a folder this user can write to, {other}"
         ) from e
     # os.access ignores read-only mounts and ACLs and is always true for root: try a write instead,
@@ -352,14 +354,14 @@ def check_report_dir(path: str | os.PathLike[str], *, index: bool = True) -> Non
         os.unlink(probe)
     except OSError as e:
         raise ReportDirError(
-            f"The inferscope report directory {str(p)!r} exists but is not writable: {_why(e)}. Give this "
+            f"The inferscope report directory {named} exists but is not writable: {_why(e)}. Give this "
             f"user write permission on it, {other}"
         ) from e
     if index:
         for name in INDEX_FILES:
             if not _is_our_index(p / name):
                 raise ReportDirError(
-                    f"The inferscope report directory {str(p)!r} holds {str(p / name)!r}, which is not an inferscope "
+                    f"The inferscope report directory {named} holds {str(p / name)!r}, which is not an inferscope "
                     f"index; the session writes its index.md, index.html and index.json there and would replace it. "
                     f"Move that file, or pass another folder (a new one, or one an earlier run wrote) with "
                     f"--inferscope-report=DIR."

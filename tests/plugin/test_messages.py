@@ -284,3 +284,27 @@ def test_the_errors_quoted_in_the_configuration_page_are_pytests_stderr(
     assert len(quoted) == len(made), (quoted, made)
     for line, real in zip(quoted, made, strict=True):
         assert real.startswith(line.removesuffix("...").rstrip()), (line, real)
+
+
+@pytest.mark.parametrize(
+    ("where", "source"),
+    [("env", "env INFERSCOPE_REPORT"), ("ini", "ini inferscope_report"), ("file", "file *.inferscope.yaml:1")],
+)
+def test_a_report_folder_that_is_a_file_says_where_the_folder_was_set(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str, source: str
+) -> None:
+    # The error named the folder and told to pass --inferscope-report=DIR, but not that INFERSCOPE_REPORT (or the ini
+    # file, or the config file) had given it: a user who typed no such flag could not tell where to correct it.
+    pytester.makepyfile("import pytest\n\n@pytest.mark.inferscope(rounds=1, warmup=0)\ndef test_a():\n    pass\n")
+    (pytester.path / "afile").write_text("mine\n")
+    monkeypatch.delenv("INFERSCOPE_REPORT", raising=False)
+    if where == "env":
+        monkeypatch.setenv("INFERSCOPE_REPORT", "afile")
+    elif where == "ini":
+        pytester.makeini("[pytest]\ninferscope_report = afile\n")
+    else:
+        (pytester.path / ".inferscope.yaml").write_text("report: afile\n")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*The inferscope report directory '*afile' (from {source}) exists but is a file*"])
+    assert (pytester.path / "afile").read_text() == "mine\n"
