@@ -151,7 +151,8 @@ def select_backend(gpu: str = "auto", forced: str | None = None, trace_size_mb: 
         return Choice(None, {"gpu": GPU_OFF})
     if forced is not None and forced not in BACKENDS:
         raise GpuBackendError(
-            f"INFERSCOPE_COLLECTOR={forced!r} is not a GPU backend; choose one of {', '.join(BACKENDS)}."
+            f"INFERSCOPE_COLLECTOR={forced!r} is not a GPU backend: set it to {' or '.join(BACKENDS)} to force that "
+            "one, or unset it to let inferscope choose (native, else cupti-python, else CPU-only collection)."
         )
     reasons: dict[str, str] = {}
     missing = device_missing()

@@ -308,3 +308,22 @@ def test_a_report_folder_that_is_a_file_says_where_the_folder_was_set(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*The inferscope report directory '*afile' (from {source}) exists but is a file*"])
     assert (pytester.path / "afile").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("quiet", [[], ["-q"]], ids=["header", "quiet"])
+def test_a_forced_gpu_backend_that_cannot_run_is_a_usage_error_before_any_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, quiet: list[str]
+) -> None:
+    # The report header chose the backend and raised: an INTERNALERROR traceback; with -q (no header) every profiled
+    # test failed on a traceback through the plugin's session and select_backend. --inferscope-gpu=required said it
+    # as one usage error already.
+    pytester.makepyfile("import pytest\n\n@pytest.mark.inferscope(rounds=1, warmup=0)\ndef test_a():\n    pass\n")
+    monkeypatch.setenv("INFERSCOPE_COLLECTOR", "bogus")
+    result = pytester.runpytest_subprocess(*quiet)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    said = (
+        "ERROR: INFERSCOPE_COLLECTOR='bogus' is not a GPU backend: set it to native or cupti-python to force that one, "
+        "or unset it to let inferscope choose (native, else cupti-python, else CPU-only collection)."
+    )
+    assert said in result.stderr.lines, result.stderr.str()
