@@ -55,3 +55,36 @@ def test_the_scan_finds_what_it_checks() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "--inferscope-report" in readme and "mark.inferscope(max_latency_ms=25" in readme
     assert all(_source_mentions(env) for env in OTHER_ENV)
+
+
+CLI = ROOT / "docs" / "cli.md"
+
+
+def _cli_help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    from pytest_inferscope.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["run", "analyze", "compare", "index", "config show"])
+def test_every_option_of_an_inferscope_command_is_in_its_section_of_the_cli_page(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = CLI.read_text(encoding="utf-8")
+    section = text.split(f"\n## `inferscope {command}`\n", 1)[1].split("\n## ", 1)[0]
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-m)\b", _cli_help(capsys, *command.split())))
+    # config show's --inferscope-* are pytest's (markers-and-options.md), their help wrapped mid-name
+    options = {o for o in options if o != "--help" and not o.startswith("--inferscope")}
+    assert options, command  # the scan found the command's own
+    missing = [o for o in sorted(options) if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", section)]
+    assert not missing, f"docs/cli.md's `inferscope {command}` section does not name {missing}"
+
+
+def test_every_inferscope_command_is_in_the_cli_page_and_the_readme(capsys: pytest.CaptureFixture[str]) -> None:
+    commands = re.findall(r"^    (\w+)\s{2,}\S", _cli_help(capsys), re.M)
+    assert {"run", "analyze", "compare", "index", "config"} <= set(commands), commands
+    table = CLI.read_text(encoding="utf-8").split("\n## ", 1)[0]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert all(f"`inferscope {c}" in table and f"inferscope {c}" in readme for c in commands), commands
