@@ -10,8 +10,9 @@ import pytest
 
 ROOT = Path(__file__).parent.parent.parent
 PAGES = sorted(
-    [ROOT / "README.md", ROOT / "native" / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("benchmarks/*.md")]
-)
+    [ROOT / "README.md", ROOT / "native" / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("benchmarks/*.md"),
+     ROOT / "example_project" / "README.md", *ROOT.glob("tests/data/*/README.md")]
+)  # fmt: skip
 LINK = re.compile(r"\]\(([^)\s#]*)(?:#([^)\s]+))?\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
