@@ -189,6 +189,10 @@ def _runners(filename: str) -> bool:
     return path.startswith(ours + os.sep) or path in {os.path.realpath(m.__file__ or "") for m in (runpy, importlib)}
 
 
+#: A script that is there but no file to read twice: a pipe (`inferscope run <(...)`), a device, a socket.
+NOT_A_FILE = "not a regular file (a pipe, a device or a socket)"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """`inferscope run`: profile SCRIPT as one round (or --rounds of them), write its report, print a summary."""
     from .. import api
@@ -200,7 +204,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError("inferscope run: give a SCRIPT or -m MODULE, not both.")
     script = _module_file(module) if module is not None else _script_path(args.script)
     if not script.is_file():
-        what = "a folder" if script.is_dir() else "not found"
+        what = "a folder" if script.is_dir() else "not found" if not script.exists() else NOT_A_FILE
         raise CliError(
             f"inferscope run: {args.script} is {what}; give the path of a Python script, e.g. "
             "`inferscope run infer.py --batch 8` (its arguments follow it)."

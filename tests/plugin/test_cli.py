@@ -147,6 +147,10 @@ def test_run_usage_errors_are_one_paragraph(work: Path, capsys: pytest.CaptureFi
         (["run", "--rounds", "0", str(job)], "argument --rounds: 0 is less than 1"),
         (["run", str(job), "--report", "afile"], "'afile' exists but is a file"),
     ]
+    if hasattr(os, "mkfifo"):  # a pipe, as `inferscope run <(...)` gives: it is there, and was "not found"
+        os.mkfifo(work / "pipe.py")
+        said = "pipe.py is not a regular file (a pipe, a device or a socket); give the path"
+        cases.append((["run", str(work / "pipe.py")], said))
     for argv, message in cases:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
