@@ -12,7 +12,7 @@ import os
 import re
 import shlex
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,12 +234,14 @@ def resolve(
     env: Mapping[str, str],
     rootdir: Path,
     ini_path: Path | None = None,
+    ini_overridden: Collection[str] = (),
 ) -> Settings:
     """Combine every configuration layer into the run's Settings; raises ConfigError naming the bad input.
 
     `cli` and `ini` are keyed by option name and hold only what the user gave (None means not given);
     ini values may be strings (ini files, `-o`) or native TOML values (pytest's `[tool.pytest]` table).
-    `ini_path` is pytest's config file, named in errors. Relative paths from ini and config files are
+    `ini_path` is pytest's config file, named in errors; `ini_overridden` the ini keys given with `-o` (pytest's
+    --override-ini), which errors name as given there, not as the file's. Relative paths from ini and config files are
     taken relative to `rootdir`; CLI and env ones stay relative to the working directory, where the user
     typed them.
     """
@@ -257,7 +259,9 @@ def resolve(
             layers.append((cli[spec.name], _Origin(f"cli {spec.flag}", spec.flag, "=")))
         if env.get(spec.env):  # (2) env INFERSCOPE_*; an empty variable counts as unset
             layers.append((env[spec.env], _Origin(f"env {spec.env}", spec.env, "=")))
-        if ini.get(spec.name) not in (None, ""):  # (3) pytest ini keys inferscope_*
+        if ini.get(spec.name) not in (None, "") and spec.ini in ini_overridden:  # (3) pytest ini keys, from -o
+            layers.append((ini[spec.name], _Origin(f"ini {spec.ini} (from -o)", f"-o {spec.ini}", "=")))
+        elif ini.get(spec.name) not in (None, ""):  # (3) pytest ini keys inferscope_*
             layers.append((ini[spec.name], _Origin(f"ini {spec.ini}", spec.ini, " = ", ini_prefix, ini_toml)))
         if spec.name in from_file:  # (4) the inferscope config file
             layers.append(from_file[spec.name])
@@ -416,6 +420,7 @@ def settings_from_pytest(config: pytest.Config) -> Settings:
             env=os.environ,
             rootdir=config.rootpath,
             ini_path=config.inipath,
+            ini_overridden={o.partition("=")[0].strip() for o in config.getoption("override_ini", None) or ()},
         )
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None

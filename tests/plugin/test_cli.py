@@ -701,7 +701,7 @@ def test_pytest_itself_prints_the_settings_it_resolved_and_collects_nothing(pyte
             rf"pytest ini file: {re.escape(str(pytester.path / 'tox.ini'))} \[pytest\]",
             r"rounds +4 +cli --inferscope-rounds$",
             r"warmup +2 +cli --inferscope-warmup \(from addopts in tox.ini\)$",
-            r"gpu +off +ini inferscope_gpu$",  # -o overrides: pytest's own ini handling, nothing re-implemented
+            r"gpu +off +ini inferscope_gpu \(from -o\)$",  # -o overrides: pytest's own ini handling, its source said
             r"cpu +off +ini inferscope_cpu$",
         ],
         consecutive=False,

@@ -327,3 +327,19 @@ def test_a_forced_gpu_backend_that_cannot_run_is_a_usage_error_before_any_test(
         "or unset it to let inferscope choose (native, else cupti-python, else CPU-only collection)."
     )
     assert said in result.stderr.lines, result.stderr.str()
+
+
+def test_a_bad_ini_value_given_with_dash_o_is_said_as_given_not_blamed_on_the_ini_file(
+    pytester: pytest.Pytester,
+) -> None:
+    # `-o inferscope_rounds=abc` read "pyproject.toml: pytest ini option inferscope_rounds = 'abc' ...", where the file
+    # said 7: the user looked for the 'abc' in a file that did not hold it.
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\ninferscope_rounds = "7"\n')
+    result = pytester.runpytest_subprocess("-o", "inferscope_rounds=abc")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = " ".join(result.stderr.str().split())
+    assert "ERROR: -o inferscope_rounds='abc' is not a whole number: " in err, err
+    assert err.endswith("e.g. -o inferscope_rounds=20.") and "pyproject.toml" not in err, err
+    shown = pytester.runpytest_subprocess("-o", "inferscope_rounds=4", "--inferscope-show-config")
+    shown.stdout.fnmatch_lines(["rounds * 4 * ini inferscope_rounds (from -o)"])

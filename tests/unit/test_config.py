@@ -541,7 +541,7 @@ def test_classic_ini_strings_of_every_type(project: pytest.Pytester) -> None:
         [
             "setting all=true from ini inferscope_all",
             "setting rounds=4 from ini inferscope_rounds",
-            "setting warmup=2 from ini inferscope_warmup",
+            "setting warmup=2 from ini inferscope_warmup (from -o)",  # given with -o, not in the file
             "setting max_regression=0.075 from ini inferscope_max_regression",
             "setting alpha=0.05 from ini inferscope_alpha",
             "setting trace_rounds=all from ini inferscope_trace_rounds",
