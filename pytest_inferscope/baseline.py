@@ -213,7 +213,7 @@ class BaselineStore:
         """`save`, and the summary's line saying where, and how many tests (BaselineError as from `save`)."""
         path = self.save(name, results, environment)
         saved = sum(1 for r in results if r.outcome == "passed" and not r.partial_reason and r.latency.samples_ms)
-        return f"inferscope: saved baseline {name!r} ({saved} tests) to {path}"
+        return f"inferscope: saved baseline {name!r} ({saved} test{'' if saved == 1 else 's'}) to {path}"
 
     def save(self, name: str, results: Iterable[TestResult], environment: Mapping[str, Any]) -> Path:
         """Append one entry per test that completed its rounds to `<name>.json`; return the file's path.
