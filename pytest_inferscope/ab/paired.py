@@ -122,7 +122,9 @@ def judge(
         return PairedLook(verdict, reason, ratio, lo, hi, p, n, final)
 
     if p_up < level and ratio > up:
-        return look("regressed", f"{change} slower over {n} pairs ({test}), beyond the allowed {max_regression:.3g}.")
+        return look(
+            "regressed", f"{change} slower over {n} pairs ({test}), beyond the allowed {100 * max_regression:.3g}%."
+        )
     if p_down < level and ratio < down:
         return look("improved", f"{change} faster over {n} pairs ({test}).")
     if math.isfinite(lo) and down < lo and hi < up:
@@ -138,10 +140,10 @@ def judge(
     if ratio > up or ratio < down:
         return look(
             "inconclusive",
-            f"{change} over {n} pairs, beyond the allowed {max_regression:.3g}, but not significant ({test}); the "
-            "pairs disagree too much to tell. Run on a quieter machine or with more rounds.",
+            f"{change} over {n} pairs, beyond the allowed {100 * max_regression:.3g}%, but not significant ({test}); "
+            "the pairs disagree too much to tell. Run on a quieter machine or with more rounds.",
         )
-    return look("unchanged", f"{change} over {n} pairs, within the allowed {max_regression:.3g} ({test}).")
+    return look("unchanged", f"{change} over {n} pairs, within the allowed {100 * max_regression:.3g}% ({test}).")
 
 
 @dataclass

@@ -93,3 +93,12 @@ def test_twin_args_drop_this_sides_outputs_and_map_paths(tmp_path: Path) -> None
     assert twin_args(args, tree) == ["-k", "decode", str(tmp_path / "wt" / "repo" / "tests") + "::t",
                                      "--inferscope-rounds=5"]  # fmt: skip
     assert twin_args(["-x", "--basetemp=/t"], None) == ["-x"]
+
+
+def test_the_reasons_say_the_allowed_change_as_a_percentage() -> None:
+    """The A/B reasons said "beyond the allowed 0.05" where every other message says 5%."""
+    kw = {"max_regression": 0.05, "alpha": 0.01, "n_looks": 1, "last": True}
+    slower = judge(*_pairs(1.5, 20, 0.01), **kw)  # type: ignore[arg-type]
+    assert slower.verdict == "regressed" and slower.reason.endswith("beyond the allowed 5%."), slower.reason
+    same = judge(*_pairs(1.0, 20, 0.01), **kw)  # type: ignore[arg-type]
+    assert same.verdict != "regressed" and "0.05" not in same.reason, same.reason
