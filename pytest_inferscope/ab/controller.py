@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from . import not_compared
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .args import given as option_given
+from .baselines import not_compared
 from .renames import Renames
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
