@@ -32,9 +32,21 @@ _PLANS = "inferscope_plans"
 
 
 def register(config: pytest.Config, session: InferscopeSession) -> None:
-    """The controller's hooks, or a worker's."""
-    worker = hasattr(config, "workerinput")
-    config.pluginmanager.register(WorkerHooks(session) if worker else XdistHooks(session), "inferscope-session-xdist")
+    """The controller's hooks, or a worker's; none in a session xdist does not distribute (no `-n`, `-n 0`), where the
+    controller's would copy every test's JUnit properties (~1 kB a test: docs/performance.md, "Long sessions")."""
+    if hasattr(config, "workerinput"):
+        hooks: object = WorkerHooks(session)
+    elif distributing(config):
+        hooks = XdistHooks(session)
+    else:
+        return
+    config.pluginmanager.register(hooks, "inferscope-session-xdist")
+
+
+def distributing(config: pytest.Config) -> bool:
+    """Whether xdist runs this session's tests in workers (as xdist itself decides it: a distribution mode and workers
+    to send them to), so that this process is a controller."""
+    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
 
 
 class WorkerHooks:

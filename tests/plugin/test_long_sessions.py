@@ -1,0 +1,89 @@
+"""Long sessions: what the plugin keeps of each test does not outgrow what it says it keeps, and a session leaves the
+process as it found it (docs/performance.md, "Long sessions (session 38)")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+#: In the session's process: from the START-th test to the TOTAL-th, what stays allocated by the plugin's own code
+#: (tracemalloc, by file), and the size of what the plugin says it keeps of a test (its kept result, less the session's
+#: one environment dict, and its JUnit properties), measured on the last test.
+MEMORY_CONFTEST = """
+import gc, json, os, sys, tracemalloc
+
+START, TOTAL = 50, 250
+PKG = os.path.dirname(__import__("pytest_inferscope").__file__) + os.sep
+seen = [0]
+configs = []
+
+
+def deep_size(obj, memo):
+    if id(obj) in memo or isinstance(obj, type) or obj is None:
+        return 0
+    memo.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(deep_size(k, memo) + deep_size(v, memo) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        size += sum(deep_size(x, memo) for x in obj)
+    elif hasattr(obj, "__dict__"):
+        size += deep_size(vars(obj), memo)
+    return size
+
+
+def pytest_configure(config):
+    configs.append(config)
+
+
+def pytest_runtest_teardown(item):
+    item.config.stash.setdefault("props", []).append(item.user_properties)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    seen[0] += 1
+    if seen[0] == START:
+        gc.collect()
+        tracemalloc.start()
+    elif seen[0] == TOTAL:
+        gc.collect()
+        snap = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        by_file = {}
+        for stat in snap.statistics("filename"):
+            name = stat.traceback[0].filename
+            if name.startswith(PKG):
+                by_file[name[len(PKG):]] = stat.size
+        from pytest_inferscope.plugin import get_session
+
+        last = get_session(configs[0]).results[-1]
+        kept = deep_size(last, {id(last.environment)}) + deep_size(configs[0].stash["props"][-1], set())
+        with open("memory.json", "w") as f:
+            json.dump({"tests": TOTAL - START, "by_file": by_file, "kept": kept}, f)
+"""
+
+
+def test_a_test_costs_the_session_no_more_memory_than_what_it_keeps_of_it(pytester: pytest.Pytester) -> None:
+    """With pytest-xdist installed and no `-n`, the xdist controller's hooks ran in every serial session and copied
+    each test's JUnit properties into a report of their own: ~1 kB a test of the ~5 kB the plugin's code kept (2,500
+    trivial tests, 2026-11-30). What stays allocated by the plugin's code over 200 tests is no more than what it says it
+    keeps of them: each test's kept result and JUnit properties."""
+    pytest.importorskip("xdist")
+    pytester.makeconftest(MEMORY_CONFTEST)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(250))
+        def test_trivial(i):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("--inferscope-all", "-p", "xdist", "-p", "no:randomly")
+    result.assert_outcomes(passed=250)
+    memory = json.loads((pytester.path / "memory.json").read_text())
+    n, by_file = memory["tests"], memory["by_file"]
+    assert {f: b for f, b in by_file.items() if f.endswith("xdist.py")} == {}  # no xdist: its hooks keep nothing
+    per_test = sum(by_file.values()) / n
+    assert per_test <= memory["kept"], (per_test, memory["kept"], sorted(by_file.items(), key=lambda kv: -kv[1]))
