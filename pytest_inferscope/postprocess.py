@@ -135,12 +135,13 @@ def kept(result: TestResult, environment: dict[str, Any] | None = None) -> TestR
     """What a session keeps of a test once its report files are written and the hooks have seen it: the result with
     its analysis cut to the class, the confidence and the metrics a baseline or an A/B verdict compares or the
     summary reads (KEPT_METRICS), and its environment as the session's one dict (`environment`) when equal. The summary,
-    the index, a saved baseline and xdist's controller read no more; the rest is in the test's report files."""
+    the index, a saved baseline and xdist's controller read no more (not the collectors' description: ~0.5 kB a test of
+    a long session); the rest is in the test's report files."""
     a = result.analysis
     metrics = {k: a.metrics[k] for k in KEPT_METRICS if k in a.metrics}
     env = environment if environment is not None and environment == result.environment else result.environment
     slim = Analysis(a.bottleneck, a.confidence, metrics=metrics)
-    return dataclasses.replace(result, analysis=slim, marks=[], environment=env)
+    return dataclasses.replace(result, analysis=slim, marks=[], environment=env, collectors=[])
 
 
 def judge(

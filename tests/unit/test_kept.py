@@ -6,7 +6,7 @@ from __future__ import annotations
 from pytest_inferscope.baseline import DETERMINISTIC_METRICS, BaselineEntry
 from pytest_inferscope.postprocess import kept
 from pytest_inferscope.reporters.folder import index_entry
-from pytest_inferscope.results import Analysis, Finding, LatencyStats, ScopeStat, TestResult
+from pytest_inferscope.results import Analysis, CollectorInfo, Finding, LatencyStats, ScopeStat, TestResult
 
 
 def _full() -> TestResult:
@@ -40,3 +40,13 @@ def test_an_environment_equal_to_the_sessions_is_the_sessions_one_dict() -> None
     other = {"python": "3.12.1"}
     slim = kept(_full(), other)
     assert slim.environment == {"python": "3.11.7"} and slim.environment is not other
+
+
+def test_the_collectors_description_is_left_to_the_report_files() -> None:
+    """It was kept for every test of a serial session (~0.5 kB a trivial test, 2026-11-30), though nothing the session
+    writes at its end reads it (xdist's controller left it out already); report.json has it."""
+    full = _full()
+    full.collectors = [CollectorInfo("cpu", True, "stack sampling every 10 ms"), CollectorInfo("gpu", False, "no GPU")]
+    slim = kept(full)
+    assert slim.collectors == [] and len(full.collectors) == 2
+    assert index_entry(slim) == index_entry(full)
