@@ -95,7 +95,8 @@ class InferscopeSession:
         self._sampler: SamplerThread | None = None  # the stack sampler's thread, parked between tests
         self._prepared = False  # `_prepare` ran
         self._load_ns = 0  # what was done once for the tests (`_prepare`, the environment), until charged to one
-        logging.getLogger("pytest_inferscope").setLevel(settings.log_level.upper())
+        self._log_level = log.level  # given back at the end (pytest.main in a process that goes on)
+        log.setLevel(settings.log_level.upper())
 
     def gpu_choice(self) -> Choice:
         """The GPU backend, chosen once per session (raises GpuBackendError when required and absent)."""
@@ -458,6 +459,9 @@ class InferscopeSession:
         notes += [*self.notes, *self.baselines.missing(self.results), *getattr(self.ab, "notes", [])]
         column = getattr(self.ab, "column", None)
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        log.setLevel(self._log_level)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self._sampler is not None:
