@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_ab import BODY, git, make_repo, run
+from test_ab import BODY, SLOWER, git, make_repo, run
 
 
 def properties(junit: Path) -> dict[tuple[str | None, str | None], str | None]:
@@ -29,7 +29,7 @@ def test_the_markers_max_regression_is_judged_by_the_ab_comparison(pytester: pyt
     """The A/B gate judged the marker's max_regression, yet the test's max_regression check said "not evaluated: no
     baseline to compare against in this run (use --inferscope-compare=NAME)": JUnit's inferscope.check.max_regression
     read not_evaluated on a test the A/B failed, and the report sent the user to an option beside the point."""
-    root = make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.003))
+    root = make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=SLOWER))
     out = root.parent / "out"
     result = run(pytester, "--inferscope-ab=HEAD~1", "--junitxml=junit.xml", f"--inferscope-report={out}")
     result.assert_outcomes(passed=1, failed=1)
@@ -133,7 +133,7 @@ def test_switched_off_the_ab_run_says_it_gated_nothing(pytester: pytest.Pytester
 def test_the_index_shows_the_ab_verdicts(pytester: pytest.Pytester) -> None:
     """With --inferscope-report, index.md, index.html and index.json of an A/B run had no word of the A/B: the page a
     CI uploads showed `vs baseline —` beside a test the A/B failed, while the terminal had a `vs HEAD~1` column."""
-    make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=0.003))
+    make_repo(pytester, BODY.format(changed=0.002), BODY.format(changed=SLOWER))
     out = pytester.path.parent / "out"
     result = run(pytester, "--inferscope-ab=HEAD~1", f"--inferscope-report={out}")
     result.assert_outcomes(passed=1, failed=1)
