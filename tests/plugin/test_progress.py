@@ -21,7 +21,9 @@ class Terminal:
 def test_the_line_comes_only_after_the_delay_on_a_tty() -> None:
     slow, fast, piped = Terminal(True), Terminal(True), Terminal(False)
     with slow_notice(slow, "t.py::test_big", 1_234_567, after_s=0.05):
-        time.sleep(0.4)
+        end = time.monotonic() + 30.0  # until the line is written: a loaded machine starts the timer's thread late
+        while not slow.lines and time.monotonic() < end:
+            time.sleep(0.01)
     with slow_notice(fast, "t.py::test_small", 10, after_s=0.2):
         pass
     with slow_notice(piped, "t.py::test_big", 1_234_567, after_s=0.0):
@@ -48,20 +50,36 @@ def test_the_session_writes_it_through_the_terminal_reporter_on_a_tty_only(
     pytester: pytest.Pytester, tty: bool
 ) -> None:
     pytester.makepyfile(SLOW)
-    # Post-processing here takes milliseconds: no delay makes the line due at once; a tty is pretended.
+    # Post-processing here takes milliseconds: no delay makes the line due at once; a tty is pretended. The timer's
+    # thread may start after those milliseconds on a loaded machine (and the block's end cancel it unrun), so on a
+    # tty an added rule keeps the post-processing going until the line is written.
     pytester.makeconftest(f"""
+import threading
 import pytest
 from pytest_inferscope.reporters import progress
 
 progress.PROGRESS_AFTER_S = 0.0
+WRITTEN = threading.Event()
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
-    config.pluginmanager.get_plugin("terminalreporter").isatty = lambda: {tty!r}
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    terminal.isatty = lambda: {tty!r}
+    write_line = terminal.write_line
 
-def pytest_runtest_logreport(report):
-    import time
-    time.sleep(0.05)  # let the timer thread write before the result line
+    def noted(line, **kwargs):
+        write_line(line, **kwargs)
+        if line.startswith("inferscope: post-processing"):
+            WRITTEN.set()
+
+    terminal.write_line = noted
+
+def pytest_inferscope_rules(config):
+    def until_the_line_is_written(ctx):
+        WRITTEN.wait(60 if {tty!r} else 0)
+        return []
+
+    return [until_the_line_is_written]
 """)
     result = pytester.runpytest("-p", "no:randomly")
     result.assert_outcomes(passed=1)
