@@ -47,7 +47,9 @@ def test_one_call_at_most_waits_while_the_main_thread_is_in_c() -> None:
     calls: list[int] = []
     tick.start(1_000_000, lambda frame: calls.append(1), 0, 0)
     try:
-        time.sleep(0.05)  # one C call: ~50 ticks, and no bytecode to run a call at
+        # One C call: ~200 ticks, and no bytecode to run a call at. (Of 50 ms a loaded machine ran 25 ticks: the
+        # clock's thread waits for a core too. 30 of 200 holds while it gets one in seven of its turns.)
+        time.sleep(0.2)
         after_sleep = len(calls)
         sleep_in_steps(0.002)
     finally:
@@ -64,7 +66,7 @@ def test_a_call_queued_for_a_stopped_callback_does_not_reach_the_next_one() -> N
     gate.acquire()
 
     def switch() -> None:  # while the main thread waits in one C call, where a call queued for `old` waits too
-        time.sleep(0.01)
+        time.sleep(0.05)  # ~50 ticks; 5 of them hold while the clock's thread gets one in ten of its turns
         ticks_before.append(tick.stop())
         phase[0] = "after"
         tick.start(10_000_000_000, new.append, 0, 0)  # the next tick is 10 s away
