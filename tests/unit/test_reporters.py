@@ -1307,15 +1307,18 @@ def test_trace_of_a_million_events_is_fast(tmp_path: Path) -> None:
     times = []
     for _ in range(2):
         path = tmp_path / "big.json"
-        t = time.perf_counter()
+        t = time.process_time()
         write_chrome_trace(tl, path, "big")
-        times.append(time.perf_counter() - t)
+        times.append(time.process_time() - t)
         with open(path, "rb") as f:  # complete: the file ends the top-level object
             f.seek(-120, os.SEEK_END)
             assert f.read().endswith(b"}}\n")
         path.unlink()  # ~200 MB: do not leave it in pytest's kept temp folders
-    print(f"\nchrome trace, 1,000,000 events: {min(times):.3f} s (best of 2)")
-    assert min(times) < 3.0  # ~0.4-0.9 s on the 2-core dev VM, mostly the kernel writing 200 MB
+    print(f"\nchrome trace, 1,000,000 events: {min(times):.3f} s of CPU (best of 2)")
+    # By the process's CPU time (the kernel's share of it writing the 200 MB too): its wall time is the machine's
+    # load's as much as the writer's: 2.2-2.6 s with other sessions on the 2-core dev VM (3.8 s failed this once),
+    # 6-10 s beside six spinning processes, when the CPU time read 0.37-0.68 s in both (2026-11-30).
+    assert min(times) < 3.0
 
 
 def test_big_trace_is_valid_json_with_every_event(tmp_path: Path) -> None:
