@@ -455,10 +455,13 @@ def test_header_says_which_collectors_run(pytester: pytest.Pytester) -> None:
 def test_the_signal_sampler_is_asked_for_said_in_the_header_and_samples_the_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
+        import time
         import pytest
 
-        def spin():
-            return sum(i * i for i in range(200_000))
+        def spin():  # 30 ms by the clock, not a count: 3 sampling periods a round on a faster machine too
+            end = time.perf_counter() + 0.03
+            while time.perf_counter() < end:
+                sum(i * i for i in range(2_000))
 
         @pytest.mark.inferscope(rounds=3, warmup=1)
         def test_x():

@@ -56,8 +56,22 @@ def test_no_cpu_samples_says_the_thread_sampler_got_in_only_between_rounds(pytes
     assert f"No CPU samples: {said}" in html
 
 
+#: Rounds of 3 ms by the clock, not 20,000 additions (~1 ms here, so a 5x faster machine's 60 rounds would span about
+#: one sampling period and could take no sample): 60 of them span 18 periods on any machine.
+TIMED_BODY = """
+import time
+import pytest
+
+@pytest.mark.inferscope(rounds=60, warmup=1)
+def test_short():
+    end = time.perf_counter() + 0.003
+    while time.perf_counter() < end:
+        pass
+"""
+
+
 def test_counted_cpu_samples_give_hotspots_and_no_reason(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(SHORT_BODY.replace("sys.setswitchinterval(100.0)", "pass"))
+    pytester.makepyfile(TIMED_BODY)
     result = pytester.runpytest("--inferscope-report=out", "--inferscope-sampler=signal", "-p", "no:randomly")
     result.assert_outcomes(passed=1)
     md, data = _report(pytester.path / "out", "report.md")
