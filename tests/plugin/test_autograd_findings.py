@@ -11,6 +11,8 @@ import pytest
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="autograd needs torch")
 
 BODIES = """
+import time
+
 import pytest, torch
 
 torch.manual_seed(0)
@@ -43,15 +45,18 @@ def test_no_grad_inside():
 def test_nothing_requires_grad():
     frozen(x)
 
-# Long enough (tens of ms a call) for the stack samples (every 5 ms: the run's option) to see the backward
+# Long enough (50 ms a call by the clock, not ten steps: a faster machine's would be a few sampling periods) for the
+# stack samples (every 5 ms: the run's option) to see the backward
 @pytest.mark.inferscope(rounds=3, warmup=1)
 def test_training_step():
-    for _ in range(10):
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
         big(xb).square().sum().backward()
 
 @pytest.mark.inferscope(rounds=3, warmup=1)
 def test_func_grad():
-    for _ in range(10):
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
         torch.func.grad(lambda r: big(r).sum())(xb)
 """
 
