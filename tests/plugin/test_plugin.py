@@ -772,8 +772,16 @@ def test_a_trivial_tests_report_files_stay_small(pytester: pytest.Pytester) -> N
     # carried a finding (22,157 bytes, the sizes of a CPU-bound 2 ms round's files, report.md to the byte). A warm
     # round is ~4x shorter (0.8 against 3.4 µs, medians of 80 processes under 3 busy loops, 2-core VM), so a moment
     # of contention lands in it ~4x less often. The warm-up adds ~0.4 kB of figures (18.1 against 17.7 kB).
+    # A sampling interval of 1 s, far past the collection: at 10 ms a loaded machine stretched the first test's
+    # collection to ~32 ms, whose one sample (outside the rounds) and the longer no-samples reason it gives added
+    # ~0.9 kB (16,666 bytes, against 15.7-16.0 kB without one).
     result = pytester.runpytest_subprocess(
-        "--inferscope-all", "--inferscope-warmup=1", "--inferscope-report=out", "-p", "no:randomly"
+        "--inferscope-all",
+        "--inferscope-warmup=1",
+        "--inferscope-sample-interval-ms=1000",
+        "--inferscope-report=out",
+        "-p",
+        "no:randomly",
     )
     result.assert_outcomes(passed=2)
     out = pytester.path / "out"
