@@ -15,12 +15,14 @@ import threading
 import tracemalloc
 import warnings
 
+import numpy as np
 import pytest
 
 from pytest_inferscope.buffer import _RING_START
 from pytest_inferscope.events import EVENT_DTYPE
 
 BUFFER_FILE = os.path.join("pytest_inferscope", "buffer.py")
+NUMPY_DIR = os.path.dirname(np.__file__)
 
 #: In the session's process: from the START-th test to the TOTAL-th, what stays allocated by the plugin's own code
 #: (tracemalloc, by file), and the size of what the plugin says it keeps of a test (its kept result, less the session's
@@ -188,9 +190,13 @@ def test_measure_leaves_the_process_as_it_found_it_and_keeps_nothing_of_a_call()
     # The latest call's trace buffer stays until the next replaces it: a ring (768 kB) for each thread that wrote to it,
     # the test thread's and, where a sample was taken (a loaded machine stretches the calls), the sampler's. So the
     # buffer's rings may be one more or fewer at either snapshot; kept for each call, they would be ~200 rings more.
+    # numpy's own code keeps small allocations it freed, for reuse, filled as new sizes come (~1-5 kB per 150 calls
+    # in numpy's files, fewer each window, 1,200 calls on the 2-core dev VM, 2026-11-30): numpy's, not the plugin's.
     ring = _RING_START * EVENT_DTYPE.itemsize
     in_buffer = sum(d.size_diff for d in diffs if d.traceback[0].filename.endswith(BUFFER_FILE))
+    in_numpy = {d.traceback[0].filename for d in diffs if d.traceback[0].filename.startswith(NUMPY_DIR)}
     grown = sum(d.size_diff for d in diffs if not d.traceback[0].filename.endswith(BUFFER_FILE))
+    grown -= sum(d.size_diff for d in diffs if d.traceback[0].filename in in_numpy)
     assert grown < size, (grown, size)
     assert in_buffer <= 2 * ring, (in_buffer, ring)
     assert changed(before, process_state()) == {}
