@@ -34,6 +34,17 @@ def _no_inherited_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _driver_check_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test whose pytester conftest pretends a GPU driver (`pytest_inferscope.gpus.driver_missing = lambda: None`,
+    there so that xdist workers see it too) ran that conftest in this process as well, and left the module so: every
+    later test in the process saw a driver on a machine without one, and the no-GPU pin test skipped itself ("this
+    machine has a GPU driver") in whichever worker had run one of them first. Put back after every test."""
+    gpus = sys.modules.get("pytest_inferscope.gpus")  # (imported later: pytester's inline run drops it again)
+    if gpus is not None:
+        monkeypatch.setattr(gpus, "driver_missing", gpus.driver_missing)
+
+
 def gpu_unavailable(needed: int = 1) -> str | None:
     """Why GPU tests needing `needed` GPUs can't run here, or None when they can."""
     if not any(os.path.exists(p) for p in ("/dev/nvidia0", "/proc/driver/nvidia/version")):
