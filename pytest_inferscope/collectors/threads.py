@@ -10,10 +10,10 @@ Linux gives each thread a CPU clock (ns on a CPU) that any thread of the process
 the process one that counts every thread's, ended ones too. At the collection's start and stop (never inside a round)
 this reads the process's clock, the test thread's and each Python thread's (`threading.enumerate`: the plugin's own,
 `inferscope-*`, apart); the native threads' time is what is left. Reading every thread of the process instead
-(`/proc/self/task` and each one's clock) cost 45 µs a reading with 18 threads after a ResNet-50 call on an H200 host,
-and 60.8 µs against 19.9 for this with 32 threads on the 2-core dev VM, alternated (2026-11-30). Not told apart: a
-Python thread that ended before the stop counts as native (its own clock is gone with it). Where there is no such clock
-(not Linux), nothing is recorded.
+(`/proc/self/task` and each one's clock) cost 115.5 µs a reading against 32.7 for this with 18 threads right after a
+ResNet-50 call on an H200 host, and 60.8 µs against 19.9 with 32 threads on the 2-core dev VM (alternated, 2026-11-30).
+Not told apart: a Python thread that ended before the stop counts as native (its own clock is gone with it). Where there
+is no such clock (not Linux), nothing is recorded.
 """
 
 from __future__ import annotations
