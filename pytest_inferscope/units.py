@@ -106,6 +106,11 @@ def _alone(x: float) -> str:
     return "<0.001" if x > 0 else ">-0.001"
 
 
+def fmt_count(n: int, noun: str) -> str:
+    """A count and its noun, the noun plural but for one: '1 test', '2 tests' (not '1 test(s)')."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def fmt_pct(share: float | None) -> str:
     """A fraction as a percentage: 0.357 -> '35.7%'."""
     if share is None or not math.isfinite(share):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from ..units import fmt_count
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .args import given as option_given
 from .baselines import not_compared
@@ -333,9 +334,8 @@ class ABController:
         removed = sorted(self.twin_plans - {self._ref_id(n) for n in self.plans})
         if removed:  # under xdist every worker finds the same: the controller keeps one copy (xdist.py)
             self.notes.append(
-                f"inferscope A/B: {len(removed)} profiled test(s) only at {self.label} (removed or renamed here): "
-                + ", ".join(removed[:10])
-                + (" ..." if len(removed) > 10 else "")
+                f"inferscope A/B: {fmt_count(len(removed), 'profiled test')} only at {self.label} (removed or renamed "
+                "here): " + ", ".join(removed[:10]) + (" ..." if len(removed) > 10 else "")
             )
 
     def _note_foreign(self, foreign: list[str]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..results import TestResult
+from ..units import fmt_count
 from .fmt import (
     NO_LATENCY,
     fmt_added,
@@ -338,7 +339,7 @@ def extra_rounds_lines(results: list[TestResult]) -> list[str]:
         return []
     worst = max(extra, key=lambda k: extra[k])
     return [
-        f"inferscope: the machine was busy: {len(extra)} test(s) ran {sum(extra.values())} rounds more than "
+        f"inferscope: the machine was busy: {fmt_count(len(extra), 'test')} ran {sum(extra.values())} rounds more than "
         f"requested (most: {worst}, +{extra[worst]}) to get their requested rounds at its usual speed "
         "(speed probe; at most --inferscope-round-cap times the rounds). Their latency statistics cover every "
         "round that ran; the regression gate compares the steady ones."
@@ -356,8 +357,8 @@ def rerun_lines(results: list[TestResult], indexed: bool = True) -> list[str]:
     where = ' ("earlier_runs" in index.json)' if indexed else ""
     more = f"; and {len(rerun) - 3} more{where}" if len(rerun) > 3 else ""
     return [
-        f"inferscope: {len(rerun)} test(s) ran more than once in this session (a rerun plugin: pytest-rerunfailures); "
-        f"the table, the index and a saved baseline hold each one's last run. {shown}{more}"
+        f"inferscope: {fmt_count(len(rerun), 'test')} ran more than once in this session (a rerun plugin: "
+        f"pytest-rerunfailures); the table, the index and a saved baseline hold each one's last run. {shown}{more}"
     ]
 
 

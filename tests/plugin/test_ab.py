@@ -119,7 +119,7 @@ def test_new_and_removed_tests(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=3)
     line = next(line for line in result.outlines if line.startswith("test_x.py::test_new"))
     assert line.split()[-2:] == ["new", "pass"]
-    result.stdout.fnmatch_lines(["*1 profiled test(s) only at HEAD~1*removed or renamed here*test_x.py::test_old*"])
+    result.stdout.fnmatch_lines(["*1 profiled test only at HEAD~1*removed or renamed here*test_x.py::test_old*"])
 
 
 ASYNC_BODY = """

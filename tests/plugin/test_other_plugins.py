@@ -88,7 +88,7 @@ def test_a_rerun_test_keeps_its_last_run_and_names_the_runs_before(pytester: pyt
     )
     result = pytester.runpytest("--inferscope-report=out", "--junitxml=junit.xml")
     result.assert_outcomes(passed=1, failed=2)
-    result.stdout.fnmatch_lines(["*1 test(s) ran more than once*test_slow_twice: fail, fail, then pass*"])
+    result.stdout.fnmatch_lines(["*1 test ran more than once*test_slow_twice: fail, fail, then pass*"])
     (entry,) = json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
     assert entry["verdict"] == "pass" and entry["earlier_runs"] == ["fail", "fail"]
     (d,) = folders(pytester.path / "out").values()

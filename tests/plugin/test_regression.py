@@ -412,7 +412,7 @@ def test_rounds_at_a_busy_moment_are_made_up_for_and_the_summary_says_so(pyteste
     saved.assert_outcomes(passed=2)
     # Rounds 2, 3, 6, 7, ... lie next to a busy reading: 8 steady rounds take 14; a cap of 1.5 x 8 stops at 12.
     saved.stdout.fnmatch_lines(
-        ["*the machine was busy: 2 test(s) ran 10 rounds more than requested (most: test_busy.py::test_cpu, +6)*"]
+        ["*the machine was busy: 2 tests ran 10 rounds more than requested (most: test_busy.py::test_cpu, +6)*"]
     )
     stored = json.loads((pytester.path / ".inferscope" / "baselines" / "main.json").read_text())
     ran = {k.split("::")[1]: (len(e[0]["samples_ms"]), len(e[0]["probe_ms"])) for k, e in stored["tests"].items()}
