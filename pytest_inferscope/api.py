@@ -15,6 +15,7 @@ from typing import Any
 from .arguments import (
     MEASURE_ROUNDS,
     MEASURE_WARMUP,
+    NOT_TIMED,
     binding_error,
     callable_name,
     check_argument,
@@ -24,6 +25,7 @@ from .arguments import (
     check_report_dir_argument,
     check_rounds,
     check_thresholds,
+    not_timed,
     profile_arguments,
     round_options,
 )
@@ -343,11 +345,6 @@ async def measure_async(
     return sink.result
 
 
-class _NotTimed(TypeError):
-    """A call of `fn` that `measure` or `measure_async` cannot time (a coroutine made, not awaited; nothing to await;
-    arguments fn cannot take): said by its own message, without the note of where `fn` raised."""
-
-
 @contextmanager
 def _measuring(
     caller: str,
@@ -390,7 +387,7 @@ def _say_where_it_raised(
     """A note on what `fn` raised, which goes on to the caller: the call that raised (from the rounds' rows) and the
     partial report (the partial result is in it; none is returned)."""
     result = sink.result
-    if result is None or not ran or not ran[-1]["raised"] or isinstance(exc, _NotTimed):
+    if result is None or not ran or not ran[-1]["raised"] or getattr(exc, NOT_TIMED, False):
         return  # not raised by fn in a call (the report folder, another profile running), or said by its message
     kinds = [row["kind"] for row in ran]
     last = kinds[-1]
@@ -419,11 +416,11 @@ def _first_checked(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
             result = fn(*args, **kwargs)
         except TypeError:
             if why := binding_error("measure", fn, args, kwargs):
-                raise _NotTimed(why) from None
+                raise not_timed(why) from None
             raise
         if inspect.iscoroutine(result):
             result.close()
-            raise _NotTimed(
+            raise not_timed(
                 f"measure({callable_name(fn)!r}): its call returned a coroutine, which measure() makes "
                 "but never runs: the rounds would time nothing. Inside its event loop, "
                 "`await pytest_inferscope.measure_async(fn, ...)` awaits each call in the rounds."
@@ -446,10 +443,10 @@ def _first_awaitable(
             result = fn(*args, **kwargs)
         except TypeError:
             if why := binding_error("measure_async", fn, args, kwargs):
-                raise _NotTimed(why) from None
+                raise not_timed(why) from None
             raise
         if not inspect.isawaitable(result):
-            raise _NotTimed(
+            raise not_timed(
                 f"measure_async({callable_name(fn)!r}): its call returned {type(result).__name__}, not "
                 "something to await: measure_async takes an async function (async def, or one returning a coroutine). "
                 "Measure a plain function with pytest_inferscope.measure(fn, ...)."

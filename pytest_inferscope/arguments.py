@@ -411,3 +411,16 @@ def check_compare_argument(key: str, value: Any) -> Any:
     if wrong is not None:
         raise _error("compare", f"{key}={value!r}", wrong, _COMPARE_ABOUT[key])
     return spec.parse(value)
+
+
+#: The attribute that marks a TypeError `not_timed` made (`api._say_where_it_raised` leaves it as it is).
+NOT_TIMED = "_inferscope_not_timed"
+
+
+def not_timed(why: str) -> TypeError:
+    """A call of `fn` that `measure` or `measure_async` cannot time (a coroutine not awaited, nothing to await,
+    arguments `fn` cannot take): a plain TypeError (its traceback reads `TypeError: ...`, not a class of ours), said by
+    its own message, without the note of where `fn` raised."""
+    exc = TypeError(why)
+    setattr(exc, NOT_TIMED, True)
+    return exc

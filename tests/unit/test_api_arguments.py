@@ -441,6 +441,8 @@ def test_arguments_that_fn_cannot_take_are_said_at_the_first_call(tmp_path: Path
         "arguments; give them as greet takes them: (name, loud=False)."
     )
     assert not hasattr(info.value, "__notes__")
+    # A plain TypeError, as the docs say: its traceback ended "pytest_inferscope.api._NotTimed: ...", a class of ours.
+    assert type(info.value) is TypeError and info.exconly().startswith("TypeError: measure('greet')")
 
 
 def test_a_type_error_of_fns_own_body_goes_on_as_it_came() -> None:
