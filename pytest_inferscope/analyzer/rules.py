@@ -244,10 +244,15 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
 def _others_said(ctx: Context) -> float | str:
     """The other threads' cores as the evidence says them: whose they were where no Python thread ran beside."""
     others = round(_other_threads(ctx), 2)
-    native = ctx.metrics.get("cpu.other_threads_native") or 0.0
-    if native >= NATIVE_THREADS_MIN and others > 0:
+    if (native := _native_others(ctx)) is not None and others > 0:
         return f"{others:.2f} ({_pct(native)} of their time native threads', not Python threads')"
     return others
+
+
+def _native_others(ctx: Context) -> float | None:
+    """The native threads' share of the other threads' CPU where it is NATIVE_THREADS_MIN or more, else None."""
+    native = ctx.metrics.get("cpu.other_threads_native") or 0.0
+    return native if native >= NATIVE_THREADS_MIN else None
 
 
 def _other_threads(ctx: Context) -> float:
@@ -282,7 +287,7 @@ def _waited_for_threads(ctx: Context, waiting: float, round_ms: float) -> tuple[
             "its last thread, itself waiting for a core."
         )
         return why, [], True
-    if (m.get("cpu.other_threads_native") or 0.0) >= NATIVE_THREADS_MIN:
+    if _native_others(ctx) is not None:
         # No Python thread ran beside it: the others were native, torch's intra-op pool (a body's own setting, given
         # back before the reading above) or a native library's, running the ops the body handed them. A body on 8
         # threads it set itself and gave back was told to keep "a Python thread" out, saving ~9.6 ms; on 2 threads or
