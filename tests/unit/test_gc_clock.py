@@ -19,10 +19,14 @@ class _Node:
         self.me = self  # a cycle: only the collector frees it
 
 
-def _cycles(n: int = 30_000) -> None:
-    head = None
-    for _ in range(n):
-        head = _Node(head)
+def _cycles(n: int = 30_000, chain: int = 100) -> None:
+    """`n` self-referencing nodes in chains of `chain`, each chain garbage as the next begins. In chains of 100 the
+    young collections within the round free them, whatever garbage the process held before (one chain of all `n`,
+    alive to the round's end, had its first round collect nothing in a fresh CI worker: what earlier tests left)."""
+    for _ in range(n // chain):
+        head = None
+        for _ in range(chain):
+            head = _Node(head)
 
 
 def test_the_rounds_count_the_test_threads_garbage_collections() -> None:
@@ -82,7 +86,7 @@ def test_samples_taken_in_the_collectors_timing_are_the_collectors_under_the_all
 
     if sampler == "signal" and SignalSampler.unavailable():
         pytest.skip(SignalSampler.unavailable())
-    _, raw = run(lambda: _cycles(200_000), rounds=2, warmup=0, sampler=sampler, sample_interval_ms=1.0)
+    _, raw = run(lambda: _cycles(200_000, chain=200_000), rounds=2, warmup=0, sampler=sampler, sample_interval_ms=1.0)
     ev = raw.events
     names = [raw.strings[i] for i in ev["name"][ev["kind"] == Kind.SAMPLE]]
     collector = [n for n in names if n.endswith(";gc:collect (Python's garbage collector)")]
