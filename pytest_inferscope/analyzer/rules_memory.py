@@ -92,26 +92,20 @@ def memory_pressure(ctx: Context) -> list[Finding]:
             Suggestion(
                 action=GROWTH_ACTION,
                 rationale=f"RSS grows {growth_per_round:.1f} MB every round (fit R² {r2:.2f}): memory later. Its time "
-                "now is not estimated: whether a result released instead of kept spares the page faults is the "
+                f"now is not estimated, between nothing and about the kernel's {round_ms * sys_share:.2f} ms a round: "
+                "whether a result released instead of kept spares the page faults is the "
                 "allocator's to decide (a large buffer freed goes back to the OS and faults in again the next call), "
                 "and reusing a buffer is what saves them. To find what keeps it: tracemalloc's snapshots before and "
                 "after a few calls name the lines of Python objects; for tensors, count them in gc.get_objects() each "
                 "call",
                 # A 4 MB tensor kept every call read "saves ~15.4 ms" of a 20 ms round, its kernel time; released
-                # instead, it faulted as many pages in (~1,900 a round) and ran no faster (the 2-core VM, 2026-11-30).
+                # instead, it faulted as many pages in (~1,900 a round) and ran no faster (the 2-core VM, 2026-11-30);
+                # in session 39's three runs it saved 0.8-1.1x the kernel's time as read (docs/scenarios.md).
                 saving_ms=0.0,
                 rule="memory_pressure",
             )
         )
-    suggestions.append(
-        Suggestion(
-            action=FAULTS_ACTION,
-            rationale=f"{round(faults)} page faults per round; the test thread spends {_pct(sys_share)} of the "
-            "round in the kernel",
-            saving_ms=round_ms * sys_share * 0.8,
-            rule="memory_pressure",
-        )
-    )
+    suggestions.append(_reuse(m, round_ms))
     suggestions.append(
         Suggestion(
             action="Keep freed pages in the process: a caching malloc (jemalloc or tcmalloc via LD_PRELOAD, or "
@@ -136,6 +130,24 @@ def memory_pressure(ctx: Context) -> list[Finding]:
             events=ctx.refs(ctx.rounds.round_idx, 3),
         )
     ]
+
+
+def _reuse(m: HostMemory, round_ms: float) -> Suggestion:
+    """Reusing buffers saves the kernel's time on the new pages (the faults, their zeroing, the allocator's mmap and
+    munmap), all of it; touching new pages costs user time too, which the counters do not tell apart from the op's, and
+    the kernel's share is read from tick-sampled CPU times: the saving is the kernel's time, and the rationale says how
+    far from it the measured savings went. A buffer reused (`out=`) saved 0.6-1.9x (median 1.15x) the kernel's time as
+    read in the same run, in 18 pairs of 4 MB kept and 16 and 64 MB released every call (the 2-core VM, 2026-11-30:
+    docs/scenarios.md), where 0.8x of it read 1.6-4x under the saving in session 38's runs."""
+    kernel_ms = round_ms * m.sys_share
+    return Suggestion(
+        action=FAULTS_ACTION,
+        rationale=f"{round(m.faults)} page faults per round; the test thread spends {_pct(m.sys_share)} of the round "
+        f"in the kernel ({kernel_ms:.2f} ms), which new pages cost in faults and zeroing. A buffer reused saves about "
+        "that, with the user time of touching new pages besides (cache and TLB misses): 0.6-1.9x it where measured",
+        saving_ms=kernel_ms,
+        rule="memory_pressure",
+    )
 
 
 def _memory_words(m: HostMemory, over: float, c: dict[str, float]) -> tuple[str, str]:
