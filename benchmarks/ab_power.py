@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import subprocess
@@ -68,11 +69,14 @@ def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 
 
-def make_repo(repo: Path, n: int, trials: int, rounds: int, warmup: int, max_regression: float, seed: int) -> None:
+def make_repo(
+    repo: Path, n: int, trials: int, rounds: int, warmup: int, max_regression: float, seed: int,
+    slowdowns: tuple[float, ...] = SLOWDOWNS,
+) -> None:  # fmt: skip
     rng = random.Random(seed)
     cases = []
     for t in range(trials):
-        order = [f"s{round(100 * s)}-t{t}" for s in SLOWDOWNS]
+        order = [f"s{round(100 * s)}-t{t}" for s in slowdowns]
         rng.shuffle(order)
         cases += order
     common = {"n": n, "cases": cases, "rounds": rounds, "warmup": warmup, "max_regression": max_regression}
@@ -80,11 +84,11 @@ def make_repo(repo: Path, n: int, trials: int, rounds: int, warmup: int, max_reg
     _git(repo, "init", "-q")
     _git(repo, "config", "user.email", "bench@example.com")
     _git(repo, "config", "user.name", "bench")
-    base = {f"s{round(100 * s)}": 1.0 for s in SLOWDOWNS}
+    base = {f"s{round(100 * s)}": 1.0 for s in slowdowns}
     (repo / "test_work.py").write_text(TEST_FILE.format(factors=base, **common))
     _git(repo, "add", "test_work.py")
     _git(repo, "commit", "-qm", "base")
-    slower = {f"s{round(100 * s)}": 1.0 + s for s in SLOWDOWNS}
+    slower = {f"s{round(100 * s)}": 1.0 + s for s in slowdowns}
     (repo / "test_work.py").write_text(TEST_FILE.format(factors=slower, **common))
     _git(repo, "commit", "-qam", "slower", "--allow-empty")
 
@@ -117,24 +121,53 @@ def cap1(report_dir: Path, rounds: int, max_regression: float, alpha: float) -> 
         new, ref = ab.get("new_ms") or [], ab.get("ref_ms") or []
         case = data["nodeid"].split("[", 1)[1][:-1]
         if len(new) >= rounds:
-            look = judge(new[:rounds], ref[:rounds], max_regression=max_regression, alpha=alpha, n_looks=1, last=True)
+            clocks = {k: [math.nan if x is None else x for x in v] for k, v in (ab.get("clocks") or {}).items()}
+            look = judge(new[:rounds], ref[:rounds], max_regression=max_regression, alpha=alpha, n_looks=1, last=True,
+                         clocks=clocks)  # fmt: skip
             out[case] = look.verdict
         else:
             out[case] = ab.get("verdict", "?")
     return out
 
 
+def spinners(count: int) -> list[subprocess.Popen[bytes]]:
+    """`count` processes spinning on the core an A/B run pins to (the last this process may use)."""
+    core = sorted(os.sched_getaffinity(0))[-1]
+    spin = f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
+
+
+def dump_pairs(report_dir: Path, path: Path) -> None:
+    """Each test's A/B record (verdict, pairs, run-queue waits) from its report.json, into one JSON file."""
+    out = {}
+    for p in report_dir.glob("*/report.json"):
+        data = json.loads(p.read_text())
+        out[data["nodeid"]] = data.get("ab") or {}
+    path.write_text(json.dumps(out))
+
+
 def study(args: argparse.Namespace) -> list[str]:
     n = calibrate(args.target_ms)
-    with tempfile.TemporaryDirectory(prefix="ab-power-") as tmp:
-        repo = Path(tmp) / "proj"
-        make_repo(repo, n, args.trials, args.rounds, args.warmup, args.max_regression, args.seed)
-        _git(repo, "checkout", "-q", "HEAD~1")
-        _, t_save = pytest_run(repo, "--inferscope-save-baseline=main", "--inferscope-baseline-dir=" + tmp + "/bl")
-        _git(repo, "checkout", "-q", "-")
-        stored, t_cmp = pytest_run(repo, "--inferscope-compare=main", "--inferscope-baseline-dir=" + tmp + "/bl")
-        ab, t_ab = pytest_run(repo, "--inferscope-ab=HEAD~1", f"--inferscope-report={tmp}/out")
-        first = cap1(Path(tmp) / "out", args.rounds, args.max_regression, args.alpha)
+    busy = spinners(args.spinners)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ab-power-") as tmp:
+            repo = Path(tmp) / "proj"
+            make_repo(repo, n, args.trials, args.rounds, args.warmup, args.max_regression, args.seed, args.slowdowns)
+            stored: dict[str, dict[str, str]] = {}
+            t_save = t_cmp = 0.0
+            if not args.ab_only:
+                _git(repo, "checkout", "-q", "HEAD~1")
+                _, t_save = pytest_run(repo, "--inferscope-save-baseline=main", f"--inferscope-baseline-dir={tmp}/bl")
+                _git(repo, "checkout", "-q", "-")
+                stored, t_cmp = pytest_run(repo, "--inferscope-compare=main", f"--inferscope-baseline-dir={tmp}/bl")
+            ab, t_ab = pytest_run(repo, "--inferscope-ab=HEAD~1", f"--inferscope-report={tmp}/out")
+            first = cap1(Path(tmp) / "out", args.rounds, args.max_regression, args.alpha)
+            if args.dump:
+                dump_pairs(Path(tmp) / "out", Path(args.dump))
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
     verdicts = {
         "ab": {k: v.get("inferscope.ab.verdict", "?") for k, v in ab.items()},
         "ab-cap1": first,
@@ -145,21 +178,21 @@ def study(args: argparse.Namespace) -> list[str]:
         *header("A/B power study through the plugin", f"python {sys.version.split()[0]}"),
         f"workload: pure-Python loop, {n} iterations (~{args.target_ms:g} ms); {args.trials} trials per slowdown; "
         f"{args.rounds} pairs (ab: up to 3x by the sequential rule), warm-up {args.warmup}; max_regression "
-        f"{args.max_regression:g}, alpha {args.alpha:g}",
+        f"{args.max_regression:g}, alpha {args.alpha:g}; {args.spinners} spinner(s) on the pinned core",
         f"wall: save-baseline run {t_save:.0f} s, compare run {t_cmp:.0f} s, A/B run {t_ab:.0f} s; "
         f"A/B pairs per test: median {sorted(pairs)[len(pairs) // 2] if pairs else 0}, max {max(pairs, default=0)}",
         "",
-        "| rule | " + " | ".join(f"{round(100 * s)} % slower" for s in SLOWDOWNS) + " |",
-        "|---|" + "---|" * len(SLOWDOWNS),
+        "| rule | " + " | ".join(f"{round(100 * s)} % slower" for s in args.slowdowns) + " |",
+        "|---|" + "---|" * len(args.slowdowns),
     ]
-    for rule in RULES:
+    for rule in RULES if not args.ab_only else RULES[:2]:
         cells = []
-        for s in SLOWDOWNS:
+        for s in args.slowdowns:
             tag = f"s{round(100 * s)}-"
             got = [v for k, v in verdicts[rule].items() if k.startswith(tag)]
             flagged = sum(v == "regressed" for v in got)
             other = Counter(v for v in got if v != "regressed")
-            unsure = f", {other['inconclusive']} inconclusive" if other["inconclusive"] else ""
+            unsure = "".join(f", {other[v]} {v}" for v in ("improved", "inconclusive") if other[v])
             cells.append(f"{flagged}/{len(got)} ({100 * flagged / max(1, len(got)):.1f} %{unsure})")
             if args.verbose:
                 print(rule, tag, dict(other), file=sys.stderr)
@@ -182,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verbose", action="store_true", help="the other verdicts per cell, on stderr")
+    p.add_argument("--spinners", type=int, default=0, help="processes spinning on the pinned core meanwhile")
+    p.add_argument("--slowdowns", type=lambda v: tuple(float(x) for x in v.split(",")), default=SLOWDOWNS,
+                   help="comma-separated fractions (default 0,0.05,0.1,0.2)")  # fmt: skip
+    p.add_argument("--ab-only", action="store_true", help="no stored-baseline runs (rule `stored` left out)")
+    p.add_argument("--dump", help="write each test's A/B record (pairs, waits) to this JSON file")
     args = p.parse_args(argv)
     print("\n".join(study(args)))
     return 0

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..collectors.schedule import throw_into
 from ..rounds import RoundKind, row_kind
-from .paired import judge, looks
-from .twin import Twin, TwinDied
+from .paired import CLOCKS, judge, looks
+from .twin import Twin, TwinDied, core_clocks
 
 if TYPE_CHECKING:
     from ..checks import Plan
@@ -42,7 +42,7 @@ def lockstep(
     `here_first` from test to test, so neither side always goes first.
     """
     here = _Here(coll)
-    steps = _steps(twin, coll, plan, data, max_regression, alpha, here_first)
+    steps = _steps(twin, here, plan, data, max_regression, alpha, here_first)
     ms: float | None = None
     while (warmup := _next(steps, ms)) is not None:
         try:
@@ -70,7 +70,7 @@ async def lockstep_async(
     """`lockstep` for an `async def` test, each round here awaited in the event loop that awaits the test (the twin's
     turns are waited for in it, blocking it: nothing else of the test runs between rounds)."""
     here = _Here(coll)
-    steps = _steps(twin, coll, plan, data, max_regression, alpha, here_first)
+    steps = _steps(twin, here, plan, data, max_regression, alpha, here_first)
     ms: float | None = None
     while (warmup := _next(steps, ms)) is not None:
         try:
@@ -92,20 +92,25 @@ class _Here:
         self.coll = coll
         self.index = 0
         self.result: Any = None
+        self.wait_ms = self.cpu_ms = math.nan
 
     def call(self, body: Callable[[], Any], warmup: bool) -> float:
         self.result = None  # let go before the call, as schedule.run does
+        clocks = core_clocks()
         with self.coll.round(self.index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
             self.result = body()
-        return self._ms()
+        return self._ms(clocks)
 
     async def call_async(self, body: Callable[[], Awaitable[Any]], warmup: bool) -> float:
         self.result = None
+        clocks = core_clocks()
         with self.coll.round(self.index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
             self.result = await body()
-        return self._ms()
+        return self._ms(clocks)
 
-    def _ms(self) -> float:
+    def _ms(self, clocks: tuple[int, int]) -> float:
+        """The round's ms; its ms waiting for the core and on it in `wait_ms`, `cpu_ms` (twin.core_clocks)."""
+        self.wait_ms, self.cpu_ms = ((b - a) / 1e6 for a, b in zip(clocks, core_clocks(), strict=True))
         self.index += 1
         last = self.coll.last_round
         return float(last["wall_ns"]) / 1e6 if last else math.nan
@@ -121,7 +126,7 @@ def _next(steps: Generator[bool, float | None, None], ms: float | None) -> bool 
 
 def _steps(
     twin: Twin,
-    coll: Collection,
+    here_side: _Here,
     plan: Plan,
     data: dict[str, Any],
     max_regression: float,
@@ -132,25 +137,24 @@ def _steps(
     twin's rounds, the looks and the twin's end of the test happen in between. Thrown what a round here raised, it
     ends the twin's test and raises it again."""
 
-    def there(i: int, warmup: bool, first: bool = False) -> float:
-        twin.send(cmd="round", index=i, warmup=warmup, first=first)
-        msg = twin.recv()
-        if msg.get("type") == "error":
-            raise _TwinFailed(str(msg.get("error")), str(msg.get("skipped") or ""))
-        return float(msg["ms"])
+    coll = here_side.coll
+    waits = [math.nan] * 4  # the last rounds' ms waiting for the core, and on it: here, the twin (paired.CLOCKS)
 
     def pair(warmup: bool, i: int, first: bool = False) -> Generator[bool, float | None, tuple[float, float]]:
-        """One round on each side, in the test's order: (this side's ms, the twin's ms)."""
+        """One round on each side, in the test's order: (this side's ms, the twin's ms); their clocks in `waits`."""
         if here_first:
             a = yield warmup
-            return float(a if a is not None else math.nan), there(i, warmup, first)
-        b = there(i, warmup, first)
-        a = yield warmup
+            b = _there(twin, waits, i, warmup, first)
+        else:
+            b = _there(twin, waits, i, warmup, first)
+            a = yield warmup
+        waits[0], waits[2] = here_side.wait_ms, here_side.cpu_ms
         return float(a if a is not None else math.nan), b
 
     points = looks(plan.rounds, max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9)))
     data["looks"] = len(points)
     new, ref = data["new_ms"], data["ref_ms"]
+    clocks: dict[str, list[float]] = {k: [] for k in CLOCKS}  # each pair's waits and CPU times
     in_test = True
     try:
         for w in range(plan.warmup):
@@ -162,9 +166,11 @@ def _steps(
                 a, b = yield from pair(False, plan.warmup + k, first=k == 0)
                 new.append(a)
                 ref.append(b)
+                for key, value in zip(CLOCKS, waits, strict=True):
+                    clocks[key].append(value)
                 k += 1
             look = judge(new, ref, max_regression=max_regression, alpha=alpha, n_looks=len(points),
-                         last=j == len(points) - 1)  # fmt: skip
+                         last=j == len(points) - 1, clocks=clocks)  # fmt: skip
             data["look"] = look
             if look.final:
                 break
@@ -182,7 +188,8 @@ def _steps(
             data["state"] = "here_failed"
         raise
     if data["look"] is None and new:
-        data["look"] = judge(new, ref, max_regression=max_regression, alpha=alpha, n_looks=len(points), last=True)
+        data["look"] = judge(new, ref, max_regression=max_regression, alpha=alpha, n_looks=len(points), last=True,
+                             clocks=clocks)  # fmt: skip
     # The current side's result stands: its requested rounds are completed here alone.
     measured = sum(1 for r in coll.rounds if row_kind(r) is RoundKind.MEASURED)
     try:
@@ -191,6 +198,17 @@ def _steps(
     finally:  # (also when the steps are closed: the twin's end of the test is read before its next one)
         if in_test:
             _read_result(twin, data)
+
+
+def _there(twin: Twin, waits: list[float], i: int, warmup: bool, first: bool) -> float:
+    """The twin's round: its ms; its ms waiting for the core and on it into `waits` (NaN: a twin of an earlier
+    version, which does not say them)."""
+    twin.send(cmd="round", index=i, warmup=warmup, first=first)
+    msg = twin.recv()
+    if msg.get("type") == "error":
+        raise _TwinFailed(str(msg.get("error")), str(msg.get("skipped") or ""))
+    waits[1], waits[3] = (float(msg.get(k, math.nan)) for k in ("wait_ms", "cpu_ms"))
+    return float(msg["ms"])
 
 
 def _read_result(twin: Twin, data: dict[str, Any]) -> None:

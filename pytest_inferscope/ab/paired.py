@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,29 @@ def looks(first: int, cap: int) -> list[int]:
     return points
 
 
+#: Each pair's clocks besides its wall times, in ms (twin.core_clocks): each side's time runnable but waiting for the
+#: pinned core during its round, and its time on a CPU.
+CLOCKS = ("new_wait_ms", "ref_wait_ms", "new_cpu_ms", "ref_cpu_ms")
+
+#: The pinned core counts as busy when the rounds waited for it, runnable, this share of the time they ran (both
+#: sides' waits over both sides' round times); then the verdict must hold on the rounds' CPU time too. On the 2-core
+#: dev VM, 40 tests each: one process spinning on the core made it 0.57-1.68, four 1.15-4.67, other engineers' test
+#: suites alone (load ~10) 0.03-1.06 (docs/ab.md, "A busy pinned core"). Below it the wall times decide alone.
+BUSY_MIN = 0.2
+
+
+def busy_share(new_ms: Sequence[float], ref_ms: Sequence[float], clocks: Mapping[str, Sequence[float]]) -> float:
+    """The pairs' time waiting, runnable, for the pinned core over their rounds' time (both sides); NaN where a side
+    did not say its waits (a twin of an earlier version)."""
+    new_wait, ref_wait = clocks.get("new_wait_ms", ()), clocks.get("ref_wait_ms", ())
+    n = min(len(new_ms), len(ref_ms), len(new_wait), len(ref_wait))
+    waits = [*new_wait[:n], *ref_wait[:n]]
+    ran = sum(new_ms[:n]) + sum(ref_ms[:n])
+    if not n or not all(math.isfinite(w) for w in waits) or not ran > 0:
+        return math.nan
+    return max(0.0, sum(waits)) / ran
+
+
 @dataclass
 class PairedLook:
     """The test on the pairs so far: what it says and whether it is final."""
@@ -100,12 +123,57 @@ class PairedLook:
     p_value: float  # one-sided, in the direction of the ratio
     pairs: int
     final: bool
+    clocks: dict[str, list[float]] = field(default_factory=dict)  # CLOCKS, each pair's (NaN: not known)
+    busy: float = math.nan  # busy_share of the pairs
 
 
 def judge(
+    new_ms: Sequence[float], ref_ms: Sequence[float], *, max_regression: float, alpha: float, n_looks: int, last: bool,
+    clocks: Mapping[str, Sequence[float]] | None = None,
+) -> PairedLook:  # fmt: skip
+    """One look at the pairs: the verdict at alpha / n_looks, final when clear or when `last`.
+
+    With a busy pinned core (`clocks`' waits, `busy_share` >= BUSY_MIN), the verdict on the wall times stands only
+    where the rounds' CPU times give the same one: the scheduler preempts some rounds and not others, unevenly between
+    the two sides, and a preemption lengthens a round's wall time, not its CPU time. Else it is inconclusive, saying so.
+    """
+    kw: dict[str, Any] = {"max_regression": max_regression, "alpha": alpha, "n_looks": n_looks, "last": last}
+    look = _judge(new_ms, ref_ms, **kw)
+    clocks = clocks or {}
+    look.clocks = {k: [float(x) for x in clocks.get(k, ())][: look.pairs] for k in CLOCKS if k in clocks}
+    look.busy = share = busy_share(new_ms, ref_ms, clocks)
+    if not share >= BUSY_MIN or not look.final:
+        return look
+    if look.verdict == "inconclusive":
+        look.reason += (
+            f" The pinned CPU core was busy: the rounds waited {100 * share:.0f}% as long as they ran for it."
+        )
+        return look
+    new_cpu, ref_cpu = (list(clocks.get(k, ()))[: look.pairs] for k in ("new_cpu_ms", "ref_cpu_ms"))
+    if len(new_cpu) < look.pairs or not all(math.isfinite(x) and x > 0 for x in (*new_cpu, *ref_cpu)):
+        cpu = PairedLook("unknown", "a side did not say its rounds' CPU time", *(math.nan,) * 4, look.pairs, True)
+    else:
+        cpu = _judge(new_cpu, ref_cpu, **kw)
+    waiting = f"the rounds waited {100 * share:.0f}% as long as they ran for the pinned core, behind other processes"
+    if cpu.verdict == look.verdict:
+        look.reason += f" The core was busy ({waiting}); the rounds' CPU time gives the same verdict ({cpu.reason})"
+    elif not cpu.final:
+        look.verdict, look.reason, look.final = "inconclusive", f"not yet clear after {look.pairs} pairs", False
+    else:
+        look.verdict, look.final = "inconclusive", True
+        look.reason = (
+            f"{look.reason.rstrip('.')} on the wall times, but the pinned CPU core was busy ({waiting}), and the "
+            f"rounds' CPU time says {cpu.verdict} ({cpu.reason.rstrip('.')}). Where another process runs on the core, "
+            "the scheduler preempts some rounds and not others, and unevenly between the two sides, so the wall "
+            "times' ratio cannot be trusted. Run the A/B where nothing else runs on that core (the last one the "
+            "session may use): give it cores of its own (taskset -c, a cpuset, a CI runner to itself)."
+        )
+    return look
+
+
+def _judge(
     new_ms: Sequence[float], ref_ms: Sequence[float], *, max_regression: float, alpha: float, n_looks: int, last: bool
 ) -> PairedLook:
-    """One look at the pairs: the verdict at alpha / n_looks, final when clear or when `last`."""
     n = min(len(new_ms), len(ref_ms))
     level = alpha / max(1, n_looks)
     if n == 0:
@@ -164,6 +232,8 @@ class ABVerdict:
     ref_median_ms: float = math.nan
     new_ms: list[float] = field(default_factory=list)
     ref_ms: list[float] = field(default_factory=list)
+    clocks: dict[str, list[float]] = field(default_factory=dict)  # CLOCKS: each pair's waits for the core, CPU times
+    busy: float = math.nan  # the pairs' time waiting for the pinned core over their time (paired.busy_share)
     core: int | None = None
     metric_changes: list[MetricChange] = field(default_factory=list)
     twin_error: str = ""  # the test's failure on the other side
@@ -177,6 +247,7 @@ class ABVerdict:
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["metric_changes"] = [m.to_dict() for m in self.metric_changes]
+        d["clocks"] = {k: [x if math.isfinite(x) else None for x in v] for k, v in self.clocks.items()}  # JSON: no NaN
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
     def message(self) -> str:
@@ -231,6 +302,8 @@ def verdict_from(nodeid: str, ref: str, new_ms: Sequence[float], ref_ms: Sequenc
         ref_median_ms=float(np.median(ref_ms)) if len(ref_ms) else math.nan,
         new_ms=[float(x) for x in new_ms],
         ref_ms=[float(x) for x in ref_ms],
+        clocks=look.clocks,
+        busy=look.busy,
         metric_changes=metric_changes,
     )
 

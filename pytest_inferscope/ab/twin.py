@@ -8,7 +8,8 @@ pytest's run loop with a loop over the parent's commands:
     parent -> twin   {"cmd": "run", "nodeid", "core"} | {"cmd": "round", "index", "warmup"} | {"cmd": "end"}
                      | {"cmd": "exit"}
     twin -> parent   {"type": "ready", "nodeids", "errors", "foreign", "usage", "warned"} | {"type": "started"}
-                     | {"type": "round", "ms"} | {"type": "error", "error"} | {"type": "result", ..., "warned"}
+                     | {"type": "round", "ms", "wait_ms", "cpu_ms"} | {"type": "error", "error"}
+                     | {"type": "result", ..., "warned"}
 
 "warned": the InferscopeWarnings the twin raised since its last message, each once: its output goes to a log the
 parent removes, so the parent says them (controller.py).
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..collectors.memory import read_schedstat
 from ..rounds import RoundKind
 from ..warning import InferscopeWarning
 from .channel import ENV, Channel, ChannelClosed
@@ -288,13 +291,14 @@ class TwinServer:
         with pinned(self.core), quiet_heap():
             for index, kind in self._rounds_asked(coll):
                 result = None  # let go before the call, as schedule.run does
+                clocks = core_clocks()
                 try:
                     with coll.round(index, kind):
                         result = body()
                 except BaseException as exc:
                     self._failed(exc)
                     raise
-                self._round_done(coll)
+                self._round_done(coll, clocks)
         return result
 
     async def run_test_async(self, nodeid: str, coll: Collection, body: Callable[[], Awaitable[Any]], plan: Any) -> Any:
@@ -303,13 +307,14 @@ class TwinServer:
         with pinned(self.core), quiet_heap():
             for index, kind in self._rounds_asked(coll):
                 result = None
+                clocks = core_clocks()
                 try:
                     with coll.round(index, kind):
                         result = await body()
                 except BaseException as exc:
                     self._failed(exc)
                     raise
-                self._round_done(coll)
+                self._round_done(coll, clocks)
         return result
 
     def _rounds_asked(self, coll: Collection) -> Iterator[tuple[int, RoundKind]]:
@@ -324,14 +329,27 @@ class TwinServer:
                 coll.after_warmup()
             yield int(msg["index"]), RoundKind.WARMUP if warmup else RoundKind.MEASURED
 
-    def _round_done(self, coll: Collection) -> None:
+    def _round_done(self, coll: Collection, clocks: tuple[int, int]) -> None:
+        """The round's ms, and its ms waiting for the pinned core and on it (paired.py: a busy core)."""
         last = coll.last_round
-        self.channel.send(type="round", ms=float(last["wall_ns"]) / 1e6 if last else math.nan)
+        wait, cpu = (b - a for a, b in zip(clocks, core_clocks(), strict=True))
+        ms = float(last["wall_ns"]) / 1e6 if last else math.nan
+        self.channel.send(type="round", ms=ms, wait_ms=wait / 1e6, cpu_ms=cpu / 1e6)
 
     def _failed(self, exc: BaseException) -> None:
         skipped = str(exc.msg) if isinstance(exc, pytest.skip.Exception) else ""  # pytest.skip() in the body
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         self.channel.send(type="error", error=error, skipped=skipped)
+
+
+def core_clocks() -> tuple[int, int]:
+    """This thread's ns runnable but waiting for a core (schedstat) and ns on a CPU, read before and after a round.
+
+    Read around the round, not taken from the round's counter row, whose span reaches back over the other side's round
+    when rounds chain (`Collection._counters_before`). The CPU time is what a preemption leaves out of a round's wall
+    time (paired.py: a busy pinned core).
+    """
+    return read_schedstat()[1], time.thread_time_ns()
 
 
 @contextlib.contextmanager

@@ -64,6 +64,7 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
             ("inferscope.ab.ratio", _num(ab.get("ratio"))),
             ("inferscope.ab.p", _num(ab.get("p_value"))),
             ("inferscope.ab.ref", str(ab.get("ref", ""))),
+            ("inferscope.ab.core_busy", _num(ab.get("busy"))),  # waiting for the pinned core / running (paired.py)
         ]
         if ab.get("not_compared"):  # --inferscope-compare given, and not made: the A/B is the gate
             props.append(("inferscope.regression.not_compared", str(ab["not_compared"])))
