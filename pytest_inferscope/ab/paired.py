@@ -156,7 +156,8 @@ def judge(
         cpu = _judge(new_cpu, ref_cpu, **kw)
     waiting = f"the rounds waited {100 * share:.0f}% as long as they ran for the pinned core, behind other processes"
     if cpu.verdict == look.verdict:
-        look.reason += f" The core was busy ({waiting}); the rounds' CPU time gives the same verdict ({cpu.reason})"
+        said = f"{100 * (cpu.ratio - 1):+.1f}%, signed-rank p={cpu.p_value:.2g}"  # (not its reason: one "slower over")
+        look.reason += f" The core was busy ({waiting}); the rounds' CPU time gives the same verdict ({said})."
     elif not cpu.final:
         look.verdict, look.reason, look.final = "inconclusive", f"not yet clear after {look.pairs} pairs", False
     else:

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..collectors.memory import read_schedstat
 from ..rounds import RoundKind
 from ..warning import InferscopeWarning
 from .channel import ENV, Channel, ChannelClosed
@@ -349,6 +348,8 @@ def core_clocks() -> tuple[int, int]:
     when rounds chain (`Collection._counters_before`). The CPU time is what a preemption leaves out of a round's wall
     time (paired.py: a busy pinned core).
     """
+    from ..collectors.memory import read_schedstat  # here: the collectors package (numpy) loads only when a test runs
+
     return read_schedstat()[1], time.thread_time_ns()
 
 
