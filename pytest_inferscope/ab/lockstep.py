@@ -96,21 +96,21 @@ class _Here:
 
     def call(self, body: Callable[[], Any], warmup: bool) -> float:
         self.result = None  # let go before the call, as schedule.run does
-        clocks = core_clocks()
+        clocks = core_clocks(self.coll)
         with self.coll.round(self.index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
             self.result = body()
         return self._ms(clocks)
 
     async def call_async(self, body: Callable[[], Awaitable[Any]], warmup: bool) -> float:
         self.result = None
-        clocks = core_clocks()
+        clocks = core_clocks(self.coll)
         with self.coll.round(self.index, RoundKind.WARMUP if warmup else RoundKind.MEASURED):
             self.result = await body()
         return self._ms(clocks)
 
     def _ms(self, clocks: tuple[int, int]) -> float:
         """The round's ms; its ms waiting for the core and on it in `wait_ms`, `cpu_ms` (twin.core_clocks)."""
-        self.wait_ms, self.cpu_ms = ((b - a) / 1e6 for a, b in zip(clocks, core_clocks(), strict=True))
+        self.wait_ms, self.cpu_ms = ((b - a) / 1e6 for a, b in zip(clocks, core_clocks(self.coll), strict=True))
         self.index += 1
         last = self.coll.last_round
         return float(last["wall_ns"]) / 1e6 if last else math.nan

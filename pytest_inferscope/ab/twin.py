@@ -290,7 +290,7 @@ class TwinServer:
         with pinned(self.core), quiet_heap():
             for index, kind in self._rounds_asked(coll):
                 result = None  # let go before the call, as schedule.run does
-                clocks = core_clocks()
+                clocks = core_clocks(coll)
                 try:
                     with coll.round(index, kind):
                         result = body()
@@ -306,7 +306,7 @@ class TwinServer:
         with pinned(self.core), quiet_heap():
             for index, kind in self._rounds_asked(coll):
                 result = None
-                clocks = core_clocks()
+                clocks = core_clocks(coll)
                 try:
                     with coll.round(index, kind):
                         result = await body()
@@ -331,7 +331,7 @@ class TwinServer:
     def _round_done(self, coll: Collection, clocks: tuple[int, int]) -> None:
         """The round's ms, and its ms waiting for the pinned core and on it (paired.py: a busy core)."""
         last = coll.last_round
-        wait, cpu = (b - a for a, b in zip(clocks, core_clocks(), strict=True))
+        wait, cpu = (b - a for a, b in zip(clocks, core_clocks(coll), strict=True))
         ms = float(last["wall_ns"]) / 1e6 if last else math.nan
         self.channel.send(type="round", ms=ms, wait_ms=wait / 1e6, cpu_ms=cpu / 1e6)
 
@@ -341,13 +341,16 @@ class TwinServer:
         self.channel.send(type="error", error=error, skipped=skipped)
 
 
-def core_clocks() -> tuple[int, int]:
+def core_clocks(coll: Collection) -> tuple[int, int]:
     """This thread's ns runnable but waiting for a core (schedstat) and ns on a CPU, read before and after a round.
 
     Read around the round, not taken from the round's counter row, whose span reaches back over the other side's round
     when rounds chain (`Collection._counters_before`). The CPU time is what a preemption leaves out of a round's wall
-    time (paired.py: a busy pinned core).
+    time (paired.py: a busy pinned core). The schedstat file is the collection's, kept open on the thread that runs
+    the rounds (`memory.ProcFiles`), so no file is opened right before the body.
     """
+    if coll.proc is not None:
+        return coll.proc.runqueue_ns(), time.thread_time_ns()
     from ..collectors.memory import read_schedstat  # here: the collectors package (numpy) loads only when a test runs
 
     return read_schedstat()[1], time.thread_time_ns()

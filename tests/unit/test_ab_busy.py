@@ -132,3 +132,16 @@ def test_the_lockstep_keeps_both_sides_clocks_per_pair() -> None:
     clocks = data["look"].clocks
     assert clocks["ref_wait_ms"] == [7.0] * 3 and clocks["ref_cpu_ms"] == [3.0] * 3
     assert len(clocks["new_cpu_ms"]) == 3 and all(x >= 0 for x in clocks["new_cpu_ms"] + clocks["new_wait_ms"])
+
+
+def test_core_clocks_read_the_collections_open_schedstat() -> None:
+    """The wait is read from the collection's kept-open schedstat where it has one (no file opened before a body)."""
+    from types import SimpleNamespace
+
+    from pytest_inferscope.ab.twin import core_clocks
+
+    proc = SimpleNamespace(runqueue_ns=lambda: 42)
+    wait, cpu = core_clocks(SimpleNamespace(proc=proc))  # type: ignore[arg-type]
+    assert wait == 42 and cpu > 0
+    wait, _ = core_clocks(SimpleNamespace(proc=None))  # type: ignore[arg-type]
+    assert wait >= 0  # read afresh from procfs

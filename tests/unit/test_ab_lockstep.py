@@ -46,6 +46,7 @@ class FakeCollection:
         self.rounds: list[dict[str, Any]] = []
         self.last_round: dict[str, Any] | None = None
         self.running = True
+        self.proc = None  # no procfs files kept open: twin.core_clocks reads schedstat afresh
 
     @contextlib.contextmanager
     def round(self, index: int, kind: RoundKind) -> Iterator[None]:
