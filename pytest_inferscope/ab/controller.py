@@ -19,8 +19,8 @@ import pytest
 
 from ..units import fmt_count
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
-from .args import given as option_given
 from .baselines import not_compared
+from .notes import not_a_twin, settings_notes
 from .renames import Renames
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
@@ -162,7 +162,7 @@ class ABController:
                 f"takes turns with its own twin, the pair pinned to its own CPU core (cores {cores[: self.workers]})"
                 f"{on_gpus}"
             )
-            self._note_settings()
+            self.notes += settings_notes(self.tree, self.settings, self.baseline_note)
             return
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
@@ -185,7 +185,7 @@ class ABController:
                 f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
                 f"processes pinned to CPU core {self.core} (of the allowed {cores})"
             )
-            self._note_settings()
+            self.notes += settings_notes(self.tree, self.settings, self.baseline_note)
             if not os.environ.get("PYTHONHASHSEED"):
                 self.notes.append(
                     "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on "
@@ -201,33 +201,6 @@ class ABController:
         name = self.config.pluginmanager.get_name(module) if module is not None else None
         return ["-p", name] if name else []
 
-    def _not_a_twin(self, exc: TwinDied) -> str:
-        """Why the twin stopped before saying its tests were collected, for the usage error."""
-        code = self.twin.proc.returncode if self.twin is not None else None
-        if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED):
-            return f"--inferscope-ab: the tests could not be started at {self.label}: {exc}"
-        if self.tree is not None and "pytest_inferscope" in own_packages(self.tree.path):
-            why = (
-                f"the repository's own pytest_inferscope at {self.tree.ref}, which the twin imports (the worktree "
-                "comes first on its PYTHONPATH), has no A/B twin (it predates A/B runs, or does not load). Compare "
-                "against a ref whose pytest_inferscope has it"
-            )
-        elif self.settings.ab_python is not None:
-            why = (
-                f"the pytest-inferscope of {self._python()} predates A/B runs, or its configuration does not load it. "
-                "Install this version there (`PATH -m pip install pytest-inferscope`)"
-            )
-        else:
-            why = (
-                f"its configuration at {self.label} (its conftest.py or ini file) does not load pytest-inferscope, "
-                "or switches it off. Load it there, or compare against another ref"
-            )
-        return (
-            f"--inferscope-ab: the twin pytest process at {self.label} ran the tests as a plain pytest run, without "
-            f"pytest-inferscope's A/B twin (it exited with status {int(code)} without reporting its collection): "
-            f"{why}." + (f" Its last output:\n{tail}" if (tail := self.twin.tail(5) if self.twin else "") else "")
-        )
-
     def _leave_out_only_here(self) -> None:
         """The test files and folders named on the command line that the ref does not have: left out of the twin's
         command line (their tests are `new`), and said to be."""
@@ -242,24 +215,6 @@ class ABController:
             self.notes.append(
                 f"inferscope A/B: {names}: not at {self.label} (new here, or deleted there), so left out of the twin's "
                 "command line; their tests are new"
-            )
-
-    def _note_settings(self) -> None:
-        """What the user asked for that an A/B run does not do: the baseline comparison, an explicit speed probe; and
-        this checkout's uncommitted changes, which this side runs and the twin does not."""
-        if self.tree is not None and self.tree.uncommitted:
-            self.notes.append(
-                f"inferscope A/B: this side runs this checkout as it is, with {self.tree.uncommitted}; the twin "
-                f"{self.tree.label()} as committed"
-            )
-        if (line := self.baseline_note) is not None:
-            self.notes.append(f"inferscope A/B: {line}")
-        if self.settings.speed_probe == "on" and self.settings.sources.get("speed_probe", "cli") != "default":
-            given = option_given(self.settings, "speed_probe", "on")
-            self.notes.append(
-                f"inferscope A/B: the speed probe did not run, though {given} asked for it: in an A/B run the pairing "
-                "is the defence against drift, each pair's two rounds run one after the other on one CPU core, so "
-                "what slows the machine slows both (docs/ab.md)"
             )
 
     def _python(self) -> Path:
@@ -314,7 +269,7 @@ class ABController:
         try:
             ready = self.twin.recv(READY_TIMEOUT_S)
         except TwinDied as exc:
-            self._fail(self._not_a_twin(exc))
+            self._fail(not_a_twin(exc, self.twin, self.tree, self.settings, self.label, self._python()))
         if ready.get("usage"):
             said = str(ready["usage"]).replace(f"{self._twin_cwd()}{os.sep}", "")  # as named here, not in the worktree
             self._fail(
