@@ -20,7 +20,7 @@ import pytest
 from ..units import fmt_count
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .baselines import not_compared
-from .notes import not_a_twin, settings_notes
+from .notes import not_a_twin, nothing_paired, settings_notes
 from .renames import Renames
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
@@ -292,6 +292,10 @@ class ABController:
                 f"inferscope A/B: {fmt_count(len(removed), 'profiled test')} only at {self.label} (removed or renamed "
                 "here): " + ", ".join(removed[:10]) + (" ..." if len(removed) > 10 else "")
             )
+        if self.tree is not None and not any(self._ref_id(n) is not None for n in self.plans):  # (docs/ab.md)
+            here = self.config.invocation_params.dir
+            unpaired = nothing_paired(sorted(self.plans), self.config.rootpath, here, self.tree, self.label)
+            self.notes += [unpaired] if unpaired and unpaired not in self.notes else []
 
     def _note_foreign(self, foreign: list[str]) -> None:
         if foreign and self.tree is not None and not any("cannot replace" in n for n in self.notes):

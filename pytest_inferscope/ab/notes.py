@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..units import fmt_count
 from .args import given as option_given
 from .worktree import own_packages
 
@@ -65,3 +66,52 @@ def not_a_twin(exc: TwinDied, twin: Twin | None, tree: Worktree | None, settings
         f"pytest-inferscope's A/B twin (it exited with status {int(code)} without reporting its collection): "
         f"{why}." + (f" Its last output:\n{tail}" if (tail := twin.tail(5) if twin else "") else "")
     )
+
+
+def nothing_paired(nodeids: list[str], rootdir: Path, here: Path, tree: Worktree, label: str) -> str | None:
+    """The summary's line when none of this side's profiled tests (`nodeids`, relative to `rootdir`) has a counterpart
+    at the ref, so every one reads `new` and nothing was gated: the folders (or files) of their tests that do not exist
+    there (named as from `here`, pytest's folder), or, where their files are all there, that none of their tests is
+    profiled there. None when there is no test."""
+    files = sorted({rootdir / n.partition("::")[0] for n in nodeids})
+    if not files:
+        return None
+    gone: list[Path] = []
+    there = 0  # the files that exist at the ref
+    for f in files:
+        if tree.map_path(f).exists():
+            there += 1
+            continue
+        top = f  # the topmost folder above it (below the repository's top) that the ref lacks
+        while top.parent != tree.top and top.parent != top and not tree.map_path(top.parent).exists():
+            top = top.parent
+        if top not in gone:
+            gone.append(top)
+    if len(nodeids) == 1:
+        head = f"inferscope A/B: the 1 profiled test here has no counterpart at {label}, so it reads `new` and was not"
+    else:
+        head = f"inferscope A/B: none of the {len(nodeids)} profiled tests here has a counterpart at {label}, so each"
+        head += " reads `new` and none was"
+    head += " compared: the A/B gate did not run"
+    rest = "none of their tests is profiled (or collected) there"
+    if not gone:
+        return f"{head}. Their test files exist there, but {rest}"
+    shown = ", ".join(_shown(p, here) + ("/" if p.is_dir() else "") for p in gone[:5]) + (
+        " ..." if len(gone) > 5 else ""
+    )
+    others = (
+        f"; the {fmt_count(there, 'other file')} {'exists' if there == 1 else 'exist'} there, but {rest}"
+        if there
+        else ""
+    )
+    return (
+        f"{head}: {shown} {'does' if len(gone) == 1 else 'do'} not exist at {label}{others}. Compare against a ref "
+        "that has the tests"
+    )
+
+
+def _shown(path: Path, here: Path) -> str:
+    try:
+        return str(path.relative_to(here))
+    except ValueError:
+        return str(path)

@@ -198,3 +198,33 @@ def test_the_twins_inferscope_warnings_are_said_here_once_each(pytester: pytest.
     machine = [s for s in said if "the pytest_inferscope_machine_info hook returned ['rack']" in s]
     assert len(machine) == 1 and len(said) == 3, said
     assert not any("broken_rule" in line for line in lines if not line.startswith("inferscope A/B: the twin"))
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_no_test_paired_because_the_folder_is_not_at_the_ref(pytester: pytest.Pytester, xdist: bool) -> None:
+    """From pkg/ with `testpaths = tests` and a ref before pkg/tests/, every test read `new`, with no word why: the
+    user could take the run for a gate that ran."""
+    args = ["-n", "1"] if xdist else []
+    if xdist:
+        pytest.importorskip("xdist")
+    ini = "[pytest]\ntestpaths = tests\n"
+    make_repo(pytester.path, {"pkg/pytest.ini": ini, "pkg/README": "x\n"}, {"pkg/tests/test_x.py": BODY})
+    pytester._monkeypatch.chdir(pytester.path / "pkg")
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", *args)
+    result.assert_outcomes(passed=1)
+    out = " ".join(result.stdout.str().split())
+    assert "the 1 profiled test here has no counterpart at HEAD~1 (" in out, out
+    assert "the A/B gate did not run: tests/ does not exist at HEAD~1 (" in out, out
+    assert out.count("has no counterpart at") == 1, out  # once, also with xdist's workers
+
+
+def test_no_test_paired_though_the_files_are_at_the_ref(pytester: pytest.Pytester) -> None:
+    """The file is at the ref, its test not profiled there: said too, and none of it when one test is paired."""
+    plain = BODY.replace("@pytest.mark.inferscope(rounds=3, warmup=0)\n", "")
+    make_repo(pytester.path, {"test_x.py": plain}, {"test_x.py": BODY})
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1")
+    result.assert_outcomes(passed=1)
+    out = " ".join(result.stdout.str().split())
+    assert "Their test files exist there, but none of their tests is profiled (or collected) there" in out, out
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD")
+    assert "no counterpart" not in result.stdout.str()
