@@ -314,7 +314,9 @@ class ABController:
             if note not in self.notes:
                 self.notes.append(note)
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.twin is not None and exitstatus != pytest.ExitCode.INTERRUPTED:  # its session end's warnings
+            self._note_twin_warned(self.twin.finish())
         if self.workerinput is not None:
             session.config.workeroutput["inferscope_ab_notes"] = self.notes  # type: ignore[attr-defined]
 

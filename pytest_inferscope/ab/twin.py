@@ -6,13 +6,15 @@ its "ready" line after collection and drives it. Twin side:
 pytest's run loop with a loop over the parent's commands:
 
     parent -> twin   {"cmd": "run", "nodeid", "core"} | {"cmd": "round", "index", "warmup"} | {"cmd": "end"}
-                     | {"cmd": "exit"}
+                     | {"cmd": "finish"} | {"cmd": "exit"}
     twin -> parent   {"type": "ready", "nodeids", "errors", "foreign", "usage", "warned"} | {"type": "started"}
                      | {"type": "round", "ms", "wait_ms", "cpu_ms"} | {"type": "error", "error"}
                      | {"type": "result", ..., "warned"}
+                     | {"type": "bye", "warned"}
 
 "warned": the InferscopeWarnings the twin raised since its last message, each once: its output goes to a log the
-parent removes, so the parent says them (controller.py).
+parent removes, so the parent says them (controller.py). "finish", at the parent's session end: the twin ends its
+session and, in its pytest_unconfigure, says "bye" with the warnings of its session's end (`Twin.finish`).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ if TYPE_CHECKING:
     from ..results import TestResult
 
 ENV_PACKAGES = "INFERSCOPE_AB_PACKAGES"  # "tree|name,name": packages the twin must import from tree
-#: How long the parent waits for the twin's collection, and for one answer during a test.
-READY_TIMEOUT_S, ANSWER_TIMEOUT_S = 300.0, 600.0
+#: How long the parent waits for the twin's collection, for one answer during a test, for its session's end.
+READY_TIMEOUT_S, ANSWER_TIMEOUT_S, FINISH_TIMEOUT_S = 300.0, 600.0, 30.0
 
 
 def twin_channel() -> Channel | None:
@@ -174,6 +176,20 @@ class Twin:
             self.close()
             raise TwinDied(self.dead) from exc
 
+    def finish(self, timeout: float = FINISH_TIMEOUT_S) -> list[str]:
+        """Have the twin end its session; the InferscopeWarnings it raised after its last result (its session's end:
+        a sessionfinish hook, its terminal summary), or [] where it does not say them within `timeout` (a twin of a
+        version before 2026-11-30, one that died, one already closed)."""
+        if self.dead or self.proc.poll() is not None:  # (closed: its pipes' numbers may be another file's now)
+            return []
+        try:
+            self.send(cmd="finish")
+            while (msg := self.recv(timeout)).get("type") != "bye":
+                pass  # the result of a test it was in (this side stopped during it: -x, Ctrl-C)
+        except TwinDied:
+            return []
+        return [str(w) for w in msg.get("warned") or []]
+
     def close(self) -> None:
         """Ask it to exit, then make sure it did; no process is left behind."""
         if self.proc.poll() is None:
@@ -201,6 +217,7 @@ class TwinServer:
         self._whole: list[Path] = []  # the files and folders named whole
         self.warned: list[str] = []  # this side's InferscopeWarnings, each once
         self._told = 0  # how many of them the parent was sent
+        self.finishing = False  # the parent said "finish": "bye" at pytest_unconfigure
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
@@ -259,9 +276,19 @@ class TwinServer:
                 msg = self.channel.recv()
             except ChannelClosed:
                 return True  # the parent is gone: stop
+            self.finishing = msg.get("cmd") == "finish"
             if msg.get("cmd") != "run":
                 return True
             self._run(items.get(str(msg.get("nodeid"))), msg)
+            if self.finishing:  # said during the test's rounds
+                return True
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The warnings of this session's end (recorded by now: pytest's warnings plugin wraps pytest_sessionfinish and
+        pytest_terminal_summary), sent to a parent that asked for them."""
+        if self.finishing:
+            with contextlib.suppress(ChannelClosed):
+                self.channel.send(type="bye", warned=self._untold())
 
     def _run(self, item: pytest.Item | None, msg: dict[str, Any]) -> None:
         if item is None:
@@ -322,6 +349,7 @@ class TwinServer:
         while True:
             msg = self.channel.recv()
             if msg.get("cmd") != "round":
+                self.finishing = msg.get("cmd") == "finish"
                 return
             warmup = bool(msg.get("warmup"))
             if not warmup and msg.get("first"):

@@ -228,3 +228,21 @@ def test_no_test_paired_though_the_files_are_at_the_ref(pytester: pytest.Pyteste
     assert "Their test files exist there, but none of their tests is profiled (or collected) there" in out, out
     result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD")
     assert "no counterpart" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("xdist", [False, True])
+def test_the_twins_warnings_at_its_session_end_are_said_here(pytester: pytest.Pytester, xdist: bool) -> None:
+    """An InferscopeWarning the twin raised after its last result (its session's end: a sessionfinish hook) went only
+    to its log, removed with the session; the twin now says it at the end, and this side's summary says it once."""
+    if xdist:
+        pytest.importorskip("xdist")
+    late = (
+        "import warnings\nfrom pytest_inferscope.warning import InferscopeWarning\n\n"
+        "def pytest_sessionfinish(session):\n    warnings.warn(InferscopeWarning('inferscope: the end at the ref'))\n"
+    )
+    make_repo(pytester.path, {"test_x.py": BODY, "conftest.py": late}, {"conftest.py": ""})
+    args = ["-n", "1"] if xdist else []
+    result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", *args)
+    result.assert_outcomes(passed=1)
+    said = [line for line in result.outlines if line.startswith("inferscope A/B: the twin at HEAD~1 (")]
+    assert len(said) == 1 and said[0].endswith(") warned: the end at the ref"), said
