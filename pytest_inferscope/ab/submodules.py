@@ -66,3 +66,40 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     """git with `args`, the user's hooks off (as for the worktree: ab/worktree.py)."""
     cmd = ["git", "-c", f"core.hooksPath={os.devnull}", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+
+
+def left_empty(tree: Path, git_dir: Path, commit: str, env: dict[str, str]) -> list[str]:
+    """The submodules `commit` records (their paths, from the top; nested ones aside) whose folder in `tree`, its
+    checkout, is empty: not initialised in the user's checkout, so `check_out` had no clone to take them from."""
+    listing = _run(["--git-dir", str(git_dir), "ls-tree", "-r", "-z", "--full-tree", commit], env)
+    out = []
+    for item in listing.stdout.split("\0") if listing.returncode == 0 else []:
+        meta, _, path = item.partition("\t")
+        if meta.partition(" ")[0] == "160000" and not any((tree / path).iterdir() if (tree / path).is_dir() else ()):
+            out.append(path)
+    return out
+
+
+def empty_at_ref(empty: list[str], top: Path, label: str, env: dict[str, str]) -> str:
+    """The sentences for a usage error whose tests miss a module, when the ref's submodules `empty` were left empty:
+    how to initialise those that are submodules here too (`top`: the user's checkout); that the others are not."""
+    here = {p for p in empty if _run(["-C", str(top), "ls-files", "-s", "--", p], env).stdout.startswith("160000 ")}
+    said = []
+    if init := [p for p in empty if p in here]:
+        one = len(init) == 1
+        said.append(
+            f"The submodule{'' if one else 's'} {', '.join(init)} {'is' if one else 'are'} not initialised in this "
+            f"checkout, so {'its folder is' if one else 'their folders are'} empty at {label} too (the ref's "
+            "submodules are checked out from this checkout's clones of them; nothing is fetched): if the tests import "
+            f"from {'it' if one else 'them'}, run `git submodule update --init {' '.join(init)}` before pytest (a CI "
+            "checkout: with `submodules: true`)."
+        )
+    if gone := [p for p in empty if p not in here]:
+        one = len(gone) == 1
+        it, folders = ("it", "its folder is") if one else ("them", "their folders are")
+        said.append(
+            f"{', '.join(gone)} {'is a submodule' if one else 'are submodules'} at {label} and not here, and this "
+            f"checkout has no clone of {it} to check out there, so {folders} empty at the ref: if the tests import "
+            f"from {it}, compare against a ref after the change, or run from a checkout that has {it} initialised."
+        )
+    return " ".join(said)

@@ -235,15 +235,23 @@ class Worktree:
 def not_in_git(tree: Worktree, errors: Sequence[str]) -> list[str]:
     """Why the ref's tests may not collect (`errors`: "file (last line of its error)"), when the module they miss is a
     file of this checkout that git does not record at the ref (a generated `_version.py` git ignores, an untracked
-    module): one sentence each, or none. The error alone said to fix the collection errors at the ref, in code that
-    has none. Only this process's imported modules are looked at, and git only read."""
+    module): one sentence each, or none; and, for a module missing, the ref's submodules this checkout has not
+    initialised (empty there too). The error alone said to fix the collection errors at the ref, in code that has
+    none. Only this process's imported modules are looked at, and git only read."""
+    from .submodules import empty_at_ref, left_empty
+
     said = []
+    imports = re.search(r"ModuleNotFoundError|ImportError|No module named", " ".join(errors))
+    env = without_git_repo_vars(dict(os.environ))
+    empty = left_empty(tree.path, tree.git_dir, tree.commit, env) if imports else []
     for name in dict.fromkeys(re.findall(r"No module named '([\w.]+)'", " ".join(errors))):
         file = getattr(sys.modules.get(name), "__file__", None)
         path = Path(file).resolve() if file else None
         if path is None or not path.is_relative_to(tree.top) or tree.map_path(path).exists():
             continue
         rel = path.relative_to(tree.top).as_posix()
+        if any(rel.startswith(f"{sub}/") for sub in empty):
+            continue  # tracked here, in a submodule's empty folder there (said below)
         out = _git(tree.git_dir, "-C", str(tree.top), f"--work-tree={tree.top}", "check-ignore", "-v", "--", rel)
         rule = out.stdout.partition("\t")[0].strip() if out.returncode == 0 else ""
         if rule:
@@ -259,7 +267,7 @@ def not_in_git(tree: Worktree, errors: Sequence[str]) -> list[str]:
                 f"{rel} is in this checkout, but not in git (untracked), so the checkout of {tree.label()} does not "
                 f"have it: add and commit it (`git add {rel}`), and compare against a commit that has it."
             )
-    return said
+    return [*said, empty_at_ref(empty, tree.top, tree.label(), env)] if empty else said
 
 
 def _entries(git_dir: Path) -> list[dict[str, str]]:

@@ -234,3 +234,34 @@ def test_a_full_commit_hash_is_shown_short(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sha not in proc.stdout, proc.stdout
     assert f"vs {sha[:10]} " in proc.stdout and f"this checkout against {sha[:10]}," in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("here", ["a submodule", "vendored"])
+def test_a_submodule_not_initialised_here_is_named_when_the_ref_does_not_collect(tmp_path: Path, here: str) -> None:
+    """A fresh clone without `git submodule update --init`: the ref's submodule stays empty there too, and its tests
+    that import from it do not collect. The usage error said the module's file here was untracked (`git add` it);
+    it names the submodule and how to initialise it (or, where it is no submodule here, that there is no clone)."""
+    root, _ = with_submodule(tmp_path)
+    if here == "vendored":  # HEAD holds the submodule's files as its own
+        git(root, "rm", "-q", "--cached", "vendor/lib")
+        git(root, "rm", "-q", ".gitmodules")
+        (root / "vendor" / "lib" / ".git").unlink()
+        git(root, "add", "vendor/lib")
+    else:  # HEAD's test no longer imports from it
+        (root / "test_x.py").write_text(SLEEPS)
+        git(root, "add", "test_x.py")
+    git(root, "commit", "-qm", "third")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(root), str(clone))  # no submodule initialised
+    proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD~1", "test_x.py"), cwd=clone,
+                          env=child_env(WHERE_LOG=str(tmp_path / "where.log")), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "No module named 'helper'" in err and "untracked" not in err, err
+    if here == "vendored":
+        assert "vendor/lib is a submodule at HEAD~1 (" in err and "no clone of it" in err, err
+    else:
+        assert "The submodule vendor/lib is not initialised in this checkout" in err, err
+        assert "run `git submodule update --init vendor/lib` before pytest" in err, err
+    assert len(worktrees(clone)) == 1
