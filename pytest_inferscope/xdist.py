@@ -4,9 +4,10 @@ Registered only when pytest-xdist is present. A worker sends each result as JSON
 test's call report (`WorkerHooks`), and all of them again in `workeroutput` as its session ends, which replace the ones
 sent before (a report file that could not be written, a reports_ms added after the report); the controller rebuilds
 them here and writes the one summary and index. A worker that dies (`os._exit`, a segfault, pytest-timeout's thread
-method) sends no `workeroutput`: the results it sent with its reports stay, and the test it died in is listed as a
-partial run (under pytest-rerunfailures, from the plans a worker that lived sent as it ended). The controller keeps of
-each result what its summary, index and baseline read (`Lean`).
+method) sends no `workeroutput`: the results it sent with its reports stay (without links where their report files
+are not on disk: `unwritten`), and the test it died in is listed as a partial run (under pytest-rerunfailures, from
+the plans a worker that lived sent as it ended; without them, its plan unknown). The controller keeps of each result
+what its summary, index and baseline read (`Lean`).
 """
 
 from __future__ import annotations
@@ -84,28 +85,37 @@ class XdistHooks:
         self.session = session
         self.sent: dict[str, set[str]] = {}  # by worker: the tests whose results came with their reports
         self.running: dict[str, tuple[int, int]] = {}  # profiled tests set up and not torn down: rounds, warm-up
+        self.unplanned: dict[str, str] = {}  # by worker: the test it set up last, when that one is not profiled
         self.lean = Lean()
         self.calls: dict[str, list[tuple[Any, ...]]] = {}  # a test's call report's properties, until its teardown's
-        self.died_in: dict[str, list[str]] = {}  # tests a worker died in, not known as profiled then: the workers
+        # tests a worker died in, not known as profiled then: the worker, and how many runs of it had come before
+        self.died_in: dict[str, list[tuple[str, int]]] = {}
         self.plans = "{}"  # the last plans a worker sent (`_PLANS`)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Before the session's (the summary, the index, the baseline): the tests a worker died in under
-        pytest-rerunfailures. Each death is a run of the test, partial: a test that died at every try is listed as its
-        last death, one that ran to its end later has its deaths among its earlier runs."""
+        """Before the session's (the summary, the index, the baseline): the tests a worker died in before the
+        controller knew them as profiled (in their setup; under pytest-rerunfailures, which sends a test's reports once
+        it has run to its end). Each death is a run of the test, partial, in the order the runs came: a test that died
+        at every try is listed as its last death, one that ran to its end later has its deaths among its earlier runs.
+        One whose plan no worker sent (none lived to its session's end) is listed too, its plan unknown, where the
+        session profiles anything."""
         plans = json.loads(self.plans) if self.died_in else {}
         last = {r.nodeid: r for r in self.session.results}
-        for nodeid, workers in self.died_in.items():
-            if nodeid not in plans:  # not profiled
+        profiling = bool(self.session.results or self.session.plans or self.session.settings.all)
+        for nodeid, deaths in self.died_in.items():
+            if nodeid not in plans and (plans or not profiling):  # not profiled (or nothing is)
                 continue
-            deaths = ["partial"] * len(workers)
-            if (result := last.get(nodeid)) is not None:
-                result.earlier_runs = [*deaths, *result.earlier_runs]
-            else:
-                result = crashed(nodeid, workers[-1], *plans[nodeid])
-                result.earlier_runs = deaths[1:]
+            if (result := last.get(nodeid)) is None:
+                rounds, warmup = plans.get(nodeid, (0, 0))
+                result = crashed(nodeid, deaths[-1][0], rounds, warmup, planned=nodeid in plans)
+                deaths, runs = deaths[:-1], []
                 self.session.results.append(result)
+            else:
+                runs = list(result.earlier_runs)
+            for _, before in reversed(deaths):  # (each at its place among the runs the controller had then)
+                runs.insert(min(before, len(runs)), "partial")
+            result.earlier_runs = runs
 
     def properties(self, report: pytest.TestReport) -> None:
         """A test's JUnit properties come with its call report and again with its teardown report (JUnit XML reads
@@ -127,6 +137,8 @@ class XdistHooks:
         if "inferscope_results" in output:  # its final results replace those sent with the reports
             sent = self.sent.pop(_worker(node), set())
             self.session.results[:] = [r for r in self.session.results if r.nodeid not in sent]
+        elif (sent := self.sent.pop(_worker(node), set())) and self.session.report_dir is not None:
+            unwritten(self.session, sent, _worker(node))  # it died: its last tests' files may not be on disk
         for d in output.pop("inferscope_results", []):  # (xdist keeps the node, and its output, to the end)
             result = self.lean(TestResult.from_wire(d))
             keep_last_run(self.session.results, result)
@@ -149,16 +161,20 @@ class XdistHooks:
             keep_last_run(self.session.results, result)  # (pytest-rerunfailures: the run before it goes)
             self.session.baselines.note_environment_change(result)
             self.sent.setdefault(_worker(getattr(report, "node", None)), set()).add(result.nodeid)
+        worker = _worker(getattr(report, "node", None))
         if (planned := report.__dict__.pop(_PLANNED, None)) is not None:
             self.running[report.nodeid] = (int(planned[0]), int(planned[1]))
+        elif report.when == "setup":
+            self.unplanned[worker] = report.nodeid
         elif report.when == "teardown":
             self.running.pop(report.nodeid, None)
         elif report.when == "???" and report.nodeid in self.running:  # xdist's report of the test a worker died in
             rounds, warmup = self.running.pop(report.nodeid)
-            worker = _worker(getattr(report, "node", None))
             self.session.results.append(crashed(report.nodeid, worker, rounds, warmup))
-        elif report.when == "???":  # (pytest-rerunfailures: its setup report was not sent; a worker's plans say)
-            self.died_in.setdefault(report.nodeid, []).append(_worker(getattr(report, "node", None)))
+        elif report.when == "???" and self.unplanned.get(worker) != report.nodeid:  # (set up, unprofiled: not listed)
+            # died in its setup, or under pytest-rerunfailures (no setup report sent): a worker's plans may say
+            known = next((len(r.earlier_runs) + 1 for r in self.session.results if r.nodeid == report.nodeid), 0)
+            self.died_in.setdefault(report.nodeid, []).append((worker, known))
         if report.user_properties:  # pytest keeps every report to the end: a test's properties once, not once a report
             self.properties(report)
         if report.when != "call" or not report.failed or not isinstance(report.longrepr, str):
@@ -207,16 +223,34 @@ def _worker(node: Any) -> str:
     return str(getattr(getattr(node, "gateway", None), "id", node))
 
 
-def crashed(nodeid: str, worker: str, rounds: int, warmup: int) -> TestResult:
-    """The result of a profiled test its worker died in: partial, no round recorded, no report files."""
+def crashed(nodeid: str, worker: str, rounds: int, warmup: int, planned: bool = True) -> TestResult:
+    """The result of a profiled test its worker died in: partial, no round recorded, no report files (`planned`:
+    its rounds and warm-up are known; else no worker said them, nor whether it was profiled)."""
     from .reporters.files import slugify
     from .results import Analysis, LatencyStats, TestResult
 
     reason = (
         f"worker {worker!r} crashed while running this test (a segfault, os._exit(), pytest-timeout's thread method, "
         "the OOM killer): no round was recorded and no report written"
-    )
+    ) + ("" if planned else "; its worker died before saying whether and how it profiled the test (no plan known)")
     return TestResult(
         nodeid, slugify(nodeid), "failed", "partial", rounds, warmup, LatencyStats([]), Analysis("unclassified", 0.0),
         partial_reason=reason,
     )  # fmt: skip
+
+
+def unwritten(session: InferscopeSession, nodeids: set[str], worker: str) -> None:
+    """The results a worker that died had sent whose report files are not all on disk (its writer, a helper process,
+    had not written them when it was killed): their links dropped, so the index names no folder that is missing, and
+    a line in the summary saying whose."""
+    assert session.report_dir is not None
+    lost = []
+    for r in session.results:
+        if r.nodeid in nodeids and r.files and not all((session.report_dir / f).is_file() for f in r.files.values()):
+            r.files, r.report_dir = {}, None
+            lost.append(r.nodeid)
+    if lost:
+        session.notes.append(
+            f"inferscope: worker {worker!r} died before the report files of {', '.join(sorted(lost))} were all on "
+            "disk: listed in the index with their figures, without links (xdist: docs/ci.md)"
+        )

@@ -160,3 +160,78 @@ def test_the_controller_keeps_what_its_summary_index_and_baseline_read(pytester:
     assert held["environments"] <= 2 and held["collectors"] == 0, held  # one environment a worker at most
     assert held["shared"] == 12 and held["properties"][0] > 5, held  # the teardown report's are the call report's
     assert len(json.loads((pytester.path / "out" / "index.json").read_text())["tests"]) == 12
+
+
+DIES_IN_SETUP = """
+import os
+import pytest
+
+@pytest.fixture
+def dies():
+    os._exit(1)
+
+@pytest.mark.inferscope(rounds=2)
+def test_a_profiled():
+    sum(range(1000))
+
+@pytest.mark.inferscope(rounds=2)
+def test_b_dies_in_setup(dies):
+    pass
+
+def test_c_unprofiled_dies():
+    os._exit(1)
+"""
+
+
+@pytest.mark.parametrize("restarts", ["0", "1"])
+def test_a_test_whose_worker_died_in_its_setup_is_listed(pytester: pytest.Pytester, restarts: str) -> None:
+    """A worker that died in a profiled test's setup had sent no setup report saying the test was profiled, and the
+    plans that would say it came only under pytest-rerunfailures, from a worker that lived to its end: the test was in
+    neither the summary nor the index. It is listed as crashed, its plan unknown; a test the worker had set up as
+    unprofiled, and died in, is not listed."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(DIES_IN_SETUP)
+    result = pytester.runpytest_subprocess(*ARGS, "-n", "1", f"--max-worker-restart={restarts}",
+                                           "--inferscope-report=out")  # fmt: skip
+    tests = {
+        t["nodeid"].rpartition("::")[2]: t
+        for t in json.loads((pytester.path / "out" / "index.json").read_text())["tests"]
+    }
+    assert "test_c_unprofiled_dies" not in tests, sorted(tests)
+    died = tests["test_b_dies_in_setup"]
+    assert died["verdict"] == "partial" and died["files"] == {}, died
+    assert died["partial_reason"].startswith("worker 'gw0' crashed while running this test"), died["partial_reason"]
+    assert "no plan known" in died["partial_reason"]
+    assert tests["test_a_profiled"]["verdict"] == "pass"
+    result.stdout.fnmatch_lines(["*::test_b_dies_in_setup * none * 0 * partial"])
+
+
+KILLED_AFTER = """
+import os, shutil
+from pathlib import Path
+import pytest
+
+@pytest.mark.inferscope(rounds=2)
+def test_a_done():
+    sum(range(1000))
+
+def test_b_killed():
+    for folder in Path("out").glob("*test_a_done*"):  # as if the worker's writer had not written them yet
+        shutil.rmtree(folder)
+    os._exit(1)
+"""
+
+
+def test_a_killed_workers_tests_without_their_report_folder_are_not_linked(pytester: pytest.Pytester) -> None:
+    """A worker killed before its writer (a helper process) had put a test's files on disk: the index linked a report
+    folder that does not exist. Every file the index names exists; the summary says whose files are missing."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(KILLED_AFTER)
+    result = pytester.runpytest_subprocess(*ARGS, "-n", "1", "--max-worker-restart=0", "--inferscope-report=out")
+    out = pytester.path / "out"
+    tests = json.loads((out / "index.json").read_text())["tests"]
+    (done,) = [t for t in tests if t["nodeid"].endswith("::test_a_done")]
+    assert all((out / f).is_file() for t in tests for f in t["files"].values()), tests
+    assert done["files"] == {} and "test_a_done-" not in (out / "index.html").read_text()
+    text = " ".join(result.stdout.str().split())
+    assert "worker 'gw0' died before the report files of test_a_killed" in text, text
