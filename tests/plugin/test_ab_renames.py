@@ -11,7 +11,8 @@ from gitrepo import child_env, git, pytest_cmd, worktrees
 
 #: A test whose body spins DELAY s on the CPU: 2 ms at the ref, 20 ms here, against an allowed change of 100%. On the
 #: CPU, not asleep: on a busy pinned core a verdict must hold on the rounds' CPU time too (docs/ab.md, "A busy pinned
-#: core"), which a sleep does not show; and on a loaded VM the 5 ms sleep once read +66.7% over the 1 ms one (2026-11-30).
+#: core"), which a sleep does not show; and on a loaded VM the 5 ms sleep once read +66.7% over the 1 ms one
+#: (2026-11-30).
 BODY = """import time, pytest
 
 @pytest.mark.inferscope(rounds=5, warmup=0, max_regression=1)
