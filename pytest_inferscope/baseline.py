@@ -61,6 +61,13 @@ class BaselineError(Exception):
     """A baseline cannot be saved or loaded; the message names the file or name and what is wrong."""
 
 
+def _none_completed(profiled: int) -> str:
+    """Why a baseline saved nothing, counting the profiled tests."""
+    if profiled == 1:
+        return "the one profiled test did not complete its rounds"
+    return f"none of the {profiled} profiled tests completed its rounds"
+
+
 def validate_name(name: str) -> str:
     """Return `name` if it can name a baseline file, else raise BaselineError saying what is allowed."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -235,8 +242,8 @@ class BaselineStore:
         ]
         if not entries:
             raise BaselineError(
-                f"Nothing was saved to baseline {name!r} ({path}): none of the {len(results)} profiled test(s) "
-                "completed its rounds (a test whose body failed is not recorded). The file was not touched."
+                f"Nothing was saved to baseline {name!r} ({path}): {_none_completed(len(results))} (a test whose body "
+                "failed is not recorded). The file was not touched."
             )
         self.check_folder()
         try:

@@ -40,7 +40,7 @@ from .stats import (
     noise_warnings,
     separation,
 )
-from .units import fmt_ms
+from .units import fmt_count, fmt_ms
 
 
 def _median(samples: Sequence[float]) -> float:
@@ -214,7 +214,7 @@ def compile_warning(metrics: Mapping[str, Any]) -> str:
     if not rounds:
         return ""
     return (
-        f"this run: {int(rounds)} measured round(s) compiled (torch.compile, "
+        f"this run: {fmt_count(int(rounds), 'measured round')} compiled (torch.compile, "
         f"{metrics.get('compile.ms_per_round') or 0.0:.1f} ms per measured round on average): their latency is "
         "compilation, not the model's, and so is what is compared with the baseline; run more warm-up rounds or keep "
         "the input shapes fixed (the report's torch_compile finding says which rounds, and why each recompiled)."
@@ -239,9 +239,9 @@ def _overall(latency: Comparison, changes: list[MetricChange], differences: list
     regressed_metrics = [m for m in changes if m.regressed]
     if differences:
         return "inconclusive", (
-            f"the environment differs from the baseline's ({len(differences)} difference(s), listed below), so the "
-            f"latency comparison is not a fair one; it would have been {latency.verdict!r}. Record a baseline "
-            "on this environment to gate on it."
+            f"the environment differs from the baseline's ({fmt_count(len(differences), 'difference')}, listed "
+            f"below), so the latency comparison is not a fair one; it would have been {latency.verdict!r}. Record a "
+            "baseline on this environment to gate on it."
         )
     if latency.verdict == "regressed" or regressed_metrics:
         parts = [latency.reason] if latency.verdict == "regressed" else []

@@ -22,7 +22,7 @@ import numpy as np
 from ..comparison import MetricChange
 from ..events import unique
 from ..stats import _norm_sf
-from ..units import fmt_ms
+from ..units import fmt_count, fmt_ms
 
 #: Bootstrap resamples for the CI of the median ratio; seeded, so a report is reproducible.
 BOOTSTRAP = 2000
@@ -185,7 +185,7 @@ def _judge(
     up, down = 1.0 + max_regression, 1.0 / (1.0 + max_regression)
     p = p_up if ratio >= 1 else p_down
     change = f"{100 * (ratio - 1):+.1f}%"
-    test = f"signed-rank p={p:.2g} at alpha {alpha:g}/{n_looks} look(s)"
+    test = f"signed-rank p={p:.2g} at alpha {alpha:g}/{fmt_count(n_looks, 'look')}"
 
     def look(verdict: str, reason: str, final: bool = True) -> PairedLook:
         return PairedLook(verdict, reason, ratio, lo, hi, p, n, final)
@@ -277,8 +277,9 @@ class ABVerdict:
         return "\n".join(lines)
 
 
-#: How a verdict made regressed by its deterministic metrics alone begins its reason, after their count.
-METRICS_ROSE = "deterministic metric(s) rose; latency: "
+#: How a verdict made regressed by its deterministic metrics alone begins its reason ('2 deterministic metrics rose;
+#: latency: ...'); a report.json written before 2026-11-30 says 'metric(s)'.
+METRICS_ROSE = re.compile(r"^\d+ deterministic metric(?:s|\(s\))? rose; latency: ")
 
 
 def verdict_from(nodeid: str, ref: str, new_ms: Sequence[float], ref_ms: Sequence[float], look: PairedLook,
@@ -287,7 +288,7 @@ def verdict_from(nodeid: str, ref: str, new_ms: Sequence[float], ref_ms: Sequenc
     verdict, reason = look.verdict, look.reason
     bad = [m for m in metric_changes if m.regressed]
     if bad and verdict != "regressed":
-        verdict, reason = "regressed", f"{len(bad)} {METRICS_ROSE}{reason}"
+        verdict, reason = "regressed", f"{fmt_count(len(bad), 'deterministic metric')} rose; latency: {reason}"
     return ABVerdict(
         nodeid=nodeid,
         verdict=verdict,
@@ -325,7 +326,7 @@ def ab_line(data: dict[str, Any], more: int = 0) -> str:
     ref = re.sub(r" \([0-9a-f]{7,40}\)", "", str(data.get("ref")))
     said = []
     ratio = data.get("ratio")
-    if METRICS_ROSE not in str(data.get("reason")) and isinstance(ratio, float) and math.isfinite(ratio):
+    if not METRICS_ROSE.match(str(data.get("reason"))) and isinstance(ratio, float) and math.isfinite(ratio):
         said.append(f"{100 * (ratio - 1):+.1f}% slower")
     for m in data.get("metric_changes") or []:
         if m.get("regressed"):

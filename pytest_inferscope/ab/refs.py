@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from ..units import fmt_count
+
 _ANCESTRY = re.compile(r"^(.+?)((?:[~^]\d*)+)$")
 _UPSTREAM = re.compile(r"^(.*)@\{(u|upstream|push)\}$", re.IGNORECASE)
 _HASH = re.compile(r"[0-9a-fA-F]{7,40}")
@@ -55,10 +57,10 @@ def _why(git: Callable[..., str | None], ref: str, shallow: bool, remote: str | 
         if git("rev-parse", "--verify", "--quiet", f"{match[1]}^{{commit}}") is not None:
             if shallow:
                 return (
-                    f"{match[1]} is here but not the {depth} commit(s) of history before it that {ref} needs: fetch "
-                    f"them before pytest (`git fetch --deepen={depth}`), or use {_EVERYTHING}"
+                    f"{match[1]} is here but not the {fmt_count(depth, 'commit')} of history before it that {ref} "
+                    f"needs: fetch them before pytest (`git fetch --deepen={depth}`), or use {_EVERYTHING}"
                 )
-            return f"{match[1]} has fewer than {depth} commit(s) before it (`git log --oneline {match[1]}`)"
+            return f"{match[1]} has fewer than {fmt_count(depth, 'commit')} before it (`git log --oneline {match[1]}`)"
         return _why(git, match[1], shallow, remote, remotes)  # the name itself is not here: what to fetch
     if _HASH.fullmatch(ref):
         if len(ref) == 40 and remote is not None:

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..units import fmt_count
+
 #: The temporary folders' prefix; a stale entry is only ever removed when its folder has it.
 PREFIX = "inferscope-ab-"
 #: Variables through which git finds a repository, its index and objects (`git rev-parse --local-env-vars`, less
@@ -54,7 +56,7 @@ def _git(git_dir: Path, *args: str, env: dict[str, str] | None = None) -> subpro
 
 
 def changes(top: Path, git_dir: Path) -> str:
-    """This checkout's uncommitted changes, as the summary says them ("changes to 1 tracked and 1 untracked file(s)
+    """This checkout's uncommitted changes, as the summary says them ("changes to 1 tracked file and 1 untracked file
     (a.py, b.py)": edited, deleted, renamed, staged or not; new), or "" when it has none; git's ignored files aside.
     Only read: no index refresh is written back."""
     out = _git(git_dir, "--no-optional-locks", f"--work-tree={top}", "status", "--porcelain=v1", "-z", "-unormal")
@@ -73,7 +75,9 @@ def changes(top: Path, git_dir: Path) -> str:
         return ""
     names = [*modified, *untracked]
     more = f", and {len(names) - 5} more" if len(names) > 5 else ""
-    return f"changes to {len(modified)} tracked and {len(untracked)} untracked file(s) ({', '.join(names[:5])}{more})"
+    counts = ((len(modified), "tracked file"), (len(untracked), "untracked file"))
+    files = [fmt_count(n, kind) for n, kind in counts if n]
+    return f"changes to {' and '.join(files)} ({', '.join(names[:5])}{more})"
 
 
 #: How an LFS pointer file starts (the Git LFS specification).

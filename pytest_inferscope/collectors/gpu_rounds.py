@@ -144,7 +144,7 @@ def decide_auto(
     if cost > AUTO_LEAN_ABOVE:
         reason = (
             f"GPU activity recorded only after the measured rounds, in {_profile(lean_trace_rounds, until_in_step)} "
-            f"and the trace round(s): {what} would have cost "
+            f"and the trace rounds: {what} would have cost "
             f"~{100 * cost:.1f}% per round (auto: above {100 * AUTO_LEAN_ABOVE:g}%)"
         )
         mode = "trace"
@@ -177,7 +177,7 @@ def trace_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRou
         "trace",
         "trace",
         f"GPU activity recorded only after the measured rounds, in {_profile(lean_trace_rounds, until_in_step)} and "
-        "the trace round(s) (--inferscope-gpu-rounds=trace)",
+        "the trace rounds (--inferscope-gpu-rounds=trace)",
     )
 
 
@@ -188,7 +188,7 @@ def no_context_setting(lean_trace_rounds: int, until_in_step: bool = False) -> G
         "trace",
         "no CUDA context in the process when the test started: the measured rounds ran without CUPTI, which starts "
         f"after them only if the body started CUDA, for {_profile(lean_trace_rounds, until_in_step)} and the trace "
-        "round(s)",
+        "rounds",
     )
 
 

@@ -214,7 +214,7 @@ def test_uncommitted_changes_are_this_sides_and_said_to_be(tmp_path: Path) -> No
     proc = subprocess.run(pytest_cmd("--inferscope-ab=HEAD"), cwd=root, env=child_env(), capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    said = "this side runs this checkout as it is, with changes to 1 tracked and 1 untracked file(s) (test_x.py, "
+    said = "this side runs this checkout as it is, with changes to 1 tracked file and 1 untracked file (test_x.py, "
     said += "test_new.py)"
     assert said in proc.stdout and "the twin HEAD" in proc.stdout, proc.stdout
     assert (git(root, "status", "--porcelain"), git(root, "stash", "list"), worktrees(root)) == before

@@ -118,7 +118,7 @@ def test_a_file_named_on_the_command_line_only_here(pytester: pytest.Pytester) -
     assert "inferscope A/B: test_new.py: not at HEAD (" in out and "their tests are new" in out, out
     # test_old.py was not asked for: not listed as removed
     assert "profiled test only at" not in out and "profiled tests only at" not in out
-    assert "with changes to 1 tracked and 1 untracked file(s) (test_old.py, test_new.py)" in out  # (uncommitted)
+    assert "with changes to 1 tracked file and 1 untracked file (test_old.py, test_new.py)" in out  # (uncommitted)
 
 
 def test_only_files_named_that_are_only_here(pytester: pytest.Pytester) -> None:

@@ -214,8 +214,10 @@ def test_failed_and_empty_results_are_not_saved(tmp_path: Path) -> None:
     empty = _result("tests/t.py::test_empty", samples=[])
     store.save("main", [broken, empty, _result()], ENV)
     assert list(store.load("main").tests) == ["tests/test_m.py::test_forward"]
-    with pytest.raises(BaselineError, match=r"Nothing was saved to baseline 'other'.*none of the 2"):
+    with pytest.raises(BaselineError, match=r"saved to baseline 'other'.*none of the 2 profiled tests completed"):
         store.save("other", [broken, empty], ENV)
+    with pytest.raises(BaselineError, match=r"'other'.*: the one profiled test did not complete its rounds \("):
+        store.save("other", [broken], ENV)  # (not "1 profiled test(s)")
     assert not store.path("other").exists()
 
 

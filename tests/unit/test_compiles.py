@@ -189,7 +189,7 @@ def test_a_comparison_with_a_baseline_names_compilation_as_the_cause_of_the_spre
     v = compare_to_baseline(
         _entry(_samples(3.0, seed=1)), _result(samples=samples, metrics=compiled), max_regression=0.05
     )
-    assert v.warnings[0].startswith("this run: 1 measured round(s) compiled (torch.compile, 37.0 ms per measured round")
+    assert v.warnings[0].startswith("this run: 1 measured round compiled (torch.compile, 37.0 ms per measured round")
     for metrics in ({**METRICS, "compile.measured_rounds": 0.0}, METRICS):  # none compiled; a trace without records
         v = compare_to_baseline(
             _entry(_samples(3.0, seed=1)), _result(samples=samples, metrics=metrics), max_regression=0.05

@@ -29,7 +29,7 @@ def test_dense_kernels_go_lean_with_the_numbers_in_the_reason() -> None:
     assert d.mode == "trace" and d.estimated_cost == pytest.approx(18 * RECORD_COST_NS / 310_000)
     assert d.estimated_cost > AUTO_LEAN_ABOVE
     assert d.reason.startswith(
-        "GPU activity recorded only after the measured rounds, in 3 profile rounds and the trace round(s): "
+        "GPU activity recorded only after the measured rounds, in 3 profile rounds and the trace rounds: "
         "the warm-up's 18 GPU records"
     )
     assert "0.31 ms round would have cost ~5.8% per round" in d.reason
@@ -392,7 +392,8 @@ def test_without_the_warmups_launch_calls_it_stands_for_the_profile_round_only(
     # then the trace round.
     lean = ["start", *b, *b, "api off", "stop"]
     assert gpu.calls == ["start", "api off", *b, "flush", "stop", *b * 3, *lean]
-    assert "stood for the profile round" in _gpu_mode(result) and "trace rounds" not in _gpu_mode(result)
+    mode = _gpu_mode(result)
+    assert "stood for the profile round" in mode and "stood for the profile and trace rounds" not in mode
     assert len(result.latency.trace_ms) == 1  # the trace round (the settling round is no sample)
 
 
