@@ -68,7 +68,9 @@ def _add_run(sub: Any) -> None:
         " (inferscope run's own options are --report, --rounds, --warmup and --cpu; one for the script goes after "
         "SCRIPT)"
     )
-    run.usage = "inferscope run [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] (SCRIPT | -m MODULE) [ARGS ...]"
+    run.usage = (
+        "inferscope run [-h] [--report DIR] [--rounds N] [--warmup W] [--cpu MODE] (SCRIPT | -m MODULE) [ARGS ...]"
+    )
     run.add_argument("--report", type=report_folder, metavar="DIR", help=f"report folder {_default('report')}")
     run.add_argument("--rounds", type=count(1), metavar="N", help=f"measured runs of the script {_default('rounds')}")
     run.add_argument("--warmup", type=count(0), metavar="W", help=f"unmeasured runs before them {_default('warmup')}")

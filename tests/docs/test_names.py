@@ -88,3 +88,19 @@ def test_every_inferscope_command_is_in_the_cli_page_and_the_readme(capsys: pyte
     table = CLI.read_text(encoding="utf-8").split("\n## ", 1)[0]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert all(f"`inferscope {c}" in table and f"inferscope {c}" in readme for c in commands), commands
+
+
+@pytest.mark.parametrize("command", ["run", "analyze", "compare", "index", "config show"])
+def test_every_inferscope_command_shows_its_help_flag_in_its_usage_line(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`inferscope run --help`'s usage line, set by hand, left out the `[-h]` every other command's shows."""
+    usage = _cli_help(capsys, *command.split()).splitlines()[0]
+    assert usage.startswith(f"usage: inferscope {command} [-h] "), usage
+    text = CLI.read_text(encoding="utf-8")
+    section = text.split(f"\n## `inferscope {command}`\n", 1)[1].split("\n## ", 1)[0]
+    synopsis = re.search(rf"^inferscope {command} (.*)$", section, re.M)
+    if synopsis is not None:  # the page's synopsis names the options the usage line does (-h aside)
+        named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-m)\b", synopsis[1]))
+        shown = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-m)\b", usage))
+        assert named == {o for o in shown if not o.startswith("--inferscope")} or command == "config show", named
