@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 from .config import Settings
-from .marker import MARKER_KEYS, MarkerKey, close_match
+from .marker import MARKER_KEYS, PARTNERS, MarkerKey, close_match, lone_keys
 from .options import LEAN_TRACE_ROUNDS, OPTIONS_BY_NAME, lean_rounds_conflict
 
 #: `measure`'s and `measure_async`'s rounds and warm-up when not given (their own: the settings' are the plugin's).
@@ -107,6 +107,12 @@ def check_thresholds(caller: str, thresholds: Mapping[str, Any] | None) -> dict[
         if wrong is not None:
             raise _error(caller, f"thresholds={{{key!r}: {value!r}}}", wrong, _about(caller, key))
         typed[key] = spec.parse(value)
+    for key in lone_keys(typed):  # (latency_stat without max_latency_ms, min_fix_saving without expect_fix)
+        partner, example = PARTNERS[key]
+        raise ValueError(
+            f"{caller}(thresholds={{{key!r}: {thresholds[key]!r}}}): {key} does nothing without {partner}, which "
+            f"thresholds= does not give: add {example.replace('=', ': ', 1)} to it, or leave {key!r} out."
+        )
     return typed
 
 

@@ -6,14 +6,16 @@ returns one `CheckResult` per threshold, and a failure's message explains it wit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .marker import MARKER_KEYS, MarkerKey, parse_marker, validate_marker
+from .marker import MARKER_KEYS, PARTNERS, MarkerKey, lone_key_problem, lone_keys, parse_marker, validate_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP
 from .results import UNCLASSIFIED, Analysis, CheckResult, LatencyStats
 from .units import fmt_fixed, fmt_ms, fmt_threshold
+from .warning import InferscopeWarning
 
 __all__ = ["MARKER_KEYS", "MarkerKey", "Plan", "ab_regression_check", "evaluate", "validate_marker"]
 
@@ -260,6 +262,49 @@ def markers_farthest_first(item: pytest.Item) -> list[pytest.Mark]:
     callspec = getattr(item, "callspec", None)
     params = [m for m in getattr(callspec, "marks", ()) if m.name == "inferscope"]
     return [*(m for m in reversed(marks) if not any(m is p for p in params)), *params]
+
+
+def lone_key_problems(items: Iterable[pytest.Item]) -> tuple[list[str], list[str]]:
+    """Marker keys that do nothing (`marker.lone_keys`: latency_stat without max_latency_ms, min_fix_saving without
+    expect_fix), judged on each test's markers merged: errors for a key of the test's own marker (its function's or
+    its parameters'), and warnings for one a class or module marker gives, once a marker, when none of the tests
+    collected under it sets the key's partner: a class may set latency_stat for those of its tests that set
+    max_latency_ms, so there the key is a shared default, wrong only if no test uses it."""
+    errors: list[str] = []
+    inherited: dict[tuple[str, str], tuple[Any, bool]] = {}  # (node id, key) -> (value, used by a test)
+    for item in items:
+        marks = list(item.iter_markers_with_node("inferscope"))
+        lone, said = set(lone_keys(k for _, m in marks for k in m.kwargs)), set()
+        for node, mark in marks:  # (the closest first)
+            for key in sorted(set(mark.kwargs) & PARTNERS.keys()):
+                if node is item:
+                    if key in lone and key not in said:
+                        said.add(key)
+                        errors.append(lone_key_problem(item.nodeid, key, mark.kwargs[key]))
+                    continue
+                value, used = inherited.get((node.nodeid, key), (mark.kwargs[key], False))
+                inherited[(node.nodeid, key)] = (value, used or key not in lone)
+    warnings = []
+    for (where, key), (value, used) in inherited.items():
+        if not used:
+            partner, example = PARTNERS[key]
+            warnings.append(
+                f"{where}: @pytest.mark.inferscope({key}={value!r}) does nothing: none of the tests collected under "
+                f"it sets {partner}. Add {example} to the tests it is meant for, or remove {key}."
+            )
+    return errors, warnings
+
+
+def warn_unused(texts: list[str]) -> list[str]:
+    """Warn of each class or module marker key that does nothing (`lone_key_problems`); those a warnings filter turns
+    into errors (`-W error`) are returned, for the collection's usage error to list with the others."""
+    errors = []
+    for text in texts:
+        try:
+            warnings.warn(InferscopeWarning(text), stacklevel=2)
+        except InferscopeWarning:
+            errors.append(text)
+    return errors
 
 
 def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:

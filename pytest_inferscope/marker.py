@@ -202,6 +202,29 @@ def validate_marker(nodeid: str, args: tuple[Any, ...], kwargs: Mapping[str, Any
     return problems
 
 
+#: Keys that only say how another key is checked, and do nothing without it: {key: (that key, an example of it)}.
+PARTNERS: dict[str, tuple[str, str]] = {
+    "latency_stat": ("max_latency_ms", "max_latency_ms=50 (the limit, in ms, the statistic is checked against)"),
+    "min_fix_saving": ("expect_fix", "expect_fix='sync_bound' (the class of fix that must save that share)"),
+}
+
+
+def lone_keys(keys: Iterable[str]) -> list[str]:
+    """The keys among `keys` (one test's effective marker: its own, its class's and its module's merged) that do
+    nothing there, their partner (`PARTNERS`) not among them."""
+    given = set(keys)
+    return [k for k in PARTNERS if k in given and PARTNERS[k][0] not in given]
+
+
+def lone_key_problem(nodeid: str, key: str, value: Any) -> str:
+    """The error for a key of a test's own marker that does nothing (`lone_keys`), naming the test and what to add."""
+    partner, example = PARTNERS[key]
+    return (
+        f"{nodeid}: @pytest.mark.inferscope({key}={value!r}) does nothing without {partner}, which no inferscope "
+        f"marker of the test (its own, its class's, its module's) sets: add {example}, or remove {key}."
+    )
+
+
 def parse_marker(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """A validated marker's values, typed by each key's parser ('5%' -> 0.05); unknown keys are kept as given."""
     return {k: MARKER_KEYS[k].parse(v) if k in MARKER_KEYS else v for k, v in kwargs.items()}

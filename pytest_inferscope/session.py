@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .checks import benchmark_conflict, plan_of, validate_marker
+from .checks import benchmark_conflict, lone_key_problems, plan_of, validate_marker, warn_unused
 from .config import Settings
 from .extra import (
     custom_rules,
@@ -195,6 +195,8 @@ class InferscopeSession:
         for item in items:
             for marker in item.iter_markers("inferscope"):
                 problems.extend(validate_marker(item.nodeid, marker.args, marker.kwargs))
+        lone, unused = lone_key_problems(items)
+        problems += lone + warn_unused(unused)
         if problems:
             raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))
         for item in items:

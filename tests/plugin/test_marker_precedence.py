@@ -39,3 +39,80 @@ def test_a_parameters_marker_wins_over_its_functions_key_by_key(pytester: pytest
         "test_pm[0-three]": (2, 1),
     }
     assert all(v["checks"][0]["limit"] == 60000 for v in got.values())  # the module's key, left out by the closer ones
+
+
+def test_a_key_that_does_nothing_without_its_partner_is_an_error_naming_the_test_and_what_to_add(
+    pytester: pytest.Pytester,
+) -> None:
+    """`latency_stat` without `max_latency_ms` and `min_fix_saving` without `expect_fix` were accepted and did nothing.
+    Judged on the test's markers merged: a class's max_latency_ms makes its tests' latency_stat mean something."""
+    pytester.makepyfile(
+        test_lone="""
+        import pytest
+
+        @pytest.mark.inferscope(latency_stat="p99", rounds=1, warmup=0)
+        def test_stat():
+            pass
+
+        @pytest.mark.inferscope(min_fix_saving=0.3, rounds=1, warmup=0)
+        def test_saving():
+            pass
+
+        @pytest.mark.inferscope(max_latency_ms=60000)
+        class TestLimit:
+            @pytest.mark.inferscope(latency_stat="p90", rounds=1, warmup=0)
+            def test_merged(self):
+                pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*test_lone.py::test_stat: @pytest.mark.inferscope(latency_stat='p99') does nothing without "
+            "max_latency_ms, which no inferscope marker of the test (its own, its class's, its module's) sets: add "
+            "max_latency_ms=50 (the limit, in ms, the statistic is checked against), or remove latency_stat.",
+            "*test_lone.py::test_saving: @pytest.mark.inferscope(min_fix_saving=0.3) does nothing without expect_fix*"
+            "add expect_fix='sync_bound'*",
+        ]
+    )
+    assert "test_merged" not in result.stderr.str()
+
+
+def test_a_class_default_some_of_its_tests_use_is_fine_and_one_none_use_is_a_warning(pytester: pytest.Pytester) -> None:
+    """A class's latency_stat is a default for those of its tests that set max_latency_ms: not an error for the others
+    (an error would refuse a usual pattern); where none of the class's tests sets it, a warning names the class."""
+    pytester.makepyfile(
+        test_shared="""
+        import pytest
+
+        @pytest.mark.inferscope(latency_stat="p90", rounds=1, warmup=0)
+        class TestUsed:
+            @pytest.mark.inferscope(max_latency_ms=60000)
+            def test_limited(self):
+                pass
+
+            def test_plain(self):
+                pass
+
+        @pytest.mark.inferscope(latency_stat="p99", rounds=1, warmup=0)
+        class TestUnused:
+            def test_a(self):
+                pass
+
+            def test_b(self):
+                pass
+        """
+    )
+    said = (
+        "*test_shared.py::TestUnused: @pytest.mark.inferscope(latency_stat='p99') does nothing: none of the tests "
+        "collected under it sets max_latency_ms. Add max_latency_ms=50*"
+    )
+    result = pytester.runpytest("-p", "no:randomly", "-W", "default::pytest_inferscope.warning.InferscopeWarning")
+    result.assert_outcomes(passed=4, warnings=1)
+    result.stdout.fnmatch_lines([said])
+    assert "TestUsed: " not in result.stdout.str()
+    # warnings made errors (-W error): the collection's usage error, not an INTERNALERROR
+    result = pytester.runpytest("-p", "no:randomly", "-W", "error::pytest_inferscope.warning.InferscopeWarning")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([said])

@@ -263,6 +263,19 @@ def test_the_valid_threshold_keys_leave_out_the_one_a_call_refuses() -> None:
     assert "max_regression" not in text
 
 
+def test_a_threshold_setting_without_the_threshold_it_is_for_is_refused() -> None:
+    """`thresholds={'latency_stat': 'p99'}` alone checked nothing and said nothing."""
+    error = error_of("measure", {"thresholds": {"latency_stat": "p99"}})
+    assert isinstance(error, ValueError)
+    assert str(error) == (
+        "measure(thresholds={'latency_stat': 'p99'}): latency_stat does nothing without max_latency_ms, which "
+        "thresholds= does not give: add max_latency_ms: 50 (the limit, in ms, the statistic is checked against) to "
+        "it, or leave 'latency_stat' out."
+    )
+    text = str(error_of("measure", {"thresholds": {"min_fix_saving": 0.3, "max_overhead": 0.5}}))
+    assert "min_fix_saving does nothing without expect_fix" in text and "add expect_fix: 'sync_bound'" in text
+
+
 def test_a_threshold_key_that_is_no_string_is_said_so() -> None:
     # It was "TypeError: 'int' object is not iterable", from the spelling hint.
     error = error_of("measure", {"thresholds": {1: 0.5}})
