@@ -136,12 +136,22 @@ class Finding(Serial):
     title: str
     summary: str
     cause: str | None  # the bottleneck class this supports, or None for information
-    share: float  # fraction of the measured time this explains, 0..1
+    share: float  # fraction of the measured time this explains, 0..1 (None given: not measured, as 0.0 left out)
     confidence: float  # 0..1
     evidence: dict[str, Any] = field(default_factory=dict)
     events: list[EventRef] = field(default_factory=list)
     suggestions: list[Suggestion] = field(default_factory=list)
-    share_measured: bool = True  # False: the rule measures no time apart (share 0 for that, not measured as none)
+    #: False: the rule measures no time apart (share 0 for that, not measured as none). Left out (None): measured when
+    #: the share is above 0, so that a rule (a custom one through pytest_inferscope_rules) returning share 0.0 or None
+    #: for "no time said" reads "time not measured apart", not "explains 0.0%"; a rule that measured none says True.
+    #: A report.json written before 2026-11-30 has no share_measured: read as left out.
+    share_measured: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.share is None or (isinstance(self.share, float) and math.isnan(self.share)):
+            self.share, self.share_measured = 0.0, False  # (NaN: report.json writes it null)
+        elif self.share_measured is None:
+            self.share_measured = self.share > 0
 
     @property
     def explains(self) -> str:

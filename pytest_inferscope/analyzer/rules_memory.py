@@ -128,6 +128,7 @@ def memory_pressure(ctx: Context) -> list[Finding]:
             evidence=evidence,
             suggestions=suggestions,
             events=ctx.refs(ctx.rounds.round_idx, 3),
+            share_measured=True,  # the kernel's share, measured (0: a leak's pages faulted in no measurable time)
         )
     ]
 

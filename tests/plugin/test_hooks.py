@@ -207,3 +207,28 @@ def pytest_inferscope_machine_info(config):
         mp.setenv("RACK", "c1")
         result = pytester.runpytest(*args, "--inferscope-compare=main", "-rA")
     result.stdout.fnmatch_lines(["*rack differs: baseline 'b7', this run 'c1'*"])
+
+
+def test_a_python_rules_finding_with_no_share_reads_as_not_measured(pytester: pytest.Pytester) -> None:
+    """A rule returning share=0.0 (or None) for "no time said" had to set share_measured=False itself, or report.md
+    read "explains 0.0% of the measured time"; left out, it reads "time not measured apart"."""
+    pytester.makeconftest(
+        """
+from pytest_inferscope.results import Finding
+
+def zero(ctx):
+    return [Finding("zero_rule", "Said without time", "s", None, 0.0, 0.9),
+            Finding("none_rule", "Said without time either", "s", None, None, 0.8)]
+
+def pytest_inferscope_rules(config):
+    return [zero]
+"""
+    )
+    pytester.makepyfile(BODY.format(extra=""))
+    result = pytester.runpytest("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out")
+    result.assert_outcomes(passed=1)
+    (md,) = (pytester.path / "out").glob("*/report.md")
+    text = md.read_text()
+    assert "time not measured apart · confidence 90% · rule `zero_rule`" in text
+    assert "time not measured apart · confidence 80% · rule `none_rule`" in text
+    assert "explains 0.0%" not in text

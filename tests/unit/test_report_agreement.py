@@ -99,6 +99,27 @@ def test_a_finding_whose_time_is_not_measured_apart_says_so_not_that_it_explains
     assert load_report_text(to_json(r)).analysis.findings[-1].share_measured is False
 
 
+def test_a_report_json_written_before_share_measured_is_read(tmp_path: Path) -> None:
+    """A report.json written before 2026-11-30 has no share_measured in its findings: it loads, a finding with a share
+    reads as measured, one with none as not measured apart (what a rule with no time to say wrote), and one whose
+    share was NaN (written null) too, rather than failing the findings' order."""
+    from pytest_inferscope.results import Finding
+
+    r = gpu_result()
+    r.analysis.findings.append(Finding("my_rule", "Said without time", "s", "memory_bound", 0.0, 0.9))
+    data = json.loads(to_json(r))
+    for f in data["analysis"]["findings"]:
+        del f["share_measured"]
+    data["analysis"]["findings"].append({**data["analysis"]["findings"][-1], "rule": "nan_rule", "share": None})
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(data))
+    loaded = {f.rule: f for f in load_report(path).analysis.findings}
+    assert loaded["my_rule"].share_measured is False and loaded["my_rule"].explains == "time not measured apart"
+    assert (loaded["nan_rule"].share, loaded["nan_rule"].share_measured) == (0.0, False)
+    measured = [f for f in loaded.values() if f.share > 0]
+    assert measured and all(f.share_measured is True for f in measured)
+
+
 def load_report_text(text: str) -> TestResult:
     from pytest_inferscope.reporters.jsonreport import result_from_dict
 
