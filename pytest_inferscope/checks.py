@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .marker import MARKER_KEYS, PARTNERS, MarkerKey, lone_key_problem, lone_keys, parse_marker, validate_marker
 from .options import LEAN_TRACE_ROUNDS, MARKED_ROUNDS, MARKED_WARMUP
-from .results import UNCLASSIFIED, Analysis, CheckResult, LatencyStats
+from .results import UNCLASSIFIED, Analysis, CheckResult, Finding, LatencyStats
 from .units import fmt_fixed, fmt_ms, fmt_threshold
 from .warning import InferscopeWarning
 
@@ -233,6 +233,21 @@ def ab_regression_check(limit: Any, ab: Mapping[str, Any]) -> CheckResult:
         return CheckResult("max_regression", status, limit, ab.get("ratio"), msg, f"{verdict} against {ref} (A/B)")
     msg = f"max_regression: not evaluated: the A/B comparison with {ref} is {verdict}: {reason}."
     return CheckResult("max_regression", "not_evaluated", limit, None, msg)
+
+
+#: The finding that says how the memory a failed threshold measures went (a leak, pages faulting in).
+_THRESHOLD_FINDING = {
+    "max_host_memory_mb": "memory_pressure",
+    "max_host_memory_added_mb": "memory_pressure",
+    "max_gpu_memory_mb": "gpu_memory_pressure",
+}
+
+
+def failed_first(findings: list[Finding], checks: list[CheckResult]) -> list[Finding]:
+    """`findings` with those of the memory thresholds that failed first (memory_pressure for a host memory one): a
+    memory finding explains little of the time and was listed by it, below what the test did not fail on."""
+    rules = {_THRESHOLD_FINDING[c.key] for c in checks if c.status == "failed" and c.key in _THRESHOLD_FINDING}
+    return sorted(findings, key=lambda f: f.rule not in rules) if rules else findings
 
 
 @dataclass(frozen=True)

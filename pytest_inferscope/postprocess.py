@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .analyzer import DEFAULT_RULES, Context, Rule, WhatIf, analyze
 from .analyzer.context import LAUNCH_GAP_NS
 from .baseline import DETERMINISTIC_METRICS, BaselineEntry
-from .checks import Plan, ab_regression_check, evaluate
+from .checks import Plan, ab_regression_check, evaluate, failed_first
 from .events import Kind, RawTrace
 from .merger import Timeline, merge
 from .regression import compare_to_baseline
@@ -195,6 +195,7 @@ def judge(
         regression=regression,
         regression_note=regression_note,
     )
+    analysis.findings = failed_first(analysis.findings, checks)
     verdict = "partial" if partial_reason else ("fail" if any(c.status == "failed" for c in checks) else "pass")
     result = TestResult(
         nodeid=plan.nodeid,

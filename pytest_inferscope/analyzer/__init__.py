@@ -21,7 +21,7 @@ from .rules_autograd import autograd_recording
 from .rules_comm import communication, peer_wait, peer_wait_note
 from .rules_compile import torch_compile, torch_compile_graph_breaks
 from .rules_gpu import gpu_idle_host, gpu_saturation, launch_overhead, sync_stall
-from .rules_memory import memory_pressure
+from .rules_memory import is_leak, memory_pressure
 from .rules_python import dataloader_workers, dropout_active, python_gc
 from .rules_rounds import cold_first_round
 from .rules_transfer import gpu_memory_pressure, transfers
@@ -141,12 +141,13 @@ def raised_round_note(ctx: Context) -> str:
     )
 
 
-def _rank(ctx: Context) -> Callable[[Finding], tuple[bool, float]]:
+def _rank(ctx: Context) -> Callable[[Finding], tuple[bool, bool, float]]:
     """The findings' order: by share; torch.compile's first where its rounds were left out of the rest (base.Rounds:
     the others' shares are of the rounds analysed, its own of every measured round), and a cold first round's, which
-    the others' per-round figures average over."""
+    the others' per-round figures average over; then a leak's (host memory growing every round), which explains no
+    share of the time (its kernel time may be none) and sorted last by it until 2026-11-30, below findings of 1%."""
     left_out = len(ctx.rounds.compiled_idx) > 0
-    return lambda f: ((left_out and f.rule == "torch_compile") or f.rule == "cold_first_round", f.share)
+    return lambda f: ((left_out and f.rule == "torch_compile") or f.rule == "cold_first_round", is_leak(f), f.share)
 
 
 def rank_suggestions(findings: Iterable[Finding]) -> list[Suggestion]:

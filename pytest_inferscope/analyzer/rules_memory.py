@@ -151,13 +151,23 @@ def _reuse(m: HostMemory, round_ms: float) -> Suggestion:
     )
 
 
+#: How the memory finding's title begins where host memory grows every round (`HostMemory.growing`).
+LEAK_TITLE = "Memory pressure: host memory grows every round (a leak)"
+
+
+def is_leak(finding: Finding) -> bool:
+    """Whether `finding` is memory_pressure's for host memory growing every round: a leak, which explains no share of
+    the time (its kernel time may be none) and is ranked by that, not by its share (`analyzer._rank`)."""
+    return finding.rule == "memory_pressure" and finding.title.startswith(LEAK_TITLE)
+
+
 def _memory_words(m: HostMemory, over: float, c: dict[str, float]) -> tuple[str, str]:
     """The memory finding's title and how RSS went: a leak where it grows steadily (or reference cycles, where no full
     garbage collection ran to free them); else the change over the measured rounds: a jump in one round, too few rounds
     to call the growth steady (a line needs three), or a large temporary faulted in and given back every call (no
     leak, and no growth)."""
     if m.growing:
-        title = "Memory pressure: host memory grows every round (a leak)" + (" and pages fault in" * m.faulting)
+        title = LEAK_TITLE + (" and pages fault in" * m.faulting)
         cycles = "" if c.get("gc_full") else " or reference cycles (no full garbage collection ran in the rounds: "
         return title, (
             f"RSS grew {m.growth_mb_per_round:.1f} MB per round, {over:.1f} MB over the {c.get('rounds', 0):.0f} "

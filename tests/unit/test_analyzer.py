@@ -858,6 +858,20 @@ def test_a_steady_leak_is_named_a_leak_and_a_freed_temporary_is_not_said_to_grow
     assert "does not grow" in f.title and f.summary.startswith("RSS grew 0.0 MB over the measured rounds"), f.summary
 
 
+def test_a_leak_ranks_above_the_findings_that_explain_time_not_last_by_its_share() -> None:
+    # A leak explains no share of the time (its kernel time here is none): ranked by its share it came after every
+    # finding of the report, a 1% one too, where a user reads last.
+    leak = analyze(merge(build(n_rounds=8, cpu_busy=0.9, rss_growth_mb=10, faults=2_560)))
+    rules = [f.rule for f in leak.findings]
+    assert len(rules) > 1 and rules[0] == "memory_pressure", [(f.rule, f.share) for f in leak.findings]
+    assert leak.findings[0].share < max(f.share for f in leak.findings)  # first by being a leak, not by its share
+    assert leak.bottleneck == "cpu_bound"  # the class is still the time's
+    # memory that does not grow every round keeps its place by its share
+    temp = analyze(merge(build(n_rounds=8, cpu_busy=0.9, faults=25_600, sys_share=0.05)))
+    shares = [f.share for f in temp.findings if f.rule != "cold_first_round"]
+    assert shares == sorted(shares, reverse=True)
+
+
 def test_growth_without_a_full_collection_may_be_reference_cycles_and_says_how_to_tell() -> None:
     # The 2-core VM, 2026-11-30: a body making a reference cycle that holds 10 MB every call read "RSS grew 10.0 MB
     # per round ... a leak" in 8 rounds in which Python's collector never ran a full collection; gc.collect() after

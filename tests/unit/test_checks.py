@@ -299,3 +299,18 @@ def test_a_peak_read_only_at_the_ends_says_a_peak_inside_the_rounds_is_missed() 
     at = {"mem.rss_peak_mb": 58.3, "mem.rss_start_mb": 58.2, "mem.rss_peak_sampled": 2.0}
     (check,) = evaluate({"max_host_memory_mb": 10}, _analysis(**at), LAT, gpu_collected=False)
     assert "read only at the rounds' start and end" in check.message and "sampled" not in check.message
+
+
+def test_a_failed_memory_threshold_lists_the_memory_finding_first() -> None:
+    """memory_pressure explains the kernel's share of the time (faulting pages in): listed by it, below the CPU's 97%,
+    where a test failed on host memory, the finding of what it failed on came after those of what it did not."""
+    from pytest_inferscope.checks import failed_first
+
+    a = _analysis(**{"mem.rss_peak_mb": 380.0, "mem.rss_start_mb": 80.0})
+    memory = Finding("memory_pressure", "Memory pressure: pages fault in", "s", "memory_bound", 0.05, 0.8)
+    findings = [*a.findings, memory]
+    (check,) = evaluate({"max_host_memory_added_mb": 100}, a, LAT, gpu_collected=False)
+    assert check.status == "failed"
+    assert [f.rule for f in failed_first(findings, [check])] == ["memory_pressure", "cpu_saturation"]
+    (passed,) = evaluate({"max_host_memory_added_mb": 1000}, a, LAT, gpu_collected=False)
+    assert failed_first(findings, [passed]) == findings  # by share where it did not fail
