@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from ..results import UNCLASSIFIED, Analysis, BreakdownPart, CheckResult, TestResult
@@ -23,6 +24,52 @@ def verdict_label(result: TestResult) -> str:
     if result.verdict == "fail" or failed:
         return f"FAIL ({', '.join(failed)})" if failed else "FAIL"
     return result.verdict
+
+
+#: The thresholds as a verdict cell names them where the table is wider than the terminal (`short_verdict`): at 80
+#: columns `FAIL (max_host_memory_added_mb)`, 31 of them, put each test's verdict on a line of its own.
+SHORT_KEYS = {
+    "max_latency_ms": "latency",
+    "max_regression": "regression",
+    "expect_bottleneck": "class",
+    "expect_fix": "fix",
+    "max_host_memory_mb": "RSS",
+    "max_host_memory_added_mb": "RSS+",
+    "max_gpu_idle": "GPU idle",
+    "max_gpu_memory_mb": "GPU mem",
+    "max_transfer_fraction": "copies",
+    "max_kernel_launches": "launches",
+    "max_h2d_bytes": "H2D",
+    "max_syncs": "syncs",
+    "max_overhead": "overhead",
+}
+
+
+def short_verdict(result: TestResult) -> str:
+    """`verdict_label` with its thresholds' short names (SHORT_KEYS): 'FAIL (RSS+)'."""
+    label = verdict_label(result)
+    if not label.startswith("FAIL ("):
+        return label
+    return f"FAIL ({', '.join(SHORT_KEYS.get(c.key, c.key) for c in result.failed_checks)})"
+
+
+def verdict_legend(results: Iterable[TestResult], width: int) -> list[str]:
+    """The lines under a table whose verdicts are short (`short_verdict`) saying each short name's threshold, in
+    lines of at most `width` where it can (ASCII: a character a column); none where no verdict shortens."""
+    keys = sorted({c.key for r in results if short_verdict(r) != verdict_label(r) for c in r.failed_checks})
+    said = [f"{SHORT_KEYS[k]} = {k}" for k in keys if k in SHORT_KEYS]
+    if not said:
+        return []
+    head = "FAIL (...) names the thresholds crossed:"
+    lines, line = [], head
+    for part in said:
+        sep = " " if line == head else "; "
+        if len(f"{line}{sep}{part}") > width:  # on the next line, indented
+            lines.append(line if line == head else f"{line};")
+            line = f"  {part}"
+        else:
+            line = f"{line}{sep}{part}"
+    return [*lines, line]
 
 
 def rounds_text(result: TestResult) -> str:
@@ -118,7 +165,8 @@ def host_memory_cell(result: TestResult) -> str:
     )
     if whole or start is None:
         return f"{peak:.1f} MB"
-    return f"+{max(0.0, peak - start):.1f} MB"
+    added = f"{max(0.0, peak - start):.1f}"
+    return "0 MB" if added == "0.0" else f"+{added} MB"  # nothing added reads as the other columns' zero ('± 0')
 
 
 def host_memory_figures(result: TestResult) -> dict[str, float | None] | None:

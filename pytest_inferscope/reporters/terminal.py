@@ -23,10 +23,12 @@ from .fmt import (
     fmt_ms,
     fmt_pct,
     host_memory_cell,
+    short_verdict,
     shows_host_memory,
     sum_added,
     table_order,
     verdict_label,
+    verdict_legend,
 )
 
 if TYPE_CHECKING:
@@ -201,15 +203,47 @@ def summary_table(
     rows = [tuple(cell for cell, keep in zip(row, shown, strict=True) if keep) for row in rows]
     tests: list[TestResult | None] = [None, *ordered]
     right = {c for c, title in enumerate(rows[0]) if title in _RIGHT}
-    widths = [max(display_width(row[c]) for row in rows) for c in range(len(rows[0]))]
+    if width is None:
+        return list(zip(_aligned(rows, range(len(rows[0])), right), tests, strict=True))
+    if (lines := _ids_fitted(rows, tests, right, width)) is not None:
+        return lines
+    # Where each test's figures would go below its id, the verdicts name their thresholds shortly (SHORT_KEYS), each
+    # said once below the table: `FAIL (max_host_memory_added_mb)`, 31 columns, took a line of its own at 80.
+    legend = [(line, None) for line in verdict_legend(ordered, width)]
+    if legend:
+        rows = [rows[0], *((*row[:-1], short_verdict(r)) for row, r in zip(rows[1:], ordered, strict=True))]
+        if (lines := _ids_fitted(rows, tests, right, width)) is not None:
+            return [*lines, *legend]
+    return [*_ids_above(rows, tests, right, width), *legend]
+
+
+def _widths(rows: list[tuple[str, ...]]) -> list[int]:
+    """Each column's width: its widest cell's."""
+    return [max(display_width(row[c]) for row in rows) for c in range(len(rows[0]))]
+
+
+def _ids_fitted(
+    rows: list[tuple[str, ...]], tests: list[TestResult | None], right: Set[int], width: int
+) -> list[tuple[str, TestResult | None]] | None:
+    """The table in `width` with its test ids shortened (`fit_id`), a line a test; None where a test's name would
+    not fit whole beside the figures, or two ids would read alike."""
+    widths = _widths(rows)
     rest = sum(widths[1:]) + len(_SEP) * (len(widths) - 1)  # the figures' columns, each after a separator
-    if width is None or widths[0] + rest <= width:
+    if widths[0] + rest <= width:
         return list(zip(_aligned(rows, range(len(widths)), right), tests, strict=True))
     fitted = [fit_id(row[0], width - rest) for row in rows[1:]]
     whole = all(f.endswith(test_name(row[0])) for f, row in zip(fitted, rows[1:], strict=True))
-    if whole and len(set(fitted)) == len(fitted):  # (two ids alike once shortened: as too narrow)
-        rows = [rows[0], *((f, *row[1:]) for f, row in zip(fitted, rows[1:], strict=True))]
-        return list(zip(_aligned(rows, range(len(widths)), right), tests, strict=True))
+    if not whole or len(set(fitted)) != len(fitted):
+        return None
+    rows = [rows[0], *((f, *row[1:]) for f, row in zip(fitted, rows[1:], strict=True))]
+    return list(zip(_aligned(rows, range(len(widths)), right), tests, strict=True))
+
+
+def _ids_above(
+    rows: list[tuple[str, ...]], tests: list[TestResult | None], right: Set[int], width: int
+) -> list[tuple[str, TestResult | None]]:
+    """The table in `width` with each test's id on a line of its own (`summary_table`)."""
+    widths = _widths(rows)
     # Too narrow for the ids beside the figures: each test's id on a line of its own, its figures indented below it,
     # on as many lines as they need (the columns that fit the width on each, aligned with the header's).
     bands: list[list[int]] = [[]]

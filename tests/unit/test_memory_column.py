@@ -79,3 +79,41 @@ def test_index_json_gives_each_tests_host_memory_as_numbers() -> None:
     no_start = _result("t.py::test_no_start", 70.0, 0.0)
     no_start.analysis.metrics["mem.rss_start_mb"] = None
     assert index_entry(no_start)["host_memory_mb"] == {"rss_peak": 70.0, "rss_start": None, "added": None}
+
+
+def test_at_80_columns_a_memory_failure_keeps_its_verdict_beside_its_figures_with_a_legend() -> None:
+    """`FAIL (max_host_memory_added_mb)`, 31 columns, put every test's verdict on a line of its own at 80 columns: the
+    verdict names its thresholds shortly there (`FAIL (RSS+)`), each short name said once below the table."""
+    suite = [_result("tests/test_model.py::test_forward", 127.2, 67.2, [ADDED]),
+             _result("tests/test_model.py::test_zero", 67.2, 67.2)]  # fmt: skip
+    lines = summary_lines(suite, width=80)
+    assert all(display_width(line) <= 80 for line in lines), "\n".join(lines)
+    figures = next(i for i, line in enumerate(lines) if "+60.0 MB" in line)
+    assert lines[figures].endswith("+60.0 MB  FAIL (RSS+)"), "\n".join(lines)
+    assert lines[-1] == "FAIL (...) names the thresholds crossed: RSS+ = max_host_memory_added_mb"
+    assert not any(line.strip() == "pass" for line in lines)  # the passing test's verdict beside its figures too
+    # where the table fits, the verdict names the threshold whole, and no legend
+    wide = summary_lines(suite, width=200)
+    assert wide[1].endswith("FAIL (max_host_memory_added_mb)") and len(wide) == 3
+
+
+def test_the_legend_wraps_to_the_width() -> None:
+    latency = CheckResult("max_latency_ms", "failed", 5.0, 60.0, "max_latency_ms: ...", "median 60.0 ms > 5.00 ms")
+    suite = [_result("tests/test_model.py::test_forward", 127.2, 67.2, [ADDED, latency]),
+             _result("tests/test_model.py::test_big", 612.3, 67.2, [PEAK])]  # fmt: skip
+    for width in (60, 80):
+        lines = summary_lines(suite, width=width)
+        assert all(display_width(line) <= width for line in lines), "\n".join(lines)
+        legend = " ".join(lines[lines.index(next(x for x in lines if x.startswith("FAIL (...)"))) :])
+        for said in ("RSS+ = max_host_memory_added_mb", "RSS = max_host_memory_mb", "latency = max_latency_ms"):
+            assert said in legend, legend
+        assert any("FAIL (RSS+, latency)" in line for line in lines)
+
+
+def test_nothing_added_reads_as_a_zero_not_as_plus_zero() -> None:
+    # `+0.0 MB` beside the other columns' zeros (`± 0`): nothing added reads `0 MB`; 0.05 MB and more keeps its sign.
+    lines = summary_lines([_result("t.py::test_same", 67.2, 67.2), _result("t.py::test_took", 70.0, 67.2)])
+    assert next(line for line in lines if "test_same" in line).endswith(" 0 MB  pass")
+    assert "+0.0 MB" not in "\n".join(lines) and "+2.8 MB" in "\n".join(lines)
+    md = render_index([_result("t.py::test_same", 67.2, 67.2), _result("t.py::test_took", 70.0, 67.2)], {})
+    assert "| 0 MB |" in md and "| +2.8 MB |" in md

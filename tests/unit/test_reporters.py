@@ -27,7 +27,7 @@ from pytest_inferscope.reporters.files import (
     check_report_dir,
     slugify,
 )
-from pytest_inferscope.reporters.fmt import fmt_conf, fmt_ms, fmt_pct, verdict_label
+from pytest_inferscope.reporters.fmt import fmt_conf, fmt_ms, fmt_pct, short_verdict, verdict_label
 from pytest_inferscope.reporters.jsonreport import ReportFormatError, load_report, to_json
 from pytest_inferscope.reporters.junit import junit_properties
 from pytest_inferscope.reporters.markdown import render_index, render_report
@@ -860,8 +860,10 @@ def _fits(lines: list[str], width: int, results: list[TestResult]) -> None:
     text = "\n".join(lines)
     for r in results:
         lat = r.latency
-        for cell in (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}", fmt_pct(lat.rel_spread), verdict_label(r)):
+        for cell in (fmt_ms(lat.median), f"± {fmt_ms(lat.iqr)}", fmt_pct(lat.rel_spread)):
             assert cell in text
+        # the verdict whole, or where each id goes above its figures, its thresholds' short names and their legend
+        assert verdict_label(r) in text or (short_verdict(r) in text and "FAIL (...) names the thresholds" in text)
         assert f"{r.analysis.bottleneck} ({fmt_conf(r.analysis.confidence)})" in text
 
 
@@ -954,8 +956,13 @@ def test_the_terminal_summary_fits_pytests_width(monkeypatch: pytest.MonkeyPatch
     write_terminal_summary(tr, results, None, [])
     table = tr.out[1:]
     assert all(len(line) <= 60 for line, _ in table) and len(table) > 3
-    failing = [m for line, m in table[table.index(next(x for x in table if "test_cpu_path" in x[0])) :]]
-    assert all(m.get("red") for m in failing)  # the failing test's id and its figures, both red
+    lines = [line for line, _ in table]
+    start, legend = (
+        lines.index(next(x for x in lines if "test_cpu_path" in x)),
+        lines.index(next(x for x in lines if x.startswith("FAIL (...) names the thresholds crossed:"))),
+    )
+    failing = [m for _, m in table[start:legend]]
+    assert failing and all(m.get("red") for m in failing)  # the failing test's id and its figures, both red
 
     # No terminal and no COLUMNS (a CI log, a file): pytest's 80 is its fallback, nothing wraps; the table as it was.
     monkeypatch.delenv("COLUMNS")
