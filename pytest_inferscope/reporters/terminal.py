@@ -205,16 +205,17 @@ def summary_table(
     right = {c for c, title in enumerate(rows[0]) if title in _RIGHT}
     if width is None:
         return list(zip(_aligned(rows, range(len(rows[0])), right), tests, strict=True))
-    if (lines := _ids_fitted(rows, tests, right, width)) is not None:
+    if (
+        lines := _ids_fitted(rows, tests, right, width) or _ids_above(rows, tests, right, width, alone=False)
+    ) is not None:
         return lines
-    # Where each test's figures would go below its id, the verdicts name their thresholds shortly (SHORT_KEYS), each
-    # said once below the table: `FAIL (max_host_memory_added_mb)`, 31 columns, took a line of its own at 80.
+    # The verdicts would take a line of their own (`FAIL (max_host_memory_added_mb)`, 31 columns, at 80): they name
+    # their thresholds shortly (SHORT_KEYS), each said once below the table.
     legend = [(line, None) for line in verdict_legend(ordered, width)]
     if legend:
         rows = [rows[0], *((*row[:-1], short_verdict(r)) for row, r in zip(rows[1:], ordered, strict=True))]
-        if (lines := _ids_fitted(rows, tests, right, width)) is not None:
-            return [*lines, *legend]
-    return [*_ids_above(rows, tests, right, width), *legend]
+    lines = _ids_fitted(rows, tests, right, width) or _ids_above(rows, tests, right, width, alone=True)
+    return [*(lines or []), *legend]
 
 
 def _widths(rows: list[tuple[str, ...]]) -> list[int]:
@@ -240,9 +241,11 @@ def _ids_fitted(
 
 
 def _ids_above(
-    rows: list[tuple[str, ...]], tests: list[TestResult | None], right: Set[int], width: int
-) -> list[tuple[str, TestResult | None]]:
-    """The table in `width` with each test's id on a line of its own (`summary_table`)."""
+    rows: list[tuple[str, ...]], tests: list[TestResult | None], right: Set[int], width: int, alone: bool
+) -> list[tuple[str, TestResult | None]] | None:
+    """The table in `width` with each test's id on a line of its own, its figures below it (`summary_table`); the
+    verdicts beside the ids where they would be alone on a line, and where they do not fit there either, on a line
+    of their own if `alone`, else None."""
     widths = _widths(rows)
     # Too narrow for the ids beside the figures: each test's id on a line of its own, its figures indented below it,
     # on as many lines as they need (the columns that fit the width on each, aligned with the header's).
@@ -251,10 +254,20 @@ def _ids_above(
         if bands[-1] and len(_SEP) + sum(widths[k] + len(_SEP) for k in bands[-1]) + widths[c] > width:
             bands.append([])
         bands[-1].append(c)
+    ids = [rows[0][0], *(fit_id(row[0], width) for row in rows[1:])]
+    verdict, at = len(widths) - 1, max(display_width(i) for i in ids)
+    beside = len(bands) > 1 and bands[-1] == [verdict] and at + len(_SEP) + widths[verdict] <= width
+    if beside:  # on the id's line, in a column of their own: a line a test less, and the whole of each
+        bands.pop()
+        ids = [
+            f"{i}{' ' * (at - display_width(i))}{_SEP}{row[verdict]}".rstrip() for i, row in zip(ids, rows, strict=True)
+        ]
+    elif bands[-1] == [verdict] and len(bands) > 1 and not alone:
+        return None
     lines = [_aligned(rows, band, right) for band in bands]  # per band, a line per row
     out: list[tuple[str, TestResult | None]] = []
-    for i, (row, test) in enumerate(zip(rows, tests, strict=True)):
-        out.append((fit_id(row[0], width) if i else row[0], test))
+    for i, test in enumerate(tests):
+        out.append((ids[i], test))
         out += [(_SEP + band[i], test) for band in lines]
     return out
 

@@ -81,33 +81,35 @@ def test_index_json_gives_each_tests_host_memory_as_numbers() -> None:
     assert index_entry(no_start)["host_memory_mb"] == {"rss_peak": 70.0, "rss_start": None, "added": None}
 
 
-def test_at_80_columns_a_memory_failure_keeps_its_verdict_beside_its_figures_with_a_legend() -> None:
-    """`FAIL (max_host_memory_added_mb)`, 31 columns, put every test's verdict on a line of its own at 80 columns: the
-    verdict names its thresholds shortly there (`FAIL (RSS+)`), each short name said once below the table."""
+def test_at_80_columns_a_memory_failures_verdict_goes_beside_its_id_not_on_a_line_of_its_own() -> None:
+    """`FAIL (max_host_memory_added_mb)`, 31 columns, put every test's verdict on a line of its own at 80 columns,
+    below its figures: it goes beside the test's id, whole, in a column of its own."""
     suite = [_result("tests/test_model.py::test_forward", 127.2, 67.2, [ADDED]),
              _result("tests/test_model.py::test_zero", 67.2, 67.2)]  # fmt: skip
     lines = summary_lines(suite, width=80)
     assert all(display_width(line) <= 80 for line in lines), "\n".join(lines)
-    figures = next(i for i, line in enumerate(lines) if "+60.0 MB" in line)
-    assert lines[figures].endswith("+60.0 MB  FAIL (RSS+)"), "\n".join(lines)
-    assert lines[-1] == "FAIL (...) names the thresholds crossed: RSS+ = max_host_memory_added_mb"
-    assert not any(line.strip() == "pass" for line in lines)  # the passing test's verdict beside its figures too
-    # where the table fits, the verdict names the threshold whole, and no legend
+    assert lines[0] == "test                         verdict", "\n".join(lines)
+    assert "test_model.py::test_forward  FAIL (max_host_memory_added_mb)" in lines
+    assert "test_model.py::test_zero     pass" in lines
+    assert len(lines) == 6 and not any(line.strip().startswith(("FAIL", "pass")) for line in lines)
+    # where the table fits, as before
     wide = summary_lines(suite, width=200)
     assert wide[1].endswith("FAIL (max_host_memory_added_mb)") and len(wide) == 3
 
 
-def test_the_legend_wraps_to_the_width() -> None:
+def test_verdicts_too_long_beside_the_ids_name_their_thresholds_shortly_with_a_legend() -> None:
     latency = CheckResult("max_latency_ms", "failed", 5.0, 60.0, "max_latency_ms: ...", "median 60.0 ms > 5.00 ms")
     suite = [_result("tests/test_model.py::test_forward", 127.2, 67.2, [ADDED, latency]),
              _result("tests/test_model.py::test_big", 612.3, 67.2, [PEAK])]  # fmt: skip
-    for width in (60, 80):
+    lines = summary_lines(suite, width=80)  # beside the ids, whole
+    assert "test_model.py::test_forward  FAIL (max_host_memory_added_mb, max_latency_ms)" in lines, "\n".join(lines)
+    for width in (50, 60):
         lines = summary_lines(suite, width=width)
         assert all(display_width(line) <= width for line in lines), "\n".join(lines)
-        legend = " ".join(lines[lines.index(next(x for x in lines if x.startswith("FAIL (...)"))) :])
+        assert any("FAIL (RSS+, latency)" in line for line in lines) and any("FAIL (RSS)" in line for line in lines)
+        legend = " ".join(lines[lines.index("FAIL (...) names the thresholds crossed:") :])
         for said in ("RSS+ = max_host_memory_added_mb", "RSS = max_host_memory_mb", "latency = max_latency_ms"):
-            assert said in legend, legend
-        assert any("FAIL (RSS+, latency)" in line for line in lines)
+            assert said in legend, "\n".join(lines)
 
 
 def test_nothing_added_reads_as_a_zero_not_as_plus_zero() -> None:
