@@ -26,6 +26,7 @@ back and 0.78-0.92 ms after such a walk (1.75 ms after a torch CPU model's calls
 
     python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz -n 9
     python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz --dump /tmp/new.json
+    python benchmarks/bench_analysis.py tests/data/*/raw.npz tests/data/kineto*/*.json* --dump /tmp/new.json
     python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz --dump /tmp/old.json --tree /tmp/main_tree
     python benchmarks/bench_analysis.py --compare /tmp/old.json /tmp/new.json
     python benchmarks/bench_analysis.py /tmp/traces/*/raw.npz -n 9 --against /tmp/main_tree
@@ -133,21 +134,31 @@ def _digest(arr: Any) -> str:
 
 
 def dump(paths: list[str]) -> dict[str, Any]:
-    """What merge and analyze give for each trace, as plain data."""
-    from pytest_inferscope.analyzer import analyze
+    """What merge and analyze give for each trace, as plain data: a raw.npz, or a torch.profiler / Kineto trace
+    (.json, .json.gz) imported as `inferscope analyze` imports it, analysed with its rules (`kineto.RULES`)."""
+    from pytest_inferscope import kineto
+    from pytest_inferscope.analyzer import DEFAULT_RULES, analyze
     from pytest_inferscope.events import RawTrace
     from pytest_inferscope.merger import merge
 
     out = {}
     for path in paths:
-        timeline = merge(RawTrace.load(path))
+        if path.endswith((".json", ".json.gz")):
+            try:
+                raw, rules = kineto.load(Path(path)).raw, kineto.RULES
+            except kineto.TraceFormatError as e:  # a trace the import refuses (tests/data keeps some): its message
+                out[Runner.label(path)] = {"refused": str(e).replace(path, "<path>")}
+                continue
+        else:
+            raw, rules = RawTrace.load(path), DEFAULT_RULES
+        timeline = merge(raw)
         out[Runner.label(path)] = {
             "timeline": {
                 "events": _digest(timeline.events),
                 "parent": _digest(timeline.parent),
                 "clock": timeline.clock.to_dict(),
             },
-            "analysis": analyze(timeline).to_dict(),
+            "analysis": analyze(timeline, rules).to_dict(),
         }
     return out
 

@@ -120,6 +120,7 @@ def kineto_host(ctx: Context) -> list[Finding]:
             summary=summary,
             cause=None if device else "cpu_bound",
             share=min(1.0, share),
+            share_measured=True,
             confidence=OPS_CONFIDENCE,
             evidence=evidence,
             events=ctx.refs(ops, 3),
@@ -186,6 +187,7 @@ def kineto_dataloader(ctx: Context) -> list[Finding]:
             summary=summary,
             cause=None,
             share=share,
+            share_measured=True,
             confidence=1.0,
             evidence={
                 f"in the DataLoader's __next__ (ms{w.per})": round(wait_ms, 3),

@@ -141,6 +141,7 @@ def cpu_saturation(ctx: Context) -> list[Finding]:
             f"({round_ms:.2f} ms/round){top}.",
             cause="cpu_bound",
             share=share,
+            share_measured=True,
             confidence=min(1.0, user_busy / 0.8) * _sample_confidence(ctx, floor=0.85),
             evidence=evidence,
             events=ctx.refs(r.round_idx, 3),
@@ -229,6 +230,7 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
             + why,
             cause="cpu_bound" if in_torch else None,  # torch's threads computing the op: the body's CPU work
             share=waiting,
+            share_measured=True,
             confidence=_sample_confidence(ctx),
             evidence={
                 "off CPU per round (ms)": round(wait_ms, 3),
@@ -410,6 +412,7 @@ def cpu_contention(ctx: Context) -> list[Finding]:
             summary="CPU contention: " + "; ".join(why) + ".",
             cause=None,
             share=runq,
+            share_measured=True,
             confidence=0.9,
             evidence=evidence,
             suggestions=suggestions,

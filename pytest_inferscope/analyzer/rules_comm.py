@@ -63,6 +63,7 @@ def communication(ctx: Context) -> list[Finding]:
             ),
             cause="communication_bound",
             share=share,
+            share_measured=True,
             confidence=min(1.0, 0.6 + share),
             evidence=evidence,
             events=ctx.refs(chosen, 5),
@@ -119,6 +120,7 @@ def peer_wait(ctx: Context) -> list[Finding]:
             ),
             cause=None,  # the GPUs take turns: which fix pays (overlap, balance) is the what-ifs' and the user's call
             share=share,
+            share_measured=True,
             confidence=0.8,
             evidence=evidence,
             events=_gap_refs(ctx, ctx.gpu.idle.mask("peer_wait")),

@@ -160,6 +160,7 @@ def torch_compile(ctx: Context) -> list[Finding]:
             f"measured is torch.compile compiling, not the model running.{gave_up}",
             cause=None,
             share=share,
+            share_measured=True,
             confidence=1.0,
             evidence=evidence,
             events=ctx.refs([view.round_event[r] for r in rounds], 3),

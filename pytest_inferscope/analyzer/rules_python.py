@@ -56,6 +56,7 @@ def python_gc(ctx: Context) -> list[Finding]:
             f"a round{where}.",
             cause=None if ctx.gpu.collected else "cpu_bound",
             share=min(1.0, share),
+            share_measured=True,
             confidence=0.9,  # timed by the collector's own callbacks, not sampled
             evidence={
                 "collector time per round (ms)": round(gc_ms, 3),
@@ -98,6 +99,7 @@ def dropout_active(ctx: Context) -> list[Finding]:
             "it) was left in training mode, which also makes BatchNorm use and update the batch's statistics.",
             cause=None,
             share=min(1.0, share),
+            share_measured=True,
             confidence=0.6 + 0.4 * min(1.0, samples / 30),  # sampled: as sure as the samples behind it
             evidence={
                 "dropout per round (ms)": round(ms, 3),
@@ -181,6 +183,7 @@ def dataloader_workers(ctx: Context) -> list[Finding]:
             f"its workers, {stop:.2f} ms stopping them and {wait:.2f} ms waiting for their batches.",
             cause=None,
             share=min(1.0, share),
+            share_measured=True,
             confidence=0.6 + 0.4 * min(1.0, (ctx.metrics.get("cpu.samples") or 0.0) / 30),
             evidence={
                 "starting the workers per round (ms)": round(start, 3),

@@ -45,6 +45,7 @@ def cold_first_round(ctx: Context) -> list[Finding]:
             "other findings average over; the latency's median leaves it out.",
             cause=None,
             share=min(1.0, excess / total),
+            share_measured=True,
             confidence=0.9,  # the rounds' own wall times
             evidence={
                 "first measured round (ms)": round(ms[0], 3),

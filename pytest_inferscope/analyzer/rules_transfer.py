@@ -127,6 +127,7 @@ def transfers(ctx: Context) -> list[Finding]:
             summary=summary,
             cause="transfer_bound",
             share=frac,
+            share_measured=True,
             confidence=min(1.0, 0.7 + frac),
             evidence={
                 "copy time per round (ms)": round(copy_ms, 3),
@@ -215,6 +216,7 @@ def gpu_memory_pressure(ctx: Context) -> list[Finding]:
             summary="GPU memory: " + "; ".join(what) + ".",
             cause="memory_bound" if churn else None,
             share=alloc_frac,
+            share_measured=True,
             confidence=0.9 if churn else 0.7,
             evidence=evidence,
             events=ctx.refs(ctx.gpu.alloc_calls, 5),
