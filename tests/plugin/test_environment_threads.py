@@ -40,18 +40,21 @@ def test_c_leaving_threads_alone():
 """
 
 
+def _reports(pytester: pytest.Pytester, source: str, passed: int) -> dict[str, dict]:
+    """Each test's report.json by test name, from `source` run with reports, GPU collection off."""
+    pytester.makepyfile(source)
+    result = pytester.runpytest_subprocess("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out")
+    result.assert_outcomes(passed=passed)
+    reports = (json.loads(path.read_text()) for path in (pytester.path / "out").glob("*/report.json"))
+    return {report["nodeid"].split("::")[-1]: report for report in reports}
+
+
 def test_each_tests_environment_names_the_threads_its_rounds_ran_with(pytester: pytest.Pytester) -> None:
     # Before: the environment was read once, after the first test, so the fixture's 3 read as the session's 1.
-    pytester.makepyfile(BODIES)
-    result = pytester.runpytest_subprocess("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out")
-    result.assert_outcomes(passed=3)
-    threads = {}
-    for path in (pytester.path / "out").glob("*/report.json"):
-        report = json.loads(path.read_text())
-        threads[report["nodeid"].split("::")[-1]] = (
-            report["environment"]["torch_threads"],
-            report["analysis"]["metrics"]["cpu.torch_threads"],
-        )
+    threads = {
+        name: (report["environment"]["torch_threads"], report["analysis"]["metrics"]["cpu.torch_threads"])
+        for name, report in _reports(pytester, BODIES, passed=3).items()
+    }
     # The body's own 2, given back before the rounds ended, cannot be read without hooking torch: the caller's 1.
     assert threads == {
         "test_a_sets_its_own_and_gives_it_back": (1, 1.0),
@@ -103,12 +106,9 @@ def test_b_on_torch_threads_it_sets_and_gives_back():
 def test_the_other_threads_time_is_told_python_threads_apart_from_torchs(pytester: pytest.Pytester) -> None:
     # torch's threads read after the rounds say 1 for a body that set 2 and gave 1 back, whose pool's work read as "a
     # Python thread holding the GIL" in off_cpu_wait (2026-11-30): the threads' own CPU clocks say whose they were.
-    pytester.makepyfile(WHOSE_THREADS)
-    result = pytester.runpytest_subprocess("--inferscope-gpu=off", "-p", "no:randomly", "--inferscope-report=out")
-    result.assert_outcomes(passed=2)
-    native = {}
-    for path in (pytester.path / "out").glob("*/report.json"):
-        report = json.loads(path.read_text())
-        native[report["nodeid"].split("::")[-1]] = report["analysis"]["metrics"]["cpu.other_threads_native"]
+    native = {
+        name: report["analysis"]["metrics"]["cpu.other_threads_native"]
+        for name, report in _reports(pytester, WHOSE_THREADS, passed=2).items()
+    }
     assert native["test_a_beside_a_python_thread"] < 0.2, native
     assert native["test_b_on_torch_threads_it_sets_and_gives_back"] > 0.8, native
