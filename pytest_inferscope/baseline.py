@@ -30,6 +30,7 @@ from typing import Any
 
 from .reporters.files import atomic_write_text
 from .results import TestResult
+from .units import fmt_count
 
 FORMAT = "pytest-inferscope-baseline"
 BASELINE_SCHEMA_VERSION = 1
@@ -220,7 +221,7 @@ class BaselineStore:
         """`save`, and the summary's line saying where, and how many tests (BaselineError as from `save`)."""
         path = self.save(name, results, environment)
         saved = sum(1 for r in results if r.outcome == "passed" and not r.partial_reason and r.latency.samples_ms)
-        return f"inferscope: saved baseline {name!r} ({saved} test{'' if saved == 1 else 's'}) to {path}"
+        return f"inferscope: saved baseline {name!r} ({fmt_count(saved, 'test')}) to {path}"
 
     def save(self, name: str, results: Iterable[TestResult], environment: Mapping[str, Any]) -> Path:
         """Append one entry per test that completed its rounds to `<name>.json`; return the file's path.

@@ -299,15 +299,15 @@ def lone_key_problems(items: Iterable[pytest.Item]) -> tuple[list[str], list[str
                     continue
                 value, used = inherited.get((node.nodeid, key), (mark.kwargs[key], False))
                 inherited[(node.nodeid, key)] = (value, used or key not in lone)
-    warnings = []
+    unused = []
     for (where, key), (value, used) in inherited.items():
         if not used:
             partner, example = PARTNERS[key]
-            warnings.append(
+            unused.append(
                 f"{where}: @pytest.mark.inferscope({key}={value!r}) does nothing: none of the tests collected under "
                 f"it sets {partner}. Add {example} to the tests it is meant for, or remove {key}."
             )
-    return errors, warnings
+    return errors, unused
 
 
 def warn_unused(texts: list[str]) -> list[str]:
