@@ -62,6 +62,7 @@ class ABController:
         self.ref_args: list[str] = []  # the ref's names of the files named (or in folders named) that moved since
         self.core: int | None = None
         self.pending: dict[str, dict[str, Any]] = {}
+        self.nextitem: pytest.Item | None = None  # the test pytest runs after the one running here
         self.tests_run = 0
         self.notes: list[str] = []
         self.failure = ""  # an xdist worker's A/B usage error, raised at the end of its collection
@@ -314,6 +315,11 @@ class ABController:
             if note not in self.notes:
                 self.notes.append(note)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Which test comes next here: the twin keeps the fixtures the two tests share (`TwinServer._run`)."""
+        self.nextitem = nextitem
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.twin is not None and exitstatus != pytest.ExitCode.INTERRUPTED:  # its session end's warnings
             self._note_twin_warned(self.twin.finish())
@@ -373,7 +379,7 @@ class ABController:
             data["state"] = "new"
             return data
         try:
-            twin.send(cmd="run", nodeid=ref_id, core=self.core)
+            twin.send(cmd="run", nodeid=ref_id, core=self.core, next=self._next_ref_id())
             msg = twin.recv()
         except TwinDied as exc:
             data["state"], data["reason"] = "dead", str(exc)
@@ -397,6 +403,13 @@ class ABController:
         if nodeid in self.twin_plans or self.tree is None:
             return nodeid if nodeid in self.twin_plans else None
         return self._moved().ref_id(nodeid, self.config.rootpath, self.twin_plans)
+
+    def _next_ref_id(self) -> str | None:
+        """The twin's node id of the test pytest runs next here: its name at the ref where it is profiled there under
+        another (moved since), else its id here (a test not profiled, whose fixtures the twin may share)."""
+        if self.nextitem is None:
+            return None
+        return self._ref_id(self.nextitem.nodeid) or self.nextitem.nodeid
 
     def _twin(self) -> Twin:
         assert self.twin is not None  # _begin said "paired"

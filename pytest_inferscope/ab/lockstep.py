@@ -144,9 +144,9 @@ def _steps(
         """One round on each side, in the test's order: (this side's ms, the twin's ms); their clocks in `waits`."""
         if here_first:
             a = yield warmup
-            b = _there(twin, waits, i, warmup, first)
+            b = _there(twin, coll, waits, i, warmup, first)
         else:
-            b = _there(twin, waits, i, warmup, first)
+            b = _there(twin, coll, waits, i, warmup, first)
             a = yield warmup
         waits[0], waits[2] = here_side.wait_ms, here_side.cpu_ms
         return float(a if a is not None else math.nan), b
@@ -200,11 +200,12 @@ def _steps(
             _read_result(twin, data)
 
 
-def _there(twin: Twin, waits: list[float], i: int, warmup: bool, first: bool) -> float:
+def _there(twin: Twin, coll: Collection, waits: list[float], i: int, warmup: bool, first: bool) -> float:
     """The twin's round: its ms; its ms waiting for the core and on it into `waits` (NaN: a twin of an earlier
     version, which does not say them)."""
     twin.send(cmd="round", index=i, warmup=warmup, first=first)
     msg = twin.recv()
+    coll.unchain()  # the twin's round ran since this side's last: this side's next one reads its counters afresh
     if msg.get("type") == "error":
         raise _TwinFailed(str(msg.get("error")), str(msg.get("skipped") or ""))
     waits[1], waits[3] = (float(msg.get(k, math.nan)) for k in ("wait_ms", "cpu_ms"))

@@ -5,16 +5,18 @@ its "ready" line after collection and drives it. Twin side:
 `TwinServer`, registered in the twin by the session when INFERSCOPE_AB_TWIN is set, replaces
 pytest's run loop with a loop over the parent's commands:
 
-    parent -> twin   {"cmd": "run", "nodeid", "core"} | {"cmd": "round", "index", "warmup"} | {"cmd": "end"}
+    parent -> twin   {"cmd": "run", "nodeid", "core", "next"} | {"cmd": "round", "index", "warmup"} | {"cmd": "end"}
                      | {"cmd": "finish"} | {"cmd": "exit"}
     twin -> parent   {"type": "ready", "nodeids", "errors", "foreign", "usage", "warned"} | {"type": "started"}
                      | {"type": "round", "ms", "wait_ms", "cpu_ms"} | {"type": "error", "error"}
                      | {"type": "result", ..., "warned"}
                      | {"type": "bye", "warned"}
 
-"warned": the InferscopeWarnings the twin raised since its last message, each once: its output goes to a log the
-parent removes, so the parent says them (controller.py). "finish", at the parent's session end: the twin ends its
-session and, in its pytest_unconfigure, says "bye" with the warnings of its session's end (`Twin.finish`).
+"next": the node id of the test the parent runs after this one (none: the last), for which the twin keeps the
+fixtures the two share, as pytest does (`TwinServer._run`). "warned": the InferscopeWarnings the twin raised since
+its last message, each once: its output goes to a log the parent removes, so the parent says them (controller.py).
+"finish", at the parent's session end: the twin ends its session and, in its pytest_unconfigure, says "bye" with the
+warnings of its session's end (`Twin.finish`).
 """
 
 from __future__ import annotations
@@ -218,6 +220,7 @@ class TwinServer:
         self.warned: list[str] = []  # this side's InferscopeWarnings, each once
         self._told = 0  # how many of them the parent was sent
         self.finishing = False  # the parent said "finish": "bye" at pytest_unconfigure
+        self._last = ""  # the node id of the last test run, whose shared fixtures may still be set up
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
@@ -278,9 +281,11 @@ class TwinServer:
                 return True  # the parent is gone: stop
             self.finishing = msg.get("cmd") == "finish"
             if msg.get("cmd") != "run":
+                self._settle(session, None)  # the fixtures kept for a test that never came
                 return True
-            self._run(items.get(str(msg.get("nodeid"))), msg)
+            self._run(session, items.get(str(msg.get("nodeid"))), items.get(str(msg.get("next"))), msg)
             if self.finishing:  # said during the test's rounds
+                self._settle(session, None)
                 return True
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -290,19 +295,46 @@ class TwinServer:
             with contextlib.suppress(ChannelClosed):
                 self.channel.send(type="bye", warned=self._untold())
 
-    def _run(self, item: pytest.Item | None, msg: dict[str, Any]) -> None:
+    def _run(self, session: pytest.Session, item: pytest.Item | None, nextitem: pytest.Item | None,
+             msg: dict[str, Any]) -> None:  # fmt: skip
+        """One test, its fixtures kept for `nextitem` as pytest keeps them here: the test the parent runs next.
+
+        The parent may never ask for that one (it skips or fails in its setup there, or is not profiled): the next
+        test asked for first tears down what it does not share with this one (`_settle`)."""
         if item is None:
             self.channel.send(type="result", missing=True, warned=self._untold())
             return
         self.core = msg.get("core")
         self.failure = self.skipped = ""
-        item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+        self._settle(session, item)
+        item.ihook.pytest_runtest_protocol(item=item, nextitem=nextitem if nextitem is not item else None)
+        self._last = item.nodeid
         result = next((r for r in reversed(self._results) if r.nodeid == item.nodeid), None)
         metrics = result.analysis.metrics if result is not None else {}
         self.channel.send(
             type="result", error=self.failure, skipped=self.skipped, metrics=metrics, foreign=foreign_imports(),
             warned=self._untold(),
         )  # fmt: skip
+
+    def _settle(self, session: pytest.Session, item: pytest.Item | None) -> None:
+        """Tear down the fixtures the last test kept that `item` does not use (all of them for None), as pytest would
+        have at that test's end had it known which test came next. A failure there is said as this side's warning:
+        no test of the parent's is that teardown's. Through pytest's SetupState, which has no public way in; a pytest
+        without it keeps every fixture until the session ends."""
+        teardown = getattr(getattr(session, "_setupstate", None), "teardown_exact", None)
+        if teardown is None:
+            return
+        try:
+            teardown(item)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            last = (traceback.format_exception_only(type(exc), exc) or [""])[-1].strip()
+            before = f"before {item.nodeid}" if item is not None else "at the session's end"
+            self.warned.append(
+                f"inferscope: the fixtures {self._last} left set up failed in their teardown {before} at this side: "
+                f"{last}"
+            )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed and not self.failure:
@@ -354,6 +386,7 @@ class TwinServer:
             warmup = bool(msg.get("warmup"))
             if not warmup and msg.get("first"):
                 coll.after_warmup()
+            coll.unchain()  # the parent's round ran since this side's last: not this side's next round's time
             yield int(msg["index"]), RoundKind.WARMUP if warmup else RoundKind.MEASURED
 
     def _round_done(self, coll: Collection, clocks: tuple[int, int]) -> None:

@@ -33,6 +33,7 @@ from .gpu import Choice, GpuBackendError, GpuCollector
 from .gpu_session import GpuSession
 from .memory import Counters, MemoryCollector, ProcFiles
 from .modules import ModuleTracker
+from .nesting import busy, current_task
 from .schedule import RoundSchedule, Steadying, after_measured, after_measured_async, run, run_async
 from .threads import OtherThreads
 from .tracer import Tracer
@@ -51,40 +52,6 @@ _starting = threading.Lock()
 def active() -> Collection | None:
     """The collection currently running in this process, if any."""
     return _active
-
-
-def _current_task() -> object:
-    """The asyncio task running now, or None (no event loop running in this thread; asyncio not imported: none)."""
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:
-        return None
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no running event loop
-        return None
-
-
-def busy(name: str, running: Collection) -> str:
-    """Why `name` cannot start while `running` runs: nested in it, or started by another thread while it runs."""
-    if running.thread != threading.get_ident():
-        return (
-            f"{name!r} cannot be profiled now: another thread is profiling {running.name!r}, and one process "
-            "profiles one thing at a time (its sampler, CUPTI and the scopes and marks of every thread go to the one "
-            "running profile). Profile from one thread at a time: wait for the other call to return (a lock around "
-            "the calls), or run them in separate processes."
-        )
-    if running.task is not None and running.task is not _current_task():
-        return (
-            f"{name!r} cannot be profiled now: another asyncio task is profiling {running.name!r} in this event loop, "
-            "and one process profiles one thing at a time. Await the other measure_async() before starting this one "
-            "(an asyncio.Lock around the calls), not both at once (asyncio.gather)."
-        )
-    return (
-        f"{name!r} cannot be profiled inside {running.name!r}, which is profiled already (a test marked "
-        "@pytest.mark.inferscope, or a profile() or measure() around this one): profiles do not nest. Mark the "
-        "part inside with pytest_inferscope.scope() instead, or drop the outer profiling (the marker) and keep "
-        "this call, whose result the test can assert on."
-    )
 
 
 @dataclass(frozen=True)
@@ -228,7 +195,7 @@ class Collection:
 
     def start(self) -> None:
         global _active
-        self.thread, self.task = threading.get_ident(), _current_task()
+        self.thread, self.task = threading.get_ident(), current_task()
         with _starting:
             running = _active
             if running is None:
@@ -437,6 +404,11 @@ class Collection:
         if self._after is not None and host_clock_ns() - self._after[0] < CHAIN_COUNTERS_NS:
             return self._after[1]
         return Counters.now(self.proc)
+
+    def unchain(self) -> None:
+        """The next round reads its counters afresh, not from the last round's end: something not the test's ran
+        since (the other side's round under A/B), which a chained row's span and run-queue wait would take in."""
+        self._after = None
 
     def run_rounds(self, body: Callable[[], R], rounds: int, warmup: int, steady: Steadying | None = None) -> R:
         """The test's rounds (`schedule.run`): warm-up, measured (made up for when `steady`), after them; run from

@@ -47,6 +47,7 @@ class FakeCollection:
         self.last_round: dict[str, Any] | None = None
         self.running = True
         self.proc = None  # no procfs files kept open: twin.core_clocks reads schedstat afresh
+        self.unchained: list[int] = []
 
     @contextlib.contextmanager
     def round(self, index: int, kind: RoundKind) -> Iterator[None]:
@@ -57,6 +58,9 @@ class FakeCollection:
 
     def after_warmup(self) -> None:
         self.log.append("after_warmup")
+
+    def unchain(self) -> None:
+        self.unchained.append(len(self.log))  # where in the turns: right after the twin's round
 
     def run_trace_rounds(self, body: Any, first_index: int) -> None:
         return None
@@ -99,6 +103,8 @@ def test_both_drivers_take_the_same_turns(driver: str, here_first: bool) -> None
     assert data["new_ms"] == [12.0] * 3 and data["ref_ms"] == [10.0] * 3 and data["looks"] == 1
     assert data["look"] is not None and data["metrics"] == {"m": 1.0}  # the twin's end of the test was read
     assert [m["cmd"] for m in twin.sent][-1] == "end"
+    # each twin round is followed at once by this side's counters let go: its next round does not span the twin's
+    assert coll.unchained == [i + 1 for i, turn in enumerate(log) if turn.startswith("B")]
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
@@ -173,3 +179,20 @@ def test_a_body_that_stops_the_collection_ends_the_turns_and_the_twins_test(driv
     _run(driver, twin, coll, body, data, True)
     assert log == ["A0"] and [m["cmd"] for m in twin.sent] == ["end"]
     assert data["metrics"] == {"m": 1.0} and twin._answers == []  # its result read: nothing left on the pipe
+
+
+def test_the_twin_lets_its_counters_go_before_each_round_the_parent_asks_for() -> None:
+    """The twin's side of the same: the parent's round ran between any two of its rounds."""
+    from pytest_inferscope.ab.twin import TwinServer
+
+    asked = [{"cmd": "round", "index": 0, "warmup": True}, {"cmd": "round", "index": 1, "first": True},
+             {"cmd": "round", "index": 2}, {"cmd": "end"}]  # fmt: skip
+    sent: list[dict[str, Any]] = []
+    channel = SimpleNamespace(recv=lambda: asked.pop(0), send=lambda **msg: sent.append(msg))
+    server = TwinServer.__new__(TwinServer)  # (its __init__ ignores SIGINT, as the twin process does)
+    server.channel = channel  # type: ignore[assignment]
+    log: list[str] = []
+    coll = FakeCollection(log)
+    turns = [(index, kind) for index, kind in server._rounds_asked(coll)]  # type: ignore[arg-type]
+    assert turns == [(0, RoundKind.WARMUP), (1, RoundKind.MEASURED), (2, RoundKind.MEASURED)]
+    assert len(coll.unchained) == 3 and log == ["after_warmup"] and sent == [{"type": "started"}]

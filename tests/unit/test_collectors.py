@@ -407,6 +407,35 @@ def test_back_to_back_rounds_share_one_counter_reading_and_a_pause_reads_afresh(
     assert [r["index"] for r in coll.rounds] == [0, 1, 2, 3]
 
 
+def test_an_unchained_round_reads_its_counters_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under A/B the other side's round runs between two of this side's, well within the chaining window when it is
+    short: chained, this side's row spanned it (a 0.3 ms spinning body read 49% busy and 25% waiting for a core, a
+    cpu_contention finding of the A/B's own making). `unchain` makes the next round read its own start."""
+    import pytest_inferscope.collectors as collectors
+
+    monkeypatch.setattr(collectors, "CHAIN_COUNTERS_NS", 10**9)  # whatever the gap, the rounds would chain
+
+    def spin(ms: float) -> None:
+        end = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < end:
+            pass
+
+    coll = Collection(CollectionOptions(cpu="off"))
+    coll.start()
+    try:
+        for index in range(4):
+            with coll.round(index, RoundKind.MEASURED):
+                spin(0.2)
+            spin(3.0)  # the other side's round
+            if index == 2:
+                coll.unchain()
+    finally:
+        coll.stop()
+    gaps = [(r["span_ns"] - r["wall_ns"]) / 1e6 for r in coll.rounds]
+    assert gaps[1] >= 3.0, gaps  # chained: the row reaches back over the gap
+    assert gaps[2] >= 3.0 and gaps[3] < 3.0, gaps  # round 3 alone came after an unchain
+
+
 def test_a_sub_millisecond_body_is_never_more_than_all_cpu() -> None:
     # The counters are read before and after each round, so they span more than the round: read as shares of
     # the round they gave 284% busy for a `pass` body on the 2-core VM. Now a share of their own span.
