@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from . import Collection
+
+class Running(Protocol):
+    """What the message reads of the running `Collection` (a protocol: the package imports this module, not back)."""
+
+    thread: int  # the ident of the thread that started it
+    task: object  # the asyncio task that started it, or None
+    name: str
 
 
 def current_task() -> object:
@@ -22,7 +27,7 @@ def current_task() -> object:
         return None
 
 
-def busy(name: str, running: Collection) -> str:
+def busy(name: str, running: Running) -> str:
     """Why `name` cannot start while `running` runs: nested in it, or started by another thread while it runs."""
     if running.thread != threading.get_ident():
         return (
