@@ -93,10 +93,11 @@ def _cpu_metrics(ctx: Context, m: dict[str, float | None]) -> None:
 
 def _native_share(other: object) -> float | None:
     """The share of the process's other threads' CPU time over the collection that native threads (not Python ones:
-    torch's intra-op pool, a native library's workers) spent (collectors/threads.py); None where not recorded."""
-    if not isinstance(other, dict):
+    torch's intra-op pool, a native library's workers) spent (collectors/threads.py); None where not recorded, or where
+    a Python thread ended unnoted and its time was not told from theirs (`native_ns` None)."""
+    if not isinstance(other, dict) or other.get("native_ns") is None:
         return None
-    native, python = float(other.get("native_ns") or 0), float(other.get("python_ns") or 0)
+    native, python = float(other["native_ns"]), float(other.get("python_ns") or 0)
     return native / (native + python) if native + python > 0 else None
 
 

@@ -12,8 +12,17 @@ this reads the process's clock, the test thread's and each Python thread's (`thr
 `inferscope-*`, apart); the native threads' time is what is left. Reading every thread of the process instead
 (`/proc/self/task` and each one's clock) cost 115.5 µs a reading against 32.7 for this with 18 threads right after a
 ResNet-50 call on an H200 host, and 60.8 µs against 19.9 with 32 threads on the 2-core dev VM (alternated, 2026-11-30).
-Not told apart: a Python thread that ended before the stop counts as native (its own clock is gone with it). Where there
-is no such clock (not Linux), nothing is recorded.
+
+A Python thread that ends before the stop is not listed there, and its clock is gone with it: a pool made and shut down
+inside the body, a thread joined within the call, read as native until 2026-11-30 ("100.0% of their time native
+threads'" for a body whose work all ran in a `ThreadPoolExecutor` of its own). So from the start to the stop
+`threading.setprofile` hands each Python thread started meanwhile a one-shot hook: on its first event it takes itself
+off (the previous hook, if any, put back) and leaves the thread a `threading.local` value whose finalizer, run by the
+thread as it ends, notes its CPU clock (`Ends`). A thread started and ended within the collection counts as a Python
+thread's; one alive at the start that ended before the stop (or one whose end was not noted: the hook replaced by the
+body's own, a finalizer run elsewhere) leaves its time after the start not told from the native threads': `native_ns`
+is None then, the rest is `untold_ns`, and `cpu.other_threads_native` None. Where there is no such clock (not Linux),
+nothing is recorded.
 """
 
 from __future__ import annotations
@@ -21,10 +30,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 #: Each Python thread's (name, CPU ns so far), by native id; with the other threads' CPU so far (the process's less
 #: the test thread's).
 Reading = tuple[int, dict[int, tuple[str, int]]]
+
+_Hook = Callable[..., object]  # sys.setprofile's: (frame, event, arg)
 
 
 def _cpu_clock(tid: int) -> int:
@@ -45,7 +59,7 @@ def read(test_tid: int) -> Reading | None:
             continue
         try:
             python[t.native_id] = (t.name, clock(_cpu_clock(t.native_id)))
-        except OSError:  # ended since the listing
+        except OSError:  # ended since the listing (its end noted where it started since the start: `Ends`)
             continue
     try:
         others = clock(time.CLOCK_PROCESS_CPUTIME_ID) - clock(_cpu_clock(test_tid))
@@ -54,13 +68,59 @@ def read(test_tid: int) -> Reading | None:
     return others, python
 
 
-def split(before: Reading | None, after: Reading | None) -> dict[str, int] | None:
+class _End:
+    """Left in a Python thread's `threading.local`: dropped by the thread itself as it ends, noting its CPU clock."""
+
+    def __init__(self, ends: Ends, tid: int) -> None:
+        self.ends, self.tid = ends, tid
+
+    def __del__(self) -> None:
+        if threading.get_native_id() == self.tid:  # not run by the thread itself (a cycle collected later): not noted
+            self.ends.ended[self.tid] = time.thread_time_ns()
+
+
+class Ends:
+    """From the start to `close()`: each Python thread started meanwhile (name, by native id) and, for those that
+    ended, their CPU ns at the end."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, str] = {}
+        self.ended: dict[int, int] = {}
+        self.complete = True  # False: the hook was replaced before the stop, so a start may have gone unseen
+        self._local = threading.local()
+        self._previous: _Hook | None = threading.getprofile()
+        threading.setprofile(self._hook)
+
+    def _hook(self, frame: FrameType, event: str, arg: Any) -> object:
+        sys.setprofile(self._previous)  # one event a thread: its start
+        tid = threading.get_native_id()
+        self.started[tid] = threading.current_thread().name
+        self._local.end = _End(self, tid)
+        return self._previous(frame, event, arg) if self._previous is not None else None
+
+    def close(self) -> None:
+        if threading.getprofile() == self._hook:
+            threading.setprofile(self._previous)
+        else:
+            self.complete = False  # the body's own hook (left in place): threads started since were not seen
+
+
+def split(before: Reading | None, after: Reading | None, ends: Ends | None = None) -> dict[str, int | None] | None:
     """The other threads' CPU between two readings: Python threads' (the plugin's own, `inferscope-*`, left out) and
-    native ones' (the rest), ns; None where a reading is missing."""
+    native ones' (the rest), ns; None where a reading is missing. With `ends`, a Python thread that ended in between
+    counts where its end was noted; otherwise (or with a start missed) the rest is `untold_ns`, `native_ns` None."""
     if before is None or after is None:
         return None
-    python_ns = own_ns = threads = 0
-    for tid, (name, ns) in after[1].items():
+    started, ended = (ends.started, ends.ended) if ends is not None else ({}, {})
+    gone = {tid: (name, 0) for tid, name in started.items() if tid not in after[1]}  # ended, or unread at the stop
+    gone.update((tid, seen) for tid, seen in before[1].items() if tid not in after[1])
+    python_ns = own_ns = threads = untold = 0
+    for tid, (name, ns) in [*after[1].items(), *gone.items()]:
+        if tid in gone:
+            if tid not in ended or tid in before[1]:  # its end not noted, or its time since the start not known
+                untold += 1
+                continue
+            ns = ended[tid]
         spent = ns - before[1].get(tid, (name, 0))[1]  # a thread started since counts from its start
         if spent <= 0:
             continue
@@ -69,8 +129,16 @@ def split(before: Reading | None, after: Reading | None) -> dict[str, int] | Non
         else:
             python_ns += spent
             threads += 1
-    native_ns = max(0, after[0] - before[0] - python_ns - own_ns)
-    return {"native_ns": native_ns, "python_ns": python_ns, "python_threads": threads}
+    if ends is not None and not ends.complete:
+        untold += 1
+    rest = max(0, after[0] - before[0] - python_ns - own_ns)
+    return {
+        "native_ns": None if untold else rest,
+        "untold_ns": rest if untold else 0,
+        "untold_threads": untold,
+        "python_ns": python_ns,
+        "python_threads": threads,
+    }
 
 
 class OtherThreads:
@@ -79,6 +147,10 @@ class OtherThreads:
     def __init__(self, test_tid: int) -> None:
         self.test_tid = test_tid
         self._before = read(test_tid)
+        self._ends = Ends() if self._before is not None else None
 
-    def stop(self) -> dict[str, int] | None:
-        return split(self._before, read(self.test_tid))
+    def stop(self) -> dict[str, int | None] | None:
+        after = read(self.test_tid)
+        if self._ends is not None:
+            self._ends.close()
+        return split(self._before, after, self._ends)

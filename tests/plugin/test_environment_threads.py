@@ -73,6 +73,7 @@ def test_the_threads_a_test_ran_with_are_not_part_of_the_baseline_fingerprint() 
 
 WHOSE_THREADS = """
 import threading, time
+from concurrent.futures import ThreadPoolExecutor
 import pytest, torch
 
 torch.set_num_threads(1)
@@ -92,6 +93,11 @@ def test_a_beside_a_python_thread(spinner):
     time.sleep(0.02)
 
 @pytest.mark.inferscope(rounds=3, warmup=1)
+def test_c_on_a_pool_of_its_own_each_call():
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda n: sum(i * i for i in range(n)), [100_000, 100_000]))
+
+@pytest.mark.inferscope(rounds=3, warmup=1)
 def test_b_on_torch_threads_it_sets_and_gives_back():
     old = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -108,7 +114,9 @@ def test_the_other_threads_time_is_told_python_threads_apart_from_torchs(pyteste
     # Python thread holding the GIL" in off_cpu_wait (2026-11-30): the threads' own CPU clocks say whose they were.
     native = {
         name: report["analysis"]["metrics"]["cpu.other_threads_native"]
-        for name, report in _reports(pytester, WHOSE_THREADS, passed=2).items()
+        for name, report in _reports(pytester, WHOSE_THREADS, passed=3).items()
     }
     assert native["test_a_beside_a_python_thread"] < 0.2, native
+    # A pool made and shut down in each call: its threads gone at the stop, their time read as native (1.0, 2026-11-30).
+    assert native["test_c_on_a_pool_of_its_own_each_call"] < 0.2, native
     assert native["test_b_on_torch_threads_it_sets_and_gives_back"] > 0.8, native
