@@ -404,10 +404,10 @@ class Rounds:
 #: The per-round counters `Rounds.counters` sums.
 _COUNTERS = (
     "wall_ns", "thread_cpu_ns", "user_ns", "sys_ns", "minflt", "majflt", "nvcsw", "nivcsw", "runqueue_ns",
-    "gc_ns", "gc_collections", "gc_full", "gc_collected",
+    "gc_ns", "gc_collections", "gc_full", "gc_collected", "gc_freeing_ns", "gc_full_ns",
 )  # fmt: skip
 #: The per-round counters that are times: read over the counters' span, then given as shares of the round.
-_TIMES = frozenset(("thread_cpu_ns", "user_ns", "sys_ns", "runqueue_ns", "gc_ns"))
+_TIMES = frozenset(("thread_cpu_ns", "user_ns", "sys_ns", "runqueue_ns", "gc_ns", "gc_freeing_ns", "gc_full_ns"))
 
 
 def _in_round(row: dict[str, Any]) -> list[float]:

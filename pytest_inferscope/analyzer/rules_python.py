@@ -18,11 +18,60 @@ DROPOUT_MIN = 0.05
 #: The test thread's share of the round in Python's garbage collector from which it is a finding.
 GC_MIN = 0.1
 
-GC_ACTION = (
-    "Keep Python's garbage collector out of the inference call: gc.freeze() once the model is loaded (its objects "
-    "leave the collector's generations), no reference cycles in per-call objects (they are what only the collector "
-    "frees), or gc.disable() around the call and gc.collect() between batches"
-)
+
+def _gc_suggestions(
+    gc_ms: float, freeing_ms: float | None, full_ms: float | None, c: dict[str, float]
+) -> list[Suggestion]:
+    """One suggestion a fix, each saving what that fix takes away. Only gc.disable() around the call takes all of the
+    collector's time out of it (moved between batches); broken cycles leave the freeing to reference counting and the
+    walks of live objects where they were, gc.freeze() removes only the full collections' walks of what it froze. On
+    a call building 60,000 objects with cycles (the 2-core VM, 2026-11-30): 43-54 ms of collector a round, of which
+    the collections that freed objects took 30-39 and the full ones 36-47; breaking the cycles saved 11-17 ms,
+    gc.freeze() 21-27, gc.disable() with the collection after the call 34-54 (docs/scenarios.md, session 40).
+    `freeing_ms`/`full_ms` None: a trace recorded before the collector timed them apart (bounded by `gc_ms`)."""
+    n = max(1.0, c.get("rounds", 1.0))
+    freed, full = c.get("gc_collected", 0.0) / n, c.get("gc_full", 0.0) / n
+    work = f"frees the {freed:.0f} objects a round and walks the live ones" if freed >= 1 else "walks the live objects"
+    out = [
+        Suggestion(
+            action="Take Python's garbage collector out of the inference call: gc.disable() around it and "
+            "gc.collect() between batches, outside the timed call",
+            rationale=f"the collector's {gc_ms:.2f} ms per round leave the call; the collection between batches "
+            f"still does its work there ({work})",
+            saving_ms=gc_ms,
+            rule="python_gc",
+        )
+    ]
+    if freed >= 1:
+        walks = (
+            f"; the {gc_ms - freeing_ms:.2f} ms in collections that freed nothing walked live objects, which stay"
+            if freeing_ms is not None
+            else ""
+        )
+        out.append(
+            Suggestion(
+                action="No reference cycles in per-call objects (a weakref for the back-reference, or the links "
+                "cleared when the call is done): reference counting then frees them as they go",
+                rationale=f"between nothing and {gc_ms if freeing_ms is None else freeing_ms:.2f} ms per round, the "
+                f"collections that freed the {freed:.0f} objects a round: their freeing stays, to reference "
+                f"counting{walks}",
+                saving_ms=0.0,
+                rule="python_gc",
+            )
+        )
+    if c.get("gc_full", 0.0) > 0:
+        out.append(
+            Suggestion(
+                action="gc.freeze() once the model is loaded: its objects leave the generations the full "
+                "collections walk",
+                rationale=f"between nothing and {gc_ms if full_ms is None else full_ms:.2f} ms per round, the "
+                f"{round(full, 1):g} full collections' time a round: they walk every tracked object, those loaded "
+                "before included, and free the cycles they find, which freezing leaves",
+                saving_ms=0.0,
+                rule="python_gc",
+            )
+        )
+    return out
 
 
 def python_gc(ctx: Context) -> list[Finding]:
@@ -40,6 +89,10 @@ def python_gc(ctx: Context) -> list[Finding]:
         return []
     n = max(1.0, c.get("rounds", 1.0))
     collections, full, freed = (c.get(k, 0.0) / n for k in ("gc_collections", "gc_full", "gc_collected"))
+    # Rounds recorded before the split read 0 in both where objects were freed or full collections ran: unknown
+    timed_apart = c.get("gc_freeing_ns", 0.0) > 0 or c.get("gc_full_ns", 0.0) > 0 or not (freed or full)
+    freeing_ms = r.per_round_ms(c.get("gc_freeing_ns", 0.0)) if timed_apart else None
+    full_ms = r.per_round_ms(c.get("gc_full_ns", 0.0)) if timed_apart else None
     spots = [h for h in ctx.cpu.hotspots if h.self_ms > 0]
     where = (
         f"; the stack samples charge it to the calls that allocated when it ran (hottest: "
@@ -47,6 +100,10 @@ def python_gc(ctx: Context) -> list[Finding]:
         if spots
         else ""
     )
+    split = {} if freeing_ms is None or full_ms is None else {
+        "in collections that freed objects, per round (ms)": round(freeing_ms, 3),
+        "in full collections, per round (ms)": round(full_ms, 3),
+    }  # fmt: skip
     return [
         Finding(
             rule="python_gc",
@@ -64,16 +121,9 @@ def python_gc(ctx: Context) -> list[Finding]:
                 "collections per round": round(collections),
                 "full (generation 2) collections per round": round(full),
                 "objects freed per round (reference cycles)": round(freed),
+                **split,
             },
-            suggestions=[
-                Suggestion(
-                    action=GC_ACTION,
-                    rationale=f"{gc_ms:.2f} ms per round ({share:.1%}) is the collector's, in {collections:.0f} "
-                    "collections",
-                    saving_ms=gc_ms,
-                    rule="python_gc",
-                )
-            ],
+            suggestions=_gc_suggestions(gc_ms, freeing_ms, full_ms, c),
             events=ctx.refs(r.round_idx, 3),
         )
     ]

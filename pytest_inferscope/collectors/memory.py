@@ -153,12 +153,14 @@ class Counters:
     gc_collections: int = 0
     gc_full: int = 0
     gc_collected: int = 0
+    gc_freeing_ns: int = 0  # the part of gc_ns in collections that freed objects, and in full ones
+    gc_full_ns: int = 0
 
     @classmethod
     def now(cls, proc: ProcFiles | None = None) -> Counters:
         """The counters now; `proc` (opened on the calling thread) reads procfs without opening files."""
         ru = resource.getrusage(resource.RUSAGE_SELF)
-        gc_ns, gc_collections, gc_full, gc_collected = pygc.totals()
+        gc_ns, gc_collections, gc_full, gc_collected, gc_freeing_ns, gc_full_ns = pygc.totals()
         return cls(
             runqueue_ns=proc.runqueue_ns() if proc is not None else read_schedstat()[1],
             wall_ns=time.perf_counter_ns(),
@@ -174,6 +176,8 @@ class Counters:
             gc_collections=gc_collections,
             gc_full=gc_full,
             gc_collected=gc_collected,
+            gc_freeing_ns=gc_freeing_ns,
+            gc_full_ns=gc_full_ns,
         )
 
     def delta(self, later: Counters) -> dict[str, int]:
