@@ -7,7 +7,8 @@ order that turns with the repetition: the cycles broken; `gc.freeze()` after the
 call with a young collection at its end (in the round); `gc.disable()` around the call alone (its garbage collected at
 the next allocation, between the rounds, as a collection between batches would be); the young generation's threshold
 raised for the call (the same: the collection comes after the call). `--heap K`: K
-long-lived objects made before (a loaded model's Python side), which full collections walk. Prints, per variant, the
+long-lived objects made before (a loaded model's Python side), which full collections walk; `--chain K`: the objects
+let go K at a time as the call goes (garbage young) instead of at its end. Prints, per variant, the
 mean round, the collector's ms, collections (full), objects collected a round, and the problem's predicted savings.
 """
 
@@ -35,8 +36,15 @@ class Node:
 
 
 def _graph(n: int, cyclic: bool) -> int:
+    if CHAIN:  # garbage as it goes: each chain of CHAIN objects let go as the next begins
+        for start in range(0, n, CHAIN):
+            nodes = [Node(i, cyclic) for i in range(start, min(n, start + CHAIN))]
+        return n
     nodes = [Node(i, cyclic) for i in range(n)]
     return len(nodes)
+
+
+CHAIN = 0  # --chain
 
 
 def variants(n: int) -> dict[str, Any]:
@@ -98,10 +106,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--chain", type=int, default=0, help="objects let go in groups of this many (0: at the end)")
     ap.add_argument("--report", help="the last repetition's reports (raw.npz) go here")
     a = ap.parse_args()
     if a.quick:
         a.n, a.reps, a.rounds = 10_000, 1, 3
+    global CHAIN
+    CHAIN = a.chain
     print("\n".join(header("python_gc's suggestions applied", f"python {sys.version.split()[0]}")))
     heap = [{"w": i} for i in range(a.heap)]  # long-lived: the full collections walk it (unless frozen)
     vs = variants(a.n)
