@@ -413,27 +413,23 @@ def test_an_unchained_round_reads_its_counters_afresh(monkeypatch: pytest.Monkey
     cpu_contention finding of the A/B's own making). `unchain` makes the next round read its own start."""
     import pytest_inferscope.collectors as collectors
 
-    monkeypatch.setattr(collectors, "CHAIN_COUNTERS_NS", 10**9)  # whatever the gap, the rounds would chain
-
-    def spin(ms: float) -> None:
-        end = time.perf_counter() + ms / 1e3
-        while time.perf_counter() < end:
-            pass
+    monkeypatch.setattr(collectors, "CHAIN_COUNTERS_NS", 10**10)  # whatever the gap, the rounds would chain
+    gap_s = 0.1  # the other side's round: long, so that no preemption of the round's own reading comes near it
 
     coll = Collection(CollectionOptions(cpu="off"))
     coll.start()
     try:
         for index in range(4):
             with coll.round(index, RoundKind.MEASURED):
-                spin(0.2)
-            spin(3.0)  # the other side's round
+                busy_python(1_000)
+            time.sleep(gap_s)
             if index == 2:
                 coll.unchain()
     finally:
         coll.stop()
-    gaps = [(r["span_ns"] - r["wall_ns"]) / 1e6 for r in coll.rounds]
-    assert gaps[1] >= 3.0, gaps  # chained: the row reaches back over the gap
-    assert gaps[2] >= 3.0 and gaps[3] < 3.0, gaps  # round 3 alone came after an unchain
+    gaps = [(r["span_ns"] - r["wall_ns"]) / 1e9 for r in coll.rounds]
+    assert gaps[1] >= gap_s and gaps[2] >= gap_s, gaps  # chained: the row reaches back over the gap
+    assert gaps[3] < gap_s, gaps  # round 3 alone came after an unchain
 
 
 def test_a_sub_millisecond_body_is_never_more_than_all_cpu() -> None:
