@@ -30,6 +30,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -69,14 +70,24 @@ def read(test_tid: int) -> Reading | None:
 
 
 class _End:
-    """Left in a Python thread's `threading.local`: dropped by the thread itself as it ends, noting its CPU clock."""
+    """Left in a Python thread's `threading.local`: dropped by the thread itself as it ends, noting its CPU clock.
+
+    It holds its `Ends` weakly: a thread started during a collection may outlive it by far (a pool kept for the
+    process, the plugin's own parked sampler thread), and it kept that collection's `Ends` alive until it ended (one
+    in a run of 200 `measure()` calls: tests/plugin/test_long_sessions.py)."""
 
     def __init__(self, ends: Ends, tid: int) -> None:
-        self.ends, self.tid = ends, tid
+        self.ends, self.tid = weakref.ref(ends), tid
 
     def __del__(self) -> None:
-        if threading.get_native_id() == self.tid:  # not run by the thread itself (a cycle collected later): not noted
-            self.ends.ended[self.tid] = time.thread_time_ns()
+        ends = self.ends()
+        if ends is not None and threading.get_native_id() == self.tid:  # noted by the thread itself only
+            ends.ended[self.tid] = time.thread_time_ns()
+
+
+#: Each hooked thread's `_End`: one local for the process, not one a collection (each a per-thread entry in every
+#: thread that touched it).
+_LOCAL = threading.local()
 
 
 class Ends:
@@ -87,7 +98,6 @@ class Ends:
         self.started: dict[int, str] = {}
         self.ended: dict[int, int] = {}
         self.complete = True  # False: the hook was replaced before the stop, so a start may have gone unseen
-        self._local = threading.local()
         self._previous: _Hook | None = threading.getprofile()
         threading.setprofile(self._hook)
 
@@ -95,7 +105,7 @@ class Ends:
         sys.setprofile(self._previous)  # one event a thread: its start
         tid = threading.get_native_id()
         self.started[tid] = threading.current_thread().name
-        self._local.end = _End(self, tid)
+        _LOCAL.end = _End(self, tid)
         return self._previous(frame, event, arg) if self._previous is not None else None
 
     def close(self) -> None:

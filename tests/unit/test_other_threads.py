@@ -110,3 +110,26 @@ def test_the_hook_runs_once_a_thread_and_keeps_the_one_before_it() -> None:
         assert threading.getprofile() is None and not replaced.complete
     finally:
         threading.setprofile(None)
+
+
+def test_a_thread_that_outlives_the_collection_does_not_keep_it() -> None:
+    """A thread started during a collection and alive after it (a pool kept for the process, the plugin's parked
+    sampler thread) held that collection's `Ends` until it ended: one for each such thread, kept by a long session."""
+    import gc
+    import weakref
+
+    release = threading.Event()
+    ends = Ends()
+    thread = threading.Thread(target=release.wait, name="kept")
+    thread.start()
+    time.sleep(0.05)  # its hook ran: it is noted as started
+    ends.close()
+    assert list(ends.started.values()) == ["kept"]
+    gone = weakref.ref(ends)
+    del ends
+    gc.collect()
+    try:
+        assert gone() is None  # the thread still runs; its `_End` no longer holds the collection's record
+    finally:
+        release.set()
+        thread.join()
