@@ -221,6 +221,7 @@ class TwinServer:
         self._told = 0  # how many of them the parent was sent
         self.finishing = False  # the parent said "finish": "bye" at pytest_unconfigure
         self._last = ""  # the node id of the last test run, whose shared fixtures may still be set up
+        self._next_index = 0  # the index of the round after the last one the parent asked for
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
@@ -357,6 +358,9 @@ class TwinServer:
                     self._failed(exc)
                     raise
                 self._round_done(coll, clocks)
+            if self._rounds_after(coll):
+                traced = coll.run_trace_rounds(body, self._next_index)
+                result = result if traced is None else traced[0]
         return result
 
     async def run_test_async(self, nodeid: str, coll: Collection, body: Callable[[], Awaitable[Any]], plan: Any) -> Any:
@@ -373,7 +377,18 @@ class TwinServer:
                     self._failed(exc)
                     raise
                 self._round_done(coll, clocks)
+            if self._rounds_after(coll):
+                traced = await coll.run_trace_rounds_async(body, self._next_index)
+                result = result if traced is None else traced[0]
         return result
+
+    def _rounds_after(self, coll: Collection) -> bool:
+        """Whether to run the rounds after the measured ones, alone, once the parent ended the pairs: it runs its own
+        (lockstep), and the GPU figures and the deterministic metrics of a lean test are read from them. Without
+        them a lean test's twin read 0 kernel launches a round (its measured rounds record none), and every such
+        test failed on `kernel_launches 0 → N` (an H200, 2026-11-30). Not when the parent is finishing the session,
+        nor when the body's own profile() took over."""
+        return coll.running and not self.finishing
 
     def _rounds_asked(self, coll: Collection) -> Iterator[tuple[int, RoundKind]]:
         """The rounds the parent asks for, in turn, until it says the test ended."""
@@ -384,6 +399,7 @@ class TwinServer:
                 self.finishing = msg.get("cmd") == "finish"
                 return
             warmup = bool(msg.get("warmup"))
+            self._next_index = int(msg["index"]) + 1
             if not warmup and msg.get("first"):
                 coll.after_warmup()
             coll.unchain()  # the parent's round ran since this side's last: not this side's next round's time

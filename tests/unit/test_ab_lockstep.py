@@ -196,3 +196,25 @@ def test_the_twin_lets_its_counters_go_before_each_round_the_parent_asks_for() -
     turns = [(index, kind) for index, kind in server._rounds_asked(coll)]  # type: ignore[arg-type]
     assert turns == [(0, RoundKind.WARMUP), (1, RoundKind.MEASURED), (2, RoundKind.MEASURED)]
     assert len(coll.unchained) == 3 and log == ["after_warmup"] and sent == [{"type": "started"}]
+
+
+@pytest.mark.parametrize("ending", ["end", "finish"])
+def test_the_twin_runs_the_rounds_after_the_measured_ones_once_the_parent_ends_the_pairs(ending: str) -> None:
+    """As the parent does after its lockstep: a lean GPU test's figures and deterministic metrics are read from those
+    rounds, and without them the twin read 0 kernel launches a round against the parent's N (every such test failed
+    on an H200). Not when the parent is finishing the session."""
+    from pytest_inferscope.ab.twin import TwinServer
+
+    asked = [{"cmd": "round", "index": 0, "warmup": True}, {"cmd": "round", "index": 1, "first": True},
+             {"cmd": "round", "index": 2}, {"cmd": ending}]  # fmt: skip
+    channel = SimpleNamespace(recv=lambda: asked.pop(0), send=lambda **msg: None)
+    server = TwinServer.__new__(TwinServer)  # (its __init__ ignores SIGINT, as the twin process does)
+    server.channel, server.core, server.finishing = channel, None, False  # type: ignore[assignment]
+    log: list[str] = []
+    coll = FakeCollection(log)
+    after: list[int] = []
+    coll.run_trace_rounds = lambda body, first_index: after.append(first_index) or ("traced",)  # type: ignore[method-assign]
+    calls = iter(range(100))
+    result = server.run_test("t", coll, lambda: next(calls), None)  # type: ignore[arg-type]
+    assert log == ["A0", "after_warmup", "A1", "A2"]
+    assert (after, result) == (([3], "traced") if ending == "end" else ([], 2))
