@@ -229,8 +229,10 @@ def _read_result(twin: Twin, data: dict[str, Any]) -> None:
 
 
 def _abandon(twin: Twin, data: dict[str, Any]) -> None:
+    """This side's test ended before the pairs did: the twin's ends too, without its rounds after the measured ones
+    (nothing is compared)."""
     try:
-        twin.send(cmd="end")
+        twin.send(cmd="end", after=False)
         _read_result(twin, data)
     except TwinDied:
         pass

@@ -5,8 +5,8 @@ its "ready" line after collection and drives it. Twin side:
 `TwinServer`, registered in the twin by the session when INFERSCOPE_AB_TWIN is set, replaces
 pytest's run loop with a loop over the parent's commands:
 
-    parent -> twin   {"cmd": "run", "nodeid", "core", "next"} | {"cmd": "round", "index", "warmup"} | {"cmd": "end"}
-                     | {"cmd": "finish"} | {"cmd": "exit"}
+    parent -> twin   {"cmd": "run", "nodeid", "core", "next"} | {"cmd": "round", "index", "warmup"}
+                     | {"cmd": "end", "after"} | {"cmd": "finish"} | {"cmd": "exit"}
     twin -> parent   {"type": "ready", "nodeids", "errors", "foreign", "usage", "warned"} | {"type": "started"}
                      | {"type": "round", "ms", "wait_ms", "cpu_ms"} | {"type": "error", "error"}
                      | {"type": "result", ..., "warned"}
@@ -222,6 +222,7 @@ class TwinServer:
         self.finishing = False  # the parent said "finish": "bye" at pytest_unconfigure
         self._last = ""  # the node id of the last test run, whose shared fixtures may still be set up
         self._next_index = 0  # the index of the round after the last one the parent asked for
+        self._after = True  # whether the parent's "end" asked for the rounds after the measured ones
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> None:
@@ -387,8 +388,8 @@ class TwinServer:
         (lockstep), and the GPU figures and the deterministic metrics of a lean test are read from them. Without
         them a lean test's twin read 0 kernel launches a round (its measured rounds record none), and every such
         test failed on `kernel_launches 0 → N` (an H200, 2026-11-30). Not when the parent is finishing the session,
-        nor when the body's own profile() took over."""
-        return coll.running and not self.finishing
+        nor when this side's test ended first, nor when the body's own profile() took over."""
+        return coll.running and not self.finishing and self._after
 
     def _rounds_asked(self, coll: Collection) -> Iterator[tuple[int, RoundKind]]:
         """The rounds the parent asks for, in turn, until it says the test ended."""
@@ -397,6 +398,7 @@ class TwinServer:
             msg = self.channel.recv()
             if msg.get("cmd") != "round":
                 self.finishing = msg.get("cmd") == "finish"
+                self._after = bool(msg.get("after", True))  # False: this side's test ended first (lockstep._abandon)
                 return
             warmup = bool(msg.get("warmup"))
             self._next_index = int(msg["index"]) + 1

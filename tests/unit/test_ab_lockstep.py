@@ -122,6 +122,7 @@ def test_a_body_raising_here_ends_the_twins_test_and_raises(driver: str) -> None
     with pytest.raises(ValueError, match="broken here"):
         _run(driver, twin, coll, body, data, True)
     assert log == ["A0", "B0", "after_warmup", "A1", "B1", "A2"]
+    assert twin.sent[-1] == {"cmd": "end", "after": False}  # nothing is compared: no rounds after the measured ones
     assert [m["cmd"] for m in twin.sent][-1] == "end" and data["metrics"] == {"m": 1.0}
     assert data["state"] == "here_failed" and data["look"] is None  # before the first look (after 3 pairs)
 
@@ -198,15 +199,15 @@ def test_the_twin_lets_its_counters_go_before_each_round_the_parent_asks_for() -
     assert len(coll.unchained) == 3 and log == ["after_warmup"] and sent == [{"type": "started"}]
 
 
-@pytest.mark.parametrize("ending", ["end", "finish"])
-def test_the_twin_runs_the_rounds_after_the_measured_ones_once_the_parent_ends_the_pairs(ending: str) -> None:
+@pytest.mark.parametrize("ending", [{"cmd": "end"}, {"cmd": "finish"}, {"cmd": "end", "after": False}])
+def test_the_twin_runs_the_rounds_after_the_measured_ones_as_the_parent_ends_the_pairs(ending: dict[str, Any]) -> None:
     """As the parent does after its lockstep: a lean GPU test's figures and deterministic metrics are read from those
     rounds, and without them the twin read 0 kernel launches a round against the parent's N (every such test failed
-    on an H200). Not when the parent is finishing the session."""
+    on an H200). Not when the parent is finishing the session, nor when its test ended first (`after`: False)."""
     from pytest_inferscope.ab.twin import TwinServer
 
     asked = [{"cmd": "round", "index": 0, "warmup": True}, {"cmd": "round", "index": 1, "first": True},
-             {"cmd": "round", "index": 2}, {"cmd": ending}]  # fmt: skip
+             {"cmd": "round", "index": 2}, ending]  # fmt: skip
     channel = SimpleNamespace(recv=lambda: asked.pop(0), send=lambda **msg: None)
     server = TwinServer.__new__(TwinServer)  # (its __init__ ignores SIGINT, as the twin process does)
     server.channel, server.core, server.finishing = channel, None, False  # type: ignore[assignment]
@@ -217,4 +218,4 @@ def test_the_twin_runs_the_rounds_after_the_measured_ones_once_the_parent_ends_t
     calls = iter(range(100))
     result = server.run_test("t", coll, lambda: next(calls), None)  # type: ignore[arg-type]
     assert log == ["A0", "after_warmup", "A1", "A2"]
-    assert (after, result) == (([3], "traced") if ending == "end" else ([], 2))
+    assert (after, result) == (([3], "traced") if ending == {"cmd": "end"} else ([], 2))
