@@ -456,6 +456,9 @@ class ABController:
             ]  # fmt: skip
             look: PairedLook = data["look"]
             verdict = verdict_from(nodeid, self.label, data["new_ms"], data["ref_ms"], look, data["looks"], changes)
+            if data.get("after_error"):  # a threshold the ref's test crossed: its rounds' times compare all the same
+                verdict.twin_error = str(data["after_error"])
+                verdict.notes.append(f"the test failed at {self.label} after its rounds; the pairs are compared")
             if state == "here_failed":
                 verdict.verdict = "inconclusive"
                 verdict.reason = f"the test failed here after {look.pairs} pairs, so the pairs are not all there are"

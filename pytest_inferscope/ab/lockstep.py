@@ -225,7 +225,10 @@ def _read_result(twin: Twin, data: dict[str, Any]) -> None:
     data["foreign"] = msg.get("foreign") or []
     data["warned"] = msg.get("warned") or []
     if msg.get("error") and data["state"] == "paired":
-        data["state"], data["error"] = "twin_failed", msg["error"]
+        if data["look"] is not None:  # after its rounds (a threshold there, a fixture's teardown): the pairs stand
+            data["after_error"] = msg["error"]
+        else:
+            data["state"], data["error"] = "twin_failed", msg["error"]
 
 
 def _abandon(twin: Twin, data: dict[str, Any]) -> None:

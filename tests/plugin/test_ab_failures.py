@@ -101,6 +101,38 @@ def test_a_test_skipped_at_the_ref_is_said_to_be(pytester: pytest.Pytester, how:
     assert ab["reason"].startswith("the test was skipped at HEAD~1 (") and "(not yet)" in ab["reason"], ab["reason"]
 
 
+SPIN = """
+import time, pytest
+
+def spin(ms):
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+@pytest.mark.inferscope(rounds=10, warmup=1{threshold})
+def test_one():
+    spin({ms})
+"""
+
+
+def test_a_threshold_the_ref_crosses_does_not_void_the_comparison(pytester: pytest.Pytester) -> None:
+    """The ref's test crossed its own latency threshold after its rounds; here the threshold is gone and the body is
+    3x slower. The pairs were all there, yet the verdict read `inconclusive` ("the twin stopped") and the test passed:
+    a ref failing any threshold let every regression through."""
+    first = SPIN.format(threshold=", max_latency_ms=1", ms=2)
+    make_repo(pytester.path, {"test_x.py": first}, {"test_x.py": SPIN.format(threshold="", ms=6)})
+    out = pytester.path / "out"
+    result = pytester.runpytest(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", f"--inferscope-report={out}"
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    (report,) = out.rglob("report.json")
+    ab = json.loads(report.read_text())["ab"]
+    assert ab["verdict"] == "regressed" and ab["pairs"] >= 10, ab
+    assert "max_latency_ms" in ab["twin_error"], ab["twin_error"]
+    assert ab["notes"][-1].startswith("the test failed at HEAD~1 (") and "the pairs are compared" in ab["notes"][-1]
+
+
 def test_a_file_named_on_the_command_line_only_here(pytester: pytest.Pytester) -> None:
     """`pytest test_new.py test_x.py --inferscope-ab=HEAD` with test_new.py new (untracked): the twin stopped with
     "file or directory not found" after saying it had collected nothing, and every test read `new`, test_x.py's too,
