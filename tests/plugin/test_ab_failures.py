@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gitrepo import git
@@ -34,6 +35,17 @@ def make_repo(root: Path, first: dict[str, str], second: dict[str, str]) -> Path
 
 def worktrees(root: Path) -> int:
     return len(git(root, "worktree", "list").strip().splitlines())
+
+
+def ab_of_the_test(pytester: pytest.Pytester, **outcomes: int) -> dict[str, Any]:
+    """`--inferscope-ab=HEAD~1` with reports, the outcomes asserted: the one test's A/B verdict (its report.json)."""
+    out = pytester.path / "out"
+    result = pytester.runpytest(
+        "-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", f"--inferscope-report={out}"
+    )  # fmt: skip
+    result.assert_outcomes(**outcomes)
+    (report,) = out.rglob("report.json")
+    return dict(json.loads(report.read_text())["ab"])
 
 
 @pytest.mark.parametrize("xdist", [False, True])
@@ -90,13 +102,7 @@ def test_a_test_skipped_at_the_ref_is_said_to_be(pytester: pytest.Pytester, how:
         else BODY.replace("    time.sleep(0.001)", "    pytest.skip('not yet')")
     )
     make_repo(pytester.path, {"test_x.py": skipped}, {"test_x.py": BODY})
-    out = pytester.path / "out"
-    result = pytester.runpytest(
-        "-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", f"--inferscope-report={out}"
-    )  # fmt: skip
-    result.assert_outcomes(passed=1)
-    (report,) = out.rglob("report.json")
-    ab = json.loads(report.read_text())["ab"]
+    ab = ab_of_the_test(pytester, passed=1)
     assert ab["verdict"] == "inconclusive"
     assert ab["reason"].startswith("the test was skipped at HEAD~1 (") and "(not yet)" in ab["reason"], ab["reason"]
 
@@ -121,13 +127,7 @@ def test_a_threshold_the_ref_crosses_does_not_void_the_comparison(pytester: pyte
     a ref failing any threshold let every regression through."""
     first = SPIN.format(threshold=", max_latency_ms=1", ms=2)
     make_repo(pytester.path, {"test_x.py": first}, {"test_x.py": SPIN.format(threshold="", ms=6)})
-    out = pytester.path / "out"
-    result = pytester.runpytest(
-        "-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1", f"--inferscope-report={out}"
-    )  # fmt: skip
-    result.assert_outcomes(failed=1)
-    (report,) = out.rglob("report.json")
-    ab = json.loads(report.read_text())["ab"]
+    ab = ab_of_the_test(pytester, failed=1)
     assert ab["verdict"] == "regressed" and ab["pairs"] >= 10, ab
     assert "max_latency_ms" in ab["twin_error"], ab["twin_error"]
     assert ab["notes"][-1].startswith("the test failed at HEAD~1 (") and "the pairs are compared" in ab["notes"][-1]
