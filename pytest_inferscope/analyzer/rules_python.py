@@ -20,7 +20,7 @@ GC_MIN = 0.1
 
 
 def _gc_suggestions(
-    gc_ms: float, freeing_ms: float | None, full_ms: float | None, c: dict[str, float]
+    gc_ms: float, freeing_ms: float | None, full_ms: float | None, freed: float, full: float
 ) -> list[Suggestion]:
     """One suggestion a fix, each saving what that fix takes away. Only gc.disable() around the call takes all of the
     collector's time out of it (moved between batches); broken cycles leave the freeing to reference counting and the
@@ -28,9 +28,8 @@ def _gc_suggestions(
     a call building 60,000 objects with cycles (the 2-core VM, 2026-11-30): 43-54 ms of collector a round, of which
     the collections that freed objects took 30-39 and the full ones 36-47; breaking the cycles saved 11-17 ms,
     gc.freeze() 21-27, gc.disable() with the collection after the call 34-54 (docs/scenarios.md, session 40).
-    `freeing_ms`/`full_ms` None: a trace recorded before the collector timed them apart (bounded by `gc_ms`)."""
-    n = max(1.0, c.get("rounds", 1.0))
-    freed, full = c.get("gc_collected", 0.0) / n, c.get("gc_full", 0.0) / n
+    `freeing_ms`/`full_ms` None: a trace recorded before the collector timed them apart (bounded by `gc_ms`);
+    `freed`, `full`: objects freed and full collections a round."""
     work = f"frees the {freed:.0f} objects a round and walks the live ones" if freed >= 1 else "walks the live objects"
     out = [
         Suggestion(
@@ -59,7 +58,7 @@ def _gc_suggestions(
                 rule="python_gc",
             )
         )
-    if c.get("gc_full", 0.0) > 0:
+    if full > 0:
         out.append(
             Suggestion(
                 action="gc.freeze() once the model is loaded: its objects leave the generations the full "
@@ -123,7 +122,7 @@ def python_gc(ctx: Context) -> list[Finding]:
                 "objects freed per round (reference cycles)": round(freed),
                 **split,
             },
-            suggestions=_gc_suggestions(gc_ms, freeing_ms, full_ms, c),
+            suggestions=_gc_suggestions(gc_ms, freeing_ms, full_ms, freed, full),
             events=ctx.refs(r.round_idx, 3),
         )
     ]
