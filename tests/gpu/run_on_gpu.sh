@@ -3,7 +3,7 @@
 # wheels in .whl/ when there), runs the GPU tests with INFERSCOPE_GPU=required (so nothing falls
 # back to CPU-only unnoticed), runs the GPU overhead benchmark and the example project under the
 # plugin with --inferscope-report, and prints a short table last. Full logs go to $OUT when set
-# (else ./gpu-check-logs): install.log, gpu-tests.log, bench.log, bench.json, example.log,
+# (else ./gpu-check-logs): install.log, gpu-tests.log, bench.log, bench.json, ab.log, example.log,
 # reports.tgz (the example's and the tests' report.json/report.md files), summary.txt.
 #
 #   bash tests/gpu/run_on_gpu.sh
@@ -11,8 +11,9 @@
 #
 # GPU_TESTS: pytest paths (default: tests/gpu and the backends' unit tests); BENCH_REPS (12); BENCH_ARGS
 # (more benchmark options, e.g. --no-torch-profiler);
-# SKIP_BENCH=1, SKIP_EXAMPLE=1; TOTAL_S: the time the whole check may take (570 s, under the GPU
-# machine's 600 s per command); COMMIT: the commit to record (default: git rev-parse, when .git is
+# SKIP_BENCH=1, SKIP_AB=1, SKIP_EXAMPLE=1; AB_TRIALS (10: the A/B gate through `benchmarks/ab_gpu.py --check`,
+# ~30 s on an H200, fails on a false positive or two slowdowns missed in a case); TOTAL_S: the time the whole check
+# may take (570 s, under the GPU machine's 600 s per command); COMMIT: the commit to record (default: git rev-parse, when .git is
 # there). Exit status: non-zero when any stage failed.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -47,6 +48,9 @@ stage() { # stage NAME LOG SECONDS CMD...: runs CMD under a time limit, output t
 # benchmark's share when it is skipped cut the GPU tests (~170-190 s on an H200) at 80-170 s in four sessions' first
 # calls.
 if [[ "${SKIP_BENCH:-0}" == 1 ]]; then RESERVE=40; else RESERVE=200; fi
+# The A/B gate's stage (~30 s for 10 trials on an H200): went unchecked on a GPU from 2026-11-25 to 2026-11-30 while
+# every lean test failed there.
+[[ "${SKIP_AB:-0}" != 1 ]] && RESERVE=$((RESERVE + 60))
 
 # -- install ---------------------------------------------------------------------------------------
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -106,6 +110,11 @@ if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
         python3 benchmarks/bench_gpu_overhead.py --reps "${BENCH_REPS:-12}" --json "$LOGS/bench.json" ${BENCH_ARGS:-}
 fi
 
+# -- the A/B gate: two commits of a temporary repository, slowdowns caught and unchanged tests passed ------------
+if [[ "${SKIP_AB:-0}" != 1 ]]; then
+    stage "A/B gate" "$LOGS/ab.log" "$(budget 120 15)" python3 benchmarks/ab_gpu.py --trials "${AB_TRIALS:-10}" --check
+fi
+
 # -- the example project under the plugin ---------------------------------------------------------------
 if [[ "${SKIP_EXAMPLE:-0}" != 1 && -d example_project/tests ]] && grep -rqs cuda example_project/tests; then
     stage example "$LOGS/example.log" "$(budget 180 15)" \
@@ -149,6 +158,10 @@ if index.exists():
     for t in json.loads(index.read_text())["tests"]:
         lat = t["latency_ms"]["median"]
         print(f"  {t['nodeid']}: {t['verdict']}, {t['bottleneck']}, median {lat if lat is None else round(lat, 2)} ms")
+ab = logs / "ab.log"
+if ab.exists():
+    text = ab.read_text(errors="replace")
+    print("\nA/B gate (benchmarks/ab_gpu.py):\n" + "\n".join(text.strip().splitlines()[-8:]))
 bench = logs / "bench.log"
 if bench.exists():
     text = bench.read_text(errors="replace")
