@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = loads_of(ap, args.loads)
     import torch
 
-    from pytest_inferscope import api
+    from pytest_inferscope import api_measure
 
     if not torch.cuda.is_available():
         print("bench_sync_balance.py needs a CUDA device (none here)")
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             hog = busy_loop(core, load)
             try:
                 for n in sizes:
-                    a = (r := api.measure(loop(torch, n), rounds=5, warmup=1)).analysis
+                    a = (r := api_measure.measure(loop(torch, n), rounds=5, warmup=1)).analysis
                     sync = max((w.saved_fraction for w in a.whatif if w.bottleneck == "sync_bound"), default=0.0)
                     saved.setdefault((n, load), []).append(sync)
                     best = f"{a.whatif[0].change[:48]}: {a.whatif[0].saved_fraction:.1%}" if a.whatif else "none"

@@ -55,7 +55,7 @@ import json, sys
 sys.path.insert(0, {str(BENCH)!r})
 import numpy as np, torch
 import bench_gpu_overhead as bench
-from pytest_inferscope import api
+from pytest_inferscope import api, api_measure
 from pytest_inferscope.events import Kind
 from pytest_inferscope.rounds import RoundKind, kinds_of
 
@@ -136,7 +136,7 @@ from collections import Counter
 sys.path.insert(0, BENCH)
 import numpy as np
 import pytest_inferscope
-from pytest_inferscope import api
+from pytest_inferscope import api, api_measure
 from pytest_inferscope.collectors import active
 from pytest_inferscope.events import Kind, MemoryKind, host_clock_ns, unpack_copy_flags
 
@@ -582,12 +582,12 @@ def test_cupy_and_jax_bodies_are_profiled_without_torch(framework: str, backend:
 
 SMALL_CAP = """
 import json, torch
-from pytest_inferscope import api
+from pytest_inferscope import api, api_measure
 from pytest_inferscope.collectors.gpu import max_records_for
 
 x = torch.ones(256, device="cuda")
 torch.cuda.synchronize()
-r = api.measure(lambda: [x.add_(1) for _ in range(2000)], rounds=4, warmup=1, trace_rounds="all", cpu="off")
+r = api_measure.measure(lambda: [x.add_(1) for _ in range(2000)], rounds=4, warmup=1, trace_rounds="all", cpu="off")
 settings = api.standalone_settings()
 backend = api._gpu_choice(settings.gpu, settings.trace_size_mb).collector  # the one measure() used (cached)
 print(json.dumps({"trace_size_mb": settings.trace_size_mb, "backend_dropped": backend.dropped(),

@@ -130,7 +130,7 @@ def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float
     import asyncio
     import time
 
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors.gpu import Choice
 
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
@@ -146,8 +146,8 @@ def _measure(monkeypatch: pytest.MonkeyPatch, gpu: _RecordingGpu, sleep_s: float
             body()
             await asyncio.sleep(0)
 
-        return asyncio.run(api.measure_async(awaited, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds))
-    return api.measure(body, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds)  # gpu_rounds: auto
+        return asyncio.run(api_measure.measure_async(awaited, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds))
+    return api_measure.measure(body, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds)  # gpu_rounds: auto
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -183,7 +183,7 @@ def test_auto_keeps_the_launch_calls_for_the_trace_round_when_they_would_cost_to
     # round ran in step to stand for the trace round, which runs. Or the number of trace rounds given: it runs.
     import time
 
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors import schedule
     from pytest_inferscope.collectors.gpu import Choice
 
@@ -197,7 +197,7 @@ def test_auto_keeps_the_launch_calls_for_the_trace_round_when_they_would_cost_to
         gpu.launch()
         time.sleep(0.09 if slow_warmup and gpu.calls.count("body") <= 2 else 0.03)
 
-    result = api.measure(body, rounds=3, warmup=2, cpu="off", trace_rounds=trace_rounds)
+    result = api_measure.measure(body, rounds=3, warmup=2, cpu="off", trace_rounds=trace_rounds)
     b = ["body"]
     warm = [*b * 2, "flush"] if trace_rounds is None else ["api off", *b * 2, "flush"]
     switched = ["api off"] if trace_rounds is None else []
@@ -212,7 +212,7 @@ def test_auto_staying_measured_reads_the_launch_calls_from_a_warmup_in_step(monk
     # 200 records per 30 ms round: measured, the launch calls off for the measured rounds. The warm-up recorded them
     # and ran in step with the measured rounds: it stands for the trace round, which does not run.
     gpu = _RecordingGpu(per_call=200)
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors.gpu import Choice
 
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
@@ -223,7 +223,7 @@ def test_auto_staying_measured_reads_the_launch_calls_from_a_warmup_in_step(monk
         gpu.launch()
         time.sleep(0.03)
 
-    result = api.measure(body, rounds=3, warmup=2, cpu="off")
+    result = api_measure.measure(body, rounds=3, warmup=2, cpu="off")
     b = ["body"]
     assert gpu.calls == ["start", *b * 2, "flush", "api off", *b * 3, "stop"]
     assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
@@ -237,13 +237,13 @@ def test_a_body_without_gpu_work_gets_no_trace_round_and_lean_never_starts_cupti
     monkeypatch: pytest.MonkeyPatch, gpu_rounds: str
 ) -> None:
     """No CUDA context active after the measured rounds (a CPU-only test on a GPU machine): no extra call."""
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors.gpu import Choice
 
     gpu = _RecordingGpu(per_call=0)
     gpu.has_context = lambda: False  # type: ignore[attr-defined]
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
-    result = api.measure(gpu.launch, rounds=3, warmup=1, cpu="off", gpu_rounds=gpu_rounds)
+    result = api_measure.measure(gpu.launch, rounds=3, warmup=1, cpu="off", gpu_rounds=gpu_rounds)
     assert gpu.calls == ["body"] * 4  # auto, with no context at the start, is lean too: CUPTI never started
     assert len(result.latency.samples_ms) == 3 and not result.latency.trace_ms
     assert "no trace round: no CUDA context was active" in _gpu_mode(result)
@@ -258,7 +258,7 @@ def test_a_body_without_gpu_work_in_a_process_with_cuda_up_gets_no_trace_round_u
     (flushed after them to know), so no trace round calls it once more to link nothing. A body whose GPU work starts
     after its first call (`later` records a call from the second on), or trace rounds asked for, gets its trace
     round."""
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors.gpu import Choice
 
     gpu = _RecordingGpu(per_call=0)
@@ -268,7 +268,7 @@ def test_a_body_without_gpu_work_in_a_process_with_cuda_up_gets_no_trace_round_u
         gpu.launch()
         gpu.per_call = later  # from the second call on
 
-    result = api.measure(body, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds)
+    result = api_measure.measure(body, rounds=3, warmup=1, cpu="off", trace_rounds=trace_rounds)
     b = ["body"]
     if traced:  # the trace round: one call more, with the launch calls on
         assert gpu.calls[-4:] == ["api on", *b, "api off", "stop"] and gpu.calls.count("body") == 5, gpu.calls
@@ -284,13 +284,13 @@ def test_auto_without_a_context_at_the_start_goes_lean_and_starts_cupti_once_the
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The first GPU test of a process: its warm-up starts CUDA, so nothing could be counted before it."""
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors.gpu import Choice
 
     gpu = _RecordingGpu(per_call=2)
     gpu.has_context = lambda: "body" in gpu.calls  # type: ignore[attr-defined]  # the first call starts CUDA
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
-    result = api.measure(gpu.launch, rounds=3, warmup=1, cpu="off")
+    result = api_measure.measure(gpu.launch, rounds=3, warmup=1, cpu="off")
     b = ["body"]
     # no CUPTI in the warm-up and measured rounds; then a settling round (nothing counted: no prime) and the trace
     # round, the launch calls on since CUPTI started: in step, it stands for the profile round, which does not run
@@ -347,14 +347,14 @@ def test_a_warmup_standing_for_nothing_runs_the_trace_round_first_and_profile_ro
 def test_gpu_rounds_trace_asked_for_keeps_its_profile_rounds_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """`--inferscope-gpu-rounds=trace` (no warm-up recorded, so none stands in) runs the profile rounds first, as it
     says; only auto's warm-up that stood for neither round begins with the trace round."""
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors import schedule
     from pytest_inferscope.collectors.gpu import Choice
 
     monkeypatch.setattr(schedule, "in_step", lambda *_a, **_k: True)
     gpu = _RecordingGpu(per_call=400)
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
-    api.measure(gpu.launch, rounds=3, warmup=1, cpu="off", gpu_rounds="trace")
+    api_measure.measure(gpu.launch, rounds=3, warmup=1, cpu="off", gpu_rounds="trace")
     after = gpu.calls[gpu.calls.index("start") :]
     assert after == ["start", "api off", "body", "body", "api on", "body", "api off", "stop"], after
 
@@ -421,7 +421,7 @@ def test_a_warmup_slowed_by_its_launch_calls_stands_for_the_trace_round_only(
 def test_a_slow_warmup_does_not_stand_for_the_profile_round(monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors.gpu import Choice
 
     gpu = _RecordingGpu(per_call=400)
@@ -433,7 +433,7 @@ def test_a_slow_warmup_does_not_stand_for_the_profile_round(monkeypatch: pytest.
         gpu.launch()
         time.sleep(0.02 if len(calls) <= 2 else 0.001)
 
-    result = api.measure(body, rounds=3, warmup=1, cpu="off")
+    result = api_measure.measure(body, rounds=3, warmup=1, cpu="off")
     # After the measured rounds: CUPTI starts with the launch calls on, a settling round (no prime on this backend) and
     # the trace round(s); the launch calls off, and profile rounds where the last trace round ran out of a profile
     # round's allowance. How many of each run depends on this machine's timing of 1 ms rounds; the warm-up's 20 ms,
@@ -564,11 +564,11 @@ def test_auto_runs_one_more_warmup_round_when_the_first_left_the_decision_open(
     # warm-up rounds that decide it (two given): no extra round
     gpu2 = _RecordingGpu(per_call=500)
     monkeypatch.setattr(gpu2, "calls", [])
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors.gpu import Choice
 
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu2))  # type: ignore[arg-type]
-    api.measure(gpu2.launch, rounds=3, warmup=2, cpu="off")
+    api_measure.measure(gpu2.launch, rounds=3, warmup=2, cpu="off")
     assert gpu2.calls.count("flush") == 1
 
 
@@ -605,7 +605,7 @@ def test_a_stop_iteration_the_body_raises_in_a_round_after_the_measured_ones_is_
     import asyncio
     import time
 
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors import schedule
     from pytest_inferscope.collectors.gpu import Choice
 
@@ -624,10 +624,10 @@ def test_a_stop_iteration_the_body_raises_in_a_round_after_the_measured_ones_is_
 
     if driver == "async":
         with pytest.raises(RuntimeError, match="coroutine raised StopIteration"):
-            asyncio.run(api.measure_async(awaited, rounds=3, warmup=2, cpu="off", trace_rounds=1))
+            asyncio.run(api_measure.measure_async(awaited, rounds=3, warmup=2, cpu="off", trace_rounds=1))
     else:
         with pytest.raises(StopIteration):
-            api.measure(body, rounds=3, warmup=2, cpu="off", trace_rounds=1)
+            api_measure.measure(body, rounds=3, warmup=2, cpu="off", trace_rounds=1)
     assert gpu.calls[-4:] == ["api on", "body", "api off", "stop"]  # the steps' cleanup ran: the launch calls off
 
 

@@ -510,27 +510,27 @@ def test_the_latency_chart_marks_trace_rounds_apart() -> None:
 
 
 def test_measure_takes_trace_rounds_and_runs_none_without_gpu_collection(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_inferscope import api
+    from pytest_inferscope import api_measure
 
     monkeypatch.setenv("INFERSCOPE_GPU", "off")
     calls: list[int] = []
-    result = api.measure(lambda: calls.append(1), rounds=3, warmup=1, trace_rounds=2, cpu="off")
+    result = api_measure.measure(lambda: calls.append(1), rounds=3, warmup=1, trace_rounds=2, cpu="off")
     assert len(calls) == 4 and result.latency.trace_ms == [] and len(result.latency.samples_ms) == 3
     with pytest.raises(
         ValueError, match=r"measure\(trace_rounds=0\): 0 is out of range: give an integer >= 1 and <= 1000"
     ):
-        api.measure(lambda: None, trace_rounds=0)
+        api_measure.measure(lambda: None, trace_rounds=0)
     with pytest.raises(ValueError, match=r"measure\(gpu_rounds='lean'\): 'lean' is not one of 'measured'"):
-        api.measure(lambda: None, gpu_rounds="lean")
+        api_measure.measure(lambda: None, gpu_rounds="lean")
     with pytest.raises(ValueError, match=r"trace_rounds 'all' runs none"):
-        api.measure(lambda: None, gpu_rounds="trace", trace_rounds="all")
+        api_measure.measure(lambda: None, gpu_rounds="trace", trace_rounds="all")
 
 
 @pytest.mark.usefixtures("every_round_in_step")
 def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
 
     gpu = FakeGpu()
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
@@ -540,7 +540,7 @@ def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
         if gpu.calls.count("body") <= 4:
             time.sleep(0.005)  # the warm-up and measured calls: the later ones are in step with them, or faster
 
-    result = api.measure(body, rounds=3, warmup=1, gpu_rounds="trace", cpu="off")
+    result = api_measure.measure(body, rounds=3, warmup=1, gpu_rounds="trace", cpu="off")
     # warm-up + 3 measured calls without CUPTI; then it starts with the launch calls off: the settling
     # call and the profile calls (one: it ran in step with the measured calls); then the launch calls on
     # for the trace call, and off again
@@ -548,7 +548,7 @@ def test_measure_with_gpu_rounds_trace_starts_cupti_after_the_measured_calls(
     assert gpu.calls == b * 4 + ["start", "api off"] + b * 2 + ["api on"] + b + ["api off", "stop"]
     assert len(result.latency.samples_ms) == 3 and len(result.latency.trace_ms) == 2
     gpu.calls.clear()
-    api.measure(body, rounds=3, warmup=1, gpu_rounds="trace", trace_rounds=2, cpu="off")  # told: 2 and 2
+    api_measure.measure(body, rounds=3, warmup=1, gpu_rounds="trace", trace_rounds=2, cpu="off")  # told: 2 and 2
     assert gpu.calls == b * 4 + ["start", "api off"] + b * 3 + ["api on"] + b * 2 + ["api off", "stop"]
 
 
@@ -565,17 +565,19 @@ def test_no_prime_without_gpu_work_in_the_warmup(monkeypatch: pytest.MonkeyPatch
     """The prime's memset is a GPU record: in a body without GPU work it would read as GPU activity and move the
     diagnosis off the CPU, so without a warm-up that did GPU work (here: gpu_rounds=trace, nothing counted) the
     settling round runs instead."""
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
 
     gpu = PrimingGpu()
     monkeypatch.setattr(api, "_gpu_choice", lambda *_: Choice(gpu))  # type: ignore[arg-type]
-    api.measure(lambda: gpu.calls.append("body"), rounds=3, warmup=1, gpu_rounds="trace", trace_rounds=1, cpu="off")
+    api_measure.measure(
+        lambda: gpu.calls.append("body"), rounds=3, warmup=1, gpu_rounds="trace", trace_rounds=1, cpu="off"
+    )
     b = ["body"]
     assert gpu.calls == b * 4 + ["start", "api off"] + b * 2 + ["api on"] + b + ["api off", "stop"]
 
 
 def test_measure_runs_a_second_trace_round_when_the_first_is_out_of_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
     from pytest_inferscope.collectors import schedule
 
     # rounds.in_step's own bounds are tested in test_rounds.py; here the schedule's use of it, with a judgement a
@@ -596,12 +598,12 @@ def test_measure_runs_a_second_trace_round_when_the_first_is_out_of_step(monkeyp
     for slow, traced in ((True, 2), (False, 1)):
         slow_first["trace"] = slow
         gpu.calls.clear()
-        result = api.measure(body, rounds=3, warmup=1, gpu_rounds="measured", cpu="off")
+        result = api_measure.measure(body, rounds=3, warmup=1, gpu_rounds="measured", cpu="off")
         assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b * traced + ["api off", "stop"]
         assert len(result.latency.trace_ms) == traced
     slow_first["trace"] = True
     gpu.calls.clear()
-    api.measure(body, rounds=3, warmup=1, gpu_rounds="measured", trace_rounds=1, cpu="off")  # told: one
+    api_measure.measure(body, rounds=3, warmup=1, gpu_rounds="measured", trace_rounds=1, cpu="off")  # told: one
     assert gpu.calls == ["start", "api off"] + b * 4 + ["api on"] + b + ["api off", "stop"]
 
 
@@ -644,7 +646,7 @@ def test_no_call_runs_while_the_previous_calls_result_is_alive(
     its previous 2.4 MB output alive): every round, the rounds after the measured ones too, lets it go first."""
     import weakref
 
-    from pytest_inferscope import api
+    from pytest_inferscope import api, api_measure
 
     gpu = FakeGpu()
     if gpu_rounds is not None:
@@ -661,7 +663,7 @@ def test_no_call_runs_while_the_previous_calls_result_is_alive(
         previous.append(weakref.ref(out))
         return out
 
-    api.measure(body, rounds=3, warmup=2, gpu_rounds=gpu_rounds, cpu="off")
+    api_measure.measure(body, rounds=3, warmup=2, gpu_rounds=gpu_rounds, cpu="off")
     assert len(previous) >= 5 + (gpu_rounds is not None)  # warm-up, measured and (with a GPU) trace calls
     assert alive == [], f"calls made while the previous call's result was alive: {alive}"
 
