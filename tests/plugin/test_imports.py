@@ -174,3 +174,41 @@ def test_collecting_a_marked_test_only_loads_nothing_heavy(pytester: pytest.Pyte
     assert result.ret == pytest.ExitCode.OK
     modules = set(json.loads((pytester.path / "modules.json").read_text()))
     assert "pytest_inferscope.plugin" in modules and not {m for m in HEAVY if m in modules}
+
+
+def test_the_package_names_each_public_name_once_and_loads_it() -> None:
+    import pytest_inferscope
+
+    assert sorted(pytest_inferscope.__all__) == sorted([*pytest_inferscope._WHERE, "InferscopeWarning"])
+    for name, where in pytest_inferscope._WHERE.items():
+        assert getattr(pytest_inferscope, name) is getattr(sys.modules[f"pytest_inferscope.{where}"], name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        pytest_inferscope.nothing_here  # noqa: B018
+
+
+#: A host that takes the plugin's modules out of sys.modules after a run, as pytester's in-process runs do, and then
+#: loads `api` again (the plugin's next session does): `measure` and `scope` must write to the same collection.
+MODULES_TAKEN_OUT = """
+import sys
+import pytest_inferscope
+pytest_inferscope.measure(lambda: None, rounds=1, warmup=0)  # api and api_measure loaded, the package's attributes set
+for name in [m for m in sys.modules if m.startswith("pytest_inferscope.")]:
+    del sys.modules[name]
+import pytest_inferscope.api  # noqa: E402  (as the plugin's next session loads it)
+from pytest_inferscope import measure, scope
+
+def work():
+    with scope("inner"):
+        sum(range(1000))
+
+print([s.path for s in measure(work, rounds=2, warmup=0).analysis.scopes])
+"""
+
+
+def test_public_names_follow_the_modules_a_host_loaded_again(pytester: pytest.Pytester) -> None:
+    """`from . import api_measure` took the package's attribute, a module already out of sys.modules, whose collection
+    was not the one `scope` wrote to: the scope went unseen (`[]`)."""
+    script = pytester.makepyfile(modules_taken_out=MODULES_TAKEN_OUT)
+    result = pytester.run(sys.executable, str(script))
+    assert result.ret == 0, result.stderr.str()
+    assert result.outlines[-1] == "['inner']"
