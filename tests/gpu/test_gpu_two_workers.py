@@ -8,7 +8,8 @@ each worker saw only its own GPU (one device, UUIDs that differ and match nvidia
 records all on device 0 of the process), the fingerprint names the pinned GPU, and the terminal summary, the
 index and the JUnit properties of the two-worker run say what the serial run says (the same tests, classes,
 verdicts, rounds and property names; latencies within 30 % on identical GPUs). Under A/B each worker and its twin
-ran their rounds on one core and one GPU, the two pairs on different ones.
+ran their rounds on one core and one GPU, the two pairs on different ones, and no metric changed between the sides,
+a launch-heavy test that auto makes lean among them.
 Needs two GPUs (skips with fewer, fails under INFERSCOPE_GPU=required). NVLink multicast stays off.
 """
 
@@ -196,9 +197,28 @@ def git(where: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True)
 
 
+#: A launch-heavy body, which gpu_rounds=auto makes lean (no GPU records in its measured rounds): both sides must then
+#: read its GPU figures from the rounds after the measured ones (each twin too, since 2026-11-30: before, the twin ran
+#: none, and a lean test failed its A/B on `kernel_launches 0 → N`).
+LEAN_TEST = """
+import pytest
+import torch
+
+
+@pytest.mark.inferscope(rounds=8, warmup=1)
+def test_launch_heavy(where):
+    where()
+    x = torch.zeros(64, device="cuda")
+    for _ in range(300):
+        x.add_(1)
+    torch.cuda.synchronize()
+"""
+
+
 def test_ab_pins_each_worker_and_its_twin_to_one_core_and_one_gpu(tmp_path: Path) -> None:
     uuids = nvidia_uuids()
     root = project(tmp_path / "proj")
+    (root / "test_gpu_lean.py").write_text(LEAN_TEST)
     git(root, "init", "-q")
     git(root, "-c", "user.email=t@example.com", "-c", "user.name=t", "add", ".")
     git(root, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "first")
@@ -225,7 +245,12 @@ def test_ab_pins_each_worker_and_its_twin_to_one_core_and_one_gpu(tmp_path: Path
         assert uuid == uuids[int(worker.removeprefix("gw"))], (worker, uuid)
         placed[worker] = (core, uuid)
     assert placed["gw0"][0] != placed["gw1"][0] and placed["gw0"][1] != placed["gw1"][1], placed  # pairs apart
-    for folder in (tmp_path / "ab").glob("test_gpu_work.py__*"):
+    folders = [*(tmp_path / "ab").glob("test_gpu_work.py__*"), *(tmp_path / "ab").glob("test_gpu_lean.py__*")]
+    assert len(folders) == 4, folders
+    for folder in folders:
         report = json.loads((folder / "report.json").read_text())
         assert report["ab"]["pairs"] >= 8 and str(report["ab"]["core"]) in {placed["gw0"][0], placed["gw1"][0]}
+        assert report["ab"]["metric_changes"] == [], (folder.name, report["ab"]["metric_changes"])
+        if "lean" in folder.name:
+            assert report["analysis"]["metrics"]["gpu.kernel_launches_per_round"] >= 300, folder.name
     assert "each of the 2 xdist workers" in proc.stdout + proc.stderr
