@@ -9,7 +9,7 @@ records all on device 0 of the process), the fingerprint names the pinned GPU, a
 index and the JUnit properties of the two-worker run say what the serial run says (the same tests, classes,
 verdicts, rounds and property names; latencies within 30 % on identical GPUs). Under A/B each worker and its twin
 ran their rounds on one core and one GPU, the two pairs on different ones, and no metric changed between the sides,
-a launch-heavy test that auto makes lean among them.
+a launch-heavy test whose GPU figures come from the rounds after the measured ones among them.
 Needs two GPUs (skips with fewer, fails under INFERSCOPE_GPU=required). NVLink multicast stays off.
 """
 
@@ -197,9 +197,10 @@ def git(where: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True)
 
 
-#: A launch-heavy body, which gpu_rounds=auto makes lean (no GPU records in its measured rounds): both sides must then
-#: read its GPU figures from the rounds after the measured ones (each twin too, since 2026-11-30: before, the twin ran
-#: none, and a lean test failed its A/B on `kernel_launches 0 → N`).
+#: A launch-heavy body, whose measured rounds record no GPU activity: gpu_rounds=auto makes it lean, or, run first in
+#: its worker (no CUDA context yet), CUPTI starts only after them (2026-11-30 on two H200s: that path, 301 launches a
+#: round at both sides). Either way both sides must read its GPU figures from the rounds after the measured ones (each
+#: twin too, since 2026-11-30: before, the twin ran none, and a lean test failed its A/B on `kernel_launches 0 → N`).
 LEAN_TEST = """
 import pytest
 import torch
