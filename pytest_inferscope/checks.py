@@ -279,14 +279,24 @@ def markers_farthest_first(item: pytest.Item) -> list[pytest.Mark]:
     return [*(m for m in reversed(marks) if not any(m is p for p in params)), *params]
 
 
-def lone_key_problems(items: Iterable[pytest.Item]) -> tuple[list[str], list[str]]:
+@dataclass(frozen=True)
+class UnusedKey:
+    """A class or module marker key that does nothing (`lone_key_problems`): the warning's text, and where the marker
+    is (the class's or module's file and line), which the warning names rather than this file."""
+
+    text: str
+    path: str
+    lineno: int
+
+
+def lone_key_problems(items: Iterable[pytest.Item]) -> tuple[list[str], list[UnusedKey]]:
     """Marker keys that do nothing (`marker.lone_keys`: latency_stat without max_latency_ms, min_fix_saving without
     expect_fix), judged on each test's markers merged: errors for a key of the test's own marker (its function's or
     its parameters'), and warnings for one a class or module marker gives, once a marker, when none of the tests
     collected under it sets the key's partner: a class may set latency_stat for those of its tests that set
     max_latency_ms, so there the key is a shared default, wrong only if no test uses it."""
     errors: list[str] = []
-    inherited: dict[tuple[str, str], tuple[Any, bool]] = {}  # (node id, key) -> (value, used by a test)
+    inherited: dict[tuple[str, str], tuple[Any, bool, Any]] = {}  # (node id, key) -> (value, used, the node)
     for item in items:
         marks = list(item.iter_markers_with_node("inferscope"))
         lone, said = set(lone_keys(k for _, m in marks for k in m.kwargs)), set()
@@ -297,29 +307,56 @@ def lone_key_problems(items: Iterable[pytest.Item]) -> tuple[list[str], list[str
                         said.add(key)
                         errors.append(lone_key_problem(item.nodeid, key, mark.kwargs[key]))
                     continue
-                value, used = inherited.get((node.nodeid, key), (mark.kwargs[key], False))
-                inherited[(node.nodeid, key)] = (value, used or key not in lone)
+                value, used, _ = inherited.get((node.nodeid, key), (mark.kwargs[key], False, node))
+                inherited[(node.nodeid, key)] = (value, used or key not in lone, node)
     unused = []
-    for (where, key), (value, used) in inherited.items():
+    for (where, key), (value, used, node) in inherited.items():
         if not used:
             partner, example = PARTNERS[key]
-            unused.append(
+            text = (
                 f"{where}: @pytest.mark.inferscope({key}={value!r}) does nothing: none of the tests collected under "
                 f"it sets {partner}. Add {example} to the tests it is meant for, or remove {key}."
             )
+            unused.append(UnusedKey(text, *_where_defined(node)))
     return errors, unused
 
 
-def warn_unused(texts: list[str]) -> list[str]:
-    """Warn of each class or module marker key that does nothing (`lone_key_problems`); those a warnings filter turns
-    into errors (`-W error`) are returned, for the collection's usage error to list with the others."""
+def _where_defined(node: Any) -> tuple[str, int]:
+    """A class's or module's file and line (1-based; a module's first line); `node`: pytest's Node, not public."""
+    try:
+        path, line, _ = node.reportinfo()
+    except Exception:  # a node type of another plugin's
+        path, line = node.path, None
+    return str(path), (line or 0) + 1
+
+
+def warn_unused(unused: list[UnusedKey], shown: bool = True) -> list[str]:
+    """Warn of each class or module marker key that does nothing (`lone_key_problems`), at the marker's file and line;
+    those a warnings filter turns into errors (`-W error`) are returned, for the collection's usage error to list with
+    the others. Not `shown` (an xdist worker but the first: each collects the same tests, and the controller listed the
+    warning as many times), the warning is only checked against the filters."""
     errors = []
-    for text in texts:
+    for u in unused:
         try:
-            warnings.warn(InferscopeWarning(text), stacklevel=2)
+            with warnings.catch_warnings(record=not shown):
+                warnings.warn_explicit(InferscopeWarning(u.text), InferscopeWarning, u.path, u.lineno)
         except InferscopeWarning:
-            errors.append(text)
+            errors.append(u.text)
     return errors
+
+
+def refuse_markers(config: pytest.Config, items: list[pytest.Item], problems: list[str]) -> None:
+    """Stop the session on invalid markers, the problems listed in one paragraph each: a usage error; in an xdist
+    worker, a failed collection report the controller shows (and stops on, as on any collection error) with no test
+    left to run. A worker's usage error reached the controller as an INTERNALERROR (xdist's "assert not crashitem"),
+    without the problems (pytest-xdist 3.8)."""
+    import pytest
+
+    text = "invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems)
+    if not hasattr(config, "workerinput"):
+        raise pytest.UsageError(text)
+    config.hook.pytest_collectreport(report=pytest.CollectReport("", "failed", text, []))
+    items[:] = []
 
 
 def plan_of(item: pytest.Item, settings: Settings) -> Plan | None:

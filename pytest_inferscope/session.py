@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .checks import benchmark_conflict, lone_key_problems, plan_of, validate_marker, warn_unused
+from .checks import benchmark_conflict, lone_key_problems, plan_of, refuse_markers, validate_marker, warn_unused
 from .config import Settings
 from .extra import (
     custom_rules,
@@ -196,9 +196,9 @@ class InferscopeSession:
             for marker in item.iter_markers("inferscope"):
                 problems.extend(validate_marker(item.nodeid, marker.args, marker.kwargs))
         lone, unused = lone_key_problems(items)
-        problems += lone + warn_unused(unused)
+        problems += lone + warn_unused(unused, shown=getattr(config, "workerinput", {}).get("workerid", "gw0") == "gw0")
         if problems:
-            raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))
+            return refuse_markers(config, items, problems)
         for item in items:
             if isinstance(item, pytest.Function):
                 plan = plan_of(item, self.settings)
@@ -209,7 +209,7 @@ class InferscopeSession:
                     if (bad := benchmark_conflict(item, plan)) is not None:
                         problems.append(bad)
         if problems:
-            raise pytest.UsageError("invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems))
+            refuse_markers(config, items, problems)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Generator[None, object, object]:

@@ -116,3 +116,53 @@ def test_a_class_default_some_of_its_tests_use_is_fine_and_one_none_use_is_a_war
     result = pytester.runpytest("-p", "no:randomly", "-W", "error::pytest_inferscope.warning.InferscopeWarning")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([said])
+
+
+def test_under_xdist_invalid_markers_are_said_not_an_internal_error(pytester: pytest.Pytester) -> None:
+    """An xdist worker's usage error reached the controller as an INTERNALERROR ("assert not crashitem"), the problems
+    nowhere in the output: now a collection error the controller shows, with nothing run."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        test_bad="""
+        import pytest
+
+        @pytest.mark.inferscope(max_latency=5)
+        def test_typo():
+            pass
+
+        def test_plain():
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly")
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out, out[-3000:]
+    assert result.ret not in (pytest.ExitCode.OK, pytest.ExitCode.INTERNAL_ERROR)
+    result.stdout.fnmatch_lines(
+        ["invalid @pytest.mark.inferscope arguments:", "*test_typo*unknown @pytest.mark.inferscope key 'max_latency'*"]
+    )
+    assert out.count("unknown @pytest.mark.inferscope key") == 1  # once, though each worker found it
+    assert "passed" not in out  # nothing ran
+
+
+def test_a_class_keys_warning_names_the_class_line_and_shows_once_under_xdist(pytester: pytest.Pytester) -> None:
+    """The warning pointed at the plugin's own session.py, and under xdist came once a worker."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        test_shared="""
+        import pytest
+
+
+        @pytest.mark.inferscope(latency_stat="p99", rounds=1, warmup=0)
+        class TestUnused:
+            def test_a(self):
+                pass
+
+            def test_b(self):
+                pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(["test_shared.py:4", "*test_shared.py:4: InferscopeWarning: *TestUnused*does nothing*"])
+    assert "session.py" not in result.stdout.str()
