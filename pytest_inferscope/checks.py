@@ -345,14 +345,18 @@ def warn_unused(unused: list[UnusedKey], shown: bool = True) -> list[str]:
     return errors
 
 
+#: The first line of the refusal of bad marker arguments (`refuse_markers`).
+REFUSED = "invalid @pytest.mark.inferscope arguments:"
+
+
 def refuse_markers(config: pytest.Config, items: list[pytest.Item], problems: list[str]) -> None:
     """Stop the session on invalid markers, the problems listed in one paragraph each: a usage error; in an xdist
     worker, a failed collection report the controller shows (and stops on, as on any collection error) with no test
-    left to run. A worker's usage error reached the controller as an INTERNALERROR (xdist's "assert not crashitem"),
-    without the problems (pytest-xdist 3.8)."""
+    left to run, and ends as a usage error (`xdist.XdistHooks`). A worker's usage error reached the controller as an
+    INTERNALERROR (xdist's "assert not crashitem"), without the problems (pytest-xdist 3.8)."""
     import pytest
 
-    text = "invalid @pytest.mark.inferscope arguments:\n  " + "\n  ".join(problems)
+    text = f"{REFUSED}\n  " + "\n  ".join(problems)
     if not hasattr(config, "workerinput"):
         raise pytest.UsageError(text)
     config.hook.pytest_collectreport(report=pytest.CollectReport("", "failed", text, []))

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .checks import REFUSED
+
 if TYPE_CHECKING:
     from .results import ClockFit, TestResult
     from .session import InferscopeSession
@@ -91,6 +93,11 @@ class XdistHooks:
         # tests a worker died in, not known as profiled then: the worker, and how many runs of it had come before
         self.died_in: dict[str, list[tuple[str, int]]] = {}
         self.plans = "{}"  # the last plans a worker sent (`_PLANS`)
+        self.refused = False  # a worker refused bad marker arguments (`checks.refuse_markers`)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed and str(report.longrepr).startswith(REFUSED):
+            self.refused = True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -99,7 +106,10 @@ class XdistHooks:
         it has run to its end). Each death is a run of the test, partial, in the order the runs came: a test that died
         at every try is listed as its last death, one that ran to its end later has its deaths among its earlier runs.
         One whose plan no worker sent (none lived to its session's end) is listed too, its plan unknown, where the
-        session profiles anything."""
+        session profiles anything. A session a worker refused bad marker arguments in ends as a usage error, as a serial
+        one does, not as xdist's collection error."""
+        if self.refused:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
         plans = json.loads(self.plans) if self.died_in else {}
         last = {r.nodeid: r for r in self.session.results}
         profiling = bool(self.session.results or self.session.plans or self.session.settings.all)
