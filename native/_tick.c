@@ -12,7 +12,12 @@
  *   while the signal's disposition is the default or ignore (a test reset it, or the interpreter is finalising): a
  *   real-time signal's default action ends the process.
  *
- * start(interval_ns, callback, signum, thread_id): thread_id 0: pending calls of callback; else signum to thread_id.
+ * start(interval_ns, callback, signum, thread_id[, watch_id, watch_tid]): thread_id 0: pending calls of callback;
+ * else signum to thread_id. With watch_id and watch_tid (the sampled thread's pthread id and native id), each tick that
+ * calls or signals first asks whether that thread is at work: on a CPU (its CPU clock read twice moved) or runnable
+ * ('R' in its /proc stat). at_work() says it for the last such tick (the thread's CPU clock there, -1: waiting), so a
+ * sample taken for it can tell a thread at work from one waiting for an event (a sleep, I/O, a lock), whose time off a
+ * CPU since the last sample lies at the sample's own stack.
  * stop(): nothing after it returns (a pending call queued before it returns without calling anything; a signal sent
  * before it reaches its handler, which the caller leaves installed). Neither blocks: the thread is started once, and
  * waits on a condition variable between two starts. Returns the number of ticks since the start.
@@ -21,11 +26,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv;
@@ -38,6 +47,11 @@ static int64_t period_ns;
 static struct timespec due;
 static unsigned long ticks; /* since the last start */
 static atomic_int queued;   /* a pending call is queued and has not run yet */
+static int watching;        /* under mu: watch_clock is the sampled thread's CPU clock */
+static clockid_t watch_clock;
+static int watch_fd = -1;   /* under mu: its /proc/self/task/<tid>/stat from start to stop, or -1 */
+static _Atomic int64_t at_work; /* the last tick that called or signalled: the thread's CPU clock if it was at work
+                                   there, else -1 */
 
 /* Under the GIL. */
 static PyObject *callback;
@@ -67,12 +81,30 @@ static int fire(void *arg) {
     return 0;
 }
 
+/* Whether the watched thread is at work now (its CPU clock, else -1): on a CPU (its CPU clock, read twice, moved: Linux brings a running
+ * thread's up to the nanosecond at each read), else runnable ('R' in its /proc stat: this thread's wake-up may have
+ * taken its core, or it waits for one). A thread waiting for an event (a sleep, I/O, a lock) is neither. */
+static int64_t watched_at_work(void) { /* its CPU clock if at work, else -1 */
+    struct timespec a, b;
+    if (!watching || clock_gettime(watch_clock, &a) != 0 || clock_gettime(watch_clock, &b) != 0) return -1;
+    if (to_ns(&b) > to_ns(&a)) return to_ns(&b);
+    char buf[512];
+    ssize_t n = watch_fd < 0 ? -1 : pread(watch_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *end = strrchr(buf, ')'); /* "tid (comm) S ...": the name may hold a ')' */
+    return end != NULL && end[1] == ' ' && end[2] == 'R' ? to_ns(&b) : -1;
+}
+
 static void tick(void) { /* under mu */
     if (direct) {
         struct sigaction sa;
-        if (sigaction(signum, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN)
+        if (sigaction(signum, NULL, &sa) == 0 && sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN) {
+            atomic_store(&at_work, watched_at_work());
             pthread_kill(target, signum);
+        }
     } else if (!atomic_exchange(&queued, 1)) { /* else the last one has not run: the main thread is in C */
+        atomic_store(&at_work, watched_at_work());
         if (Py_AddPendingCall(fire, (void *)gen) != 0) atomic_store(&queued, 0); /* CPython's queue is full */
     }
     ticks++;
@@ -106,6 +138,9 @@ static void after_fork_in_child(void) { /* the thread is not in the child: a lat
     init_cv();
     have_thread = 0;
     running = 0;
+    watching = 0;
+    if (watch_fd >= 0) close(watch_fd); /* the parent's thread's */
+    watch_fd = -1;
     atomic_store(&queued, 0);
 }
 
@@ -114,8 +149,10 @@ static PyObject *tick_start(PyObject *self, PyObject *args) {
     long long interval_ns;
     PyObject *cb;
     int sig;
-    unsigned long long thread_id;
-    if (!PyArg_ParseTuple(args, "LOiK:start", &interval_ns, &cb, &sig, &thread_id)) return NULL;
+    unsigned long long thread_id, watch_id = 0, tid = 0;
+    if (!PyArg_ParseTuple(args, "LOiK|KK:start", &interval_ns, &cb, &sig, &thread_id, &watch_id, &tid)) return NULL;
+    clockid_t clock = 0;
+    if (watch_id != 0 && pthread_getcpuclockid((pthread_t)watch_id, &clock) != 0) watch_id = 0; /* no clock: not told */
     if (interval_ns < 10000 || !PyCallable_Check(cb) || (thread_id != 0 && sig < 1)) {
         PyErr_SetString(PyExc_ValueError,
                         "start: interval_ns must be at least 10000, callback callable, and signum positive with a thread");
@@ -143,6 +180,16 @@ static PyObject *tick_start(PyObject *self, PyObject *args) {
     target = (pthread_t)thread_id;
     period_ns = interval_ns;
     ticks = 0;
+    watching = watch_id != 0;
+    watch_clock = clock;
+    if (watch_fd >= 0) close(watch_fd); /* a start after a start */
+    watch_fd = -1;
+    if (tid != 0) { /* closed at the stop: nothing of the clock's stays open between two collections */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%llu/stat", tid);
+        watch_fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    atomic_store(&at_work, -1);
     due = from_ns(now_ns() + interval_ns);
     uintptr_t g = gen;
     pthread_cond_signal(&cv);
@@ -161,6 +208,9 @@ static PyObject *tick_stop(PyObject *self, PyObject *unused) {
     pthread_mutex_lock(&mu);
     gen++;
     running = 0;
+    watching = 0;
+    if (watch_fd >= 0) close(watch_fd);
+    watch_fd = -1;
     unsigned long n = ticks;
     pthread_cond_signal(&cv);
     pthread_mutex_unlock(&mu);
@@ -169,10 +219,20 @@ static PyObject *tick_stop(PyObject *self, PyObject *unused) {
     return PyLong_FromUnsignedLong(n);
 }
 
+static PyObject *tick_at_work(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return PyLong_FromLongLong((long long)atomic_load(&at_work));
+}
+
 static PyMethodDef methods[] = {
     {"start", tick_start, METH_VARARGS,
      "start(interval_ns, callback, signum, thread_id): every interval, callback(frame) in the main thread by a "
-     "pending call (thread_id 0), or signum sent to thread_id."},
+     "pending call (thread_id 0), or signum sent to thread_id; with watch_id and watch_tid, at_work() says that "
+     "thread's state."},
+    {"at_work", tick_at_work, METH_NOARGS,
+     "at_work() -> the watched thread's CPU clock (ns) at the last tick that called or signalled if it found it at "
+     "work (on a CPU or runnable), else -1."},
     {"stop", tick_stop, METH_NOARGS, "stop() -> the ticks since start(): nothing after it returns."},
     {NULL, NULL, 0, NULL},
 };

@@ -108,20 +108,30 @@ class CallFlag(enum.IntFlag):
 GC_FRAME = "gc:collect (Python's garbage collector)"
 
 #: A SAMPLE record's flags: bit 0 set where the sampler read the thread's CPU clock, and the µs the thread was on a CPU
-#: over the time the sample stands for in bits 1-31. 0: not known (a trace recorded before, an imported one).
+#: over the time the sample stands for in bits 1-30. 0: not known (a trace recorded before, an imported one).
 SAMPLE_CPU_KNOWN = 1
-_SAMPLE_CPU_MAX_US = (1 << 31) - 1
+#: Bit 31: the thread was at work at the sample's instant (on a CPU, or runnable), so the time it spent off a CPU since
+#: the sample before lies before, not at this stack (a body that slept, then computed). Unset: waiting there, or not
+#: known (a trace recorded before 2026-11-30, whose µs never reached bit 31: 2^30 µs, 18 minutes on a CPU, one sample).
+SAMPLE_AT_WORK = 1 << 31
+_SAMPLE_CPU_MAX_US = (1 << 30) - 1
 
 
-def sample_flags(on_cpu_ns: int) -> int:
-    """A sample's flags for the thread's CPU time over the time it stands for."""
-    return SAMPLE_CPU_KNOWN | min(max(0, on_cpu_ns) // 1000, _SAMPLE_CPU_MAX_US) << 1
+def sample_flags(on_cpu_ns: int, at_work: bool = False) -> int:
+    """A sample's flags for the thread's CPU time over the time it stands for, and whether it was at work at the end."""
+    on_cpu_us = min(max(0, on_cpu_ns) // 1000, _SAMPLE_CPU_MAX_US)
+    return SAMPLE_CPU_KNOWN | on_cpu_us << 1 | (SAMPLE_AT_WORK if at_work else 0)
 
 
 def sample_on_cpu_ns(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of `sample_flags`, vectorised: (whether it is known, the ns on a CPU)."""
     f = np.asarray(flags, dtype=np.uint32)
-    return (f & SAMPLE_CPU_KNOWN).astype(bool), (f >> 1).astype(np.int64) * 1000
+    return (f & SAMPLE_CPU_KNOWN).astype(bool), ((f >> 1) & _SAMPLE_CPU_MAX_US).astype(np.int64) * 1000
+
+
+def sample_at_work(flags: np.ndarray) -> np.ndarray:
+    """Whether each sample's thread was on a CPU at its instant (`SAMPLE_AT_WORK`), vectorised."""
+    return (np.asarray(flags, dtype=np.uint32) & SAMPLE_AT_WORK).astype(bool)
 
 
 class MemoryFlag(enum.IntFlag):

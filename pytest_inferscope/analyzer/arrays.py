@@ -100,3 +100,17 @@ def overlap_ns(a: np.ndarray, b: np.ndarray, starts: np.ndarray, ends: np.ndarra
         return np.where(k >= 0, before[kk] + np.minimum(t - s[kk], e[kk] - s[kk]), 0)
 
     return (covered(b) - covered(a)).astype(float)
+
+
+def wait_places(starts: np.ndarray, ends: np.ndarray, at_work: np.ndarray) -> np.ndarray:
+    """For each of a thread's CPU samples (each standing for [start, end)), the sample whose stack its time off a CPU
+    is put at: itself where the thread waited at its instant; where it was at work there (events.SAMPLE_AT_WORK), the
+    time lies before, so the sample just before (the one ending where it starts) if the thread waited at that one's
+    instant, else none (-1)."""
+    order = starts.argsort(kind="stable")
+    s, e, working = starts[order], ends[order], at_work[order]
+    prev = np.full(len(order), -1)
+    prev[1:] = np.where((e[:-1] == s[1:]) & ~working[:-1], order[:-1], -1)
+    place = np.arange(len(order))
+    place[order[working]] = prev[working]
+    return place

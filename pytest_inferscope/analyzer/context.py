@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..caching import cached_property
-from ..events import GC_FRAME, GPU_KINDS, Kind, sample_on_cpu_ns
+from ..events import GC_FRAME, GPU_KINDS, Kind, sample_at_work, sample_on_cpu_ns
 from ..merger import Timeline
 from ..results import BreakdownPart, EventRef, Hotspot, ScopeStat
+from .arrays import wait_places
 from .base import _MS, LAUNCH_GAP_NS, MIN_COUNTED_MS, Rounds, event_refs, overlap_ns, union_ns
 from .calls import call_hotspots
 from .context_gpu import GpuView
@@ -141,15 +142,32 @@ class CpuView:
         """`sample_weights` off a CPU: each sample's time in the measured rounds less the thread's CPU time over it
         (events.sample_flags: the sampler reads the thread's CPU clock; its share, where the sample reaches outside
         the rounds), where every sample there says it; else `sample_weights` (a trace recorded before the samples said
-        it, an imported one: every sampled ms counts, as before)."""
+        it, an imported one: every sampled ms counts, as before). Where the thread was at work at a sample's instant
+        (events.SAMPLE_AT_WORK), its time off a CPU lies before: it goes to the sample just before (the one that
+        ended where this one starts) if the thread was waiting there, else to no stack (`off_cpu_unplaced_ns`)."""
+        return self._off_cpu[0]
+
+    @property
+    def off_cpu_unplaced_ns(self) -> float:
+        """The samples' time off a CPU in the measured rounds that no stack is known for (`off_cpu_weights`)."""
+        return self._off_cpu[1]
+
+    @cached_property
+    def _off_cpu(self) -> tuple[dict[int, float], float]:
         if not self.samples_know_cpu:
-            return self.sample_weights
+            return self.sample_weights, 0.0
         ev = self.timeline.events
         sel, dur = self._samples_in_rounds
-        on_cpu = sample_on_cpu_ns(ev["flags"][sel])[1]
+        flags, names = ev["flags"][sel], ev["name"][sel]
+        on_cpu = sample_on_cpu_ns(flags)[1]
         span = (ev["end"][sel] - ev["start"][sel]).astype(float)
-        off = np.clip(1.0 - on_cpu / np.maximum(span, 1.0), 0.0, 1.0)
-        return _by_name(ev["name"][sel], dur * off)
+        off = dur * np.clip(1.0 - on_cpu / np.maximum(span, 1.0), 0.0, 1.0)
+        at_work = sample_at_work(flags)
+        if not at_work.any():
+            return _by_name(names, off), 0.0
+        place = wait_places(ev["start"][sel], ev["end"][sel], at_work)
+        placed = place >= 0
+        return _by_name(names[place[placed]], off[placed]), float(off[~placed].sum())
 
     @cached_property
     def hotspots(self) -> list[Hotspot]:

@@ -188,6 +188,10 @@ def _spread(ctx: Context, busy_ms: float) -> list[Suggestion]:
     ]
 
 
+#: off_cpu_wait's evidence for the time off a CPU that fell between samples taken with the thread at work.
+UNPLACED = "off CPU where no sample saw it (ms/round)"
+
+
 def off_cpu_wait(ctx: Context) -> list[Finding]:
     """The test thread spent much of the round off CPU (sleeping, I/O, locks, waiting on other threads)."""
     if ctx.metrics.get("cpu.test_thread_working") is None:
@@ -199,11 +203,13 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
     round_ms = ctx.rounds.per_round_ms(ctx.rounds.wall_ns)
     wait_ms = round_ms * waiting
     sites = [s for s in ctx.cpu.wait_sites if s[2] > 0]
-    sampled = sum(s[2] for s in sites)
+    unplaced = ctx.rounds.per_round_ms(ctx.cpu.off_cpu_unplaced_ns)  # waits between samples taken at work
+    sampled = sum(s[2] for s in sites) + unplaced
     if ctx.cpu.samples_know_cpu and sampled > wait_ms:
         # The samples' time off a CPU counts the wait for a core too: taken out in proportion, so that the sites add
         # up to the wait (28 ms off CPU read "where it waited: 46 ms" beside 18 ms waiting for a core, 2026-11-29).
         sites = [(f, c, ms * wait_ms / sampled) for f, c, ms in sites]
+        unplaced *= wait_ms / sampled
     sites = sites[:3]
     if wait_ms < MIN_COUNTED_MS:
         return []  # below what the thread's CPU clock and the counters' reads can tell from working
@@ -238,6 +244,7 @@ def off_cpu_wait(ctx: Context) -> list[Finding]:
                     f"where it waited {i}": f"{frame}{f', in {call}' if call else ''}: {ms:.2f} ms/round"
                     for i, (frame, call, ms) in enumerate(sites, 1)
                 },
+                **({UNPLACED: round(unplaced, 3)} if unplaced >= MIN_COUNTED_MS else {}),
                 "the process's other threads on CPU (cores)": _others_said(ctx),
             },
             suggestions=[

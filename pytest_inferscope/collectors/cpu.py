@@ -180,6 +180,7 @@ class Sampler:
               read_rss: Callable[[], int]) -> None:  # fmt: skip
         # The first sample an interval after the start, however late a parked thread took the sampler up.
         first = max(0.0, self.interval_s - (host_clock_ns() - self._last) / 1e9)
+        due = host_clock_ns() + int(first * 1e9)
         if wait(first):
             return
         while True:
@@ -189,17 +190,28 @@ class Sampler:
             frame = frames().get(self.target_ident)
             if frame is None:  # the test thread is gone
                 break
-            self._take(frame, record, read_rss)
+            self._take(frame, record, read_rss, due)
             del frame
+            due = host_clock_ns() + int(self.interval_s * 1e9)
             if wait(self.interval_s):
                 break
 
-    def _take(self, frame: FrameType, record: Callable[..., bool], read_rss: Callable[[], int]) -> None:
-        """One sample of `frame`'s stack, the test thread's CPU clock, and the RSS every MEMORY_SAMPLE_NS."""
+    def _take(self, frame: FrameType, record: Callable[..., bool], read_rss: Callable[[], int], due: int) -> None:
+        """One sample of `frame`'s stack, the test thread's CPU clock, and the RSS every MEMORY_SAMPLE_NS.
+
+        Whether the thread was at work at the tick (`due`), so that its time off a CPU since the sample before is not
+        put at a stack it was computing in (events.SAMPLE_AT_WORK): its CPU clock moved while this thread, holding the
+        GIL, walked the stack (a C call that let the GIL go, running); or this thread got the GIL late, at least half a
+        switch interval after its tick, and the test thread was on a CPU for at least half that lateness (it held the
+        GIL, computing, until CPython made it hand it over; a thread holding the GIL waits on it after, so its clock
+        cannot tell)."""
+        before = _read_cpu(self._cpu_clock)
         name = self._stack_name(frame)
         line = frame.f_lineno or 0  # the line the leaf frame was on (the name has its function's first line)
         now, cpu = host_clock_ns(), _read_cpu(self._cpu_clock)
-        self._put(record, name, line, now, self._rss_due(now, read_rss), cpu)
+        late = now - due
+        at_work = 0 <= before < cpu or (late >= _LATE_NS and cpu - self._last_cpu >= late // 2 and self._last_cpu >= 0)
+        self._put(record, name, line, now, self._rss_due(now, read_rss), cpu, at_work)
         self.samples += 1
 
     def _rss_due(self, now: int, read_rss: Callable[[], int]) -> int | None:
@@ -209,17 +221,29 @@ class Sampler:
         self._last_mem = now
         return read_rss()
 
-    def _put(self, record: Callable[..., bool], name: int, line: int, now: int, rss: int | None, cpu: int) -> None:
+    def _put(
+        self, record: Callable[..., bool], name: int, line: int, now: int, rss: int | None, cpu: int, at_work: bool
+    ) -> None:
         """Record a sample, weighted by the time since the last, with the thread's CPU time over it (`cpu`: its CPU
-        clock now, -1 where it cannot be read), and the RSS read with it (if any)."""
+        clock now, -1 where it cannot be read), whether it was at work at the sample's instant, and the RSS read with
+        it (if any)."""
         # At most the span: the two clocks are read one after the other, and a thread descheduled between the two
         # reads of the sample before read more CPU time than wall time over this one (signal sampler, loaded 2-core VM)
-        on_cpu = sample_flags(min(cpu - self._last_cpu, now - self._last)) if cpu >= 0 and self._last_cpu >= 0 else 0
+        known = cpu >= 0 and self._last_cpu >= 0
+        on_cpu = sample_flags(min(cpu - self._last_cpu, now - self._last), at_work) if known else 0
         record(Kind.SAMPLE, name, self._last, now, value=line, tid=self.target_tid, flags=on_cpu)
         self._last, self._last_cpu = now, cpu
         if rss is not None:
             self.rss_peak = max(self.rss_peak, rss)
             record(Kind.MEMORY, 0, now, now, value=rss, flags=MemoryFlag.RSS, tid=self.target_tid)
+
+
+#: A signal sampler's handler that came within this much of the thread's CPU time after its tick took the stack the
+#: tick found the thread in.
+_PROMPT_NS = 500_000
+#: A sampler thread that got the GIL this late after its tick found it held (CPython's waiter asks for it after a
+#: switch interval, 5 ms by default): half the interval, read when this module is loaded.
+_LATE_NS = int(sys.getswitchinterval() * 1e9 / 2)
 
 
 def _thread_cpu_clock(ident: int) -> int | None:
@@ -319,20 +343,22 @@ class SignalSampler(Sampler):
         self._last = host_clock_ns()
         self._last_mem = 0
         self._last_cpu = time.thread_time_ns()  # started on the test thread, whose CPU clock the handler reads
-        # (stack key, line, when, RSS or None, the thread's CPU clock)
-        self._taken: list[tuple[tuple[int, ...], int, int, int | None, int]] = []
+        # (stack key, line, when, RSS or None, the thread's CPU clock, whether it was at work at the tick)
+        self._taken: list[tuple[tuple[int, ...], int, int, int | None, int, bool]] = []
         self._busy = False  # the handler is running (a signal then is skipped)
         self._rss = RssFile()
         _ticking = self
+        main = threading.main_thread()  # the sampled thread, whose state each tick reads (_tick.at_work)
+        watch = (main.ident or 0, main.native_id or 0)
         if _PENDING_CALLS:
-            _tick.start(int(self.interval_s * 1e9), _on_pending, 0, 0)
+            _tick.start(int(self.interval_s * 1e9), _on_pending, 0, 0, *watch)
             return
         assert TICK_SIGNAL is not None  # unavailable() said so
         if signal.getsignal(TICK_SIGNAL) is not _on_tick:
             signal.signal(TICK_SIGNAL, _on_tick)
         # Every time: signal.signal makes system calls interruptible again, and whoever set ours back called it
         signal.siginterrupt(TICK_SIGNAL, False)
-        _tick.start(int(self.interval_s * 1e9), _on_pending, TICK_SIGNAL, threading.main_thread().ident or 0)
+        _tick.start(int(self.interval_s * 1e9), _on_pending, TICK_SIGNAL, watch[0], *watch)
 
     def _sample(self, frame: FrameType | None) -> None:
         # Between two bytecodes of the test thread, which may be inside the trace buffer's or the string table's own
@@ -342,8 +368,13 @@ class SignalSampler(Sampler):
         self._busy = True
         began = time.thread_time_ns()  # the handler's CPU, in the test thread: its whole cost (and its CPU clock)
         try:
-            now = host_clock_ns()
-            self._taken.append((_stack_key(frame), frame.f_lineno or 0, now, self._rss_due(now, self._rss.rss), began))
+            now, tick = host_clock_ns(), _tick.at_work()
+            # The tick's state is this stack's where the thread ran little between the two (waiting for a core counts
+            # nothing); one that ran on (3.11 and 3.12 run the handler at some loops' end, not in them) took the
+            # stack after whatever ran between: not told.
+            at_work = tick >= 0 and began - tick <= _PROMPT_NS
+            rss = self._rss_due(now, self._rss.rss)
+            self._taken.append((_stack_key(frame), frame.f_lineno or 0, now, rss, began, at_work))
             self.samples += 1
         finally:
             self.cost_ns += time.thread_time_ns() - began
@@ -355,8 +386,8 @@ class SignalSampler(Sampler):
         _tick.stop()  # nothing sent after it returns; a signal on its way finds _ticking None
         _ticking = None
         self._rss.close()
-        for key, line, now, rss, cpu in self._taken:
-            self._put(self.buffer.record, self._name_of(key), line, now, rss, cpu)
+        for key, line, now, rss, cpu, at_work in self._taken:
+            self._put(self.buffer.record, self._name_of(key), line, now, rss, cpu, at_work)
         self._taken = []
         self._done.set()
 

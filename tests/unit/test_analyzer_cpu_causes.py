@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_analyzer import MS, build
 
 from pytest_inferscope.analyzer import analyze
+from pytest_inferscope.analyzer.arrays import wait_places
 from pytest_inferscope.events import Kind, RawTrace, sample_flags
 from pytest_inferscope.merger import merge
 
@@ -258,3 +260,50 @@ def test_threads_read_after_the_rounds_do_not_claim_the_cores_the_process_used_b
     one = build(cpu_busy=0.9, runqueue=0.32, meta={"torch_threads": 1, "cpu_affinity": 2})
     (g,) = [f for f in analyze(merge(_process_cpu(one, 1.01))).findings if f.rule == "cpu_contention"]
     assert g.evidence["torch intra-op threads"] == 1
+
+
+def _slept_then_computed(at_work: bool) -> RawTrace:
+    """A body that sleeps 7 ms, then computes in `f` (10 ms rounds), sampled at 4, 8 and 10 ms into each round: the
+    first sample in the sleep, the second and third in `f`, each off a CPU for part of its span (the second for the
+    sleep's last 3 ms, the third for 1.5 ms between the two)."""
+    body, f = "t:test_body (t.py:3)", "t:f (t.py:9)"
+    raw = build(cpu_busy=0.15)
+    raw.strings.extend([body, f"{body};{f}"])
+    stacks = {body: len(raw.strings) - 2, f: len(raw.strings) - 1}
+    rows = []
+    for r in raw.events[raw.events["kind"] == Kind.ROUND]:
+        t = int(r["start"])
+        for stack, s, e, on_ms, working in ((body, 0, 4, 0.0, False), (f, 4, 8, 1.0, True), (f, 8, 10, 0.5, True)):
+            row = np.zeros(1, dtype=raw.events.dtype)[0]
+            row["start"], row["end"], row["name"], row["tid"] = t + s * MS, t + e * MS, stacks[stack], 1
+            row["kind"], row["flags"] = Kind.SAMPLE, sample_flags(int(on_ms * MS), working and at_work)
+            rows.append(row)
+    raw.events = np.sort(np.concatenate([raw.events, np.array(rows, dtype=raw.events.dtype)]), order="start")
+    return raw
+
+
+def test_a_wait_is_named_where_the_thread_waited_not_where_it_worked_next() -> None:
+    # `inferscope run` of a script sleeping 3 x 10 ms between bursts of work (the 2-core VM, 2026-11-30): "where it
+    # waited: script:f", though `f` never waits. A sample stands for the time since the one before, and its time off a
+    # CPU went to the stack it was taken in: after a sleep, where the thread worked next. A sample taken with the
+    # thread at work gives it to the sample before, where the thread was seen waiting, or to no stack.
+    (w,) = [x for x in analyze(merge(_slept_then_computed(at_work=True))).findings if x.rule == "off_cpu_wait"]
+    assert w.evidence["off CPU per round (ms)"] == pytest.approx(8.5, rel=0.01)
+    assert w.evidence["where it waited 1"] == "t:test_body (t.py:3): 7.00 ms/round", w.evidence
+    assert "where it waited 2" not in w.evidence  # not t:f
+    assert w.evidence["off CPU where no sample saw it (ms/round)"] == pytest.approx(1.5, rel=0.01)
+    assert w.suggestions[-1].action == "Remove or overlap the wait in t:test_body", w.suggestions
+    # Samples that do not say it (recorded before 2026-11-30): the time goes to the stack each was taken in, as before,
+    # which named `f` first.
+    (o,) = [x for x in analyze(merge(_slept_then_computed(at_work=False))).findings if x.rule == "off_cpu_wait"]
+    assert o.evidence["where it waited 1"] == "t:f (t.py:9): 4.50 ms/round", o.evidence
+    assert "off CPU where no sample saw it (ms/round)" not in o.evidence
+
+
+def test_wait_places_follow_time_not_the_order_the_samples_are_stored_in() -> None:
+    # Stored out of time order (the samples of a trace are sorted by start only after the merge): at [0, 4) waiting,
+    # [4, 8) at work, [8, 10) at work, [20, 30) at work after a gap (another round's), [30, 40) waiting.
+    starts, ends = np.array([8, 0, 30, 4, 20]), np.array([10, 4, 40, 8, 30])
+    at_work = np.array([True, False, False, True, True])
+    # [8, 10): the sample before is at work, so no place; [4, 8): the one at 0, index 1; [20, 30) follows a gap.
+    assert wait_places(starts, ends, at_work).tolist() == [-1, 1, 2, 1, -1]

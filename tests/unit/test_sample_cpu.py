@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from test_collectors import run
 
+from pytest_inferscope.analyzer import analyze
 from pytest_inferscope.collectors.cpu import SignalSampler
-from pytest_inferscope.events import Kind, sample_on_cpu_ns
+from pytest_inferscope.events import Kind, sample_at_work, sample_on_cpu_ns
+from pytest_inferscope.merger import merge
 
 #: The loops' CPU and wall ns, by the test thread's own clocks.
 LOOPS = [0, 0]
@@ -50,3 +52,49 @@ def test_samples_in_a_sleep_are_off_cpu_and_in_a_loop_on_it(sampler: str) -> Non
     # Its samples read that share (0.70-1.00 of it in 24 runs, the sleep's tail in the first sample after it).
     loop_share = LOOPS[0] / LOOPS[1]
     assert slept < 0.2 and 0.5 * loop_share <= spun, (slept, spun, loop_share)
+
+
+def _spin_for(seconds: float) -> None:
+    cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    LOOPS[0] += time.thread_time_ns() - cpu
+    LOOPS[1] += time.perf_counter_ns() - wall
+
+
+def _sleep_then_work() -> None:
+    # 23 ms, not a multiple of the 10 ms interval: the samples' instants drift over sleep and loop. Asleep 39% of the
+    # round: off_cpu_wait needs 30% off a CPU other than waiting for a core.
+    for _ in range(3):
+        time.sleep(0.009)
+        _spin_for(0.014)
+
+
+@pytest.mark.parametrize("sampler", ["thread", "signal"])
+def test_a_sample_says_whether_the_thread_was_at_work_and_the_wait_is_not_put_where_it_worked(sampler: str) -> None:
+    # `inferscope run` of a script sleeping 3 x 10 ms between bursts of work (the 2-core VM, 2026-11-30): "where it
+    # waited: script:f", though `f` never waits: a sample taken in `f` stood for the sleep before it too. So each
+    # sample says whether the thread was at work at its instant (events.SAMPLE_AT_WORK), and the analysis puts its
+    # time off a CPU where the thread was seen waiting. Before the change the loop was named in 6 of 6 such runs.
+    if sampler == "signal" and SignalSampler.unavailable():
+        pytest.skip(SignalSampler.unavailable())
+    LOOPS[:] = [0, 0]
+    _, raw = run(_sleep_then_work, rounds=4, warmup=1, sampler=sampler)
+    ev = raw.events[raw.events["kind"] == Kind.SAMPLE]
+    in_loop = ev["value"] == _spin_for.__code__.co_firstlineno + 3
+    working = sample_at_work(ev["flags"])
+    # In the loop, the thread at work at most instants the machine let it work (the thread sampler tells it by the GIL
+    # it waited for, the signal sampler's clock by the thread's CPU clock or its state; beside two spinning processes
+    # on the 2 cores, 0.36-0.44 of them). In the sleep, a sample is at work where its tick came in the loop and the
+    # sample as the sleep began (the time off a CPU before the tick is not that stack's either). Always at work, the
+    # wait would be nowhere (below); never, the loop fails here.
+    assert in_loop.any() and (~in_loop).any(), ev["value"]
+    assert working[in_loop].mean() >= 0.5 * LOOPS[0] / LOOPS[1], (working[in_loop], LOOPS)
+    (wait,) = [f for f in analyze(merge(raw)).findings if f.rule == "off_cpu_wait"]
+    sites = {v.split(" (")[0]: float(v.rsplit(": ", 1)[1].split(" ms")[0]) for k, v in wait.evidence.items()
+             if k.startswith("where it waited")}  # fmt: skip
+    assert "test_sample_cpu:_sleep_then_work" in sites, wait.evidence
+    # The loop waits for nothing but a core: named at most for that (the rounds' run-queue wait, off a CPU too).
+    queued = np.mean([r["runqueue_ns"] for r in raw.meta["rounds"] if r["kind"] == "MEASURED"]) / 1e6
+    assert sites.get("test_sample_cpu:_spin_for", 0.0) <= queued + 1.0, (wait.evidence, queued)

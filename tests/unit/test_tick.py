@@ -6,6 +6,7 @@ the body here sleeps in short steps: the calls are the same either way.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import time
@@ -110,3 +111,46 @@ def test_bad_arguments_are_refused() -> None:
         tick.start(1_000_000, print, 0, 1)
     with pytest.raises(TypeError):
         tick.start(1_000_000, print)
+
+
+def test_each_call_can_ask_whether_the_watched_thread_was_at_work_at_its_tick() -> None:
+    # A thread of its own watched: first waiting on an event (off a CPU), then hashing in C with the GIL let go (on
+    # one). A call asks `at_work()`: -1 for a tick that found it waiting, else its CPU clock there.
+    phase, seen = ["waiting"], []
+    go, done = threading.Event(), threading.Event()
+
+    def watched() -> None:
+        go.wait()
+        data = b"x" * (1 << 20)
+        while not done.is_set():
+            hashlib.sha256(data).digest()  # ~1 ms of C a call, the GIL let go
+
+    thread = threading.Thread(target=watched)
+    thread.start()
+    time.sleep(0.01)  # in its wait
+    tick.start(1_000_000, lambda frame: seen.append((phase[0], tick.at_work())), 0, 0, thread.ident, thread.native_id)
+    try:
+        sleep_until(lambda: len(seen) >= 20)
+        phase[0] = "hashing"
+        go.set()
+        count = len(seen)
+        sleep_until(lambda: len(seen) >= count + 20)
+    finally:
+        tick.stop()
+        done.set()
+        go.set()
+        thread.join()
+    waiting = [v for p, v in seen if p == "waiting"]
+    hashing = [v for p, v in seen[count + 1 :] if p == "hashing"]  # (the first may be a tick before the switch)
+    assert len(waiting) >= 20 and set(waiting) == {-1}, waiting
+    # At work at most ticks (the clock's thread may take the watched thread's core on a 2-core machine: runnable then,
+    # still at work), its CPU clock growing.
+    at_work = [v for v in hashing if v >= 0]
+    assert len(at_work) >= 0.8 * len(hashing) and at_work == sorted(at_work) and at_work[-1] > at_work[0], hashing
+    # Not watched (no ids): -1 always.
+    tick.start(1_000_000, lambda frame: seen.append(("unwatched", tick.at_work())), 0, 0)
+    try:
+        sleep_until(lambda: sum(p == "unwatched" for p, _ in seen) >= 5)
+    finally:
+        tick.stop()
+    assert {v for p, v in seen if p == "unwatched"} == {-1}
