@@ -197,13 +197,19 @@ def git(where: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True)
 
 
-#: A launch-heavy body, whose measured rounds record no GPU activity: gpu_rounds=auto makes it lean, or, run first in
-#: its worker (no CUDA context yet), CUPTI starts only after them (2026-11-30 on two H200s: that path, 301 launches a
-#: round at both sides). Either way both sides must read its GPU figures from the rounds after the measured ones (each
-#: twin too, since 2026-11-30: before, the twin ran none, and a lean test failed its A/B on `kernel_launches 0 → N`).
+#: A launch-heavy body, whose measured rounds record no GPU activity: gpu_rounds=auto makes it lean (its module's
+#: fixture makes the CUDA context first: run first in its worker without it, CUPTI starts only after the measured
+#: rounds, the path the test took on two H200s on 2026-11-30, 301 launches a round at both sides). Both sides must read
+#: its GPU figures from the rounds after the measured ones (each twin too, since 2026-11-30: before, the twin ran none,
+#: and a lean test failed its A/B on `kernel_launches 0 → N`).
 LEAN_TEST = """
 import pytest
 import torch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cuda_context():
+    torch.zeros(1, device="cuda")  # whichever test runs first in the worker: auto decides on a measured warm-up
 
 
 @pytest.mark.inferscope(rounds=8, warmup=1)
@@ -254,4 +260,6 @@ def test_ab_pins_each_worker_and_its_twin_to_one_core_and_one_gpu(tmp_path: Path
         assert report["ab"]["metric_changes"] == [], (folder.name, report["ab"]["metric_changes"])
         if "lean" in folder.name:
             assert report["analysis"]["metrics"]["gpu.kernel_launches_per_round"] >= 300, folder.name
+            decided = report["analysis"]["gpu"]["gpu_rounds"]  # auto's own decision, from the warm-up's records
+            assert decided["mode"] == "trace" and decided["records_per_round"], (folder.name, decided)
     assert "each of the 2 xdist workers" in proc.stdout + proc.stderr
