@@ -33,14 +33,29 @@ def cpu_model() -> str:
 
 
 def header(title: str, versions: str) -> list[str]:
-    """Date, commit (and whether the working tree differs from it), machine, and the given versions line."""
-    dirty = [ln for ln in _run(["git", "status", "--porcelain", "--", "pytest_inferscope"]).splitlines() if ln]
-    tree = f"working tree differs from HEAD in pytest_inferscope/: {len(dirty)} files" if dirty else "clean tree"
+    """Date, commit (and whether the working tree differs from it), the package measured, machine, and the given
+    versions line.
+
+    The commit is this tree's only where the package imported is this tree's and this tree is a checkout's root: a
+    copy of an older package with its own `benchmarks/` inside another checkout (an old-against-new comparison) has no
+    commit of its own here, and says so. Session 41 compared two packages that were one: `PYTHONPATH` cannot select
+    the old one, since a benchmark puts its own tree first on `sys.path` (docs/performance.md)."""
+    import pytest_inferscope
+
+    package = Path(pytest_inferscope.__file__).resolve().parent
+    top = _run(["git", "rev-parse", "--show-toplevel"])
+    if package != ROOT / "pytest_inferscope" or top in ("", "?") or Path(top).resolve() != ROOT:
+        commit = "unknown: the package measured is not a git checkout's own"
+    else:
+        dirty = [ln for ln in _run(["git", "status", "--porcelain", "--", "pytest_inferscope"]).splitlines() if ln]
+        tree = f"working tree differs from HEAD in pytest_inferscope/: {len(dirty)} files" if dirty else "clean tree"
+        commit = f"{_run(['git', 'rev-parse', '--short', 'HEAD'])} ({tree})"
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return [
         f"# {title}",
         f"date: {_run(['date', '-u'])}",
-        f"commit: {_run(['git', 'rev-parse', '--short', 'HEAD'])} ({tree})",
+        f"commit: {commit}",
+        f"package: {package}",
         f"machine: nproc={_run(['nproc'])}, CPU {cpu_model()}, load average {load}",
         versions,
     ]
