@@ -81,10 +81,11 @@ static int fire(void *arg) {
     return 0;
 }
 
-/* Whether the watched thread is at work now (its CPU clock, else -1): on a CPU (its CPU clock, read twice, moved: Linux brings a running
- * thread's up to the nanosecond at each read), else runnable ('R' in its /proc stat: this thread's wake-up may have
- * taken its core, or it waits for one). A thread waiting for an event (a sleep, I/O, a lock) is neither. */
-static int64_t watched_at_work(void) { /* its CPU clock if at work, else -1 */
+/* The watched thread's CPU clock if it is at work now, else -1. At work: on a CPU (its CPU clock, read twice, moved:
+ * Linux brings a running thread's up to the nanosecond at each read), or runnable ('R' in its /proc stat: this
+ * thread's wake-up may have taken its core, or it waits for one). A thread waiting for an event (a sleep, I/O, a lock)
+ * is neither. */
+static int64_t watched_at_work(void) {
     struct timespec a, b;
     if (!watching || clock_gettime(watch_clock, &a) != 0 || clock_gettime(watch_clock, &b) != 0) return -1;
     if (to_ns(&b) > to_ns(&a)) return to_ns(&b);
@@ -227,7 +228,8 @@ static PyObject *tick_at_work(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"start", tick_start, METH_VARARGS,
-     "start(interval_ns, callback, signum, thread_id): every interval, callback(frame) in the main thread by a "
+     "start(interval_ns, callback, signum, thread_id[, watch_id, watch_tid]): every interval, callback(frame) in the "
+     "main thread by a "
      "pending call (thread_id 0), or signum sent to thread_id; with watch_id and watch_tid, at_work() says that "
      "thread's state."},
     {"at_work", tick_at_work, METH_NOARGS,
