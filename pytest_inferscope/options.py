@@ -45,6 +45,7 @@ LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
 ProbeMode = Literal["auto", "on", "off"]
 GpuRounds = Literal["measured", "trace", "auto"]
 TraceFormat = Literal["json.gz", "json"]
+AbAslr = Literal["off", "keep"]
 
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
 #: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
@@ -118,6 +119,7 @@ _LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 _LATENCY_STATS: tuple[str, ...] = get_args(LatencyStat)
 _PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
 _TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
+_AB_ASLR: tuple[str, ...] = get_args(AbAslr)
 _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 
@@ -368,6 +370,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "give the path of a Python interpreter", "../venv-old/bin/python", metavar="PATH",
     ),
     OptionSpec(
+        "ab_aslr", choice(_AB_ASLR), "off",
+        "A/B runs, on Linux: address-space layout randomisation in both processes, off (pytest executes itself again "
+        "with it off, and the twin inherits that: with their layouts drawn apart, the two processes ran the same "
+        "Python code at speeds a few per cent apart, and at times far more) or keep (docs/ab.md).",
+        f"set it to {_one_of(_AB_ASLR)}", "keep", choices=_AB_ASLR,
+    ),
+    OptionSpec(
         "trace_format", choice(_TRACE_FORMATS), "json.gz",
         "Format of each test's Perfetto / chrome://tracing trace in the report folder: json.gz (trace.json.gz, "
         "gzipped: ~10x smaller; Perfetto and chrome://tracing open it as it is) or json (plain trace.json).",
@@ -409,6 +418,7 @@ class Settings:
     gpu_rounds: GpuRounds
     ab: str | None
     ab_python: Path | None
+    ab_aslr: AbAslr
     trace_format: TraceFormat
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"

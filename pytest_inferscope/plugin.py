@@ -43,12 +43,20 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """`--inferscope-show-config`: print the resolved settings and their sources, then end the run."""
-    if not config.getoption("inferscope_show_config"):
-        return None
-    from .cli.config import print_settings
+    """`--inferscope-show-config`: print the resolved settings and their sources, then end the run. An A/B run's
+    address-space layout fixed before anything runs: this process may execute itself again (ab/layout.py)."""
+    if config.getoption("inferscope_show_config"):
+        from .cli.config import print_settings
 
-    return print_settings(config)
+        return print_settings(config)
+    try:
+        settings = _config.settings_from_pytest(config)
+    except pytest.UsageError:
+        return None  # said where pytest_configure resolves them again
+    from .ab import fix_ab_layout
+
+    fix_ab_layout(config, settings)
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -32,6 +32,23 @@ def filter_twin_args(args: list[str], config: pytest.Config) -> None:
         in_twin(args, config.pluginmanager.hasplugin("randomly"), os.environ.get(SEED_ENV))
 
 
+def fix_ab_layout(config: pytest.Config, settings: Settings) -> None:
+    """Before anything runs, for an A/B run whose tests run (--inferscope-ab-aslr=off): address-space randomisation
+    off in this process and the twin it starts (ab/layout.py); this process may execute itself again. Not in a twin
+    or an xdist worker, whose parent did it."""
+    from .twin import ENV
+
+    if os.environ.get(ENV) or hasattr(config, "workerinput") or not settings.enable or settings.ab_aslr != "off":
+        return
+    if (settings.ab is None and settings.ab_python is None) or save_conflict(settings) is not None:
+        return  # no A/B, or refused at pytest_configure
+    if any(config.getoption(name, False) for name in ("collectonly", "setuponly", "setupplan", "help", "version")):
+        return  # no test body runs
+    from .layout import fix_layout
+
+    fix_layout(config)
+
+
 def make_ab(config: pytest.Config, settings: Settings, plans: Mapping[str, Plan], results: Sequence[TestResult]) -> Any:
     """The A/B object of this process: the twin's server in a twin, the controller with --inferscope-ab*, or None (also
     when no test body runs: --collect-only, --setup-only).

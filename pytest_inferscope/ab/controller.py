@@ -20,6 +20,7 @@ import pytest
 from ..units import fmt_count
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .baselines import not_compared
+from .layout import layout_note
 from .notes import not_a_twin, nothing_paired, settings_notes
 from .renames import Renames
 from .signals import CleanupOnSignals
@@ -163,7 +164,10 @@ class ABController:
                 f"takes turns with its own twin, the pair pinned to its own CPU core (cores {cores[: self.workers]})"
                 f"{on_gpus}"
             )
-            self.notes += settings_notes(self.tree, self.settings, self.baseline_note)
+            self.notes += [
+                *settings_notes(self.tree, self.settings, self.baseline_note),
+                layout_note(self.config, self.settings),
+            ]
             return
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
@@ -186,7 +190,10 @@ class ABController:
                 f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
                 f"processes pinned to CPU core {self.core} (of the allowed {cores})"
             )
-            self.notes += settings_notes(self.tree, self.settings, self.baseline_note)
+            self.notes += [
+                *settings_notes(self.tree, self.settings, self.baseline_note),
+                layout_note(self.config, self.settings),
+            ]
             if not os.environ.get("PYTHONHASHSEED"):
                 self.notes.append(
                     "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on "
