@@ -370,11 +370,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "give the path of a Python interpreter", "../venv-old/bin/python", metavar="PATH",
     ),
     OptionSpec(
-        "ab_aslr", choice(_AB_ASLR), "off",
-        "A/B runs, on Linux: address-space layout randomisation in both processes, off (pytest executes itself again "
-        "with it off, and the twin inherits that: with their layouts drawn apart, the two processes ran the same "
-        "Python code at speeds a few per cent apart, and at times far more) or keep (docs/ab.md).",
-        f"set it to {_one_of(_AB_ASLR)}", "keep", choices=_AB_ASLR,
+        "ab_aslr", choice(_AB_ASLR), "keep",
+        "A/B runs, on Linux: address-space layout randomisation in both processes, keep (each process's layout "
+        "random) or off (pytest executes itself again with it off, and the twin inherits that). Either way the two "
+        "processes can run the same pure-Python code at speeds a few per cent apart; randomised, at times far more, "
+        "and off, the same offset in every run of a suite (docs/ab.md).",
+        f"set it to {_one_of(_AB_ASLR)}", "off", choices=_AB_ASLR,
     ),
     OptionSpec(
         "trace_format", choice(_TRACE_FORMATS), "json.gz",

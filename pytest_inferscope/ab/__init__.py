@@ -33,9 +33,9 @@ def filter_twin_args(args: list[str], config: pytest.Config) -> None:
 
 
 def fix_ab_layout(config: pytest.Config, settings: Settings) -> None:
-    """Before anything runs, for an A/B run whose tests run (--inferscope-ab-aslr=off): address-space randomisation
-    off in this process and the twin it starts (ab/layout.py); this process may execute itself again. Not in a twin
-    or an xdist worker, whose parent did it."""
+    """Before anything runs, for an A/B run whose tests run with --inferscope-ab-aslr=off: address-space
+    randomisation off in this process and the twin it starts (ab/layout.py); this process may execute itself again.
+    Not in a twin or an xdist worker, whose parent did it."""
     from .twin import ENV
 
     if os.environ.get(ENV) or hasattr(config, "workerinput") or not settings.enable or settings.ab_aslr != "off":

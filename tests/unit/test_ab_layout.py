@@ -143,6 +143,7 @@ def test_fix_layout_already_off(monkeypatch: pytest.MonkeyPatch, execs: list[Any
     monkeypatch.setenv(layout.ENV, "1")
     layout.fix_layout(config)  # type: ignore[arg-type]
     assert _note(config).endswith("off in both processes (pytest executed itself again with it off)")
+    assert layout.ENV not in layout.os.environ  # the twin and the tests' own processes are not told they were
 
 
 def test_fix_layout_other_platforms(monkeypatch: pytest.MonkeyPatch, execs: list[Any]) -> None:
@@ -154,23 +155,33 @@ def test_fix_layout_other_platforms(monkeypatch: pytest.MonkeyPatch, execs: list
     assert "this platform (darwin) has no way" in _note(config)
 
 
-def test_note_when_kept() -> None:
+def test_note_when_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(layout, "layout_fixed", lambda: False)
     note = _note(_Config(), ab_aslr="keep", sources={"ab_aslr": "env INFERSCOPE_AB_ASLR"})
-    assert "on in both processes, as --inferscope-ab-aslr=keep (from env INFERSCOPE_AB_ASLR) asked" in note
+    assert note.startswith(
+        "inferscope A/B: address-space layout randomisation on in both processes (as --inferscope-ab-aslr=keep (from "
+        "env INFERSCOPE_AB_ASLR) asked; --inferscope-ab-aslr=off turns it off). Each process's layout can offset"
+    )
+    default = _note(_Config(), ab_aslr="keep")
+    assert "on in both processes (the default; --inferscope-ab-aslr=off turns it off)" in default
+    monkeypatch.setattr(layout, "layout_fixed", lambda: True)  # kept, but the run was started under setarch -R
+    assert (
+        _note(_Config(), ab_aslr="keep") == "inferscope A/B: address-space layout randomisation off in both processes"
+    )
 
 
 @pytest.mark.parametrize(
     ("change", "env", "options", "fixes"),
     [
-        ({"ab": "main"}, {}, {}, True),
-        ({"ab_python": "/venv/bin/python"}, {}, {}, True),
-        ({}, {}, {}, False),  # no A/B
-        ({"ab": "main", "ab_aslr": "keep"}, {}, {}, False),
-        ({"ab": "main", "enable": False}, {}, {}, False),
-        ({"ab": "main"}, {"INFERSCOPE_AB_TWIN": "3,4"}, {}, False),  # the twin inherits its parent's
-        ({"ab": "main"}, {}, {"collectonly": True}, False),
-        ({"ab": "main"}, {}, {"help": True}, False),
-        ({"ab": "main", "save_baseline": "main"}, {}, {}, False),  # refused at pytest_configure
+        ({"ab": "main", "ab_aslr": "off"}, {}, {}, True),
+        ({"ab_python": "/venv/bin/python", "ab_aslr": "off"}, {}, {}, True),
+        ({"ab_aslr": "off"}, {}, {}, False),  # no A/B
+        ({"ab": "main"}, {}, {}, False),  # kept: the default
+        ({"ab": "main", "ab_aslr": "off", "enable": False}, {}, {}, False),
+        ({"ab": "main", "ab_aslr": "off"}, {"INFERSCOPE_AB_TWIN": "3,4"}, {}, False),  # the twin inherits its parent's
+        ({"ab": "main", "ab_aslr": "off"}, {}, {"collectonly": True}, False),
+        ({"ab": "main", "ab_aslr": "off"}, {}, {"help": True}, False),
+        ({"ab": "main", "ab_aslr": "off", "save_baseline": "main"}, {}, {}, False),  # refused at pytest_configure
     ],
 )
 def test_fix_ab_layout_only_for_an_ab_run(
@@ -192,5 +203,5 @@ def test_fix_ab_layout_not_in_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(layout, "fix_layout", lambda config: called.append(config))
     config = _Config()
     config.workerinput = {"workerid": "gw0"}  # type: ignore[attr-defined]
-    ab.fix_ab_layout(config, dataclasses.replace(default_settings(), ab="main"))  # type: ignore[arg-type]
+    ab.fix_ab_layout(config, dataclasses.replace(default_settings(), ab="main", ab_aslr="off"))  # type: ignore[arg-type]
     assert called == []
