@@ -45,7 +45,7 @@ LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
 ProbeMode = Literal["auto", "on", "off"]
 GpuRounds = Literal["measured", "trace", "auto"]
 TraceFormat = Literal["json.gz", "json"]
-AbAslr = Literal["off", "keep"]
+AbAslr = Literal["keep", "off"]
 
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
 #: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
@@ -375,7 +375,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "random) or off (pytest executes itself again with it off, and the twin inherits that). Either way the two "
         "processes can run the same pure-Python code at speeds a few per cent apart; randomised, at times far more, "
         "and off, the same offset in every run of a suite (docs/ab.md).",
-        f"set it to {_one_of(_AB_ASLR)}", "off", choices=_AB_ASLR,
+        f"set the A/B processes' address-space randomisation to {_one_of(_AB_ASLR)}", "off", choices=_AB_ASLR,
     ),
     OptionSpec(
         "trace_format", choice(_TRACE_FORMATS), "json.gz",

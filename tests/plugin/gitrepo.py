@@ -13,6 +13,19 @@ def git(where: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True, env=env).stdout
 
 
+def two_commits(root: Path, first: str, second: str) -> Path:
+    """A git repository at `root`: test_x.py as `first` committed, then as `second` (an empty commit when the same)."""
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "test_x.py").write_text(first)
+    git(root, "add", "test_x.py")
+    git(root, "commit", "-qm", "first")
+    (root / "test_x.py").write_text(second)
+    git(root, "commit", "-qam", "second", "--allow-empty")
+    return root
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """This environment for a pytest child process: this checkout's package importable, no git variables of ours."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "PYTEST_ADDOPTS"}

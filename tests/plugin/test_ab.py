@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from gitrepo import git
+from gitrepo import git, two_commits
 
 BODY = """
 import os, time, pytest
@@ -38,16 +38,7 @@ def test_same():
 
 def make_repo(pytester: pytest.Pytester, first: str, second: str) -> Path:
     """A git repository in the pytester folder: `first` committed, then `second` (test_x.py) committed on top."""
-    root = pytester.path
-    git(root, "init", "-q")
-    git(root, "config", "user.email", "t@example.com")
-    git(root, "config", "user.name", "t")
-    (root / "test_x.py").write_text(first)
-    git(root, "add", "test_x.py")
-    git(root, "commit", "-qm", "first")
-    (root / "test_x.py").write_text(second)
-    git(root, "commit", "-qam", "second", "--allow-empty")
-    return root
+    return two_commits(pytester.path, first, second)
 
 
 def worktrees(root: Path) -> int:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gitrepo import child_env, git, pytest_cmd
+from gitrepo import child_env, pytest_cmd, two_commits
 
 from pytest_inferscope.ab.layout import ADDR_NO_RANDOMIZE, layout_fixed
 
@@ -48,19 +48,13 @@ def _cannot_show() -> str:
     return ""
 
 
-pytestmark = pytest.mark.skipif(bool(_cannot_show()), reason=_cannot_show() or "-")
+_SHOWS = pytest.mark.skipif(bool(_cannot_show()), reason=_cannot_show() or "-")
 
 
 def _run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], dict[str, list[int]]]:
     root = tmp_path / "repo"
     root.mkdir()
-    git(root, "init", "-q")
-    git(root, "config", "user.email", "t@example.com")
-    git(root, "config", "user.name", "t")
-    (root / "test_x.py").write_text(BODY)
-    git(root, "add", "test_x.py")
-    git(root, "commit", "-qm", "first")
-    git(root, "commit", "-qm", "second", "--allow-empty")
+    two_commits(root, BODY, BODY)
     folder = tmp_path / "personalities"
     folder.mkdir()
     proc = subprocess.run(
@@ -73,6 +67,7 @@ def _run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedPr
     return proc, seen
 
 
+@_SHOWS
 @pytest.mark.parametrize("xdist", [False, True])
 def test_both_processes_run_without_randomisation(tmp_path: Path, xdist: bool) -> None:
     if xdist:
@@ -86,8 +81,20 @@ def test_both_processes_run_without_randomisation(tmp_path: Path, xdist: bool) -
     assert all(p & ADDR_NO_RANDOMIZE for p in seen["here"] + seen["twin"]), seen
 
 
+@_SHOWS
 def test_kept_by_default(tmp_path: Path) -> None:
     proc, seen = _run(tmp_path)
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout + proc.stderr
     assert "randomisation on in both processes (the default; --inferscope-ab-aslr=off turns it off)" in proc.stdout
     assert seen["here"] and seen["twin"] and not any(p & ADDR_NO_RANDOMIZE for p in seen["here"] + seen["twin"])
+
+
+def test_a_bad_value_is_a_usage_error(tmp_path: Path) -> None:
+    """Said once, before any process starts (pytest_cmdline_main leaves it to pytest_configure)."""
+    proc = subprocess.run(
+        pytest_cmd("--inferscope-ab=HEAD~1", "--inferscope-ab-aslr=no"), cwd=tmp_path, capture_output=True,
+        text=True, timeout=120, env=child_env(),
+    )  # fmt: skip
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert proc.stderr.count("--inferscope-ab-aslr='no' is not one of the choices") == 1, proc.stderr
+    assert "set the A/B processes' address-space randomisation to keep or off" in proc.stderr
