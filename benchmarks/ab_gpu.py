@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.trials} trials per case; forward {args.k} matmuls {args.size}x{args.size} (+1), decode {args.steps} "
         f"steps (+10%); 20 pairs (up to 60), warm-up 3; wall {wall:.0f} s ({time.perf_counter() - t0:.0f} s total)",
         "",
-        "| case | change | max_regression | regressed | other verdicts | median ratio |",
-        "|---|---|---|---|---|---|",
+        "| case | change | max_regression | regressed | other verdicts | median ratio | re-checked by a fresh pair |",
+        "|---|---|---|---|---|---|---|",
     ]
     problems: list[str] = []
     for case, limit in CASES.items():
@@ -142,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         median = ratios[len(ratios) // 2] if ratios else float("nan")
         change = {"fwd5": "+1 matmul", "dec10": "+10% steps"}.get(case, "none")
         other = ", ".join(f"{k} {n}" for k, n in sorted(verdicts.items()) if k != "regressed") or "-"
+        rechecks = Counter(v["inferscope.ab.recheck"] for v in got.values() if "inferscope.ab.recheck" in v)
+        checked = ", ".join(f"{k} {n}" for k, n in sorted(rechecks.items())) or "-"
         lines.append(
-            f"| {case} | {change} | {100 * limit:g}% | {verdicts['regressed']}/{len(got)} | {other} | {median:.3f} |"
+            f"| {case} | {change} | {100 * limit:g}% | {verdicts['regressed']}/{len(got)} | {other} | {median:.3f} | "
+            f"{checked} |"
         )
         problems += _missed(case, verdicts, len(got), args.trials)
     lines += ["", *problems] if problems else []

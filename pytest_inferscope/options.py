@@ -46,6 +46,7 @@ ProbeMode = Literal["auto", "on", "off"]
 GpuRounds = Literal["measured", "trace", "auto"]
 TraceFormat = Literal["json.gz", "json"]
 AbAslr = Literal["keep", "off"]
+AbRecheck = Literal["changed", "regressed", "off"]
 
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
 #: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
@@ -120,6 +121,7 @@ _LATENCY_STATS: tuple[str, ...] = get_args(LatencyStat)
 _PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
 _TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 _AB_ASLR: tuple[str, ...] = get_args(AbAslr)
+_AB_RECHECK: tuple[str, ...] = get_args(AbRecheck)
 _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 
@@ -378,6 +380,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         f"set the A/B processes' address-space randomisation to {_one_of(_AB_ASLR)}", "off", choices=_AB_ASLR,
     ),
     OptionSpec(
+        "ab_recheck", choice(_AB_RECHECK), "changed",
+        "A/B runs: which tests have their pairs run again by a fresh pair of processes (one of this checkout and one "
+        "of the other side, started alike and kept for the session) before their verdict stands, since the same "
+        "code can run at a different speed in each process: changed (a test that read regressed or improved keeps "
+        "that verdict only where they read it too), regressed (only those: a test fails only where they read it "
+        "regressed too), or off (the first pairs decide) (docs/ab.md).",
+        f"set the A/B re-check to {_one_of(_AB_RECHECK)}", "off", choices=_AB_RECHECK,
+    ),
+    OptionSpec(
         "trace_format", choice(_TRACE_FORMATS), "json.gz",
         "Format of each test's Perfetto / chrome://tracing trace in the report folder: json.gz (trace.json.gz, "
         "gzipped: ~10x smaller; Perfetto and chrome://tracing open it as it is) or json (plain trace.json).",
@@ -420,6 +431,7 @@ class Settings:
     ab: str | None
     ab_python: Path | None
     ab_aslr: AbAslr
+    ab_recheck: AbRecheck
     trace_format: TraceFormat
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"

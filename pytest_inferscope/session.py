@@ -458,7 +458,10 @@ class InferscopeSession:
         blind = gate_blind_notes(self.results, alpha=self.settings.alpha, saving=saving)
         pinless = [line for line in (pin_ignored(self.settings.gpus),) if line]  # as the header (-q hides it)
         notes = [*self.header_lines()[:1], *pinless, *session_lines(self.results, self.report_dir is not None), *blind]
+        from .ab.notes import recheck_notes
+
         notes += [*self.notes, *self.baselines.missing(self.results), *getattr(self.ab, "notes", [])]
+        notes += recheck_notes(self.results)
         column = getattr(self.ab, "column", None)
         write_terminal_summary(terminalreporter, self.results, self.report_dir, notes, ab_column=column)
 

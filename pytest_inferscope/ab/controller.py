@@ -22,6 +22,7 @@ from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .baselines import not_compared
 from .layout import layout_note
 from .notes import not_a_twin, nothing_paired, settings_notes
+from .recheck import RECHECKED, FreshPair, combine
 from .renames import Renames
 from .signals import CleanupOnSignals
 from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
@@ -57,6 +58,7 @@ class ABController:
         self.tree: Worktree | None = None
         self.owns_tree = False
         self.twin: Twin | None = None
+        self.fresh: FreshPair | None = None  # the re-check's two processes (recheck.py), started when first needed
         self.twin_plans: set[str] = set()
         self.only_here: list[str] = []  # test files and folders named on the command line that the ref does not have
         self.renames: Renames | None = None  # files git finds moved since the ref (read when needed: `_moved`)
@@ -153,9 +155,8 @@ class ABController:
         if not wi:
             remove_stale_logs()  # of runs killed outright (the worktrees of those: Worktree.create)
         self._leave_out_only_here()
-        env = self._twin_env()
         if self.settings.ab_python is not None and not wi:
-            check_python(self._python(), env, self._twin_cwd())
+            check_python(self._python(), self._twin_env(self.tree), self._twin_cwd())
         if self.workers:
             gpus = self.settings.gpus
             on_gpus = f" and GPU ({[gpus[i % len(gpus)] for i in range(self.workers)]})" if gpus else ""
@@ -173,17 +174,9 @@ class ABController:
         self.core = cores[worker % len(cores)] if worker is not None else cores[-1]
         if self.only_here and len(self.only_here) == len(self.config.args) and not self.ref_args:
             return  # every path named is only here: no twin (given none, it would run the whole suite at the ref)
-        args = [a for a in self._args() if a not in self.only_here] + self.ref_args
-        argv = [str(self._python()), "-m", "pytest", *twin_args(args, self.tree), "-p", "no:xdist",
-                "-p", "no:cacheprovider", *self._plugin_on()]  # fmt: skip
-        # In the worktree's folder, removed with it, by a later run too (remove_stale); else in TMPDIR, named by this
-        # process, and removed by a later run too (remove_stale_logs).
-        log = self.tree.holder / f"twin-{wi.get('workerid', 'main')}.log" if self.tree is not None else new_log()
         try:
-            self.twin = Twin(argv, self._twin_cwd(), env, log, self.label)
+            self.twin = self._new_twin()
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                log.unlink()
             raise ABInputError(f"--inferscope-ab: the twin pytest process could not be started ({exc}).") from exc
         if not wi:
             self.notes.append(
@@ -200,6 +193,26 @@ class ABController:
                     "the development VM that alone moved whole runs' ratios by a few per cent (docs/ab.md). Set "
                     "PYTHONHASHSEED=0 for A/B runs: the twin inherits it."
                 )
+
+    def _new_twin(self, side: str = "") -> Twin:
+        """A twin process: the other side's ("", or "there" for the fresh pair of the re-check: recheck.py), or this
+        checkout's ("here": in the folder pytest runs in, with this interpreter and every argument given)."""
+        here = side == "here"
+        tree = None if here else self.tree
+        args = self._args() if here else [a for a in self._args() if a not in self.only_here] + self.ref_args
+        argv = [str(sys.executable if here else self._python()), "-m", "pytest", *twin_args(args, tree),
+                "-p", "no:xdist", "-p", "no:cacheprovider", *self._plugin_on()]  # fmt: skip
+        # In the worktree's folder, removed with it, by a later run too (remove_stale); else in TMPDIR, named by this
+        # process, and removed by a later run too (remove_stale_logs).
+        name = f"twin-{(self.workerinput or {}).get('workerid', 'main')}{'-' * bool(side)}{side}.log"
+        log = self.tree.holder / name if self.tree is not None else new_log()
+        cwd = self.config.invocation_params.dir if here else self._twin_cwd()
+        try:
+            return Twin(argv, cwd, self._twin_env(tree), log, "this checkout" if here else self.label)
+        except OSError:
+            with contextlib.suppress(OSError):
+                log.unlink()
+            raise
 
     def _plugin_on(self) -> list[str]:
         """`-p NAME`: this plugin, under the name it has here, for the twin. Last on its command line, after the ref's
@@ -236,20 +249,20 @@ class ABController:
         here = self.config.invocation_params.dir
         return self.tree.map_path(here) if self.tree is not None else here
 
-    def _twin_env(self) -> dict[str, str]:
+    def _twin_env(self, tree: Worktree | None) -> dict[str, str]:
         drop = ("GITHUB_STEP_SUMMARY", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST")
         # Without the variables a git hook exports for its own repository and index: the twin's tests (and any git
         # command they run) are about the worktree, and must not write to the commit being made.
         env = {k: v for k, v in without_git_repo_vars(dict(os.environ)).items() if k not in drop}
         if env.get("PYTEST_ADDOPTS"):
-            env["PYTEST_ADDOPTS"] = twin_addopts(env["PYTEST_ADDOPTS"], self.tree)
+            env["PYTEST_ADDOPTS"] = twin_addopts(env["PYTEST_ADDOPTS"], tree)
         seed = randomly_seed(self.config)
         if seed is not None:
             env[SEED_ENV] = seed
-        if self.tree is not None:
-            first = import_paths(self.tree.path, sys.path, self.tree)
+        if tree is not None:
+            first = import_paths(tree.path, sys.path, tree)
             env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH", "")])])
-            env[ENV_PACKAGES] = f"{self.tree.path}|{','.join(dict.fromkeys(own_packages(self.tree.path, first)))}"
+            env[ENV_PACKAGES] = f"{tree.path}|{','.join(dict.fromkeys(own_packages(tree.path, first)))}"
         return env
 
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
@@ -330,6 +343,7 @@ class ABController:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.twin is not None and exitstatus != pytest.ExitCode.INTERRUPTED:  # its session end's warnings
             self._note_twin_warned(self.twin.finish())
+            self._note_twin_warned(self.fresh.finish() if self.fresh is not None else [])
         if self.workerinput is not None:
             session.config.workeroutput["inferscope_ab_notes"] = self.notes  # type: ignore[attr-defined]
 
@@ -342,6 +356,8 @@ class ABController:
             self.twin.close()
             with contextlib.suppress(OSError):
                 self.twin.log.unlink()
+        if self.fresh is not None:
+            self.fresh.close()
         if self.tree is not None and self.owns_tree:
             self.tree.remove()
             self.owns_tree = False
@@ -357,7 +373,7 @@ class ABController:
         from .lockstep import lockstep
 
         with pinned(self.core), quiet_heap():
-            return lockstep(self._twin(), coll, body, plan, data, **self._turns(plan))
+            return lockstep(self._twin(), coll, body, plan, data, **self._turns(plan, data))
 
     async def run_test_async(
         self, nodeid: str, coll: Collection, body: Callable[[], Awaitable[Any]], plan: Plan
@@ -369,7 +385,7 @@ class ABController:
         from .lockstep import lockstep_async
 
         with pinned(self.core), quiet_heap():
-            return await lockstep_async(self._twin(), coll, body, plan, data, **self._turns(plan))
+            return await lockstep_async(self._twin(), coll, body, plan, data, **self._turns(plan, data))
 
     def _begin(self, nodeid: str) -> dict[str, Any]:
         """The test's A/B record; its state stays "paired" when the twin has the test and started it."""
@@ -422,56 +438,44 @@ class ABController:
         assert self.twin is not None  # _begin said "paired"
         return self.twin
 
-    def _turns(self, plan: Plan) -> dict[str, Any]:
-        """The lockstep's judging settings, and which side starts: it alternates from test to test."""
+    def _turns(self, plan: Plan, data: dict[str, Any]) -> dict[str, Any]:
+        """The lockstep's judging settings, and which side starts: it alternates from test to test. Kept in the test's
+        `data` with its plan, for a re-check (`_recheck`)."""
         self.tests_run += 1
         max_regression = float(plan.thresholds.get("max_regression", self.settings.max_regression))
-        return {"max_regression": max_regression, "alpha": self.settings.alpha, "here_first": self.tests_run % 2 == 1}
+        data["plan"], data["turns"] = plan, {
+            "max_regression": max_regression, "alpha": self.settings.alpha, "here_first": self.tests_run % 2 == 1,
+        }  # fmt: skip
+        return dict(data["turns"])
+
+    def _recheck(self, nodeid: str, data: dict[str, Any]) -> dict[str, Any]:
+        """A latency regressed (or, asked, improved) in the first pairs, checked by the fresh pair (recheck.py):
+        `data`'s look and pairs replaced by what stands after it; what report.json keeps of it."""
+        if self.fresh is None:
+            self.fresh = FreshPair(self._new_twin)
+        ref_id = self._ref_id(nodeid)
+        assert ref_id is not None  # paired
+        after = self.nextitem.nodeid if self.nextitem is not None else None
+        check = self.fresh.run((nodeid, ref_id), (after, self._next_ref_id()), self.core, data["plan"],
+                               **data["turns"])  # fmt: skip
+        look, data["new_ms"], data["ref_ms"], record = combine(data["look"], data["new_ms"], data["ref_ms"], check)
+        data["look"] = look
+        return record
 
     def finish(self, nodeid: str, result: TestResult) -> dict[str, Any] | None:
-        """The test's ABVerdict as plain data (None when it ran no A/B), its deterministic metrics compared."""
+        """The test's ABVerdict as plain data (None when it ran no A/B), its deterministic metrics compared; a latency
+        regressed in the first pairs re-checked first (`_recheck`)."""
         data = self.pending.pop(nodeid, None)
         if data is None:
             return None
-        from ..baseline import DETERMINISTIC_METRICS
-        from ..stats import compare_metric
-        from .paired import ABVerdict, PairedLook, verdict_from
+        from .paired import verdict_of
 
         self._note_foreign(data.get("foreign") or [])
         self._note_twin_warned(data.get("warned") or [])
-        state = data["state"]
-        if state == "new":
-            verdict = ABVerdict(nodeid, "new", f"the test is not profiled at {self.label}", self.label)
-        elif state == "dead":
-            verdict = ABVerdict(nodeid, "inconclusive", str(data.get("reason")), self.label)
-        elif state == "twin_skipped":
-            reason = f"the test was skipped at {self.label} ({data['error']}), so there is nothing to compare"
-            verdict = ABVerdict(nodeid, "inconclusive", reason, self.label)
-        elif state == "twin_failed" and data["look"] is None:
-            reason = f"the test failed at {self.label}, so there is nothing to compare; this checkout's result stands"
-            verdict = ABVerdict(nodeid, "inconclusive", reason, self.label, twin_error=str(data.get("error")))
-        elif data["look"] is None:  # this side's test failed before the first look at the pairs
-            reason = (
-                f"the test failed here after {len(data['new_ms'])} of the pairs, before the first look at them, so "
-                "there is nothing to compare"
-            )
-            verdict = ABVerdict(nodeid, "inconclusive", reason, self.label)
-        else:
-            changes = [
-                c for name in DETERMINISTIC_METRICS
-                if (c := compare_metric(name, data["metrics"].get(name), result.analysis.metrics.get(name)))
-            ]  # fmt: skip
-            look: PairedLook = data["look"]
-            verdict = verdict_from(nodeid, self.label, data["new_ms"], data["ref_ms"], look, data["looks"], changes)
-            if data.get("after_error"):  # a threshold the ref's test crossed: its rounds' times compare all the same
-                verdict.twin_error = str(data["after_error"])
-                verdict.notes.append(f"the test failed at {self.label} after its rounds; the pairs are compared")
-            if state == "here_failed":
-                verdict.verdict = "inconclusive"
-                verdict.reason = f"the test failed here after {look.pairs} pairs, so the pairs are not all there are"
-            elif state != "paired":
-                verdict.verdict, verdict.twin_error = "inconclusive", str(data.get("error") or data.get("reason"))
-                verdict.reason = f"the twin stopped after {look.pairs} pairs ({state}): {verdict.twin_error}"
+        look = data["look"]
+        if data["state"] == "paired" and look is not None and look.verdict in RECHECKED[self.settings.ab_recheck]:
+            data["recheck"] = self._recheck(nodeid, data)
+        verdict = verdict_of(nodeid, self.label, data, result.analysis.metrics)
         verdict.core = self.core
         verdict.not_compared = self.baseline_note or ""
         return verdict.to_dict()

@@ -1,8 +1,10 @@
 """The A/B controller's lines for the summary and its usage errors that need no state of their own: what the user
-asked for that an A/B run does not do, and why the twin was no A/B twin (controller.py)."""
+asked for that an A/B run does not do, why the twin was no A/B twin (controller.py), and the tests a fresh pair
+re-checked (recheck.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +16,7 @@ from .worktree import own_packages
 
 if TYPE_CHECKING:
     from ..options import Settings
+    from ..results import TestResult
     from .twin import Twin, TwinDied
     from .worktree import Worktree
 
@@ -115,3 +118,23 @@ def _shown(path: Path, here: Path) -> str:
         return str(path.relative_to(here))
     except ValueError:
         return str(path)
+
+
+def recheck_notes(results: Sequence[TestResult]) -> list[str]:
+    """The summary's line on the tests a fresh pair of processes re-checked (recheck.py), [] where none was: how many,
+    each outcome, and the tests whose first verdict it did not confirm (theirs is now the fresh pair's)."""
+    outcomes: dict[str, list[str]] = {}
+    for result in results:
+        if result.ab and result.ab.get("recheck"):
+            outcomes.setdefault(str(result.ab["recheck"].get("outcome")), []).append(result.nodeid)
+    if not outcomes:
+        return []
+    said = ", ".join(f"{len(outcomes[k])} {k}" for k in ("confirmed", "not confirmed", "not run") if k in outcomes)
+    line = (
+        f"inferscope A/B: {fmt_count(sum(map(len, outcomes.values())), 'test')} that read regressed or improved "
+        f"re-checked by a fresh pair of processes, started alike: {said}"
+    )
+    if overruled := outcomes.get("not confirmed"):
+        more = f" and {len(overruled) - 5} more" if len(overruled) > 5 else ""
+        line += f" (the fresh pair's verdict stands for {', '.join(overruled[:5])}{more}; docs/ab.md)"
+    return [line]

@@ -240,6 +240,9 @@ class ABVerdict:
     twin_error: str = ""  # the test's failure on the other side
     notes: list[str] = field(default_factory=list)
     not_compared: str = ""  # why the test was not compared with --inferscope-compare's baseline (the A/B is the gate)
+    # A regressed latency checked by a fresh pair of processes (recheck.py): its outcome ("confirmed", "not confirmed",
+    # "not run"), the first pairs' look and the fresh pair's ("first", "fresh"), or why it did not run ("error")
+    recheck: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -270,11 +273,30 @@ class ABVerdict:
                 f"checkout); median pair ratio {self.ratio:.3f}, CI {self.ci_low:.3f}-{self.ci_high:.3f}; "
                 f"signed-rank p={self.p_value:.2g}; {self.pairs} pairs in alternating order{core}."
             )
+        lines += _recheck_lines(self.recheck or {})
         lines += [f"  metric: {m.message}" for m in self.metric_changes]
         if self.twin_error:
             lines.append(f"  at {self.ref}: {self.twin_error}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _recheck_lines(recheck: Mapping[str, Any]) -> list[str]:
+    """The other pairs' look, where a re-check ran (recheck.py): the fresh pair's where it confirmed the first pairs,
+    the first pairs' where it did not (the latency line above is then the fresh pair's)."""
+    outcome = recheck.get("outcome")
+    if outcome not in ("confirmed", "not confirmed"):
+        return []
+    which = "fresh" if outcome == "confirmed" else "first"
+    whose = "two more processes, started alike" if which == "fresh" else "this pytest process and its twin"
+    other = recheck.get(which) or {}
+    ratio, lo, hi, p = (other.get(k) for k in ("ratio", "ci_low", "ci_high", "p_value"))
+    if not isinstance(ratio, float):
+        return []
+    ci = f", CI {lo:.3f}-{hi:.3f}" if isinstance(lo, float) and isinstance(hi, float) else ""
+    said = f"; signed-rank p={p:.2g}" if isinstance(p, float) else ""
+    pairs, verdict = other.get("pairs"), other.get("verdict")
+    return [f"  {which} pairs ({whose}): median pair ratio {ratio:.3f}{ci}{said}; {pairs} pairs, {verdict}."]
 
 
 #: How a verdict made regressed by its deterministic metrics alone begins its reason ('2 deterministic metrics rose;
@@ -310,10 +332,53 @@ def verdict_from(nodeid: str, ref: str, new_ms: Sequence[float], ref_ms: Sequenc
     )
 
 
+def verdict_of(nodeid: str, ref: str, data: Mapping[str, Any], metrics: Mapping[str, Any]) -> ABVerdict:
+    """The ABVerdict of one test from its A/B record (controller.py: its state, pairs, last look, the twin's
+    deterministic `metrics` and error, a re-check's record), against this side's deterministic `metrics`."""
+    state = data["state"]
+    look: PairedLook | None = data["look"]
+    if state == "new":
+        return ABVerdict(nodeid, "new", f"the test is not profiled at {ref}", ref)
+    if state == "dead":
+        return ABVerdict(nodeid, "inconclusive", str(data.get("reason")), ref)
+    if state == "twin_skipped":
+        return ABVerdict(nodeid, "inconclusive", f"the test was skipped at {ref} ({data['error']}), so there is "
+                         "nothing to compare", ref)  # fmt: skip
+    if state == "twin_failed" and look is None:
+        reason = f"the test failed at {ref}, so there is nothing to compare; this checkout's result stands"
+        return ABVerdict(nodeid, "inconclusive", reason, ref, twin_error=str(data.get("error")))
+    if look is None:  # this side's test failed before the first look at the pairs
+        reason = (
+            f"the test failed here after {len(data['new_ms'])} of the pairs, before the first look at them, so "
+            "there is nothing to compare"
+        )
+        return ABVerdict(nodeid, "inconclusive", reason, ref)
+    from ..baseline import DETERMINISTIC_METRICS
+    from ..stats import compare_metric
+
+    changes = [
+        c for name in DETERMINISTIC_METRICS
+        if (c := compare_metric(name, data["metrics"].get(name), metrics.get(name)))
+    ]  # fmt: skip
+    verdict = verdict_from(nodeid, ref, data["new_ms"], data["ref_ms"], look, data["looks"], changes)
+    verdict.recheck = data.get("recheck")
+    if data.get("after_error"):  # a threshold the ref's test crossed: its rounds' times compare all the same
+        verdict.twin_error = str(data["after_error"])
+        verdict.notes.append(f"the test failed at {ref} after its rounds; the pairs are compared")
+    if state == "here_failed":
+        verdict.verdict = "inconclusive"
+        verdict.reason = f"the test failed here after {look.pairs} pairs, so the pairs are not all there are"
+    elif state != "paired":
+        verdict.verdict, verdict.twin_error = "inconclusive", str(data.get("error") or data.get("reason"))
+        verdict.reason = f"the twin stopped after {look.pairs} pairs ({state}): {verdict.twin_error}"
+    return verdict
+
+
 def ab_message(data: dict[str, Any]) -> str:
     """ABVerdict.message() of a verdict kept as plain data (TestResult.ab)."""
     known = {f.name for f in dataclasses.fields(ABVerdict)}
-    kw: dict[str, Any] = {k: (math.nan if v is None and k != "core" else v) for k, v in data.items() if k in known}
+    kept = ("core", "recheck")  # None where not known, as the others' NaN
+    kw: dict[str, Any] = {k: (math.nan if v is None and k not in kept else v) for k, v in data.items() if k in known}
     kw["metric_changes"] = [MetricChange.from_dict(m) for m in data.get("metric_changes") or []]
     return ABVerdict(**kw).message()
 

@@ -66,6 +66,8 @@ def junit_properties(result: TestResult, report_dir: Path | None) -> list[tuple[
             ("inferscope.ab.ref", str(ab.get("ref", ""))),
             ("inferscope.ab.core_busy", _num(ab.get("busy"))),  # waiting for the pinned core / running (paired.py)
         ]
+        if ab.get("recheck"):  # a fresh pair re-checked the first pairs' verdict (ab/recheck.py)
+            props.append(("inferscope.ab.recheck", str(ab["recheck"].get("outcome"))))
         if ab.get("not_compared"):  # --inferscope-compare given, and not made: the A/B is the gate
             props.append(("inferscope.regression.not_compared", str(ab["not_compared"])))
     return props
