@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -351,13 +352,17 @@ class ABController:
         self.cleanup()
 
     def cleanup(self) -> None:
-        """End the twin and remove the worktree this process made; safe to call twice."""
+        """End the twin (and the fresh pair) and remove the worktree this process made; safe to call twice."""
+        deadline = time.monotonic() + 3.0  # one for every twin: a twin inside a test body is killed then
+        for twin in [self.twin, *(self.fresh.twins if self.fresh is not None else [])]:
+            if twin is not None:
+                twin.ask_exit()  # every one asked before any is waited for
         if self.twin is not None:
-            self.twin.close()
+            self.twin.close(deadline)
             with contextlib.suppress(OSError):
                 self.twin.log.unlink()
         if self.fresh is not None:
-            self.fresh.close()
+            self.fresh.close(deadline)
         if self.tree is not None and self.owns_tree:
             self.tree.remove()
             self.owns_tree = False

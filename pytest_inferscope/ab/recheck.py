@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -155,9 +156,13 @@ class FreshPair:
         """End both sessions; the warnings they raised at their ends."""
         return [w for twin in self.twins for w in twin.finish()]
 
-    def close(self) -> None:
+    def close(self, deadline: float | None = None) -> None:
+        """End both, by one `deadline` (Twin.close)."""
+        deadline = deadline if deadline is not None else time.monotonic() + 3.0
         for twin in self.twins:
-            twin.close()
+            twin.ask_exit()
+        for twin in self.twins:
+            twin.close(deadline)
             twin.log.unlink(missing_ok=True)
         self.twins = []
 

@@ -142,6 +142,7 @@ class Twin:
         os.close(c2p_w)
         self.channel = Channel(c2p_r, p2c_w)
         self.dead = ""  # why it is no longer usable
+        self.asked = False  # told to exit (ask_exit)
 
     def tail(self, lines: int = 15) -> str:
         try:
@@ -192,13 +193,21 @@ class Twin:
             return []
         return [str(w) for w in msg.get("warned") or []]
 
-    def close(self) -> None:
-        """Ask it to exit, then make sure it did; no process is left behind."""
-        if self.proc.poll() is None:
+    def ask_exit(self) -> None:
+        """Ask it to exit, once, without waiting (several twins asked first, then closed by one deadline)."""
+        if self.proc.poll() is None and not self.asked:
+            self.asked = True
             with contextlib.suppress(Exception):
                 self.channel.send(cmd="exit")
+
+    def close(self, deadline: float | None = None) -> None:
+        """Ask it to exit, then make sure it did, by `deadline` (time.monotonic(); 3 s from now by default); no process
+        is left behind."""
+        if self.proc.poll() is None:
+            self.ask_exit()
+            wait = 3.0 if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                self.proc.wait(timeout=3)  # idle between tests it exits at once; inside a test body it is killed
+                self.proc.wait(timeout=wait)  # idle between tests it exits at once; inside a test body it is killed
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
