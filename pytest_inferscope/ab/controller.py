@@ -469,7 +469,7 @@ class ABController:
 
     def finish(self, nodeid: str, result: TestResult) -> dict[str, Any] | None:
         """The test's ABVerdict as plain data (None when it ran no A/B), its deterministic metrics compared; a latency
-        regressed in the first pairs re-checked first (`_recheck`)."""
+        the first pairs read changed (regressed, or improved: --inferscope-ab-recheck) re-checked first (`_recheck`)."""
         data = self.pending.pop(nodeid, None)
         if data is None:
             return None
