@@ -89,3 +89,14 @@ def test_regressed_alone_leaves_an_improvement_to_the_first_pairs(pytester: pyte
     result.assert_outcomes(passed=2, failed=1)
     assert ab["test_faster"]["verdict"] == "improved" and ab["test_faster"]["recheck"] is None
     assert ab["test_offset"]["recheck"]["outcome"] == "not confirmed"
+
+
+def test_a_bad_value_is_a_usage_error_naming_the_choices(pytester: pytest.Pytester) -> None:
+    two_commits(pytester.path, BODY.format(changed=0.002, faster=0.02), BODY.format(changed=0.002, faster=0.02))
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-ab=HEAD~1", "--inferscope-ab-recheck=fresh")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--inferscope-ab-recheck='fresh' is not one of the choices: set the A/B re-check to changed, regressed or "
+         "off, e.g. --inferscope-ab-recheck=off.*"]
+    )  # fmt: skip
+    assert len(git(pytester.path, "worktree", "list").strip().splitlines()) == 1  # refused before any worktree
