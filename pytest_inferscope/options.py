@@ -47,6 +47,7 @@ GpuRounds = Literal["measured", "trace", "auto"]
 TraceFormat = Literal["json.gz", "json"]
 AbAslr = Literal["keep", "off"]
 AbRecheck = Literal["changed", "regressed", "off"]
+AbPairs = Literal["here", "twins"]
 
 _GPU_ROUNDS: tuple[str, ...] = get_args(GpuRounds)
 #: Rounds and warm-up for a marked test that names neither (the CLI/env/file can change them).
@@ -122,6 +123,7 @@ _PROBE_MODES: tuple[str, ...] = get_args(ProbeMode)
 _TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 _AB_ASLR: tuple[str, ...] = get_args(AbAslr)
 _AB_RECHECK: tuple[str, ...] = get_args(AbRecheck)
+_AB_PAIRS: tuple[str, ...] = get_args(AbPairs)
 _BOOL_HINT = "use 1/0, true/false, yes/no or on/off"
 
 
@@ -389,6 +391,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         f"set the A/B re-check to {_one_of(_AB_RECHECK)}", "off", choices=_AB_RECHECK,
     ),
     OptionSpec(
+        "ab_pairs", choice(_AB_PAIRS), "here",
+        "A/B runs: which two processes take the turns that decide a verdict: here (this pytest process, which also "
+        "measures the test for its report, against the twin) or twins (a second twin, of this checkout, against the "
+        "twin; this process runs its own rounds between theirs, for its report only: about 1.5x the rounds, and no "
+        "offset of this process's own speed in the verdict) (docs/ab.md).",
+        f"set the A/B pairs to {_one_of(_AB_PAIRS)}", "twins", choices=_AB_PAIRS,
+    ),
+    OptionSpec(
         "trace_format", choice(_TRACE_FORMATS), "json.gz",
         "Format of each test's Perfetto / chrome://tracing trace in the report folder: json.gz (trace.json.gz, "
         "gzipped: ~10x smaller; Perfetto and chrome://tracing open it as it is) or json (plain trace.json).",
@@ -432,6 +442,7 @@ class Settings:
     ab_python: Path | None
     ab_aslr: AbAslr
     ab_recheck: AbRecheck
+    ab_pairs: AbPairs
     trace_format: TraceFormat
     # name -> "default", "file /abs/.inferscope.yaml:3", "env INFERSCOPE_GPU", "ini inferscope_rounds",
     # or "cli --inferscope-rounds"

@@ -22,7 +22,8 @@ from ..units import fmt_count
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .baselines import not_compared
 from .layout import layout_note
-from .notes import not_a_twin, nothing_paired, settings_notes
+from .notes import hashseed_note, not_a_twin, nothing_paired, settings_notes, start_note
+from .partner import PAIRS_TWINS, Partner, end_test
 from .recheck import RECHECKED, FreshPair, combine
 from .renames import Renames
 from .signals import CleanupOnSignals
@@ -60,6 +61,7 @@ class ABController:
         self.owns_tree = False
         self.twin: Twin | None = None
         self.fresh: FreshPair | None = None  # the re-check's two processes (recheck.py), started when first needed
+        self.partner: Partner | None = None  # with --inferscope-ab-pairs=twins, this checkout's twin (partner.py)
         self.twin_plans: set[str] = set()
         self.only_here: list[str] = []  # test files and folders named on the command line that the ref does not have
         self.renames: Renames | None = None  # files git finds moved since the ref (read when needed: `_moved`)
@@ -163,8 +165,8 @@ class ABController:
             on_gpus = f" and GPU ({[gpus[i % len(gpus)] for i in range(self.workers)]})" if gpus else ""
             self.notes.append(
                 f"inferscope A/B: this checkout against {self.label}; each of the {self.workers} xdist workers "
-                f"takes turns with its own twin, the pair pinned to its own CPU core (cores {cores[: self.workers]})"
-                f"{on_gpus}"
+                f"takes turns with its own twin{PAIRS_TWINS * (self.settings.ab_pairs == 'twins')}, pinned to its own "
+                f"CPU core (cores {cores[: self.workers]}){on_gpus}"
             )
             self.notes += [
                 *settings_notes(self.tree, self.settings, self.baseline_note),
@@ -177,27 +179,22 @@ class ABController:
             return  # every path named is only here: no twin (given none, it would run the whole suite at the ref)
         try:
             self.twin = self._new_twin()
+            if self.settings.ab_pairs == "twins":
+                self.partner = Partner(self._new_twin("here", "pair"))
         except OSError as exc:
             raise ABInputError(f"--inferscope-ab: the twin pytest process could not be started ({exc}).") from exc
         if not wi:
-            self.notes.append(
-                f"inferscope A/B: this checkout against {self.label}, round by round in alternating order, both "
-                f"processes pinned to CPU core {self.core} (of the allowed {cores})"
-            )
             self.notes += [
+                start_note(self.label, self.core, cores, twins=self.partner is not None),
                 *settings_notes(self.tree, self.settings, self.baseline_note),
                 layout_note(self.config, self.settings),
+                *hashseed_note(),
             ]
-            if not os.environ.get("PYTHONHASHSEED"):
-                self.notes.append(
-                    "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on "
-                    "the development VM that alone moved whole runs' ratios by a few per cent (docs/ab.md). Set "
-                    "PYTHONHASHSEED=0 for A/B runs: the twin inherits it."
-                )
 
-    def _new_twin(self, side: str = "") -> Twin:
+    def _new_twin(self, side: str = "", tag: str = "") -> Twin:
         """A twin process: the other side's ("", or "there" for the fresh pair of the re-check: recheck.py), or this
-        checkout's ("here": in the folder pytest runs in, with this interpreter and every argument given)."""
+        checkout's ("here": in the folder pytest runs in, with this interpreter and every argument given); `tag` names
+        its log (default: `side`)."""
         here = side == "here"
         tree = None if here else self.tree
         args = self._args() if here else [a for a in self._args() if a not in self.only_here] + self.ref_args
@@ -205,7 +202,8 @@ class ABController:
                 "-p", "no:xdist", "-p", "no:cacheprovider", *self._plugin_on()]  # fmt: skip
         # In the worktree's folder, removed with it, by a later run too (remove_stale); else in TMPDIR, named by this
         # process, and removed by a later run too (remove_stale_logs).
-        name = f"twin-{(self.workerinput or {}).get('workerid', 'main')}{'-' * bool(side)}{side}.log"
+        tag = tag or side
+        name = f"twin-{(self.workerinput or {}).get('workerid', 'main')}{'-' * bool(tag)}{tag}.log"
         log = self.tree.holder / name if self.tree is not None else new_log()
         cwd = self.config.invocation_params.dir if here else self._twin_cwd()
         try:
@@ -304,6 +302,8 @@ class ABController:
             fix = why or "Fix the collection errors there (or choose another ref) before comparing against it."
             self._fail(f"--inferscope-ab: the tests do not collect at {self.label}: {'; '.join(errors)}. {fix}")
         self.twin_plans = set(ready.get("nodeids", []))
+        if self.partner is not None and (why := self.partner.ready()):
+            self._fail(why)
         self._note_foreign(ready.get("foreign") or [])
         self._note_twin_warned(ready.get("warned") or [])
         moved = [n for n in self.plans if n not in self.twin_plans and self._ref_id(n) is not None]
@@ -344,6 +344,7 @@ class ABController:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.twin is not None and exitstatus != pytest.ExitCode.INTERRUPTED:  # its session end's warnings
             self._note_twin_warned(self.twin.finish())
+            self._note_twin_warned(self.partner.twin.finish() if self.partner is not None else [])
             self._note_twin_warned(self.fresh.finish() if self.fresh is not None else [])
         if self.workerinput is not None:
             session.config.workeroutput["inferscope_ab_notes"] = self.notes  # type: ignore[attr-defined]
@@ -352,15 +353,17 @@ class ABController:
         self.cleanup()
 
     def cleanup(self) -> None:
-        """End the twin (and the fresh pair) and remove the worktree this process made; safe to call twice."""
+        """End every twin (the partner, the fresh pair) and remove the worktree this process made; idempotent."""
         deadline = time.monotonic() + 3.0  # one for every twin: a twin inside a test body is killed then
-        for twin in [self.twin, *(self.fresh.twins if self.fresh is not None else [])]:
+        partner = self.partner.twin if self.partner is not None else None
+        for twin in [self.twin, partner, *(self.fresh.twins if self.fresh is not None else [])]:
             if twin is not None:
                 twin.ask_exit()  # every one asked before any is waited for
-        if self.twin is not None:
-            self.twin.close(deadline)
-            with contextlib.suppress(OSError):
-                self.twin.log.unlink()
+        for twin in (self.twin, partner):
+            if twin is not None:
+                twin.close(deadline)
+                with contextlib.suppress(OSError):
+                    twin.log.unlink()
         if self.fresh is not None:
             self.fresh.close(deadline)
         if self.tree is not None and self.owns_tree:
@@ -378,7 +381,7 @@ class ABController:
         from .lockstep import lockstep
 
         with pinned(self.core), quiet_heap():
-            return lockstep(self._twin(), coll, body, plan, data, **self._turns(plan, data))
+            return lockstep(self._twin(), coll, body, plan, data, partner=self._partner(), **self._turns(plan, data))
 
     async def run_test_async(
         self, nodeid: str, coll: Collection, body: Callable[[], Awaitable[Any]], plan: Plan
@@ -390,7 +393,8 @@ class ABController:
         from .lockstep import lockstep_async
 
         with pinned(self.core), quiet_heap():
-            return await lockstep_async(self._twin(), coll, body, plan, data, **self._turns(plan, data))
+            return await lockstep_async(self._twin(), coll, body, plan, data, partner=self._partner(),
+                                        **self._turns(plan, data))  # fmt: skip
 
     def _begin(self, nodeid: str) -> dict[str, Any]:
         """The test's A/B record; its state stays "paired" when the twin has the test and started it."""
@@ -418,6 +422,12 @@ class ABController:
                 data["state"], data["error"] = "twin_skipped", msg["skipped"]
             else:
                 data["state"], data["error"] = "twin_failed", msg.get("error") or "not run there"
+        elif self.partner is not None:
+            data["between"] = "twins"
+            after = self.nextitem.nodeid if self.nextitem is not None else None
+            if why := self.partner.begin(nodeid, after, self.core):
+                end_test(twin)  # (its test started)
+                data["state"], data["error"] = "partner_failed", why
         return data
 
     def _moved(self) -> Renames:
@@ -443,6 +453,9 @@ class ABController:
         assert self.twin is not None  # _begin said "paired"
         return self.twin
 
+    def _partner(self) -> Twin | None:
+        return self.partner.twin if self.partner is not None else None
+
     def _turns(self, plan: Plan, data: dict[str, Any]) -> dict[str, Any]:
         """The lockstep's judging settings, and which side starts: it alternates from test to test. Kept in the test's
         `data` with its plan, for a re-check (`_recheck`)."""
@@ -463,7 +476,8 @@ class ABController:
         after = self.nextitem.nodeid if self.nextitem is not None else None
         check = self.fresh.run((nodeid, ref_id), (after, self._next_ref_id()), self.core, data["plan"],
                                **data["turns"])  # fmt: skip
-        look, data["new_ms"], data["ref_ms"], record = combine(data["look"], data["new_ms"], data["ref_ms"], check)
+        look, data["new_ms"], data["ref_ms"], record = combine(data["look"], data["new_ms"], data["ref_ms"], check,
+                                                               twins=self.partner is not None)  # fmt: skip
         data["look"] = look
         return record
 

@@ -3,6 +3,8 @@ AB, ...), with a look at the pairs after every `rounds` of them, up to the round
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any
@@ -18,9 +20,11 @@ if TYPE_CHECKING:
 
 
 class _TwinFailed(Exception):
-    def __init__(self, error: str, skipped: str = "") -> None:
+    def __init__(self, error: str, skipped: str = "", twin: Twin | None = None, in_partner: bool = False) -> None:
         super().__init__(error)
         self.skipped = skipped  # the reason, when the test skipped itself there
+        self.twin = twin  # the twin whose round raised
+        self.in_partner = in_partner  # it is the partner (this checkout's twin)
 
 
 def lockstep(
@@ -32,6 +36,7 @@ def lockstep(
     max_regression: float,
     alpha: float,
     here_first: bool = True,
+    partner: Twin | None = None,
 ) -> Any:
     """Run the test's rounds here and on the twin, one at a time; the pairs and the look go into `data`.
 
@@ -40,9 +45,12 @@ def lockstep(
     and the second of two back-to-back rounds measured slower (docs/ab.md): with ABBA, the first round of
     every pair was the slow one, and a side's pair ratios split into two groups. The caller alternates
     `here_first` from test to test, so neither side always goes first.
+
+    With a `partner` (a twin of this checkout, --inferscope-ab-pairs=twins), the pairs are its rounds and the twin's,
+    in that alternating order, and this side's round comes before each pair's, for this side's own report only.
     """
     here = _Here(coll)
-    steps = _steps(twin, here, plan, data, max_regression, alpha, here_first)
+    steps = _steps(twin, here, plan, data, max_regression, alpha, here_first, partner)
     ms: float | None = None
     while (warmup := _next(steps, ms)) is not None:
         try:
@@ -66,11 +74,12 @@ async def lockstep_async(
     max_regression: float,
     alpha: float,
     here_first: bool = True,
+    partner: Twin | None = None,
 ) -> Any:
     """`lockstep` for an `async def` test, each round here awaited in the event loop that awaits the test (the twin's
     turns are waited for in it, blocking it: nothing else of the test runs between rounds)."""
     here = _Here(coll)
-    steps = _steps(twin, here, plan, data, max_regression, alpha, here_first)
+    steps = _steps(twin, here, plan, data, max_regression, alpha, here_first, partner)
     ms: float | None = None
     while (warmup := _next(steps, ms)) is not None:
         try:
@@ -132,30 +141,22 @@ def _steps(
     max_regression: float,
     alpha: float,
     here_first: bool,
+    partner: Twin | None = None,
 ) -> Generator[bool, float | None, None]:
     """The turn-taking, for either driver: yields a round to run here (True: a warm-up one) and is sent its ms; the
-    twin's rounds, the looks and the twin's end of the test happen in between. Thrown what a round here raised, it
-    ends the twin's test and raises it again."""
+    twin's rounds (and the partner's), the looks and the twins' end of the test happen in between. Thrown what a round
+    here raised, it ends the twins' test and raises it again."""
 
     coll = here_side.coll
-    waits = [math.nan] * 4  # the last rounds' ms waiting for the core, and on it: here, the twin (paired.CLOCKS)
-
-    def pair(warmup: bool, i: int, first: bool = False) -> Generator[bool, float | None, tuple[float, float]]:
-        """One round on each side, in the test's order: (this side's ms, the twin's ms); their clocks in `waits`."""
-        if here_first:
-            a = yield warmup
-            b = _there(twin, coll, waits, i, warmup, first)
-        else:
-            b = _there(twin, coll, waits, i, warmup, first)
-            a = yield warmup
-        waits[0], waits[2] = here_side.wait_ms, here_side.cpu_ms
-        return float(a if a is not None else math.nan), b
+    waits = [math.nan] * 4  # the last rounds' ms waiting for the core, and on it: the new side, the ref (CLOCKS)
+    twins = [t for t in (twin, partner) if t is not None]
+    pair = functools.partial(_pair, twin, partner, here_side, waits, here_first)  # (warmup, index, first=)
 
     points = looks(plan.rounds, max(plan.rounds, math.ceil(plan.rounds * plan.round_cap - 1e-9)))
     data["looks"] = len(points)
     new, ref = data["new_ms"], data["ref_ms"]
     clocks: dict[str, list[float]] = {k: [] for k in CLOCKS}  # each pair's waits and CPU times
-    in_test = True
+    in_test = list(twins)  # the twins whose end of the test is read below
     try:
         for w in range(plan.warmup):
             yield from pair(True, w)
@@ -175,15 +176,26 @@ def _steps(
             if look.final:
                 break
         twin.send(cmd="end")
+        if partner is not None:
+            partner.send(cmd="end", after=False)  # (nothing of its own is reported)
     except _TwinFailed as exc:
-        data["state"], data["error"] = ("twin_skipped", exc.skipped) if exc.skipped else ("twin_failed", str(exc))
+        if exc.in_partner:
+            data["state"], data["error"] = "partner_failed", exc.skipped or str(exc)
+        else:
+            data["state"], data["error"] = ("twin_skipped", exc.skipped) if exc.skipped else ("twin_failed", str(exc))
+        _end_others(twins, exc.twin)
     except TwinDied as exc:
+        died = [t for t in twins if getattr(t, "dead", "")] or twins  # (the one that died says so)
         data["state"], data["reason"] = "dead", str(exc)
-        in_test = False
+        in_test = [t for t in twins if t not in died]
+        _end_others(in_test, None)
     except (KeyboardInterrupt, SystemExit):
-        raise  # the session stops: the twin is ended at unconfigure (ABController.cleanup), not waited for
+        raise  # the session stops: the twins are ended at unconfigure (ABController.cleanup), not waited for
     except BaseException:
-        _abandon(twin, data)  # this side's body raised: the twin's test ends too, and pytest goes on
+        _end_others(twins, None)  # this side's body raised: the twins' test ends too, and pytest goes on
+        for side in twins:
+            _read_result(side, data, side is partner)
+        in_test = []
         if data["state"] == "paired":
             data["state"] = "here_failed"
         raise
@@ -195,31 +207,58 @@ def _steps(
     try:
         for _ in range(plan.rounds - measured):
             yield False
-    finally:  # (also when the steps are closed: the twin's end of the test is read before its next one)
-        if in_test:
-            _read_result(twin, data)
+    finally:  # (also when the steps are closed: the twins' end of the test is read before their next one)
+        for side in in_test:
+            _read_result(side, data, side is partner)
 
 
-def _there(twin: Twin, coll: Collection, waits: list[float], i: int, warmup: bool, first: bool) -> float:
-    """The twin's round: its ms; its ms waiting for the core and on it into `waits` (NaN: a twin of an earlier
-    version, which does not say them)."""
+def _pair(twin: Twin, partner: Twin | None, here_side: _Here, waits: list[float], here_first: bool, warmup: bool,
+          i: int, first: bool = False) -> Generator[bool, float | None, tuple[float, float]]:  # fmt: skip
+    """One round on each side, in the test's order: (the new side's ms, the twin's ms); their clocks in `waits`. With
+    a partner, this side's round first (its own report's), then the partner's and the twin's."""
+    coll = here_side.coll
+    if partner is not None:
+        yield warmup
+        turns = ((partner, 0), (twin, 1)) if here_first else ((twin, 1), (partner, 0))
+        ms = [math.nan, math.nan]
+        for side, slot in turns:
+            ms[slot] = _there(side, coll, waits, i, warmup, first, slot)
+        return ms[0], ms[1]
+    if here_first:
+        a = yield warmup
+        b = _there(twin, coll, waits, i, warmup, first)
+    else:
+        b = _there(twin, coll, waits, i, warmup, first)
+        a = yield warmup
+    waits[0], waits[2] = here_side.wait_ms, here_side.cpu_ms
+    return float(a if a is not None else math.nan), b
+
+
+def _there(twin: Twin, coll: Collection, waits: list[float], i: int, warmup: bool, first: bool, slot: int = 1) -> float:
+    """A twin's round: its ms; its ms waiting for the core and on it into `waits` at `slot` (1: the ref's, 0: the new
+    side's, the partner's) (NaN: a twin of an earlier version, which does not say them)."""
     twin.send(cmd="round", index=i, warmup=warmup, first=first)
     msg = twin.recv()
     coll.unchain()  # the twin's round ran since this side's last: this side's next one reads its counters afresh
     if msg.get("type") == "error":
-        raise _TwinFailed(str(msg.get("error")), str(msg.get("skipped") or ""))
-    waits[1], waits[3] = (float(msg.get(k, math.nan)) for k in ("wait_ms", "cpu_ms"))
+        raise _TwinFailed(str(msg.get("error")), str(msg.get("skipped") or ""), twin, slot == 0)
+    waits[slot], waits[slot + 2] = (float(msg.get(k, math.nan)) for k in ("wait_ms", "cpu_ms"))
     return float(msg["ms"])
 
 
-def _read_result(twin: Twin, data: dict[str, Any]) -> None:
-    """The twin's end of the test: its error, if any, its deterministic metrics and its warnings."""
+def _read_result(twin: Twin, data: dict[str, Any], partner: bool = False) -> None:
+    """A twin's end of the test: its error, if any, its deterministic metrics and its warnings; of the partner (this
+    checkout's twin), its error alone."""
     try:
         while (msg := twin.recv()).get("type") != "result":
             pass
     except TwinDied as exc:
         if data["state"] == "paired":
             data["state"], data["reason"] = "dead", str(exc)
+        return
+    if partner:
+        if msg.get("error") and data["state"] == "paired" and data["look"] is None:
+            data["state"], data["error"] = "partner_failed", msg["error"]
         return
     data["metrics"] = msg.get("metrics") or {}
     data["foreign"] = msg.get("foreign") or []
@@ -231,11 +270,11 @@ def _read_result(twin: Twin, data: dict[str, Any]) -> None:
             data["state"], data["error"] = "twin_failed", msg["error"]
 
 
-def _abandon(twin: Twin, data: dict[str, Any]) -> None:
-    """This side's test ended before the pairs did: the twin's ends too, without its rounds after the measured ones
-    (nothing is compared)."""
-    try:
-        twin.send(cmd="end", after=False)
-        _read_result(twin, data)
-    except TwinDied:
-        pass
+def _end_others(twins: list[Twin], failed: Twin | None) -> None:
+    """The test ended before the pairs did (a round raised in `failed`, here, or a twin died): the other twins' test
+    ends too, without its rounds after the measured ones (nothing is compared). A twin whose round raised ends its
+    test itself."""
+    for twin in twins:
+        if twin is not failed:
+            with contextlib.suppress(TwinDied):
+                twin.send(cmd="end", after=False)

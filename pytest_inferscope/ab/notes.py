@@ -4,6 +4,7 @@ re-checked (recheck.py)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +20,31 @@ if TYPE_CHECKING:
     from ..results import TestResult
     from .twin import Twin, TwinDied
     from .worktree import Worktree
+
+
+def start_note(label: str, core: int | None, cores: Sequence[int], *, twins: bool) -> str:
+    """Who takes the turns, on which core (one process, no xdist)."""
+    if not twins:
+        return (
+            f"inferscope A/B: this checkout against {label}, round by round in alternating order, both processes "
+            f"pinned to CPU core {core} (of the allowed {list(cores)})"
+        )
+    return (
+        f"inferscope A/B: this checkout's twin against the twin at {label}, round by round in alternating order, "
+        f"this process's own rounds between their pairs (--inferscope-ab-pairs=twins), all pinned to CPU core {core} "
+        f"(of the allowed {list(cores)})"
+    )
+
+
+def hashseed_note() -> list[str]:
+    """Where PYTHONHASHSEED is not set: set it."""
+    if os.environ.get("PYTHONHASHSEED"):
+        return []
+    return [
+        "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on the development "
+        "VM that alone moved whole runs' ratios by a few per cent (docs/ab.md). Set PYTHONHASHSEED=0 for A/B runs: "
+        "the twin inherits it."
+    ]
 
 
 def settings_notes(tree: Worktree | None, settings: Settings, baseline_note: str | None) -> list[str]:

@@ -243,6 +243,9 @@ class ABVerdict:
     # A regressed latency checked by a fresh pair of processes (recheck.py): its outcome ("confirmed", "not confirmed",
     # "not run"), the first pairs' look and the fresh pair's ("first", "fresh"), or why it did not run ("error")
     recheck: dict[str, Any] | None = None
+    # Which processes took the turns: "here" (this pytest process and the twin) or "twins" (this checkout's twin and
+    # the twin: --inferscope-ab-pairs=twins); absent from report.json files written before 2026-11-30 (all "here")
+    between: str = "here"
 
     @property
     def failed(self) -> bool:
@@ -267,13 +270,15 @@ class ABVerdict:
         lines = [f"{head} {self.ref}: {self.reason}"]
         if self.pairs:
             core = f", both pinned to CPU core {self.core}" if self.core is not None else ""
+            if self.between == "twins":  # (this process's rounds, on that core too, are not in them)
+                core = f" between this checkout's twin and the twin{core.replace(', both', ',')}"
             lines.append(
                 f"  latency: median {fmt_ms(self.ref_median_ms, self.new_median_ms)} ms ({self.ref}) -> "
                 f"{fmt_ms(self.new_median_ms, self.ref_median_ms)} ms (this "
                 f"checkout); median pair ratio {self.ratio:.3f}, CI {self.ci_low:.3f}-{self.ci_high:.3f}; "
                 f"signed-rank p={self.p_value:.2g}; {self.pairs} pairs in alternating order{core}."
             )
-        lines += _recheck_lines(self.recheck or {})
+        lines += _recheck_lines(self.recheck or {}, self.between)
         lines += [f"  metric: {m.message}" for m in self.metric_changes]
         if self.twin_error:
             lines.append(f"  at {self.ref}: {self.twin_error}")
@@ -281,14 +286,15 @@ class ABVerdict:
         return "\n".join(lines)
 
 
-def _recheck_lines(recheck: Mapping[str, Any]) -> list[str]:
+def _recheck_lines(recheck: Mapping[str, Any], between: str) -> list[str]:
     """The other pairs' look, where a re-check ran (recheck.py): the fresh pair's where it confirmed the first pairs,
     the first pairs' where it did not (the latency line above is then the fresh pair's)."""
     outcome = recheck.get("outcome")
     if outcome not in ("confirmed", "not confirmed"):
         return []
     which = "fresh" if outcome == "confirmed" else "first"
-    whose = "two more processes, started alike" if which == "fresh" else "this pytest process and its twin"
+    first = "this checkout's twin and the twin" if between == "twins" else "this pytest process and its twin"
+    whose = "two more processes, started alike" if which == "fresh" else first
     other = recheck.get(which) or {}
     ratio, lo, hi, p = (other.get(k) for k in ("ratio", "ci_low", "ci_high", "p_value"))
     if not isinstance(ratio, float):
@@ -347,6 +353,12 @@ def verdict_of(nodeid: str, ref: str, data: Mapping[str, Any], metrics: Mapping[
     if state == "twin_failed" and look is None:
         reason = f"the test failed at {ref}, so there is nothing to compare; this checkout's result stands"
         return ABVerdict(nodeid, "inconclusive", reason, ref, twin_error=str(data.get("error")))
+    if state == "partner_failed" and look is None:  # (--inferscope-ab-pairs=twins: partner.py)
+        reason = (
+            f"the test failed in this checkout's twin ({data.get('error')}), so there is nothing to compare; this "
+            "pytest process's result stands"
+        )
+        return ABVerdict(nodeid, "inconclusive", reason, ref, between="twins")
     if look is None:  # this side's test failed before the first look at the pairs
         reason = (
             f"the test failed here after {len(data['new_ms'])} of the pairs, before the first look at them, so "
@@ -362,12 +374,16 @@ def verdict_of(nodeid: str, ref: str, data: Mapping[str, Any], metrics: Mapping[
     ]  # fmt: skip
     verdict = verdict_from(nodeid, ref, data["new_ms"], data["ref_ms"], look, data["looks"], changes)
     verdict.recheck = data.get("recheck")
+    verdict.between = str(data.get("between") or "here")
     if data.get("after_error"):  # a threshold the ref's test crossed: its rounds' times compare all the same
         verdict.twin_error = str(data["after_error"])
         verdict.notes.append(f"the test failed at {ref} after its rounds; the pairs are compared")
     if state == "here_failed":
         verdict.verdict = "inconclusive"
         verdict.reason = f"the test failed here after {look.pairs} pairs, so the pairs are not all there are"
+    elif state == "partner_failed":
+        verdict.verdict = "inconclusive"
+        verdict.reason = f"the test failed in this checkout's twin after {look.pairs} pairs: {data.get('error')}"
     elif state != "paired":
         verdict.verdict, verdict.twin_error = "inconclusive", str(data.get("error") or data.get("reason"))
         verdict.reason = f"the twin stopped after {look.pairs} pairs ({state}): {verdict.twin_error}"

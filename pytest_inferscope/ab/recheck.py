@@ -179,14 +179,15 @@ def _summary(look: PairedLook, new_ms: Sequence[float], ref_ms: Sequence[float])
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
-def combine(first: PairedLook, new_ms: list[float], ref_ms: list[float],
-            check: Recheck) -> tuple[PairedLook, list[float], list[float], dict[str, Any]]:  # fmt: skip
+def combine(first: PairedLook, new_ms: list[float], ref_ms: list[float], check: Recheck, *,
+            twins: bool = False) -> tuple[PairedLook, list[float], list[float], dict[str, Any]]:  # fmt: skip
     """The test's look after its re-check, the pairs it rests on, and what report.json keeps of the re-check.
 
     The fresh pair reads the same (regressed, or improved): the first pairs' look stands, confirmed. Unchanged: the
     fresh pair's look, and the first pairs' offset was their processes'. Else (the other way, or inconclusive):
     inconclusive, the two pairs disagreeing. Not run (the pair could not start, the test raised there): the first
-    pairs' look stands, and the reason says why it is unchecked.
+    pairs' look stands, and the reason says why it is unchecked. `twins`: the first pairs were this checkout's twin's
+    and the twin's (--inferscope-ab-pairs=twins), not this process's.
     """
     record: dict[str, Any] = {"first": _summary(first, new_ms, ref_ms)}
     if check.look is None:
@@ -200,7 +201,8 @@ def combine(first: PairedLook, new_ms: list[float], ref_ms: list[float],
         reason = f"{first.reason} A fresh pair of processes, started alike, read it too: {_said(fresh)}."
         return dataclasses.replace(first, reason=reason), new_ms, ref_ms, record
     record["outcome"] = "not confirmed"
-    before = f"This pytest process and its twin read {_said(first)}, {first.verdict}"
+    who = "This checkout's twin and the twin" if twins else "This pytest process and its twin"
+    before = f"{who} read {_said(first)}, {first.verdict}"
     if fresh.verdict == "unchanged":
         reason = (
             f"A fresh pair of processes, started alike, read {fresh.reason} {before}: an offset of those two "

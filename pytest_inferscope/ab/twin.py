@@ -407,7 +407,7 @@ class TwinServer:
             msg = self.channel.recv()
             if msg.get("cmd") != "round":
                 self.finishing = msg.get("cmd") == "finish"
-                self._after = bool(msg.get("after", True))  # False: this side's test ended first (lockstep._abandon)
+                self._after = bool(msg.get("after", True))  # False: it ended on the other side first (_end_others)
                 return
             warmup = bool(msg.get("warmup"))
             self._next_index = int(msg["index"]) + 1

@@ -3,6 +3,7 @@ worktrees a repository lists."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,3 +39,15 @@ def pytest_cmd(*args: str) -> list[str]:
 
 def worktrees(root: Path) -> list[str]:
     return [line for line in git(root, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
+
+
+def ab_reports(root: Path, out: Path) -> dict[str, dict]:
+    """Each test's report.json in `out`, by the test's name, after an A/B run in the repository `root`, which it
+    checks left no worktree and no twin's log behind."""
+    reports = {}
+    for path in out.glob("*/report.json"):
+        report = json.loads(path.read_text())
+        reports[report["nodeid"].rpartition("::")[2]] = report
+    assert len(git(root, "worktree", "list").strip().splitlines()) == 1  # the worktree is gone
+    assert not list(Path(root.parent).glob("**/twin-*.log"))  # and every twin's log with it
+    return reports

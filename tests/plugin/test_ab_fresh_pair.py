@@ -1,14 +1,11 @@
 """--inferscope-ab-recheck end to end: a test slower in this pytest process alone (an offset of the process's own) is
 not failed once a fresh pair of processes reads it unchanged; a real slowdown is read by both pairs and fails
-(docs/ab.md, "A changed test checked by a fresh pair")."""
+(docs/ab.md, "A changed test checked by a fresh pair"). A bad value of it, or of --inferscope-ab-pairs, is refused."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from gitrepo import git, two_commits
+from gitrepo import ab_reports, git, two_commits
 
 BODY = """
 import os, time, pytest
@@ -41,13 +38,7 @@ def _ab(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[s
     out = root.parent / "out"
     result = pytester.runpytest("-p", "no:randomly", "-p", "no:cacheprovider", "--inferscope-ab=HEAD~1",
                                 f"--inferscope-report={out}", *args)  # fmt: skip
-    reports = {}
-    for path in out.glob("*/report.json"):
-        report = json.loads(path.read_text())
-        reports[report["nodeid"].rpartition("::")[2]] = report["ab"]
-    assert len(git(root, "worktree", "list").strip().splitlines()) == 1  # the worktree is gone
-    assert not list(Path(root.parent).glob("**/twin-*.log"))  # and every twin's log with it
-    return result, reports
+    return result, {name: report["ab"] for name, report in ab_reports(root, out).items()}
 
 
 @pytest.mark.parametrize("xdist", [False, True], ids=["one process", "xdist"])
@@ -91,12 +82,16 @@ def test_regressed_alone_leaves_an_improvement_to_the_first_pairs(pytester: pyte
     assert ab["test_offset"]["recheck"]["outcome"] == "not confirmed"
 
 
-def test_a_bad_value_is_a_usage_error_naming_the_choices(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [("--inferscope-ab-recheck=fresh", "--inferscope-ab-recheck='fresh' is not one of the choices: set the A/B "
+      "re-check to changed, regressed or off, e.g. --inferscope-ab-recheck=off."),
+     ("--inferscope-ab-pairs=three", "--inferscope-ab-pairs='three' is not one of the choices: set the A/B pairs to "
+      "here or twins, e.g. --inferscope-ab-pairs=twins.")],
+)  # fmt: skip
+def test_a_bad_value_is_a_usage_error_naming_the_choices(pytester: pytest.Pytester, given: str, said: str) -> None:
     two_commits(pytester.path, BODY.format(changed=0.002, faster=0.02), BODY.format(changed=0.002, faster=0.02))
-    result = pytester.runpytest("-p", "no:randomly", "--inferscope-ab=HEAD~1", "--inferscope-ab-recheck=fresh")
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-ab=HEAD~1", given)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["*--inferscope-ab-recheck='fresh' is not one of the choices: set the A/B re-check to changed, regressed or "
-         "off, e.g. --inferscope-ab-recheck=off.*"]
-    )  # fmt: skip
+    result.stderr.fnmatch_lines([f"*{said}*"])
     assert len(git(pytester.path, "worktree", "list").strip().splitlines()) == 1  # refused before any worktree

@@ -1,0 +1,64 @@
+"""--inferscope-ab-pairs=twins: a second twin, of this checkout, whose rounds and the other side's twin's make the
+pairs of every test (lockstep.py takes the turns), so that no offset of this pytest process's own speed is in a
+verdict (docs/ab.md, "Each process's own speed"). This process still runs the test's rounds, between theirs, for its
+own report; the partner reports nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .twin import READY_TIMEOUT_S, Twin, TwinDied
+
+#: How a verdict names the partner where something happened in it.
+PARTNER = "this checkout's twin"
+#: What an xdist session's note adds to "each worker takes turns with its own twin".
+PAIRS_TWINS = (
+    " (through its own twin of this checkout, with its own rounds between their pairs: --inferscope-ab-pairs=twins)"
+)
+
+
+class Partner:
+    """The partner process and the profiled tests it collected."""
+
+    def __init__(self, twin: Twin) -> None:
+        self.twin = twin
+        self.nodeids: set[str] = set()
+
+    def ready(self) -> str:
+        """Read its collection: the usage error where it cannot run the tests, or ""."""
+        try:
+            msg = self.twin.recv(READY_TIMEOUT_S)
+        except TwinDied as exc:
+            why = f"did not start ({exc})"
+        else:
+            said = msg.get("usage") or "; ".join(map(str, msg.get("errors") or ()))
+            why = f"did not collect the tests ({said})" if said else ""
+            self.nodeids = set(msg.get("nodeids") or ())
+        return why and (
+            f"--inferscope-ab-pairs=twins: {PARTNER}, a second pytest process of this checkout, {why}. Run without "
+            "--inferscope-ab-pairs=twins (this pytest process then takes the turns itself)."
+        )
+
+    def begin(self, nodeid: str, after: str | None, core: int | None) -> str:
+        """Start the test in it (`after`: the test run next here, whose fixtures it keeps): why it did not, or ""."""
+        if self.twin.dead:
+            return self.twin.dead
+        if nodeid not in self.nodeids:
+            return f"{PARTNER} has no profiled test {nodeid}"
+        try:
+            self.twin.send(cmd="run", nodeid=nodeid, core=core, next=after)
+            msg = self.twin.recv()
+        except TwinDied as exc:
+            return str(exc)
+        if msg.get("type") == "result":
+            return f"the test did not start in {PARTNER} ({msg.get('skipped') or msg.get('error') or 'not run there'})"
+        return ""
+
+
+def end_test(twin: Twin) -> None:
+    """End a twin's started test before its rounds (the other twin could not start it), and read its result."""
+    with contextlib.suppress(TwinDied):
+        twin.send(cmd="end", after=False)
+        while twin.recv().get("type") != "result":
+            pass
