@@ -46,10 +46,6 @@ if TYPE_CHECKING:
     from ..results import TestResult
 
 
-class TwinTestFailed(Exception):
-    """The test raised on the twin's side during a round."""
-
-
 class ABController:
     """The A/B gate of one pytest process (or xdist worker, or the xdist controller)."""
 
