@@ -157,6 +157,7 @@ def _steps(
     new, ref = data["new_ms"], data["ref_ms"]
     clocks: dict[str, list[float]] = {k: [] for k in CLOCKS}  # each pair's waits and CPU times
     in_test = list(twins)  # the twins whose end of the test is read below
+    ended: list[Twin] = []  # those told to end it
     try:
         for w in range(plan.warmup):
             yield from pair(True, w)
@@ -176,6 +177,7 @@ def _steps(
             if look.final:
                 break
         twin.send(cmd="end")
+        ended = [twin]
         if partner is not None:
             partner.send(cmd="end", after=False)  # (nothing of its own is reported)
     except _TwinFailed as exc:
@@ -188,7 +190,7 @@ def _steps(
         died = [t for t in twins if getattr(t, "dead", "")] or twins  # (the one that died says so)
         data["state"], data["reason"] = "dead", str(exc)
         in_test = [t for t in twins if t not in died]
-        _end_others(in_test, None)
+        _end_others([t for t in in_test if t not in ended], None)  # (one told to end already is not told again)
     except (KeyboardInterrupt, SystemExit):
         raise  # the session stops: the twins are ended at unconfigure (ABController.cleanup), not waited for
     except BaseException:

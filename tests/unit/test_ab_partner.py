@@ -18,16 +18,19 @@ from pytest_inferscope.ab.twin import TwinDied
 
 class Twin:
     """A fake twin named `name` in the turns' log, answering each round with `ms`; its round `fail_at` raises, its
-    answer `die_at` (counted over its answers) finds it dead."""
+    answer `die_at` (counted over its answers) finds it dead, as does the command `die_on` sent to it."""
 
-    def __init__(self, name: str, log: list[str], ms: float, fail_at: int | None = None, die_at: int | None = None):
-        self.name, self.log, self.ms, self.fail_at, self.die_at = name, log, ms, fail_at, die_at
+    def __init__(self, name: str, log: list[str], ms: float, fail_at: int | None = None, die_at: int | None = None,
+                 die_on: str = ""):  # fmt: skip
+        self.name, self.log, self.ms, self.fail_at, self.die_at, self.die_on = name, log, ms, fail_at, die_at, die_on
         self.sent: list[dict[str, Any]] = []
         self.answers: list[dict[str, Any]] = []
         self.dead = ""
         self.received = 0
 
     def send(self, **msg: Any) -> None:
+        if msg["cmd"] == self.die_on:  # (it died before the command reached it)
+            self.dead = f"the twin pytest process at {self.name} is gone"
         if self.dead:
             raise TwinDied(self.dead)
         self.sent.append(msg)
@@ -146,6 +149,16 @@ def test_the_partner_dying_ends_the_twins_test_and_says_why() -> None:
     assert data["state"] == "dead" and data["reason"] == "the twin pytest process at P exited with status -9"
     assert twin.sent[-1] == {"cmd": "end", "after": False} and twin.answers == []
     assert len(coll.rounds) == 4  # this side's rounds are all run
+
+
+def test_the_partner_dying_as_the_test_ends_leaves_the_twin_told_once() -> None:
+    log: list[str] = []
+    twin, partner, coll, data = _sides(log, partner={"die_on": "end"})
+    calls = iter(range(100))
+    assert _run("sync", twin, partner, coll, lambda: next(calls), data) == 3
+    assert data["state"] == "dead" and data["reason"] == "the twin pytest process at P is gone"
+    assert [m["cmd"] for m in twin.sent].count("end") == 1 and twin.answers == []  # its end read, once
+    assert data["metrics"] == {"twin": "B"}
 
 
 def test_the_partner_starts_a_test_it_collected_and_says_why_not() -> None:
