@@ -23,7 +23,7 @@ from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .baselines import not_compared
 from .layout import layout_note
 from .notes import hashseed_note, not_a_twin, nothing_paired, settings_notes, start_note
-from .partner import PAIRS_TWINS, Partner, end_test
+from .partner import PAIRS_TWINS, Partner
 from .recheck import RECHECKED, FreshPair, combine
 from .renames import Renames
 from .signals import CleanupOnSignals
@@ -377,7 +377,8 @@ class ABController:
         from .lockstep import lockstep
 
         with pinned(self.core), quiet_heap():
-            return lockstep(self._twin(), coll, body, plan, data, partner=self._partner(), **self._turns(plan, data))
+            partner = self._partner(data)
+            return lockstep(self._twin(), coll, body, plan, data, partner=partner, **self._turns(plan, data))
 
     async def run_test_async(
         self, nodeid: str, coll: Collection, body: Callable[[], Awaitable[Any]], plan: Plan
@@ -389,7 +390,7 @@ class ABController:
         from .lockstep import lockstep_async
 
         with pinned(self.core), quiet_heap():
-            return await lockstep_async(self._twin(), coll, body, plan, data, partner=self._partner(),
+            return await lockstep_async(self._twin(), coll, body, plan, data, partner=self._partner(data),
                                         **self._turns(plan, data))  # fmt: skip
 
     def _begin(self, nodeid: str) -> dict[str, Any]:
@@ -419,11 +420,10 @@ class ABController:
             else:
                 data["state"], data["error"] = "twin_failed", msg.get("error") or "not run there"
         elif self.partner is not None:
-            data["between"] = "twins"
             after = self.nextitem.nodeid if self.nextitem is not None else None
-            if why := self.partner.begin(nodeid, after, self.core):
-                end_test(twin)  # (its test started)
-                data["state"], data["error"] = "partner_failed", why
+            why = self.partner.begin(nodeid, after, self.core)
+            data["between"] = "here" if why else "twins"  # (where it cannot run the test, this process takes the turns)
+            data["notes"] = [f"{why}: the pairs are this pytest process's and the twin's"] if why else []
         return data
 
     def _moved(self) -> Renames:
@@ -449,8 +449,9 @@ class ABController:
         assert self.twin is not None  # _begin said "paired"
         return self.twin
 
-    def _partner(self) -> Twin | None:
-        return self.partner.twin if self.partner is not None else None
+    def _partner(self, data: dict[str, Any]) -> Twin | None:
+        """The partner, where it started the test (`_begin`)."""
+        return self.partner.twin if self.partner is not None and data.get("between") == "twins" else None
 
     def _turns(self, plan: Plan, data: dict[str, Any]) -> dict[str, Any]:
         """The lockstep's judging settings, and which side starts: it alternates from test to test. Kept in the test's
@@ -473,7 +474,7 @@ class ABController:
         check = self.fresh.run((nodeid, ref_id), (after, self._next_ref_id()), self.core, data["plan"],
                                **data["turns"])  # fmt: skip
         look, data["new_ms"], data["ref_ms"], record = combine(data["look"], data["new_ms"], data["ref_ms"], check,
-                                                               twins=self.partner is not None)  # fmt: skip
+                                                               twins=data.get("between") == "twins")  # fmt: skip
         data["look"] = look
         return record
 

@@ -375,6 +375,7 @@ def verdict_of(nodeid: str, ref: str, data: Mapping[str, Any], metrics: Mapping[
     verdict = verdict_from(nodeid, ref, data["new_ms"], data["ref_ms"], look, data["looks"], changes)
     verdict.recheck = data.get("recheck")
     verdict.between = str(data.get("between") or "here")
+    verdict.notes += list(data.get("notes") or ())  # (the partner could not run the test: partner.py)
     if data.get("after_error"):  # a threshold the ref's test crossed: its rounds' times compare all the same
         verdict.twin_error = str(data["after_error"])
         verdict.notes.append(f"the test failed at {ref} after its rounds; the pairs are compared")

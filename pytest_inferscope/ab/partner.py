@@ -1,12 +1,12 @@
 """--inferscope-ab-pairs=twins: a second twin, of this checkout, whose rounds and the other side's twin's make the
 pairs of every test (lockstep.py takes the turns), so that no offset of this pytest process's own speed is in a
 verdict (docs/ab.md, "Each process's own speed"). This process still runs the test's rounds, between theirs, for its
-own report; the partner reports nothing.
+own report; the partner reports nothing. Where it cannot start a test (the test skips or fails in its setup there, it
+has no such test, or it died), that test's pairs are this process's and the twin's, as without the option, and its
+verdict says so (controller._begin).
 """
 
 from __future__ import annotations
-
-import contextlib
 
 from .twin import READY_TIMEOUT_S, Twin, TwinDied
 
@@ -54,11 +54,3 @@ class Partner:
         if msg.get("type") == "result":
             return f"the test did not start in {PARTNER} ({msg.get('skipped') or msg.get('error') or 'not run there'})"
         return ""
-
-
-def end_test(twin: Twin) -> None:
-    """End a twin's started test before its rounds (the other twin could not start it), and read its result."""
-    with contextlib.suppress(TwinDied):
-        twin.send(cmd="end", after=False)
-        while twin.recv().get("type") != "result":
-            pass

@@ -1,7 +1,8 @@
 """--inferscope-ab-pairs=twins end to end: the pairs are taken by a twin of this checkout and the twin of the ref,
 so a test slower in this pytest process alone (an offset of the process's own) reads unchanged from its first pairs,
 while this process's report keeps its own rounds; a real slowdown still fails, confirmed by a fresh pair; a test that
-fails in this checkout's twin alone is inconclusive (docs/ab.md, "The pairs between two twins")."""
+fails in this checkout's twin alone is inconclusive, and one it cannot start there is paired by this process as
+without the option (docs/ab.md, "The pairs between two twins")."""
 
 from __future__ import annotations
 
@@ -17,6 +18,17 @@ RAISES_IN_PARTNER = """
 def test_partner_raises():
     if not MAIN and os.getcwd() == HERE:
         raise RuntimeError("only in this checkout's twin")
+    spin(0.002)
+
+
+@pytest.fixture
+def not_in_partner():
+    if not MAIN and os.getcwd() == HERE:
+        pytest.skip("a fixture that skips in this checkout's twin alone")
+
+
+@pytest.mark.inferscope(rounds=10, warmup=1, max_regression=0.2)
+def test_partner_skips(not_in_partner):
     spin(0.002)
 """
 
@@ -36,7 +48,7 @@ def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[
 @pytest.mark.parametrize("xdist", [False, True], ids=["one process", "xdist"])
 def test_the_pairs_between_two_twins_hold_no_offset_of_this_process(pytester: pytest.Pytester, xdist: bool) -> None:
     result, reports = _run(pytester, *(["-n", "1"] if xdist else []))
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     offset, changed, faster = (reports[n]["ab"] for n in ("test_offset", "test_changed", "test_faster"))
     # 10x slower in this process alone: the twins read the same code at the same speed, and nothing is re-checked
     assert offset["verdict"] == "unchanged" and offset["recheck"] is None and offset["between"] == "twins"
@@ -49,6 +61,13 @@ def test_the_pairs_between_two_twins_hold_no_offset_of_this_process(pytester: py
     partner = reports["test_partner_raises"]["ab"]
     assert partner["verdict"] == "inconclusive", partner
     assert partner["reason"].startswith("the test failed in this checkout's twin (RuntimeError: only in this "), partner
+    # a test this checkout's twin cannot start: its pairs are this process's and the twin's, as without the option
+    skips = reports["test_partner_skips"]["ab"]
+    assert skips["verdict"] == "unchanged" and skips["between"] == "here" and skips["pairs"] >= 10, skips
+    assert skips["notes"] == [
+        "the test did not start in this checkout's twin (a fixture that skips in this checkout's twin alone): the "
+        "pairs are this pytest process's and the twin's"
+    ]
     out = result.stdout.str()
     assert "pairs in alternating order between this checkout's twin and the twin, pinned to CPU core " in out
     assert "\n  fresh pairs (two more processes, started alike): median pair ratio " in out

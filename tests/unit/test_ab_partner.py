@@ -12,7 +12,7 @@ from test_ab_lockstep import FakeCollection, _data, _plan
 
 from pytest_inferscope.ab.lockstep import lockstep, lockstep_async
 from pytest_inferscope.ab.paired import judge, verdict_of
-from pytest_inferscope.ab.partner import Partner, end_test
+from pytest_inferscope.ab.partner import Partner
 from pytest_inferscope.ab.twin import TwinDied
 
 
@@ -185,12 +185,6 @@ def test_a_partner_that_did_not_collect_is_a_usage_error_naming_what_it_said() -
         "the tests (file or directory not found: test_y.py). Run without --inferscope-ab-pairs=twins (this pytest "
         "process then takes the turns itself)."
     )
-
-
-def test_a_twin_whose_test_started_is_ended_before_its_rounds() -> None:
-    fake = Twin("B", [], 10.0)
-    end_test(fake)  # type: ignore[arg-type]
-    assert fake.sent == [{"cmd": "end", "after": False}] and fake.answers == []
 
 
 def test_the_message_says_which_processes_took_the_turns() -> None:
