@@ -22,7 +22,7 @@ from ..units import fmt_count
 from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
 from .baselines import not_compared
 from .layout import layout_note
-from .notes import hashseed_note, not_a_twin, nothing_paired, settings_notes, start_note
+from .notes import PAIRED_HERE, hashseed_note, not_a_twin, nothing_paired, settings_notes, start_note
 from .partner import PAIRS_TWINS, Partner
 from .recheck import RECHECKED, FreshPair, combine
 from .renames import Renames
@@ -423,7 +423,7 @@ class ABController:
             after = self.nextitem.nodeid if self.nextitem is not None else None
             why = self.partner.begin(nodeid, after, self.core)
             data["between"] = "here" if why else "twins"  # (where it cannot run the test, this process takes the turns)
-            data["notes"] = [f"{why}: the pairs are this pytest process's and the twin's"] if why else []
+            data["notes"] = [f"{why}: {PAIRED_HERE}"] if why else []
         return data
 
     def _moved(self) -> Renames:

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from .worktree import Worktree
 
 
+#: How the verdict of a test this checkout's twin could not start ends its note (--inferscope-ab-pairs=twins).
+PAIRED_HERE = "the pairs are this pytest process's and the twin's"
+
+
 def start_note(label: str, core: int | None, cores: Sequence[int], *, twins: bool) -> str:
     """Who takes the turns, on which core (one process, no xdist)."""
     if not twins:
@@ -148,13 +152,14 @@ def _shown(path: Path, here: Path) -> str:
 
 def recheck_notes(results: Sequence[TestResult]) -> list[str]:
     """The summary's line on the tests a fresh pair of processes re-checked (recheck.py), [] where none was: how many,
-    each outcome, and the tests whose first verdict it did not confirm (theirs is now the fresh pair's)."""
+    each outcome, and the tests whose first verdict it did not confirm (theirs is now the fresh pair's); and the line
+    on the tests this checkout's twin could not start (`_paired_here`)."""
     outcomes: dict[str, list[str]] = {}
     for result in results:
         if result.ab and result.ab.get("recheck"):
             outcomes.setdefault(str(result.ab["recheck"].get("outcome")), []).append(result.nodeid)
     if not outcomes:
-        return []
+        return _paired_here(results)
     said = ", ".join(f"{len(outcomes[k])} {k}" for k in ("confirmed", "not confirmed", "not run") if k in outcomes)
     line = (
         f"inferscope A/B: {fmt_count(sum(map(len, outcomes.values())), 'test')} that read regressed or improved "
@@ -163,4 +168,18 @@ def recheck_notes(results: Sequence[TestResult]) -> list[str]:
     if overruled := outcomes.get("not confirmed"):
         more = f" and {len(overruled) - 5} more" if len(overruled) > 5 else ""
         line += f" (the fresh pair's verdict stands for {', '.join(overruled[:5])}{more}; docs/ab.md)"
-    return [line]
+    return [line, *_paired_here(results)]
+
+
+def _paired_here(results: Sequence[TestResult]) -> list[str]:
+    """With --inferscope-ab-pairs=twins, the tests this checkout's twin could not start, which this process paired with
+    the twin instead (controller._begin): said once in the summary, so that a twin that runs none is not missed."""
+    tests = [r.nodeid for r in results if r.ab and any(str(n).endswith(PAIRED_HERE) for n in r.ab.get("notes") or ())]
+    if not tests:
+        return []
+    more = f" and {len(tests) - 5} more" if len(tests) > 5 else ""
+    return [
+        f"inferscope A/B: {fmt_count(len(tests), 'test')} this checkout's twin could not start, paired by this pytest "
+        f"process and the twin instead (--inferscope-ab-pairs=twins; each verdict's note says why): "
+        f"{', '.join(tests[:5])}{more}"
+    ]

@@ -69,6 +69,10 @@ def test_the_pairs_between_two_twins_hold_no_offset_of_this_process(pytester: py
         "pairs are this pytest process's and the twin's"
     ]
     out = result.stdout.str()
+    assert (
+        "inferscope A/B: 1 test this checkout's twin could not start, paired by this pytest process and the twin "
+        "instead (--inferscope-ab-pairs=twins; each verdict's note says why): test_x.py::test_partner_skips"
+    ) in out
     assert "pairs in alternating order between this checkout's twin and the twin, pinned to CPU core " in out
     assert "\n  fresh pairs (two more processes, started alike): median pair ratio " in out
     if xdist:
