@@ -7,7 +7,7 @@ without the option (docs/ab.md, "The pairs between two twins")."""
 from __future__ import annotations
 
 import pytest
-from gitrepo import ab_reports, two_commits
+from gitrepo import ab_reports, git, two_commits
 from test_ab_fresh_pair import BODY
 
 #: A test that raises in this checkout's twin alone: the partner runs in the folder pytest runs in, the ref's twin in
@@ -80,3 +80,22 @@ def test_the_pairs_between_two_twins_hold_no_offset_of_this_process(pytester: py
     else:
         assert "inferscope A/B: this checkout's twin against the twin at HEAD~1 (" in out
     assert any(line.startswith("FAILED test_x.py::test_changed - inferscope A/B: +") for line in result.outlines)
+
+
+def test_tests_this_checkouts_twin_cannot_collect_stop_the_session_saying_what_it_said(
+    pytester: pytest.Pytester,
+) -> None:
+    conftest = (
+        "import os\n"
+        f"if os.environ.get('INFERSCOPE_AB_TWIN') and os.getcwd() == {str(pytester.path)!r}:\n"
+        "    raise ImportError('a module only this checkout lacks in its twin')\n"
+    )
+    (pytester.path / "conftest.py").write_text(conftest)
+    body = BODY.format(changed=0.002, faster=0.02)
+    two_commits(pytester.path, body, body)
+    result = pytester.runpytest("-p", "no:randomly", "--inferscope-ab=HEAD~1", "--inferscope-ab-pairs=twins")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "--inferscope-ab-pairs=twins: this checkout's twin, a second pytest process of this checkout, " in err, err
+    assert "a module only this checkout lacks in its twin" in err and "Run without --inferscope-ab-pairs=twins" in err
+    assert len(git(pytester.path, "worktree", "list").strip().splitlines()) == 1  # the worktree is gone
