@@ -8,6 +8,8 @@ verdict says so (controller._begin).
 
 from __future__ import annotations
 
+from typing import Any
+
 from .twin import READY_TIMEOUT_S, Twin, TwinDied
 
 #: How a verdict names the partner where something happened in it.
@@ -32,7 +34,7 @@ class Partner:
         except TwinDied as exc:
             why = f"did not start ({exc})"
         else:
-            said = msg.get("usage") or "; ".join(map(str, msg.get("errors") or ()))
+            said = collection_said(msg)
             why = f"did not collect the tests ({said})" if said else ""
             self.nodeids = set(msg.get("nodeids") or ())
         return why and (
@@ -51,6 +53,18 @@ class Partner:
             msg = self.twin.recv()
         except TwinDied as exc:
             return str(exc)
-        if msg.get("type") == "result":
-            return f"the test did not start in {PARTNER} ({msg.get('skipped') or msg.get('error') or 'not run there'})"
+        return f"the test did not start in {PARTNER} ({why})" if (why := not_started(msg)) else ""
+
+
+def collection_said(ready: dict[str, Any]) -> str:
+    """What a twin's first message (its collection) says against running the tests: its usage error, or its
+    collection errors; "" where it can run them."""
+    return str(ready.get("usage") or "; ".join(map(str, ready.get("errors") or ())))
+
+
+def not_started(answer: dict[str, Any]) -> str:
+    """Why a twin did not start the test it was asked to run (it skipped or failed there in the setup): its answer's
+    reason; "" where it started."""
+    if answer.get("type") == "started":
         return ""
+    return str(answer.get("skipped") or answer.get("error") or "not run there")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .paired import CLOCKS, PairedLook, judge, looks
+from .partner import collection_said, not_started
 from .twin import READY_TIMEOUT_S, Twin, TwinDied
 
 if TYPE_CHECKING:
@@ -69,8 +70,7 @@ class FreshPair:
         except (OSError, TwinDied) as exc:
             return self._fail(f"the fresh pair of processes did not start ({exc})")
         for twin, msg in zip(self.twins, ready, strict=True):
-            if msg.get("usage") or msg.get("errors"):
-                said = msg.get("usage") or "; ".join(map(str, msg["errors"]))
+            if said := collection_said(msg):
                 return self._fail(f"the fresh process at {twin.label} did not collect the tests ({said})")
         self.nodeids = [set(msg.get("nodeids") or ()) for msg in ready]
         return ""
@@ -94,10 +94,8 @@ class FreshPair:
             for twin, nodeid, nxt in zip(self.twins, ids, nexts, strict=True):
                 twin.send(cmd="run", nodeid=nodeid, core=core, next=nxt)
             answers = [twin.recv() for twin in self.twins]
-            if not all(a.get("type") == "started" for a in answers):
-                how = next(a for a in answers if a.get("type") != "started")
-                self._end([a.get("type") == "started" for a in answers])
-                why = how.get("skipped") or how.get("error") or "not run there"
+            if why := next(filter(None, map(not_started, answers)), ""):
+                self._end([not not_started(a) for a in answers])  # (those that started end it)
                 return Recheck(error=f"the test did not start in the fresh pair of processes ({why})")
             self._pairs(out, plan, max_regression, alpha, here_first)
             self._end([True, True])
