@@ -108,24 +108,25 @@ def fix_layout(config: pytest.Config) -> None:
 
 
 def layout_note(config: pytest.Config, settings: Settings) -> str:
-    """The summary's line on the two processes' layout."""
+    """The summary's line on the processes' layout: this one and its twin, or with --inferscope-ab-pairs=twins this
+    one and its two twins (a twin inherits the layout setting)."""
     why = config.stash.get(_WHY, "") or ("started" if layout_fixed() else "")
+    every = "in every process (pytest's and its twins)" if settings.ab_pairs == "twins" else "in both processes"
     if why == "reexec":
         return (
-            "inferscope A/B: address-space layout randomisation off in both processes (pytest executed itself again "
-            "with it off)"
+            f"inferscope A/B: address-space layout randomisation off {every} (pytest executed itself again with it off)"
         )
     if why == "started":
-        return "inferscope A/B: address-space layout randomisation off in both processes"
+        return f"inferscope A/B: address-space layout randomisation off {every}"
     if why:  # off was asked for, and could not be had
-        state = f"on in both processes: {why}"
+        state = f"on {every}: {why}"
     else:
         asked = (
             "the default"
             if settings.sources.get("ab_aslr", "default") == "default"
             else "as " + given(settings, "ab_aslr", "keep") + " asked"
         )
-        state = f"on in both processes ({asked}; --inferscope-ab-aslr=off turns it off)"
+        state = f"on {every} ({asked}; --inferscope-ab-aslr=off turns it off)"
     return (
         f"inferscope A/B: address-space layout randomisation {state}. Each process's layout can offset the pairs of "
         'pure-Python code by a few per cent, and at times by much more (docs/ab.md, "Each process\'s own speed")'

@@ -170,6 +170,19 @@ def test_note_when_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+def test_note_names_every_process_with_twins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --inferscope-ab-pairs=twins three processes run (this one, its twin and the ref's), each with the layout
+    pytest's has."""
+    monkeypatch.setattr(layout, "layout_fixed", lambda: False)
+    kept = _note(_Config(), ab_pairs="twins")
+    assert "randomisation on in every process (pytest's and its twins) (the default; " in kept
+    assert "both" not in kept
+    monkeypatch.setattr(layout, "layout_fixed", lambda: True)
+    assert _note(_Config(), ab_pairs="twins") == (
+        "inferscope A/B: address-space layout randomisation off in every process (pytest's and its twins)"
+    )
+
+
 @pytest.mark.parametrize(
     ("change", "env", "options", "fixes"),
     [
