@@ -223,8 +223,8 @@ def test_launch_heavy(where):
 """
 
 
-@pytest.mark.parametrize("pairs", ["here", "twins"])
-def test_ab_pins_each_worker_and_its_twin_to_one_core_and_one_gpu(tmp_path: Path, pairs: str) -> None:
+@pytest.mark.parametrize("ab_pairs", ["here", "twins"])
+def test_ab_pins_each_worker_and_its_twin_to_one_core_and_one_gpu(tmp_path: Path, ab_pairs: str) -> None:
     """With --inferscope-ab-pairs=twins each worker has two twins, the ref's and this checkout's, both on its core and
     GPU, and the pairs are theirs."""
     uuids = nvidia_uuids()
@@ -237,13 +237,13 @@ def test_ab_pins_each_worker_and_its_twin_to_one_core_and_one_gpu(tmp_path: Path
     git(root, "add", "README")
     git(root, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "second")
     proc = pytest_in(root, tmp_path / "where", "-n", "2", "--inferscope-gpus=0,1", "--inferscope-ab=HEAD~1",
-                     f"--inferscope-ab-pairs={pairs}", f"--inferscope-report={tmp_path / 'ab'}")  # fmt: skip
+                     f"--inferscope-ab-pairs={ab_pairs}", f"--inferscope-report={tmp_path / 'ab'}")  # fmt: skip
     seen = records(tmp_path / "where")
     twins: dict[int, set[str]] = {}  # a worker's pid -> where its twins ran: the worktree, or this checkout (here)
     for r in seen:
         if r["side"] == "twin":
             twins.setdefault(r["ppid"], set()).add("here" if Path(r["cwd"]).resolve() == root.resolve() else "ref")
-    expected = [["here", "ref"]] * 2 if pairs == "twins" else [["ref"]] * 2  # each worker's twins
+    expected = [["here", "ref"]] * 2 if ab_pairs == "twins" else [["ref"]] * 2  # each worker's twins
     assert sorted(map(sorted, twins.values())) == expected, twins
     worker_of = {r["pid"]: r["worker"] for r in seen if r["side"] == "this"}
     pairs: dict[str, dict[str, set[tuple[str, str]]]] = {}
@@ -268,10 +268,10 @@ def test_ab_pins_each_worker_and_its_twin_to_one_core_and_one_gpu(tmp_path: Path
         report = json.loads((folder / "report.json").read_text())
         assert report["ab"]["pairs"] >= 8 and str(report["ab"]["core"]) in {placed["gw0"][0], placed["gw1"][0]}
         assert report["ab"]["metric_changes"] == [], (folder.name, report["ab"]["metric_changes"])
-        assert report["ab"]["between"] == pairs, (folder.name, report["ab"]["between"])
+        assert report["ab"]["between"] == ab_pairs, (folder.name, report["ab"]["between"])
         if "lean" in folder.name:
             assert report["analysis"]["metrics"]["gpu.kernel_launches_per_round"] >= 300, folder.name
             decided = report["analysis"]["gpu"]["gpu_rounds"]  # auto's own decision, from the warm-up's records
             assert decided["mode"] == "trace" and decided["records_per_round"], (folder.name, decided)
     assert "each of the 2 xdist workers" in proc.stdout + proc.stderr
-    assert ("through its own twin of this checkout" in proc.stdout + proc.stderr) == (pairs == "twins")
+    assert ("through its own twin of this checkout" in proc.stdout + proc.stderr) == (ab_pairs == "twins")
