@@ -167,6 +167,7 @@ class ABController:
             self.notes += [
                 *settings_notes(self.tree, self.settings, self.baseline_note),
                 layout_note(self.config, self.settings),
+                *hashseed_note(twins=self.settings.ab_pairs == "twins", workers=self.workers),
             ]
             return
         worker = int(str(wi["workerid"]).removeprefix("gw")) if wi else None
@@ -184,7 +185,7 @@ class ABController:
                 start_note(self.label, self.core, cores, twins=self.partner is not None),
                 *settings_notes(self.tree, self.settings, self.baseline_note),
                 layout_note(self.config, self.settings),
-                *hashseed_note(),
+                *hashseed_note(twins=self.partner is not None),
             ]
 
     def _new_twin(self, side: str = "", tag: str = "") -> Twin:

@@ -40,14 +40,17 @@ def start_note(label: str, core: int | None, cores: Sequence[int], *, twins: boo
     )
 
 
-def hashseed_note() -> list[str]:
-    """Where PYTHONHASHSEED is not set: set it."""
+def hashseed_note(*, twins: bool, workers: int = 0) -> list[str]:
+    """Where PYTHONHASHSEED is not set: set it (the processes that take the turns: this one or each xdist worker and
+    its twin, or its two twins with --inferscope-ab-pairs=twins)."""
     if os.environ.get("PYTHONHASHSEED"):
         return []
+    who = "each xdist worker and its twins" if workers else "this process and its twins"
+    who = who if twins else who.replace("twins", "twin")
     return [
-        "inferscope A/B: PYTHONHASHSEED is not set, so the two processes hash strings differently; on the development "
-        "VM that alone moved whole runs' ratios by a few per cent (docs/ab.md). Set PYTHONHASHSEED=0 for A/B runs: "
-        "the twin inherits it."
+        f"inferscope A/B: PYTHONHASHSEED is not set, so {who} hash strings differently; on the development VM that "
+        "alone moved whole runs' ratios by a few per cent (docs/ab.md). Set PYTHONHASHSEED=0 for A/B runs: every "
+        "twin inherits it."
     ]
 
 

@@ -268,6 +268,8 @@ def test_xdist_each_worker_its_own_twin(pytester: pytest.Pytester) -> None:
         result = run(pytester, "--inferscope-ab=HEAD~1", "-n", "2", "--inferscope-gpus=1,0")
         result.assert_outcomes(passed=1, failed=1)
         result.stdout.fnmatch_lines(["*each of the 2 xdist workers takes turns with its own twin*and GPU ([[]1, 0])"])
+        said = "PYTHONHASHSEED is not set, so each xdist worker and its twin hash" in result.stdout.str()
+        assert said == (not os.environ.get("PYTHONHASHSEED"))  # (said under xdist too, since 2026-12-01)
         removed = [line for line in result.outlines if "only at HEAD~1" in line]
         assert len(removed) == 1 and "test_x.py::test_old" in removed[0]  # said once, not once per worker
         assert "regressed" in next(line for line in result.outlines if line.startswith("test_x.py::test_changed"))

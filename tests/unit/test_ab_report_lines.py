@@ -1,5 +1,5 @@
-"""Who took an A/B test's turns on the pinned core, as report.md and report.html say it: this pytest process and the
-twin, or with --inferscope-ab-pairs=twins this checkout's twin and the twin (ab.between)."""
+"""Who takes an A/B test's turns, as report.md, report.html and the summary's notes say it: this pytest process
+and the twin, or with --inferscope-ab-pairs=twins this checkout's twin and the twin (ab.between)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import io
 
 import pytest
 
+from pytest_inferscope.ab.notes import hashseed_note
 from pytest_inferscope.ab.paired import ABVerdict, judge
 from pytest_inferscope.reporters.html import write_html_report
 from pytest_inferscope.reporters.markdown import render_report
@@ -43,3 +44,23 @@ def test_the_reports_name_the_processes_that_took_the_turns(core: int | None) ->
         assert "(1 look), this checkout's twin and the twin pinned to CPU core 3." in twins
     assert "between this checkout's twin and the twin" in _html(_result("twins", core))
     assert "between this checkout's twin and the twin" not in _html(_result("here", core))
+
+
+@pytest.mark.parametrize(
+    ("twins", "workers", "who"),
+    [
+        (False, 0, "this process and its twin hash"),
+        (True, 0, "this process and its twins hash"),
+        (False, 2, "each xdist worker and its twin hash"),
+        (True, 2, "each xdist worker and its twins hash"),
+    ],
+)
+def test_the_hash_seed_note_names_the_processes_that_take_the_turns(
+    monkeypatch: pytest.MonkeyPatch, twins: bool, workers: int, who: str
+) -> None:
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    (note,) = hashseed_note(twins=twins, workers=workers)
+    assert f"PYTHONHASHSEED is not set, so {who} strings differently" in note
+    assert note.endswith("Set PYTHONHASHSEED=0 for A/B runs: every twin inherits it.")
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    assert hashseed_note(twins=twins, workers=workers) == []
