@@ -46,6 +46,17 @@ def test_the_reports_name_the_processes_that_took_the_turns(core: int | None) ->
     assert "between this checkout's twin and the twin" not in _html(_result("here", core))
 
 
+def test_a_report_json_written_before_the_twins_renders_as_this_process_and_its_twin() -> None:
+    """report.json files written before 2026-11-30 have no `between` (all "here"), nor, before 2026-11-29,
+    `not_compared`, `recheck`, `busy` or `clocks`: a result loaded from one (`load_report`, then `write_report`)
+    renders, as the reports read it (StrictUndefined: a key the template asks for and the dict lacks would raise)."""
+    old = _result("here", 3)
+    for key in ("between", "not_compared", "recheck", "busy", "clocks"):
+        del old.ab[key]
+    assert "(1 look), both processes pinned to CPU core 3." in render_report(old)
+    assert "between this checkout's twin" not in _html(old)
+
+
 @pytest.mark.parametrize(
     ("twins", "workers", "who"),
     [
