@@ -10,12 +10,14 @@ import copy
 import io
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from test_ab_report_lines import _result as ab_result
 from test_reporters import cpu_only_failing_result, gpu_result, partial_result
 
+from pytest_inferscope.reporters import write_index
 from pytest_inferscope.reporters.html import write_html_report
 from pytest_inferscope.reporters.jsonreport import ReportFormatError, result_from_dict, to_json
 from pytest_inferscope.reporters.markdown import render_report
@@ -39,7 +41,8 @@ def _paths(d: dict[str, Any], path: tuple[str, ...] = ()) -> Iterator[tuple[str,
 
 
 @pytest.mark.parametrize("make", [gpu_result, cpu_only_failing_result, partial_result, lambda: _with_ab(gpu_result())])
-def test_a_file_without_any_one_later_key_loads_and_renders(make: Any) -> None:
+def test_a_file_without_any_one_later_key_loads_and_renders(make: Any, tmp_path: Path) -> None:
+    """Its report.md and report.html, and the index `inferscope index` writes from such folders."""
     data = json.loads(to_json(make()))
     failed = []
     for path in _paths(data):
@@ -58,6 +61,7 @@ def test_a_file_without_any_one_later_key_loads_and_renders(make: Any) -> None:
         try:
             render_report(result)
             write_html_report(result, None, io.BytesIO())
+            write_index([result], tmp_path, {})
         except Exception as exc:  # any failure to render is the finding
             failed.append(f"{'.'.join(path)}: {type(exc).__name__}: {exc}")
     assert not failed, failed
