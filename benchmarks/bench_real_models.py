@@ -20,8 +20,8 @@ Modes: `plain`; `default` (measure() with default settings: gpu_rounds="auto"); 
 trace_rounds="all": the launch calls recorded in every round, no trace round); `before` (the default as it was
 before the warm-up recorded the launch calls to stand for the trace round: `gpu_rounds.WARMUP_LAUNCH_CALLS`
 off); `profile_first` (the default with the profile rounds run before the trace rounds even when the warm-up stood
-for neither, as before session 27: `schedule.TRACE_FIRST` off); `thread` and `signal` (the default with that stack
-sampler); and the
+for neither, as before session 27: `schedule.TRACE_FIRST` off); `thread`, `pending` and `signal` (the default with
+that stack sampler); and the
 parts of the default: `rounds` (CPU sampler off, no GPU collection: the round machinery alone),
 `sampler` (stack sampling, no GPU collection), `cupti` (GPU collection, sampler off).
 
@@ -61,6 +61,7 @@ MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "cupti": ({}, {"cpu": "off"}),
     "signal": ({"INFERSCOPE_SAMPLER": "signal"}, {}),  # the default with the stack sampled by signal in the test thread
     "thread": ({"INFERSCOPE_SAMPLER": "thread"}, {}),  # ... by the sampler's thread (the default before CPython 3.13)
+    "pending": ({"INFERSCOPE_SAMPLER": "pending"}, {}),  # ... by the clock's pending calls in the test thread
     "before": ({}, {}),  # the default with the warm-up recording no launch call (the schedule before session 17)
     "profile_first": ({}, {}),  # the default with the profile rounds before the trace rounds always (before session 27)
 }

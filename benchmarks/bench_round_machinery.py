@@ -5,23 +5,27 @@ the round's time, or that disturbs the body's caches between rounds, shows. `--b
 preprocessing pipeline instead (PIL decode of in-memory PNGs, resize, numpy normalise and stack; numpy
 alone when PIL is missing), which allocates many objects: the run also counts, per call, the garbage
 collections (gc.callbacks) that ran inside the timed calls in each mode, since a plugin that allocates
-between rounds moves the collector's collections out of (or into) the calls it times. Per "test": 1 warm-up + 10
+between rounds moves the collector's collections out of (or into) the calls it times. `--body launch`: N in-place adds
+on a 16-element torch tensor, one torch thread (each op lets the GIL go, as a CUDA launch does: a launch-like body on
+a CPU; needs torch). Per "test": 1 warm-up + 10
 calls; the plugin's figure is the per-round latency `measure()` records for the measured rounds, the
 plain figure the same calls timed with perf_counter, its loop called from a fresh chunk of CPython's frame
 stack as the plugin's rounds are (pytest_inferscope/stackbase.py: otherwise the recursion crosses the end of
 a chunk at other places in the two). Modes, interleaved in a rotating order so drift hits them alike:
 `default` (`measure()` with default settings: stack sampling every 10 ms), `cpu_off` (`measure(cpu="off")`:
-rounds and counters only); `--modes` chooses among these and `thread` and `signal` (the default settings with
-`INFERSCOPE_SAMPLER` set: the stack sampled by a thread, or in the test thread by a pending call from CPython 3.13 and a
-signal before; the default is `auto`: signal from 3.13). GPU collection is off (INFERSCOPE_GPU=off) so that the
-figures are the same on a machine with a GPU. Each figure: median over repetitions of (mode median /
-plain median in the same repetition) - 1, its IQR and a 95% bootstrap interval of the median beside it.
+rounds and counters only); `--modes` chooses among these and `thread`, `pending` and `signal` (the default settings
+with `INFERSCOPE_SAMPLER` set: the stack sampled by a thread, in the test thread by the clock's pending calls, or in the
+test thread by a signal before CPython 3.13; the default is `auto`: pending where the clock in C is built). GPU
+collection is off (INFERSCOPE_GPU=off) so that the figures are the same on a machine with a GPU. Each figure: median
+over repetitions of (mode median / plain median in the same repetition) - 1, its IQR and a 95% bootstrap interval of
+the median beside it.
 `--pin`: the whole process on one core (the sampler thread shares it with the body, as on a busy machine),
 so that the scheduler moving the body between cores is not part of the noise.
 
     python3 benchmarks/bench_round_machinery.py [--reps 30] [--sizes 19,23] [--pin]
     python3 benchmarks/bench_round_machinery.py --processes 20 --reps 40 --pin   # the processes as the samples
     python3 benchmarks/bench_round_machinery.py --body pipeline [--reps 30] [--sizes 16,64]   # images per call
+    python3 benchmarks/bench_round_machinery.py --body launch --modes thread,pending,signal,cpu_off --reps 100
 """
 
 from __future__ import annotations
@@ -56,6 +60,20 @@ def fib(n: int) -> int:
 def fib_of(n: int) -> Callable[[], int]:
     """`fib(n)` as a body with no arguments (a Python function, called as a test body is)."""
     return lambda: fib(n)
+
+
+def make_launch(n: int) -> Callable[[], Any]:
+    """n in-place adds on a 16-element tensor, one torch thread: each op lets the GIL go and takes it back."""
+    import torch
+
+    torch.set_num_threads(1)
+    x = torch.zeros(16)
+
+    def launch() -> None:
+        for _ in range(n):
+            x.add_(1.0)
+
+    return launch
 
 
 def make_pipeline(n: int) -> Callable[[], Any]:
@@ -148,13 +166,14 @@ def run_sizes(args: argparse.Namespace, sizes: str) -> dict[str, dict[str, Any]]
         "plain": lambda body: fresh_chunk(plain, body),
         "default": lambda body: profiled(body, None),
         "thread": lambda body: profiled(body, None, "thread"),
+        "pending": lambda body: profiled(body, None, "pending"),
         "signal": lambda body: profiled(body, None, "signal"),
         "cpu_off": lambda body: profiled(body, "off"),
     }
     modes = {m: f for m, f in modes.items() if m == "plain" or m in MODES}
     out: dict[str, dict[str, Any]] = {}
     for n in (int(x) for x in sizes.split(",")):
-        call = fib_of(n) if args.body == "fib" else make_pipeline(n)
+        call = {"fib": fib_of, "pipeline": make_pipeline, "launch": make_launch}[args.body](n)
         body = gcs.wrap(call)
         per: dict[str, list[float]] = {m: [] for m in modes}
         collected: dict[str, list[int]] = {m: [0, 0, 0] for m in modes}
@@ -164,7 +183,9 @@ def run_sizes(args: argparse.Namespace, sizes: str) -> dict[str, dict[str, Any]]
                 gcs.take()
                 per[mode].append(modes[mode](body))
                 collected[mode] = [a + b for a, b in zip(collected[mode], gcs.take(), strict=True)]
-        label = f"fib({n})" if args.body == "fib" else f"pipeline({n} images)"
+        label = {"fib": f"fib({n})", "pipeline": f"pipeline({n} images)", "launch": f"launch-like({n} torch ops)"}[
+            args.body
+        ]
         out[label] = {
             "plain_ms": statistics.median(per["plain"]),
             "ratios": {m: [x / p - 1 for x, p in zip(per[m], per["plain"], strict=True)] for m in MODES},
@@ -209,18 +230,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--sizes", default=None, help="fib arguments (default 19,23: ~0.5-0.7 and ~4-5 ms here) "
-                        "or images per call with --body pipeline (default 16,64)")  # fmt: skip
-    parser.add_argument("--body", choices=("fib", "pipeline"), default="fib")
+                        "or images per call with --body pipeline (default 16,64), torch ops with --body launch "
+                        "(default 1500)")  # fmt: skip
+    parser.add_argument("--body", choices=("fib", "pipeline", "launch"), default="fib")
     parser.add_argument("--pin", action="store_true", help="run the whole process on one core")
     parser.add_argument("--processes", type=int, default=0, help="K fresh processes, each --reps repetitions")
-    parser.add_argument("--modes", default="default,cpu_off", help="against plain: default, thread, signal, cpu_off")
+    parser.add_argument("--modes", default="default,cpu_off",
+                        help="against plain: default, thread, pending, signal, cpu_off")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     MODES[:] = [m for m in args.modes.split(",") if m]
-    if not MODES or set(MODES) - {"default", "thread", "signal", "cpu_off"}:
-        parser.error(f"--modes {args.modes!r}: give one or more of default, thread, signal, cpu_off, comma-separated")
+    if not MODES or set(MODES) - {"default", "thread", "pending", "signal", "cpu_off"}:
+        parser.error(
+            f"--modes {args.modes!r}: give one or more of default, thread, pending, signal, cpu_off, comma-separated"
+        )
     os.environ["INFERSCOPE_GPU"] = "off"
-    sizes = args.sizes or ("19,23" if args.body == "fib" else "16,64")
+    sizes = args.sizes or {"fib": "19,23", "pipeline": "16,64", "launch": "1500"}[args.body]
     if args.child:
         if args.pin:
             pin_to_one_core()

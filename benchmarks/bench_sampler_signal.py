@@ -16,8 +16,8 @@ This script times the same call, each followed by a device synchronise, in block
            on CPython 3.13+, or sends SIGRTMAX-2 to the main thread before), not by ITIMER_REAL
   plugin   the plugin's own `collectors.cpu.Sampler` on its parked `SamplerThread` (the stack recorded, RSS read)
   plugin-norss  the same without its RSS reading (an `os.pread`, which lets the GIL go: a second hand-over)
-  plugin-signal the plugin's own `collectors.cpu.SignalSampler` (`--inferscope-sampler=signal`: the clock, the stack
-           recorded at the stop, the RSS read in the handler)
+  plugin-signal the plugin's own `collectors.cpu_tick.SignalSampler` (`--inferscope-sampler=signal`: the clock,
+           the stack recorded at the stop, the RSS read in the handler)
 
 Per block: the median and the mean call (a sample lands in some calls only: the mean holds all of its cost);
 per mode: the median over blocks of each one's ratio to the plain block of the same repetition, with the IQR,
@@ -98,7 +98,7 @@ class ClockSampler(SignalSampler):
     """The same handler, run by the plugin's clock in C instead of the wall-clock timer."""
 
     def __enter__(self) -> SignalSampler:
-        from pytest_inferscope.collectors import cpu
+        from pytest_inferscope.collectors import cpu_tick as cpu
 
         assert cpu._tick is not None and cpu.TICK_SIGNAL is not None, cpu.SignalSampler.unavailable()
         self._previous = signal.signal(cpu.TICK_SIGNAL, self._handler)
@@ -108,7 +108,7 @@ class ClockSampler(SignalSampler):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from pytest_inferscope.collectors import cpu
+        from pytest_inferscope.collectors import cpu_tick as cpu
 
         assert cpu._tick is not None and cpu.TICK_SIGNAL is not None
         cpu._tick.stop()
@@ -160,13 +160,13 @@ class PluginNoRssSampler(PluginSampler):
 
 
 class PluginSignalSampler(PluginSampler):
-    """The plugin's `collectors.cpu.SignalSampler`, as `--inferscope-sampler=signal` runs it."""
+    """The plugin's `collectors.cpu_tick.SignalSampler`, as `--inferscope-sampler=signal` runs it."""
 
     def __init__(self, interval_s: float) -> None:
         import os
 
         from pytest_inferscope.buffer import TraceBuffer
-        from pytest_inferscope.collectors.cpu import SignalSampler as Plugins
+        from pytest_inferscope.collectors.cpu_tick import SignalSampler as Plugins
 
         self._sampler = Plugins(TraceBuffer(size_mb=8), interval_s * 1000, threading.get_ident(), os.getpid())
         self.samples = 0

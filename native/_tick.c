@@ -1,26 +1,35 @@
-/* The stack sampler's clock (`--inferscope-sampler=signal`, collectors/cpu.py `SignalSampler`).
+/* The stack sampler's clock (`--inferscope-sampler=signal` and `pending`, collectors/cpu_tick.py `SignalSampler`).
  *
- * A thread of ours, plain C (it never runs Python and never takes the GIL), wakes every interval and has CPython run
- * the sampler in the main thread between two bytecodes, with the interrupted frame. Two ways, one per start:
+ * A thread of ours, plain C (it never runs Python, and takes the GIL only for a nudge, below), wakes every interval
+ * and has CPython run the sampler in the main thread between two bytecodes, with the interrupted frame. Two ways, one
+ * per start:
  *
  * - a pending call (Py_AddPendingCall), which calls `callback(frame)` in the main thread. No signal is sent: no
  *   system call of anyone's fails with EINTR. CPython wakes the main thread's eval loop for it from 3.13 on; before,
  *   a pending call queued from a thread of ours waits for the main thread's next GIL switch (at 10 ms, 0 calls in
- *   200 ms of pure Python on 3.11 and 3.12, 19 on 3.13). PyErr_SetInterruptEx is not used: from a thread without the GIL it
- *   compares the handler objects, and where the handler is SIG_DFL that crashed 3.13 (a test found it).
+ *   200 ms of pure Python on 3.11 and 3.12, 19 on 3.13). PyErr_SetInterruptEx is not used: from a thread without the
+ *   GIL it compares the handler objects, and where the handler is SIG_DFL that crashed 3.13 (a test found it).
  * - a signal sent to the main thread alone (pthread_kill), whose Python handler takes the sample: before 3.13. Never
  *   while the signal's disposition is the default or ignore (a test reset it, or the interpreter is finalising): a
  *   real-time signal's default action ends the process.
  *
- * start(interval_ns, callback, signum, thread_id[, watch_id, watch_tid]): thread_id 0: pending calls of callback;
- * else signum to thread_id. With watch_id and watch_tid (the sampled thread's pthread id and native id), each tick that
- * calls or signals first asks whether that thread is at work: on a CPU (its CPU clock read twice moved) or runnable
- * ('R' in its /proc stat). at_work() says it for the last such tick (the thread's CPU clock there, -1: waiting), so a
- * sample taken for it can tell a thread at work from one waiting for an event (a sleep, I/O, a lock), whose time off a
- * CPU since the last sample lies at the sample's own stack.
+ * Before 3.13 a pending call runs at the main thread's next GIL switch: at once where it lets the GIL go (a torch op,
+ * a CUDA launch, a sleep), never in pure Python. With nudge_ns, a call still queued that long after its tick, the
+ * main thread at work, is nudged: this thread takes the GIL and gives it back (PyGILState_Ensure: after the switch
+ * interval CPython asks the main thread for it), and the main thread runs the call on its way (before 3.13 it runs
+ * pending calls before it lets the GIL go at such a request), or as it takes the GIL back. One forced hand-over, as
+ * a sampler thread's, where nothing else switches the GIL; none where something does.
+ *
+ * start(interval_ns, callback, signum, thread_id[, watch_id, watch_tid[, nudge_ns]]): thread_id 0: pending calls of
+ * callback; else signum to thread_id. With watch_id and watch_tid (the sampled thread's pthread id and native id),
+ * each tick that calls or signals first asks whether that thread is at work: on a CPU (its CPU clock read twice moved)
+ * or runnable ('R' in its /proc stat). at_work() says it for the last such tick (the thread's CPU clock there, -1:
+ * waiting), so a sample taken for it can tell a thread at work from one waiting for an event (a sleep, I/O, a lock),
+ * whose time off a CPU since the last sample lies at the sample's own stack.
  * stop(): nothing after it returns (a pending call queued before it returns without calling anything; a signal sent
- * before it reaches its handler, which the caller leaves installed). Neither blocks: the thread is started once, and
- * waits on a condition variable between two starts. Returns the number of ticks since the start.
+ * before it reaches its handler, which the caller leaves installed; a nudge under way only takes and gives back the
+ * GIL). Neither blocks: the thread is started once, and waits on a condition variable between two starts. Returns the
+ * number of ticks since the start; nudges() the number of nudges.
  */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
@@ -52,6 +61,11 @@ static clockid_t watch_clock;
 static int watch_fd = -1;   /* under mu: its /proc/self/task/<tid>/stat from start to stop, or -1 */
 static _Atomic int64_t at_work; /* the last tick that called or signalled: the thread's CPU clock if it was at work
                                    there, else -1 */
+static int64_t nudge_ns;    /* under mu: a pending call still queued this long after its tick is nudged; 0: never */
+static int64_t queued_at;   /* under mu: when the queued call was queued */
+static int nudge_looked;    /* under mu: the queued call's nudge was looked at (once a call) */
+static unsigned long nudges; /* under mu: since the last start */
+static atomic_int nudging;  /* this thread waits for the GIL for a nudge; the call, run before it gets it, clears it */
 
 /* Under the GIL. */
 static PyObject *callback;
@@ -73,6 +87,10 @@ static int64_t now_ns(void) {
 /* In the main thread, with the GIL. An exception of the callback is reported, never raised into the test. */
 static int fire(void *arg) {
     atomic_store(&queued, 0);
+    if (atomic_exchange(&nudging, 0)) { /* a nudge's request came while the thread ran Python: at work till now */
+        struct timespec t;
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0) atomic_store(&at_work, to_ns(&t));
+    }
     if ((uintptr_t)arg != callback_gen || callback == NULL) return 0;
     PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed; NULL outside Python code */
     PyObject *result = PyObject_CallFunctionObjArgs(callback, frame ? frame : Py_None, NULL);
@@ -107,8 +125,24 @@ static void tick(void) { /* under mu */
     } else if (!atomic_exchange(&queued, 1)) { /* else the last one has not run: the main thread is in C */
         atomic_store(&at_work, watched_at_work());
         if (Py_AddPendingCall(fire, (void *)gen) != 0) atomic_store(&queued, 0); /* CPython's queue is full */
+        queued_at = now_ns();
+        nudge_looked = 0;
     }
     ticks++;
+}
+
+/* Under mu, with a queued call nudge_ns old and the main thread at work: take the GIL and give it back, mu let go
+ * meanwhile (stop() holds the GIL as it takes mu). Returns under mu. */
+static void nudge(void) {
+    atomic_store(&nudging, 1);
+    nudges++;
+    pthread_mutex_unlock(&mu);
+    PyGILState_STATE state = PyGILState_Ensure();
+    /* Still set: the main thread let the GIL go itself (a C call) and runs the call as it takes it back; its state now
+     * stands for the call's instant, as a tick's does. Read with the GIL, which start() and stop() hold. */
+    if (atomic_exchange(&nudging, 0) && running) atomic_store(&at_work, watched_at_work());
+    PyGILState_Release(state);
+    pthread_mutex_lock(&mu);
 }
 
 static void *loop(void *unused) {
@@ -116,9 +150,22 @@ static void *loop(void *unused) {
     pthread_mutex_lock(&mu);
     for (;;) {
         while (!running) pthread_cond_wait(&cv, &mu);
-        pthread_cond_timedwait(&cv, &mu, &due); /* woken early by start or stop: the checks below */
+        int look = nudge_ns > 0 && !nudge_looked && atomic_load(&queued);
+        struct timespec wake = look && queued_at + nudge_ns < to_ns(&due) ? from_ns(queued_at + nudge_ns) : due;
+        pthread_cond_timedwait(&cv, &mu, &wake); /* woken early by start or stop: the checks below */
+        if (!running) continue;
         int64_t now = now_ns(), at = to_ns(&due);
-        if (!running || now < at) continue;
+        if (look && !nudge_looked && atomic_load(&queued) && now >= queued_at + nudge_ns) {
+            nudge_looked = 1;
+            /* Waiting (a sleep, I/O): the call runs as the wait ends. Not watched: at work, its clock unknown (0). */
+            int64_t clock = watching ? watched_at_work() : 0;
+            if (clock >= 0) {
+                atomic_store(&at_work, clock);
+                nudge();
+                continue;
+            }
+        }
+        if (now < at) continue;
         at += period_ns;
         due = from_ns(at > now ? at : now + period_ns); /* fallen behind (a descheduled thread): no burst */
         tick(); /* under mu, so that nothing is sent after stop() returns; neither way blocks */
@@ -143,6 +190,7 @@ static void after_fork_in_child(void) { /* the thread is not in the child: a lat
     if (watch_fd >= 0) close(watch_fd); /* the parent's thread's */
     watch_fd = -1;
     atomic_store(&queued, 0);
+    atomic_store(&nudging, 0);
 }
 
 static PyObject *tick_start(PyObject *self, PyObject *args) {
@@ -151,12 +199,15 @@ static PyObject *tick_start(PyObject *self, PyObject *args) {
     PyObject *cb;
     int sig;
     unsigned long long thread_id, watch_id = 0, tid = 0;
-    if (!PyArg_ParseTuple(args, "LOiK|KK:start", &interval_ns, &cb, &sig, &thread_id, &watch_id, &tid)) return NULL;
+    long long nudge_after = 0;
+    if (!PyArg_ParseTuple(args, "LOiK|KKL:start", &interval_ns, &cb, &sig, &thread_id, &watch_id, &tid, &nudge_after))
+        return NULL;
     clockid_t clock = 0;
     if (watch_id != 0 && pthread_getcpuclockid((pthread_t)watch_id, &clock) != 0) watch_id = 0; /* no clock: not told */
-    if (interval_ns < 10000 || !PyCallable_Check(cb) || (thread_id != 0 && sig < 1)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "start: interval_ns must be at least 10000, callback callable, and signum positive with a thread");
+    if (interval_ns < 10000 || !PyCallable_Check(cb) || (thread_id != 0 && sig < 1) || nudge_after < 0 ||
+        (nudge_after > 0 && thread_id != 0)) {
+        PyErr_SetString(PyExc_ValueError, "start: interval_ns must be at least 10000, callback callable, signum "
+                                          "positive with a thread, and nudge_ns not negative, and 0 with a thread");
         return NULL;
     }
     pthread_mutex_lock(&mu);
@@ -181,6 +232,9 @@ static PyObject *tick_start(PyObject *self, PyObject *args) {
     target = (pthread_t)thread_id;
     period_ns = interval_ns;
     ticks = 0;
+    nudges = 0;
+    nudge_ns = nudge_after;
+    nudge_looked = 1; /* until a call is queued */
     watching = watch_id != 0;
     watch_clock = clock;
     if (watch_fd >= 0) close(watch_fd); /* a start after a start */
@@ -220,6 +274,15 @@ static PyObject *tick_stop(PyObject *self, PyObject *unused) {
     return PyLong_FromUnsignedLong(n);
 }
 
+static PyObject *tick_nudges(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    pthread_mutex_lock(&mu);
+    unsigned long n = nudges;
+    pthread_mutex_unlock(&mu);
+    return PyLong_FromUnsignedLong(n);
+}
+
 static PyObject *tick_at_work(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -228,14 +291,15 @@ static PyObject *tick_at_work(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"start", tick_start, METH_VARARGS,
-     "start(interval_ns, callback, signum, thread_id[, watch_id, watch_tid]): every interval, callback(frame) in the "
-     "main thread by a "
-     "pending call (thread_id 0), or signum sent to thread_id; with watch_id and watch_tid, at_work() says that "
-     "thread's state."},
+     "start(interval_ns, callback, signum, thread_id[, watch_id, watch_tid[, nudge_ns]]): every interval, "
+     "callback(frame) in the main thread by a pending call (thread_id 0), or signum sent to thread_id; with watch_id "
+     "and watch_tid, at_work() says that thread's state; with nudge_ns, a call still queued that long after its tick, "
+     "the thread at work, is nudged by a GIL hand-over."},
     {"at_work", tick_at_work, METH_NOARGS,
      "at_work() -> the watched thread's CPU clock (ns) at the last tick that called or signalled if it found it at "
      "work (on a CPU or runnable), else -1."},
     {"stop", tick_stop, METH_NOARGS, "stop() -> the ticks since start(): nothing after it returns."},
+    {"nudges", tick_nudges, METH_NOARGS, "nudges() -> the GIL hand-overs made for pending calls since start()."},
     {NULL, NULL, 0, NULL},
 };
 

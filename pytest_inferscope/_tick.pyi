@@ -10,10 +10,13 @@ def start(
     thread_id: int,
     watch_id: int = 0,
     watch_tid: int = 0,
+    nudge_ns: int = 0,
     /,
 ) -> None:
     """Every interval: callback(frame) in the main thread by a pending call (thread_id 0), or signum to thread_id; with
-    watch_id and watch_tid (a thread's pthread id and native id), whether that thread is at work first (`at_work`)."""
+    watch_id and watch_tid (a thread's pthread id and native id), whether that thread is at work first (`at_work`);
+    with nudge_ns, a pending call still queued that long after its tick, the thread at work, is nudged by a GIL
+    hand-over (`nudges`)."""
 
 def at_work() -> int:
     """The watched thread's CPU clock (ns) at the last tick that called or signalled if it found it at work (on a CPU
@@ -21,3 +24,6 @@ def at_work() -> int:
 
 def stop() -> int:
     """Nothing after it returns; the number of ticks since start()."""
+
+def nudges() -> int:
+    """The GIL hand-overs made for pending calls since start()."""

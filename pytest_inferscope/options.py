@@ -39,7 +39,7 @@ __all__ = [
 
 GpuMode = Literal["auto", "off", "required"]
 CpuMode = Literal["sample", "trace", "off"]
-SamplerKind = Literal["auto", "thread", "signal"]
+SamplerKind = Literal["auto", "thread", "pending", "signal"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LatencyStat = Literal["median", "mean", "p90", "p99", "min", "max"]
 ProbeMode = Literal["auto", "on", "off"]
@@ -149,7 +149,9 @@ def sampler_in_use(asked: SamplerKind) -> SamplerKind:
     3.13+, its clock in C built: `pytest_inferscope._tick`), else the thread. Outside the rounds it took ~0.3 ms (2-core
     VM, 3.13's pending call) to ~0.5 ms (H200, 3.12's signal) less a test than the thread's hand-overs, and a call about
     as much (within half a point; docs/performance.md, "Session 27"); before 3.13 it is a real signal, which only the
-    test's author can say their C code survives (EINTR)."""
+    test's author can say their C code survives (EINTR). `pending` sends none before 3.13 either, but cost ViT-B/16
+    more a call than the thread on an H200 host's 16 cores, though less on a 2-core VM (docs/performance.md, "Session
+    47"): an option, not auto's choice."""
     if asked != "auto":
         return asked
     return "signal" if sys.version_info >= (3, 13) and not clock_not_built() else "thread"
@@ -162,9 +164,9 @@ _CPU_LINE = {"sample": "stack sampling every {ms:g} ms", "trace": "full call tra
 def cpu_line(cpu: str, sampler: SamplerKind, interval_ms: float) -> str:
     """The header's CPU part: what the CPU collector does with these settings, and, for the signal sampler, where."""
     line = _CPU_LINE[cpu].format(ms=interval_ms)
-    if cpu == "sample" and sampler_in_use(sampler) == "signal":
+    if cpu == "sample" and sampler_in_use(sampler) in ("pending", "signal"):
         missing = clock_not_built()  # (asked for in an install without a C compiler: the thread samples)
-        line += f" by a thread, not by signal: {missing}" if missing else " in the test thread"
+        line += f" by a thread, not by the test thread: {missing}" if missing else " in the test thread"
     return line
 
 
@@ -247,15 +249,19 @@ OPTIONS: tuple[OptionSpec, ...] = (
     ),
     OptionSpec(
         "sampler", choice(_SAMPLERS), "auto",
-        "How the stack is sampled: thread (a thread of the plugin's, which takes the GIL from the test for each "
-        "sample, and from pure Python gets it only every 5 ms), signal (a clock thread in C has Python run the sampler "
-        "in the test's own thread between two bytecodes, at the interval asked for, no GIL hand-over; SIGALRM and the "
-        "wall-clock timer stay free for pytest-timeout; from CPython 3.13 it sends no signal, but before it sends a "
-        "real signal to the main thread, whose system calls restart, except those that never do, such as a C "
-        "extension's own poll() or select() with a timeout, which then fail with EINTR; in the main thread only, "
-        "where xdist's workers run tests too: elsewhere, or where the C clock is not built, the thread samples and "
-        "the report says why) or auto (signal from CPython 3.13, where it sends no signal; thread before).",
-        f"set the sampler to {_one_of(_SAMPLERS)}", "signal", choices=_SAMPLERS,
+        "How the stack is sampled: pending (a clock thread in C queues a call that the test's own thread runs "
+        "between two bytecodes: no signal, and no GIL hand-over where the test lets the GIL go, as torch ops and CUDA "
+        "launches do; before CPython 3.13 a test running pure Python holds the call back, and the clock makes it hand "
+        "the GIL over once for it, as the thread sampler does), thread (a thread of the plugin's, which takes the GIL "
+        "from the test for each sample, and from pure Python gets it only every 5 ms), signal (as pending, but before "
+        "CPython 3.13 by a real signal to the main thread, on time in pure Python too, whose system calls restart, "
+        "except those that never do, such as a C extension's own poll() or select() with a timeout, which then fail "
+        "with EINTR; from 3.13 the same as pending) or auto (signal from CPython 3.13, where it sends no signal; "
+        "thread before). "
+        "pending and signal sample in the main thread only, where xdist's workers run tests too: elsewhere, or where "
+        "the C clock is not built, the thread samples and the report says why; SIGALRM and the wall-clock timer stay "
+        "free for pytest-timeout either way.",
+        f"set the sampler to {_one_of(_SAMPLERS)}", "pending", choices=_SAMPLERS,
     ),
     OptionSpec(
         "latency_stat", choice(_LATENCY_STATS), "median",

@@ -203,7 +203,7 @@ class CpuView:
         if "calls" in meta:
             return "full call tracing (--inferscope-cpu=trace) records the calls, on the timeline, instead of samples"
         kind = meta.get("kind")
-        if kind not in ("thread", "signal"):  # recorded before the kind was kept
+        if kind not in ("thread", "pending", "signal"):  # recorded before the kind was kept
             return ""
         interval = float(meta.get("interval_ms") or 0.0)
         round_ms = self.rounds.per_round_ms(self.rounds.wall_ns)
@@ -216,7 +216,8 @@ class CpuView:
             head = f"the sampler took no sample in the {wall:.3g} ms of the collection (one every {interval:g} ms)"
             if wall < interval:
                 return f"{head}: the collection was shorter than the sampling interval; {fewer}"
-        if kind == "signal":  # in the test thread, on time: the rounds are short against the interval
+        if kind == "signal" or (kind == "pending" and "nudges" not in meta):  # in the test thread, on time: the
+            # rounds are short against the interval
             return f"{head}: the rounds ({round_ms:.3g} ms each) are short against the sampling interval; {fewer}"
         switch = float(meta.get("switch_interval_ms") or 0.0)
         held = (
@@ -225,9 +226,14 @@ class CpuView:
             if round_ms < switch
             else "which the test thread held through the rounds (a C call that keeps it)"
         )
+        needs = (
+            "the thread sampler needs the GIL"
+            if kind == "thread"
+            else "the test thread's own sampler (its pending calls before CPython 3.13) waits for a switch of the GIL"
+        )
         return (
-            f"{head}: the thread sampler needs the GIL, {held}, so it gets in only between rounds; "
-            "--inferscope-sampler=signal samples inside the test thread"
+            f"{head}: {needs}, {held}, so it gets in only between rounds; "
+            "--inferscope-sampler=signal samples inside the test thread on time"
         )
 
     def samples_inside(

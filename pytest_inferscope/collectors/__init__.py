@@ -27,7 +27,8 @@ from ..stackbase import fresh_chunk
 from . import pygc
 from .autograd import AutogradNodes, node_counter
 from .compiles import CompileLog
-from .cpu import Sampler, SamplerThread, SignalSampler
+from .cpu import Sampler, SamplerThread
+from .cpu_tick import SignalSampler
 from .devsync import DeviceSync
 from .gpu import Choice, GpuBackendError, GpuCollector
 from .gpu_session import GpuSession
@@ -60,7 +61,7 @@ class CollectionOptions:
 
     cpu: str = "sample"  # sample | trace | off
     sample_interval_ms: float = 10.0
-    sampler: str = "thread"  # thread | signal (cpu.SignalSampler, where it can) | auto (options.sampler_in_use)
+    sampler: str = "thread"  # thread | pending | signal (cpu_tick.SignalSampler, where it can) | auto (sampler_in_use)
     trace_size_mb: float = 100.0
     trace_spill: str | None = None
     gpu_required: bool = False
@@ -220,9 +221,10 @@ class Collection:
             raise
         if self.options.cpu == "sample":
             interval, ident = self.options.sample_interval_ms, threading.get_ident()
-            unavailable = SignalSampler.unavailable() if sampler_in_use(self.options.sampler) == "signal" else None
+            kind = sampler_in_use(self.options.sampler)
+            unavailable = SignalSampler.unavailable(kind) if kind in ("pending", "signal") else None
             if unavailable == "":
-                self.sampler = SignalSampler(self.buffer, interval, ident, tid)
+                self.sampler = SignalSampler(self.buffer, interval, ident, tid, kind)
             else:
                 self.sampler_note = unavailable or ""
                 self.sampler = Sampler(self.buffer, interval, ident, tid, self._sampler_thread)
@@ -317,8 +319,11 @@ class Collection:
         if self.sampler is not None:
             # Which sampler, its interval and the GIL's switch interval: why no sample fell in a round (the report's
             # CPU hotspots say it: analyzer/context.py, CpuView.no_samples_reason).
-            kind = "signal" if isinstance(self.sampler, SignalSampler) else "thread"
-            return {"samples": self.sampler.samples, "cost_ns": self.sampler.cost_ns, "kind": kind,
+            # The in-thread sampler's pending calls before 3.13 wait for a GIL switch, or a nudge (`nudges` of them).
+            tick = self.sampler if isinstance(self.sampler, SignalSampler) else None
+            nudged = {"nudges": tick.nudges} if tick is not None and tick.nudged else {}
+            return {"samples": self.sampler.samples, "cost_ns": self.sampler.cost_ns,
+                    "kind": "thread" if tick is None else tick.kind, **nudged,
                     "interval_ms": self.options.sample_interval_ms,
                     "switch_interval_ms": sys.getswitchinterval() * 1000}  # fmt: skip
         if self.tracer is not None:

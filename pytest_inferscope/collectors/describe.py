@@ -6,7 +6,8 @@ from typing import Any, Protocol
 
 from ..results import CollectorInfo
 from ..rounds import RoundKind, row_kind
-from .cpu import Sampler, SignalSampler
+from .cpu import Sampler
+from .cpu_tick import SignalSampler
 from .gpu_session import GpuSession
 from .memory import MemoryCollector
 from .tracer import Tracer
@@ -55,7 +56,7 @@ def collectors_info(self: Described) -> list[CollectorInfo]:
             "cpu",
             True,
             f"stack sampling every {self.options.sample_interval_ms:g} ms{how}{got}",
-            reason=f"sampled by a thread, not by signal: {self.sampler_note}" if self.sampler_note else "",
+            reason=f"sampled by a thread, not by the test thread: {self.sampler_note}" if self.sampler_note else "",
             overhead=self.sampler.cost_ns / wall,
         )
     elif self.tracer is not None:

@@ -129,7 +129,7 @@ def test_breaking_the_cycles_and_freezing_claim_no_more_than_the_collections_the
 def test_samples_taken_in_the_collectors_timing_are_the_collectors_under_the_allocating_call(sampler: str) -> None:
     # The GC-heavy body of the 2-core VM (2026-11-29) once timed: 38 ms of its 444 ms rounds left in the hotspots, the
     # rest sampled inside the timing callback, a frame of the plugin's, so "<harness>" and left out.
-    from pytest_inferscope.collectors.cpu import SignalSampler
+    from pytest_inferscope.collectors.cpu_tick import SignalSampler
     from pytest_inferscope.events import Kind
 
     if sampler == "signal" and SignalSampler.unavailable():

@@ -65,6 +65,18 @@ def test_signal_samples_between_rounds_name_the_interval_option() -> None:
     assert "GIL" not in why
 
 
+def test_pending_calls_say_the_gil_kept_them_out_where_they_were_nudged_and_the_interval_where_not() -> None:
+    # Before CPython 3.13 (the meta counts nudges) a pending call waits for a switch of the GIL, as the thread does;
+    # from 3.13 it comes on time, as the signal does.
+    raw = _sampled("pending", "between")
+    raw.meta["sampler"]["nudges"] = 2
+    why = analyze(merge(raw)).no_samples_reason
+    assert "waits for a switch of the GIL" in why and "5 ms" in why and "--inferscope-sampler=signal" in why
+    assert "thread sampler" not in why
+    why = analyze(merge(_sampled("pending", "between"))).no_samples_reason
+    assert "--inferscope-sample-interval-ms" in why and "GIL" not in why
+
+
 def test_no_sample_at_all_says_the_collection_was_shorter_than_the_interval() -> None:
     raw = _sampled("signal", "between", n=0)
     raw.meta["wall_ns"] = 8 * MS

@@ -9,7 +9,7 @@ import pytest
 from test_collectors import run
 
 from pytest_inferscope.analyzer import analyze
-from pytest_inferscope.collectors.cpu import SignalSampler
+from pytest_inferscope.collectors.cpu_tick import SignalSampler
 from pytest_inferscope.events import Kind, sample_at_work, sample_on_cpu_ns
 from pytest_inferscope.merger import merge
 
@@ -27,10 +27,10 @@ def _sleep_then_spin() -> None:
     LOOPS[1] += time.perf_counter_ns() - wall
 
 
-@pytest.mark.parametrize("sampler", ["thread", "signal"])
+@pytest.mark.parametrize("sampler", ["thread", "pending", "signal"])
 def test_samples_in_a_sleep_are_off_cpu_and_in_a_loop_on_it(sampler: str) -> None:
-    if sampler == "signal" and SignalSampler.unavailable():
-        pytest.skip(SignalSampler.unavailable())
+    if sampler != "thread" and SignalSampler.unavailable(sampler):
+        pytest.skip(SignalSampler.unavailable(sampler))
     LOOPS[:] = [0, 0]
     _, raw = run(_sleep_then_spin, rounds=3, warmup=0, sampler=sampler, sample_interval_ms=2.0)
     ev = raw.events[raw.events["kind"] == Kind.SAMPLE]
@@ -76,14 +76,14 @@ def _sleep_then_work() -> None:
         _spin_for(0.014)
 
 
-@pytest.mark.parametrize("sampler", ["thread", "signal"])
+@pytest.mark.parametrize("sampler", ["thread", "pending", "signal"])
 def test_a_sample_says_whether_the_thread_was_at_work_and_the_wait_is_not_put_where_it_worked(sampler: str) -> None:
     # `inferscope run` of a script sleeping 3 x 10 ms between bursts of work (the 2-core VM, 2026-11-30): "where it
     # waited: script:f", though `f` never waits: a sample taken in `f` stood for the sleep before it too. So each
     # sample says whether the thread was at work at its instant (events.SAMPLE_AT_WORK), and the analysis puts its
     # time off a CPU where the thread was seen waiting. Before the change the loop was named in 6 of 6 such runs.
-    if sampler == "signal" and SignalSampler.unavailable():
-        pytest.skip(SignalSampler.unavailable())
+    if sampler != "thread" and SignalSampler.unavailable(sampler):
+        pytest.skip(SignalSampler.unavailable(sampler))
     LOOPS[:], CALLS[:] = [0, 0], [0]
     _, raw = run(_sleep_then_work, rounds=4, warmup=1, sampler=sampler)
     ev = raw.events[raw.events["kind"] == Kind.SAMPLE]

@@ -154,3 +154,78 @@ def test_each_call_can_ask_whether_the_watched_thread_was_at_work_at_its_tick() 
     finally:
         tick.stop()
     assert {v for p, v in seen if p == "unwatched"} == {-1}
+
+
+def spin_for(seconds: float) -> None:
+    """Pure Python: the GIL kept (a call from the clock waits for a switch of it before CPython 3.13)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def yield_for(seconds: float) -> None:
+    """A body that lets the GIL go all the time, as torch ops and CUDA launches do."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        time.sleep(0)
+
+
+def test_a_call_held_back_by_pure_python_is_nudged_and_one_let_through_is_not() -> None:
+    # Before 3.13 a pending call queued from the clock's thread waits for the main thread's next GIL switch: at once
+    # where the body lets the GIL go, never in pure Python. With nudge_ns the clock takes the GIL and gives it back
+    # where the call waited that long and the thread was at work, and the call runs then; where the body lets the GIL
+    # go it never has to. From 3.13 the eval loop runs the calls anyway: nothing to nudge.
+    main = threading.main_thread()
+    told: dict[str, list[bool]] = {}
+
+    def collect(body: Callable[[float], None], nudge_ns: int) -> tuple[int, int]:
+        name = f"{body.__name__}/{nudge_ns}"
+        told[name] = []
+
+        def call(frame: FrameType | None) -> None:
+            clock = tick.at_work()  # the thread's CPU clock at the tick, or at the nudged call: within 0.5 ms of now
+            told[name].append(clock >= 0 and time.thread_time_ns() - clock <= 500_000)
+
+        tick.start(10_000_000, call, 0, 0, main.ident, main.native_id, nudge_ns)
+        try:
+            body(0.3)
+        finally:
+            ticks = tick.stop()
+        return ticks, tick.nudges()
+
+    nudge = 1_250_000
+    old = sys.version_info < (3, 13)
+    ticks, nudges = collect(spin_for, nudge)
+    calls = told[f"spin_for/{nudge}"]
+    assert len(calls) >= 0.6 * ticks and ticks >= 10, (len(calls), ticks)
+    assert (nudges >= 0.3 * len(calls)) if old else nudges <= 0.3 * len(calls), (nudges, len(calls))
+    # The thread computed from the nudge to the call: at work there by its own clock (the nudge's state, not a tick's)
+    assert sum(calls) >= 0.8 * len(calls), calls
+    ticks, nudges = collect(yield_for, nudge)
+    calls = told[f"yield_for/{nudge}"]
+    assert len(calls) >= 0.6 * ticks and nudges <= 0.3 * ticks, (len(calls), ticks, nudges)
+    if old:  # without the nudge pure Python holds every call back
+        ticks, nudges = collect(spin_for, 0)
+        assert told["spin_for/0"] == [] and nudges == 0 and ticks >= 10, (told["spin_for/0"], ticks)
+
+
+def test_a_thread_waiting_is_not_nudged_and_its_call_says_so() -> None:
+    # Asleep at the nudge's time: the call runs as the sleep ends, and the state it reads is the tick's (waiting: -1).
+    main = threading.main_thread()
+    seen: list[int] = []
+    tick.start(10_000_000, lambda frame: seen.append(tick.at_work()), 0, 0, main.ident, main.native_id, 1_250_000)
+    try:
+        for _ in range(10):
+            time.sleep(0.025)
+    finally:
+        tick.stop()
+    nudges = tick.nudges()
+    assert len(seen) >= 5 and nudges <= len(seen) // 4, (seen, nudges)
+    assert sum(v == -1 for v in seen) >= 0.7 * len(seen), seen
+
+
+def test_a_nudge_is_refused_with_a_signal_and_below_zero() -> None:
+    with pytest.raises(ValueError, match="nudge_ns"):
+        tick.start(1_000_000, print, 10, 1, 0, 0, 1_000)
+    with pytest.raises(ValueError, match="nudge_ns"):
+        tick.start(1_000_000, print, 0, 0, 0, 0, -1)
