@@ -293,4 +293,6 @@ def test_a_poll_with_a_timeout_in_c_fails_with_eintr_only_where_a_signal_is_sent
     interrupted = [r for r in results if r[0] < 0]
     assert all(err == errno.EINTR for _, err in interrupted), results
     assert (len(interrupted) == len(results)) if signalled else not interrupted, results
-    assert sampler.samples >= 3 and sampler.nudges == 0, (sampler.samples, sampler.nudges)  # one as each poll returns
+    assert sampler.samples >= 3, sampler.samples  # one as each poll returns
+    assert sampler.nudges == 0, (sampler.nudges, sampler.samples)  # (one failure of this test on an H200 host's
+    # 3.12.3, 2026-12-01, whose assertion did not come back: not reproduced on the VM; these lines say which next time)
