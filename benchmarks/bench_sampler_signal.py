@@ -18,6 +18,10 @@ This script times the same call, each followed by a device synchronise, in block
   plugin-norss  the same without its RSS reading (an `os.pread`, which lets the GIL go: a second hand-over)
   plugin-signal the plugin's own `collectors.cpu_tick.SignalSampler` (`--inferscope-sampler=signal`: the clock,
            the stack recorded at the stop, the RSS read in the handler)
+  pending  the walk run by the clock's pending calls on every version (nudged by a GIL hand-over before 3.13 where
+           pure Python holds them back: `--inferscope-sampler=pending`'s mechanism)
+  pending-nop  the same pending calls with a callback that does nothing: the mechanism's own cost, without the walk
+  plugin-pending  the plugin's own sampler with `--inferscope-sampler=pending`
 
 Per block: the median and the mean call (a sample lands in some calls only: the mean holds all of its cost);
 per mode: the median over blocks of each one's ratio to the plain block of the same repetition, with the IQR,
@@ -26,6 +30,7 @@ the mechanism, so that a design can be chosen before it is built.
 
     python3 benchmarks/bench_sampler_signal.py --model vit_b16 [--reps 10] [--calls 30]   # on a CUDA machine
     python3 benchmarks/bench_sampler_signal.py --cpu-smoke          # the script, on the CPU (48 small layers)
+    python3 benchmarks/bench_sampler_signal.py --modes thread,plugin,pending,pending-nop,plugin-pending
 """
 
 from __future__ import annotations
@@ -42,7 +47,10 @@ from typing import Any
 
 from _common import header, quartiles
 
-MODES = ("plain", "thread", "signal", "clock", "plugin", "plugin-norss", "plugin-signal")
+MODES = [
+    "plain", "thread", "signal", "clock", "plugin", "plugin-norss", "plugin-signal", "pending", "pending-nop",
+    "plugin-pending",
+]  # fmt: skip
 
 
 def walk(frame: FrameType | None) -> tuple[int, ...]:
@@ -115,6 +123,39 @@ class ClockSampler(SignalSampler):
         signal.signal(cpu.TICK_SIGNAL, cpu._on_tick)  # the plugin's handler, which drops a late signal
 
 
+class PendingSampler(SignalSampler):
+    """The same walk, run by the plugin's clock as a pending call on every version, nudged before CPython 3.13."""
+
+    nop = False
+
+    def _call(self, frame: FrameType | None) -> None:
+        if not self.nop:
+            walk(frame)
+        self.samples += 1
+
+    def __enter__(self) -> SignalSampler:
+        from pytest_inferscope.collectors import cpu_tick
+
+        assert cpu_tick._tick is not None, cpu_tick.SignalSampler.unavailable("pending")
+        main = threading.main_thread()
+        nudge = 0 if cpu_tick._PENDING_CALLS else int(self.interval_s * 1e9 * cpu_tick.NUDGE_SHARE)
+        watch = (main.ident or 0, main.native_id or 0)
+        cpu_tick._tick.start(int(self.interval_s * 1e9), self._call, 0, 0, *watch, nudge)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from pytest_inferscope.collectors import cpu_tick
+
+        assert cpu_tick._tick is not None
+        cpu_tick._tick.stop()
+
+
+class PendingNopSampler(PendingSampler):
+    """The pending calls alone: a callback that walks nothing."""
+
+    nop = True
+
+
 class PluginSampler:
     """The plugin's own `collectors.cpu.Sampler` on a parked `SamplerThread`, as a pytest session runs it: besides
     the walk, each sample records its stack and reads the process's RSS (`MEMORY_SAMPLE_NS`)."""
@@ -172,6 +213,20 @@ class PluginSignalSampler(PluginSampler):
         self.samples = 0
 
 
+class PluginPendingSampler(PluginSampler):
+    """The plugin's sampler as `--inferscope-sampler=pending` runs it."""
+
+    def __init__(self, interval_s: float) -> None:
+        import os
+
+        from pytest_inferscope.buffer import TraceBuffer
+        from pytest_inferscope.collectors.cpu_tick import SignalSampler as Plugins
+
+        buffer = TraceBuffer(size_mb=8)
+        self._sampler = Plugins(buffer, interval_s * 1000, threading.get_ident(), os.getpid(), "pending")
+        self.samples = 0
+
+
 SAMPLERS = {
     "thread": ThreadSampler,
     "signal": SignalSampler,
@@ -179,6 +234,9 @@ SAMPLERS = {
     "plugin": PluginSampler,
     "plugin-norss": PluginNoRssSampler,
     "plugin-signal": PluginSignalSampler,
+    "pending": PendingSampler,
+    "pending-nop": PendingNopSampler,
+    "plugin-pending": PluginPendingSampler,
 }
 
 
@@ -225,7 +283,12 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--interval-ms", type=float, default=10.0)
     p.add_argument("--cpu-smoke", action="store_true", help="a tiny model on the CPU, to check the script")
+    p.add_argument("--modes", default=",".join(MODES[1:]), help=f"against plain: {', '.join(MODES[1:])}")
     args = p.parse_args()
+    asked = [m for m in args.modes.split(",") if m and m != "plain"]
+    if not asked or set(asked) - set(SAMPLERS):
+        p.error(f"--modes {args.modes!r}: give one or more of {', '.join(MODES[1:])}, comma-separated")
+    MODES[:] = ["plain", *asked]
     call, sync = model_call("bench_sampler_signal", args.model, args.cpu_smoke)
     for _ in range(5):
         call()

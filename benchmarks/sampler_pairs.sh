@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The sampler thread against the signal sampler on a GPU machine, run after run until a deadline (issue 16):
-# bench_sampler_signal.py (the mechanism: walk-only thread, ITIMER_REAL signal, the C clock, the plugin's two
-# samplers) and bench_real_models.py --modes thread,signal (through the plugin), in turn. Each run's table goes to
-# stdout and its log under $OUT (default ./sampler-pairs-logs). One call of the device tool:
+# The sampler thread against the in-thread samplers on a GPU machine, run after run until a deadline (issue 16):
+# bench_sampler_signal.py (the mechanism: walk-only thread, ITIMER_REAL signal, the C clock, its pending calls with and
+# without a walk, the plugin's samplers) and bench_real_models.py --modes $MODES (through the plugin), in turn. Each
+# run's table goes to stdout, which the device tool brings back whole (it brings back 8 files of $OUT at most: session
+# 47 lost 6 runs of 9 writing two a run), and its log under $OUT (default ./sampler-pairs-logs). One call:
 #
 #   COMMIT=abc1234 DEADLINE_S=540 bash benchmarks/sampler_pairs.sh
 #
 # DEADLINE_S: seconds from the start after which no run begins (runs take ~20 s, `generate`'s ~50 s);
 # MODELS: bench_real_models' models in turn (default "vit_b16 vit_b16 gpt2_generate"); REPS (8); CALLS (30);
+# MODES: bench_real_models' modes (default thread,pending,signal); MECHANISM: bench_sampler_signal's modes (default
+# thread,clock,plugin,plugin-signal,pending,pending-nop,plugin-pending);
 # SMOKE=1: both scripts with --cpu-smoke (tiny models on the CPU: checks this script, measures nothing).
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -32,16 +35,17 @@ while :; do
     if ((k % (${#models[@]} + 1) == 0)); then
         echo "### $k mechanism, vit_b16 ($(date -u +%H:%M:%S))"
         timeout "$left" python3 benchmarks/bench_sampler_signal.py --model vit_b16 --reps 8 --calls 30 ${SMOKE:+--cpu-smoke} \
+            --modes "${MECHANISM:-thread,clock,plugin,plugin-signal,pending,pending-nop,plugin-pending}" \
             >"$LOGS/run$k.log" 2>&1
-        grep -E "^ *(thread|signal|clock|plugin|plugin-norss|plugin-signal):|^plain" "$LOGS/run$k.log"
+        grep -E "^ *[a-z-]+: median call|^plain" "$LOGS/run$k.log"
     else
         m=${models[$((k % (${#models[@]} + 1) - 1))]}
         calls=${CALLS:-30}
         [[ $m == gpt2_generate ]] && calls=10
         echo "### $k $m, 1 + $calls calls ($(date -u +%H:%M:%S))"
         timeout "$left" python3 benchmarks/bench_real_models.py --models "$m" --calls "$calls" --reps "${REPS:-8}" \
-            --modes thread,signal --json "$LOGS/run$k.json" ${SMOKE:+--cpu-smoke} >"$LOGS/run$k.log" 2>&1
-        grep -E "^## |^\| (thread|signal) " "$LOGS/run$k.log" | sed -E 's/ \(target.*//'
+            --modes "${MODES:-thread,pending,signal}" --json "$LOGS/run$k.json" ${SMOKE:+--cpu-smoke} >"$LOGS/run$k.log" 2>&1
+        grep -E "^## |^\| [a-z_]+ \| [-+]" "$LOGS/run$k.log" | sed -E 's/ \(target.*//'
     fi
     k=$((k + 1))
 done
