@@ -181,10 +181,12 @@ def test_the_pending_calls_say_in_the_collections_meta_how_many_were_nudged() ->
     meta = raw.meta["sampler"]
     # Pure Python holds each call back before 3.13: nudged, and the meta says how often; from 3.13 nothing to say
     assert meta["kind"] == "pending" and meta["samples"] > 2, meta
+    mode = coll.collectors_info()[0].mode  # the report's header says how many cost a hand-over
     if cpu_collector._PENDING_CALLS:
-        assert "nudges" not in meta
+        assert "nudges" not in meta and "hand-over" not in mode, (meta, mode)
     else:
         assert meta["nudges"] == coll.sampler.nudges > 0, meta
+        assert mode.endswith(f", {meta['nudges']} after a GIL hand-over"), mode
 
 
 @pytest.mark.parametrize("kind", KINDS)
