@@ -27,7 +27,8 @@ from .partner import PAIRS_TWINS, Partner
 from .recheck import RECHECKED, FreshPair, combine
 from .renames import Renames
 from .signals import CleanupOnSignals
-from .twin import ENV_PACKAGES, READY_TIMEOUT_S, Twin, TwinDied, new_log, pinned, quiet_heap, remove_stale_logs
+from .twin import ENV_PACKAGES, pinned, quiet_heap
+from .twin_process import READY_TIMEOUT_S, Twin, TwinDied, new_log, remove_stale_logs
 from .worktree import (
     ABInputError,
     Worktree,

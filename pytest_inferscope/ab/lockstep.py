@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from ..collectors.schedule import throw_into
 from ..rounds import RoundKind, row_kind
 from .paired import CLOCKS, judge, looks
-from .twin import Twin, TwinDied, core_clocks
+from .twin import core_clocks
+from .twin_process import Twin, TwinDied
 
 if TYPE_CHECKING:
     from ..checks import Plan

@@ -18,7 +18,7 @@ from .worktree import own_packages
 if TYPE_CHECKING:
     from ..options import Settings
     from ..results import TestResult
-    from .twin import Twin, TwinDied
+    from .twin_process import Twin, TwinDied
     from .worktree import Worktree
 
 

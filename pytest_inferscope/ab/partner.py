@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .twin import READY_TIMEOUT_S, Twin, TwinDied
+from .twin_process import READY_TIMEOUT_S, Twin, TwinDied
 
 #: How a verdict names the partner where something happened in it.
 PARTNER = "this checkout's twin"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .paired import CLOCKS, PairedLook, judge, looks
 from .partner import collection_said, not_started
-from .twin import READY_TIMEOUT_S, Twin, TwinDied
+from .twin_process import READY_TIMEOUT_S, Twin, TwinDied
 
 if TYPE_CHECKING:
     from ..checks import Plan

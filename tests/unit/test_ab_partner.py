@@ -13,7 +13,7 @@ from test_ab_lockstep import FakeCollection, _data, _plan
 from pytest_inferscope.ab.lockstep import lockstep, lockstep_async
 from pytest_inferscope.ab.paired import judge, verdict_of
 from pytest_inferscope.ab.partner import Partner
-from pytest_inferscope.ab.twin import TwinDied
+from pytest_inferscope.ab.twin_process import TwinDied
 
 
 class Twin:

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_inferscope.ab.paired import ABVerdict, PairedLook, ab_message, judge, verdict_of
 from pytest_inferscope.ab.recheck import FreshPair, Recheck, combine
-from pytest_inferscope.ab.twin import TwinDied
+from pytest_inferscope.ab.twin_process import TwinDied
 
 
 class FakeTwin:
