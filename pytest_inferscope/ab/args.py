@@ -5,16 +5,21 @@ they would stop it with "unrecognized arguments".
 
 The same filter runs on the command line here, on PYTEST_ADDOPTS for the twin's environment, and in the twin itself
 (`in_twin`, from `pytest_load_initial_conftests`) on what pytest put together there, with the ref's ini `addopts`.
+The twin's environment (`twin_env`) and the `-p` that keeps this plugin on there (`plugin_on`) are here too.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pytest
+
     from ..options import Settings
     from .worktree import Worktree
 
@@ -121,3 +126,35 @@ def given(settings: Settings, name: str, value: object) -> str:
     source = settings.sources.get(name, "cli")
     flag = f"--inferscope-{name.replace('_', '-')}={value}"
     return flag if source.startswith("cli") else f"{flag} (from {source})"
+
+
+def plugin_on(config: pytest.Config) -> list[str]:
+    """`-p NAME`: this plugin, under the name it has here, for the twin. Last on its command line, after the ref's
+    ini `addopts` and PYTEST_ADDOPTS, so that a `-p no:inferscope` there does not leave the twin without it (it ran
+    the whole suite as a plain run): the A/B needs the plugin on both sides, as the measuring instrument."""
+    module = sys.modules.get(f"{__package__.rpartition('.')[0]}.plugin")  # (not imported: plugin imports this)
+    name = config.pluginmanager.get_name(module) if module is not None else None
+    return ["-p", name] if name else []
+
+
+def twin_env(config: pytest.Config, tree: Worktree | None) -> dict[str, str]:
+    """The environment of a twin at `tree` (None: this checkout's twin): this process's, less xdist's and the step
+    summary's variables and a git hook's, PYTEST_ADDOPTS filtered as the command line is, pytest-randomly's seed as
+    this side resolved it, and for the ref's twin its import paths first and its packages named (`ENV_PACKAGES`)."""
+    from .twin import ENV_PACKAGES
+    from .worktree import import_paths, own_packages, without_git_repo_vars
+
+    drop = ("GITHUB_STEP_SUMMARY", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST")
+    # Without the variables a git hook exports for its own repository and index: the twin's tests (and any git
+    # command they run) are about the worktree, and must not write to the commit being made.
+    env = {k: v for k, v in without_git_repo_vars(dict(os.environ)).items() if k not in drop}
+    if env.get("PYTEST_ADDOPTS"):
+        env["PYTEST_ADDOPTS"] = twin_addopts(env["PYTEST_ADDOPTS"], tree)
+    seed = randomly_seed(config)
+    if seed is not None:
+        env[SEED_ENV] = seed
+    if tree is not None:
+        first = import_paths(tree.path, sys.path, tree)
+        env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH", "")])])
+        env[ENV_PACKAGES] = f"{tree.path}|{','.join(dict.fromkeys(own_packages(tree.path, first)))}"
+    return env

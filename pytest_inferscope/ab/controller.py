@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from ..units import fmt_count
-from .args import SEED_ENV, not_at_ref, randomly_seed, twin_addopts, twin_args
+from .args import not_at_ref, plugin_on, twin_args, twin_env
 from .baselines import not_compared
 from .layout import layout_note
 from .notes import PAIRED_HERE, hashseed_note, not_a_twin, nothing_paired, settings_notes, start_note
@@ -27,18 +27,9 @@ from .partner import PAIRS_TWINS, Partner
 from .recheck import RECHECKED, FreshPair, combine
 from .renames import Renames
 from .signals import CleanupOnSignals
-from .twin import ENV_PACKAGES, pinned, quiet_heap
+from .twin import pinned, quiet_heap
 from .twin_process import READY_TIMEOUT_S, Twin, TwinDied, new_log, remove_stale_logs
-from .worktree import (
-    ABInputError,
-    Worktree,
-    check_python,
-    import_paths,
-    not_in_git,
-    own_packages,
-    short_ref,
-    without_git_repo_vars,
-)
+from .worktree import ABInputError, Worktree, check_python, not_in_git, short_ref
 
 if TYPE_CHECKING:
     from ..checks import Plan
@@ -156,7 +147,7 @@ class ABController:
             remove_stale_logs()  # of runs killed outright (the worktrees of those: Worktree.create)
         self._leave_out_only_here()
         if self.settings.ab_python is not None and not wi:
-            check_python(self._python(), self._twin_env(self.tree), self._twin_cwd())
+            check_python(self._python(), twin_env(self.config, self.tree), self._twin_cwd())
         if self.workers:
             gpus = self.settings.gpus
             on_gpus = f" and GPU ({[gpus[i % len(gpus)] for i in range(self.workers)]})" if gpus else ""
@@ -197,7 +188,7 @@ class ABController:
         tree = None if here else self.tree
         args = self._args() if here else [a for a in self._args() if a not in self.only_here] + self.ref_args
         argv = [str(sys.executable if here else self._python()), "-m", "pytest", *twin_args(args, tree),
-                "-p", "no:xdist", "-p", "no:cacheprovider", *self._plugin_on()]  # fmt: skip
+                "-p", "no:xdist", "-p", "no:cacheprovider", *plugin_on(self.config)]  # fmt: skip
         # In the worktree's folder, removed with it, by a later run too (remove_stale); else in TMPDIR, named by this
         # process, and removed by a later run too (remove_stale_logs).
         tag = tag or side
@@ -205,19 +196,11 @@ class ABController:
         log = self.tree.holder / name if self.tree is not None else new_log()
         cwd = self.config.invocation_params.dir if here else self._twin_cwd()
         try:
-            return Twin(argv, cwd, self._twin_env(tree), log, "this checkout" if here else self.label)
+            return Twin(argv, cwd, twin_env(self.config, tree), log, "this checkout" if here else self.label)
         except OSError:
             with contextlib.suppress(OSError):
                 log.unlink()
             raise
-
-    def _plugin_on(self) -> list[str]:
-        """`-p NAME`: this plugin, under the name it has here, for the twin. Last on its command line, after the ref's
-        ini `addopts` and PYTEST_ADDOPTS, so that a `-p no:inferscope` there does not leave the twin without it (it ran
-        the whole suite as a plain run): the A/B needs the plugin on both sides, as the measuring instrument."""
-        module = sys.modules.get(f"{__package__.rpartition('.')[0]}.plugin")  # (not imported: plugin imports this)
-        name = self.config.pluginmanager.get_name(module) if module is not None else None
-        return ["-p", name] if name else []
 
     def _leave_out_only_here(self) -> None:
         """The test files and folders named on the command line that the ref does not have: left out of the twin's
@@ -245,22 +228,6 @@ class ABController:
     def _twin_cwd(self) -> Path:
         here = self.config.invocation_params.dir
         return self.tree.map_path(here) if self.tree is not None else here
-
-    def _twin_env(self, tree: Worktree | None) -> dict[str, str]:
-        drop = ("GITHUB_STEP_SUMMARY", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST")
-        # Without the variables a git hook exports for its own repository and index: the twin's tests (and any git
-        # command they run) are about the worktree, and must not write to the commit being made.
-        env = {k: v for k, v in without_git_repo_vars(dict(os.environ)).items() if k not in drop}
-        if env.get("PYTEST_ADDOPTS"):
-            env["PYTEST_ADDOPTS"] = twin_addopts(env["PYTEST_ADDOPTS"], tree)
-        seed = randomly_seed(self.config)
-        if seed is not None:
-            env[SEED_ENV] = seed
-        if tree is not None:
-            first = import_paths(tree.path, sys.path, tree)
-            env["PYTHONPATH"] = os.pathsep.join([*first, *filter(None, [env.get("PYTHONPATH", "")])])
-            env[ENV_PACKAGES] = f"{tree.path}|{','.join(dict.fromkeys(own_packages(tree.path, first)))}"
-        return env
 
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
         """Not the worktree: with TMPDIR inside the project, this side would collect it too ("import file mismatch")."""
