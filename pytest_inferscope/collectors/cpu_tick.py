@@ -65,22 +65,24 @@ class SignalSampler(Sampler):
     """The same samples, taken in the test thread itself (`--inferscope-sampler=signal`, or `pending`: `kind`).
 
     `Sampler`'s thread needs the GIL for each sample, which the test thread holds while it runs Python: every sample
-    is a forced hand-over and back. Here a thread of C (native/_tick.c, never holding the GIL) wakes every interval
-    and has CPython run the sampler in the main thread between two bytecodes, with the interrupted frame: no GIL
-    hand-over, and samples at the interval asked for in pure Python, where the thread gets the GIL only every switch
-    interval (5 ms). From CPython 3.13 no signal is sent (the clock queues a pending call, which the main thread runs);
-    before, the clock sends TICK_SIGNAL to the main thread alone (pthread_kill), whose Python handler samples, and the
-    system calls it interrupts there restart (`siginterrupt(False)`), except those that never do (a C `poll` with a
-    timeout fails with EINTR). The wall-clock timer and SIGALRM are left alone: pytest-timeout's signal method works
-    beside it. While the test thread is in a C call, the sample waits for the call's return (the frame then is the
-    caller's, its line the call's). (ViT-B/16 on an H200 at 10 ms, the mechanism alone: ~0% a call against ~2% for a
-    thread that only walks the frames; docs/performance.md, "Session 25 on the H200 host".)
+    is a forced hand-over and back. Here a thread of C (native/_tick.c, holding the GIL only for a nudge, below) wakes
+    every interval and has CPython run the sampler in the main thread between two bytecodes, with the interrupted
+    frame: no GIL hand-over, and with `signal` samples at the interval asked for in pure Python, where the thread gets
+    the GIL only every switch interval (5 ms). From CPython 3.13 no signal is sent (the clock queues a pending call,
+    which the main thread runs); before, the clock sends TICK_SIGNAL to the main thread alone (pthread_kill), whose
+    Python handler samples, and the system calls it interrupts there restart (`siginterrupt(False)`), except those that
+    never do (a C `poll` with a timeout fails with EINTR). The wall-clock timer and SIGALRM are left alone:
+    pytest-timeout's signal method works beside it. While the test thread is in a C call, the sample waits for the
+    call's return (the frame then is the caller's, its line the call's). (ViT-B/16 on an H200 at 10 ms, the mechanism
+    alone: ~0% a call against ~2% for a thread that only walks the frames; docs/performance.md, "Session 25 on the
+    H200 host".)
 
-    `pending` (auto's choice where the clock is built) never sends a signal. Before 3.13 the main thread runs the
-    clock's pending call when it next takes the GIL back: in a body that lets it go (torch ops, CUDA launches, sleeps;
-    every few µs in a model's forward) at once, with no hand-over; where it runs pure Python instead, the clock makes it
-    hand the GIL over once, `NUDGE_SHARE` of the interval after the tick (CPython asks for it after the switch interval,
-    5 ms), and the call runs then: the thread sampler's cost, where the thread sampler would pay it too.
+    `pending` (an option, not auto's choice: docs/performance.md, "Session 47") never sends a signal. Before 3.13 the
+    main thread runs the clock's pending call when it next takes the GIL back: in a body that lets it go (torch ops,
+    CUDA launches, sleeps; every few µs in a model's forward) at once, with no hand-over; where it runs pure Python
+    instead, the clock makes it hand the GIL over once, `NUDGE_SHARE` of the interval after the tick (CPython asks for
+    it after the switch interval, 5 ms), and the call runs then: the thread sampler's cost, where the thread sampler
+    would pay it too.
 
     Only where `unavailable()` says nothing: the C clock built, the main thread (Python runs signal handlers and
     pending calls there only), and for `signal` before 3.13 TICK_SIGNAL without another tool's handler. Its handler
