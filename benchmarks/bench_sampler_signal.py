@@ -138,8 +138,8 @@ class PendingSampler(SignalSampler):
 
         assert cpu_tick._tick is not None, cpu_tick.SignalSampler.unavailable("pending")
         main = threading.main_thread()
-        nudge = 0 if cpu_tick._PENDING_CALLS else int(self.interval_s * 1e9 * cpu_tick.NUDGE_SHARE)
         watch = (main.ident or 0, main.native_id or 0)
+        nudge = cpu_tick.nudge_ns(self.interval_s, "pending")
         cpu_tick._tick.start(int(self.interval_s * 1e9), self._call, 0, 0, *watch, nudge)
         return self
 

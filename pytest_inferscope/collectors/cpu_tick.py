@@ -40,6 +40,11 @@ NUDGE_SHARE = 1 / 8
 _ticking: SignalSampler | None = None  # the sampler the clock feeds now
 
 
+def nudge_ns(interval_s: float, kind: str) -> int:
+    """How long a pending call of `kind`'s sampler may wait for a GIL switch before the clock nudges it (0: never)."""
+    return int(interval_s * 1e9 * NUDGE_SHARE) if kind == "pending" and not _PENDING_CALLS else 0
+
+
 def _stop_clock() -> None:
     """At the interpreter's exit, before it resets the signal handlers: a collection left running stops its clock."""
     if _tick is not None:
@@ -99,7 +104,7 @@ class SignalSampler(Sampler):
     @property
     def nudged(self) -> bool:
         """Whether the clock nudges a call the thread holds back (pending calls before CPython 3.13)."""
-        return self.kind == "pending" and not _PENDING_CALLS
+        return nudge_ns(self.interval_s, self.kind) > 0
 
     @staticmethod
     def unavailable(kind: str = "signal") -> str:
@@ -133,8 +138,7 @@ class SignalSampler(Sampler):
         main = threading.main_thread()  # the sampled thread, whose state each tick reads (_tick.at_work)
         watch = (main.ident or 0, main.native_id or 0)
         if _PENDING_CALLS or self.kind == "pending":
-            nudge = int(self.interval_s * 1e9 * NUDGE_SHARE) if self.nudged else 0
-            _tick.start(int(self.interval_s * 1e9), _on_pending, 0, 0, *watch, nudge)
+            _tick.start(int(self.interval_s * 1e9), _on_pending, 0, 0, *watch, nudge_ns(self.interval_s, self.kind))
             return
         assert TICK_SIGNAL is not None  # unavailable() said so
         if signal.getsignal(TICK_SIGNAL) is not _on_tick:

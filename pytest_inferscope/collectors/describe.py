@@ -52,7 +52,7 @@ def collectors_info(self: Described) -> list[CollectorInfo]:
         n = self.sampler.samples
         got = f"; {n} sample{'s' if n != 1 else ''}, one per {effective:.1f} ms" if n else ""
         how = " in the test thread" if isinstance(self.sampler, SignalSampler) else ""
-        if isinstance(self.sampler, SignalSampler) and self.sampler.nudged and self.sampler.nudges:
+        if isinstance(self.sampler, SignalSampler) and self.sampler.nudges:
             # pure Python held the pending calls back (before CPython 3.13): each of these cost a GIL hand-over
             got += f", {self.sampler.nudges} after a GIL hand-over"
         cpu = CollectorInfo(
