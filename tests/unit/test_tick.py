@@ -41,7 +41,10 @@ def test_pending_calls_come_in_the_main_thread_with_its_frame_and_none_after_the
     taken = len(frames)
     sleep_in_steps(0.01)
     assert 20 <= taken <= ticks and len(frames) == taken  # none after the stop
-    assert set(frames) == {"sleep_until"}  # the frame the call interrupted
+    # The frame the call interrupted: the loop's, or the predicate's it calls (CPython 3.13 runs a call in the lambda
+    # too: caught once in 63 runs of these three files under the VM's 3.13.0, 2026-12-01, with one more failure there
+    # not kept); never '?' (no frame) or another's
+    assert "sleep_until" in frames and set(frames) <= {"sleep_until", "<lambda>"}, set(frames)
 
 
 def test_one_call_at_most_waits_while_the_main_thread_is_in_c() -> None:
