@@ -55,7 +55,8 @@ static uintptr_t gen;      /* one per start and stop: a pending call of an earli
 static int64_t period_ns;
 static struct timespec due;
 static unsigned long ticks; /* since the last start */
-static atomic_int queued;   /* a pending call is queued and has not run yet */
+static atomic_int queued;   /* QUEUED: a pending call is queued and has not run yet; RUNNING: it runs; else 0 */
+enum { QUEUED = 1, RUNNING = 2 };
 static int watching;        /* under mu: watch_clock is the sampled thread's CPU clock */
 static clockid_t watch_clock;
 static int watch_fd = -1;   /* under mu: its /proc/self/task/<tid>/stat from start to stop, or -1 */
@@ -86,16 +87,22 @@ static int64_t now_ns(void) {
 
 /* In the main thread, with the GIL. An exception of the callback is reported, never raised into the test. */
 static int fire(void *arg) {
-    atomic_store(&queued, 0);
+    /* No call is queued while this one runs: CPython 3.11 runs pending calls one at a time and does not clear the
+     * eval breaker for one queued meanwhile, and once a GIL re-take in the callback had set it, a traced or profiled
+     * thread (sys.setprofile: coverage, debuggers) looped on the next Python function's entry until a thread of
+     * another's cleared it (a hung test, found in this suite; tests/unit/test_tick.py). */
+    atomic_store(&queued, RUNNING);
     if (atomic_exchange(&nudging, 0)) { /* a nudge's request came while the thread ran Python: at work till now */
         struct timespec t;
         if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0) atomic_store(&at_work, to_ns(&t));
     }
-    if ((uintptr_t)arg != callback_gen || callback == NULL) return 0;
-    PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed; NULL outside Python code */
-    PyObject *result = PyObject_CallFunctionObjArgs(callback, frame ? frame : Py_None, NULL);
-    if (result == NULL) PyErr_WriteUnraisable(callback);
-    Py_XDECREF(result);
+    if ((uintptr_t)arg == callback_gen && callback != NULL) {
+        PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed; NULL outside Python code */
+        PyObject *result = PyObject_CallFunctionObjArgs(callback, frame ? frame : Py_None, NULL);
+        if (result == NULL) PyErr_WriteUnraisable(callback);
+        Py_XDECREF(result);
+    }
+    atomic_store(&queued, 0);
     return 0;
 }
 
@@ -122,11 +129,14 @@ static void tick(void) { /* under mu */
             atomic_store(&at_work, watched_at_work());
             pthread_kill(target, signum);
         }
-    } else if (!atomic_exchange(&queued, 1)) { /* else the last one has not run: the main thread is in C */
-        atomic_store(&at_work, watched_at_work());
-        if (Py_AddPendingCall(fire, (void *)gen) != 0) atomic_store(&queued, 0); /* CPython's queue is full */
-        queued_at = now_ns();
-        nudge_looked = 0;
+    } else {
+        int idle = 0; /* none more while the last has not run (the main thread is in C) or runs now */
+        if (atomic_compare_exchange_strong(&queued, &idle, QUEUED)) {
+            atomic_store(&at_work, watched_at_work());
+            if (Py_AddPendingCall(fire, (void *)gen) != 0) atomic_store(&queued, 0); /* CPython's queue is full */
+            queued_at = now_ns();
+            nudge_looked = 0;
+        }
     }
     ticks++;
 }
@@ -150,12 +160,12 @@ static void *loop(void *unused) {
     pthread_mutex_lock(&mu);
     for (;;) {
         while (!running) pthread_cond_wait(&cv, &mu);
-        int look = nudge_ns > 0 && !nudge_looked && atomic_load(&queued);
+        int look = nudge_ns > 0 && !nudge_looked && atomic_load(&queued) == QUEUED;
         struct timespec wake = look && queued_at + nudge_ns < to_ns(&due) ? from_ns(queued_at + nudge_ns) : due;
         pthread_cond_timedwait(&cv, &mu, &wake); /* woken early by start or stop: the checks below */
         if (!running) continue;
         int64_t now = now_ns(), at = to_ns(&due);
-        if (look && !nudge_looked && atomic_load(&queued) && now >= queued_at + nudge_ns) {
+        if (look && !nudge_looked && atomic_load(&queued) == QUEUED && now >= queued_at + nudge_ns) {
             nudge_looked = 1;
             /* Waiting (a sleep, I/O): the call runs as the wait ends. Not watched: at work, its clock unknown (0). */
             int64_t clock = watching ? watched_at_work() : 0;

@@ -92,6 +92,47 @@ def test_a_call_queued_for_a_stopped_callback_does_not_reach_the_next_one() -> N
     assert ticks_before[0] >= 5 and "after" not in old and new == []
 
 
+#: A call that outlasts the clock's interval and lets the GIL go at its end, in a thread with a profile function (as
+#: under coverage or a debugger), while the main thread sleeps in short steps: how many calls ran, and how many steps.
+OUTLASTING_CALL = """
+import os, sys, time
+from pytest_inferscope import _tick as tick
+
+calls = []
+def inner():
+    return 1
+def call(frame):
+    calls.append(1)
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.012:  # longer than the 10 ms interval: the next tick comes meanwhile
+        pass
+    time.sleep(0)  # the GIL let go and taken back: 3.11 recomputes the eval breaker here
+    inner()  # a Python function's entry, which 3.11 looped on under a profile function
+sys.setprofile(lambda *args: None)
+tick.start(10_000_000, call, 0, 0)
+t0, steps = time.perf_counter(), 0
+while time.perf_counter() - t0 < 0.5:
+    time.sleep(0.0002)
+    steps += 1
+tick.stop()
+sys.setprofile(None)
+print(len(calls), steps)
+"""
+
+
+def test_no_call_is_queued_while_one_runs_so_a_long_call_neither_hangs_nor_starves_the_thread() -> None:
+    # Until 2026-12-01 the clock queued the next call as soon as one began: under CPython 3.11 with a profile function
+    # a call longer than the interval hung the thread (a plugin test hung so in this suite, 2026-12-01), and on every
+    # version the calls ran back to back (3.12: 192 calls against 26 steps of the thread's own; 3.13: 32 against 3).
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-c", OUTLASTING_CALL], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    calls, steps = map(int, run.stdout.split())
+    assert 5 <= calls <= 0.5 / 0.012 + 2, (calls, steps)  # one a tick at most, and none while one runs
+    assert steps >= calls, (calls, steps)  # the thread runs on between two calls
+
+
 def test_an_exception_in_the_callback_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     reported: list[BaseException | None] = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
