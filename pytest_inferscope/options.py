@@ -145,16 +145,19 @@ def clock_not_built() -> str:
 
 @functools.cache
 def sampler_in_use(asked: SamplerKind) -> SamplerKind:
-    """The sampler `--inferscope-sampler=asked` means here: auto is the signal sampler where it sends no signal (CPython
-    3.13+, its clock in C built: `pytest_inferscope._tick`), else the thread. Outside the rounds it took ~0.3 ms (2-core
-    VM, 3.13's pending call) to ~0.5 ms (H200, 3.12's signal) less a test than the thread's hand-overs, and a call about
-    as much (within half a point; docs/performance.md, "Session 27"); before 3.13 it is a real signal, which only the
-    test's author can say their C code survives (EINTR). `pending` sends none before 3.13 either, but cost ViT-B/16
-    more a call than the thread on an H200 host's 16 cores, though less on a 2-core VM (docs/performance.md, "Session
-    47"): an option, not auto's choice."""
+    """The sampler `--inferscope-sampler=asked` means here: auto samples in the test thread wherever the C clock is
+    built (`pytest_inferscope._tick`), by its pending calls, which send no signal: named `signal` from CPython 3.13,
+    where the signal sampler is those calls, `pending` before, where a real signal could make a C `poll()` fail with
+    EINTR; elsewhere the thread. Outside the rounds the in-thread sample took ~0.3 ms (2-core VM, 3.13) to ~0.5 ms
+    (H200, 3.12) less a test than the thread's hand-overs (docs/performance.md, "Session 27"). Before 3.13,
+    `pending` against the thread on an H200 host, 16 runs: ViT-B/16 a call within noise (+0.2 points by the median
+    of the paired differences), its whole test ~1 point less, `generate` a call less in 7 of 8; on a 2-core VM a
+    launch-like body 1 to 3 points less in 4 of 4, pure Python the same ("Session 48")."""
     if asked != "auto":
         return asked
-    return "signal" if sys.version_info >= (3, 13) and not clock_not_built() else "thread"
+    if clock_not_built():
+        return "thread"
+    return "signal" if sys.version_info >= (3, 13) else "pending"
 
 
 #: What the header says the CPU collector does, by the cpu setting.
@@ -257,7 +260,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "CPython 3.13 by a real signal to the main thread, on time in pure Python too, whose system calls restart, "
         "except those that never do, such as a C extension's own poll() or select() with a timeout, which then fail "
         "with EINTR; from 3.13 the same as pending) or auto (signal from CPython 3.13, where it sends no signal; "
-        "thread before). "
+        "pending before). "
         "pending and signal sample in the main thread only, where xdist's workers run tests too: elsewhere, or where "
         "the C clock is not built, the thread samples and the report says why; SIGALRM and the wall-clock timer stay "
         "free for pytest-timeout either way.",

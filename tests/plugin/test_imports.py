@@ -40,10 +40,8 @@ AS_ON_A_GPU_MACHINE = """
 import pytest_inferscope.session
 pytest_inferscope.session.device_missing = lambda: None
 """
-#: auto samples in the test thread from CPython 3.13 (a pending call, no signal sent), by a thread before
-UNUSED_HEADER = "inferscope: cpu stack sampling every 10 ms{}; memory procfs; gpu {{}}".format(
-    " in the test thread" if sys.version_info >= (3, 13) else ""
-)
+#: auto samples in the test thread by the C clock's pending calls (no signal sent; options.sampler_in_use)
+UNUSED_HEADER = "inferscope: cpu stack sampling every 10 ms in the test thread; memory procfs; gpu {}"
 
 
 @pytest.fixture(autouse=True)

@@ -35,9 +35,9 @@ def test_after():
 """
 
 
-#: The header's CPU words by default: auto samples in the test thread from CPython 3.13 (a pending call, no signal
-#: sent), by the sampler's thread before (options.sampler_in_use).
-DEFAULT_SAMPLING = "stack sampling every 10 ms" + (" in the test thread" if sys.version_info >= (3, 13) else "")
+#: The header's CPU words by default: auto samples in the test thread by the C clock's pending calls, no signal sent
+#: (options.sampler_in_use).
+DEFAULT_SAMPLING = "stack sampling every 10 ms in the test thread"
 
 
 def slug_dirs(out: Path) -> list[Path]:
