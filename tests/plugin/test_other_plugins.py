@@ -270,9 +270,14 @@ def test_a_tracer_beside_the_tests_is_said_and_keeps_a_baseline_without_it_from_
         def a_coverage_tracer(frame, event, arg):
             return None
 
+        previous = sys.gettrace()
+
         def pytest_sessionstart(session):  # where pytest-cov starts coverage
             if os.environ.get("TRACE") == "1":
                 sys.settrace(a_coverage_tracer)
+
+        def pytest_unconfigure(config):  # this session runs in the test's process: its tracer must not outlive it
+            sys.settrace(previous)
         """
     )
     plain = pytester.runpytest("-p", "no:randomly", "--inferscope-save-baseline=main")
