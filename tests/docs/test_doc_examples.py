@@ -203,8 +203,5 @@ def test_quickstart_output_matches_a_real_run(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     got = done.stdout[done.stdout.index("= inferscope =") - 34 :].splitlines()
-    if sys.version_info >= (3, 13):  # the doc shows 3.11's header and says what 3.13's adds
-        assert "inferscope: cpu stack sampling every 10 ms in the test thread; " in done.stdout
-        got = [ln.replace(" ms in the test thread; ", " ms; ", 1) for ln in got]
     result = pytest.LineMatcher(got)
     result.fnmatch_lines([_output_pattern(ln) for ln in printed], consecutive=True)
