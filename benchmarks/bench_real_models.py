@@ -60,8 +60,8 @@ MODES: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "sampler": ({"INFERSCOPE_GPU": "off"}, {"cpu": "sample"}),
     "cupti": ({}, {"cpu": "off"}),
     "signal": ({"INFERSCOPE_SAMPLER": "signal"}, {}),  # the default with the stack sampled by signal in the test thread
-    "thread": ({"INFERSCOPE_SAMPLER": "thread"}, {}),  # ... by the sampler's thread (the default before CPython 3.13)
-    "pending": ({"INFERSCOPE_SAMPLER": "pending"}, {}),  # ... by the clock's pending calls in the test thread
+    "thread": ({"INFERSCOPE_SAMPLER": "thread"}, {}),  # ... by the sampler's thread (auto's before 3.13 till 2026-12)
+    "pending": ({"INFERSCOPE_SAMPLER": "pending"}, {}),  # ... by the clock's pending calls (auto's before 3.13)
     "before": ({}, {}),  # the default with the warm-up recording no launch call (the schedule before session 17)
     "profile_first": ({}, {}),  # the default with the profile rounds before the trace rounds always (before session 27)
 }

@@ -7,8 +7,8 @@ Two ways to see Python time:
   the previous sample. It takes the GIL briefly once per interval; its own cost is
   measured and reported as the overhead estimate. While the test thread is inside a
   C call that released the GIL (a torch op), sampling costs the test thread nothing.
-  With `--inferscope-sampler=signal` (auto's choice from CPython 3.13) or `pending` the test
-  thread takes the same samples itself (`cpu_tick.SignalSampler`, its clock a C thread).
+  With `--inferscope-sampler=signal` (auto's choice from CPython 3.13) or `pending` (auto's
+  choice before it) the test thread takes the same samples itself (`cpu_tick.SignalSampler`, its clock a C thread).
 * `trace` (opt-in): every Python call in the rounds as a CALL span (`tracer.Tracer`).
 """
 

@@ -82,12 +82,12 @@ class SignalSampler(Sampler):
     alone: ~0% a call against ~2% for a thread that only walks the frames; docs/performance.md, "Session 25 on the
     H200 host".)
 
-    `pending` (an option, not auto's choice: docs/performance.md, "Session 47") never sends a signal. Before 3.13 the
-    main thread runs the clock's pending call when it next takes the GIL back: in a body that lets it go (torch ops,
-    CUDA launches, sleeps; every few µs in a model's forward) at once, with no hand-over; where it runs pure Python
-    instead, the clock makes it hand the GIL over once, `NUDGE_SHARE` of the interval after the tick (CPython asks for
-    it after the switch interval, 5 ms), and the call runs then: the thread sampler's cost, where the thread sampler
-    would pay it too.
+    `pending` (auto's choice before 3.13 since 2026-12-01: docs/performance.md, "Session 48") never sends a signal.
+    Before 3.13 the main thread runs the clock's pending call when it next takes the GIL back: in a body that lets
+    it go (torch ops, CUDA launches, sleeps; every few µs in a model's forward) at once, with no hand-over; where it
+    runs pure Python instead, the clock makes it hand the GIL over once, `NUDGE_SHARE` of the interval after the
+    tick (CPython asks for it after the switch interval, 5 ms), and the call runs then: the thread sampler's cost,
+    where the thread sampler would pay it too.
 
     Only where `unavailable()` says nothing: the C clock built, the main thread (Python runs signal handlers and
     pending calls there only), and for `signal` before 3.13 TICK_SIGNAL without another tool's handler. Its handler
