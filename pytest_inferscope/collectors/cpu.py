@@ -2,13 +2,14 @@
 
 Two ways to see Python time:
 
-* `sample` (default): a daemon thread reads the test thread's stack every interval via
-  `sys._current_frames()` and records it as a folded stack weighted by the time since
-  the previous sample. It takes the GIL briefly once per interval; its own cost is
-  measured and reported as the overhead estimate. While the test thread is inside a
-  C call that released the GIL (a torch op), sampling costs the test thread nothing.
-  With `--inferscope-sampler=signal` (auto's choice from CPython 3.13) or `pending` (auto's
-  choice before it) the test thread takes the same samples itself (`cpu_tick.SignalSampler`, its clock a C thread).
+* `sample` (default): the test thread's stack every interval, recorded as a folded stack
+  weighted by the time since the previous sample. By default (`--inferscope-sampler=auto`)
+  the test thread takes it itself, at calls a clock in C queues (`cpu_tick.SignalSampler`:
+  `pending` before CPython 3.13, `signal` from it). With `thread`, or where that clock is not
+  built or the test runs off the main thread, a daemon thread of this module reads it via
+  `sys._current_frames()`, taking the GIL briefly once per interval (nothing from a test
+  thread inside a C call that released it, a torch op). Either sampler's own cost is measured
+  and reported as the overhead estimate.
 * `trace` (opt-in): every Python call in the rounds as a CALL span (`tracer.Tracer`).
 """
 
