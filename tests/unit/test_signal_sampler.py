@@ -112,6 +112,40 @@ def test_records_of_the_interrupted_code_stay_whole(kind: str) -> None:
     assert all(buffer.strings[int(m["name"])] == f"mark {m['value'] % 500}" for m in marks[::97])
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_sample_slower_than_the_interval_under_a_profile_function_is_not_reentered(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slowed machine (or a deep stack) can make one sample outlast the interval. Before 3.13 `signal` sends the next
+    # signal meanwhile, and CPython runs a Python signal handler again inside the one that runs (without the sampler's
+    # guard it recursed until RecursionError on 3.11.7 and 3.12.1, 2026-12-01); `pending` queues nothing while its
+    # call runs (native/_tick.c). Under a profile function (coverage, debuggers), where 3.11 once looped.
+    slow_key = cpu_collector._stack_key
+
+    def outlasting_key(frame: object) -> tuple[int, ...]:
+        spin_for(0.012)  # longer than the 10 ms interval
+        time.sleep(0)  # the GIL let go and taken back
+        return slow_key(frame)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpu_collector, "_stack_key", outlasting_key)
+    buffer = TraceBuffer(size_mb=4)
+    sampler = SignalSampler(buffer, 10.0, threading.get_ident(), 1, kind)
+    sys.setprofile(lambda *args: None)
+    try:
+        sampler.start()
+        try:
+            start, steps = time.perf_counter(), 0
+            while time.perf_counter() - start < 0.5:
+                time.sleep(0.0002)
+                steps += 1
+        finally:
+            sampler.stop()
+    finally:
+        sys.setprofile(None)
+    assert 3 <= sampler.samples <= 0.5 / 0.012 + 2, sampler.samples  # no sample inside another
+    assert steps >= sampler.samples  # the thread ran on between two samples
+
+
 def test_it_says_why_not_off_the_main_thread_or_with_another_handler_on_its_signal() -> None:
     why: list[str] = []
     t = threading.Thread(target=lambda: why.extend(SignalSampler.unavailable(kind) for kind in KINDS))
