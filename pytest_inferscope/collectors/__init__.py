@@ -369,13 +369,12 @@ class Collection:
         # Wait for the round's GPU work (it must not leak into the next round) and record the
         # wait, so the analyzer can tell a host spinning in a sync from a host doing work.
         wait0 = host_clock_ns()
-        if self.gpu is not None:
-            self.gpu.synchronize()
-            end = host_clock_ns()
-        else:  # not collecting GPU activity, but GPU work (any framework's) must not leak into the next round
-            # Nothing that could hold GPU work (no libcuda, no context): the round ended with the body, and the look
-            # and the harness before it (~10 µs right after a 0.75 ms Python body on the 2-core VM) are not its time.
-            end = host_clock_ns() if self._devsync() else body_end
+        # Without GPU collection, GPU work (any framework's) must not leak into the next round either. Nothing that
+        # could hold GPU work (no libcuda, no context: a CPU-only test, on a GPU machine too): the round ended with
+        # the body, and the look and the harness before it (~10 µs right after a 0.75 ms Python body on the 2-core
+        # VM; ~7 µs of driver calls on an H200 host) are not its time.
+        waited = self.gpu.synchronize() if self.gpu is not None else self._devsync()
+        end = host_clock_ns() if waited else body_end
         self.gpu_session.round_clock_pair()
         after = Counters.now(self.proc)
         self._after = (host_clock_ns(), after)

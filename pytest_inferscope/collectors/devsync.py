@@ -107,7 +107,12 @@ class DeviceSync:
 
     def __call__(self) -> bool:
         """Wait for the GPU work; False when there was nothing that could have any (no libcuda loaded, no
-        context active), so a round can end at its first clock reading, before this call's own time."""
+        context active), so a round can end at its first clock reading, before this call's own time.
+
+        A CPU-only test on a GPU machine (libcuda loaded by the GPU backend, no context in the process): the look at
+        each device's primary context finds none, and nothing is waited for. Its round ends with its body: it used
+        to end after the look, ~7 µs of driver calls through ctypes in each round's time (a `pass` body measured
+        0.008 ms with GPU collection on against <0.001 ms with it off, H200, 2026-12-01)."""
         cuda = self._driver()
         if cuda is None:
             if self._error is not None and _torch_cuda_started():
@@ -129,7 +134,7 @@ class DeviceSync:
                 cuda.cuCtxPopCurrent_v2(self._popped_ref)
         if current and current not in self._held.values():
             self._check(cuda.cuCtxSynchronize(), "cuCtxSynchronize (current context)")
-        return True
+        return bool(self._held) or bool(current)
 
     def any_context(self) -> bool:
         """Whether a CUDA context is active in this process (a device's primary context, or one current on this

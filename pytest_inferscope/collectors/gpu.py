@@ -59,8 +59,9 @@ class GpuCollector(Protocol):
         """CUPTI's clock now, in its own units (ns unless another client replaced it)."""
         ...
 
-    def synchronize(self) -> None:
-        """Wait for all GPU work (end of a round)."""
+    def synchronize(self) -> bool:
+        """Wait for all GPU work (end of a round); False when no CUDA context was active, so nothing could be waited
+        for and the round ends with its body (devsync.DeviceSync.__call__)."""
 
     def prime(self) -> bool:
         """Right after `start`: one tiny GPU operation per active context, waited for, so that the first round

@@ -357,8 +357,8 @@ class CuptiPythonCollector:
         with self._lock:
             return self._converter.take()
 
-    def synchronize(self) -> None:
-        self._sync()
+    def synchronize(self) -> bool:
+        return self._sync()
 
     def prime(self) -> bool:
         return self._sync.prime()

@@ -110,8 +110,8 @@ class NativeGpuCollector:
         buf, names = self._c.drain()
         return np.frombuffer(buf, dtype=EVENT_DTYPE), names
 
-    def synchronize(self) -> None:
-        self._sync()
+    def synchronize(self) -> bool:
+        return self._sync()
 
     def prime(self) -> bool:
         return self._sync.prime()

@@ -397,10 +397,10 @@ class GpuSession:
             inside |= (records["start"] >= d0) & (records["end"] <= d1)
         return inside
 
-    def synchronize(self) -> None:
-        """Wait for all GPU work of the process."""
+    def synchronize(self) -> bool:
+        """Wait for all GPU work of the process; False when no CUDA context was active (nothing to wait for)."""
         assert self.collector is not None
-        self.collector.synchronize()
+        return self.collector.synchronize()
 
     def round_clock_pair(self) -> None:
         """After a round, while recording: a clock pair. With only the start and stop pairs the fit's

@@ -47,7 +47,7 @@ class FakeGpu:
     def stop(self) -> None:
         self.stopped = True
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> bool:
         self.corr += 1
         launch = self.timestamp()
         tid = threading.get_native_id()
@@ -55,6 +55,7 @@ class FakeGpu:
         self.records.append(
             (launch + 30_000, launch + 1_030_000, 0, self.corr, 1, tid, 7, 0, Kind.KERNEL, Domain.DEVICE, 0)
         )
+        return True  # it waited for a kernel
 
     def drain(self) -> tuple[np.ndarray, list[str]]:
         return np.array(self.records, dtype=EVENT_DTYPE), self.names

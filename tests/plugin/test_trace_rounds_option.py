@@ -35,7 +35,7 @@ class FakeGpu:
     def drain(self): return np.zeros(0, dtype=EVENT_DTYPE), []
     def dropped(self): return 0
     def timestamp(self): return 0
-    def synchronize(self): pass
+    def synchronize(self): return True
     def version(self): return "fake 1"
 
 SWITCHED = []

@@ -147,6 +147,21 @@ def test_uninitialised_driver_waits_for_nothing_and_looks_again() -> None:
     assert calls["n"] == 2 and not [c for c in drv.calls if c.startswith("sync")]
 
 
+def test_no_context_in_the_process_waits_for_nothing_until_one_is_active() -> None:
+    # A CPU-only test on a GPU machine: the driver initialised (the GPU backend loaded it), no device's primary context
+    # active and none current. Nothing is waited for, so the round ends with its body, not after the look.
+    drv = FakeDriver([False, False], current=None)
+    sync = synced(drv)
+    assert sync() is False and sync() is False
+    assert not [c for c in drv.calls if c.startswith("sync")] and sync.held == {}
+    drv.active[1] = True  # the body started CUDA on device 1
+    assert sync() is True and drv.calls[-1] == "sync 0x1001"
+    drv.calls.clear()
+    assert sync() is True and drv.calls == ["state 0", "sync 0x1001"]  # device 0 looked at again, still inactive
+    sync.release()
+    assert synced(FakeDriver([False], current=0x9999))() is True  # a context current on the thread, no primary one
+
+
 def test_a_failed_synchronize_names_the_call_and_the_error() -> None:
     drv = FakeDriver([True], current=0x1000)
     sync = synced(drv)
@@ -294,6 +309,39 @@ def test_any_context_without_libcuda_asks_torch(monkeypatch: pytest.MonkeyPatch)
     torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
     monkeypatch.setitem(sys.modules, "torch", torch)
     assert sync.any_context() is True
+
+
+@pytest.mark.parametrize("waited", [False, True])
+def test_with_gpu_collection_a_round_without_a_context_ends_before_the_looks_own_time(waited: bool) -> None:
+    """With a GPU backend collecting (a GPU machine) and no CUDA context in the process (a CPU-only test), the round
+    ended after the backend's look: a `pass` body measured 0.008 ms against <0.001 ms with GPU collection off (H200,
+    2026-12-01). A look that finds no context is now outside the round, a real wait still inside."""
+    import time
+
+    from test_trace_rounds import FakeGpu
+
+    from pytest_inferscope.collectors import Collection, CollectionOptions
+    from pytest_inferscope.collectors.gpu import Choice
+    from pytest_inferscope.events import Kind
+    from pytest_inferscope.rounds import RoundKind
+
+    class LookingGpu(FakeGpu):
+        """A backend whose end-of-round synchronize takes 20 ms and says whether a context was there."""
+
+        def synchronize(self) -> bool:
+            time.sleep(0.02)
+            return waited
+
+    coll = Collection(CollectionOptions(cpu="off", gpu_rounds="trace"), Choice(LookingGpu()))  # type: ignore[arg-type]
+    coll.start()
+    for i in range(3):
+        with coll.round(i, RoundKind.MEASURED):
+            pass
+    raw = coll.stop()
+    rounds = raw.events[(raw.events["kind"] == Kind.ROUND)][:3]
+    walls = rounds["end"] - rounds["start"]
+    assert len(rounds) == 3 and ((walls >= 20_000_000).all() if waited else (walls < 20_000_000).all()), walls
+    assert [r["sync_ns"] >= 20_000_000 for r in raw.meta["rounds"][:3]] == [waited] * 3
 
 
 @pytest.mark.parametrize("waited", [False, True])

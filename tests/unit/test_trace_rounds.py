@@ -402,8 +402,8 @@ class FakeGpu:
     def timestamp(self) -> int:
         return 0
 
-    def synchronize(self) -> None:
-        pass
+    def synchronize(self) -> bool:
+        return True  # a context active: it waited
 
     def version(self) -> str:
         return "fake 1"
