@@ -197,6 +197,13 @@ def test_quickstart_output_matches_a_real_run(tmp_path: Path) -> None:
     # As in a CI log: no terminal, no COLUMNS. The environment given whole: a parent that loaded GNU readline (this
     # pytest may have) put COLUMNS=80 in the process's own environment, which a child inherits but os.environ lacks.
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    from pytest_inferscope.gpus import driver_missing
+
+    no_gpu = "gpu not collected (no NVIDIA GPU or driver on this machine)"
+    assert any(no_gpu in ln for ln in printed)  # the doc shows a machine without a GPU
+    if driver_missing() is None:  # a GPU machine: its GPUs hidden, the run is the doc's but for the reason given
+        env["CUDA_VISIBLE_DEVICES"] = "-1"
+        printed = [ln.replace(no_gpu, "gpu not collected (CUDA_VISIBLE_DEVICES hides every GPU)") for ln in printed]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "tests/test_inference.py", report, "-p", "no:randomly"],
         cwd=ROOT / "example_project", capture_output=True, text=True, timeout=300, env=env,

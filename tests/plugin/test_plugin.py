@@ -777,12 +777,15 @@ def test_a_trivial_tests_report_files_stay_small(pytester: pytest.Pytester) -> N
     # of contention lands in it ~4x less often. The warm-up adds ~0.4 kB of figures (18.1 against 17.7 kB).
     # A sampling interval of 1 s, far past the collection: at 10 ms a loaded machine stretched the first test's
     # collection to ~32 ms, whose one sample (outside the rounds) and the longer no-samples reason it gives added
-    # ~0.9 kB (16,666 bytes, against 15.7-16.0 kB without one).
+    # ~0.9 kB (16,666 bytes, against 15.7-16.0 kB without one). GPU collection off, as on a machine without a GPU
+    # (CI): on a GPU machine the GPU row's explanation adds ~2.9 kB (18,958 bytes on an H200 host, 2026-12-01), held
+    # to issue 16's 20 kB by tests/gpu/test_gpu_cpu_only.py.
     result = pytester.runpytest_subprocess(
         "--inferscope-all",
         "--inferscope-warmup=1",
         "--inferscope-sample-interval-ms=1000",
         "--inferscope-report=out",
+        "--inferscope-gpu=off",
         "-p",
         "no:randomly",
     )
