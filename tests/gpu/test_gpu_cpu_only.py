@@ -1,9 +1,10 @@
 """A CPU-only test on a GPU machine: GPU collection on (the default there) and no CUDA context in the process.
 
-Its rounds end with its body: the end-of-round look at the devices' contexts finds none, and its time (~7 µs of driver
-calls through ctypes on an H200 host) is not the round's; a `pass` body used to measure 0.008 ms with GPU collection
-on against <0.001 ms with it off (2026-12-01). Once the body starts CUDA, the rounds wait for its work again. And a
-trivial test's report files stay within issue 16's 20 kB with the GPU row's explanation in them.
+Its rounds end with its body: the end-of-round look at the devices' contexts finds none, and its time is not the
+round's; a `pass` body used to measure 1.35-1.51 µs a round with GPU collection on against 0.30-0.48 off (H200 host,
+2026-12-01; 0.31-0.33 on since), and a trivial test's one round 0.008 ms against <0.001. Once the body starts CUDA,
+the rounds wait for its work again. And a trivial test's report files stay within issue 16's 20 kB with the GPU row's
+explanation in them.
 """
 
 from __future__ import annotations
