@@ -8,6 +8,7 @@ from ..results import CollectorInfo
 from ..rounds import RoundKind, row_kind
 from .cpu import Sampler
 from .cpu_tick import SignalSampler
+from .gpu_rounds import NO_CONTEXT_AT_START
 from .gpu_session import GpuSession
 from .memory import MemoryCollector
 from .tracer import Tracer
@@ -96,6 +97,9 @@ def _api_mode(self: Described) -> str:
             if session.no_context
             else "neither the warm-up nor the measured rounds did GPU work (a launch call would link to nothing)"
         )
+        if decided is not None and session.no_context and decided.reason.startswith(NO_CONTEXT_AT_START):
+            # No context before or after (a CPU-only test on a GPU machine): what CUPTI would have done is moot
+            return f"{NO_CONTEXT_AT_START}: CUPTI never started; {note}"
         return f"{decided.reason}; {note}" if decided is not None else note
     stood = [name for name, idx in (("profile", session.profile_warmups), ("trace", session.trace_warmups)) if idx]
     if decided is not None and session.lean:

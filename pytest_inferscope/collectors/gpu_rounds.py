@@ -181,14 +181,18 @@ def trace_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRou
     )
 
 
+#: How auto's decision without a CUDA context at the collection's start begins (describe.py shortens the rest
+#: where no context came after the measured rounds either).
+NO_CONTEXT_AT_START = "no CUDA context in the process when the test started"
+
+
 def no_context_setting(lean_trace_rounds: int, until_in_step: bool = False) -> GpuRoundsDecision:
     """auto, when no CUDA context was active at the collection's start: nothing to count the warm-up on yet."""
     return GpuRoundsDecision(
         "auto",
         "trace",
-        "no CUDA context in the process when the test started: the measured rounds ran without CUPTI, which starts "
-        f"after them only if the body started CUDA, for {_profile(lean_trace_rounds, until_in_step)} and the trace "
-        "rounds",
+        f"{NO_CONTEXT_AT_START}: the measured rounds ran without CUPTI, which starts after them only if the body "
+        f"started CUDA, for {_profile(lean_trace_rounds, until_in_step)} and the trace rounds",
     )
 
 

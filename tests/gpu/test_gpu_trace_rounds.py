@@ -122,6 +122,7 @@ def test_a_cpu_only_body_in_a_process_without_a_cuda_context_gets_no_trace_round
         run = out[mode]
         assert run["active"] and run["calls"] == 4 and run["trace_ms"] == [], run
         assert "no trace round: no CUDA context was active" in run["mode"], run
+    assert "CUPTI never started" in out["auto"]["mode"] and "CUPTI never started" not in out["lean"]["mode"]
     # A body whose first call starts CUDA: lean (nothing could be counted before it), CUPTI started after the measured
     # rounds for the profile and trace rounds.
     run = out["starts_cuda"]
