@@ -204,6 +204,8 @@ def test_quickstart_output_matches_a_real_run(tmp_path: Path) -> None:
     if driver_missing() is None:  # a GPU machine: its GPUs hidden, the run is the doc's but for the reason given
         env["CUDA_VISIBLE_DEVICES"] = "-1"
         printed = [ln.replace(no_gpu, "gpu not collected (CUDA_VISIBLE_DEVICES hides every GPU)") for ln in printed]
+    else:  # the doc's machine: an empty or -1 CUDA_VISIBLE_DEVICES here would be the reason given instead
+        env.pop("CUDA_VISIBLE_DEVICES", None)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "tests/test_inference.py", report, "-p", "no:randomly"],
         cwd=ROOT / "example_project", capture_output=True, text=True, timeout=300, env=env,
