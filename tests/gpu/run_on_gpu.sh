@@ -11,7 +11,10 @@
 #
 # GPU_TESTS: pytest paths (default: tests/gpu and the backends' unit tests); BENCH_REPS (12); BENCH_ARGS
 # (more benchmark options, e.g. --no-torch-profiler);
-# SKIP_BENCH=1, SKIP_AB=1, SKIP_EXAMPLE=1; AB_TRIALS (10: the A/B gate through `benchmarks/ab_gpu.py --check`,
+# SKIP_BENCH=1, SKIP_AB=1, SKIP_EXAMPLE=1; CPU_SUITE=1: the CPU suite too (CPU_SUITE_TESTS, default tests/unit
+# tests/plugin tests/docs), INFERSCOPE_GPU unset, on this machine with its GPU (~130 s on an H200 host with -n 14;
+# its first run there, 2026-12-01, found six tests that assumed no GPU and a CPU-only round's bias): needs
+# pytest-xdist, whose wheel and execnet's can travel in .whl/ (installed with cupti-python's); AB_TRIALS (10: the A/B gate through `benchmarks/ab_gpu.py --check`,
 # ~30 s on an H200, fails on a false positive or two slowdowns missed in a case); TOTAL_S: the time the whole check
 # may take (570 s, under the GPU machine's 600 s per command); COMMIT: the commit to record (default: git rev-parse, when .git is
 # there). Exit status: non-zero when any stage failed.
@@ -122,6 +125,15 @@ if [[ "${SKIP_EXAMPLE:-0}" != 1 && -d example_project/tests ]] && grep -rqs cuda
         --inferscope-report="$WORK/example-report"
 fi
 
+# -- the CPU suite on this machine, as a user with a GPU runs the README's test command ----------------------
+if [[ "${CPU_SUITE:-0}" == 1 ]]; then
+    WORKERS=$(($(nproc) > 3 ? $(nproc) - 2 : 1))
+    # shellcheck disable=SC2086 # CPU_SUITE_TESTS is a list of paths
+    stage "CPU suite" "$LOGS/cpu-suite.log" "$(budget 240 10)" env -u INFERSCOPE_GPU \
+        python3 -m pytest ${CPU_SUITE_TESTS:-tests/unit tests/plugin tests/docs} -q -rfEs -n "$WORKERS" \
+        -p no:cacheprovider -p no:benchmark --basetemp="$WORK/cpu"
+fi
+
 # -- what is left behind, and the table ----------------------------------------------------------------
 APPS="$(nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>&1)"
 (cd "$WORK" && find . \( -name report.json -o -name report.md -o -name index.json \) -print0 |
@@ -158,6 +170,13 @@ if index.exists():
     for t in json.loads(index.read_text())["tests"]:
         lat = t["latency_ms"]["median"]
         print(f"  {t['nodeid']}: {t['verdict']}, {t['bottleneck']}, median {lat if lat is None else round(lat, 2)} ms")
+cpu = logs / "cpu-suite.log"
+if cpu.exists():
+    lines = cpu.read_text(errors="replace").strip().splitlines()
+    print("\nCPU suite on this machine: " + (lines[-1].strip("= ") if lines else "no output"))
+    for line in lines:
+        if line.startswith(("FAILED", "ERROR")):
+            print("  " + line[:240])
 ab = logs / "ab.log"
 if ab.exists():
     text = ab.read_text(errors="replace")
