@@ -54,6 +54,8 @@ if [[ "${SKIP_BENCH:-0}" == 1 ]]; then RESERVE=40; else RESERVE=200; fi
 # The A/B gate's stage (~30 s for 10 trials on an H200): went unchecked on a GPU from 2026-11-25 to 2026-11-30 while
 # every lean test failed there.
 [[ "${SKIP_AB:-0}" != 1 ]] && RESERVE=$((RESERVE + 60))
+# The CPU suite's stage (~130 s on an H200 host with -n 14), when asked for.
+[[ "${CPU_SUITE:-0}" == 1 ]] && RESERVE=$((RESERVE + 150))
 
 # -- install ---------------------------------------------------------------------------------------
 if ls .whl/*.whl >/dev/null 2>&1; then
